@@ -1,0 +1,231 @@
+//! The backend SPI: [`LeaseBackend`], implemented once per storage system and checked by the TCK.
+//!
+//! Every method is blocking. Implementations bound each call by their query timeout, but the
+//! session engine never relies on that: it runs calls on worker threads and abandons them at its
+//! own deadline, so a hung driver never delays loss detection.
+
+use std::fmt;
+use std::time::Duration;
+
+use crossbeam_channel::Sender;
+
+use crate::error::Result;
+use crate::types::{Name, SessionId, Token};
+
+/// A session created by [`LeaseBackend::open_session`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionGrant {
+    /// The new session's id.
+    pub id: SessionId,
+    /// How long the backend keeps the session without renewal, by the backend's clock.
+    pub remaining: Duration,
+}
+
+/// The reply of [`LeaseBackend::keep_alive`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KeepAlive {
+    /// The session was renewed.
+    Alive {
+        /// Time until the session expires without another renewal, by the backend's clock.
+        remaining: Duration,
+        /// Every lease the session owns after the renewal, with its current token. A lease the
+        /// client believes it holds but that is missing here is lost.
+        owned: Vec<(Name, Token)>,
+    },
+    /// The session is expired (or unknown); it never revives.
+    Expired,
+}
+
+/// The reply of [`LeaseBackend::acquire`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Acquire {
+    /// The session holds the lease: a new term, or the current term when it already held it.
+    Acquired {
+        /// The term's fencing token.
+        token: Token,
+        /// Time the lease is held without renewal, by the backend's clock (at most the lease duration).
+        remaining: Duration,
+    },
+    /// Another live session holds the lease.
+    Busy,
+}
+
+/// The current holder of a lease, from [`LeaseBackend::holder`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Holder {
+    /// The holding session.
+    pub session: SessionId,
+    /// The current term's token.
+    pub token: Token,
+    /// Time until the holder's session expires without renewal, by the backend's clock.
+    pub remaining: Duration,
+    /// The holding session's metadata.
+    pub metadata: String,
+}
+
+/// A live member of a group, from [`LeaseBackend::members`].
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Member {
+    /// The member's session.
+    pub session: SessionId,
+    /// The member session's metadata.
+    pub metadata: String,
+}
+
+/// What a backend can push instead of making candidates poll.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Capabilities {
+    /// The backend sends [`Notification::Released`] when a lease is freed (Redis pub/sub,
+    /// ZooKeeper watches, memory). Without it candidates retry at `renew_interval / 2` + jitter.
+    pub push_release: bool,
+    /// The backend sends [`Notification::MembersChanged`] on joins and leaves.
+    pub push_membership: bool,
+}
+
+/// What a watcher asks to be told about (see [`LeaseBackend::watch`]).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Topic {
+    /// The lease `name` becomes free (released, or its holder's node deleted).
+    Lease(Name),
+    /// The member list of group `name` changes (including the group being created).
+    Group(Name),
+}
+
+/// A pushed hint. Hints may be spurious or coalesced; receivers re-check the backend.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Notification {
+    /// The lease may be free now.
+    Released(Name),
+    /// The group's members may have changed.
+    MembersChanged(Name),
+}
+
+/// The result of one startup/operations check (used by `simba check`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CheckItem {
+    /// What was checked, e.g. `"reachable"`, `"schema"`, `"maxmemory-policy"`.
+    pub name: String,
+    /// The outcome.
+    pub status: CheckStatus,
+    /// A human explanation, e.g. the policy found and what to change.
+    pub detail: String,
+}
+
+/// Outcome of a [`CheckItem`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CheckStatus {
+    /// All good.
+    Ok,
+    /// Works, but something is unsafe or unusual.
+    Warn,
+    /// Broken.
+    Fail,
+}
+
+/// The storage SPI. Object-safe; every backend passes the TCK (`simba::tck`).
+///
+/// Rules every implementation keeps (SPEC §2): a session expires when not renewed within its
+/// lease duration and never revives; a lease belongs to a session only while that session is alive;
+/// a lease's token is > 0, strictly increases with every new term, is stable within a term and
+/// never resets; all remaining times are measured by the backend's clock and returned as durations.
+///
+/// Names passed in are already validated. Methods return [`ErrorKind::Unavailable`](crate::ErrorKind)
+/// for transient failures and [`ErrorKind::SessionExpired`](crate::ErrorKind) where stated.
+pub trait LeaseBackend: Send + Sync + fmt::Debug + 'static {
+    /// A short name for logs and errors, e.g. `"postgres"`, `"redis"`, `"memory"`.
+    fn kind(&self) -> &'static str;
+
+    /// Creates a live session that expires after `lease_duration` without renewal.
+    ///
+    /// # Errors
+    /// `Unavailable` when the backend cannot be reached; `Backend` for other failures.
+    fn open_session(&self, lease_duration: Duration, metadata: &str) -> Result<SessionGrant>;
+
+    /// Renews the session and with it every lease and membership it holds (in O(1) round trips
+    /// where the backend allows), and reports which leases it still owns.
+    ///
+    /// Returns [`KeepAlive::Expired`] (not an error) when the session is expired or unknown; a
+    /// backend may delete the expired session's row as a side effect.
+    ///
+    /// # Errors
+    /// `Unavailable`/`Backend` when the renewal could not be performed; the outcome is unknown.
+    fn keep_alive(&self, session: &SessionId, lease_duration: Duration) -> Result<KeepAlive>;
+
+    /// Deletes the session, then releases its leases (tokens kept) and memberships. Idempotent: a
+    /// repeated close after a partial failure finishes the work; closing an unknown session is Ok.
+    ///
+    /// # Errors
+    /// `Unavailable`/`Backend`; the caller may retry.
+    fn close_session(&self, session: &SessionId) -> Result<()>;
+
+    /// Takes `name` when it is free or its holder's session has expired (new term: token + 1, or
+    /// a larger token on backends whose tokens are not contiguous). When this session already
+    /// holds it, returns the same token (idempotent). Otherwise returns [`Acquire::Busy`].
+    ///
+    /// # Errors
+    /// `SessionExpired` when `session` is not alive; `Unavailable`/`Backend` otherwise.
+    fn acquire(&self, session: &SessionId, name: &Name) -> Result<Acquire>;
+
+    /// Frees `name` if `session` holds it, keeping the token. A no-op otherwise.
+    ///
+    /// # Errors
+    /// `Unavailable`/`Backend`.
+    fn release(&self, session: &SessionId, name: &Name) -> Result<()>;
+
+    /// The live holder of `name`, or `None` when free (or held by an expired session).
+    ///
+    /// # Errors
+    /// `Unavailable`/`Backend`.
+    fn holder(&self, name: &Name) -> Result<Option<Holder>>;
+
+    /// Adds `session` to `group`; valid only while the session lives. Idempotent.
+    ///
+    /// # Errors
+    /// `SessionExpired` when `session` is not alive; `Unavailable`/`Backend` otherwise.
+    fn join(&self, session: &SessionId, group: &Name) -> Result<()>;
+
+    /// Removes `session` from `group`. Idempotent.
+    ///
+    /// # Errors
+    /// `Unavailable`/`Backend`.
+    fn leave(&self, session: &SessionId, group: &Name) -> Result<()>;
+
+    /// Members of `group` whose sessions are alive, sorted by session id. A join that returned is
+    /// visible at once.
+    ///
+    /// # Errors
+    /// `Unavailable`/`Backend`.
+    fn members(&self, group: &Name) -> Result<Vec<Member>>;
+
+    /// What this backend pushes.
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::default()
+    }
+
+    /// Registers a one-shot interest in `topic`: the backend sends at most one [`Notification`]
+    /// for it to `notify` and then forgets the registration (register again to keep watching).
+    /// Registering the same channel twice for a topic is allowed and must not duplicate it
+    /// unboundedly. Returns `false` when the backend cannot push this topic (callers poll).
+    ///
+    /// # Errors
+    /// `Unavailable` when the registration could not be made (callers fall back to polling).
+    fn watch(&self, topic: &Topic, notify: &Sender<Notification>) -> Result<bool> {
+        let _ = (topic, notify);
+        Ok(false)
+    }
+
+    /// Deletes expired sessions left behind by crashed processes (and their memberships), at most
+    /// one batch; returns how many sessions were deleted. Lease rows and tokens stay.
+    ///
+    /// # Errors
+    /// `Unavailable`/`Backend`.
+    fn purge_expired(&self) -> Result<usize> {
+        Ok(0)
+    }
+
+    /// Operational checks: reachability, schema, eviction policy, ACLs, clock. Never fails: a
+    /// failed check is reported as [`CheckStatus::Fail`].
+    fn check(&self) -> Vec<CheckItem> {
+        Vec::new()
+    }
+}

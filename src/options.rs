@@ -1,0 +1,187 @@
+//! Session timing options.
+
+use std::time::Duration;
+
+use crate::error::{Error, Result};
+use crate::types::validate_metadata;
+
+/// Default time the backend keeps a session without renewal.
+pub const DEFAULT_LEASE_DURATION: Duration = Duration::from_secs(15);
+/// Default time between keep-alives.
+pub const DEFAULT_RENEW_INTERVAL: Duration = Duration::from_secs(5);
+/// Default allowed clock-rate difference between client and backend.
+pub const DEFAULT_DRIFT: f64 = 0.01;
+/// Default per-call timeout of backends constructed without configuration (= the default renew interval).
+pub const DEFAULT_QUERY_TIMEOUT: Duration = DEFAULT_RENEW_INTERVAL;
+
+/// How a session is renewed. Build with [`SessionOptions::builder`]; every value is validated by
+/// [`SessionOptionsBuilder::build`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct SessionOptions {
+    lease_duration: Duration,
+    renew_interval: Duration,
+    drift: f64,
+    query_timeout: Duration,
+    metadata: String,
+}
+
+impl Default for SessionOptions {
+    fn default() -> Self {
+        SessionOptions {
+            lease_duration: DEFAULT_LEASE_DURATION,
+            renew_interval: DEFAULT_RENEW_INTERVAL,
+            drift: DEFAULT_DRIFT,
+            query_timeout: DEFAULT_QUERY_TIMEOUT,
+            metadata: String::new(),
+        }
+    }
+}
+
+impl SessionOptions {
+    /// A builder starting from the defaults (15 s lease, 5 s renewal, drift 0.01, query timeout =
+    /// renew interval, empty metadata).
+    pub fn builder() -> SessionOptionsBuilder {
+        SessionOptionsBuilder::default()
+    }
+
+    /// How long the backend keeps the session without renewal.
+    pub fn lease_duration(&self) -> Duration {
+        self.lease_duration
+    }
+    /// Time between keep-alives.
+    pub fn renew_interval(&self) -> Duration {
+        self.renew_interval
+    }
+    /// Allowed clock-rate difference between client and backend (0.01 = 1 %).
+    pub fn drift(&self) -> f64 {
+        self.drift
+    }
+    /// Every backend call is abandoned after this.
+    pub fn query_timeout(&self) -> Duration {
+        self.query_timeout
+    }
+    /// The session metadata (visible to others through `holder`/`members`).
+    pub fn metadata(&self) -> &str {
+        &self.metadata
+    }
+    /// Base time between campaign/lock attempts on backends that do not push releases.
+    pub fn retry_interval(&self) -> Duration {
+        self.renew_interval / 2
+    }
+    /// Returns a copy with other metadata.
+    ///
+    /// # Errors
+    /// `InvalidConfig` when `metadata` is over 1024 bytes.
+    pub fn with_metadata(&self, metadata: impl Into<String>) -> Result<SessionOptions> {
+        let metadata = metadata.into();
+        validate_metadata(&metadata)?;
+        Ok(SessionOptions { metadata, ..self.clone() })
+    }
+}
+
+/// Builder of [`SessionOptions`].
+#[derive(Debug, Clone, Default)]
+pub struct SessionOptionsBuilder {
+    lease_duration: Option<Duration>,
+    renew_interval: Option<Duration>,
+    drift: Option<f64>,
+    query_timeout: Option<Duration>,
+    metadata: Option<String>,
+}
+
+impl SessionOptionsBuilder {
+    /// How long the backend keeps the session without renewal (default 15 s; at least 100 ms).
+    #[must_use]
+    pub fn lease_duration(mut self, d: Duration) -> Self {
+        self.lease_duration = Some(d);
+        self
+    }
+    /// Time between keep-alives (default 5 s, or lease_duration / 3 when only the lease duration is
+    /// set); must be at most lease_duration / 2.
+    #[must_use]
+    pub fn renew_interval(mut self, d: Duration) -> Self {
+        self.renew_interval = Some(d);
+        self
+    }
+    /// Allowed clock-rate difference, in [0, 0.5) (default 0.01).
+    #[must_use]
+    pub fn drift(mut self, drift: f64) -> Self {
+        self.drift = Some(drift);
+        self
+    }
+    /// Per-call timeout (default = renew interval); must be > 0 and at most the lease duration.
+    #[must_use]
+    pub fn query_timeout(mut self, d: Duration) -> Self {
+        self.query_timeout = Some(d);
+        self
+    }
+    /// Session metadata, UTF-8 of at most 1024 bytes (default empty).
+    #[must_use]
+    pub fn metadata(mut self, m: impl Into<String>) -> Self {
+        self.metadata = Some(m.into());
+        self
+    }
+
+    /// Validates and builds.
+    ///
+    /// # Errors
+    /// `InvalidConfig` naming the value and the rule it breaks.
+    pub fn build(self) -> Result<SessionOptions> {
+        let lease = self.lease_duration.unwrap_or(DEFAULT_LEASE_DURATION);
+        if lease < Duration::from_millis(100) {
+            return Err(Error::config(format!("lease_duration {lease:?} is too short: at least 100ms")));
+        }
+        if lease > Duration::from_secs(24 * 3600) {
+            return Err(Error::config(format!("lease_duration {lease:?} is too long: at most 24h")));
+        }
+        let renew = match (self.renew_interval, self.lease_duration) {
+            (Some(r), _) => r,
+            (None, Some(l)) => (l / 3).min(DEFAULT_RENEW_INTERVAL),
+            (None, None) => DEFAULT_RENEW_INTERVAL,
+        };
+        if renew.is_zero() || renew > lease / 2 {
+            return Err(Error::config(format!(
+                "renew_interval {renew:?} must be > 0 and at most lease_duration / 2 ({:?})",
+                lease / 2
+            )));
+        }
+        let drift = self.drift.unwrap_or(DEFAULT_DRIFT);
+        if !(0.0..0.5).contains(&drift) || drift.is_nan() {
+            return Err(Error::config(format!("drift {drift} must be in [0, 0.5)")));
+        }
+        let query_timeout = self.query_timeout.unwrap_or(renew);
+        if query_timeout.is_zero() || query_timeout > lease {
+            return Err(Error::config(format!(
+                "query_timeout {query_timeout:?} must be > 0 and at most lease_duration ({lease:?})"
+            )));
+        }
+        let metadata = self.metadata.unwrap_or_default();
+        validate_metadata(&metadata)?;
+        Ok(SessionOptions { lease_duration: lease, renew_interval: renew, drift, query_timeout, metadata })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_and_rules() {
+        let o = SessionOptions::builder().build().unwrap();
+        assert_eq!(o.lease_duration(), Duration::from_secs(15));
+        assert_eq!(o.renew_interval(), Duration::from_secs(5));
+        assert_eq!(o.query_timeout(), Duration::from_secs(5));
+        let o = SessionOptions::builder().lease_duration(Duration::from_secs(1)).build().unwrap();
+        assert_eq!(o.renew_interval(), Duration::from_millis(333));
+        let e = SessionOptions::builder()
+            .lease_duration(Duration::from_secs(1))
+            .renew_interval(Duration::from_millis(600))
+            .build()
+            .unwrap_err();
+        assert!(e.to_string().contains("lease_duration / 2"), "{e}");
+        assert!(SessionOptions::builder().drift(0.7).build().is_err());
+        assert!(SessionOptions::builder().drift(f64::NAN).build().is_err());
+        assert!(SessionOptions::builder().metadata("x".repeat(2000)).build().is_err());
+        assert!(SessionOptions::builder().lease_duration(Duration::from_millis(1)).build().is_err());
+    }
+}
