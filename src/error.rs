@@ -27,6 +27,8 @@ pub enum ErrorKind {
     Backend,
     /// The backend does not support the requested operation or option.
     Unsupported,
+    /// This session already holds the lease (locks are not reentrant).
+    AlreadyHeld,
 }
 
 impl ErrorKind {
@@ -42,6 +44,7 @@ impl ErrorKind {
             ErrorKind::Unavailable => "backend unavailable",
             ErrorKind::Backend => "backend error",
             ErrorKind::Unsupported => "unsupported",
+            ErrorKind::AlreadyHeld => "already held",
         }
     }
 }

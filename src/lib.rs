@@ -15,3 +15,21 @@ pub use backend::{Acquire, Capabilities, Holder, KeepAlive, LeaseBackend, Member
 pub use error::{display_chain, Error, ErrorKind, Result};
 pub use options::SessionOptions;
 pub use types::{validate_metadata, IntoName, Name, SessionId, Token, MAX_METADATA_LEN, MAX_NAME_LEN};
+
+pub mod engine;
+mod exec;
+pub mod memory;
+
+pub use memory::MemoryBackend;
+pub mod election;
+pub mod group;
+mod lease;
+pub mod session;
+
+pub use election::{Election, ElectionEvent, Leader, LeaderContext, LeaderTask, RevokeReason, Schedule};
+pub use engine::{LossReason, SessionState};
+pub use group::{GroupChange, MemberWatch, Membership};
+pub use lease::Lease;
+pub use session::{Session, SessionEvent};
+pub mod coordinator;
+pub use coordinator::{Coordinator, CoordinatorEvent};

@@ -172,7 +172,7 @@ mod tests {
         assert_eq!(o.renew_interval(), Duration::from_secs(5));
         assert_eq!(o.query_timeout(), Duration::from_secs(5));
         let o = SessionOptions::builder().lease_duration(Duration::from_secs(1)).build().unwrap();
-        assert_eq!(o.renew_interval(), Duration::from_millis(333));
+        assert_eq!(o.renew_interval(), Duration::from_secs(1) / 3);
         let e = SessionOptions::builder()
             .lease_duration(Duration::from_secs(1))
             .renew_interval(Duration::from_millis(600))

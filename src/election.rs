@@ -1,0 +1,535 @@
+//! Leader election on top of leases, and leader-gated work.
+
+use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Weak};
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{unbounded, Receiver, Sender};
+use parking_lot::{Condvar, Mutex};
+
+use crate::backend::{Holder, LeaseBackend};
+use crate::engine::LossReason;
+use crate::error::{Error, ErrorKind, Result};
+use crate::session::{bounded_call, SessionInner};
+use crate::types::{Name, SessionId, Token};
+
+/// The current leader of an election: the holder of its lease (session, token, metadata,
+/// remaining time by the backend's clock).
+pub type Leader = Holder;
+
+/// Why leadership ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum RevokeReason {
+    /// The lease was lost (taken over, or its local deadline passed).
+    Lost,
+    /// The session expired.
+    SessionExpired,
+    /// The session was closed.
+    SessionClosed,
+    /// [`Election::resign`] (or dropping the handle).
+    Resigned,
+}
+
+impl From<LossReason> for RevokeReason {
+    fn from(r: LossReason) -> RevokeReason {
+        match r {
+            LossReason::NotOwned | LossReason::Deadline => RevokeReason::Lost,
+            LossReason::SessionExpired => RevokeReason::SessionExpired,
+            LossReason::SessionClosed => RevokeReason::SessionClosed,
+        }
+    }
+}
+
+/// What happened to an election, in order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ElectionEvent {
+    /// This node became leader with `token`.
+    Elected {
+        /// The term's fencing token.
+        token: Token,
+    },
+    /// This node stopped leading.
+    Revoked {
+        /// The token of the term that ended.
+        token: Token,
+        /// Why.
+        reason: RevokeReason,
+    },
+    /// Another (or this) session was observed leading. Observed while contending, so it may lag.
+    LeaderChanged {
+        /// The observed leader.
+        leader: Leader,
+    },
+    /// A durable election (from a `Coordinator`) moved to a new session after its old one expired.
+    SessionReplaced {
+        /// The new session.
+        session: SessionId,
+    },
+}
+
+#[derive(Debug)]
+struct ElectionState {
+    session: Weak<SessionInner>,
+    session_id: Option<SessionId>,
+    leading: Option<Token>,
+    cancel: Arc<AtomicBool>,
+    last_leader: Option<(SessionId, Token)>,
+    resigned: bool,
+    ended: Option<LossReason>,
+}
+
+pub(crate) struct ElectionShared {
+    name: Name,
+    backend: Arc<dyn LeaseBackend>,
+    query_timeout: Duration,
+    durable: bool,
+    st: Mutex<ElectionState>,
+    cond: Condvar,
+    subscribers: Mutex<Vec<Sender<ElectionEvent>>>,
+}
+
+impl fmt::Debug for ElectionShared {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let st = self.st.lock();
+        f.debug_struct("Election")
+            .field("name", &self.name)
+            .field("session", &st.session_id)
+            .field("leading", &st.leading)
+            .finish()
+    }
+}
+
+impl ElectionShared {
+    pub(crate) fn new(
+        name: Name,
+        backend: Arc<dyn LeaseBackend>,
+        query_timeout: Duration,
+        durable: bool,
+    ) -> Arc<ElectionShared> {
+        Arc::new(ElectionShared {
+            name,
+            backend,
+            query_timeout,
+            durable,
+            st: Mutex::new(ElectionState {
+                session: Weak::new(),
+                session_id: None,
+                leading: None,
+                cancel: Arc::new(AtomicBool::new(true)),
+                last_leader: None,
+                resigned: false,
+                ended: None,
+            }),
+            cond: Condvar::new(),
+            subscribers: Mutex::new(Vec::new()),
+        })
+    }
+
+    pub(crate) fn name(&self) -> &Name {
+        &self.name
+    }
+
+    fn emit(&self, ev: ElectionEvent) {
+        self.subscribers.lock().retain(|tx| tx.send(ev.clone()).is_ok());
+    }
+
+    pub(crate) fn attach(&self, session: Weak<SessionInner>, id: SessionId) {
+        let mut st = self.st.lock();
+        let replaced = st.session_id.is_some();
+        st.session = session;
+        st.session_id = Some(id.clone());
+        st.ended = None;
+        if replaced {
+            self.emit(ElectionEvent::SessionReplaced { session: id });
+        }
+        self.cond.notify_all();
+    }
+
+    pub(crate) fn is_leading(&self) -> bool {
+        self.st.lock().leading.is_some()
+    }
+
+    pub(crate) fn elected(&self, token: Token, session: &SessionId, metadata: &str) {
+        let mut st = self.st.lock();
+        if st.resigned || st.leading == Some(token) || st.session_id.as_ref() != Some(session) {
+            return;
+        }
+        st.leading = Some(token);
+        st.cancel = Arc::new(AtomicBool::new(false));
+        log::info!("session {session}: elected leader of '{}' (token {token})", self.name);
+        self.emit(ElectionEvent::Elected { token });
+        if st.last_leader.as_ref() != Some(&(session.clone(), token)) {
+            st.last_leader = Some((session.clone(), token));
+            self.emit(ElectionEvent::LeaderChanged {
+                leader: Holder {
+                    session: session.clone(),
+                    token,
+                    remaining: Duration::ZERO,
+                    metadata: metadata.to_string(),
+                },
+            });
+        }
+        self.cond.notify_all();
+    }
+
+    fn revoke_locked(&self, st: &mut ElectionState, token: Token, reason: RevokeReason) {
+        if st.leading != Some(token) {
+            return;
+        }
+        st.leading = None;
+        st.cancel.store(true, Ordering::SeqCst);
+        log::warn!("{:?}: leadership of '{}' (token {token}) revoked: {reason:?}", st.session_id, self.name);
+        self.emit(ElectionEvent::Revoked { token, reason });
+        self.cond.notify_all();
+    }
+
+    pub(crate) fn revoked(&self, token: Token, reason: LossReason) {
+        let mut st = self.st.lock();
+        self.revoke_locked(&mut st, token, reason.into());
+    }
+
+    pub(crate) fn session_ended(&self, session: &SessionId, reason: LossReason) {
+        let mut st = self.st.lock();
+        if st.session_id.as_ref() != Some(session) {
+            return;
+        }
+        if let Some(t) = st.leading {
+            self.revoke_locked(&mut st, t, reason.into());
+        }
+        st.ended = Some(reason);
+        self.cond.notify_all();
+    }
+
+    pub(crate) fn observe(&self, holder: Holder) {
+        let mut st = self.st.lock();
+        let key = (holder.session.clone(), holder.token);
+        if st.last_leader.as_ref() != Some(&key) {
+            st.last_leader = Some(key);
+            self.emit(ElectionEvent::LeaderChanged { leader: holder });
+        }
+    }
+
+    /// Marks the election resigned; returns the token to release, if leading.
+    pub(crate) fn resigned(&self) -> Option<Token> {
+        let mut st = self.st.lock();
+        st.resigned = true;
+        let t = st.leading;
+        if let Some(t) = t {
+            self.revoke_locked(&mut st, t, RevokeReason::Resigned);
+        }
+        self.cond.notify_all();
+        t
+    }
+
+    pub(crate) fn is_resigned(&self) -> bool {
+        self.st.lock().resigned
+    }
+
+    pub(crate) fn is_durable(&self) -> bool {
+        self.durable
+    }
+
+    fn token(&self) -> Result<Token> {
+        let (session, leading, ended) = {
+            let st = self.st.lock();
+            (st.session.upgrade(), st.leading, st.ended)
+        };
+        match (session, leading) {
+            (Some(s), Some(t)) => s.lease_token(&self.name, t),
+            _ => Err(match ended {
+                Some(LossReason::SessionExpired) if !self.durable => Error::new(
+                    ErrorKind::SessionExpired,
+                    format!("not leader of '{}': the session expired", self.name),
+                ),
+                Some(LossReason::SessionClosed) if !self.durable => {
+                    Error::new(ErrorKind::Closed, format!("not leader of '{}': the session is closed", self.name))
+                }
+                _ => Error::new(ErrorKind::NotLeader, format!("not leader of '{}'", self.name)),
+            }),
+        }
+    }
+
+    fn current_cancel(&self) -> Arc<AtomicBool> {
+        self.st.lock().cancel.clone()
+    }
+
+    fn wait_elected_until(&self, deadline: Instant) -> Result<Token> {
+        loop {
+            match self.token() {
+                Ok(t) => return Ok(t),
+                Err(e) if e.kind() != ErrorKind::NotLeader => return Err(e),
+                Err(_) => {}
+            }
+            let mut st = self.st.lock();
+            if st.resigned {
+                return Err(Error::new(ErrorKind::Closed, format!("election '{}' was resigned", self.name)));
+            }
+            if st.leading.is_some() {
+                continue;
+            }
+            if self.cond.wait_until(&mut st, deadline).timed_out() {
+                drop(st);
+                return self.token().map_err(|_| {
+                    Error::new(ErrorKind::Timeout, format!("not elected leader of '{}' in time", self.name))
+                });
+            }
+        }
+    }
+}
+
+/// A campaign for leadership of one name, contending in the background until resigned or its
+/// session ends. Created by `Session::campaign` (ends with the session) or
+/// `Coordinator::campaign` (carries on across sessions). Dropping it resigns.
+pub struct Election {
+    shared: Arc<ElectionShared>,
+    resigned: bool,
+}
+
+impl fmt::Debug for Election {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.shared.fmt(f)
+    }
+}
+
+impl Election {
+    pub(crate) fn new(shared: Arc<ElectionShared>) -> Election {
+        Election { shared, resigned: false }
+    }
+
+    /// The election (lease) name.
+    pub fn name(&self) -> &Name {
+        &self.shared.name
+    }
+
+    /// The session currently campaigning (changes after a recovery on a `Coordinator`).
+    pub fn session_id(&self) -> Option<SessionId> {
+        self.shared.st.lock().session_id.clone()
+    }
+
+    /// True while this node leads and its lease is valid (no I/O).
+    pub fn is_leader(&self) -> bool {
+        self.shared.token().is_ok()
+    }
+
+    /// The fencing token of the current term; call it before each leader-only write.
+    ///
+    /// # Errors
+    /// `NotLeader` when not leading; `LeaseLost` when the term may be over;
+    /// `SessionExpired`/`Closed` when the (non-durable) election's session ended.
+    pub fn token(&self) -> Result<Token> {
+        self.shared.token()
+    }
+
+    /// Waits until this node leads, at most `timeout`; returns the term's token.
+    ///
+    /// # Errors
+    /// `Timeout`; `SessionExpired`/`Closed` when the session ended (non-durable elections).
+    pub fn wait_elected(&self, timeout: Duration) -> Result<Token> {
+        self.shared.wait_elected_until(Instant::now() + timeout)
+    }
+
+    /// Waits until this node leads or `deadline` passes.
+    ///
+    /// # Errors
+    /// As [`wait_elected`](Election::wait_elected).
+    pub fn wait_elected_deadline(&self, deadline: Instant) -> Result<Token> {
+        self.shared.wait_elected_until(deadline)
+    }
+
+    /// Who leads now, asked of the backend (works the same on every node, leader or not).
+    ///
+    /// # Errors
+    /// `Timeout`; the backend's error.
+    pub fn leader(&self) -> Result<Option<Leader>> {
+        let name = self.shared.name.clone();
+        bounded_call(&self.shared.backend, self.shared.query_timeout, move |b| b.holder(&name))
+    }
+
+    /// A new receiver of this election's events (`Elected`, `Revoked`, `LeaderChanged`, ...), in
+    /// order. If this node leads when called, the first event is its `Elected`.
+    pub fn events(&self) -> Receiver<ElectionEvent> {
+        let (tx, rx) = unbounded();
+        let st = self.shared.st.lock();
+        if let Some(token) = st.leading {
+            let _ = tx.send(ElectionEvent::Elected { token });
+        }
+        self.shared.subscribers.lock().push(tx);
+        drop(st);
+        rx
+    }
+
+    /// Stops contending and gives up leadership (releasing the lease, waiting up to the query
+    /// timeout for the backend).
+    ///
+    /// # Errors
+    /// `Timeout` or the backend's error from the release; leadership is given up locally anyway.
+    pub fn resign(mut self) -> Result<()> {
+        self.resigned = true;
+        resign_shared(&self.shared, true)
+    }
+
+    /// Runs `work` on a new thread while this node leads: whenever elected, `work` is called
+    /// (every `every`, or once per term with [`Schedule::OncePerTerm`]) with a [`LeaderContext`]
+    /// carrying the term's token and a cancellation signal that fires the moment leadership is
+    /// lost or the session ends. `work` should check [`LeaderContext::is_cancelled`] (or use
+    /// [`LeaderContext::sleep`]) and return promptly when cancelled.
+    pub fn run_while_leader<F>(&self, schedule: Schedule, work: F) -> LeaderTask
+    where
+        F: FnMut(&LeaderContext) + Send + 'static,
+    {
+        LeaderTask::spawn(self.shared.clone(), schedule, work)
+    }
+}
+
+fn resign_shared(shared: &Arc<ElectionShared>, wait: bool) -> Result<()> {
+    let session = shared.st.lock().session.upgrade();
+    match session {
+        Some(s) => s.resign(&shared.name, wait),
+        None => {
+            shared.resigned();
+            Ok(())
+        }
+    }
+}
+
+impl Drop for Election {
+    fn drop(&mut self) {
+        if !self.resigned {
+            let _ = resign_shared(&self.shared, false);
+        }
+    }
+}
+
+/// When leader-gated work runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Schedule {
+    /// Call the work every given interval while leading.
+    Every(Duration),
+    /// Call the work once at the start of each term.
+    OncePerTerm,
+}
+
+/// What leader-gated work receives: the term's token and the cancellation signal.
+pub struct LeaderContext {
+    token: Token,
+    cancel: Arc<AtomicBool>,
+    stop: Arc<AtomicBool>,
+    shared: Arc<ElectionShared>,
+}
+
+impl fmt::Debug for LeaderContext {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LeaderContext").field("token", &self.token).field("cancelled", &self.is_cancelled()).finish()
+    }
+}
+
+impl LeaderContext {
+    /// The term's fencing token: pass it to the resource you write.
+    pub fn token(&self) -> Token {
+        self.token
+    }
+
+    /// True once leadership of this term is lost (or may be: the local deadline passed), the
+    /// session ended, or the task was stopped.
+    pub fn is_cancelled(&self) -> bool {
+        self.cancel.load(Ordering::SeqCst)
+            || self.stop.load(Ordering::SeqCst)
+            || self.shared.token().ok() != Some(self.token)
+    }
+
+    /// Sleeps up to `d`, waking early on cancellation; returns true if still leading afterwards.
+    pub fn sleep(&self, d: Duration) -> bool {
+        let deadline = Instant::now() + d;
+        while !self.is_cancelled() {
+            let now = Instant::now();
+            if now >= deadline {
+                break;
+            }
+            let mut st = self.shared.st.lock();
+            // Wake at least every 50 ms to notice a local deadline passing.
+            let until = deadline.min(now + Duration::from_millis(50));
+            let _ = self.shared.cond.wait_until(&mut st, until);
+        }
+        !self.is_cancelled()
+    }
+}
+
+/// A running leader-gated task (see [`Election::run_while_leader`]). Dropping it asks the task to
+/// stop without waiting; [`stop`](LeaderTask::stop) waits for it.
+#[derive(Debug)]
+pub struct LeaderTask {
+    stop: Arc<AtomicBool>,
+    handle: Option<JoinHandle<()>>,
+}
+
+impl LeaderTask {
+    fn spawn<F>(shared: Arc<ElectionShared>, schedule: Schedule, mut work: F) -> LeaderTask
+    where
+        F: FnMut(&LeaderContext) + Send + 'static,
+    {
+        let stop = Arc::new(AtomicBool::new(false));
+        let stop2 = stop.clone();
+        let weak = Arc::downgrade(&shared);
+        drop(shared);
+        let handle = thread::Builder::new()
+            .name("simba-leader-task".into())
+            .spawn(move || loop {
+                if stop2.load(Ordering::SeqCst) {
+                    return;
+                }
+                let Some(shared) = weak.upgrade() else { return };
+                if shared.is_resigned() {
+                    return;
+                }
+                let token = match shared.wait_elected_until(Instant::now() + Duration::from_millis(200)) {
+                    Ok(t) => t,
+                    Err(e) if e.kind() == ErrorKind::Timeout || e.kind() == ErrorKind::NotLeader => continue,
+                    Err(e) if shared.is_durable() && e.kind() != ErrorKind::Closed => {
+                        drop(shared);
+                        thread::sleep(Duration::from_millis(50));
+                        continue;
+                    }
+                    Err(_) => return,
+                };
+                let ctx = LeaderContext { token, cancel: shared.current_cancel(), stop: stop2.clone(), shared };
+                if ctx.is_cancelled() {
+                    continue;
+                }
+                match schedule {
+                    Schedule::OncePerTerm => {
+                        work(&ctx);
+                        while ctx.sleep(Duration::from_millis(200)) {}
+                    }
+                    Schedule::Every(every) => {
+                        while !ctx.is_cancelled() {
+                            work(&ctx);
+                            if !ctx.sleep(every) {
+                                break;
+                            }
+                        }
+                    }
+                }
+            })
+            .ok();
+        if handle.is_none() {
+            log::error!("cannot start the leader task thread");
+        }
+        LeaderTask { stop, handle }
+    }
+
+    /// Asks the task to stop and waits for the current call of the work to return.
+    pub fn stop(mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(h) = self.handle.take() {
+            let _ = h.join();
+        }
+    }
+}
+
+impl Drop for LeaderTask {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+    }
+}

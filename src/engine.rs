@@ -1,0 +1,671 @@
+//! The session engine's decisions, as a state machine with time as an explicit input.
+//!
+//! No threads, no I/O, no clock reads: the renewal thread (and the deterministic simulation) feed it
+//! instants and backend replies and carry out the [`Output`]s it returns. Everything the SPEC §4 asks
+//! of the engine is decided here:
+//!
+//! - **local deadline**: a successful call *sent* at `t` that returned remaining `r` extends the
+//!   deadline to `t + r × (1 − drift)`; ownership is judged only against it;
+//! - **keep-alive schedule**: every `renew_interval`, retried with a short backoff after a failure,
+//!   a call in flight longer than `query_timeout` is abandoned (its late result is still usable,
+//!   because it is judged by its send instant);
+//! - **loss**: a lease missing from a keep-alive reply (for a keep-alive sent after the lease was
+//!   established) is lost at once; at the local deadline the session is expired locally, every lease
+//!   is lost, and the session is never used again; an `Expired` reply has the same effect at once;
+//! - **strays**: a lease the backend reports owned that the client does not hold and has no
+//!   operation in flight for (e.g. an acquire whose reply was lost) is released.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use crate::backend::KeepAlive;
+use crate::options::SessionOptions;
+use crate::types::{Name, Token};
+
+/// The engine's timing, copied from [`SessionOptions`].
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Timing {
+    /// How long the backend keeps the session without renewal.
+    pub lease_duration: Duration,
+    /// Time between keep-alives.
+    pub renew_interval: Duration,
+    /// Allowed clock-rate difference.
+    pub drift: f64,
+    /// A call in flight longer than this is abandoned.
+    pub query_timeout: Duration,
+}
+
+impl From<&SessionOptions> for Timing {
+    fn from(o: &SessionOptions) -> Timing {
+        Timing {
+            lease_duration: o.lease_duration(),
+            renew_interval: o.renew_interval(),
+            drift: o.drift(),
+            query_timeout: o.query_timeout(),
+        }
+    }
+}
+
+impl Timing {
+    /// The local deadline implied by a call sent at `sent` that returned `remaining`.
+    pub fn deadline(&self, sent: Instant, remaining: Duration) -> Instant {
+        let remaining = remaining.min(self.lease_duration);
+        sent + remaining.mul_f64(1.0 - self.drift)
+    }
+
+    /// Backoff before retrying a failed keep-alive.
+    pub fn retry_backoff(&self, failures: u32) -> Duration {
+        let base = (self.renew_interval / 4).max(Duration::from_millis(10));
+        let factor = 1u32 << failures.min(3);
+        (base * factor).min(self.renew_interval)
+    }
+}
+
+/// Lifecycle of a session, as the client sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SessionState {
+    /// Renewed and usable.
+    Active,
+    /// Not renewed in time, or the backend said so. Terminal.
+    Expired,
+    /// Closed by the application. Terminal.
+    Closed,
+}
+
+/// Why a lease stopped being held.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum LossReason {
+    /// A keep-alive reply no longer listed it (taken over, or deleted by someone else).
+    NotOwned,
+    /// Its local deadline passed without a renewal confirming it.
+    Deadline,
+    /// The session expired.
+    SessionExpired,
+    /// The session was closed.
+    SessionClosed,
+}
+
+/// An instruction or report from the engine.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Output {
+    /// Send a keep-alive now (the engine has recorded it as in flight, sent at the given instant).
+    SendKeepAlive {
+        /// The instant the engine recorded as the send instant; pass it back with the reply.
+        sent: Instant,
+    },
+    /// A lease is lost: `token()` already fails.
+    LeaseLost {
+        /// The lease.
+        name: Name,
+        /// The lost term's token.
+        token: Token,
+        /// Why.
+        reason: LossReason,
+    },
+    /// The session is expired; it is never used again (close it on the backend, best effort).
+    Expired,
+    /// The backend reports `name` owned, but the client does not hold it: release it.
+    ReleaseStray {
+        /// The lease to release.
+        name: Name,
+    },
+    /// The session was closed by the application.
+    Closed,
+    /// A keep-alive failed; the engine retries until the deadline.
+    RenewalFailed {
+        /// Consecutive failures so far.
+        failures: u32,
+    },
+}
+
+#[derive(Debug, Clone)]
+struct LeaseEntry {
+    token: Token,
+    deadline: Instant,
+    /// Reply instant of the acquire that established the term: only keep-alives sent after it may
+    /// judge the lease.
+    established: Instant,
+}
+
+/// What became of an acquire reply (see [`Engine::on_acquired`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Adoption {
+    /// The term is held: `token()` succeeds until the lease's local deadline.
+    Adopted,
+    /// Not adopted: release the term on the backend (it may be ours there).
+    Undo,
+    /// Not adopted: the session is no longer alive (the backend frees the term with it).
+    SessionEnded,
+}
+
+/// Result of a keep-alive, as fed to [`Engine::on_keep_alive`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KeepAliveResult {
+    /// The backend's reply.
+    Reply(KeepAlive),
+    /// The call failed or was abandoned; outcome unknown.
+    Failed,
+}
+
+/// The state machine of one session.
+#[derive(Debug, Clone)]
+pub struct Engine {
+    timing: Timing,
+    state: SessionState,
+    deadline: Instant,
+    leases: HashMap<Name, LeaseEntry>,
+    pending: HashMap<Name, u32>,
+    /// Per name: (release epoch, releases in flight).
+    releases: HashMap<Name, (u64, u32)>,
+    ka_in_flight: Option<Instant>,
+    next_keep_alive: Instant,
+    failures: u32,
+}
+
+impl Engine {
+    /// A session opened by a call sent at `sent` that returned `remaining`.
+    pub fn new(timing: Timing, sent: Instant, remaining: Duration) -> Engine {
+        Engine {
+            timing,
+            state: SessionState::Active,
+            deadline: timing.deadline(sent, remaining),
+            leases: HashMap::new(),
+            pending: HashMap::new(),
+            releases: HashMap::new(),
+            ka_in_flight: None,
+            next_keep_alive: sent + timing.renew_interval,
+            failures: 0,
+        }
+    }
+
+    /// The timing in force.
+    pub fn timing(&self) -> &Timing {
+        &self.timing
+    }
+
+    /// The session state (as of the last input).
+    pub fn state(&self) -> SessionState {
+        self.state
+    }
+
+    /// The session's local deadline.
+    pub fn deadline(&self) -> Instant {
+        self.deadline
+    }
+
+    /// True while the session is active and `now` is before its local deadline.
+    pub fn is_alive(&self, now: Instant) -> bool {
+        self.state == SessionState::Active && now < self.deadline
+    }
+
+    /// The token of `name` if it is held and valid at `now` (no I/O: the guard of every write).
+    pub fn token(&self, name: &Name, now: Instant) -> Option<Token> {
+        if !self.is_alive(now) {
+            return None;
+        }
+        self.leases.get(name).filter(|l| now < l.deadline).map(|l| l.token)
+    }
+
+    /// Time left on `name`'s local deadline at `now`, if held.
+    pub fn remaining(&self, name: &Name, now: Instant) -> Option<Duration> {
+        self.token(name, now)?;
+        let l = self.leases.get(name)?;
+        Some(l.deadline.min(self.deadline).saturating_duration_since(now))
+    }
+
+    /// Names currently held (valid or not yet judged lost).
+    pub fn held(&self) -> impl Iterator<Item = (&Name, Token)> {
+        self.leases.iter().map(|(n, l)| (n, l.token))
+    }
+
+    /// Number of operations (acquires and releases) in flight on `name`.
+    pub fn pending(&self, name: &Name) -> u32 {
+        self.pending.get(name).copied().unwrap_or(0)
+    }
+
+    /// True while a release of `name` is in flight: an acquire must not be sent meanwhile (its
+    /// reply could confirm the very term the release is about to free).
+    pub fn releasing(&self, name: &Name) -> bool {
+        self.releases.get(name).is_some_and(|r| r.1 > 0)
+    }
+
+    /// Records that an acquire of `name` is being sent; returns the release epoch to pass to
+    /// [`on_acquired`](Engine::on_acquired).
+    pub fn begin_acquire(&mut self, name: &Name) -> u64 {
+        *self.pending.entry(name.clone()).or_insert(0) += 1;
+        self.releases.get(name).map_or(0, |r| r.0)
+    }
+
+    /// Records that an acquire of `name` finished (its result was adopted, dropped or undone).
+    pub fn end_acquire(&mut self, name: &Name) {
+        self.end_op(name);
+    }
+
+    /// Records that a release of `name` is being sent. Any acquire in flight will not be adopted.
+    pub fn begin_release(&mut self, name: &Name) {
+        *self.pending.entry(name.clone()).or_insert(0) += 1;
+        let r = self.releases.entry(name.clone()).or_insert((0, 0));
+        r.0 += 1;
+        r.1 += 1;
+    }
+
+    /// Records that a release of `name` finished (or its worker gave up).
+    pub fn end_release(&mut self, name: &Name) {
+        self.end_op(name);
+        if let Some(r) = self.releases.get_mut(name) {
+            r.1 = r.1.saturating_sub(1);
+            if r.1 == 0 && !self.pending.contains_key(name) {
+                // Keep the epoch only while something may still compare against it.
+                self.releases.remove(name);
+            }
+        }
+    }
+
+    fn end_op(&mut self, name: &Name) {
+        if let Some(n) = self.pending.get_mut(name) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                self.pending.remove(name);
+            }
+        }
+    }
+
+    /// An acquire of `name` sent at `sent` (with release epoch `epoch`) returned `token` and
+    /// `remaining` at `now`. Adopts the term unless the session is no longer alive, the reply came
+    /// too late to be of use, or a release of the name overlapped the call. The caller releases
+    /// the term on the backend when this returns [`Adoption::Undo`].
+    pub fn on_acquired(
+        &mut self,
+        name: &Name,
+        token: Token,
+        sent: Instant,
+        remaining: Duration,
+        now: Instant,
+        epoch: u64,
+    ) -> Adoption {
+        if !self.is_alive(now) {
+            return Adoption::SessionEnded;
+        }
+        let epoch_now = self.releases.get(name).map_or(0, |r| r.0);
+        if epoch_now != epoch || self.releasing(name) {
+            return Adoption::Undo;
+        }
+        let deadline = self.timing.deadline(sent, remaining);
+        if deadline <= now {
+            return Adoption::Undo;
+        }
+        if let Some(existing) = self.leases.get_mut(name) {
+            if existing.token == token {
+                existing.deadline = existing.deadline.max(deadline);
+                return Adoption::Adopted;
+            }
+        }
+        self.leases.insert(name.clone(), LeaseEntry { token, deadline, established: now });
+        Adoption::Adopted
+    }
+
+    /// The application releases `name`: it is no longer held, whatever the backend answers.
+    /// Returns the token it had.
+    pub fn on_release(&mut self, name: &Name) -> Option<Token> {
+        self.leases.remove(name).map(|l| l.token)
+    }
+
+    /// The application closes the session: every lease is given up.
+    pub fn close(&mut self) -> Vec<Output> {
+        if self.state != SessionState::Active {
+            return Vec::new();
+        }
+        self.state = SessionState::Closed;
+        let mut out = self.lose_all(LossReason::SessionClosed);
+        out.push(Output::Closed);
+        out
+    }
+
+    fn lose_all(&mut self, reason: LossReason) -> Vec<Output> {
+        let mut lost: Vec<(Name, LeaseEntry)> = self.leases.drain().collect();
+        lost.sort_by(|a, b| a.0.cmp(&b.0));
+        lost.into_iter().map(|(name, l)| Output::LeaseLost { name, token: l.token, reason }).collect()
+    }
+
+    fn expire(&mut self) -> Vec<Output> {
+        if self.state != SessionState::Active {
+            return Vec::new();
+        }
+        self.state = SessionState::Expired;
+        let mut out = self.lose_all(LossReason::SessionExpired);
+        out.push(Output::Expired);
+        out
+    }
+
+    /// Advances time to `now`: expires the session at its deadline, drops leases past their own
+    /// deadline, abandons an overdue keep-alive and starts the next one when due.
+    pub fn poll(&mut self, now: Instant) -> Vec<Output> {
+        if self.state != SessionState::Active {
+            return Vec::new();
+        }
+        if now >= self.deadline {
+            return self.expire();
+        }
+        let mut out = Vec::new();
+        let overdue: Vec<Name> = self.leases.iter().filter(|(_, l)| now >= l.deadline).map(|(n, _)| n.clone()).collect();
+        for name in overdue {
+            if let Some(l) = self.leases.remove(&name) {
+                out.push(Output::LeaseLost { name, token: l.token, reason: LossReason::Deadline });
+            }
+        }
+        if let Some(sent) = self.ka_in_flight {
+            if now >= sent + self.timing.query_timeout {
+                self.ka_in_flight = None;
+                out.extend(self.keep_alive_failed(now));
+            }
+        }
+        if self.ka_in_flight.is_none() && now >= self.next_keep_alive {
+            self.ka_in_flight = Some(now);
+            out.push(Output::SendKeepAlive { sent: now });
+        }
+        out
+    }
+
+    /// When the engine next needs a [`poll`](Engine::poll), at the latest.
+    pub fn next_wakeup(&self) -> Option<Instant> {
+        if self.state != SessionState::Active {
+            return None;
+        }
+        let mut t = self.deadline;
+        if let Some(sent) = self.ka_in_flight {
+            t = t.min(sent + self.timing.query_timeout);
+        } else {
+            t = t.min(self.next_keep_alive);
+        }
+        for l in self.leases.values() {
+            t = t.min(l.deadline);
+        }
+        Some(t)
+    }
+
+    fn keep_alive_failed(&mut self, now: Instant) -> Vec<Output> {
+        self.failures += 1;
+        self.next_keep_alive = now + self.timing.retry_backoff(self.failures - 1);
+        vec![Output::RenewalFailed { failures: self.failures }]
+    }
+
+    /// A keep-alive sent at `sent` completed at `now` with `result`. Late replies (after the call
+    /// was abandoned) are still applied: they are judged by their send instant.
+    pub fn on_keep_alive(&mut self, sent: Instant, now: Instant, result: KeepAliveResult) -> Vec<Output> {
+        let current = self.ka_in_flight == Some(sent);
+        if current {
+            self.ka_in_flight = None;
+        }
+        if self.state != SessionState::Active {
+            return Vec::new();
+        }
+        match result {
+            KeepAliveResult::Failed => {
+                if current {
+                    self.keep_alive_failed(now)
+                } else {
+                    Vec::new()
+                }
+            }
+            KeepAliveResult::Reply(KeepAlive::Expired) => self.expire(),
+            KeepAliveResult::Reply(KeepAlive::Alive { remaining, owned }) => {
+                let mut out = Vec::new();
+                let deadline = self.timing.deadline(sent, remaining);
+                if now >= self.deadline.max(deadline) {
+                    // Too late to be of use: the session may have expired meanwhile.
+                    return self.expire();
+                }
+                if current {
+                    self.failures = 0;
+                    self.next_keep_alive = sent + self.timing.renew_interval;
+                }
+                self.deadline = self.deadline.max(deadline);
+                let owned: HashMap<&Name, Token> = owned.iter().map(|(n, t)| (n, *t)).collect();
+                let judged: Vec<Name> =
+                    self.leases.iter().filter(|(_, l)| l.established <= sent).map(|(n, _)| n.clone()).collect();
+                let mut lost = Vec::new();
+                for name in judged {
+                    let Some(entry) = self.leases.get_mut(&name) else { continue };
+                    match owned.get(&name) {
+                        Some(t) if *t == entry.token => entry.deadline = entry.deadline.max(deadline),
+                        _ => lost.push(name),
+                    }
+                }
+                lost.sort();
+                for name in lost {
+                    if let Some(l) = self.leases.remove(&name) {
+                        out.push(Output::LeaseLost { name, token: l.token, reason: LossReason::NotOwned });
+                    }
+                }
+                let mut strays: Vec<&Name> = owned
+                    .keys()
+                    .copied()
+                    .filter(|n| !self.leases.contains_key(*n) && !self.pending.contains_key(*n))
+                    .collect();
+                strays.sort();
+                out.extend(strays.into_iter().map(|n| Output::ReleaseStray { name: n.clone() }));
+                out
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn timing() -> Timing {
+        Timing {
+            lease_duration: Duration::from_secs(10),
+            renew_interval: Duration::from_secs(3),
+            drift: 0.01,
+            query_timeout: Duration::from_secs(3),
+        }
+    }
+    fn n(s: &str) -> Name {
+        Name::new(s).unwrap()
+    }
+    fn t(v: u64) -> Token {
+        Token::new(v).unwrap()
+    }
+    fn ms(v: u64) -> Duration {
+        Duration::from_millis(v)
+    }
+    fn alive(remaining: Duration, owned: &[(&str, u64)]) -> KeepAliveResult {
+        KeepAliveResult::Reply(KeepAlive::Alive {
+            remaining,
+            owned: owned.iter().map(|(a, b)| (n(a), t(*b))).collect(),
+        })
+    }
+
+    #[test]
+    fn deadline_is_send_instant_plus_remaining_minus_drift() {
+        let t0 = Instant::now();
+        let e = Engine::new(timing(), t0, Duration::from_secs(10));
+        assert_eq!(e.deadline(), t0 + ms(9_900));
+        assert!(e.is_alive(t0 + ms(9_899)));
+        assert!(!e.is_alive(t0 + ms(9_900)));
+    }
+
+    #[test]
+    fn renews_on_schedule_and_extends_by_send_instant() {
+        let t0 = Instant::now();
+        let mut e = Engine::new(timing(), t0, Duration::from_secs(10));
+        assert!(e.poll(t0 + ms(2_999)).is_empty());
+        assert_eq!(e.next_wakeup(), Some(t0 + ms(3_000)));
+        let out = e.poll(t0 + ms(3_000));
+        assert_eq!(out, vec![Output::SendKeepAlive { sent: t0 + ms(3_000) }]);
+        // The reply arrives 2 s later; the deadline counts from the send instant.
+        let out = e.on_keep_alive(t0 + ms(3_000), t0 + ms(5_000), alive(Duration::from_secs(10), &[]));
+        assert!(out.is_empty());
+        assert_eq!(e.deadline(), t0 + ms(12_900));
+        assert_eq!(e.next_wakeup(), Some(t0 + ms(6_000)));
+    }
+
+    #[test]
+    fn expires_at_local_deadline_when_renewals_fail_and_never_revives() {
+        let t0 = Instant::now();
+        let mut e = Engine::new(timing(), t0, Duration::from_secs(10));
+        assert!(e.on_acquired(&n("a"), t(1), t0, Duration::from_secs(10), t0 + ms(1), 0) == Adoption::Adopted);
+        let mut now = t0;
+        let mut failures = 0;
+        loop {
+            now += ms(100);
+            let out = e.poll(now);
+            for o in &out {
+                if let Output::SendKeepAlive { sent } = o {
+                    failures += 1;
+                    let r = e.on_keep_alive(*sent, now + ms(50), KeepAliveResult::Failed);
+                    assert!(matches!(r[0], Output::RenewalFailed { .. }));
+                }
+            }
+            if out.contains(&Output::Expired) {
+                assert!(out.contains(&Output::LeaseLost { name: n("a"), token: t(1), reason: LossReason::SessionExpired }));
+                break;
+            }
+            assert!(e.token(&n("a"), now).is_some());
+        }
+        assert!(failures >= 3, "retried {failures} times");
+        assert_eq!(now, t0 + ms(9_900));
+        assert_eq!(e.state(), SessionState::Expired);
+        assert_eq!(e.token(&n("a"), now), None);
+        // A late success does not revive it.
+        assert!(e.on_keep_alive(t0 + ms(9_000), now, alive(Duration::from_secs(10), &[("a", 1)])).is_empty());
+        assert_eq!(e.state(), SessionState::Expired);
+        assert!(e.poll(now + ms(1)).is_empty());
+        assert_eq!(e.on_acquired(&n("b"), t(2), now, Duration::from_secs(10), now, 0), Adoption::SessionEnded);
+    }
+
+    #[test]
+    fn hung_keep_alive_is_abandoned_and_retried() {
+        let t0 = Instant::now();
+        let mut e = Engine::new(timing(), t0, Duration::from_secs(10));
+        let out = e.poll(t0 + ms(3_000));
+        assert_eq!(out.len(), 1);
+        assert_eq!(e.next_wakeup(), Some(t0 + ms(6_000)));
+        let out = e.poll(t0 + ms(6_000));
+        assert_eq!(out[0], Output::RenewalFailed { failures: 1 });
+        assert_eq!(out.len(), 1);
+        // Retry after the backoff.
+        let out = e.poll(t0 + ms(6_750));
+        assert_eq!(out, vec![Output::SendKeepAlive { sent: t0 + ms(6_750) }]);
+        // The abandoned call's late success still extends the deadline by its own send instant.
+        e.on_keep_alive(t0 + ms(3_000), t0 + ms(7_000), alive(Duration::from_secs(10), &[]));
+        assert_eq!(e.deadline(), t0 + ms(12_900));
+    }
+
+    #[test]
+    fn lease_missing_from_reply_is_lost_but_only_if_established_before_send() {
+        let t0 = Instant::now();
+        let mut e = Engine::new(timing(), t0, Duration::from_secs(10));
+        assert!(e.on_acquired(&n("a"), t(5), t0, Duration::from_secs(10), t0 + ms(10), 0) == Adoption::Adopted);
+        let out = e.poll(t0 + ms(3_000));
+        let Output::SendKeepAlive { sent } = out[0] else { panic!("{out:?}") };
+        // "b" is acquired while the keep-alive is in flight: the reply may not list it yet.
+        assert!(e.on_acquired(&n("b"), t(9), t0 + ms(3_010), Duration::from_secs(10), t0 + ms(3_020), 0) == Adoption::Adopted);
+        let out = e.on_keep_alive(sent, t0 + ms(3_050), alive(Duration::from_secs(10), &[]));
+        assert_eq!(out, vec![Output::LeaseLost { name: n("a"), token: t(5), reason: LossReason::NotOwned }]);
+        assert_eq!(e.token(&n("a"), t0 + ms(3_050)), None);
+        assert_eq!(e.token(&n("b"), t0 + ms(3_050)), Some(t(9)));
+    }
+
+    #[test]
+    fn different_token_in_reply_means_lost() {
+        let t0 = Instant::now();
+        let mut e = Engine::new(timing(), t0, Duration::from_secs(10));
+        assert!(e.on_acquired(&n("a"), t(5), t0, Duration::from_secs(10), t0, 0) == Adoption::Adopted);
+        let out = e.on_keep_alive(t0 + ms(1), t0 + ms(2), alive(Duration::from_secs(10), &[("a", 6)]));
+        assert_eq!(out[0], Output::LeaseLost { name: n("a"), token: t(5), reason: LossReason::NotOwned });
+        // "a" is now owned by us per the backend but not held: release it.
+        assert_eq!(out[1], Output::ReleaseStray { name: n("a") });
+    }
+
+    #[test]
+    fn strays_are_released_unless_an_operation_is_in_flight() {
+        let t0 = Instant::now();
+        let mut e = Engine::new(timing(), t0, Duration::from_secs(10));
+        e.begin_acquire(&n("p"));
+        let out = e.on_keep_alive(t0, t0 + ms(1), alive(Duration::from_secs(10), &[("p", 1), ("s", 2)]));
+        assert_eq!(out, vec![Output::ReleaseStray { name: n("s") }]);
+        e.end_acquire(&n("p"));
+        let out = e.on_keep_alive(t0, t0 + ms(2), alive(Duration::from_secs(10), &[("p", 1)]));
+        assert_eq!(out, vec![Output::ReleaseStray { name: n("p") }]);
+    }
+
+    #[test]
+    fn expired_reply_expires_at_once() {
+        let t0 = Instant::now();
+        let mut e = Engine::new(timing(), t0, Duration::from_secs(10));
+        assert!(e.on_acquired(&n("a"), t(1), t0, Duration::from_secs(10), t0, 0) == Adoption::Adopted);
+        let out = e.on_keep_alive(t0, t0 + ms(5), KeepAliveResult::Reply(KeepAlive::Expired));
+        assert_eq!(out.last(), Some(&Output::Expired));
+        assert_eq!(e.state(), SessionState::Expired);
+    }
+
+    #[test]
+    fn a_lease_with_a_short_grant_expires_on_its_own_deadline() {
+        let t0 = Instant::now();
+        let mut e = Engine::new(timing(), t0, Duration::from_secs(10));
+        assert!(e.on_acquired(&n("a"), t(1), t0, ms(1_000), t0 + ms(5), 0) == Adoption::Adopted);
+        assert_eq!(e.remaining(&n("a"), t0 + ms(5)), Some(ms(985)));
+        let out = e.poll(t0 + ms(990));
+        assert_eq!(out, vec![Output::LeaseLost { name: n("a"), token: t(1), reason: LossReason::Deadline }]);
+        // A reply too late to be useful is not adopted.
+        assert_eq!(e.on_acquired(&n("b"), t(1), t0, ms(1_000), t0 + ms(991), 0), Adoption::Undo);
+    }
+
+    #[test]
+    fn release_and_close() {
+        let t0 = Instant::now();
+        let mut e = Engine::new(timing(), t0, Duration::from_secs(10));
+        assert!(e.on_acquired(&n("a"), t(1), t0, Duration::from_secs(10), t0, 0) == Adoption::Adopted);
+        assert!(e.on_acquired(&n("b"), t(2), t0, Duration::from_secs(10), t0, 0) == Adoption::Adopted);
+        assert_eq!(e.on_release(&n("a")), Some(t(1)));
+        assert_eq!(e.token(&n("a"), t0), None);
+        let out = e.close();
+        assert_eq!(
+            out,
+            vec![Output::LeaseLost { name: n("b"), token: t(2), reason: LossReason::SessionClosed }, Output::Closed]
+        );
+        assert_eq!(e.state(), SessionState::Closed);
+        assert!(e.close().is_empty());
+        assert_eq!(e.next_wakeup(), None);
+    }
+
+    #[test]
+    fn an_acquire_overlapping_a_release_is_not_adopted() {
+        let t0 = Instant::now();
+        let mut e = Engine::new(timing(), t0, Duration::from_secs(10));
+        let a = n("a");
+        // Release in flight when the acquire is sent.
+        e.begin_release(&a);
+        let epoch = e.begin_acquire(&a);
+        assert!(e.releasing(&a));
+        assert_eq!(e.on_acquired(&a, t(3), t0, Duration::from_secs(10), t0, epoch), Adoption::Undo);
+        e.end_acquire(&a);
+        e.end_release(&a);
+        // Release started and finished while the acquire was in flight.
+        let epoch = e.begin_acquire(&a);
+        e.begin_release(&a);
+        e.end_release(&a);
+        assert_eq!(e.on_acquired(&a, t(3), t0, Duration::from_secs(10), t0, epoch), Adoption::Undo);
+        e.end_acquire(&a);
+        // No release overlapping: adopted.
+        let epoch = e.begin_acquire(&a);
+        assert_eq!(e.on_acquired(&a, t(4), t0, Duration::from_secs(10), t0, epoch), Adoption::Adopted);
+        e.end_acquire(&a);
+        assert_eq!(e.pending(&a), 0);
+    }
+
+    #[test]
+    fn drift_shortens_the_deadline() {
+        let t0 = Instant::now();
+        let mut tm = timing();
+        tm.drift = 0.1;
+        let e = Engine::new(tm, t0, Duration::from_secs(10));
+        assert_eq!(e.deadline(), t0 + ms(9_000));
+        // Remaining above the lease duration is capped.
+        let e = Engine::new(timing(), t0, Duration::from_secs(100));
+        assert_eq!(e.deadline(), t0 + ms(9_900));
+    }
+}

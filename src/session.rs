@@ -1,0 +1,1039 @@
+//! Sessions: the handle users hold, and the renewal thread that drives the [`Engine`].
+//!
+//! Threads and ownership:
+//! - every backend call runs on a pooled worker ([`crate::exec`]), so no thread of ours ever waits
+//!   on a driver longer than it chooses to;
+//! - one renewal thread per session holds only a `Weak` to the shared state: it polls the engine at
+//!   the engine's next wake-up (the timer, independent of I/O), dispatches keep-alives and campaign
+//!   attempts, and stops when the session ends or every handle is gone;
+//! - events go out through unbounded channels while the engine lock is held (so they stay in order);
+//!   sending never blocks and no user code runs under any internal lock.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::{Arc, Weak};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{select, unbounded, Receiver, Sender};
+use parking_lot::{Condvar, Mutex, MutexGuard};
+
+use crate::backend::{Acquire, KeepAlive, LeaseBackend, Member, Notification, Topic};
+use crate::election::{Election, ElectionShared, Leader};
+use crate::engine::{Adoption, Engine, KeepAliveResult, LossReason, Output, SessionState, Timing};
+use crate::error::{Error, ErrorKind, Result};
+use crate::exec;
+use crate::group::{self, MemberWatch, Membership, MembershipShared};
+use crate::lease::Lease;
+use crate::options::SessionOptions;
+use crate::types::{IntoName, Name, SessionId, Token};
+
+/// Something that happened to a session. Sent in order on every receiver from
+/// [`Session::events`]; receivers that fall behind never slow the session down.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SessionEvent {
+    /// A lease is lost; its `token()` already fails.
+    LeaseLost {
+        /// The lease.
+        name: Name,
+        /// The lost term's token.
+        token: Token,
+        /// Why.
+        reason: LossReason,
+    },
+    /// A keep-alive failed; the session retries until its local deadline.
+    RenewalFailed {
+        /// Consecutive failures so far.
+        failures: u32,
+    },
+    /// The session expired. Terminal: it is never used again.
+    Expired,
+    /// The session was closed by the application. Terminal.
+    Closed,
+}
+
+pub(crate) enum Wake {
+    Poke,
+}
+
+#[derive(Debug)]
+struct CampaignSlot {
+    election: Arc<ElectionShared>,
+    next_attempt: Instant,
+    in_flight: Option<Instant>,
+}
+
+pub(crate) struct SessionInner {
+    pub(crate) id: SessionId,
+    pub(crate) backend: Arc<dyn LeaseBackend>,
+    pub(crate) options: SessionOptions,
+    pub(crate) timing: Timing,
+    engine: Mutex<Engine>,
+    /// Signalled whenever an operation ends or the state changes.
+    cond: Condvar,
+    subscribers: Mutex<Vec<Sender<SessionEvent>>>,
+    wake: Sender<Wake>,
+    notify_tx: Sender<Notification>,
+    campaigns: Mutex<HashMap<Name, CampaignSlot>>,
+    memberships: Mutex<HashMap<Name, Arc<MembershipShared>>>,
+    /// Dropped when the session ends, which wakes everyone selecting on `ended_rx`.
+    ended_tx: Mutex<Option<Sender<()>>>,
+    pub(crate) ended_rx: Receiver<()>,
+    close_started: Mutex<bool>,
+}
+
+impl fmt::Debug for SessionInner {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Session")
+            .field("id", &self.id)
+            .field("backend", &self.backend.kind())
+            .field("state", &self.engine.lock().state())
+            .finish()
+    }
+}
+
+/// A live session on a backend: renewed by its own background thread; holds leases, campaigns
+/// and memberships, all of which end with it.
+///
+/// `Session` is `Send + Sync`: share it with `Arc` between threads. Dropping it closes the session
+/// on a background worker without blocking; [`close`](Session::close) does the same and reports
+/// the result.
+pub struct Session {
+    inner: Arc<SessionInner>,
+}
+
+impl fmt::Debug for Session {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.inner.fmt(f)
+    }
+}
+
+impl Session {
+    /// Opens a session on `backend` with `options` and starts its renewal thread.
+    ///
+    /// # Errors
+    /// `Timeout` when the backend does not answer within the query timeout; the backend's error
+    /// (`Unavailable`, `Backend`) otherwise.
+    pub fn open(backend: Arc<dyn LeaseBackend>, options: SessionOptions) -> Result<Session> {
+        Ok(Session { inner: SessionInner::open(backend, options)? })
+    }
+
+    /// The session id (as the backend knows it).
+    pub fn id(&self) -> &SessionId {
+        &self.inner.id
+    }
+
+    /// The session metadata.
+    pub fn metadata(&self) -> &str {
+        self.inner.options.metadata()
+    }
+
+    /// The options the session runs with.
+    pub fn options(&self) -> &SessionOptions {
+        &self.inner.options
+    }
+
+    /// The backend's short name, e.g. `"memory"`.
+    pub fn backend_kind(&self) -> &'static str {
+        self.inner.backend.kind()
+    }
+
+    /// The current state. `Active` turns into `Expired` at the local deadline even when the renewal
+    /// thread is stuck.
+    pub fn state(&self) -> SessionState {
+        self.inner.state()
+    }
+
+    /// True while the session is active and within its local deadline.
+    pub fn is_alive(&self) -> bool {
+        self.inner.engine.lock().is_alive(Instant::now())
+    }
+
+    /// Time left until the local deadline, if alive.
+    pub fn remaining(&self) -> Option<Duration> {
+        let e = self.inner.engine.lock();
+        let now = Instant::now();
+        e.is_alive(now).then(|| e.deadline().saturating_duration_since(now))
+    }
+
+    /// A new receiver of this session's events (every receiver gets every later event).
+    pub fn events(&self) -> Receiver<SessionEvent> {
+        self.inner.subscribe()
+    }
+
+    /// Takes the lease `name`, waiting as long as it takes (wakes at once on a pushed release,
+    /// otherwise retries every `renew_interval / 2` plus jitter). Transient backend failures are
+    /// retried.
+    ///
+    /// # Errors
+    /// `InvalidName`; `SessionExpired`/`Closed` when the session ends while waiting;
+    /// `AlreadyHeld` when this session already holds it; `Backend` for non-transient failures.
+    pub fn lock(&self, name: impl IntoName) -> Result<Lease> {
+        let name = name.into_name()?;
+        match self.inner.lock_until(&name, None)? {
+            Some(l) => Ok(l),
+            None => Err(Error::new(ErrorKind::Timeout, format!("lock '{name}' gave up"))),
+        }
+    }
+
+    /// One attempt to take the lease `name`: `Ok(None)` when another live session holds it.
+    ///
+    /// # Errors
+    /// `InvalidName`; `SessionExpired`/`Closed`; `AlreadyHeld`; `Timeout` when the backend did not
+    /// answer within the query timeout; the backend's error otherwise.
+    pub fn try_lock(&self, name: impl IntoName) -> Result<Option<Lease>> {
+        let name = name.into_name()?;
+        let deadline = Instant::now() + self.inner.timing.query_timeout;
+        self.inner.attempt_lock(&name, deadline)
+    }
+
+    /// Like [`lock`](Session::lock), giving up after `timeout` with `Ok(None)`.
+    ///
+    /// # Errors
+    /// As [`lock`](Session::lock).
+    pub fn lock_timeout(&self, name: impl IntoName, timeout: Duration) -> Result<Option<Lease>> {
+        let name = name.into_name()?;
+        self.inner.lock_until(&name, Some(Instant::now() + timeout))
+    }
+
+    /// Like [`lock`](Session::lock), giving up at `deadline` with `Ok(None)`.
+    ///
+    /// # Errors
+    /// As [`lock`](Session::lock).
+    pub fn lock_deadline(&self, name: impl IntoName, deadline: Instant) -> Result<Option<Lease>> {
+        let name = name.into_name()?;
+        self.inner.lock_until(&name, Some(deadline))
+    }
+
+    /// Starts contending for leadership of `name` in the background (on the renewal thread).
+    ///
+    /// # Errors
+    /// `InvalidName`; `SessionExpired`/`Closed`; `AlreadyHeld` when this session already campaigns
+    /// for or holds `name`.
+    pub fn campaign(&self, name: impl IntoName) -> Result<Election> {
+        let name = name.into_name()?;
+        let shared = ElectionShared::new(name, self.inner.backend.clone(), self.inner.timing.query_timeout, false);
+        self.inner.attach_campaign(&shared)?;
+        Ok(Election::new(shared))
+    }
+
+    /// The current leader (holder) of `name`, seen from any node.
+    ///
+    /// # Errors
+    /// `InvalidName`; `Timeout`; the backend's error.
+    pub fn leader(&self, name: impl IntoName) -> Result<Option<Leader>> {
+        let name = name.into_name()?;
+        self.inner.bounded(move |b| b.holder(&name))
+    }
+
+    /// Joins `group`; the membership lasts while the session lives. Dropping the handle leaves.
+    ///
+    /// # Errors
+    /// `InvalidName`; `SessionExpired`/`Closed`; `AlreadyHeld` when already a member through
+    /// another handle; `Timeout`; the backend's error.
+    pub fn join(&self, group: impl IntoName) -> Result<Membership> {
+        let group = group.into_name()?;
+        let shared = MembershipShared::new(group, false);
+        self.inner.attach_membership(&shared)?;
+        Ok(Membership::new(shared))
+    }
+
+    /// Live members of `group`, sorted by session id, with their metadata.
+    ///
+    /// # Errors
+    /// `InvalidName`; `Timeout`; the backend's error.
+    pub fn members(&self, group: impl IntoName) -> Result<Vec<Member>> {
+        let group = group.into_name()?;
+        self.inner.bounded(move |b| b.members(&group))
+    }
+
+    /// A stream of membership changes of `group` (the first message lists the current members).
+    /// Push backends deliver changes at once; others are polled every `renew_interval / 2`. The
+    /// watcher stops when the receiver is dropped or the session ends.
+    ///
+    /// # Errors
+    /// `InvalidName`.
+    pub fn watch_members(&self, group: impl IntoName) -> Result<MemberWatch> {
+        let group = group.into_name()?;
+        Ok(group::watch(self.inner.backend.clone(), group, self.inner.options.clone(), Some(self.inner.ended_rx.clone())))
+    }
+
+    /// Closes the session: stops renewal, gives up every lease, campaign and membership (their
+    /// `token()` fails at once), and deletes the session on the backend, which releases its leases
+    /// and memberships. Idempotent.
+    ///
+    /// # Errors
+    /// `Timeout` or the backend's error when the backend close failed; the session is closed
+    /// locally anyway and the backend frees everything when its lease runs out.
+    pub fn close(self) -> Result<()> {
+        self.inner.close_and_wait()
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        self.inner.close_in_background();
+    }
+}
+
+impl SessionInner {
+    pub(crate) fn open(backend: Arc<dyn LeaseBackend>, options: SessionOptions) -> Result<Arc<SessionInner>> {
+        let timing = Timing::from(&options);
+        let sent = Instant::now();
+        let b = backend.clone();
+        let lease = timing.lease_duration;
+        let metadata = options.metadata().to_string();
+        let kind = backend.kind();
+        let late_backend = backend.clone();
+        let grant = exec::call_until(
+            sent + timing.query_timeout,
+            move || b.open_session(lease, &metadata),
+            move |late| {
+                // Nobody waits for this session any more: close it so it holds nothing.
+                if let Ok(g) = late {
+                    log::warn!("{kind}: session {} opened too late, closing it", g.id);
+                    if let Err(err) = late_backend.close_session(&g.id) {
+                        log::debug!("session {}: close failed (it expires on its own): {err}", g.id);
+                    }
+                }
+            },
+        );
+        let grant = match grant {
+            Some(r) => r?,
+            None => {
+                return Err(Error::new(
+                    ErrorKind::Timeout,
+                    format!("{kind}: opening a session took longer than the query timeout {:?}", timing.query_timeout),
+                ))
+            }
+        };
+        let engine = Engine::new(timing, sent, grant.remaining);
+        let (wake_tx, wake_rx) = unbounded();
+        let (notify_tx, notify_rx) = unbounded();
+        let (ended_tx, ended_rx) = crossbeam_channel::bounded(0);
+        let inner = Arc::new(SessionInner {
+            id: grant.id,
+            backend,
+            options,
+            timing,
+            engine: Mutex::new(engine),
+            cond: Condvar::new(),
+            subscribers: Mutex::new(Vec::new()),
+            wake: wake_tx,
+            notify_tx,
+            campaigns: Mutex::new(HashMap::new()),
+            memberships: Mutex::new(HashMap::new()),
+            ended_tx: Mutex::new(Some(ended_tx)),
+            ended_rx,
+            close_started: Mutex::new(false),
+        });
+        log::debug!("session {} opened on {}", inner.id, inner.backend.kind());
+        let weak = Arc::downgrade(&inner);
+        let spawned = thread::Builder::new()
+            .name(format!("simba-renew-{}", &inner.id.as_str()[..8.min(inner.id.as_str().len())]))
+            .spawn(move || renewal_thread(weak, wake_rx, notify_rx));
+        if let Err(e) = spawned {
+            let _ = inner.backend.close_session(&inner.id);
+            return Err(Error::new(ErrorKind::Unavailable, "cannot start the renewal thread").with_source(e));
+        }
+        Ok(inner)
+    }
+
+    pub(crate) fn state(&self) -> SessionState {
+        let e = self.engine.lock();
+        if e.state() == SessionState::Active && !e.is_alive(Instant::now()) {
+            SessionState::Expired
+        } else {
+            e.state()
+        }
+    }
+
+    pub(crate) fn subscribe(&self) -> Receiver<SessionEvent> {
+        let (tx, rx) = unbounded();
+        let e = self.engine.lock();
+        match e.state() {
+            SessionState::Expired => {
+                let _ = tx.send(SessionEvent::Expired);
+            }
+            SessionState::Closed => {
+                let _ = tx.send(SessionEvent::Closed);
+            }
+            SessionState::Active => {}
+        }
+        self.subscribers.lock().push(tx);
+        drop(e);
+        rx
+    }
+
+    fn emit(&self, ev: SessionEvent) {
+        self.subscribers.lock().retain(|tx| tx.send(ev.clone()).is_ok());
+    }
+
+    pub(crate) fn poke(&self) {
+        let _ = self.wake.send(Wake::Poke);
+    }
+
+    /// Error for a session that is no longer usable, or `None` while it is alive.
+    fn dead_error(&self, e: &Engine, now: Instant) -> Option<Error> {
+        match e.state() {
+            SessionState::Closed => Some(Error::new(ErrorKind::Closed, format!("session {} is closed", self.id))),
+            SessionState::Expired => Some(Error::session_expired(&self.id)),
+            SessionState::Active if !e.is_alive(now) => Some(Error::session_expired(&self.id)),
+            SessionState::Active => None,
+        }
+    }
+
+    pub(crate) fn check_alive(&self) -> Result<()> {
+        match self.dead_error(&self.engine.lock(), Instant::now()) {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    /// Runs `f` on the engine and carries out its outputs. Events are emitted under the lock (in
+    /// order, non-blocking); backend calls are dispatched after it is released.
+    pub(crate) fn apply<T>(self: &Arc<Self>, f: impl FnOnce(&mut Engine) -> (T, Vec<Output>)) -> T {
+        let mut e = self.engine.lock();
+        let (value, outputs) = f(&mut e);
+        let actions = self.handle_outputs(&mut e, outputs);
+        self.cond.notify_all();
+        drop(e);
+        self.run_actions(actions);
+        value
+    }
+
+    fn handle_outputs(self: &Arc<Self>, e: &mut MutexGuard<'_, Engine>, outputs: Vec<Output>) -> Vec<Output> {
+        let mut actions = Vec::new();
+        for o in outputs {
+            match o {
+                Output::SendKeepAlive { .. } => actions.push(o),
+                Output::LeaseLost { name, token, reason } => {
+                    log::warn!("session {}: lease '{}' (token {}) lost: {:?}", self.id, name, token, reason);
+                    self.emit(SessionEvent::LeaseLost { name: name.clone(), token, reason });
+                    if let Some(slot) = self.campaigns.lock().get_mut(&name) {
+                        slot.election.revoked(token, reason);
+                        slot.next_attempt = Instant::now();
+                    }
+                }
+                Output::Expired => {
+                    log::warn!("session {} expired", self.id);
+                    self.emit(SessionEvent::Expired);
+                    self.end(SessionState::Expired);
+                    actions.push(Output::Expired);
+                }
+                Output::ReleaseStray { name } => {
+                    log::info!("session {}: releasing '{}', owned on the backend but not held", self.id, name);
+                    e.begin_release(&name);
+                    actions.push(Output::ReleaseStray { name });
+                }
+                Output::RenewalFailed { failures } => {
+                    self.emit(SessionEvent::RenewalFailed { failures });
+                }
+                Output::Closed => {
+                    log::debug!("session {} closing", self.id);
+                    self.emit(SessionEvent::Closed);
+                    self.end(SessionState::Closed);
+                }
+            }
+        }
+        actions
+    }
+
+    /// Marks the session ended: wakes waiters, ends campaigns and memberships (called under the
+    /// engine lock, after the terminal events were emitted).
+    fn end(&self, state: SessionState) {
+        self.ended_tx.lock().take();
+        let reason = if state == SessionState::Closed { LossReason::SessionClosed } else { LossReason::SessionExpired };
+        for slot in self.campaigns.lock().values() {
+            slot.election.session_ended(&self.id, reason);
+        }
+        for m in self.memberships.lock().values() {
+            m.session_ended(&self.id);
+        }
+    }
+
+    fn run_actions(self: &Arc<Self>, actions: Vec<Output>) {
+        for a in actions {
+            match a {
+                Output::SendKeepAlive { sent } => self.dispatch_keep_alive(sent),
+                Output::ReleaseStray { name } => self.dispatch_release(name, None),
+                Output::Expired => {
+                    // Best effort: free everything on the backend now rather than at its expiry.
+                    let backend = self.backend.clone();
+                    let id = self.id.clone();
+                    exec::spawn(move || {
+                        if let Err(err) = backend.close_session(&id) {
+                            log::debug!("session {id}: close after expiry failed: {err}");
+                        }
+                    });
+                }
+                Output::LeaseLost { .. } | Output::RenewalFailed { .. } | Output::Closed => {}
+            }
+        }
+    }
+
+    fn dispatch_keep_alive(self: &Arc<Self>, sent: Instant) {
+        let weak = Arc::downgrade(self);
+        let backend = self.backend.clone();
+        let id = self.id.clone();
+        let lease = self.timing.lease_duration;
+        exec::spawn(move || {
+            let result = match backend.keep_alive(&id, lease) {
+                Ok(r) => KeepAliveResult::Reply(r),
+                Err(err) if err.is_session_expired() => KeepAliveResult::Reply(KeepAlive::Expired),
+                Err(err) => {
+                    log::warn!("session {id}: keep-alive failed: {}", crate::error::display_chain(&err));
+                    KeepAliveResult::Failed
+                }
+            };
+            if let Some(inner) = weak.upgrade() {
+                inner.apply(|e| ((), e.on_keep_alive(sent, Instant::now(), result)));
+                inner.poke();
+            }
+        });
+    }
+
+    /// Releases `name` on the backend (the caller already called `begin_release`). When `done` is
+    /// given, the result is sent there.
+    fn dispatch_release(self: &Arc<Self>, name: Name, done: Option<Sender<Result<()>>>) {
+        let weak = Arc::downgrade(self);
+        let backend = self.backend.clone();
+        let id = self.id.clone();
+        exec::spawn(move || {
+            let r = backend.release(&id, &name);
+            if let Err(err) = &r {
+                log::warn!("session {id}: release of '{name}' failed: {err}");
+            }
+            if let Some(inner) = weak.upgrade() {
+                inner.apply(|e| {
+                    e.end_release(&name);
+                    ((), Vec::new())
+                });
+            }
+            if let Some(tx) = done {
+                let _ = tx.send(r);
+            }
+        });
+    }
+
+    /// Runs a read-only backend call bounded by the query timeout.
+    pub(crate) fn bounded<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&dyn LeaseBackend) -> Result<T> + Send + 'static,
+    ) -> Result<T> {
+        bounded_call(&self.backend, self.timing.query_timeout, f)
+    }
+
+    /// One attempt to acquire `name` and adopt the term, waiting at most until `deadline`.
+    pub(crate) fn attempt_lock(self: &Arc<Self>, name: &Name, deadline: Instant) -> Result<Option<Lease>> {
+        match self.attempt_acquire(name, deadline)? {
+            Some(token) => Ok(Some(Lease::new(self.clone(), name.clone(), token))),
+            None => Ok(None),
+        }
+    }
+
+    /// Sends one acquire and adopts its result. `Ok(None)`: held by someone else (or the reply
+    /// could not be adopted and was undone).
+    fn attempt_acquire(self: &Arc<Self>, name: &Name, deadline: Instant) -> Result<Option<Token>> {
+        let epoch = {
+            let mut e = self.engine.lock();
+            loop {
+                let now = Instant::now();
+                if let Some(err) = self.dead_error(&e, now) {
+                    return Err(err);
+                }
+                if e.token(name, now).is_some() || self.campaigns.lock().contains_key(name) {
+                    return Err(Error::new(
+                        ErrorKind::AlreadyHeld,
+                        format!("session {} already holds or campaigns for '{name}'", self.id),
+                    ));
+                }
+                if !e.releasing(name) {
+                    break;
+                }
+                if self.cond.wait_until(&mut e, deadline).timed_out() {
+                    return Err(Error::new(
+                        ErrorKind::Timeout,
+                        format!("lease '{name}': a previous release is still in flight"),
+                    ));
+                }
+            }
+            e.begin_acquire(name)
+        };
+        let sent = Instant::now();
+        let call_deadline = deadline.min(sent + self.timing.query_timeout).max(sent);
+        let backend = self.backend.clone();
+        let (id, n) = (self.id.clone(), name.clone());
+        let weak = Arc::downgrade(self);
+        let late_name = name.clone();
+        let reply = exec::call_until(
+            call_deadline,
+            move || backend.acquire(&id, &n),
+            move |late: Result<Acquire>| {
+                if let Some(inner) = weak.upgrade() {
+                    inner.undo_late_acquire(&late_name, late);
+                }
+            },
+        );
+        match reply {
+            Some(r) => self.finish_acquire(name, sent, epoch, r),
+            None => Err(Error::new(
+                ErrorKind::Timeout,
+                format!("acquire of '{name}' did not answer within {:?}", self.timing.query_timeout),
+            )),
+        }
+    }
+
+    /// Adopts (or undoes) an acquire reply, and ends the operation.
+    pub(crate) fn finish_acquire(
+        self: &Arc<Self>,
+        name: &Name,
+        sent: Instant,
+        epoch: u64,
+        reply: Result<Acquire>,
+    ) -> Result<Option<Token>> {
+        let mut undo = false;
+        let result = self.apply(|e| {
+            let r = match reply {
+                Ok(Acquire::Acquired { token, remaining }) => {
+                    match e.on_acquired(name, token, sent, remaining, Instant::now(), epoch) {
+                        Adoption::Adopted => {
+                            log::debug!("session {}: acquired '{}' (token {})", self.id, name, token);
+                            Ok(Some(token))
+                        }
+                        Adoption::Undo => {
+                            e.begin_release(name);
+                            undo = true;
+                            Ok(None)
+                        }
+                        Adoption::SessionEnded => Err(self.dead_error(e, Instant::now()).unwrap_or_else(|| {
+                            Error::session_expired(&self.id)
+                        })),
+                    }
+                }
+                Ok(Acquire::Busy) => Ok(None),
+                Err(err) => Err(err),
+            };
+            e.end_acquire(name);
+            (r, Vec::new())
+        });
+        if undo {
+            log::info!("session {}: acquire of '{}' came too late or raced a release; undoing it", self.id, name);
+            self.dispatch_release(name.clone(), None);
+        }
+        result
+    }
+
+    /// An acquire nobody waits for any more returned: end the operation and undo the term unless
+    /// this session holds that very term anyway.
+    fn undo_late_acquire(self: &Arc<Self>, name: &Name, reply: Result<Acquire>) {
+        let undo = self.apply(|e| {
+            e.end_acquire(name);
+            let undo = match reply {
+                Ok(Acquire::Acquired { token, .. }) => e.held().all(|(n, t)| n != name || t != token),
+                _ => false,
+            };
+            if undo {
+                e.begin_release(name);
+            }
+            (undo, Vec::new())
+        });
+        if undo {
+            log::info!("session {}: acquire of '{}' answered after its caller gave up; releasing it", self.id, name);
+            self.dispatch_release(name.clone(), None);
+        }
+    }
+
+    pub(crate) fn lock_until(self: &Arc<Self>, name: &Name, deadline: Option<Instant>) -> Result<Option<Lease>> {
+        let push = self.backend.capabilities().push_release;
+        let (tx, rx) = unbounded::<Notification>();
+        let mut first = true;
+        loop {
+            let now = Instant::now();
+            if let Some(d) = deadline {
+                if now >= d && !first {
+                    return Ok(None);
+                }
+            }
+            first = false;
+            if push {
+                // Register before the attempt so a release right after it is not missed.
+                let topic = Topic::Lease(name.clone());
+                let t = tx.clone();
+                let _ = self.bounded(move |b| b.watch(&topic, &t));
+            }
+            let attempt_deadline = deadline.unwrap_or(now + self.timing.query_timeout).max(now);
+            match self.attempt_lock(name, attempt_deadline) {
+                Ok(Some(lease)) => return Ok(Some(lease)),
+                Ok(None) => {}
+                Err(err) if err.is_retryable() => {
+                    log::debug!("session {}: lock '{}' attempt failed, retrying: {}", self.id, name, err);
+                }
+                Err(err) => return Err(err),
+            }
+            let mut wait = self.timing.renew_interval / 2 + jitter(self.timing.renew_interval / 4);
+            if let Some(d) = deadline {
+                wait = wait.min(d.saturating_duration_since(Instant::now()));
+            }
+            select! {
+                recv(rx) -> _ => { while rx.try_recv().is_ok() {} }
+                recv(self.ended_rx) -> _ => {}
+                default(wait) => {}
+            }
+        }
+    }
+
+    /// Called by [`Lease`]: gives up `name` locally at once and releases it on the backend. Waits
+    /// for the result up to the query timeout when `wait` is true.
+    pub(crate) fn release_lease(self: &Arc<Self>, name: &Name, token: Token, wait: bool) -> Result<()> {
+        let held = self.apply(|e| {
+            let held = e.token(name, Instant::now()) == Some(token) || e.held().any(|(n, t)| n == name && t == token);
+            if held {
+                e.on_release(name);
+            }
+            // Release on the backend even when lost locally: after a deadline loss the backend may
+            // still count it ours. A release by a non-holder is a no-op.
+            e.begin_release(name);
+            (held, Vec::new())
+        });
+        log::debug!("session {}: releasing '{}' (token {}, held: {})", self.id, name, token, held);
+        if !wait {
+            self.dispatch_release(name.clone(), None);
+            return Ok(());
+        }
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        self.dispatch_release(name.clone(), Some(tx));
+        match rx.recv_timeout(self.timing.query_timeout) {
+            Ok(r) => r,
+            Err(_) => Err(Error::new(
+                ErrorKind::Timeout,
+                format!("release of '{name}' did not finish within {:?}; it goes on in the background", self.timing.query_timeout),
+            )),
+        }
+    }
+
+    /// The token of `name` if this session holds that term and it is valid now.
+    pub(crate) fn lease_token(&self, name: &Name, token: Token) -> Result<Token> {
+        let e = self.engine.lock();
+        let now = Instant::now();
+        match e.token(name, now) {
+            Some(t) if t == token => Ok(t),
+            _ => {
+                let why = match self.dead_error(&e, now) {
+                    Some(err) => err.to_string(),
+                    None => "lost, released or past its local deadline".to_string(),
+                };
+                Err(Error::new(ErrorKind::LeaseLost, format!("lease '{name}' (token {token}) is no longer held: {why}")))
+            }
+        }
+    }
+
+    pub(crate) fn lease_remaining(&self, name: &Name, token: Token) -> Option<Duration> {
+        let e = self.engine.lock();
+        let now = Instant::now();
+        (e.token(name, now) == Some(token)).then(|| e.remaining(name, now)).flatten()
+    }
+
+    // ----- campaigns -----
+
+    pub(crate) fn attach_campaign(self: &Arc<Self>, election: &Arc<ElectionShared>) -> Result<()> {
+        let name = election.name().clone();
+        {
+            let e = self.engine.lock();
+            if let Some(err) = self.dead_error(&e, Instant::now()) {
+                return Err(err);
+            }
+            if e.token(&name, Instant::now()).is_some() {
+                return Err(Error::new(ErrorKind::AlreadyHeld, format!("session {} already holds '{name}'", self.id)));
+            }
+            let mut c = self.campaigns.lock();
+            if c.contains_key(&name) {
+                return Err(Error::new(
+                    ErrorKind::AlreadyHeld,
+                    format!("session {} already campaigns for '{name}'", self.id),
+                ));
+            }
+            election.attach(Arc::downgrade(self), self.id.clone());
+            c.insert(name, CampaignSlot { election: election.clone(), next_attempt: Instant::now(), in_flight: None });
+        }
+        self.poke();
+        Ok(())
+    }
+
+    /// Stops campaigning for `name` and releases it if held; waits up to the query timeout.
+    pub(crate) fn resign(self: &Arc<Self>, name: &Name, wait: bool) -> Result<()> {
+        let removed = self.campaigns.lock().remove(name);
+        let Some(slot) = removed else { return Ok(()) };
+        let token = slot.election.resigned();
+        match token {
+            Some(t) => self.release_lease(name, t, wait),
+            None => {
+                // Not leading (maybe an attempt is in flight): drop whatever this session may hold.
+                self.apply(|e| {
+                    e.on_release(name);
+                    e.begin_release(name);
+                    ((), Vec::new())
+                });
+                self.dispatch_release(name.clone(), None);
+                Ok(())
+            }
+        }
+    }
+
+    fn run_campaigns(self: &Arc<Self>, now: Instant) -> Option<Instant> {
+        let mut due = Vec::new();
+        let mut next: Option<Instant> = None;
+        {
+            let mut c = self.campaigns.lock();
+            for (name, slot) in c.iter_mut() {
+                if let Some(sent) = slot.in_flight {
+                    if now >= sent + self.timing.query_timeout {
+                        // Abandon a hung attempt; its late reply is still adopted or undone.
+                        slot.in_flight = None;
+                    } else {
+                        next = min_opt(next, sent + self.timing.query_timeout);
+                        continue;
+                    }
+                }
+                if slot.election.is_leading() {
+                    continue;
+                }
+                if now >= slot.next_attempt {
+                    slot.in_flight = Some(now);
+                    due.push((name.clone(), slot.election.clone()));
+                } else {
+                    next = min_opt(next, slot.next_attempt);
+                }
+            }
+        }
+        for (name, election) in due {
+            self.dispatch_campaign_attempt(name, election);
+        }
+        next
+    }
+
+    fn dispatch_campaign_attempt(self: &Arc<Self>, name: Name, election: Arc<ElectionShared>) {
+        let epoch = {
+            let mut e = self.engine.lock();
+            if self.dead_error(&e, Instant::now()).is_some() || e.releasing(&name) {
+                drop(e);
+                if let Some(slot) = self.campaigns.lock().get_mut(&name) {
+                    slot.in_flight = None;
+                    slot.next_attempt = Instant::now() + Duration::from_millis(10);
+                }
+                return;
+            }
+            e.begin_acquire(&name)
+        };
+        let weak = Arc::downgrade(self);
+        let backend = self.backend.clone();
+        let notify = self.notify_tx.clone();
+        let id = self.id.clone();
+        let push = backend.capabilities().push_release;
+        exec::spawn(move || {
+            if push {
+                if let Err(err) = backend.watch(&Topic::Lease(name.clone()), &notify) {
+                    log::debug!("session {id}: cannot watch '{name}', polling: {err}");
+                }
+            }
+            let sent = Instant::now();
+            let reply = backend.acquire(&id, &name);
+            let busy = matches!(reply, Ok(Acquire::Busy));
+            let observed = if busy { backend.holder(&name).ok().flatten() } else { None };
+            let Some(inner) = weak.upgrade() else { return };
+            match inner.finish_acquire(&name, sent, epoch, reply) {
+                Ok(Some(token)) => {
+                    let wanted = inner.campaigns.lock().contains_key(&name) && !election.is_resigned();
+                    if wanted {
+                        election.elected(token, &id, inner.options.metadata());
+                    } else {
+                        let _ = inner.release_lease(&name, token, false);
+                    }
+                }
+                Ok(None) => {
+                    if let Some(h) = observed {
+                        election.observe(h);
+                    }
+                }
+                Err(err) => log::debug!("session {id}: campaign attempt for '{name}' failed: {err}"),
+            }
+            if let Some(slot) = inner.campaigns.lock().get_mut(&name) {
+                slot.in_flight = None;
+                slot.next_attempt = Instant::now() + inner.retry_delay();
+            }
+            inner.poke();
+        });
+    }
+
+    fn retry_delay(&self) -> Duration {
+        self.timing.renew_interval / 2 + jitter(self.timing.renew_interval / 4)
+    }
+
+    fn on_notification(self: &Arc<Self>, n: Notification) {
+        if let Notification::Released(name) = n {
+            if let Some(slot) = self.campaigns.lock().get_mut(&name) {
+                slot.next_attempt = Instant::now();
+            }
+        }
+    }
+
+    // ----- memberships -----
+
+    pub(crate) fn attach_membership(self: &Arc<Self>, m: &Arc<MembershipShared>) -> Result<()> {
+        let group = m.group().clone();
+        self.check_alive()?;
+        {
+            let mut ms = self.memberships.lock();
+            if ms.contains_key(&group) {
+                return Err(Error::new(
+                    ErrorKind::AlreadyHeld,
+                    format!("session {} is already a member of '{group}'", self.id),
+                ));
+            }
+            ms.insert(group.clone(), m.clone());
+        }
+        let id = self.id.clone();
+        let g = group.clone();
+        match self.bounded(move |b| b.join(&id, &g)) {
+            Ok(()) => {
+                m.attach(Arc::downgrade(self), self.id.clone());
+                log::debug!("session {}: joined '{}'", self.id, group);
+                Ok(())
+            }
+            Err(err) => {
+                self.memberships.lock().remove(&group);
+                Err(err)
+            }
+        }
+    }
+
+    pub(crate) fn leave(self: &Arc<Self>, group: &Name, wait: bool) -> Result<()> {
+        if self.memberships.lock().remove(group).is_none() {
+            return Ok(());
+        }
+        let backend = self.backend.clone();
+        let id = self.id.clone();
+        let g = group.clone();
+        if wait {
+            bounded_call(&backend, self.timing.query_timeout, move |b| b.leave(&id, &g))
+        } else {
+            exec::spawn(move || {
+                if let Err(err) = backend.leave(&id, &g) {
+                    log::debug!("session {id}: leave '{g}' failed: {err}");
+                }
+            });
+            Ok(())
+        }
+    }
+
+    // ----- close -----
+
+    fn begin_close(self: &Arc<Self>) -> bool {
+        {
+            let mut started = self.close_started.lock();
+            if *started {
+                return false;
+            }
+            *started = true;
+        }
+        self.apply(|e| ((), e.close()));
+        self.poke();
+        true
+    }
+
+    pub(crate) fn close_and_wait(self: &Arc<Self>) -> Result<()> {
+        self.begin_close();
+        let id = self.id.clone();
+        let r = self.bounded(move |b| b.close_session(&id));
+        match &r {
+            Ok(()) => log::debug!("session {} closed", self.id),
+            Err(err) => log::warn!("session {}: close failed (the backend frees it at expiry): {err}", self.id),
+        }
+        r
+    }
+
+    pub(crate) fn close_in_background(self: &Arc<Self>) {
+        if !self.begin_close() {
+            return;
+        }
+        let backend = self.backend.clone();
+        let id = self.id.clone();
+        exec::spawn(move || {
+            if let Err(err) = backend.close_session(&id) {
+                log::warn!("session {id}: close failed (the backend frees it at expiry): {err}");
+            }
+        });
+    }
+}
+
+/// Runs `f` on a worker and waits up to `timeout`.
+pub(crate) fn bounded_call<T: Send + 'static>(
+    backend: &Arc<dyn LeaseBackend>,
+    timeout: Duration,
+    f: impl FnOnce(&dyn LeaseBackend) -> Result<T> + Send + 'static,
+) -> Result<T> {
+    let b = backend.clone();
+    let kind = backend.kind();
+    match exec::call_until(Instant::now() + timeout, move || f(&*b), |_| {}) {
+        Some(r) => r,
+        None => Err(Error::new(ErrorKind::Timeout, format!("{kind} did not answer within {timeout:?}"))),
+    }
+}
+
+fn min_opt(a: Option<Instant>, b: Instant) -> Option<Instant> {
+    Some(a.map_or(b, |a| a.min(b)))
+}
+
+pub(crate) fn jitter(max: Duration) -> Duration {
+    if max.is_zero() {
+        return Duration::ZERO;
+    }
+    Duration::from_nanos(rand::random_range(0..max.as_nanos().min(u64::MAX as u128) as u64))
+}
+
+fn renewal_thread(weak: Weak<SessionInner>, wake: Receiver<Wake>, notify: Receiver<Notification>) {
+    loop {
+        let Some(inner) = weak.upgrade() else { return };
+        let now = Instant::now();
+        let next = inner.apply(|e| {
+            let out = e.poll(now);
+            (e.next_wakeup(), out)
+        });
+        let Some(mut next) = next else {
+            log::debug!("session {}: renewal thread stops ({:?})", inner.id, inner.state());
+            return;
+        };
+        if let Some(c) = inner.run_campaigns(now) {
+            next = next.min(c);
+        }
+        drop(inner);
+        let timeout = next.saturating_duration_since(Instant::now());
+        select! {
+            recv(wake) -> m => if m.is_err() { return },
+            recv(notify) -> n => {
+                if let (Ok(n), Some(inner)) = (n, weak.upgrade()) {
+                    inner.on_notification(n);
+                    while let Ok(n) = notify.try_recv() {
+                        inner.on_notification(n);
+                    }
+                }
+            }
+            default(timeout) => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    fn assert_send_sync<T: Send + Sync>() {}
+
+    #[test]
+    fn handles_are_send_and_sync() {
+        assert_send_sync::<Session>();
+        assert_send_sync::<Lease>();
+        assert_send_sync::<Election>();
+        assert_send_sync::<Membership>();
+        assert_send_sync::<crate::Error>();
+    }
+}
