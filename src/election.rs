@@ -239,10 +239,9 @@ impl ElectionShared {
         match (session, leading) {
             (Some(s), Some(t)) => s.lease_token(&self.name, t),
             _ => Err(match ended {
-                Some(LossReason::SessionExpired) if !self.durable => Error::new(
-                    ErrorKind::SessionExpired,
-                    format!("not leader of '{}': the session expired", self.name),
-                ),
+                Some(LossReason::SessionExpired) if !self.durable => {
+                    Error::new(ErrorKind::SessionExpired, format!("not leader of '{}': the session expired", self.name))
+                }
                 Some(LossReason::SessionClosed) if !self.durable => {
                     Error::new(ErrorKind::Closed, format!("not leader of '{}': the session is closed", self.name))
                 }

@@ -347,7 +347,8 @@ impl Engine {
             return self.expire();
         }
         let mut out = Vec::new();
-        let overdue: Vec<Name> = self.leases.iter().filter(|(_, l)| now >= l.deadline).map(|(n, _)| n.clone()).collect();
+        let overdue: Vec<Name> =
+            self.leases.iter().filter(|(_, l)| now >= l.deadline).map(|(n, _)| n.clone()).collect();
         for name in overdue {
             if let Some(l) = self.leases.remove(&name) {
                 out.push(Output::LeaseLost { name, token: l.token, reason: LossReason::Deadline });
@@ -520,7 +521,11 @@ mod tests {
                 }
             }
             if out.contains(&Output::Expired) {
-                assert!(out.contains(&Output::LeaseLost { name: n("a"), token: t(1), reason: LossReason::SessionExpired }));
+                assert!(out.contains(&Output::LeaseLost {
+                    name: n("a"),
+                    token: t(1),
+                    reason: LossReason::SessionExpired
+                }));
                 break;
             }
             assert!(e.token(&n("a"), now).is_some());
@@ -562,7 +567,10 @@ mod tests {
         let out = e.poll(t0 + ms(3_000));
         let Output::SendKeepAlive { sent } = out[0] else { panic!("{out:?}") };
         // "b" is acquired while the keep-alive is in flight: the reply may not list it yet.
-        assert!(e.on_acquired(&n("b"), t(9), t0 + ms(3_010), Duration::from_secs(10), t0 + ms(3_020), 0) == Adoption::Adopted);
+        assert!(
+            e.on_acquired(&n("b"), t(9), t0 + ms(3_010), Duration::from_secs(10), t0 + ms(3_020), 0)
+                == Adoption::Adopted
+        );
         let out = e.on_keep_alive(sent, t0 + ms(3_050), alive(Duration::from_secs(10), &[]));
         assert_eq!(out, vec![Output::LeaseLost { name: n("a"), token: t(5), reason: LossReason::NotOwned }]);
         assert_eq!(e.token(&n("a"), t0 + ms(3_050)), None);

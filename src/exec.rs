@@ -162,10 +162,16 @@ mod tests {
         let results: Vec<_> = (0..8)
             .map(|i| {
                 let rx = gate_rx.clone();
-                thread::spawn(move || call_until(Instant::now() + Duration::from_secs(10), move || {
-                    let _ = rx.recv();
-                    i
-                }, |_| {}))
+                thread::spawn(move || {
+                    call_until(
+                        Instant::now() + Duration::from_secs(10),
+                        move || {
+                            let _ = rx.recv();
+                            i
+                        },
+                        |_| {},
+                    )
+                })
             })
             .collect();
         thread::sleep(Duration::from_millis(50));

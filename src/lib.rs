@@ -33,3 +33,6 @@ pub use lease::Lease;
 pub use session::{Session, SessionEvent};
 pub mod coordinator;
 pub use coordinator::{Coordinator, CoordinatorEvent};
+
+#[cfg(feature = "tck")]
+pub mod tck;

@@ -13,8 +13,8 @@ use crossbeam_channel::Sender;
 use parking_lot::Mutex;
 
 use crate::backend::{
-    Acquire, Capabilities, CheckItem, CheckStatus, Holder, KeepAlive, LeaseBackend, Member, Notification,
-    SessionGrant, Topic,
+    Acquire, Capabilities, CheckItem, CheckStatus, Holder, KeepAlive, LeaseBackend, Member, Notification, SessionGrant,
+    Topic,
 };
 use crate::error::{Error, Result};
 use crate::types::{Name, SessionId, Token};

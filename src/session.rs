@@ -255,7 +255,12 @@ impl Session {
     /// `InvalidName`.
     pub fn watch_members(&self, group: impl IntoName) -> Result<MemberWatch> {
         let group = group.into_name()?;
-        Ok(group::watch(self.inner.backend.clone(), group, self.inner.options.clone(), Some(self.inner.ended_rx.clone())))
+        Ok(group::watch(
+            self.inner.backend.clone(),
+            group,
+            self.inner.options.clone(),
+            Some(self.inner.ended_rx.clone()),
+        ))
     }
 
     /// Closes the session: stops renewal, gives up every lease, campaign and membership (their
@@ -606,9 +611,9 @@ impl SessionInner {
                             undo = true;
                             Ok(None)
                         }
-                        Adoption::SessionEnded => Err(self.dead_error(e, Instant::now()).unwrap_or_else(|| {
-                            Error::session_expired(&self.id)
-                        })),
+                        Adoption::SessionEnded => {
+                            Err(self.dead_error(e, Instant::now()).unwrap_or_else(|| Error::session_expired(&self.id)))
+                        }
                     }
                 }
                 Ok(Acquire::Busy) => Ok(None),
@@ -707,7 +712,10 @@ impl SessionInner {
             Ok(r) => r,
             Err(_) => Err(Error::new(
                 ErrorKind::Timeout,
-                format!("release of '{name}' did not finish within {:?}; it goes on in the background", self.timing.query_timeout),
+                format!(
+                    "release of '{name}' did not finish within {:?}; it goes on in the background",
+                    self.timing.query_timeout
+                ),
             )),
         }
     }
@@ -723,7 +731,10 @@ impl SessionInner {
                     Some(err) => err.to_string(),
                     None => "lost, released or past its local deadline".to_string(),
                 };
-                Err(Error::new(ErrorKind::LeaseLost, format!("lease '{name}' (token {token}) is no longer held: {why}")))
+                Err(Error::new(
+                    ErrorKind::LeaseLost,
+                    format!("lease '{name}' (token {token}) is no longer held: {why}"),
+                ))
             }
         }
     }

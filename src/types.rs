@@ -170,7 +170,8 @@ impl SessionId {
     /// # Errors
     /// [`ErrorKind::InvalidConfig`] when `s` is not 16 or 32 lowercase hex digits.
     pub fn parse(s: &str) -> Result<SessionId> {
-        let ok = (s.len() == 32 || s.len() == 16) && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+        let ok =
+            (s.len() == 32 || s.len() == 16) && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
         if ok {
             Ok(SessionId(Arc::from(s)))
         } else {

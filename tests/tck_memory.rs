@@ -1,0 +1,9 @@
+//! The TCK against the in-process memory backend.
+
+fn harness() -> simba::tck::Harness {
+    simba::tck::Harness::new(std::sync::Arc::new(simba::MemoryBackend::new()))
+}
+
+mod tck {
+    simba::tck_suite!(memory, crate::harness());
+}
