@@ -3,7 +3,7 @@
 //! functions that take a [`Harness`]. Any backend — ours or a third party's — runs them all with
 //! one macro call, which creates one `#[test]` per case:
 //!
-//! ```ignore
+//! ```text
 //! fn harness() -> simba::tck::Harness {
 //!     simba::tck::Harness::new(std::sync::Arc::new(MyBackend::connect("...").unwrap()))
 //! }
@@ -632,7 +632,7 @@ pub fn session_loss_is_detected(h: &Harness) {
     assert_eq!(events.recv_timeout(h.patience()).expect("expired event"), SessionEvent::Expired);
     assert!(lease.token().is_err());
     assert_eq!(s.state(), SessionState::Expired);
-    assert_eq!(s.try_lock(&h.name("other")).unwrap_err().kind(), ErrorKind::SessionExpired);
+    assert_eq!(s.try_lock(h.name("other")).unwrap_err().kind(), ErrorKind::SessionExpired);
 }
 
 /// A lease taken by someone else while we still believe we hold it is reported lost on the next
