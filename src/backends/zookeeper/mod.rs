@@ -1,0 +1,1180 @@
+//! ZooKeeper 3.8 backend (feature `zookeeper`): [`ZookeeperBackend`].
+//!
+//! One Simba session is one ZooKeeper session on a dedicated client, never reconnected to another
+//! session; the session id is the ZooKeeper session id as 16 hex digits. Nodes:
+//!
+//! | path | type | content |
+//! |---|---|---|
+//! | `{root}/leases/{name}` | ephemeral | the holder's session id; holder = `ephemeralOwner`, **token = `czxid`** |
+//! | `{root}/groups/{group}` | container | reaped by the server once empty |
+//! | `{root}/groups/{group}/{sessionId}` | ephemeral | the member's metadata |
+//! | `{root}/sessions/{sessionId}` | ephemeral | `"{remaining_ms}\n{metadata}"`, read by `holder` |
+//!
+//! Tokens are `czxid`s: zxids are global, so a new term always gets a larger token, even after
+//! the parent was deleted or the container reaped (not contiguous). Remaining times are
+//! min(lease duration, negotiated session timeout): ZooKeeper measures session timeouts with the
+//! ensemble's elapsed time, so no clock is compared with anything.
+//!
+//! The ZooKeeper client heartbeats by itself; a local watchdog therefore closes any session whose
+//! [`keep_alive`](LeaseBackend::keep_alive) was not called within its lease duration, so a stuck
+//! process never keeps its leases through the client's own pings. See `docs/backends/zookeeper.md`.
+
+mod exec;
+mod options;
+mod paths;
+mod watch;
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::{Arc, Weak};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::Sender;
+use futures::future::join_all;
+use parking_lot::{Condvar, Mutex};
+use zookeeper_client::{Acls, Client, CreateMode, CreateOptions, Error as ZkError, SessionState, StateWatcher};
+
+pub use self::options::{AclMode, ZookeeperAuth, ZookeeperOptions, DEFAULT_CONNECTION_TIMEOUT, DEFAULT_ROOT};
+
+use self::exec::run_until;
+use self::options::SHARED_SESSION_TIMEOUT;
+use self::paths::{decode_session, encode_session, parent, Paths};
+use self::watch::Watches;
+use crate::backend::{
+    Acquire, Capabilities, CheckItem, CheckStatus, Holder, KeepAlive, LeaseBackend, Member, Notification,
+    SessionGrant, Topic,
+};
+use crate::error::{Error, ErrorKind, Result};
+use crate::types::{validate_metadata, Name, SessionId, Token};
+
+/// Longest the watchdog sleeps between checks (it is woken early when a session opens or the
+/// backend is dropped).
+const WATCHDOG_MAX_SLEEP: Duration = Duration::from_secs(1);
+/// Attempts of a create whose parent keeps vanishing (container reaping) or whose node keeps
+/// changing between `create` and `getData`.
+const CREATE_ATTEMPTS: usize = 4;
+
+/// The ZooKeeper [`LeaseBackend`]. See the [module docs](self).
+///
+/// Construct with [`ZookeeperBackend::connect`] or [`ZookeeperBackend::from_url`]; share it with
+/// `Arc`. Dropping it closes every session it opened (their ephemeral nodes vanish) and stops its
+/// watchdog and watch threads.
+pub struct ZookeeperBackend {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    hosts: String,
+    opts: ZookeeperOptions,
+    paths: Paths,
+    acls: Acls<'static>,
+    sessions: Mutex<HashMap<SessionId, Arc<ZkSession>>>,
+    /// Client of the backend's own ZooKeeper session for holder/members/watch reads; replaced
+    /// when that session ends. Never used for anything a Simba session owns.
+    shared: Mutex<Option<Client>>,
+    watches: Watches,
+    watchdog: Arc<Signal>,
+}
+
+/// Wakes or stops the watchdog thread.
+#[derive(Default)]
+struct Signal {
+    stop: Mutex<bool>,
+    cv: Condvar,
+}
+
+/// One Simba session: a dedicated ZooKeeper client.
+struct ZkSession {
+    id: SessionId,
+    zk_id: i64,
+    metadata: String,
+    negotiated: Duration,
+    /// Kept to observe the end of the session after the client was dropped.
+    state: StateWatcher,
+    client: Mutex<Option<Client>>,
+    life: Mutex<Life>,
+    leases: Mutex<Leases>,
+    /// Releases of one session run one at a time.
+    release_lock: Mutex<()>,
+}
+
+struct Life {
+    /// Closed by the application or the watchdog: never used again.
+    closed: bool,
+    /// The watchdog closes the session at this instant unless a keep-alive moves it.
+    deadline: Instant,
+    lease_duration: Duration,
+}
+
+#[derive(Default)]
+struct Leases {
+    /// Leases this session created (name → czxid).
+    known: HashMap<Name, Token>,
+    /// "Possibly owned": a create was sent and its outcome is unknown (or still in flight: the
+    /// count of creates in flight). The next keep-alive checks the owner of those with count 0.
+    pending: HashMap<Name, u32>,
+}
+
+/// Why a ZooKeeper call did not succeed.
+#[derive(Debug)]
+enum Fail {
+    Zk(ZkError),
+    /// Our deadline passed; the request may still take effect.
+    Timeout,
+}
+
+impl From<ZkError> for Fail {
+    fn from(e: ZkError) -> Fail {
+        Fail::Zk(e)
+    }
+}
+
+impl Fail {
+    /// The session is gone for good (expired, closed, moved or failed authentication).
+    fn is_session_end(&self) -> bool {
+        matches!(
+            self,
+            Fail::Zk(ZkError::SessionExpired | ZkError::ClientClosed | ZkError::SessionMoved | ZkError::AuthFailed)
+        )
+    }
+
+    /// The outcome of a write is unknown: it may or may not have been applied.
+    fn is_unknown_outcome(&self) -> bool {
+        matches!(self, Fail::Timeout | Fail::Zk(ZkError::ConnectionLoss | ZkError::Timeout))
+    }
+
+    fn into_error(self, what: &str, timeout: Duration) -> Error {
+        match self {
+            Fail::Timeout => Error::unavailable(format!("ZooKeeper {what} did not complete within {timeout:?}")),
+            Fail::Zk(e) => zk_error(e, what),
+        }
+    }
+}
+
+/// Maps a client error to ours, with the client error as source.
+fn zk_error(e: ZkError, what: &str) -> Error {
+    let kind = match &e {
+        ZkError::ConnectionLoss | ZkError::Timeout | ZkError::NoHosts | ZkError::Throttled => ErrorKind::Unavailable,
+        ZkError::SessionExpired | ZkError::ClientClosed | ZkError::SessionMoved => ErrorKind::SessionExpired,
+        _ => ErrorKind::Backend,
+    };
+    let msg = match &e {
+        ZkError::NoAuth | ZkError::InvalidAcl | ZkError::AuthFailed => format!(
+            "ZooKeeper denied {what}: check the backend's auth info and the ACL of the node and its parents"
+        ),
+        ZkError::BadArguments(_) => format!("ZooKeeper rejected the arguments of {what}"),
+        _ => format!("ZooKeeper {what} failed"),
+    };
+    Error::new(kind, msg).with_source(e)
+}
+
+fn token_of(czxid: i64, what: &str) -> Result<Token> {
+    Token::from_backend(czxid, what)
+}
+
+impl ZkSession {
+    /// The client if the session can be used now: `SessionExpired` once closed, expired or past
+    /// its watchdog deadline (which closes it), `Unavailable` while disconnected.
+    fn gate(&self) -> Result<Client> {
+        let dropped;
+        {
+            let mut life = self.life.lock();
+            if !life.closed && Instant::now() >= life.deadline {
+                log::warn!(
+                    "zookeeper session {}: not renewed within its lease duration {:?}; closing it (watchdog)",
+                    self.id,
+                    life.lease_duration
+                );
+                life.closed = true;
+            }
+            if life.closed {
+                dropped = self.client.lock().take();
+            } else {
+                let guard = self.client.lock();
+                let Some(client) = guard.as_ref() else {
+                    return Err(Error::session_expired(&self.id));
+                };
+                let state = client.state();
+                return match state {
+                    SessionState::SyncConnected => Ok(client.clone()),
+                    s if s.is_terminated() => Err(Error::session_expired(&self.id)),
+                    s => Err(Error::unavailable(format!(
+                        "ZooKeeper session {} is not connected ({s}); retry when it reconnects",
+                        self.id
+                    ))),
+                };
+            }
+        }
+        drop(dropped);
+        Err(Error::session_expired(&self.id))
+    }
+
+    /// Marks the session closed and drops its client (ZooKeeper then closes the session and its
+    /// ephemeral nodes vanish). Idempotent.
+    fn shut(&self) {
+        let client = {
+            let mut life = self.life.lock();
+            life.closed = true;
+            self.client.lock().take()
+        };
+        drop(client);
+    }
+
+    /// Remaining time from `sent`, bounded by the watchdog deadline so that a lease never outlives
+    /// the instant at which the watchdog would close its session. `None` once closed.
+    fn remaining_from(&self, sent: Instant) -> Option<Duration> {
+        let life = self.life.lock();
+        if life.closed {
+            return None;
+        }
+        let bound = life.deadline.saturating_duration_since(sent);
+        Some(life.lease_duration.min(self.negotiated).min(bound))
+    }
+
+    fn begin_create(&self, name: &Name) {
+        *self.leases.lock().pending.entry(name.clone()).or_insert(0) += 1;
+    }
+
+    /// Records the outcome of a create started with `begin_create`.
+    fn end_create(&self, name: &Name, owned: Option<Token>, definitive: bool) {
+        let mut l = self.leases.lock();
+        if let Some(t) = owned {
+            l.known.insert(name.clone(), t);
+        }
+        let remove = match l.pending.get_mut(name) {
+            Some(n) => {
+                *n = n.saturating_sub(1);
+                *n == 0 && (definitive || owned.is_some())
+            }
+            None => false,
+        };
+        if remove {
+            l.pending.remove(name);
+        }
+    }
+}
+
+impl ZookeeperBackend {
+    /// Connects to the ensemble `hosts` (`host:port[,host:port…]`, no chroot: put the path in
+    /// [`ZookeeperOptions::root`]). Opens the backend's shared reader session at once, so a bad
+    /// address fails here.
+    ///
+    /// # Errors
+    /// `InvalidConfig` for invalid options or hosts; `Unavailable` when no session could be opened
+    /// within the connection timeout; `Backend` when authentication fails.
+    pub fn connect(hosts: &str, options: ZookeeperOptions) -> Result<ZookeeperBackend> {
+        options.validate()?;
+        validate_hosts(hosts)?;
+        let acls = match options.acl {
+            AclMode::Open => Acls::anyone_all(),
+            AclMode::CreatorAll => Acls::creator_all(),
+        };
+        let watches = Watches::start()
+            .map_err(|e| Error::backend("cannot start the ZooKeeper watch thread").with_source(e))?;
+        let inner = Arc::new(Inner {
+            hosts: hosts.to_string(),
+            paths: Paths::new(&options.root),
+            opts: options,
+            acls,
+            sessions: Mutex::new(HashMap::new()),
+            shared: Mutex::new(None),
+            watches,
+            watchdog: Arc::new(Signal::default()),
+        });
+        inner.shared(Instant::now() + inner.opts.connection_timeout)?;
+        let weak = Arc::downgrade(&inner);
+        let signal = Arc::clone(&inner.watchdog);
+        thread::Builder::new()
+            .name("simba-zk-watchdog".into())
+            .spawn(move || watchdog(weak, signal))
+            .map_err(|e| Error::backend("cannot start the ZooKeeper watchdog thread").with_source(e))?;
+        log::debug!("zookeeper backend connected to {} (root {})", inner.hosts, inner.paths.root());
+        Ok(ZookeeperBackend { inner })
+    }
+
+    /// Connects using a URL `zookeeper://host1:2181,host2:2181/root`; the URL's path, when present,
+    /// replaces `options`' root.
+    ///
+    /// # Errors
+    /// `InvalidConfig` for a malformed URL; otherwise as [`ZookeeperBackend::connect`].
+    pub fn from_url(url: &str, options: ZookeeperOptions) -> Result<ZookeeperBackend> {
+        let (hosts, root) = parse_url(url)?;
+        let options = match root {
+            Some(r) => options.root(r),
+            None => options,
+        };
+        ZookeeperBackend::connect(&hosts, options)
+    }
+
+    /// The root path of the backend's nodes.
+    pub fn root(&self) -> &str {
+        self.inner.paths.root()
+    }
+
+    /// The ensemble address this backend connects to.
+    pub fn hosts(&self) -> &str {
+        &self.inner.hosts
+    }
+}
+
+impl Drop for ZookeeperBackend {
+    fn drop(&mut self) {
+        *self.inner.watchdog.stop.lock() = true;
+        self.inner.watchdog.cv.notify_all();
+    }
+}
+
+impl fmt::Debug for ZookeeperBackend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ZookeeperBackend")
+            .field("hosts", &self.inner.hosts)
+            .field("options", &self.inner.opts)
+            .field("sessions", &self.inner.sessions.lock().len())
+            .field("watched_topics", &self.inner.watches.len())
+            .finish()
+    }
+}
+
+/// Parses `zookeeper://hosts[/root]` into hosts and an optional root.
+fn parse_url(url: &str) -> Result<(String, Option<String>)> {
+    let shown: String = url.chars().take(200).collect();
+    let Some(rest) = url.strip_prefix("zookeeper://") else {
+        return Err(Error::config(format!(
+            "invalid ZooKeeper URL {shown:?}: expected zookeeper://host:port[,host:port…][/root]"
+        )));
+    };
+    if rest.contains(['?', '#', '@']) {
+        return Err(Error::config(format!(
+            "invalid ZooKeeper URL {shown:?}: query, fragment and user info are not supported \
+             (set auth with ZookeeperOptions::auth or SIMBA_ZOOKEEPER_AUTH)"
+        )));
+    }
+    let (hosts, root) = match rest.find('/') {
+        Some(i) => (&rest[..i], &rest[i..]),
+        None => (rest, ""),
+    };
+    validate_hosts(hosts)?;
+    let root = if root.is_empty() || root == "/" { None } else { Some(root.to_string()) };
+    Ok((hosts.to_string(), root))
+}
+
+fn validate_hosts(hosts: &str) -> Result<()> {
+    let shown: String = hosts.chars().take(200).collect();
+    let bad = |why: &str| {
+        Err(Error::config(format!(
+            "invalid ZooKeeper hosts {shown:?}: {why}; expected host:port[,host:port…] (the root goes in the options)"
+        )))
+    };
+    if hosts.is_empty() {
+        return bad("empty");
+    }
+    for h in hosts.split(',') {
+        let Some((host, port)) = h.rsplit_once(':') else {
+            return bad("missing :port");
+        };
+        if host.is_empty() || host.contains(['/', ' ']) {
+            return bad("bad host");
+        }
+        if port.parse::<u16>().map(|p| p == 0).unwrap_or(true) {
+            return bad("bad port");
+        }
+    }
+    Ok(())
+}
+
+impl Inner {
+    fn query_deadline(&self) -> Instant {
+        Instant::now() + self.opts.query_timeout
+    }
+
+    fn create_options(&self, mode: CreateMode) -> CreateOptions<'static> {
+        mode.with_acls(self.acls)
+    }
+
+    /// Opens a new ZooKeeper session (a new client) requesting `session_timeout`.
+    fn connect_client(&self, session_timeout: Duration, deadline: Instant) -> Result<Client> {
+        let mut c = Client::connector().with_session_timeout(session_timeout);
+        for a in &self.opts.auth {
+            c = c.with_auth(a.scheme(), a.credentials());
+        }
+        match run_until(c.connect(&self.hosts), deadline) {
+            Some(Ok(client)) => Ok(client),
+            Some(Err(ZkError::BadArguments(_))) => {
+                Err(Error::config(format!("invalid ZooKeeper connect string {:?}", self.hosts)))
+            }
+            Some(Err(ZkError::AuthFailed)) => Err(Error::backend(format!(
+                "ZooKeeper at {} rejected the backend's auth info",
+                self.hosts
+            ))),
+            Some(Err(e)) => Err(Error::unavailable(format!("cannot open a ZooKeeper session at {}", self.hosts))
+                .with_source(e)),
+            None => Err(Error::unavailable(format!(
+                "cannot open a ZooKeeper session at {} within {:?}",
+                self.hosts, self.opts.connection_timeout
+            ))),
+        }
+    }
+
+    /// The shared reader client, reconnected when its session ended.
+    fn shared(&self, deadline: Instant) -> Result<Client> {
+        let mut guard = self.shared.lock();
+        if let Some(c) = guard.as_ref() {
+            if !c.state().is_terminated() {
+                return Ok(c.clone());
+            }
+            log::info!("zookeeper shared reader session {:?} ended ({}); opening a new one", c.session_id(), c.state());
+        }
+        let c = self.connect_client(SHARED_SESSION_TIMEOUT, deadline)?;
+        *guard = Some(c.clone());
+        Ok(c)
+    }
+
+    fn session(&self, id: &SessionId) -> Option<Arc<ZkSession>> {
+        self.sessions.lock().get(id).cloned()
+    }
+
+    /// Creates `dir` (mode `mode`) and its missing ancestors (persistent), all with our ACL.
+    fn ensure_dir(&self, client: &Client, dir: &str, mode: CreateMode, deadline: Instant) -> Result<(), Fail> {
+        let opts = self.create_options(mode);
+        for _ in 0..CREATE_ATTEMPTS {
+            match run_until(client.create(dir, &[], &opts), deadline) {
+                None => return Err(Fail::Timeout),
+                Some(Ok(_)) | Some(Err(ZkError::NodeExists)) => return Ok(()),
+                Some(Err(ZkError::NoNode)) => {
+                    if let Some(p) = parent(dir) {
+                        let popts = self.create_options(CreateMode::Persistent);
+                        match run_until(client.mkdir(p, &popts), deadline) {
+                            None => return Err(Fail::Timeout),
+                            Some(Ok(())) => {}
+                            Some(Err(e)) => return Err(Fail::Zk(e)),
+                        }
+                    }
+                }
+                Some(Err(e)) => return Err(Fail::Zk(e)),
+            }
+        }
+        Err(Fail::Zk(ZkError::NoNode))
+    }
+
+    /// Creates the ephemeral node `path`; creates its parent `dir` (mode `dir_mode`) when missing.
+    /// `Ok(Some(czxid, owner))` when created, `Ok(None)` when it exists.
+    fn create_ephemeral(
+        &self,
+        client: &Client,
+        path: &str,
+        data: &[u8],
+        dir_mode: CreateMode,
+        deadline: Instant,
+    ) -> Result<Option<i64>, Fail> {
+        let opts = self.create_options(CreateMode::Ephemeral);
+        for _ in 0..CREATE_ATTEMPTS {
+            match run_until(client.create(path, data, &opts), deadline) {
+                None => return Err(Fail::Timeout),
+                Some(Ok((stat, _))) => return Ok(Some(stat.czxid)),
+                Some(Err(ZkError::NodeExists)) => return Ok(None),
+                Some(Err(ZkError::NoNode)) => match parent(path) {
+                    Some(dir) => self.ensure_dir(client, dir, dir_mode, deadline)?,
+                    None => return Err(Fail::Zk(ZkError::NoNode)),
+                },
+                Some(Err(e)) => return Err(Fail::Zk(e)),
+            }
+        }
+        Err(Fail::Zk(ZkError::NoNode))
+    }
+
+    fn acquire_once(&self, s: &ZkSession, client: &Client, name: &Name, deadline: Instant) -> Result<Option<i64>, Fail> {
+        let path = self.paths.lease(name);
+        for _ in 0..CREATE_ATTEMPTS {
+            if let Some(czxid) = self.create_ephemeral(client, &path, s.id.as_str().as_bytes(), CreateMode::Persistent, deadline)? {
+                return Ok(Some(czxid));
+            }
+            // It exists: ours (idempotent re-acquire, or a create whose reply was lost) or busy.
+            match run_until(client.get_data(&path), deadline) {
+                None => return Err(Fail::Timeout),
+                Some(Ok((_, stat))) if stat.ephemeral_owner == s.zk_id => return Ok(Some(stat.czxid)),
+                Some(Ok(_)) => return Ok(None),
+                Some(Err(ZkError::NoNode)) => continue, // freed meanwhile: try again
+                Some(Err(e)) => return Err(Fail::Zk(e)),
+            }
+        }
+        Err(Fail::Timeout)
+    }
+
+    /// Waits until `state` reports the end of the session, up to `deadline`.
+    fn wait_terminated(state: &StateWatcher, deadline: Instant) -> bool {
+        let mut w = state.clone();
+        loop {
+            if w.peek_state().is_terminated() {
+                return true;
+            }
+            if run_until(w.changed(), deadline).is_none() {
+                return w.peek_state().is_terminated();
+            }
+        }
+    }
+
+    /// One watchdog pass: closes sessions past their deadline, forgets ended ones, and returns
+    /// the next deadline.
+    fn watchdog_tick(&self) -> Option<Instant> {
+        let now = Instant::now();
+        let mut next: Option<Instant> = None;
+        let mut to_close = Vec::new();
+        let mut ended = Vec::new();
+        for (id, s) in self.sessions.lock().iter() {
+            let life = s.life.lock();
+            if life.closed {
+                if s.state.peek_state().is_terminated() {
+                    ended.push(id.clone());
+                }
+                continue;
+            }
+            if now >= life.deadline {
+                to_close.push((Arc::clone(s), life.lease_duration));
+            } else {
+                next = Some(next.map_or(life.deadline, |n| n.min(life.deadline)));
+            }
+        }
+        for (s, lease) in to_close {
+            let still_due = {
+                let life = s.life.lock();
+                !life.closed && Instant::now() >= life.deadline
+            };
+            if still_due {
+                log::warn!(
+                    "zookeeper session {}: keep-alive not called within the lease duration {lease:?}; \
+                     closing it so its leases are freed (watchdog)",
+                    s.id
+                );
+                s.shut();
+            }
+        }
+        if !ended.is_empty() {
+            let mut map = self.sessions.lock();
+            for id in ended {
+                map.remove(&id);
+            }
+        }
+        next
+    }
+}
+
+fn watchdog(inner: Weak<Inner>, signal: Arc<Signal>) {
+    loop {
+        let next = match inner.upgrade() {
+            Some(inner) => inner.watchdog_tick(),
+            None => return,
+        };
+        let mut stop = signal.stop.lock();
+        if *stop {
+            return;
+        }
+        let wait = next.map_or(WATCHDOG_MAX_SLEEP, |d| d.saturating_duration_since(Instant::now()));
+        // A little past the deadline so the pass finds it due.
+        let wait = (wait + Duration::from_millis(1)).min(WATCHDOG_MAX_SLEEP);
+        signal.cv.wait_for(&mut stop, wait);
+        if *stop {
+            return;
+        }
+    }
+}
+
+impl LeaseBackend for ZookeeperBackend {
+    fn kind(&self) -> &'static str {
+        "zookeeper"
+    }
+
+    fn open_session(&self, lease_duration: Duration, metadata: &str) -> Result<SessionGrant> {
+        validate_metadata(metadata)?;
+        if lease_duration.is_zero() {
+            return Err(Error::config("lease_duration must be > 0"));
+        }
+        let inner = &self.inner;
+        let t0 = Instant::now();
+        let deadline = t0 + inner.opts.connection_timeout;
+        let client = inner.connect_client(lease_duration, deadline)?;
+        let id = SessionId::from_u64(client.session_id().0 as u64);
+        let negotiated = client.session_timeout();
+        let remaining = lease_duration.min(negotiated);
+        let data = encode_session(remaining, metadata);
+        let path = inner.paths.session(&id);
+        match inner.create_ephemeral(&client, &path, &data, CreateMode::Persistent, deadline) {
+            Ok(_) => {}
+            Err(f) => {
+                drop(client);
+                return Err(f.into_error(&format!("create of session node {path}"), inner.opts.connection_timeout));
+            }
+        }
+        let session = Arc::new(ZkSession {
+            id: id.clone(),
+            zk_id: client.session_id().0,
+            metadata: metadata.to_string(),
+            negotiated,
+            state: client.state_watcher(),
+            client: Mutex::new(Some(client)),
+            life: Mutex::new(Life { closed: false, deadline: t0 + lease_duration, lease_duration }),
+            leases: Mutex::new(Leases::default()),
+            release_lock: Mutex::new(()),
+        });
+        inner.sessions.lock().insert(id.clone(), session);
+        inner.watchdog.cv.notify_all();
+        if negotiated != lease_duration {
+            log::info!(
+                "zookeeper session {id}: requested timeout {lease_duration:?}, the ensemble negotiated {negotiated:?}"
+            );
+        }
+        log::debug!("zookeeper session {id} opened (remaining {remaining:?})");
+        Ok(SessionGrant { id, remaining })
+    }
+
+    fn keep_alive(&self, session: &SessionId, lease_duration: Duration) -> Result<KeepAlive> {
+        let inner = &self.inner;
+        let Some(s) = inner.session(session) else {
+            return Ok(KeepAlive::Expired);
+        };
+        let t0 = Instant::now();
+        let client = match s.gate() {
+            Ok(c) => c,
+            Err(e) if e.is_session_expired() => return Ok(KeepAlive::Expired),
+            Err(e) => return Err(e),
+        };
+        let deadline = t0 + inner.opts.query_timeout;
+        let to_check: Vec<Name> =
+            s.leases.lock().pending.iter().filter(|(_, n)| **n == 0).map(|(k, _)| k.clone()).collect();
+        // One pipelined round trip: `sync` (through the leader, which checks the session) proves
+        // the session is alive; possibly-owned names are checked alongside.
+        let sync = client.sync(inner.paths.root());
+        let checks: Vec<_> = to_check.iter().map(|n| client.get_data(&inner.paths.lease(n))).collect();
+        let res = run_until(
+            async move {
+                let synced = sync.await;
+                (synced, join_all(checks).await)
+            },
+            deadline,
+        );
+        let (synced, checks) = match res {
+            Some(r) => r,
+            None => {
+                return Err(Fail::Timeout.into_error(&format!("keep-alive of session {session}"), inner.opts.query_timeout))
+            }
+        };
+        if let Err(e) = synced {
+            let f = Fail::Zk(e);
+            if f.is_session_end() {
+                log::warn!("zookeeper session {session}: ZooKeeper reports it ended ({f:?})");
+                s.shut();
+                return Ok(KeepAlive::Expired);
+            }
+            return Err(f.into_error(&format!("keep-alive of session {session}"), inner.opts.query_timeout));
+        }
+        {
+            let mut life = s.life.lock();
+            if life.closed {
+                return Ok(KeepAlive::Expired);
+            }
+            life.deadline = life.deadline.max(t0 + lease_duration);
+            life.lease_duration = lease_duration;
+        }
+        let mut l = s.leases.lock();
+        for (name, r) in to_check.into_iter().zip(checks) {
+            let idle = l.pending.get(&name) == Some(&0);
+            match r {
+                Ok((_, stat)) if stat.ephemeral_owner == s.zk_id => {
+                    if let Ok(t) = token_of(stat.czxid, name.as_str()) {
+                        log::info!(
+                            "zookeeper session {session}: lease {name} (token {t}) whose create outcome was unknown \
+                             is owned; reporting it"
+                        );
+                        l.known.insert(name.clone(), t);
+                    }
+                    if idle {
+                        l.pending.remove(&name);
+                    }
+                }
+                Ok(_) | Err(ZkError::NoNode) => {
+                    if idle {
+                        l.pending.remove(&name);
+                    }
+                }
+                Err(e) => log::debug!("zookeeper session {session}: cannot check possibly owned lease {name}: {e}"),
+            }
+        }
+        let mut owned: Vec<(Name, Token)> = l.known.iter().map(|(n, t)| (n.clone(), *t)).collect();
+        drop(l);
+        owned.sort();
+        let remaining = lease_duration.min(s.negotiated);
+        Ok(KeepAlive::Alive { remaining, owned })
+    }
+
+    fn close_session(&self, session: &SessionId) -> Result<()> {
+        let inner = &self.inner;
+        let Some(s) = inner.session(session) else {
+            return Ok(());
+        };
+        s.shut();
+        let deadline = inner.query_deadline();
+        if Inner::wait_terminated(&s.state, deadline) {
+            inner.sessions.lock().remove(session);
+            log::debug!("zookeeper session {session} closed");
+            Ok(())
+        } else {
+            Err(Error::unavailable(format!(
+                "ZooKeeper did not confirm closing session {session} within {:?}; its ephemeral nodes vanish \
+                 when the ensemble ends the session",
+                inner.opts.query_timeout
+            )))
+        }
+    }
+
+    fn acquire(&self, session: &SessionId, name: &Name) -> Result<Acquire> {
+        let inner = &self.inner;
+        let s = inner.session(session).ok_or_else(|| Error::session_expired(session))?;
+        let client = s.gate()?;
+        let t0 = Instant::now();
+        let deadline = t0 + inner.opts.query_timeout;
+        s.begin_create(name);
+        let res = inner.acquire_once(&s, &client, name, deadline);
+        match res {
+            Ok(Some(czxid)) => {
+                let token = match token_of(czxid, name.as_str()) {
+                    Ok(t) => t,
+                    Err(e) => {
+                        s.end_create(name, None, false);
+                        return Err(e);
+                    }
+                };
+                s.end_create(name, Some(token), true);
+                match s.remaining_from(t0) {
+                    Some(remaining) if !remaining.is_zero() => {
+                        log::debug!("zookeeper session {session}: acquired lease {name} (token {token})");
+                        Ok(Acquire::Acquired { token, remaining })
+                    }
+                    // Closed (or due) meanwhile: the node vanishes with the session.
+                    _ => Err(Error::session_expired(session)),
+                }
+            }
+            Ok(None) => {
+                s.end_create(name, None, true);
+                Ok(Acquire::Busy)
+            }
+            Err(f) => {
+                let unknown = f.is_unknown_outcome();
+                s.end_create(name, None, !unknown);
+                if f.is_session_end() {
+                    s.shut();
+                    return Err(Error::session_expired(session));
+                }
+                if unknown {
+                    log::info!("zookeeper session {session}: outcome of acquiring lease {name} unknown; the next keep-alive checks it");
+                }
+                Err(f.into_error(&format!("acquire of lease {name} by session {session}"), inner.opts.query_timeout))
+            }
+        }
+    }
+
+    fn release(&self, session: &SessionId, name: &Name) -> Result<()> {
+        let inner = &self.inner;
+        let Some(s) = inner.session(session) else {
+            return Ok(());
+        };
+        let _one_at_a_time = s.release_lock.lock();
+        let known = {
+            let mut l = s.leases.lock();
+            match l.known.remove(name) {
+                Some(t) => {
+                    // Until the delete is confirmed the name is "possibly owned".
+                    l.pending.entry(name.clone()).or_insert(0);
+                    Some(t)
+                }
+                None if l.pending.contains_key(name) => None,
+                None => return Ok(()),
+            }
+        };
+        let client = match s.gate() {
+            Ok(c) => c,
+            Err(e) if e.is_session_expired() => return Ok(()),
+            Err(e) => return Err(e),
+        };
+        let path = inner.paths.lease(name);
+        let deadline = inner.query_deadline();
+        let what = format!("release of lease {name} by session {session}");
+        let version = if known.is_some() {
+            // We created it and only we delete it while the session lives.
+            None
+        } else {
+            match run_until(client.get_data(&path), deadline) {
+                None => return Err(Fail::Timeout.into_error(&what, inner.opts.query_timeout)),
+                Some(Ok((_, stat))) if stat.ephemeral_owner == s.zk_id => Some(stat.version),
+                Some(Ok(_)) | Some(Err(ZkError::NoNode)) => {
+                    s.leases.lock().pending.remove(name);
+                    return Ok(());
+                }
+                Some(Err(e)) => return Err(Fail::Zk(e).into_error(&what, inner.opts.query_timeout)),
+            }
+        };
+        match run_until(client.delete(&path, version), deadline) {
+            Some(Ok(())) | Some(Err(ZkError::NoNode)) => {
+                let mut l = s.leases.lock();
+                if l.pending.get(name) == Some(&0) {
+                    l.pending.remove(name);
+                }
+                log::debug!("zookeeper session {session}: released lease {name}");
+                Ok(())
+            }
+            Some(Err(e)) => {
+                let f = Fail::Zk(e);
+                if f.is_session_end() {
+                    s.shut();
+                    return Ok(());
+                }
+                if !f.is_unknown_outcome() {
+                    // Definitely not deleted (e.g. denied): it is still ours.
+                    if let Some(t) = known {
+                        let mut l = s.leases.lock();
+                        l.known.insert(name.clone(), t);
+                        if l.pending.get(name) == Some(&0) {
+                            l.pending.remove(name);
+                        }
+                    }
+                }
+                Err(f.into_error(&what, inner.opts.query_timeout))
+            }
+            None => Err(Fail::Timeout.into_error(&what, inner.opts.query_timeout)),
+        }
+    }
+
+    fn holder(&self, name: &Name) -> Result<Option<Holder>> {
+        let inner = &self.inner;
+        let deadline = inner.query_deadline();
+        let client = inner.shared(deadline)?;
+        let path = inner.paths.lease(name);
+        let what = format!("read of lease {name}");
+        let sync = client.sync(&path);
+        let get = client.get_data(&path);
+        let res = run_until(
+            async move {
+                let _ = sync.await;
+                get.await
+            },
+            deadline,
+        );
+        let stat = match res {
+            None => return Err(Fail::Timeout.into_error(&what, inner.opts.query_timeout)),
+            Some(Err(ZkError::NoNode)) => return Ok(None),
+            Some(Err(e)) => return Err(zk_error(e, &what)),
+            Some(Ok((_, stat))) => stat,
+        };
+        if stat.ephemeral_owner == 0 {
+            return Err(Error::backend(format!(
+                "lease node {path} is not ephemeral: it was not created by simba; delete it"
+            )));
+        }
+        let sid = SessionId::from_u64(stat.ephemeral_owner as u64);
+        let token = token_of(stat.czxid, name.as_str())?;
+        let spath = inner.paths.session(&sid);
+        let (remaining, metadata) = match run_until(client.get_data(&spath), deadline) {
+            None => return Err(Fail::Timeout.into_error(&what, inner.opts.query_timeout)),
+            // The holder's session ended after we read the lease: its node is gone too.
+            Some(Err(ZkError::NoNode)) => return Ok(None),
+            Some(Err(e)) => return Err(zk_error(e, &format!("read of session node {spath}"))),
+            Some(Ok((data, _))) => decode_session(&data),
+        };
+        let remaining = match (inner.session(&sid), remaining) {
+            (Some(s), _) => s.remaining_from(Instant::now()).unwrap_or_default(),
+            (None, Some(r)) => r,
+            (None, None) => client.session_timeout(),
+        };
+        Ok(Some(Holder { session: sid, token, remaining, metadata }))
+    }
+
+    fn join(&self, session: &SessionId, group: &Name) -> Result<()> {
+        let inner = &self.inner;
+        let s = inner.session(session).ok_or_else(|| Error::session_expired(session))?;
+        let client = s.gate()?;
+        let deadline = inner.query_deadline();
+        let path = inner.paths.member(group, session);
+        let what = format!("join of group {group} by session {session}");
+        match inner.create_ephemeral(&client, &path, s.metadata.as_bytes(), CreateMode::Container, deadline) {
+            Ok(Some(_)) => {
+                log::debug!("zookeeper session {session}: joined group {group}");
+                Ok(())
+            }
+            Ok(None) => match run_until(client.get_data(&path), deadline) {
+                Some(Ok((_, stat))) if stat.ephemeral_owner == s.zk_id => Ok(()),
+                Some(Ok(_)) => Err(Error::backend(format!(
+                    "member node {path} exists but belongs to another ZooKeeper session; delete it"
+                ))),
+                Some(Err(ZkError::NoNode)) => Err(Error::unavailable(format!(
+                    "member node {path} vanished during {what}; retry"
+                ))),
+                Some(Err(e)) => Err(zk_error(e, &what)),
+                None => Err(Fail::Timeout.into_error(&what, inner.opts.query_timeout)),
+            },
+            Err(f) => {
+                if f.is_session_end() {
+                    s.shut();
+                    return Err(Error::session_expired(session));
+                }
+                Err(f.into_error(&what, inner.opts.query_timeout))
+            }
+        }
+    }
+
+    fn leave(&self, session: &SessionId, group: &Name) -> Result<()> {
+        let inner = &self.inner;
+        let Some(s) = inner.session(session) else {
+            return Ok(());
+        };
+        let client = match s.gate() {
+            Ok(c) => c,
+            Err(e) if e.is_session_expired() => return Ok(()),
+            Err(e) => return Err(e),
+        };
+        let path = inner.paths.member(group, session);
+        let what = format!("leave of group {group} by session {session}");
+        match run_until(client.delete(&path, None), inner.query_deadline()) {
+            Some(Ok(())) | Some(Err(ZkError::NoNode)) => {
+                log::debug!("zookeeper session {session}: left group {group}");
+                Ok(())
+            }
+            Some(Err(e)) => {
+                let f = Fail::Zk(e);
+                if f.is_session_end() {
+                    s.shut();
+                    return Ok(());
+                }
+                Err(f.into_error(&what, inner.opts.query_timeout))
+            }
+            None => Err(Fail::Timeout.into_error(&what, inner.opts.query_timeout)),
+        }
+    }
+
+    fn members(&self, group: &Name) -> Result<Vec<Member>> {
+        let inner = &self.inner;
+        let deadline = inner.query_deadline();
+        let client = inner.shared(deadline)?;
+        let path = inner.paths.group(group);
+        let what = format!("read of group {group}");
+        // `sync` first (pipelined), so a join that returned on any server is visible here.
+        let sync = client.sync(&path);
+        let list = client.list_children(&path);
+        let res = run_until(
+            async move {
+                let _ = sync.await;
+                list.await
+            },
+            deadline,
+        );
+        let children = match res {
+            None => return Err(Fail::Timeout.into_error(&what, inner.opts.query_timeout)),
+            Some(Err(ZkError::NoNode)) => return Ok(Vec::new()),
+            Some(Err(e)) => return Err(zk_error(e, &what)),
+            Some(Ok(c)) => c,
+        };
+        let ids: Vec<SessionId> = children
+            .iter()
+            .filter_map(|c| match SessionId::parse(c) {
+                Ok(id) => Some(id),
+                Err(_) => {
+                    log::warn!("zookeeper group {group}: ignoring foreign child node {c:?}");
+                    None
+                }
+            })
+            .collect();
+        let reads: Vec<_> = ids.iter().map(|id| client.get_data(&inner.paths.member(group, id))).collect();
+        let datas = match run_until(join_all(reads), deadline) {
+            Some(d) => d,
+            None => return Err(Fail::Timeout.into_error(&what, inner.opts.query_timeout)),
+        };
+        let mut members = Vec::with_capacity(ids.len());
+        for (id, r) in ids.into_iter().zip(datas) {
+            match r {
+                Ok((data, _)) => {
+                    members.push(Member { session: id, metadata: String::from_utf8_lossy(&data).into_owned() })
+                }
+                Err(ZkError::NoNode) => {} // left (or its session ended) meanwhile
+                Err(e) => return Err(zk_error(e, &what)),
+            }
+        }
+        members.sort();
+        Ok(members)
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities { push_release: true, push_membership: true }
+    }
+
+    fn watch(&self, topic: &Topic, notify: &Sender<Notification>) -> Result<bool> {
+        let inner = &self.inner;
+        if !inner.watches.add(topic, notify) {
+            return Ok(true); // a watch is already armed for this topic
+        }
+        let deadline = inner.query_deadline();
+        let client = match inner.shared(deadline) {
+            Ok(c) => c,
+            Err(e) => {
+                inner.watches.fire(topic);
+                return Err(e);
+            }
+        };
+        let (path, what) = match topic {
+            Topic::Lease(n) => (inner.paths.lease(n), format!("watch of lease {n}")),
+            Topic::Group(g) => (inner.paths.group(g), format!("watch of group {g}")),
+        };
+        let fail = |f: Fail| {
+            inner.watches.fire(topic);
+            Err(f.into_error(&what, inner.opts.query_timeout))
+        };
+        match topic {
+            Topic::Lease(_) => match run_until(client.check_and_watch_stat(&path), deadline) {
+                Some(Ok((None, _))) => inner.watches.fire(topic), // free already: tell at once
+                Some(Ok((Some(_), w))) => inner.watches.fire_after(topic.clone(), async move {
+                    let _ = w.changed().await;
+                }),
+                Some(Err(e)) => return fail(Fail::Zk(e)),
+                None => return fail(Fail::Timeout),
+            },
+            Topic::Group(_) => match run_until(client.get_and_watch_children(&path), deadline) {
+                Some(Ok((_, _, w))) => inner.watches.fire_after(topic.clone(), async move {
+                    let _ = w.changed().await;
+                }),
+                // The group does not exist yet: watch its creation.
+                Some(Err(ZkError::NoNode)) => match run_until(client.check_and_watch_stat(&path), deadline) {
+                    Some(Ok((None, w))) => inner.watches.fire_after(topic.clone(), async move {
+                        let _ = w.changed().await;
+                    }),
+                    Some(Ok((Some(_), _))) => inner.watches.fire(topic), // created meanwhile
+                    Some(Err(e)) => return fail(Fail::Zk(e)),
+                    None => return fail(Fail::Timeout),
+                },
+                Some(Err(e)) => return fail(Fail::Zk(e)),
+                None => return fail(Fail::Timeout),
+            },
+        }
+        Ok(true)
+    }
+
+    fn check(&self) -> Vec<CheckItem> {
+        let inner = &self.inner;
+        let mut items = Vec::new();
+        let deadline = inner.query_deadline();
+        let client = match inner.shared(deadline) {
+            Ok(c) => c,
+            Err(e) => {
+                items.push(CheckItem {
+                    name: "reachable".into(),
+                    status: CheckStatus::Fail,
+                    detail: format!("{}", crate::error::display_chain(&e)),
+                });
+                return items;
+            }
+        };
+        match run_until(client.sync("/"), deadline) {
+            Some(Ok(())) => items.push(CheckItem {
+                name: "reachable".into(),
+                status: CheckStatus::Ok,
+                detail: format!(
+                    "ZooKeeper at {} answered (session {:?}, negotiated timeout {:?})",
+                    inner.hosts,
+                    client.session_id(),
+                    client.session_timeout()
+                ),
+            }),
+            r => {
+                let detail = match r {
+                    Some(Err(e)) => format!("sync failed: {e}"),
+                    _ => format!("no answer within {:?}", inner.opts.query_timeout),
+                };
+                items.push(CheckItem { name: "reachable".into(), status: CheckStatus::Fail, detail });
+                return items;
+            }
+        }
+        let root = inner.paths.root();
+        let mode = match inner.opts.acl {
+            AclMode::Open => "open (OPEN_ACL_UNSAFE)",
+            AclMode::CreatorAll => "creator-all",
+        };
+        let acl_item = match run_until(client.get_acl(root), deadline) {
+            None => CheckItem {
+                name: "acl".into(),
+                status: CheckStatus::Fail,
+                detail: format!("no answer reading the ACL of {root} within {:?}", inner.opts.query_timeout),
+            },
+            Some(Err(ZkError::NoNode)) => CheckItem {
+                name: "acl".into(),
+                status: if inner.opts.acl == AclMode::Open { CheckStatus::Warn } else { CheckStatus::Ok },
+                detail: format!(
+                    "{root} does not exist yet; the backend creates it with ACL mode {mode}{}",
+                    if inner.opts.acl == AclMode::Open {
+                        ": any client can delete or pre-create lease nodes; use auth + creator-all on a shared ensemble"
+                    } else {
+                        ""
+                    }
+                ),
+            },
+            Some(Err(e)) => CheckItem {
+                name: "acl".into(),
+                status: CheckStatus::Fail,
+                detail: format!("cannot read the ACL of {root}: {e}"),
+            },
+            Some(Ok((acls, _))) => {
+                let open = acls.iter().any(|a| a.scheme() == "world" && a.id() == "anyone" && a.permission() != zookeeper_client::Permission::READ && a.permission() != zookeeper_client::Permission::NONE);
+                let shown: Vec<String> =
+                    acls.iter().map(|a| format!("{}:{}:{}", a.scheme(), a.id(), a.permission())).collect();
+                CheckItem {
+                    name: "acl".into(),
+                    status: if open { CheckStatus::Warn } else { CheckStatus::Ok },
+                    detail: format!(
+                        "ACL of {root}: [{}]; backend ACL mode {mode}{}",
+                        shown.join(", "),
+                        if open {
+                            "; the root is writable by anyone: any client can delete or pre-create lease nodes \
+                             (existing nodes keep their ACL: recreate them with the backend's identity or set their ACL)"
+                        } else {
+                            ""
+                        }
+                    ),
+                }
+            }
+        };
+        items.push(acl_item);
+        items.push(CheckItem {
+            name: "clock".into(),
+            status: CheckStatus::Ok,
+            detail: "ZooKeeper is clock-independent: session timeouts are measured by the ensemble's elapsed time, \
+                     so no wall clock is compared"
+                .into(),
+        });
+        items
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_and_hosts() {
+        let (h, r) = parse_url("zookeeper://127.0.0.1:2181,zk2:2182/simba-test").unwrap();
+        assert_eq!(h, "127.0.0.1:2181,zk2:2182");
+        assert_eq!(r.as_deref(), Some("/simba-test"));
+        assert_eq!(parse_url("zookeeper://a:1").unwrap().1, None);
+        assert_eq!(parse_url("zookeeper://a:1/").unwrap().1, None);
+        for bad in ["redis://a:1", "zookeeper://", "zookeeper://a", "zookeeper://a:x", "zookeeper://u:p@a:1", "zookeeper://a:1?x=1"] {
+            assert!(parse_url(bad).unwrap_err().is_invalid_input(), "{bad}");
+        }
+        assert!(validate_hosts("a:1,b:2").is_ok());
+        assert!(validate_hosts("a:1,").is_err());
+        assert!(validate_hosts("a:0").is_err());
+    }
+
+    #[test]
+    fn error_kinds() {
+        assert_eq!(zk_error(ZkError::ConnectionLoss, "x").kind(), ErrorKind::Unavailable);
+        assert_eq!(zk_error(ZkError::SessionExpired, "x").kind(), ErrorKind::SessionExpired);
+        let e = zk_error(ZkError::NoAuth, "create of /a");
+        assert_eq!(e.kind(), ErrorKind::Backend);
+        assert!(e.to_string().contains("denied create of /a"), "{e}");
+        assert!(!e.to_string().contains("not authorized"), "Display must not repeat the source: {e}");
+    }
+}

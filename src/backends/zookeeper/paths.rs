@@ -1,0 +1,99 @@
+//! Node paths under the root, and the data format of session nodes.
+
+use std::time::Duration;
+
+use crate::types::{Name, SessionId};
+
+/// Every path the backend uses, derived from a validated root.
+#[derive(Debug, Clone)]
+pub(crate) struct Paths {
+    /// The root without a trailing `/` (`""` for the root `/`).
+    base: String,
+}
+
+impl Paths {
+    pub(crate) fn new(root: &str) -> Paths {
+        let base = if root == "/" { String::new() } else { root.to_string() };
+        Paths { base }
+    }
+
+    /// The root path itself (`/` for the root `/`).
+    pub(crate) fn root(&self) -> &str {
+        if self.base.is_empty() {
+            "/"
+        } else {
+            &self.base
+        }
+    }
+
+    pub(crate) fn lease(&self, name: &Name) -> String {
+        format!("{}/leases/{name}", self.base)
+    }
+
+    pub(crate) fn group(&self, group: &Name) -> String {
+        format!("{}/groups/{group}", self.base)
+    }
+
+    pub(crate) fn member(&self, group: &Name, session: &SessionId) -> String {
+        format!("{}/groups/{group}/{session}", self.base)
+    }
+
+    pub(crate) fn session(&self, session: &SessionId) -> String {
+        format!("{}/sessions/{session}", self.base)
+    }
+}
+
+/// The parent of an absolute path (`None` for `/` and top-level nodes' parent `/`).
+pub(crate) fn parent(path: &str) -> Option<&str> {
+    match path.rfind('/') {
+        Some(0) | None => None,
+        Some(i) => Some(&path[..i]),
+    }
+}
+
+/// Data of `{root}/sessions/{sid}`: `"{remaining_ms}\n{metadata}"`, where `remaining_ms` is
+/// min(lease duration, negotiated session timeout), so `holder` can report it for sessions of
+/// other processes.
+pub(crate) fn encode_session(remaining: Duration, metadata: &str) -> Vec<u8> {
+    format!("{}\n{metadata}", remaining.as_millis()).into_bytes()
+}
+
+/// Parses session node data; data not in the format is taken as metadata with no known timeout.
+pub(crate) fn decode_session(data: &[u8]) -> (Option<Duration>, String) {
+    let text = String::from_utf8_lossy(data);
+    if let Some((head, meta)) = text.split_once('\n') {
+        if let Ok(ms) = head.parse::<u64>() {
+            return (Some(Duration::from_millis(ms)), meta.to_string());
+        }
+    }
+    (None, text.into_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths() {
+        let p = Paths::new("/simba");
+        let n = Name::new("job").unwrap();
+        let s = SessionId::from_u64(0x1f);
+        assert_eq!(p.lease(&n), "/simba/leases/job");
+        assert_eq!(p.member(&n, &s), "/simba/groups/job/000000000000001f");
+        assert_eq!(p.session(&s), "/simba/sessions/000000000000001f");
+        assert_eq!(p.root(), "/simba");
+        let p = Paths::new("/");
+        assert_eq!(p.lease(&n), "/leases/job");
+        assert_eq!(p.root(), "/");
+        assert_eq!(parent("/a/b"), Some("/a"));
+        assert_eq!(parent("/a"), None);
+    }
+
+    #[test]
+    fn session_data() {
+        let d = encode_session(Duration::from_millis(1500), "héllo\nworld");
+        assert_eq!(decode_session(&d), (Some(Duration::from_millis(1500)), "héllo\nworld".to_string()));
+        assert_eq!(decode_session(b"plain"), (None, "plain".to_string()));
+        assert_eq!(decode_session(b""), (None, String::new()));
+    }
+}

@@ -1,0 +1,530 @@
+//! ZooKeeper backend against the real server (`scripts/services up zookeeper`): every SPI contract,
+//! plus czxid tokens, container reaping, the watchdog, watches and ACLs.
+#![cfg(feature = "zookeeper")]
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use serial_test::serial;
+use simba::backend::{Acquire, CheckStatus, KeepAlive, LeaseBackend, Notification, Topic};
+use simba::backends::zookeeper::{AclMode, ZookeeperAuth, ZookeeperBackend, ZookeeperOptions};
+use simba::{ErrorKind, Name, SessionId, Token};
+
+const LEASE: Duration = Duration::from_secs(1);
+
+fn hosts_and_root() -> (String, String) {
+    let url = support::env_or("SIMBA_TEST_ZOOKEEPER_URL", "zookeeper://127.0.0.1:2181/simba-test");
+    let rest = url.strip_prefix("zookeeper://").expect("SIMBA_TEST_ZOOKEEPER_URL must start with zookeeper://");
+    let (hosts, root) = match rest.find('/') {
+        Some(i) => (&rest[..i], &rest[i..]),
+        None => (rest, "/simba-test"),
+    };
+    support::require_tcp("ZooKeeper", hosts.split(',').next().unwrap());
+    (hosts.to_string(), root.to_string())
+}
+
+/// A fresh root for one test, so tests never see each other's nodes.
+fn fresh_root() -> String {
+    format!("{}/{}", hosts_and_root().1, support::unique("t"))
+}
+
+fn backend_at(root: &str, opts: ZookeeperOptions) -> ZookeeperBackend {
+    let (hosts, _) = hosts_and_root();
+    ZookeeperBackend::connect(&hosts, opts.root(root)).unwrap()
+}
+
+fn backend() -> ZookeeperBackend {
+    backend_at(&fresh_root(), ZookeeperOptions::default())
+}
+
+fn name(s: &str) -> Name {
+    Name::new(s).unwrap()
+}
+
+fn acquired(b: &ZookeeperBackend, s: &SessionId, n: &Name) -> Token {
+    match b.acquire(s, n).unwrap() {
+        Acquire::Acquired { token, remaining } => {
+            assert!(remaining > Duration::ZERO && remaining <= LEASE, "{remaining:?}");
+            token
+        }
+        Acquire::Busy => panic!("{n} busy"),
+    }
+}
+
+fn owned(b: &ZookeeperBackend, s: &SessionId) -> Vec<(Name, Token)> {
+    match b.keep_alive(s, LEASE).unwrap() {
+        KeepAlive::Alive { remaining, owned } => {
+            assert!(remaining > Duration::ZERO && remaining <= LEASE, "{remaining:?}");
+            owned
+        }
+        KeepAlive::Expired => panic!("session {s} expired"),
+    }
+}
+
+/// A raw client for inspecting and tampering with nodes.
+fn raw_client() -> zookeeper_client::Client {
+    let (hosts, _) = hosts_and_root();
+    futures::executor::block_on(zookeeper_client::Client::connect(&hosts)).unwrap()
+}
+
+#[test]
+#[serial(zookeeper)]
+fn session_open_keep_alive_close() {
+    let b = backend();
+    let g = b.open_session(LEASE, "meta").unwrap();
+    assert_eq!(g.id.as_str().len(), 16, "ZooKeeper session ids are 16 hex digits: {}", g.id);
+    assert!(g.remaining > Duration::ZERO && g.remaining <= LEASE);
+    assert_eq!(owned(&b, &g.id), vec![]);
+    b.close_session(&g.id).unwrap();
+    assert_eq!(b.keep_alive(&g.id, LEASE).unwrap(), KeepAlive::Expired);
+    b.close_session(&g.id).unwrap(); // idempotent
+    let e = b.acquire(&g.id, &name("x")).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::SessionExpired, "{e}");
+    let e = b.join(&g.id, &name("g")).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::SessionExpired, "{e}");
+    b.release(&g.id, &name("x")).unwrap();
+    b.leave(&g.id, &name("g")).unwrap();
+    // Unknown sessions are expired.
+    let unknown = SessionId::from_u64(0x1234);
+    assert_eq!(b.keep_alive(&unknown, LEASE).unwrap(), KeepAlive::Expired);
+    b.close_session(&unknown).unwrap();
+}
+
+#[test]
+#[serial(zookeeper)]
+fn unrenewed_session_is_closed_by_the_watchdog_and_never_revives() {
+    let b = backend();
+    let other = b.open_session(Duration::from_secs(10), "").unwrap();
+    let s = b.open_session(LEASE, "").unwrap().id;
+    let n = name("job");
+    let t1 = acquired(&b, &s, &n);
+    b.join(&s, &name("grp")).unwrap();
+    // Keep-alive within the lease keeps it (the client's own pings alone would too).
+    thread_sleep(Duration::from_millis(600));
+    assert_eq!(owned(&b, &s), vec![(n.clone(), t1)]);
+    // Then stop renewing: the watchdog closes the session and its nodes vanish.
+    let t0 = Instant::now();
+    while b.holder(&n).unwrap().is_some() {
+        assert!(t0.elapsed() < Duration::from_secs(5), "watchdog did not close the unrenewed session");
+        thread_sleep(Duration::from_millis(50));
+    }
+    assert!(t0.elapsed() >= Duration::from_millis(300), "closed too early: {:?}", t0.elapsed());
+    assert_eq!(b.members(&name("grp")).unwrap(), vec![]);
+    assert_eq!(b.keep_alive(&s, LEASE).unwrap(), KeepAlive::Expired);
+    assert_eq!(b.acquire(&s, &n).unwrap_err().kind(), ErrorKind::SessionExpired);
+    assert_eq!(b.join(&s, &name("grp")).unwrap_err().kind(), ErrorKind::SessionExpired);
+    let t2 = match b.acquire(&other.id, &n).unwrap() {
+        Acquire::Acquired { token, .. } => token,
+        Acquire::Busy => panic!("busy after expiry"),
+    };
+    assert!(t2 > t1);
+    b.close_session(&other.id).unwrap();
+}
+
+fn thread_sleep(d: Duration) {
+    std::thread::sleep(d)
+}
+
+#[test]
+#[serial(zookeeper)]
+fn acquire_release_tokens_and_holder() {
+    let b = backend();
+    let s1 = b.open_session(LEASE, "node-1 ✓").unwrap().id;
+    let s2 = b.open_session(LEASE, "node-2").unwrap().id;
+    let n = name("leader");
+    assert_eq!(b.holder(&n).unwrap(), None);
+    let t1 = acquired(&b, &s1, &n);
+    assert_eq!(acquired(&b, &s1, &n), t1, "re-acquire is idempotent");
+    assert_eq!(b.acquire(&s2, &n).unwrap(), Acquire::Busy);
+    let h = b.holder(&n).unwrap().unwrap();
+    assert_eq!((h.session.clone(), h.token, h.metadata.as_str()), (s1.clone(), t1, "node-1 ✓"));
+    assert!(h.remaining > Duration::ZERO && h.remaining <= LEASE);
+    // A non-holder's release is a no-op.
+    b.release(&s2, &n).unwrap();
+    assert_eq!(b.holder(&n).unwrap().unwrap().session, s1);
+    assert_eq!(owned(&b, &s1), vec![(n.clone(), t1)]);
+    b.release(&s1, &n).unwrap();
+    b.release(&s1, &n).unwrap();
+    assert_eq!(b.holder(&n).unwrap(), None);
+    assert_eq!(owned(&b, &s1), vec![]);
+    let t2 = acquired(&b, &s2, &n);
+    assert!(t2 > t1, "new term, larger token: {t1} then {t2}");
+    b.release(&s2, &n).unwrap();
+    let t3 = acquired(&b, &s1, &n);
+    assert!(t3 > t2, "same holder after release gets a larger token: {t2} then {t3}");
+    assert_eq!(b.holder(&n).unwrap().unwrap().token, t3);
+    // Holder as seen from another backend instance (other process): metadata and remaining from the session node.
+    let b2 = backend_at(b.root(), ZookeeperOptions::default());
+    let h = b2.holder(&n).unwrap().unwrap();
+    assert_eq!((h.session, h.token, h.metadata.as_str()), (s1.clone(), t3, "node-1 ✓"));
+    assert!(h.remaining > Duration::ZERO && h.remaining <= LEASE, "{:?}", h.remaining);
+    b.close_session(&s1).unwrap();
+    b.close_session(&s2).unwrap();
+}
+
+#[test]
+#[serial(zookeeper)]
+fn close_releases_leases_and_memberships() {
+    let b = backend();
+    let s1 = b.open_session(LEASE, "").unwrap().id;
+    let s2 = b.open_session(LEASE, "").unwrap().id;
+    let (n, g) = (name("lock"), name("workers"));
+    let t1 = acquired(&b, &s1, &n);
+    b.join(&s1, &g).unwrap();
+    b.close_session(&s1).unwrap();
+    assert_eq!(b.holder(&n).unwrap(), None);
+    assert_eq!(b.members(&g).unwrap(), vec![]);
+    let t2 = acquired(&b, &s2, &n);
+    assert!(t2 > t1);
+    b.close_session(&s2).unwrap();
+}
+
+#[test]
+#[serial(zookeeper)]
+fn groups_join_leave_members() {
+    let b = backend();
+    let s1 = b.open_session(LEASE, "one").unwrap().id;
+    let s2 = b.open_session(LEASE, "two").unwrap().id;
+    let g = name("g.1:x-y_z");
+    assert_eq!(b.members(&g).unwrap(), vec![]);
+    b.join(&s1, &g).unwrap();
+    b.join(&s1, &g).unwrap(); // idempotent
+    b.join(&s2, &g).unwrap();
+    let m = b.members(&g).unwrap();
+    let mut expect = vec![(s1.clone(), "one".to_string()), (s2.clone(), "two".to_string())];
+    expect.sort();
+    assert_eq!(m.iter().map(|m| (m.session.clone(), m.metadata.clone())).collect::<Vec<_>>(), expect);
+    b.leave(&s1, &g).unwrap();
+    b.leave(&s1, &g).unwrap(); // idempotent
+    assert_eq!(b.members(&g).unwrap().iter().map(|m| m.session.clone()).collect::<Vec<_>>(), vec![s2.clone()]);
+    b.close_session(&s2).unwrap();
+    assert_eq!(b.members(&g).unwrap(), vec![]);
+    b.close_session(&s1).unwrap();
+}
+
+#[test]
+#[serial(zookeeper)]
+fn names_are_case_sensitive() {
+    let b = backend();
+    let s1 = b.open_session(LEASE, "").unwrap().id;
+    let s2 = b.open_session(LEASE, "").unwrap().id;
+    acquired(&b, &s1, &name("Job"));
+    acquired(&b, &s2, &name("job"));
+    b.join(&s1, &name("Grp")).unwrap();
+    assert_eq!(b.members(&name("grp")).unwrap(), vec![]);
+    assert_eq!(b.members(&name("Grp")).unwrap().len(), 1);
+    b.close_session(&s1).unwrap();
+    b.close_session(&s2).unwrap();
+}
+
+#[test]
+#[serial(zookeeper)]
+fn tokens_increase_after_parents_are_deleted_or_reaped() {
+    let b = backend();
+    let raw = raw_client();
+    let s = b.open_session(LEASE, "").unwrap().id;
+    let n = name("t");
+    let t1 = acquired(&b, &s, &n);
+    b.release(&s, &n).unwrap();
+    // Someone deletes the (empty) leases parent: the next term recreates it with a larger czxid.
+    futures::executor::block_on(raw.delete(&format!("{}/leases", b.root()), None)).unwrap();
+    let t2 = acquired(&b, &s, &n);
+    assert!(t2 > t1, "{t1} then {t2}");
+    // Group container is reaped by the server once empty; joining again recreates it.
+    let g = name("reaped");
+    b.join(&s, &g).unwrap();
+    b.leave(&s, &g).unwrap();
+    let gpath = format!("{}/groups/reaped", b.root());
+    let t0 = Instant::now();
+    while futures::executor::block_on(raw.check_stat(&gpath)).unwrap().is_some() {
+        assert!(t0.elapsed() < Duration::from_secs(30), "container {gpath} was not reaped (server reaping interval?)");
+        owned(&b, &s);
+        thread_sleep(Duration::from_millis(200));
+    }
+    assert_eq!(b.members(&g).unwrap(), vec![]);
+    b.join(&s, &g).unwrap();
+    assert_eq!(b.members(&g).unwrap().len(), 1);
+    let stat = futures::executor::block_on(raw.check_stat(&gpath)).unwrap().unwrap();
+    assert!(stat.ephemeral_owner == 0, "group node is not ephemeral");
+    b.release(&s, &n).unwrap();
+    let t3 = acquired(&b, &s, &n);
+    assert!(t3 > t2);
+    b.close_session(&s).unwrap();
+}
+
+#[test]
+#[serial(zookeeper)]
+fn keep_alive_reports_every_owned_lease() {
+    let b = backend();
+    let s = b.open_session(Duration::from_secs(5), "").unwrap().id;
+    let mut expect = Vec::new();
+    for i in 0..50 {
+        let n = name(&format!("l{i:03}"));
+        let t = match b.acquire(&s, &n).unwrap() {
+            Acquire::Acquired { token, .. } => token,
+            Acquire::Busy => panic!(),
+        };
+        expect.push((n, t));
+    }
+    expect.sort();
+    match b.keep_alive(&s, Duration::from_secs(5)).unwrap() {
+        KeepAlive::Alive { owned, .. } => assert_eq!(owned, expect),
+        KeepAlive::Expired => panic!(),
+    }
+    b.close_session(&s).unwrap();
+}
+
+#[test]
+#[serial(zookeeper)]
+fn remaining_is_min_of_lease_and_negotiated_timeout() {
+    let b = backend();
+    // The test ensemble's minSessionTimeout is 500 ms: a 200 ms lease is clamped up by the server,
+    // so remaining is the lease duration (the watchdog enforces it locally).
+    let g = b.open_session(Duration::from_millis(200), "").unwrap();
+    assert_eq!(g.remaining, Duration::from_millis(200));
+    b.close_session(&g.id).unwrap();
+    // Within the ensemble range the negotiated timeout equals the request.
+    let g = b.open_session(Duration::from_secs(3), "").unwrap();
+    assert_eq!(g.remaining, Duration::from_secs(3));
+    match b.keep_alive(&g.id, Duration::from_secs(2)).unwrap() {
+        KeepAlive::Alive { remaining, .. } => assert_eq!(remaining, Duration::from_secs(2)),
+        KeepAlive::Expired => panic!(),
+    }
+    b.close_session(&g.id).unwrap();
+}
+
+fn recv(rx: &crossbeam_channel::Receiver<Notification>, within: Duration) -> Option<Notification> {
+    rx.recv_timeout(within).ok()
+}
+
+#[test]
+#[serial(zookeeper)]
+fn lease_watch_fires_once_on_release() {
+    let b = backend();
+    assert!(b.capabilities().push_release && b.capabilities().push_membership);
+    let s = b.open_session(LEASE, "").unwrap().id;
+    let n = name("w");
+    let (tx, rx) = crossbeam_channel::unbounded();
+    // Free lease: notified at once.
+    assert!(b.watch(&Topic::Lease(n.clone()), &tx).unwrap());
+    assert_eq!(recv(&rx, Duration::from_secs(2)), Some(Notification::Released(n.clone())));
+    acquired(&b, &s, &n);
+    // Held: nothing until released; repeated registrations do not duplicate.
+    for _ in 0..100 {
+        assert!(b.watch(&Topic::Lease(n.clone()), &tx).unwrap());
+    }
+    owned(&b, &s);
+    assert_eq!(recv(&rx, Duration::from_millis(300)), None);
+    b.release(&s, &n).unwrap();
+    assert_eq!(recv(&rx, Duration::from_secs(2)), Some(Notification::Released(n.clone())));
+    assert_eq!(recv(&rx, Duration::from_millis(300)), None, "one notification per registration round");
+    // Expiry of the holder (session closed) also notifies.
+    acquired(&b, &s, &n);
+    assert!(b.watch(&Topic::Lease(n.clone()), &tx).unwrap());
+    b.close_session(&s).unwrap();
+    assert_eq!(recv(&rx, Duration::from_secs(2)), Some(Notification::Released(n.clone())));
+}
+
+#[test]
+#[serial(zookeeper)]
+fn group_watch_covers_missing_group_joins_and_leaves() {
+    let b = backend();
+    let s1 = b.open_session(LEASE, "").unwrap().id;
+    let s2 = b.open_session(LEASE, "").unwrap().id;
+    let g = name("watched");
+    let topic = Topic::Group(g.clone());
+    let (tx, rx) = crossbeam_channel::unbounded();
+    // The group does not exist yet.
+    assert!(b.watch(&topic, &tx).unwrap());
+    assert!(b.watch(&topic, &tx).unwrap());
+    assert_eq!(recv(&rx, Duration::from_millis(300)), None);
+    b.join(&s1, &g).unwrap();
+    assert_eq!(recv(&rx, Duration::from_secs(2)), Some(Notification::MembersChanged(g.clone())));
+    assert_eq!(recv(&rx, Duration::from_millis(200)), None);
+    // Existing group: a join of another session.
+    assert!(b.watch(&topic, &tx).unwrap());
+    assert_eq!(recv(&rx, Duration::from_millis(200)), None);
+    b.join(&s2, &g).unwrap();
+    assert_eq!(recv(&rx, Duration::from_secs(2)), Some(Notification::MembersChanged(g.clone())));
+    // A leave.
+    assert!(b.watch(&topic, &tx).unwrap());
+    b.leave(&s1, &g).unwrap();
+    assert_eq!(recv(&rx, Duration::from_secs(2)), Some(Notification::MembersChanged(g.clone())));
+    // A session end.
+    assert!(b.watch(&topic, &tx).unwrap());
+    b.close_session(&s2).unwrap();
+    assert_eq!(recv(&rx, Duration::from_secs(2)), Some(Notification::MembersChanged(g.clone())));
+    b.close_session(&s1).unwrap();
+}
+
+#[test]
+#[serial(zookeeper)]
+fn creator_all_acl_denies_other_identities() {
+    let root = fresh_root();
+    // The shared test root stays open; only this test's root gets the creator-all ACL.
+    let raw = raw_client();
+    let opts = zookeeper_client::CreateMode::Persistent.with_acls(zookeeper_client::Acls::anyone_all());
+    futures::executor::block_on(raw.mkdir(&root[..root.rfind('/').unwrap()], &opts)).unwrap();
+    let auth = ZookeeperAuth::digest("simba-test", "secret").unwrap();
+    let owner = backend_at(&root, ZookeeperOptions::default().auth(auth.clone()).acl(AclMode::CreatorAll));
+    let s = owner.open_session(LEASE, "m").unwrap().id;
+    let n = name("secured");
+    let t = acquired(&owner, &s, &n);
+    owner.join(&s, &name("g")).unwrap();
+    assert_eq!(owner.holder(&n).unwrap().unwrap().token, t);
+    // Same identity from another backend (another process): allowed.
+    let peer = backend_at(&root, ZookeeperOptions::default().auth(auth).acl(AclMode::CreatorAll));
+    assert_eq!(peer.holder(&n).unwrap().unwrap().session, s);
+    assert_eq!(peer.members(&name("g")).unwrap().len(), 1);
+    // No credentials, or other credentials: denied, with a clear error.
+    let anon = backend_at(&root, ZookeeperOptions::default());
+    let other = backend_at(
+        &root,
+        ZookeeperOptions::default().auth(ZookeeperAuth::digest("intruder", "x").unwrap()).acl(AclMode::CreatorAll),
+    );
+    for b in [&anon, &other] {
+        let e = b.holder(&n).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Backend, "{e}");
+        assert!(e.to_string().contains("denied"), "{e}");
+        let s2 = match b.open_session(LEASE, "") {
+            Ok(g) => g.id,
+            Err(e) => {
+                assert!(e.to_string().contains("denied"), "{e}");
+                continue;
+            }
+        };
+        let e = b.acquire(&s2, &name("other")).unwrap_err();
+        assert!(e.to_string().contains("denied"), "{e}");
+        b.close_session(&s2).unwrap();
+    }
+    // The checks report the ACL state.
+    let acl = owner.check().into_iter().find(|c| c.name == "acl").unwrap();
+    assert_eq!(acl.status, CheckStatus::Ok, "{acl:?}");
+    owner.close_session(&s).unwrap();
+}
+
+#[test]
+#[serial(zookeeper)]
+fn check_reports_reachability_open_acl_and_clock_independence() {
+    let b = backend();
+    let s = b.open_session(LEASE, "").unwrap().id;
+    acquired(&b, &s, &name("x"));
+    let items = b.check();
+    let get = |n: &str| items.iter().find(|c| c.name == n).unwrap_or_else(|| panic!("no {n} in {items:?}"));
+    assert_eq!(get("reachable").status, CheckStatus::Ok);
+    assert_eq!(get("acl").status, CheckStatus::Warn, "{:?}", get("acl"));
+    assert_eq!(get("clock").status, CheckStatus::Ok);
+    assert!(get("clock").detail.contains("clock-independent"));
+    b.close_session(&s).unwrap();
+}
+
+#[test]
+#[serial(zookeeper)]
+fn invalid_configuration_is_rejected_before_io() {
+    let (hosts, _) = hosts_and_root();
+    for (h, o, what) in [
+        (hosts.as_str(), ZookeeperOptions::default().root("relative"), "root"),
+        (hosts.as_str(), ZookeeperOptions::default().root("/a/"), "root"),
+        (hosts.as_str(), ZookeeperOptions::default().acl(AclMode::CreatorAll), "creator-all"),
+        ("", ZookeeperOptions::default(), "hosts"),
+        ("127.0.0.1:2181/chroot", ZookeeperOptions::default(), "hosts"),
+        ("127.0.0.1", ZookeeperOptions::default(), "hosts"),
+    ] {
+        let e = ZookeeperBackend::connect(h, o).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidConfig, "{e}");
+        assert!(e.to_string().contains(what), "{e}");
+    }
+    assert_eq!(
+        ZookeeperBackend::from_url("zookeeper://u:p@127.0.0.1:2181/x", ZookeeperOptions::default()).unwrap_err().kind(),
+        ErrorKind::InvalidConfig
+    );
+    let b = backend();
+    let e = b.open_session(LEASE, &"x".repeat(2000)).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidConfig);
+}
+
+#[test]
+#[serial(zookeeper)]
+fn from_url_uses_the_url_root() {
+    let url = support::env_or("SIMBA_TEST_ZOOKEEPER_URL", "zookeeper://127.0.0.1:2181/simba-test");
+    let b = ZookeeperBackend::from_url(&url, ZookeeperOptions::default()).unwrap();
+    assert_eq!(b.root(), hosts_and_root().1);
+}
+
+#[test]
+#[serial(zookeeper)]
+fn unreachable_ensemble_fails_fast_as_unavailable() {
+    let t0 = Instant::now();
+    let e = ZookeeperBackend::connect(
+        "127.0.0.1:1",
+        ZookeeperOptions::default().connection_timeout(Duration::from_millis(500)),
+    )
+    .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Unavailable, "{e}");
+    assert!(e.to_string().contains("127.0.0.1:1"), "{e}");
+    assert!(t0.elapsed() < Duration::from_secs(3), "{:?}", t0.elapsed());
+}
+
+/// Threads of this process whose name (truncated to 15 bytes by Linux) is `comm`.
+fn threads_named(comm: &str) -> usize {
+    std::fs::read_dir("/proc/self/task")
+        .unwrap()
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+        .filter(|c| c.trim() == comm)
+        .count()
+}
+
+#[test]
+#[serial(zookeeper)]
+fn dropping_the_backend_stops_its_threads_and_closes_sessions() {
+    let counts = || (threads_named("simba-zk-watchd"), threads_named("simba-zk-watch"));
+    // Backends of earlier tests may still be winding down; no other test holds one now (serial).
+    let t0 = Instant::now();
+    while counts() != (0, 0) {
+        assert!(t0.elapsed() < Duration::from_secs(5), "threads of dropped backends still running: {:?}", counts());
+        thread_sleep(Duration::from_millis(20));
+    }
+    let b = backend();
+    let root = b.root().to_string();
+    let s = b.open_session(Duration::from_secs(10), "").unwrap().id;
+    acquired_long(&b, &s, &name("held"));
+    let (tx, _rx) = crossbeam_channel::unbounded();
+    b.watch(&Topic::Lease(name("held")), &tx).unwrap();
+    assert_eq!(counts(), (1, 1));
+    drop(b);
+    let t0 = Instant::now();
+    while counts() != (0, 0) {
+        assert!(t0.elapsed() < Duration::from_secs(5), "backend threads still running after drop: {:?}", counts());
+        thread_sleep(Duration::from_millis(20));
+    }
+    // Its sessions end with it (the client closes them), long before their 10 s timeout.
+    let b2 = backend_at(&root, ZookeeperOptions::default());
+    let t0 = Instant::now();
+    while b2.holder(&name("held")).unwrap().is_some() {
+        assert!(t0.elapsed() < Duration::from_secs(5), "session survived its backend");
+        thread_sleep(Duration::from_millis(20));
+    }
+}
+
+fn acquired_long(b: &ZookeeperBackend, s: &SessionId, n: &Name) -> Token {
+    match b.acquire(s, n).unwrap() {
+        Acquire::Acquired { token, .. } => token,
+        Acquire::Busy => panic!("{n} busy"),
+    }
+}
+
+#[test]
+fn debug_redacts_credentials() {
+    let o = ZookeeperOptions::default().auth(ZookeeperAuth::digest("user", "hunter2").unwrap());
+    let s = format!("{o:?}");
+    assert!(!s.contains("hunter2"), "{s}");
+}
+
+#[test]
+fn handles_are_send_and_sync() {
+    fn check<T: Send + Sync + 'static>() {}
+    check::<ZookeeperBackend>();
+    check::<ZookeeperOptions>();
+    let _: fn(ZookeeperBackend) -> Box<dyn LeaseBackend> = |b| Box::new(b);
+}
