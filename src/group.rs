@@ -118,8 +118,16 @@ impl Membership {
 
     /// True while the membership's session is alive and it has not left.
     pub fn is_member(&self) -> bool {
-        let st = self.shared.st.lock();
-        st.active && !st.left && st.session.upgrade().is_some_and(|s| s.check_alive().is_ok())
+        // Never hold the membership lock while taking the engine lock (the engine ends
+        // memberships while holding its own lock).
+        let session = {
+            let st = self.shared.st.lock();
+            if !st.active || st.left {
+                return false;
+            }
+            st.session.upgrade()
+        };
+        session.is_some_and(|s| s.check_alive().is_ok())
     }
 
     /// Leaves the group, waiting up to the query timeout.

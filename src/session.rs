@@ -61,6 +61,8 @@ struct CampaignSlot {
     election: Arc<ElectionShared>,
     next_attempt: Instant,
     in_flight: Option<Instant>,
+    /// A release was pushed while an attempt was in flight: retry at once after it.
+    woken: bool,
 }
 
 pub(crate) struct SessionInner {
@@ -660,9 +662,10 @@ impl SessionInner {
                     return Ok(None);
                 }
             }
-            first = false;
-            if push {
-                // Register before the attempt so a release right after it is not missed.
+            let first_attempt = std::mem::take(&mut first);
+            if push && first_attempt {
+                // Register before the attempt so a release right after it is not missed (later
+                // rounds registered after their busy attempt).
                 let topic = Topic::Lease(name.clone());
                 let t = tx.clone();
                 let _ = self.bounded(move |b| b.watch(&topic, &t));
@@ -670,7 +673,14 @@ impl SessionInner {
             let attempt_deadline = deadline.unwrap_or(now + self.timing.query_timeout).max(now);
             match self.attempt_lock(name, attempt_deadline) {
                 Ok(Some(lease)) => return Ok(Some(lease)),
-                Ok(None) => {}
+                Ok(None) => {
+                    if push {
+                        // Watch again: a one-shot watch may have fired for an instant the lease was free.
+                        let topic = Topic::Lease(name.clone());
+                        let t = tx.clone();
+                        let _ = self.bounded(move |b| b.watch(&topic, &t));
+                    }
+                }
                 Err(err) if err.is_retryable() => {
                     log::debug!("session {}: lock '{}' attempt failed, retrying: {}", self.id, name, err);
                 }
@@ -765,7 +775,7 @@ impl SessionInner {
                 ));
             }
             election.attach(Arc::downgrade(self), self.id.clone());
-            c.insert(name, CampaignSlot { election: election.clone(), next_attempt: Instant::now(), in_flight: None });
+            c.insert(name, CampaignSlot { election: election.clone(), next_attempt: Instant::now(), in_flight: None, woken: false });
         }
         self.poke();
         Ok(())
@@ -850,6 +860,10 @@ impl SessionInner {
             let sent = Instant::now();
             let reply = backend.acquire(&id, &name);
             let busy = matches!(reply, Ok(Acquire::Busy));
+            if busy && push {
+                // Watch again: a one-shot watch may have fired for the instant the lease was free.
+                let _ = backend.watch(&Topic::Lease(name.clone()), &notify);
+            }
             let observed = if busy { backend.holder(&name).ok().flatten() } else { None };
             let Some(inner) = weak.upgrade() else { return };
             match inner.finish_acquire(&name, sent, epoch, reply) {
@@ -870,7 +884,11 @@ impl SessionInner {
             }
             if let Some(slot) = inner.campaigns.lock().get_mut(&name) {
                 slot.in_flight = None;
-                slot.next_attempt = Instant::now() + inner.retry_delay();
+                slot.next_attempt = if std::mem::take(&mut slot.woken) {
+                    Instant::now()
+                } else {
+                    Instant::now() + inner.retry_delay()
+                };
             }
             inner.poke();
         });
@@ -883,7 +901,11 @@ impl SessionInner {
     fn on_notification(self: &Arc<Self>, n: Notification) {
         if let Notification::Released(name) = n {
             if let Some(slot) = self.campaigns.lock().get_mut(&name) {
-                slot.next_attempt = Instant::now();
+                if slot.in_flight.is_some() {
+                    slot.woken = true;
+                } else {
+                    slot.next_attempt = Instant::now();
+                }
             }
         }
     }
