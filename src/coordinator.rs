@@ -131,6 +131,15 @@ impl Coordinator {
         Ok(Coordinator { inner })
     }
 
+    /// Opens a separate plain session with the coordinator's backend and options (it ends with
+    /// its own expiry; the coordinator does not replace it).
+    ///
+    /// # Errors
+    /// As [`Session::open`](crate::Session::open).
+    pub fn open_session(&self) -> Result<crate::Session> {
+        crate::Session::open(self.inner.backend.clone(), self.inner.options.clone())
+    }
+
     /// A new receiver of the coordinator's events.
     pub fn events(&self) -> Receiver<CoordinatorEvent> {
         let (tx, rx) = unbounded();
