@@ -1,0 +1,13 @@
+-- simba (Cluster): acquire, first call, on the session's slot. Checks the session is alive and
+-- indexes the name first, so a renewal running meanwhile covers the term.
+-- KEYS[1] simba:session:{sid}, KEYS[2] simba:session:{sid}:leases
+-- ARGV[1] lease name
+-- Returns {-1} when the session is gone, else {remaining_ms, lease duration in ms}.
+local pttl = redis.call('PTTL', KEYS[1])
+if pttl <= 0 then
+  return {-1}
+end
+local d = tonumber(redis.call('HGET', KEYS[1], 'duration') or pttl)
+redis.call('SADD', KEYS[2], ARGV[1])
+redis.call('PEXPIRE', KEYS[2], pttl + d)
+return {pttl, d}

@@ -1,0 +1,12 @@
+-- simba (Cluster): join, first call, on the session's slot: checks the session and indexes the group.
+-- KEYS[1] simba:session:{sid}, KEYS[2] simba:session:{sid}:groups
+-- ARGV[1] group name
+-- Returns {-1} when the session is gone, else {remaining_ms, lease duration in ms}.
+local pttl = redis.call('PTTL', KEYS[1])
+if pttl <= 0 then
+  return {-1}
+end
+local d = tonumber(redis.call('HGET', KEYS[1], 'duration') or pttl)
+redis.call('SADD', KEYS[2], ARGV[1])
+redis.call('PEXPIRE', KEYS[2], pttl + d)
+return {pttl, d}

@@ -1,0 +1,142 @@
+//! What the client remembers about each session it works with, beyond what Redis stores:
+//! terms it abandoned (never to be reported as owned, released by later renewals), calls in
+//! flight (so a renewal does not drop an index entry an acquire or join is about to use), and on
+//! Cluster the index entries to drop and renewal follow-ups that keep failing.
+
+use std::collections::{HashMap, HashSet};
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+
+use crate::types::{Name, SessionId, Token};
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) enum Item {
+    Lease(Name),
+    Group(Name),
+}
+
+#[derive(Default)]
+pub(crate) struct Book {
+    /// Terms an acquire started but reported as failed (late, or not acknowledged by replicas),
+    /// remembered for one lease period. Never reported as owned; renewals release them.
+    pub abandoned: HashMap<Name, (Token, Instant)>,
+    /// Acquires and joins in progress.
+    pub inflight: HashMap<Item, usize>,
+    /// When the last acquire or join of an item finished (Cluster: a renewal that started before
+    /// then may have looked at the lease or group before the acquire or join reached it).
+    pub finished: HashMap<Item, Instant>,
+    /// Cluster: lease names whose renewal follow-up failed, since when.
+    pub failing: HashMap<Name, Instant>,
+    /// Cluster: lease names to remove from the session's lease index at the next renewal.
+    pub drop_leases: HashSet<Name>,
+    /// Cluster: group names to remove from the session's group index at the next renewal.
+    pub drop_groups: HashSet<Name>,
+}
+
+impl Book {
+    fn is_empty(&self) -> bool {
+        self.abandoned.is_empty()
+            && self.inflight.is_empty()
+            && self.finished.is_empty()
+            && self.failing.is_empty()
+            && self.drop_leases.is_empty()
+            && self.drop_groups.is_empty()
+    }
+
+    /// Remembers an abandoned term for one lease period `d`.
+    pub fn abandon(&mut self, name: Name, token: Token, d: Duration) {
+        self.abandoned.insert(name, (token, Instant::now() + d));
+    }
+
+    /// The abandoned terms still worth releasing; older ones are forgotten (and, on Cluster,
+    /// their names leave the index).
+    pub fn live_abandoned(&mut self, now: Instant) -> Vec<(Name, Token)> {
+        let expired: Vec<Name> =
+            self.abandoned.iter().filter(|(_, (_, until))| now >= *until).map(|(n, _)| n.clone()).collect();
+        for n in expired {
+            self.abandoned.remove(&n);
+            self.drop_leases.insert(n);
+        }
+        self.abandoned.iter().map(|(n, (t, _))| (n.clone(), *t)).collect()
+    }
+
+    /// True when an acquire or join of `item` is in flight, or finished after `since`: a renewal
+    /// that started at `since` must then not drop the item from the session's index.
+    pub fn touched_since(&self, item: &Item, since: Instant) -> bool {
+        self.inflight.get(item).is_some_and(|n| *n > 0) || self.finished.get(item).is_some_and(|t| *t >= since)
+    }
+
+    /// Forgets finish times older than `before`.
+    pub fn prune_finished(&mut self, before: Instant) {
+        self.finished.retain(|_, t| *t >= before);
+    }
+}
+
+/// The books of every session this backend works with.
+pub(crate) struct Books {
+    map: Mutex<HashMap<SessionId, Book>>,
+    /// Cluster only: remember when acquires and joins finish.
+    track_finish: bool,
+}
+
+impl Books {
+    pub fn new(track_finish: bool) -> Books {
+        Books { map: Mutex::new(HashMap::new()), track_finish }
+    }
+
+    /// Runs `f` on the session's book (created empty when missing; removed again when left empty).
+    pub fn with<R>(&self, sid: &SessionId, f: impl FnOnce(&mut Book) -> R) -> R {
+        let mut map = self.map.lock();
+        let book = map.entry(sid.clone()).or_default();
+        let r = f(book);
+        if book.is_empty() {
+            map.remove(sid);
+        }
+        r
+    }
+
+    /// Forgets the session (closed or expired).
+    pub fn forget(&self, sid: &SessionId) {
+        self.map.lock().remove(sid);
+    }
+
+    /// Marks an acquire or join as in flight until the guard drops.
+    pub fn inflight<'a>(&'a self, sid: &SessionId, item: Item) -> Inflight<'a> {
+        self.with(sid, |b| *b.inflight.entry(item.clone()).or_default() += 1);
+        Inflight { books: self, sid: sid.clone(), item }
+    }
+}
+
+pub(crate) struct Inflight<'a> {
+    books: &'a Books,
+    sid: SessionId,
+    item: Item,
+}
+
+impl Inflight<'_> {
+    /// True when no other acquire or join of the same item by the same session is in flight.
+    pub fn alone(&self) -> bool {
+        self.books.with(&self.sid, |b| b.inflight.get(&self.item).copied().unwrap_or(0) <= 1)
+    }
+}
+
+impl Drop for Inflight<'_> {
+    fn drop(&mut self) {
+        let mut map = self.books.map.lock();
+        if let Some(book) = map.get_mut(&self.sid) {
+            if let Some(n) = book.inflight.get_mut(&self.item) {
+                *n = n.saturating_sub(1);
+                if *n == 0 {
+                    book.inflight.remove(&self.item);
+                }
+            }
+            if self.books.track_finish {
+                book.finished.insert(self.item.clone(), Instant::now());
+            }
+            if book.is_empty() {
+                map.remove(&self.sid);
+            }
+        }
+    }
+}

@@ -1,0 +1,514 @@
+//! Operations on Redis Cluster. Every script call stays inside one hash slot: an operation first
+//! calls the session's slot, then runs one script per other slot involved. Later scripts may
+//! arrive long after the first (the session may be dead by then, and the nodes' clocks differ),
+//! so only durations pass between nodes:
+//!
+//! * acquire and join grant a full lease duration by the lease (group) node's own clock;
+//! * renewal follow-ups carry the session's remaining duration minus the time measured since the
+//!   session call returned; each node caps the lease at its own now plus that duration;
+//! * once the time since the session call was sent reaches the session's remaining duration,
+//!   acquire and join send nothing more and fail; an acquire that returns later than that releases
+//!   the term it started and fails, and renewals never report that term;
+//! * renewal drops lost leases from the session index (at once when the lease is no longer ours,
+//!   after one lease period when its node keeps failing).
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use redis::cluster_routing::Slot;
+
+use super::book::Item;
+use super::reply::{self, array, int, string, strings, unexpected};
+use super::scripts::{keys, SCRIPTS};
+use super::{ms, Inner};
+use crate::backend::{Acquire, Holder, KeepAlive, Member};
+use crate::error::{Error, Result};
+use crate::types::{Name, SessionId, Token};
+
+fn slot(key: &str) -> Slot {
+    Slot::for_key(key.as_bytes())
+}
+
+fn name_from_index(sid: &SessionId, raw: &str, what: &str) -> Result<Name> {
+    Name::new(raw).map_err(|e| {
+        Error::backend(format!("session {sid}: corrupt {what} name {raw:?} in its redis index")).with_source(e)
+    })
+}
+
+/// The work of one renewal follow-up (one slot).
+#[derive(Default)]
+struct SlotWork {
+    renew: Vec<Name>,
+    release: Vec<(Name, Token)>,
+    groups: Vec<Name>,
+}
+
+/// Follow-up work grouped by slot, in the order slots were first seen.
+#[derive(Default)]
+struct Plan {
+    index: HashMap<Slot, usize>,
+    work: Vec<SlotWork>,
+}
+
+impl Plan {
+    fn at(&mut self, key: &str) -> &mut SlotWork {
+        let next = self.work.len();
+        let i = *self.index.entry(slot(key)).or_insert(next);
+        if i == next {
+            self.work.push(SlotWork::default());
+        }
+        &mut self.work[i]
+    }
+}
+
+pub(crate) fn keep_alive(inner: &Inner, sid: &SessionId, d: Duration) -> Result<KeepAlive> {
+    let deadline = inner.deadline();
+    let s = sid.as_str();
+    let (drop_leases, drop_groups) =
+        inner.books.with(sid, |b| (std::mem::take(&mut b.drop_leases), std::mem::take(&mut b.drop_groups)));
+    let mut args = vec![ms(d), drop_leases.len().to_string()];
+    args.extend(drop_leases.iter().map(Name::to_string));
+    args.extend(drop_groups.iter().map(Name::to_string));
+    let script = &SCRIPTS.keep_alive_session;
+    let started = Instant::now();
+    let v = match inner.scripting.eval(
+        script,
+        &[keys::session(s), keys::session_leases(s), keys::session_groups(s)],
+        &args,
+        deadline,
+    ) {
+        Ok(v) => v,
+        Err(e) => {
+            inner.books.with(sid, |b| {
+                b.drop_leases.extend(drop_leases);
+                b.drop_groups.extend(drop_groups);
+            });
+            return Err(e);
+        }
+    };
+    let returned = Instant::now();
+    let items = array(&v).ok_or_else(|| unexpected(script.name(), &v))?;
+    let first = items.first().and_then(int).ok_or_else(|| unexpected(script.name(), &v))?;
+    if first < 0 {
+        inner.books.forget(sid);
+        log::info!("redis session {sid} is expired");
+        return Ok(KeepAlive::Expired);
+    }
+    let (Some(leases), Some(groups)) = (items.get(1), items.get(2)) else {
+        return Err(unexpected(script.name(), &v));
+    };
+    let remaining = reply::millis(first, d);
+    let leases = strings(leases, script.name())?;
+    let groups = strings(groups, script.name())?;
+
+    let abandoned = inner.books.with(sid, |b| {
+        b.prune_finished(started.checked_sub(d * 2).unwrap_or(started));
+        b.live_abandoned(returned)
+    });
+    let mut plan = Plan::default();
+    for raw in &leases {
+        let name = name_from_index(sid, raw, "lease")?;
+        if !abandoned.iter().any(|(a, _)| *a == name) {
+            plan.at(&keys::lease(raw)).renew.push(name);
+        }
+    }
+    for (name, token) in &abandoned {
+        plan.at(&keys::lease(name.as_str())).release.push((name.clone(), *token));
+    }
+    for raw in &groups {
+        let name = name_from_index(sid, raw, "group")?;
+        plan.at(&keys::group(raw)).groups.push(name);
+    }
+
+    let mut owned = Vec::with_capacity(leases.len());
+    for work in plan.work {
+        let now = Instant::now();
+        let elapsed = now.saturating_duration_since(returned);
+        let outcome = if elapsed >= remaining {
+            Err(Error::unavailable(format!(
+                "session {sid}: renewal follow-up not sent: {elapsed:?} passed since the session call returned, \
+                 the session's remaining was {remaining:?}"
+            )))
+        } else {
+            renew_slot(inner, sid, &work, remaining - elapsed, deadline)
+        };
+        match outcome {
+            Ok((tokens, group_ok)) => inner.books.with(sid, |b| {
+                for (name, token) in work.renew.iter().zip(tokens) {
+                    b.failing.remove(name);
+                    match token {
+                        Some(t) => owned.push((name.clone(), t)),
+                        None => {
+                            if !b.touched_since(&Item::Lease(name.clone()), started) {
+                                log::debug!(
+                                    "session {sid}: lease {name} is no longer held; dropping it from the index"
+                                );
+                                b.drop_leases.insert(name.clone());
+                            }
+                        }
+                    }
+                }
+                for (group, ok) in work.groups.iter().zip(group_ok) {
+                    if !ok && !b.touched_since(&Item::Group(group.clone()), started) {
+                        log::warn!("session {sid}: membership of group {group} expired; dropping it from the index");
+                        b.drop_groups.insert(group.clone());
+                    }
+                }
+            }),
+            Err(e) => {
+                log::warn!(
+                    "session {sid}: renewal follow-up for lease(s) {:?} failed: {}; not reporting them as owned",
+                    work.renew.iter().map(Name::as_str).collect::<Vec<_>>(),
+                    crate::display_chain(&e)
+                );
+                inner.books.with(sid, |b| {
+                    for name in &work.renew {
+                        let since = *b.failing.entry(name.clone()).or_insert(now);
+                        if now.saturating_duration_since(since) >= d {
+                            log::warn!("session {sid}: lease {name} could not be renewed for one lease period; dropping it from the index");
+                            b.failing.remove(name);
+                            b.drop_leases.insert(name.clone());
+                        }
+                    }
+                });
+            }
+        }
+    }
+    Ok(KeepAlive::Alive { remaining, owned })
+}
+
+/// One follow-up: renews `work.renew` and `work.groups` up to this node's now + `carry`, releases
+/// `work.release`. Returns the token of each renewed lease still ours, and whether each membership
+/// is still live.
+fn renew_slot(
+    inner: &Inner,
+    sid: &SessionId,
+    work: &SlotWork,
+    carry: Duration,
+    deadline: Instant,
+) -> Result<(Vec<Option<Token>>, Vec<bool>)> {
+    let script = &SCRIPTS.renew_slot;
+    let mut keys_ = Vec::with_capacity(work.renew.len() + work.release.len() + work.groups.len());
+    keys_.extend(work.renew.iter().map(|n| keys::lease(n.as_str())));
+    keys_.extend(work.release.iter().map(|(n, _)| keys::lease(n.as_str())));
+    keys_.extend(work.groups.iter().map(|g| keys::group(g.as_str())));
+    let mut args = vec![sid.to_string(), ms(carry), work.renew.len().to_string(), work.release.len().to_string()];
+    args.extend(work.release.iter().map(|(_, t)| t.to_string()));
+    let v = inner.scripting.eval(script, &keys_, &args, deadline)?;
+    let parts = array(&v).ok_or_else(|| unexpected(script.name(), &v))?;
+    let [leases, _released, groups] = parts else { return Err(unexpected(script.name(), &v)) };
+    let leases = array(leases).ok_or_else(|| unexpected(script.name(), &v))?;
+    let groups = array(groups).ok_or_else(|| unexpected(script.name(), &v))?;
+    if leases.len() != work.renew.len() || groups.len() != work.groups.len() {
+        return Err(unexpected(script.name(), &v));
+    }
+    let mut tokens = Vec::with_capacity(leases.len());
+    for (name, t) in work.renew.iter().zip(leases) {
+        let raw = string(t).unwrap_or_default();
+        tokens.push(if raw.is_empty() {
+            None
+        } else {
+            Some(reply::token(t, &format!("lease {name}"), script.name())?)
+        });
+    }
+    Ok((tokens, groups.iter().map(|g| int(g) == Some(1)).collect()))
+}
+
+/// Releases leases (with a token, or `None` for any term of the session) and leaves groups, one
+/// `release_slot` call per slot.
+fn release_all(
+    inner: &Inner,
+    sid: &SessionId,
+    leases: &[(Name, Option<Token>)],
+    groups: &[Name],
+    deadline: Instant,
+) -> Result<()> {
+    #[derive(Default)]
+    struct Work {
+        leases: Vec<(String, String)>,
+        groups: Vec<String>,
+    }
+    let mut index: HashMap<Slot, usize> = HashMap::new();
+    let mut work: Vec<Work> = Vec::new();
+    let mut at = |key: &str| {
+        let next = work.len();
+        let i = *index.entry(slot(key)).or_insert(next);
+        if i == next {
+            work.push(Work::default());
+        }
+        i
+    };
+    let mut placed = Vec::new();
+    for (name, token) in leases {
+        let key = keys::lease(name.as_str());
+        placed.push((at(&key), key, token.map_or_else(|| "0".to_string(), |t| t.to_string())));
+    }
+    let mut placed_groups = Vec::new();
+    for g in groups {
+        let key = keys::group(g.as_str());
+        placed_groups.push((at(&key), key));
+    }
+    for (i, key, token) in placed {
+        work[i].leases.push((key, token));
+    }
+    for (i, key) in placed_groups {
+        work[i].groups.push(key);
+    }
+    for w in work {
+        let mut keys_: Vec<String> = w.leases.iter().map(|(k, _)| k.clone()).collect();
+        keys_.extend(w.groups.iter().cloned());
+        let mut args = vec![sid.to_string(), w.leases.len().to_string()];
+        args.extend(w.leases.into_iter().map(|(_, t)| t));
+        inner.scripting.eval(&SCRIPTS.release_slot, &keys_, &args, deadline)?;
+    }
+    Ok(())
+}
+
+pub(crate) fn close_session(inner: &Inner, sid: &SessionId) -> Result<()> {
+    let deadline = inner.deadline();
+    let s = sid.as_str();
+    let script = &SCRIPTS.close_session_begin;
+    let v = inner.scripting.eval(
+        script,
+        &[keys::session(s), keys::session_leases(s), keys::session_groups(s)],
+        &[],
+        deadline,
+    )?;
+    let [leases, groups] = array(&v).ok_or_else(|| unexpected(script.name(), &v))? else {
+        return Err(unexpected(script.name(), &v));
+    };
+    let mut releases: Vec<(Name, Option<Token>)> = Vec::new();
+    for raw in strings(leases, script.name())? {
+        releases.push((name_from_index(sid, &raw, "lease")?, None));
+    }
+    let abandoned =
+        inner.books.with(sid, |b| b.abandoned.iter().map(|(n, (t, _))| (n.clone(), *t)).collect::<Vec<_>>());
+    for (name, token) in abandoned {
+        if !releases.iter().any(|(n, _)| *n == name) {
+            releases.push((name, Some(token)));
+        }
+    }
+    let mut left = Vec::new();
+    for raw in strings(groups, script.name())? {
+        left.push(name_from_index(sid, &raw, "group")?);
+    }
+    release_all(inner, sid, &releases, &left, deadline).map_err(|e| {
+        Error::new(
+            e.kind(),
+            format!("session {sid}: close deleted the session but did not finish releasing; close again to finish"),
+        )
+        .with_source(e)
+    })?;
+    inner.scripting.eval(
+        &SCRIPTS.close_session_end,
+        &[keys::session_leases(s), keys::session_groups(s)],
+        &[],
+        deadline,
+    )?;
+    inner.books.forget(sid);
+    log::debug!("redis session {sid} closed");
+    Ok(())
+}
+
+/// Remaining and lease duration from an `acquire_session` / `join_session` reply; `None` when the
+/// session is gone.
+fn session_reply(script: &str, v: &redis::Value) -> Result<Option<(Duration, Duration)>> {
+    let items = array(v).ok_or_else(|| unexpected(script, v))?;
+    match items {
+        [r] if int(r).is_some_and(|r| r < 0) => Ok(None),
+        [r, d] => {
+            let r = int(r).ok_or_else(|| unexpected(script, v))?;
+            let d = int(d).ok_or_else(|| unexpected(script, v))?;
+            if r <= 0 {
+                return Ok(None);
+            }
+            let d = reply::millis(d, Duration::MAX);
+            Ok(Some((reply::millis(r, d), d)))
+        }
+        _ => Err(unexpected(script, v)),
+    }
+}
+
+pub(crate) fn acquire(inner: &Inner, sid: &SessionId, name: &Name) -> Result<Acquire> {
+    let deadline = inner.deadline();
+    let guard = inner.books.inflight(sid, Item::Lease(name.clone()));
+    let s = sid.as_str();
+    let sent = Instant::now();
+    let script = &SCRIPTS.acquire_session;
+    let v =
+        inner.scripting.eval(script, &[keys::session(s), keys::session_leases(s)], &[name.to_string()], deadline)?;
+    let Some((remaining, d)) = session_reply(script.name(), &v)? else {
+        return Err(Error::session_expired(sid));
+    };
+    let took = sent.elapsed();
+    if took >= remaining {
+        return Err(Error::unavailable(format!(
+            "session {sid}: acquire of lease {name} gave up: the session call took {took:?}, as long as the \
+             session's remaining {remaining:?}; no lease call was sent"
+        )));
+    }
+    let script = &SCRIPTS.acquire_lease;
+    let lease_key = keys::lease(name.as_str());
+    let v = inner.scripting.eval(script, std::slice::from_ref(&lease_key), &[sid.to_string(), ms(d)], deadline)?;
+    let items = array(&v).ok_or_else(|| unexpected(script.name(), &v))?;
+    match items {
+        [busy] if int(busy) == Some(0) => {
+            if guard.alone() {
+                let removed = inner.scripting.eval(
+                    &SCRIPTS.index_remove,
+                    &[keys::session_leases(s)],
+                    &[name.to_string()],
+                    inner.cleanup_deadline(deadline),
+                );
+                if let Err(e) = removed {
+                    log::debug!("session {sid}: could not unindex busy lease {name} ({e}); a renewal will");
+                }
+            }
+            Ok(Acquire::Busy)
+        }
+        [ok, token, new] if int(ok) == Some(1) => {
+            let token = reply::token(token, &format!("lease {name}"), script.name())?;
+            let new = int(new) == Some(1);
+            let took = sent.elapsed();
+            if took >= remaining {
+                if new {
+                    inner.books.with(sid, |b| b.abandon(name.clone(), token, d));
+                    let released = inner.scripting.eval(
+                        &SCRIPTS.release_slot,
+                        &[lease_key],
+                        &[sid.to_string(), "1".to_string(), token.to_string()],
+                        inner.cleanup_deadline(deadline),
+                    );
+                    if let Err(e) = released {
+                        log::warn!(
+                            "session {sid}: releasing the late term of lease {name} (token {token}) failed ({e}); \
+                             renewals keep releasing it and never report it"
+                        );
+                    }
+                }
+                return Err(Error::unavailable(format!(
+                    "session {sid}: acquire of lease {name} returned after {took:?}, later than the session's \
+                     remaining {remaining:?}; {}",
+                    if new { "the term it started was released" } else { "the existing term is not confirmed" }
+                )));
+            }
+            inner.books.with(sid, |b| {
+                b.abandoned.remove(name);
+            });
+            Ok(Acquire::Acquired { token, remaining })
+        }
+        _ => Err(unexpected(script.name(), &v)),
+    }
+}
+
+pub(crate) fn release(inner: &Inner, sid: &SessionId, name: &Name) -> Result<()> {
+    let deadline = inner.deadline();
+    inner.scripting.eval(
+        &SCRIPTS.index_remove,
+        &[keys::session_leases(sid.as_str())],
+        &[name.to_string()],
+        deadline,
+    )?;
+    inner.scripting.eval(
+        &SCRIPTS.release_slot,
+        &[keys::lease(name.as_str())],
+        &[sid.to_string(), "1".to_string(), "0".to_string()],
+        deadline,
+    )?;
+    inner.books.with(sid, |b| {
+        b.abandoned.remove(name);
+    });
+    Ok(())
+}
+
+/// `{remaining_ms, metadata}` of a live session, from its own slot.
+fn session_info(inner: &Inner, sid: &str, deadline: Instant) -> Result<Option<(Duration, String)>> {
+    let script = &SCRIPTS.session_info;
+    let v = inner.scripting.eval(script, &[keys::session(sid)], &[], deadline)?;
+    match array(&v).ok_or_else(|| unexpected(script.name(), &v))? {
+        [] => Ok(None),
+        [r, m] => Ok(Some((
+            reply::millis(int(r).ok_or_else(|| unexpected(script.name(), &v))?, Duration::MAX),
+            string(m).unwrap_or_default(),
+        ))),
+        _ => Err(unexpected(script.name(), &v)),
+    }
+}
+
+pub(crate) fn holder(inner: &Inner, name: &Name) -> Result<Option<Holder>> {
+    let deadline = inner.deadline();
+    let script = &SCRIPTS.lease_info;
+    let v = inner.scripting.eval(script, &[keys::lease(name.as_str())], &[], deadline)?;
+    let (sid, token, rem) = match array(&v).ok_or_else(|| unexpected(script.name(), &v))? {
+        [] => return Ok(None),
+        [sid, token, rem] => (
+            string(sid).ok_or_else(|| unexpected(script.name(), &v))?,
+            reply::token(token, &format!("lease {name}"), script.name())?,
+            reply::millis(int(rem).ok_or_else(|| unexpected(script.name(), &v))?, Duration::MAX),
+        ),
+        _ => return Err(unexpected(script.name(), &v)),
+    };
+    let session = SessionId::parse(&sid)
+        .map_err(|e| Error::backend(format!("lease {name}: corrupt holder {sid:?} in redis")).with_source(e))?;
+    Ok(session_info(inner, &sid, deadline)?.map(|(pttl, metadata)| Holder {
+        session,
+        token,
+        remaining: rem.min(pttl),
+        metadata,
+    }))
+}
+
+pub(crate) fn join(inner: &Inner, sid: &SessionId, group: &Name) -> Result<()> {
+    let deadline = inner.deadline();
+    let _guard = inner.books.inflight(sid, Item::Group(group.clone()));
+    let s = sid.as_str();
+    let sent = Instant::now();
+    let script = &SCRIPTS.join_session;
+    let v =
+        inner.scripting.eval(script, &[keys::session(s), keys::session_groups(s)], &[group.to_string()], deadline)?;
+    let Some((remaining, d)) = session_reply(script.name(), &v)? else {
+        return Err(Error::session_expired(sid));
+    };
+    let took = sent.elapsed();
+    if took >= remaining {
+        return Err(Error::unavailable(format!(
+            "session {sid}: join of group {group} gave up: the session call took {took:?}, as long as the \
+             session's remaining {remaining:?}; no group call was sent"
+        )));
+    }
+    inner.scripting.eval(&SCRIPTS.join_group, &[keys::group(group.as_str())], &[sid.to_string(), ms(d)], deadline)?;
+    Ok(())
+}
+
+pub(crate) fn leave(inner: &Inner, sid: &SessionId, group: &Name) -> Result<()> {
+    let deadline = inner.deadline();
+    inner.scripting.eval(
+        &SCRIPTS.index_remove,
+        &[keys::session_groups(sid.as_str())],
+        &[group.to_string()],
+        deadline,
+    )?;
+    inner.scripting.eval(
+        &SCRIPTS.release_slot,
+        &[keys::group(group.as_str())],
+        &[sid.to_string(), "0".to_string()],
+        deadline,
+    )?;
+    Ok(())
+}
+
+pub(crate) fn members(inner: &Inner, group: &Name) -> Result<Vec<Member>> {
+    let deadline = inner.deadline();
+    let script = &SCRIPTS.group_live;
+    let v = inner.scripting.eval(script, &[keys::group(group.as_str())], &[], deadline)?;
+    let mut members = Vec::new();
+    for raw in strings(&v, script.name())? {
+        let session = SessionId::parse(&raw)
+            .map_err(|e| Error::backend(format!("group {group}: corrupt member {raw:?} in redis")).with_source(e))?;
+        if let Some((_, metadata)) = session_info(inner, &raw, deadline)? {
+            members.push(Member { session, metadata });
+        }
+    }
+    members.sort();
+    Ok(members)
+}

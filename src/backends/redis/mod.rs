@@ -1,0 +1,430 @@
+//! Redis 7 backend (feature `redis`), standalone and Redis Cluster.
+//!
+//! Keys (braces are real hash tags, so a session's keys share one Cluster slot):
+//!
+//! | key | type | content |
+//! |---|---|---|
+//! | `simba:lease:{name}` | hash, never expires | `session`, `token`, `expires` (Redis `TIME`, ms); release clears only `session` |
+//! | `simba:session:{sid}` | hash, `PX` = lease duration | `metadata`, `duration`; once gone, renew, acquire and join fail |
+//! | `simba:session:{sid}:leases` | set, same slot | the session's leases |
+//! | `simba:session:{sid}:groups` | set, same slot | the session's groups |
+//! | `simba:group:{group}` | sorted set | members (session ids) scored by expiry in Redis time |
+//!
+//! Every operation is a Lua script from `lua/` (run by SHA) and every time decision inside the
+//! scripts uses Redis `TIME`. Standalone runs one script per operation; on Cluster an operation
+//! first calls the session's slot, then one script per other slot involved (see
+//! `docs/backends/redis.md`). Release publishes `released` on channel `simba:lease:{name}`; joins
+//! and leaves publish on `simba:group:{group}`; a dedicated pub/sub thread serves
+//! [`LeaseBackend::watch`].
+//!
+//! ```no_run
+//! use simba::backends::redis::{RedisBackend, RedisOptions};
+//! let backend = RedisBackend::connect("redis://127.0.0.1:6379", RedisOptions::default())?;
+//! # Ok::<(), simba::Error>(())
+//! ```
+
+mod book;
+mod check;
+mod cluster;
+mod pool;
+mod port;
+mod reply;
+mod scripts;
+mod standalone;
+mod watch;
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::Sender;
+
+pub use port::{ClusteredScripting, RedisScripting, StandaloneScripting};
+pub use scripts::{lua, LuaScript};
+
+use self::book::Books;
+use self::watch::Watchers;
+use crate::backend::{
+    Acquire, Capabilities, CheckItem, Holder, KeepAlive, LeaseBackend, Member, Notification, SessionGrant, Topic,
+};
+use crate::error::{Error, Result};
+use crate::options::DEFAULT_QUERY_TIMEOUT;
+use crate::types::{validate_metadata, Name, SessionId};
+
+/// Default number of pooled connections (standalone) or cluster connections (Cluster).
+pub const DEFAULT_MAX_CONNECTIONS: usize = 8;
+
+/// What to do when the server's `maxmemory-policy` may evict Simba's keys (`allkeys-*` can evict
+/// a lease hash and restart its token at 1; `volatile-*` can evict a session early).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum EvictionCheck {
+    /// Log a warning and carry on (default).
+    #[default]
+    Warn,
+    /// Refuse to construct the backend.
+    Refuse,
+}
+
+/// Settings of a [`RedisBackend`]. Build with [`RedisOptions::builder`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RedisOptions {
+    query_timeout: Duration,
+    wait_replicas: u32,
+    eviction_check: EvictionCheck,
+    max_connections: usize,
+}
+
+impl Default for RedisOptions {
+    fn default() -> Self {
+        RedisOptions {
+            query_timeout: DEFAULT_QUERY_TIMEOUT,
+            wait_replicas: 0,
+            eviction_check: EvictionCheck::Warn,
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+        }
+    }
+}
+
+impl RedisOptions {
+    /// A builder starting from the defaults (query timeout 5 s, no `WAIT`, eviction check warns,
+    /// 8 connections).
+    pub fn builder() -> RedisOptionsBuilder {
+        RedisOptionsBuilder::default()
+    }
+    /// Bounds every call: connecting, writing, reading, and the `WAIT` of `wait_replicas`.
+    pub fn query_timeout(&self) -> Duration {
+        self.query_timeout
+    }
+    /// Replicas that must acknowledge a new term (`WAIT`) before acquire reports it; 0 = off.
+    pub fn wait_replicas(&self) -> u32 {
+        self.wait_replicas
+    }
+    /// What the startup check does about a risky `maxmemory-policy`.
+    pub fn eviction_check(&self) -> EvictionCheck {
+        self.eviction_check
+    }
+    /// Most connections open at once (standalone), or cluster connections (Cluster).
+    pub fn max_connections(&self) -> usize {
+        self.max_connections
+    }
+}
+
+/// Builder of [`RedisOptions`].
+#[derive(Debug, Clone, Default)]
+pub struct RedisOptionsBuilder {
+    query_timeout: Option<Duration>,
+    wait_replicas: Option<u32>,
+    eviction_check: Option<EvictionCheck>,
+    max_connections: Option<usize>,
+}
+
+impl RedisOptionsBuilder {
+    /// Per-call timeout: connect, read and write timeouts, and the `WAIT` timeout (default
+    /// [`DEFAULT_QUERY_TIMEOUT`], 5 s; between 1 ms and 1 h). Set it to the sessions' renew interval.
+    #[must_use]
+    pub fn query_timeout(mut self, d: Duration) -> Self {
+        self.query_timeout = Some(d);
+        self
+    }
+    /// A new term counts only after this many replicas acknowledge it via `WAIT` within the query
+    /// timeout; otherwise acquire releases the term and fails with `Unavailable` (default 0 = off;
+    /// not available on Cluster).
+    #[must_use]
+    pub fn wait_replicas(mut self, n: u32) -> Self {
+        self.wait_replicas = Some(n);
+        self
+    }
+    /// Warn (default) or refuse when `maxmemory-policy` may evict Simba's keys.
+    #[must_use]
+    pub fn eviction_check(mut self, mode: EvictionCheck) -> Self {
+        self.eviction_check = Some(mode);
+        self
+    }
+    /// Most connections (standalone) or cluster connections (Cluster) open at once (default 8,
+    /// between 1 and 1024).
+    #[must_use]
+    pub fn max_connections(mut self, n: usize) -> Self {
+        self.max_connections = Some(n);
+        self
+    }
+
+    /// Validates and builds.
+    ///
+    /// # Errors
+    /// `InvalidConfig` naming the value and the rule it breaks.
+    pub fn build(self) -> Result<RedisOptions> {
+        let d = RedisOptions::default();
+        let query_timeout = self.query_timeout.unwrap_or(d.query_timeout);
+        if query_timeout < Duration::from_millis(1) || query_timeout > Duration::from_secs(3600) {
+            return Err(Error::config(format!("redis query_timeout {query_timeout:?} must be between 1ms and 1h")));
+        }
+        let max_connections = self.max_connections.unwrap_or(d.max_connections);
+        if !(1..=1024).contains(&max_connections) {
+            return Err(Error::config(format!("redis max_connections {max_connections} must be between 1 and 1024")));
+        }
+        let wait_replicas = self.wait_replicas.unwrap_or(0);
+        if wait_replicas > 1000 {
+            return Err(Error::config(format!("redis wait_replicas {wait_replicas} must be at most 1000")));
+        }
+        Ok(RedisOptions {
+            query_timeout,
+            wait_replicas,
+            eviction_check: self.eviction_check.unwrap_or_default(),
+            max_connections,
+        })
+    }
+}
+
+/// The Redis backend. Cheap to clone (clones share connections and the pub/sub thread, which
+/// stops once the last clone is dropped).
+#[derive(Clone)]
+pub struct RedisBackend {
+    inner: Arc<Inner>,
+}
+
+pub(crate) struct Inner {
+    pub(crate) scripting: Arc<dyn RedisScripting>,
+    pub(crate) options: RedisOptions,
+    pub(crate) books: Books,
+    watchers: Arc<Watchers>,
+}
+
+impl RedisBackend {
+    /// Connects to a standalone server (`redis://[user:password@]host:port[/db]`, `rediss://…`,
+    /// `unix:///path`), or to a cluster with `redis+cluster://host1:port,host2:port`. Runs the
+    /// startup check (see [`EvictionCheck`]) and starts the pub/sub thread.
+    ///
+    /// # Errors
+    /// `InvalidConfig` for a bad URL or options (or a refused eviction policy); `Unavailable` when
+    /// the server cannot be reached.
+    pub fn connect(url: &str, options: RedisOptions) -> Result<RedisBackend> {
+        if let Some(rest) = url.strip_prefix("redis+cluster://") {
+            return RedisBackend::clustered(&cluster_nodes(rest), options);
+        }
+        let scripting = StandaloneScripting::new(url, options.max_connections)?;
+        RedisBackend::with_scripting(Arc::new(scripting), options)
+    }
+
+    /// Connects to Redis Cluster through any of `nodes` (`host:port` or `redis://…`).
+    ///
+    /// # Errors
+    /// As [`connect`](RedisBackend::connect); `InvalidConfig` when `wait_replicas` is set (not
+    /// available on Cluster) or `nodes` is empty.
+    pub fn clustered<S: AsRef<str>>(nodes: &[S], options: RedisOptions) -> Result<RedisBackend> {
+        let scripting = ClusteredScripting::new(nodes, options.max_connections, options.query_timeout)?;
+        RedisBackend::with_scripting(Arc::new(scripting), options)
+    }
+
+    /// Builds the backend on a custom [`RedisScripting`] (another driver adapter, or a wrapper
+    /// that injects faults in tests). Runs the startup check and starts the pub/sub thread.
+    ///
+    /// # Errors
+    /// As [`connect`](RedisBackend::connect).
+    pub fn with_scripting(scripting: Arc<dyn RedisScripting>, options: RedisOptions) -> Result<RedisBackend> {
+        if scripting.is_clustered() && options.wait_replicas > 0 {
+            return Err(Error::config(format!(
+                "redis wait_replicas = {} is not available on Redis Cluster ({})",
+                options.wait_replicas,
+                scripting.target()
+            )));
+        }
+        let books = Books::new(scripting.is_clustered());
+        let inner = Inner { scripting, options, books, watchers: Watchers::new() };
+        check::startup(&inner)?;
+        watch::spawn(
+            &inner.watchers,
+            inner.scripting.subscriber_endpoints(),
+            inner.options.query_timeout,
+            inner.scripting.target(),
+        )
+        .map_err(|e| Error::unavailable("cannot start the redis pub/sub thread").with_source(e))?;
+        Ok(RedisBackend { inner: Arc::new(inner) })
+    }
+
+    /// The options this backend was built with.
+    pub fn options(&self) -> &RedisOptions {
+        &self.inner.options
+    }
+
+    /// True when connected to Redis Cluster.
+    pub fn is_clustered(&self) -> bool {
+        self.inner.scripting.is_clustered()
+    }
+}
+
+/// `h1:p1,h2:p2` (optionally `user:pass@h1:p1,…`) → one `redis://` URL per node, each with the
+/// credentials of the first.
+fn cluster_nodes(rest: &str) -> Vec<String> {
+    let (userinfo, hosts) = match rest.rfind('@') {
+        Some(at) => (format!("{}@", &rest[..at]), &rest[at + 1..]),
+        None => (String::new(), rest),
+    };
+    hosts
+        .split(',')
+        .map(|h| h.trim().trim_end_matches('/'))
+        .filter(|h| !h.is_empty())
+        .map(|h| format!("redis://{userinfo}{h}"))
+        .collect()
+}
+
+impl fmt::Debug for RedisBackend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisBackend")
+            .field("target", &self.inner.scripting.target())
+            .field("clustered", &self.inner.scripting.is_clustered())
+            .field("options", &self.inner.options)
+            .finish()
+    }
+}
+
+impl Inner {
+    pub(crate) fn deadline(&self) -> Instant {
+        Instant::now() + self.options.query_timeout
+    }
+
+    /// A deadline for best-effort clean-up after the main deadline was used up.
+    pub(crate) fn cleanup_deadline(&self, deadline: Instant) -> Instant {
+        deadline.max(Instant::now() + self.options.query_timeout / 2)
+    }
+}
+
+pub(crate) fn ms(d: Duration) -> String {
+    d.as_millis().max(1).to_string()
+}
+
+impl LeaseBackend for RedisBackend {
+    fn kind(&self) -> &'static str {
+        "redis"
+    }
+
+    fn open_session(&self, lease_duration: Duration, metadata: &str) -> Result<SessionGrant> {
+        validate_metadata(metadata)?;
+        if lease_duration < Duration::from_millis(1) {
+            return Err(Error::config(format!("lease duration {lease_duration:?} must be at least 1ms")));
+        }
+        standalone::open_session(&self.inner, lease_duration, metadata)
+    }
+
+    fn keep_alive(&self, session: &SessionId, lease_duration: Duration) -> Result<KeepAlive> {
+        if lease_duration < Duration::from_millis(1) {
+            return Err(Error::config(format!("lease duration {lease_duration:?} must be at least 1ms")));
+        }
+        if self.is_clustered() {
+            cluster::keep_alive(&self.inner, session, lease_duration)
+        } else {
+            standalone::keep_alive(&self.inner, session, lease_duration)
+        }
+    }
+
+    fn close_session(&self, session: &SessionId) -> Result<()> {
+        if self.is_clustered() {
+            cluster::close_session(&self.inner, session)
+        } else {
+            standalone::close_session(&self.inner, session)
+        }
+    }
+
+    fn acquire(&self, session: &SessionId, name: &Name) -> Result<Acquire> {
+        if self.is_clustered() {
+            cluster::acquire(&self.inner, session, name)
+        } else {
+            standalone::acquire(&self.inner, session, name)
+        }
+    }
+
+    fn release(&self, session: &SessionId, name: &Name) -> Result<()> {
+        if self.is_clustered() {
+            cluster::release(&self.inner, session, name)
+        } else {
+            standalone::release(&self.inner, session, name)
+        }
+    }
+
+    fn holder(&self, name: &Name) -> Result<Option<Holder>> {
+        if self.is_clustered() {
+            cluster::holder(&self.inner, name)
+        } else {
+            standalone::holder(&self.inner, name)
+        }
+    }
+
+    fn join(&self, session: &SessionId, group: &Name) -> Result<()> {
+        if self.is_clustered() {
+            cluster::join(&self.inner, session, group)
+        } else {
+            standalone::join(&self.inner, session, group)
+        }
+    }
+
+    fn leave(&self, session: &SessionId, group: &Name) -> Result<()> {
+        if self.is_clustered() {
+            cluster::leave(&self.inner, session, group)
+        } else {
+            standalone::leave(&self.inner, session, group)
+        }
+    }
+
+    fn members(&self, group: &Name) -> Result<Vec<Member>> {
+        if self.is_clustered() {
+            cluster::members(&self.inner, group)
+        } else {
+            standalone::members(&self.inner, group)
+        }
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities { push_release: true, push_membership: true }
+    }
+
+    fn watch(&self, topic: &Topic, notify: &Sender<Notification>) -> Result<bool> {
+        self.inner.watchers.register(topic, notify, self.inner.deadline())
+    }
+
+    fn check(&self) -> Vec<CheckItem> {
+        check::check(&self.inner)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn options_validate() {
+        let o = RedisOptions::builder().build().unwrap();
+        assert_eq!(o.query_timeout(), DEFAULT_QUERY_TIMEOUT);
+        assert_eq!(o.wait_replicas(), 0);
+        assert_eq!(o.eviction_check(), EvictionCheck::Warn);
+        assert!(RedisOptions::builder().query_timeout(Duration::ZERO).build().is_err());
+        assert!(RedisOptions::builder().max_connections(0).build().is_err());
+        let e = RedisOptions::builder().wait_replicas(5000).build().unwrap_err();
+        assert!(e.to_string().contains("wait_replicas"), "{e}");
+    }
+
+    #[test]
+    fn cluster_urls_split() {
+        assert_eq!(cluster_nodes("a:1,b:2/"), vec!["redis://a:1", "redis://b:2"]);
+        assert_eq!(cluster_nodes(":pw@a:1,b:2"), vec!["redis://:pw@a:1", "redis://:pw@b:2"]);
+    }
+
+    #[test]
+    fn passwords_are_redacted() {
+        assert_eq!(port::redact("redis://:secret@h:1/0"), "redis://:***@h:1/0");
+        assert_eq!(port::redact("redis://u:secret@h:1"), "redis://u:***@h:1");
+        assert_eq!(port::redact("redis://h:1"), "redis://h:1");
+        let s = StandaloneScripting::new("redis://:secret@127.0.0.1:1", 1).unwrap();
+        assert!(!format!("{s:?}").contains("secret"));
+        let c = ClusteredScripting::new(&["redis://:secret@127.0.0.1:1"], 1, Duration::from_secs(1)).unwrap();
+        assert!(!format!("{c:?}").contains("secret"));
+    }
+
+    #[test]
+    fn keys_and_tags() {
+        assert_eq!(scripts::keys::lease("a.b"), "simba:lease:{a.b}");
+        assert_eq!(scripts::keys::session_leases("ff"), "simba:session:{ff}:leases");
+        assert_eq!(scripts::keys::tag("simba:group:{g}"), Some("g"));
+        for s in scripts::SCRIPTS.clustered() {
+            assert_eq!(s.sha().len(), 40, "{}", s.name());
+        }
+    }
+}
