@@ -1,0 +1,4 @@
+-- A keep-alive that finds its session expired deletes it (lease rows stay). ? session id.
+DELETE FROM simba_session
+WHERE session_id = ?
+  AND expires_at <= CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED)

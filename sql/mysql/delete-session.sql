@@ -1,0 +1,3 @@
+-- Close, step 1: delete the session. ? session id.
+DELETE FROM simba_session
+WHERE session_id = ?

@@ -1,0 +1,6 @@
+-- One UPDATE renews the session and with it every lease and membership it holds.
+-- ? lease duration (ms), ? session id.
+UPDATE simba_session
+SET expires_at = CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED) + ?
+WHERE session_id = ?
+  AND expires_at > CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED)

@@ -1,0 +1,2 @@
+-- The server version string ('...-MariaDB...' on MariaDB).
+SELECT VERSION()

@@ -1,0 +1,2 @@
+-- The server version.
+select current_setting('server_version')

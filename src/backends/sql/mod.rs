@@ -1,0 +1,720 @@
+//! The SQL backend: PostgreSQL 14+ (feature `postgres`) and MySQL 8 / MariaDB 10.11 (feature `mysql`).
+//!
+//! Three tables (see `sql/<dialect>/init-simba-*.sql` and [`init_sql`]): `simba_session` (one row per
+//! session, `expires_at` in database time), `simba_lease` (one row per lease name ever acquired, never
+//! deleted, so tokens never reset) and `simba_member` (group memberships). A lease belongs to its
+//! `session_id` only while that session's `expires_at` is in the future, so one `UPDATE` of the
+//! session row renews every lease and membership of the session.
+//!
+//! - Acquire is one upsert that takes the row when it is free or its holder's session has expired
+//!   and adds one to the token; the holder's session row is read with a shared lock, which
+//!   serialises a takeover with that session's renewal.
+//! - Every time comparison uses the database clock (UTC epoch milliseconds, time-zone independent);
+//!   remaining times come back as durations, capped at the lease duration.
+//! - Each backend owns a small connection pool (default 4 connections) that the application cannot
+//!   exhaust; every statement is bounded by the query timeout on the server, and the connection
+//!   checkout by the same timeout.
+//! - Expired sessions left by crashed processes are purged in the background after
+//!   `open_session`/`keep_alive`, at most once per purge interval and 1000 sessions per run.
+//!
+//! See `docs/backends/sql.md` for the operations notes (durability, replication, clocks, pool sizing).
+//!
+//! ```no_run
+//! # fn main() -> simba::Result<()> {
+//! use simba::backends::sql::{SqlBackend, SqlOptions};
+//! let backend = SqlBackend::postgres("postgres://simba@db.example/app", SqlOptions::default())?;
+//! backend.init_schema()?; // or run sql/postgres/init-simba-postgresql.sql once
+//! # Ok(()) }
+//! ```
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use log::{debug, info, warn};
+use parking_lot::Mutex;
+
+use crate::backend::{
+    Acquire, CheckItem, CheckStatus, Holder, KeepAlive, LeaseBackend, Member, SessionGrant,
+};
+use crate::error::{display_chain, Error, ErrorKind, Result};
+use crate::options::DEFAULT_QUERY_TIMEOUT;
+use crate::types::{validate_metadata, Name, SessionId, Token};
+
+#[cfg(feature = "mysql")]
+mod mysql;
+#[cfg(feature = "postgres")]
+mod postgres;
+mod pool;
+pub mod queries;
+
+/// Default time between two background purges of expired sessions.
+pub const DEFAULT_PURGE_INTERVAL: Duration = Duration::from_secs(60);
+/// Default number of connections in the backend's own pool.
+pub const DEFAULT_POOL_SIZE: u32 = 4;
+/// Most sessions one purge run deletes.
+pub const PURGE_BATCH: usize = 1000;
+
+/// Longest lease duration the SQL backend accepts (one year).
+const MAX_LEASE: Duration = Duration::from_secs(365 * 24 * 3600);
+
+/// The SQL dialect of a [`SqlBackend`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Dialect {
+    /// PostgreSQL 14 or later (feature `postgres`).
+    Postgres,
+    /// MySQL 8 or MariaDB 10.11 (feature `mysql`).
+    Mysql,
+}
+
+impl Dialect {
+    /// `"postgres"` or `"mysql"`: the backend kind and the Cargo feature name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Dialect::Postgres => "postgres",
+            Dialect::Mysql => "mysql",
+        }
+    }
+
+    /// The schema script users run once (idempotent: `create table if not exists`).
+    pub fn init_sql(self) -> &'static str {
+        match self {
+            Dialect::Postgres => queries::postgres::INIT_SIMBA_POSTGRESQL,
+            Dialect::Mysql => queries::mysql::INIT_SIMBA_MYSQL,
+        }
+    }
+
+    /// The file name of [`init_sql`](Dialect::init_sql) under `sql/<dialect>/`.
+    pub fn init_script_name(self) -> &'static str {
+        match self {
+            Dialect::Postgres => "init-simba-postgresql.sql",
+            Dialect::Mysql => "init-simba-mysql.sql",
+        }
+    }
+
+    /// The dialect of a URL, by scheme: `postgres://`/`postgresql://` or `mysql://`/`mariadb://`.
+    ///
+    /// # Errors
+    /// `InvalidConfig` for any other scheme.
+    pub fn from_url(url: &str) -> Result<Dialect> {
+        let scheme = url.split_once("://").map(|(s, _)| s.to_ascii_lowercase()).unwrap_or_default();
+        match scheme.as_str() {
+            "postgres" | "postgresql" => Ok(Dialect::Postgres),
+            "mysql" | "mariadb" => Ok(Dialect::Mysql),
+            _ => Err(Error::config(format!(
+                "unsupported SQL URL {}: expected postgres://, postgresql://, mysql:// or mariadb://",
+                redact_url(url)
+            ))),
+        }
+    }
+}
+
+impl fmt::Display for Dialect {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The init SQL script of `dialect` (what `simba schema print` shows).
+pub fn init_sql(dialect: Dialect) -> &'static str {
+    dialect.init_sql()
+}
+
+/// Settings of a [`SqlBackend`]. Build with [`SqlOptions::builder`]; [`Default`] gives the defaults.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SqlOptions {
+    query_timeout: Duration,
+    connect_timeout: Option<Duration>,
+    purge_interval: Duration,
+    auto_purge: bool,
+    pool_size: u32,
+}
+
+impl Default for SqlOptions {
+    fn default() -> Self {
+        SqlOptions {
+            query_timeout: DEFAULT_QUERY_TIMEOUT,
+            connect_timeout: None,
+            purge_interval: DEFAULT_PURGE_INTERVAL,
+            auto_purge: true,
+            pool_size: DEFAULT_POOL_SIZE,
+        }
+    }
+}
+
+impl SqlOptions {
+    /// A builder starting from the defaults.
+    pub fn builder() -> SqlOptionsBuilder {
+        SqlOptionsBuilder::default()
+    }
+
+    /// Server-side timeout of every statement and bound of every connection checkout
+    /// (default [`DEFAULT_QUERY_TIMEOUT`], 5 s). Set it to the sessions' renew interval.
+    pub fn query_timeout(&self) -> Duration {
+        self.query_timeout
+    }
+
+    /// TCP connect (and PostgreSQL startup) timeout of new connections (default: the query timeout).
+    pub fn connect_timeout(&self) -> Duration {
+        self.connect_timeout.unwrap_or(self.query_timeout)
+    }
+
+    /// Least time between two background purges (default 60 s).
+    pub fn purge_interval(&self) -> Duration {
+        self.purge_interval
+    }
+
+    /// Whether `open_session`/`keep_alive` start background purges (default `true`).
+    pub fn auto_purge(&self) -> bool {
+        self.auto_purge
+    }
+
+    /// Connections in the backend's own pool (default 4).
+    pub fn pool_size(&self) -> u32 {
+        self.pool_size
+    }
+}
+
+/// Builder of [`SqlOptions`].
+#[derive(Debug, Clone, Default)]
+pub struct SqlOptionsBuilder {
+    query_timeout: Option<Duration>,
+    connect_timeout: Option<Duration>,
+    purge_interval: Option<Duration>,
+    auto_purge: Option<bool>,
+    pool_size: Option<u32>,
+}
+
+impl SqlOptionsBuilder {
+    /// Server-side timeout of every statement and bound of every connection checkout (default 5 s;
+    /// 1 ms to 1 h). Use the sessions' renew interval: a renewal slower than that counts as failed.
+    #[must_use]
+    pub fn query_timeout(mut self, d: Duration) -> Self {
+        self.query_timeout = Some(d);
+        self
+    }
+
+    /// TCP connect timeout of new connections (default: the query timeout; 1 ms to 1 h).
+    #[must_use]
+    pub fn connect_timeout(mut self, d: Duration) -> Self {
+        self.connect_timeout = Some(d);
+        self
+    }
+
+    /// Least time between two background purges of expired sessions (default 60 s; at most 1 day).
+    #[must_use]
+    pub fn purge_interval(mut self, d: Duration) -> Self {
+        self.purge_interval = Some(d);
+        self
+    }
+
+    /// Whether `open_session`/`keep_alive` start background purges (default `true`). Without them,
+    /// call [`LeaseBackend::purge_expired`] yourself (e.g. `simba purge` from cron).
+    #[must_use]
+    pub fn auto_purge(mut self, on: bool) -> Self {
+        self.auto_purge = Some(on);
+        self
+    }
+
+    /// Connections in the backend's own pool (default 4; 1 to 256). Connections are opened on
+    /// demand; a caller waits at most the query timeout for a free one.
+    #[must_use]
+    pub fn pool_size(mut self, n: u32) -> Self {
+        self.pool_size = Some(n);
+        self
+    }
+
+    /// Validates and builds.
+    ///
+    /// # Errors
+    /// `InvalidConfig` naming the value and the rule it breaks.
+    pub fn build(self) -> Result<SqlOptions> {
+        let hour = Duration::from_secs(3600);
+        let query_timeout = self.query_timeout.unwrap_or(DEFAULT_QUERY_TIMEOUT);
+        if query_timeout < Duration::from_millis(1) || query_timeout > hour {
+            return Err(Error::config(format!("query_timeout {query_timeout:?} must be between 1ms and 1h")));
+        }
+        if let Some(c) = self.connect_timeout {
+            if c < Duration::from_millis(1) || c > hour {
+                return Err(Error::config(format!("connect_timeout {c:?} must be between 1ms and 1h")));
+            }
+        }
+        let purge_interval = self.purge_interval.unwrap_or(DEFAULT_PURGE_INTERVAL);
+        if purge_interval > Duration::from_secs(24 * 3600) {
+            return Err(Error::config(format!("purge_interval {purge_interval:?} must be at most 24h")));
+        }
+        let pool_size = self.pool_size.unwrap_or(DEFAULT_POOL_SIZE);
+        if !(1..=256).contains(&pool_size) {
+            return Err(Error::config(format!("pool_size {pool_size} must be between 1 and 256")));
+        }
+        Ok(SqlOptions {
+            query_timeout,
+            connect_timeout: self.connect_timeout,
+            purge_interval,
+            auto_purge: self.auto_purge.unwrap_or(true),
+            pool_size,
+        })
+    }
+}
+
+/// What a dialect's acquire reports, before conversion.
+#[derive(Debug)]
+pub(crate) enum RawAcquire {
+    Acquired { token: i64, remaining_ms: i64 },
+    Busy,
+    Expired,
+}
+
+/// A holder row: session id, token, remaining ms, metadata.
+pub(crate) type RawHolder = (String, i64, i64, String);
+
+/// The per-dialect statements. Every method is one bounded call (checkout + statements + retries).
+pub(crate) trait Driver: Send + Sync + 'static {
+    fn init_schema(&self) -> Result<()>;
+    fn open_session(&self, id: &SessionId, lease_ms: i64, metadata: &str) -> Result<()>;
+    /// `None` when the session is expired or unknown (and then deleted).
+    fn keep_alive(&self, id: &SessionId, lease_ms: i64) -> Result<Option<(i64, Vec<(String, i64)>)>>;
+    fn close_session(&self, id: &SessionId) -> Result<()>;
+    fn acquire(&self, id: &SessionId, name: &Name) -> Result<RawAcquire>;
+    fn release(&self, id: &SessionId, name: &Name) -> Result<()>;
+    fn holder(&self, name: &Name) -> Result<Option<RawHolder>>;
+    /// `false` when the session is not alive.
+    fn join(&self, id: &SessionId, group: &Name) -> Result<bool>;
+    fn leave(&self, id: &SessionId, group: &Name) -> Result<()>;
+    fn members(&self, group: &Name) -> Result<Vec<(String, String)>>;
+    fn purge(&self, limit: usize) -> Result<usize>;
+    fn now_ms(&self) -> Result<i64>;
+    fn schema_tables(&self) -> Result<i64>;
+    fn server_version(&self) -> Result<String>;
+    fn connection_ids(&self) -> Vec<u64>;
+}
+
+/// The SQL [`LeaseBackend`] (PostgreSQL or MySQL/MariaDB). Cheap to clone; clones share the pool.
+///
+/// Construction does no I/O: connections are opened on demand (at most
+/// [`pool_size`](SqlOptions::pool_size)). Use [`init_schema`](SqlBackend::init_schema) or the init
+/// script to create the tables, and [`check`](LeaseBackend::check) to verify the setup.
+#[derive(Clone)]
+pub struct SqlBackend {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    dialect: Dialect,
+    url: String,
+    options: SqlOptions,
+    driver: Box<dyn Driver>,
+    purge_last: Mutex<Option<Instant>>,
+    purging: AtomicBool,
+    leases: Mutex<HashMap<SessionId, Duration>>,
+}
+
+impl fmt::Debug for SqlBackend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SqlBackend")
+            .field("dialect", &self.inner.dialect)
+            .field("url", &self.inner.url)
+            .field("options", &self.inner.options)
+            .finish()
+    }
+}
+
+impl SqlBackend {
+    /// A PostgreSQL backend for `url` (`postgres://user:password@host:port/db?options=...`, or a
+    /// libpq-style `key=value` string). No I/O happens here. TLS is not supported (use `sslmode`
+    /// `disable` or `prefer`).
+    ///
+    /// # Errors
+    /// `InvalidConfig` when the URL cannot be parsed.
+    #[cfg(feature = "postgres")]
+    pub fn postgres(url: &str, options: SqlOptions) -> Result<SqlBackend> {
+        let driver = postgres::PgDriver::new(url, &options)?;
+        Ok(SqlBackend::with_driver(Dialect::Postgres, url, options, Box::new(driver)))
+    }
+
+    /// A MySQL 8 / MariaDB 10.11 backend for `url` (`mysql://user:password@host:port/db`; `mariadb://`
+    /// is accepted as a synonym). No I/O happens here.
+    ///
+    /// # Errors
+    /// `InvalidConfig` when the URL cannot be parsed.
+    #[cfg(feature = "mysql")]
+    pub fn mysql(url: &str, options: SqlOptions) -> Result<SqlBackend> {
+        let driver = mysql::MyDriver::new(url, &options)?;
+        Ok(SqlBackend::with_driver(Dialect::Mysql, url, options, Box::new(driver)))
+    }
+
+    /// A backend for `url`, choosing the dialect by scheme (see [`Dialect::from_url`]).
+    ///
+    /// # Errors
+    /// `InvalidConfig` for an unknown scheme or a bad URL; `Unsupported` naming the Cargo feature
+    /// when the dialect was not compiled in.
+    pub fn from_url(url: &str, options: SqlOptions) -> Result<SqlBackend> {
+        match Dialect::from_url(url)? {
+            #[cfg(feature = "postgres")]
+            Dialect::Postgres => SqlBackend::postgres(url, options),
+            #[cfg(feature = "mysql")]
+            Dialect::Mysql => SqlBackend::mysql(url, options),
+            #[allow(unreachable_patterns)]
+            other => Err(Error::new(
+                ErrorKind::Unsupported,
+                format!("the {other} backend is not compiled in: enable the Cargo feature \"{}\"", other.name()),
+            )),
+        }
+    }
+
+    fn with_driver(dialect: Dialect, url: &str, options: SqlOptions, driver: Box<dyn Driver>) -> SqlBackend {
+        SqlBackend {
+            inner: Arc::new(Inner {
+                dialect,
+                url: redact_url(url),
+                options,
+                driver,
+                purge_last: Mutex::new(None),
+                purging: AtomicBool::new(false),
+                leases: Mutex::new(HashMap::new()),
+            }),
+        }
+    }
+
+    /// The dialect.
+    pub fn dialect(&self) -> Dialect {
+        self.inner.dialect
+    }
+
+    /// The options.
+    pub fn options(&self) -> &SqlOptions {
+        &self.inner.options
+    }
+
+    /// The URL with any password replaced by `***`.
+    pub fn redacted_url(&self) -> &str {
+        &self.inner.url
+    }
+
+    /// Creates the three tables and their indexes if they do not exist (runs the dialect's init
+    /// script; safe to run any number of times, also concurrently).
+    ///
+    /// # Errors
+    /// `Unavailable` when the database cannot be reached; `Backend` when the script fails (e.g. no
+    /// privilege to create tables).
+    pub fn init_schema(&self) -> Result<()> {
+        self.inner.driver.init_schema()?;
+        info!("simba {}: schema ready ({})", self.inner.dialect, self.inner.dialect.init_script_name());
+        Ok(())
+    }
+
+    /// The database clock now, as milliseconds since the Unix epoch (UTC).
+    ///
+    /// # Errors
+    /// `Unavailable`/`Backend` when the query fails.
+    pub fn database_now_ms(&self) -> Result<i64> {
+        self.inner.driver.now_ms()
+    }
+
+    /// Server-side ids of the pool's open connections: PostgreSQL backend process ids
+    /// (`pg_backend_pid()`), MySQL/MariaDB connection ids (`CONNECTION_ID()`). Meant for fault
+    /// tests (pausing or killing a connection's server process) and diagnostics.
+    pub fn connection_ids(&self) -> Vec<u64> {
+        self.inner.driver.connection_ids()
+    }
+
+    fn lease_ms(&self, lease_duration: Duration) -> Result<i64> {
+        if lease_duration < Duration::from_millis(1) || lease_duration > MAX_LEASE {
+            return Err(Error::config(format!("lease duration {lease_duration:?} must be between 1ms and 365 days")));
+        }
+        i64::try_from(lease_duration.as_millis())
+            .map_err(|_| Error::config(format!("lease duration {lease_duration:?} is too long")))
+    }
+
+    /// Remaining `ms` as a duration, capped at the session's lease duration when this process knows it.
+    fn remaining(&self, session: Option<&SessionId>, ms: i64) -> Duration {
+        let d = Duration::from_millis(u64::try_from(ms).unwrap_or(0));
+        match session.and_then(|s| self.inner.leases.lock().get(s).copied()) {
+            Some(lease) => d.min(lease),
+            None => d,
+        }
+    }
+
+    /// Starts a background purge when one is due (at most once per purge interval, one at a time).
+    fn maybe_purge(&self) {
+        let inner = &self.inner;
+        if !inner.options.auto_purge {
+            return;
+        }
+        {
+            let mut last = inner.purge_last.lock();
+            if last.is_some_and(|t| t.elapsed() < inner.options.purge_interval) {
+                return;
+            }
+            if inner.purging.swap(true, Ordering::AcqRel) {
+                return;
+            }
+            *last = Some(Instant::now());
+        }
+        let me = self.clone();
+        let spawned = std::thread::Builder::new().name("simba-sql-purge".into()).spawn(move || {
+            match me.inner.driver.purge(PURGE_BATCH) {
+                Ok(0) => {}
+                Ok(n) => info!("simba {}: purged {n} expired sessions", me.inner.dialect),
+                Err(e) => warn!("simba {}: purge of expired sessions failed: {}", me.inner.dialect, display_chain(&e)),
+            }
+            me.inner.purging.store(false, Ordering::Release);
+        });
+        if let Err(e) = spawned {
+            warn!("simba {}: cannot start the purge thread: {e}", inner.dialect);
+            inner.purging.store(false, Ordering::Release);
+        }
+    }
+
+    fn parse_session(&self, s: &str) -> Result<SessionId> {
+        SessionId::parse(s.trim_end())
+            .map_err(|e| Error::backend(format!("{}: corrupt session id in the database", self.inner.dialect)).with_source(e))
+    }
+}
+
+impl LeaseBackend for SqlBackend {
+    fn kind(&self) -> &'static str {
+        self.inner.dialect.name()
+    }
+
+    fn open_session(&self, lease_duration: Duration, metadata: &str) -> Result<SessionGrant> {
+        let lease_ms = self.lease_ms(lease_duration)?;
+        validate_metadata(metadata)?;
+        let id = SessionId::random();
+        self.inner.driver.open_session(&id, lease_ms, metadata)?;
+        self.inner.leases.lock().insert(id.clone(), lease_duration);
+        debug!("simba {}: session {id} opened (lease {lease_duration:?})", self.inner.dialect);
+        self.maybe_purge();
+        Ok(SessionGrant { id, remaining: lease_duration })
+    }
+
+    fn keep_alive(&self, session: &SessionId, lease_duration: Duration) -> Result<KeepAlive> {
+        let lease_ms = self.lease_ms(lease_duration)?;
+        let reply = self.inner.driver.keep_alive(session, lease_ms)?;
+        let Some((remaining_ms, rows)) = reply else {
+            self.inner.leases.lock().remove(session);
+            debug!("simba {}: session {session} expired; deleted", self.inner.dialect);
+            return Ok(KeepAlive::Expired);
+        };
+        self.inner.leases.lock().insert(session.clone(), lease_duration);
+        let mut owned = Vec::with_capacity(rows.len());
+        for (name, token) in rows {
+            let name = Name::new(&name).map_err(|e| {
+                Error::backend(format!("{}: corrupt lease name in the database", self.inner.dialect)).with_source(e)
+            })?;
+            let token = Token::from_backend(token, &format!("lease '{name}'"))?;
+            owned.push((name, token));
+        }
+        owned.sort();
+        let remaining = Duration::from_millis(u64::try_from(remaining_ms).unwrap_or(0)).min(lease_duration);
+        self.maybe_purge();
+        Ok(KeepAlive::Alive { remaining, owned })
+    }
+
+    fn close_session(&self, session: &SessionId) -> Result<()> {
+        self.inner.driver.close_session(session)?;
+        self.inner.leases.lock().remove(session);
+        debug!("simba {}: session {session} closed", self.inner.dialect);
+        Ok(())
+    }
+
+    fn acquire(&self, session: &SessionId, name: &Name) -> Result<Acquire> {
+        match self.inner.driver.acquire(session, name)? {
+            RawAcquire::Expired => {
+                debug!("simba {}: acquire '{name}' by session {session}: session expired", self.inner.dialect);
+                Err(Error::session_expired(session))
+            }
+            RawAcquire::Busy => Ok(Acquire::Busy),
+            RawAcquire::Acquired { token, remaining_ms } => {
+                let token = Token::from_backend(token, &format!("lease '{name}'"))?;
+                debug!("simba {}: session {session} holds '{name}' with token {token}", self.inner.dialect);
+                Ok(Acquire::Acquired { token, remaining: self.remaining(Some(session), remaining_ms) })
+            }
+        }
+    }
+
+    fn release(&self, session: &SessionId, name: &Name) -> Result<()> {
+        self.inner.driver.release(session, name)
+    }
+
+    fn holder(&self, name: &Name) -> Result<Option<Holder>> {
+        let Some((sid, token, remaining_ms, metadata)) = self.inner.driver.holder(name)? else {
+            return Ok(None);
+        };
+        let session = self.parse_session(&sid)?;
+        let token = Token::from_backend(token, &format!("lease '{name}'"))?;
+        let remaining = self.remaining(Some(&session), remaining_ms);
+        Ok(Some(Holder { session, token, remaining, metadata }))
+    }
+
+    fn join(&self, session: &SessionId, group: &Name) -> Result<()> {
+        if self.inner.driver.join(session, group)? {
+            Ok(())
+        } else {
+            debug!("simba {}: join '{group}' by session {session}: session expired", self.inner.dialect);
+            Err(Error::session_expired(session))
+        }
+    }
+
+    fn leave(&self, session: &SessionId, group: &Name) -> Result<()> {
+        self.inner.driver.leave(session, group)
+    }
+
+    fn members(&self, group: &Name) -> Result<Vec<Member>> {
+        let rows = self.inner.driver.members(group)?;
+        let mut out = Vec::with_capacity(rows.len());
+        for (sid, metadata) in rows {
+            out.push(Member { session: self.parse_session(&sid)?, metadata });
+        }
+        out.sort();
+        Ok(out)
+    }
+
+    fn purge_expired(&self) -> Result<usize> {
+        let n = self.inner.driver.purge(PURGE_BATCH)?;
+        if n > 0 {
+            info!("simba {}: purged {n} expired sessions", self.inner.dialect);
+        }
+        Ok(n)
+    }
+
+    fn check(&self) -> Vec<CheckItem> {
+        let d = self.inner.dialect;
+        let item = |name: &str, status, detail: String| CheckItem { name: name.to_string(), status, detail };
+        let mut items = Vec::new();
+        match self.inner.driver.server_version() {
+            Ok(v) => items.push(item("reachable", CheckStatus::Ok, format!("{d} server {v} at {}", self.inner.url))),
+            Err(e) => {
+                items.push(item("reachable", CheckStatus::Fail, format!("{}: {}", self.inner.url, display_chain(&e))));
+                return items;
+            }
+        }
+        match self.inner.driver.schema_tables() {
+            Ok(3) => items.push(item("schema", CheckStatus::Ok, "simba_session, simba_lease and simba_member exist".into())),
+            Ok(n) => items.push(item(
+                "schema",
+                CheckStatus::Fail,
+                format!(
+                    "{n} of the 3 tables exist: run `simba schema apply` or sql/{}/{} once",
+                    d.name(),
+                    d.init_script_name()
+                ),
+            )),
+            Err(e) => items.push(item("schema", CheckStatus::Fail, display_chain(&e))),
+        }
+        let sent = Instant::now();
+        let local_before = SystemTime::now();
+        match self.inner.driver.now_ms() {
+            Ok(db_ms) => {
+                let rtt = sent.elapsed();
+                let local_ms = local_before
+                    .checked_add(rtt / 2)
+                    .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+                    .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+                    .unwrap_or(0);
+                let offset = db_ms.saturating_sub(local_ms);
+                let rtt_ms = i64::try_from(rtt.as_millis()).unwrap_or(i64::MAX);
+                let (status, note) = if offset.unsigned_abs() <= 1000 + rtt_ms.unsigned_abs() {
+                    (CheckStatus::Ok, "")
+                } else {
+                    (CheckStatus::Warn, "; hosts usually run NTP, check both clocks")
+                };
+                items.push(item(
+                    "clock",
+                    status,
+                    format!(
+                        "database clock is {offset} ms {} this host (round trip {rtt_ms} ms); informational: leases \
+                         are measured by the database clock only{note}",
+                        if offset >= 0 { "ahead of" } else { "behind" }
+                    ),
+                ));
+            }
+            Err(e) => items.push(item("clock", CheckStatus::Fail, display_chain(&e))),
+        }
+        items.push(item(
+            "pool",
+            CheckStatus::Ok,
+            format!(
+                "{} connections, query timeout {:?}, purge every {:?}{}",
+                self.inner.options.pool_size,
+                self.inner.options.query_timeout,
+                self.inner.options.purge_interval,
+                if self.inner.options.auto_purge { "" } else { " (auto purge off)" }
+            ),
+        ));
+        items
+    }
+}
+
+/// `url` with any password (URL userinfo, `password` query parameter or `password=` key) replaced
+/// by `***`.
+pub fn redact_url(url: &str) -> String {
+    if url.contains("://") {
+        if let Ok(mut u) = url::Url::parse(url) {
+            if u.password().is_some() {
+                let _ = u.set_password(Some("***"));
+            }
+            let has_secret = u.query_pairs().any(|(k, _)| is_secret_key(&k));
+            if has_secret {
+                let pairs: Vec<(String, String)> = u
+                    .query_pairs()
+                    .map(|(k, v)| {
+                        let v = if is_secret_key(&k) { "***".to_string() } else { v.into_owned() };
+                        (k.into_owned(), v)
+                    })
+                    .collect();
+                u.query_pairs_mut().clear().extend_pairs(pairs);
+            }
+            return u.to_string();
+        }
+        // Unparseable: show the scheme only.
+        let scheme = url.split_once("://").map(|(s, _)| s).unwrap_or_default();
+        return format!("{scheme}://***");
+    }
+    // libpq key=value form.
+    url.split_whitespace()
+        .map(|kv| match kv.split_once('=') {
+            Some((k, _)) if is_secret_key(k) => format!("{k}=***"),
+            _ => kv.to_string(),
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+fn is_secret_key(k: &str) -> bool {
+    k.eq_ignore_ascii_case("password") || k.eq_ignore_ascii_case("pass") || k.eq_ignore_ascii_case("passwd")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn redacts_passwords() {
+        assert_eq!(redact_url("postgres://u:secret@h:5432/db"), "postgres://u:***@h:5432/db");
+        assert_eq!(redact_url("mysql://root@127.0.0.1:3306/test"), "mysql://root@127.0.0.1:3306/test");
+        assert!(!redact_url("postgres://h/db?password=secret&x=1").contains("secret"));
+        assert_eq!(redact_url("host=h user=u password=secret"), "host=h user=u password=***");
+        assert!(!redact_url("mysql://u:se%20cret@[bad").contains("cret"));
+    }
+
+    #[test]
+    fn dialects_and_options() {
+        assert_eq!(Dialect::from_url("postgresql://h/db").unwrap(), Dialect::Postgres);
+        assert_eq!(Dialect::from_url("MariaDB://h/db").unwrap(), Dialect::Mysql);
+        let e = Dialect::from_url("redis://u:pw@h").unwrap_err();
+        assert!(e.to_string().contains("unsupported SQL URL") && !e.to_string().contains("pw"), "{e}");
+        assert!(init_sql(Dialect::Postgres).contains("create table if not exists simba_lease"));
+        assert!(init_sql(Dialect::Mysql).contains("ascii_bin"));
+        let o = SqlOptions::default();
+        assert_eq!(o.query_timeout(), DEFAULT_QUERY_TIMEOUT);
+        assert_eq!(o.purge_interval(), Duration::from_secs(60));
+        assert_eq!(o.connect_timeout(), DEFAULT_QUERY_TIMEOUT);
+        assert!(SqlOptions::builder().pool_size(0).build().is_err());
+        assert!(SqlOptions::builder().query_timeout(Duration::ZERO).build().is_err());
+        let o = SqlOptions::builder().query_timeout(Duration::from_secs(1)).pool_size(2).build().unwrap();
+        assert_eq!((o.query_timeout(), o.pool_size()), (Duration::from_secs(1), 2));
+    }
+}

@@ -1,0 +1,417 @@
+//! The MySQL 8 / MariaDB 10.11 dialect: the blocking `mysql` client in an r2d2 pool.
+//!
+//! Every connection runs in UTC (`SET time_zone = '+00:00'`), has TCP connect/read/write timeouts,
+//! `innodb_lock_wait_timeout` and a server-side statement limit (MariaDB `max_statement_time`;
+//! MySQL 8 `max_execution_time`, which covers SELECTs only). A connection that saw an I/O error,
+//! a read timeout or any other client-side failure is never used again: after such an error a
+//! `Conn` can be out of step with the server and return the previous statement's reply.
+//!
+//! Rows are read as [`mysql::Row`] and converted column by column (`get_opt`), never with typed
+//! helpers that panic on an unexpected type.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use log::debug;
+use mysql::prelude::Queryable;
+use mysql::{Opts, OptsBuilder, Params, Row, TxOpts};
+use parking_lot::Mutex;
+
+use super::pool::{Fail, SqlPool};
+use super::queries::mysql as q;
+use super::{redact_url, Driver, RawAcquire, RawHolder, SqlOptions};
+use crate::error::{Error, Result};
+use crate::types::{Name, SessionId};
+
+const KIND: &str = "mysql";
+
+/// MySQL/MariaDB error codes we act on.
+mod code {
+    pub const LOCK_WAIT_TIMEOUT: u16 = 1205;
+    pub const DEADLOCK: u16 = 1213;
+    pub const NO_SUCH_TABLE: u16 = 1146;
+    pub const QUERY_INTERRUPTED: u16 = 1317;
+    pub const MARIADB_STATEMENT_TIMEOUT: u16 = 1969;
+    pub const MYSQL_QUERY_TIMEOUT: u16 = 3024;
+    pub const READ_ONLY: u16 = 1290;
+    pub const READ_ONLY_TRANSACTION: u16 = 1792;
+    pub const TOO_MANY_CONNECTIONS: u16 = 1040;
+    pub const SERVER_SHUTDOWN: u16 = 1053;
+}
+
+/// One pooled connection.
+pub(crate) struct MyConn {
+    conn: mysql::Conn,
+    broken: bool,
+    id: u64,
+    registry: Arc<Mutex<Vec<u64>>>,
+}
+
+impl Drop for MyConn {
+    fn drop(&mut self) {
+        let mut ids = self.registry.lock();
+        if let Some(i) = ids.iter().position(|p| *p == self.id) {
+            ids.swap_remove(i);
+        }
+    }
+}
+
+/// Classifies a driver error. Anything but an error reply from the server marks the connection
+/// broken (it is dropped, never returned to the pool).
+fn fail(conn_broken: &mut bool, e: mysql::Error, what: &str) -> Fail {
+    let msg = |m: &str| format!("{KIND}: {what}: {m}");
+    match &e {
+        mysql::Error::MySqlError(se) => match se.code {
+            code::DEADLOCK => Fail::Retry(Error::unavailable(msg("deadlock")).with_source(e)),
+            code::LOCK_WAIT_TIMEOUT
+            | code::QUERY_INTERRUPTED
+            | code::MARIADB_STATEMENT_TIMEOUT
+            | code::MYSQL_QUERY_TIMEOUT => {
+                Fail::Stop(Error::unavailable(msg("statement timed out (query timeout)")).with_source(e))
+            }
+            code::NO_SUCH_TABLE => Fail::Stop(
+                Error::backend(msg(
+                    "the Simba tables are missing: run `simba schema apply`, SqlBackend::init_schema() or \
+                     sql/mysql/init-simba-mysql.sql once",
+                ))
+                .with_source(e),
+            ),
+            code::READ_ONLY | code::READ_ONLY_TRANSACTION => {
+                Fail::Stop(Error::unavailable(msg("the server is read-only (a replica?)")).with_source(e))
+            }
+            code::TOO_MANY_CONNECTIONS | code::SERVER_SHUTDOWN => {
+                *conn_broken = true;
+                Fail::Retry(Error::unavailable(msg("connection refused by the server")).with_source(e))
+            }
+            _ => Fail::Stop(Error::backend(msg("statement failed")).with_source(e)),
+        },
+        mysql::Error::FromValueError(_) | mysql::Error::FromRowError(_) => {
+            Fail::Stop(Error::backend(msg("unexpected value")).with_source(e))
+        }
+        _ => {
+            *conn_broken = true;
+            Fail::Retry(Error::unavailable(msg("connection failed")).with_source(e))
+        }
+    }
+}
+
+impl MyConn {
+    fn rows(&mut self, sql: &'static str, params: impl Into<Params>, what: &str) -> Result<Vec<Row>, Fail> {
+        self.conn.exec::<Row, _, _>(sql, params).map_err(|e| fail(&mut self.broken, e, what))
+    }
+
+    /// Runs a statement without a result set; returns (affected rows, last insert id).
+    fn exec(&mut self, sql: &'static str, params: impl Into<Params>, what: &str) -> Result<(u64, u64), Fail> {
+        match self.conn.exec_drop(sql, params) {
+            Ok(()) => Ok((self.conn.affected_rows(), self.conn.last_insert_id())),
+            Err(e) => Err(fail(&mut self.broken, e, what)),
+        }
+    }
+}
+
+/// Column `idx` of `row` as `T` (use `Option<T>` for nullable columns).
+fn col<T: mysql::prelude::FromValue>(row: &Row, idx: usize, what: &str) -> Result<T, Fail> {
+    match row.get_opt::<T, usize>(idx) {
+        Some(Ok(v)) => Ok(v),
+        Some(Err(e)) => Err(Fail::Stop(
+            Error::backend(format!("{KIND}: {what}: unexpected value in column {idx}")).with_source(e),
+        )),
+        None => Err(Fail::Stop(Error::backend(format!("{KIND}: {what}: missing column {idx}")))),
+    }
+}
+
+pub(crate) struct MyManager {
+    opts: Opts,
+    lock_wait_secs: u64,
+    statement_secs: f64,
+    execution_ms: u64,
+    registry: Arc<Mutex<Vec<u64>>>,
+}
+
+impl MyManager {
+    /// Session settings of a new connection: UTC, lock wait and statement timeouts.
+    fn prepare(&self, conn: &mut mysql::Conn) -> Result<(), mysql::Error> {
+        conn.query_drop(q::SESSION_TIME_ZONE)?;
+        conn.exec_drop(q::SESSION_LOCK_WAIT_TIMEOUT, (self.lock_wait_secs,))?;
+        let rows: Vec<Row> = conn.exec(q::SERVER_VERSION, ())?;
+        let version: String = rows.first().and_then(|r| r.get_opt::<String, usize>(0)).and_then(|v| v.ok()).unwrap_or_default();
+        if version.contains("MariaDB") {
+            conn.exec_drop(q::SESSION_STATEMENT_TIME_MARIADB, (self.statement_secs,))?;
+        } else {
+            conn.exec_drop(q::SESSION_EXECUTION_TIME_MYSQL, (self.execution_ms,))?;
+        }
+        Ok(())
+    }
+}
+
+impl r2d2::ManageConnection for MyManager {
+    type Connection = MyConn;
+    type Error = mysql::Error;
+
+    fn connect(&self) -> Result<MyConn, mysql::Error> {
+        let mut conn = mysql::Conn::new(self.opts.clone())?;
+        self.prepare(&mut conn)?;
+        let id = u64::from(conn.connection_id());
+        self.registry.lock().push(id);
+        debug!("simba {KIND}: new connection (server connection id {id})");
+        Ok(MyConn { conn, broken: false, id, registry: self.registry.clone() })
+    }
+
+    fn is_valid(&self, conn: &mut MyConn) -> Result<(), mysql::Error> {
+        conn.conn.ping()
+    }
+
+    fn has_broken(&self, conn: &mut MyConn) -> bool {
+        conn.broken
+    }
+}
+
+pub(crate) struct MyDriver {
+    pool: SqlPool<MyManager>,
+    registry: Arc<Mutex<Vec<u64>>>,
+}
+
+impl MyDriver {
+    pub(crate) fn new(url: &str, options: &SqlOptions) -> Result<MyDriver> {
+        let url_for_driver = match url.split_once("://") {
+            Some((scheme, rest)) if scheme.eq_ignore_ascii_case("mariadb") => format!("mysql://{rest}"),
+            _ => url.to_string(),
+        };
+        let parsed = Opts::from_url(&url_for_driver)
+            .map_err(|e| Error::config(format!("invalid MySQL URL {}", redact_url(url))).with_source(e))?;
+        let qt = options.query_timeout();
+        // The server gives up first (statement / lock wait limits); the socket read timeout is
+        // the last resort for a server that stopped answering.
+        let opts: Opts = OptsBuilder::from_opts(parsed)
+            .prefer_socket(false)
+            .tcp_connect_timeout(Some(options.connect_timeout()))
+            .read_timeout(Some(qt + Duration::from_millis(500)))
+            .write_timeout(Some(qt))
+            .stmt_cache_size(64)
+            .into();
+        let registry = Arc::new(Mutex::new(Vec::new()));
+        let manager = MyManager {
+            opts,
+            lock_wait_secs: qt.as_secs_f64().ceil().max(1.0) as u64,
+            statement_secs: qt.as_secs_f64().max(0.001),
+            execution_ms: u64::try_from(qt.as_millis()).unwrap_or(u64::MAX).max(1),
+            registry: registry.clone(),
+        };
+        Ok(MyDriver { pool: SqlPool::new(manager, options, KIND), registry })
+    }
+
+    fn one_i64(&self, sql: &'static str, what: &str) -> Result<i64> {
+        self.pool.run(what, |c| {
+            let rows = c.rows(sql, (), what)?;
+            match rows.first() {
+                Some(r) => col(r, 0, what),
+                None => Err(Fail::Stop(Error::backend(format!("{KIND}: {what}: no reply row")))),
+            }
+        })
+    }
+}
+
+/// The statements of an init script: comment lines dropped, split at `;`.
+fn script_statements(script: &str) -> Vec<String> {
+    let body: String = script
+        .lines()
+        .filter(|l| !l.trim_start().starts_with("--"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    body.split(';').map(str::trim).filter(|s| !s.is_empty()).map(str::to_string).collect()
+}
+
+impl Driver for MyDriver {
+    fn init_schema(&self) -> Result<()> {
+        let what = "init schema";
+        let statements = script_statements(q::INIT_SIMBA_MYSQL);
+        self.pool.run(what, |c| {
+            for s in &statements {
+                c.conn.query_drop(s).map_err(|e| fail(&mut c.broken, e, what))?;
+            }
+            Ok(())
+        })
+    }
+
+    fn open_session(&self, id: &SessionId, lease_ms: i64, metadata: &str) -> Result<()> {
+        let what = format!("open session {id}");
+        self.pool.run(&what, |c| c.exec(q::OPEN_SESSION, (id.as_str(), lease_ms, metadata), &what).map(|_| ()))
+    }
+
+    fn keep_alive(&self, id: &SessionId, lease_ms: i64) -> Result<Option<(i64, Vec<(String, i64)>)>> {
+        let what = format!("keep-alive of session {id}");
+        self.pool.run(&what, |c| {
+            c.exec(q::KEEP_ALIVE, (lease_ms, id.as_str()), &what)?;
+            // A separate statement: it sees every takeover that committed before the renewal.
+            let rows = c.rows(q::KEEP_ALIVE_READ, (id.as_str(),), &what)?;
+            let Some(first) = rows.first() else {
+                c.exec(q::DELETE_EXPIRED_SESSION, (id.as_str(),), &what)?;
+                c.exec(q::DELETE_SESSION_MEMBERS, (id.as_str(),), &what)?;
+                return Ok(None);
+            };
+            let remaining: i64 = col(first, 0, &what)?;
+            let mut owned = Vec::new();
+            for r in &rows {
+                let name: Option<String> = col(r, 1, &what)?;
+                let token: Option<i64> = col(r, 2, &what)?;
+                if let (Some(name), Some(token)) = (name, token) {
+                    owned.push((name, token));
+                }
+            }
+            Ok(Some((remaining, owned)))
+        })
+    }
+
+    fn close_session(&self, id: &SessionId) -> Result<()> {
+        let what = format!("close session {id}");
+        self.pool.run(&what, |c| {
+            c.exec(q::DELETE_SESSION, (id.as_str(),), &what)?;
+            c.exec(q::RELEASE_SESSION_LEASES, (id.as_str(),), &what)?;
+            c.exec(q::DELETE_SESSION_MEMBERS, (id.as_str(),), &what)?;
+            Ok(())
+        })
+    }
+
+    fn acquire(&self, id: &SessionId, name: &Name) -> Result<RawAcquire> {
+        let what = format!("acquire '{name}' for session {id}");
+        self.pool.run(&what, |c| {
+            // Round 0 observes and, when the lease looks takeable, runs the upsert; round 1 only
+            // classifies the outcome of an upsert that did not take the row.
+            for round in 0..2 {
+                let rows = c.rows(q::ACQUIRE_OBSERVE, (name.as_str(), id.as_str()), &what)?;
+                let Some(row) = rows.first() else {
+                    return Ok(RawAcquire::Expired);
+                };
+                let remaining_ms: i64 = col(row, 0, &what)?;
+                let holder: Option<String> = col(row, 1, &what)?;
+                let token: Option<i64> = col(row, 2, &what)?;
+                let holder_alive: i64 = col(row, 3, &what)?;
+                if holder.as_deref() == Some(id.as_str()) {
+                    if let Some(token) = token {
+                        return Ok(RawAcquire::Acquired { token, remaining_ms });
+                    }
+                }
+                if holder_alive != 0 || round == 1 {
+                    return Ok(RawAcquire::Busy);
+                }
+                let observed = holder.unwrap_or_default();
+                let (affected, last_id) = c.exec(
+                    q::ACQUIRE,
+                    (name.as_str(), observed.as_str(), id.as_str(), observed.as_str(), observed.as_str()),
+                    &what,
+                )?;
+                match (affected, i64::try_from(last_id)) {
+                    (1, _) => return Ok(RawAcquire::Acquired { token: 1, remaining_ms }),
+                    (2, Ok(token)) if token > 0 => return Ok(RawAcquire::Acquired { token, remaining_ms }),
+                    _ => {}
+                }
+            }
+            Ok(RawAcquire::Busy)
+        })
+    }
+
+    fn release(&self, id: &SessionId, name: &Name) -> Result<()> {
+        let what = format!("release '{name}' by session {id}");
+        self.pool.run(&what, |c| c.exec(q::RELEASE, (name.as_str(), id.as_str()), &what).map(|_| ()))
+    }
+
+    fn holder(&self, name: &Name) -> Result<Option<RawHolder>> {
+        let what = format!("holder of '{name}'");
+        self.pool.run(&what, |c| {
+            let rows = c.rows(q::HOLDER, (name.as_str(),), &what)?;
+            match rows.first() {
+                None => Ok(None),
+                Some(r) => Ok(Some((col(r, 0, &what)?, col(r, 1, &what)?, col(r, 2, &what)?, col(r, 3, &what)?))),
+            }
+        })
+    }
+
+    fn join(&self, id: &SessionId, group: &Name) -> Result<bool> {
+        let what = format!("join '{group}' by session {id}");
+        self.pool.run(&what, |c| {
+            let (affected, _) = c.exec(q::JOIN, (group.as_str(), id.as_str()), &what)?;
+            if affected > 0 {
+                return Ok(true);
+            }
+            // Already a member, or the session is not alive.
+            let rows = c.rows(q::SESSION_ALIVE, (id.as_str(),), &what)?;
+            let alive: i64 = match rows.first() {
+                Some(r) => col(r, 0, &what)?,
+                None => 0,
+            };
+            Ok(alive > 0)
+        })
+    }
+
+    fn leave(&self, id: &SessionId, group: &Name) -> Result<()> {
+        let what = format!("leave '{group}' by session {id}");
+        self.pool.run(&what, |c| c.exec(q::LEAVE, (group.as_str(), id.as_str()), &what).map(|_| ()))
+    }
+
+    fn members(&self, group: &Name) -> Result<Vec<(String, String)>> {
+        let what = format!("members of '{group}'");
+        self.pool.run(&what, |c| {
+            let rows = c.rows(q::MEMBERS, (group.as_str(),), &what)?;
+            rows.iter().map(|r| Ok((col(r, 0, &what)?, col(r, 1, &what)?))).collect()
+        })
+    }
+
+    fn purge(&self, limit: usize) -> Result<usize> {
+        let what = "purge expired sessions";
+        let limit = u64::try_from(limit).unwrap_or(u64::MAX);
+        self.pool.run(what, |c| {
+            let r = (|| -> Result<usize, mysql::Error> {
+                let mut tx = c.conn.start_transaction(TxOpts::default())?;
+                let rows: Vec<Row> = tx.exec(q::PURGE_SELECT, (limit,))?;
+                let cutoff = rows.iter().filter_map(|r| r.get_opt::<i64, usize>(1).and_then(|v| v.ok())).max();
+                let Some(cutoff) = cutoff else {
+                    tx.commit()?;
+                    return Ok(0);
+                };
+                tx.exec_drop(q::PURGE_MEMBERS, (cutoff,))?;
+                tx.exec_drop(q::PURGE_SESSIONS, (cutoff, limit))?;
+                let n = tx.affected_rows();
+                tx.commit()?;
+                Ok(usize::try_from(n).unwrap_or(usize::MAX))
+            })();
+            r.map_err(|e| fail(&mut c.broken, e, what))
+        })
+    }
+
+    fn now_ms(&self) -> Result<i64> {
+        self.one_i64(q::NOW, "read the database clock")
+    }
+
+    fn schema_tables(&self) -> Result<i64> {
+        self.one_i64(q::SCHEMA_CHECK, "check the schema")
+    }
+
+    fn server_version(&self) -> Result<String> {
+        let what = "read the server version";
+        self.pool.run(what, |c| {
+            let rows = c.rows(q::SERVER_VERSION, (), what)?;
+            match rows.first() {
+                Some(r) => col(r, 0, what),
+                None => Err(Fail::Stop(Error::backend(format!("{KIND}: {what}: no reply row")))),
+            }
+        })
+    }
+
+    fn connection_ids(&self) -> Vec<u64> {
+        let mut ids = self.registry.lock().clone();
+        ids.sort_unstable();
+        ids
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn init_script_splits_into_three_tables() {
+        let s = script_statements(q::INIT_SIMBA_MYSQL);
+        assert_eq!(s.len(), 3, "{s:?}");
+        assert!(s.iter().all(|s| s.starts_with("create table if not exists simba_")));
+    }
+}

@@ -1,0 +1,359 @@
+//! The PostgreSQL dialect: the blocking `postgres` client in an r2d2 pool with a per-connection
+//! prepared-statement cache.
+//!
+//! Timeouts: `statement_timeout` (= query timeout) and `idle_in_transaction_session_timeout` are set
+//! per connection through the `options` startup parameter, `connect_timeout` and TCP keepalives /
+//! `tcp_user_timeout` on the socket. The `postgres` client has **no client-side read timeout**: a
+//! server process that stops answering (SIGSTOP, a hung host whose kernel still acknowledges) blocks
+//! the calling thread until it answers again. The session engine abandons such calls at its own
+//! deadline; the blocked connection stays checked out meanwhile, so the pool shrinks by one.
+
+use std::collections::HashMap;
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use log::debug;
+use parking_lot::Mutex;
+use postgres::error::SqlState;
+use postgres::types::ToSql;
+use postgres::{Client, Config, NoTls, Row, Statement};
+
+use super::pool::{Fail, SqlPool};
+use super::queries::postgres as q;
+use super::{redact_url, Driver, RawAcquire, RawHolder, SqlOptions};
+use crate::error::{Error, Result};
+use crate::types::{Name, SessionId};
+
+const KIND: &str = "postgres";
+
+/// One pooled connection.
+pub(crate) struct PgConn {
+    client: Client,
+    statements: HashMap<usize, Statement>,
+    broken: bool,
+    pid: u64,
+    registry: Arc<Mutex<Vec<u64>>>,
+}
+
+impl Drop for PgConn {
+    fn drop(&mut self) {
+        let mut ids = self.registry.lock();
+        if let Some(i) = ids.iter().position(|p| *p == self.pid) {
+            ids.swap_remove(i);
+        }
+    }
+}
+
+/// Classifies a driver error: transient ones are `Unavailable`, connection-level ones also mark the
+/// connection broken (it is then dropped instead of returned to the pool).
+fn fail(conn_broken: &mut bool, e: postgres::Error, what: &str) -> Fail {
+    let msg = |m: &str| format!("{KIND}: {what}: {m}");
+    if e.is_closed() {
+        *conn_broken = true;
+        return Fail::Retry(Error::unavailable(msg("connection closed")).with_source(e));
+    }
+    let Some(code) = e.code() else {
+        // I/O, protocol or conversion failure: never trust this connection again.
+        *conn_broken = true;
+        return Fail::Retry(Error::unavailable(msg("connection failed")).with_source(e));
+    };
+    let code = code.clone();
+    if code == SqlState::T_R_DEADLOCK_DETECTED || code == SqlState::T_R_SERIALIZATION_FAILURE {
+        Fail::Retry(Error::unavailable(msg("transaction conflict")).with_source(e))
+    } else if code == SqlState::QUERY_CANCELED || code == SqlState::LOCK_NOT_AVAILABLE {
+        Fail::Stop(Error::unavailable(msg("statement timed out (statement_timeout = query timeout)")).with_source(e))
+    } else if code == SqlState::UNDEFINED_TABLE {
+        Fail::Stop(
+            Error::backend(msg(
+                "the Simba tables are missing: run `simba schema apply`, SqlBackend::init_schema() or \
+                 sql/postgres/init-simba-postgresql.sql once",
+            ))
+            .with_source(e),
+        )
+    } else if code.code().starts_with("08")
+        || code.code().starts_with("57P")
+        || code == SqlState::TOO_MANY_CONNECTIONS
+        || code == SqlState::IDLE_IN_TRANSACTION_SESSION_TIMEOUT
+    {
+        *conn_broken = true;
+        Fail::Retry(Error::unavailable(msg("connection lost")).with_source(e))
+    } else if code == SqlState::READ_ONLY_SQL_TRANSACTION {
+        Fail::Stop(Error::unavailable(msg("the server is read-only (a standby?)")).with_source(e))
+    } else {
+        Fail::Stop(Error::backend(msg("statement failed")).with_source(e))
+    }
+}
+
+impl PgConn {
+    fn statement(&mut self, sql: &'static str, what: &str) -> Result<Statement, Fail> {
+        let key = sql.as_ptr() as usize;
+        if let Some(s) = self.statements.get(&key) {
+            return Ok(s.clone());
+        }
+        match self.client.prepare(sql) {
+            Ok(s) => {
+                self.statements.insert(key, s.clone());
+                Ok(s)
+            }
+            Err(e) => Err(fail(&mut self.broken, e, what)),
+        }
+    }
+
+    fn query(&mut self, sql: &'static str, params: &[&(dyn ToSql + Sync)], what: &str) -> Result<Vec<Row>, Fail> {
+        let st = self.statement(sql, what)?;
+        self.client.query(&st, params).map_err(|e| fail(&mut self.broken, e, what))
+    }
+
+    fn execute(&mut self, sql: &'static str, params: &[&(dyn ToSql + Sync)], what: &str) -> Result<u64, Fail> {
+        let st = self.statement(sql, what)?;
+        self.client.execute(&st, params).map_err(|e| fail(&mut self.broken, e, what))
+    }
+}
+
+/// Reads column `idx`; a type mismatch is a `Backend` error (the schema is not ours).
+fn col<'a, T: postgres::types::FromSql<'a>>(row: &'a Row, idx: usize, what: &str) -> Result<T, Fail> {
+    row.try_get(idx).map_err(|e| {
+        Fail::Stop(Error::backend(format!("{KIND}: {what}: unexpected value in column {idx}")).with_source(e))
+    })
+}
+
+pub(crate) struct PgManager {
+    config: Config,
+    registry: Arc<Mutex<Vec<u64>>>,
+}
+
+impl r2d2::ManageConnection for PgManager {
+    type Connection = PgConn;
+    type Error = postgres::Error;
+
+    fn connect(&self) -> Result<PgConn, postgres::Error> {
+        let mut client = self.config.connect(NoTls)?;
+        let row = client.query_one(q::BACKEND_PID, &[])?;
+        let pid: i64 = row.try_get(0)?;
+        let pid = u64::try_from(pid).unwrap_or(0);
+        self.registry.lock().push(pid);
+        debug!("simba {KIND}: new connection (server pid {pid})");
+        Ok(PgConn { client, statements: HashMap::new(), broken: false, pid, registry: self.registry.clone() })
+    }
+
+    fn is_valid(&self, conn: &mut PgConn) -> Result<(), postgres::Error> {
+        conn.client.check_connection()
+    }
+
+    fn has_broken(&self, conn: &mut PgConn) -> bool {
+        conn.broken || conn.client.is_closed()
+    }
+}
+
+pub(crate) struct PgDriver {
+    pool: SqlPool<PgManager>,
+    registry: Arc<Mutex<Vec<u64>>>,
+}
+
+impl PgDriver {
+    pub(crate) fn new(url: &str, options: &SqlOptions) -> Result<PgDriver> {
+        let mut config = Config::from_str(url).map_err(|e| {
+            Error::config(format!("invalid PostgreSQL URL {}", redact_url(url))).with_source(e)
+        })?;
+        let qt_ms = options.query_timeout().as_millis().max(1);
+        let idle_tx_ms = qt_ms.saturating_mul(4).max(1000);
+        let mut opts = config.get_options().map(str::to_string).unwrap_or_default();
+        if !opts.is_empty() {
+            opts.push(' ');
+        }
+        opts.push_str(&format!("-c statement_timeout={qt_ms} -c idle_in_transaction_session_timeout={idle_tx_ms}"));
+        config.options(&opts);
+        if config.get_connect_timeout().is_none() {
+            config.connect_timeout(options.connect_timeout());
+        }
+        if config.get_tcp_user_timeout().is_none() {
+            config.tcp_user_timeout(options.query_timeout() + Duration::from_secs(1));
+        }
+        config.keepalives(true);
+        config.keepalives_idle(Duration::from_secs(30));
+        if config.get_application_name().is_none() {
+            config.application_name("simba");
+        }
+        let registry = Arc::new(Mutex::new(Vec::new()));
+        let manager = PgManager { config, registry: registry.clone() };
+        Ok(PgDriver { pool: SqlPool::new(manager, options, KIND), registry })
+    }
+}
+
+impl Driver for PgDriver {
+    fn init_schema(&self) -> Result<()> {
+        let what = "init schema";
+        self.pool.run(what, |c| {
+            let r = (|| {
+                let mut tx = c.client.transaction()?;
+                tx.batch_execute(q::INIT_LOCK)?;
+                tx.batch_execute(q::INIT_SIMBA_POSTGRESQL)?;
+                tx.commit()
+            })();
+            r.map_err(|e| fail(&mut c.broken, e, what))
+        })
+    }
+
+    fn open_session(&self, id: &SessionId, lease_ms: i64, metadata: &str) -> Result<()> {
+        if metadata.contains('\0') {
+            return Err(Error::config("session metadata must not contain NUL characters on PostgreSQL"));
+        }
+        let what = format!("open session {id}");
+        self.pool.run(&what, |c| c.execute(q::OPEN_SESSION, &[&id.as_str(), &lease_ms, &metadata], &what).map(|_| ()))
+    }
+
+    fn keep_alive(&self, id: &SessionId, lease_ms: i64) -> Result<Option<(i64, Vec<(String, i64)>)>> {
+        let what = format!("keep-alive of session {id}");
+        self.pool.run(&what, |c| {
+            let rows = c.query(q::KEEP_ALIVE, &[&id.as_str(), &lease_ms], &what)?;
+            let Some(row) = rows.first() else {
+                c.execute(q::DELETE_EXPIRED_SESSION, &[&id.as_str()], &what)?;
+                return Ok(None);
+            };
+            let remaining: i64 = col(row, 0, &what)?;
+            let mut owned = Vec::new();
+            for r in c.query(q::OWNED_LEASES, &[&id.as_str()], &what)? {
+                owned.push((col::<String>(&r, 0, &what)?, col::<i64>(&r, 1, &what)?));
+            }
+            Ok(Some((remaining, owned)))
+        })
+    }
+
+    fn close_session(&self, id: &SessionId) -> Result<()> {
+        let what = format!("close session {id}");
+        self.pool.run(&what, |c| c.execute(q::CLOSE_SESSION, &[&id.as_str()], &what).map(|_| ()))
+    }
+
+    fn acquire(&self, id: &SessionId, name: &Name) -> Result<RawAcquire> {
+        let what = format!("acquire '{name}' for session {id}");
+        self.pool.run(&what, |c| {
+            let rows = c.query(q::ACQUIRE, &[&id.as_str(), &name.as_str()], &what)?;
+            let Some(row) = rows.first() else {
+                return Err(Fail::Stop(Error::backend(format!("{KIND}: {what}: no reply row"))));
+            };
+            let remaining: Option<i64> = col(row, 0, &what)?;
+            let token: Option<i64> = col(row, 1, &what)?;
+            Ok(match (remaining, token) {
+                (None, _) => RawAcquire::Expired,
+                (Some(_), None) => RawAcquire::Busy,
+                (Some(remaining_ms), Some(token)) => RawAcquire::Acquired { token, remaining_ms },
+            })
+        })
+    }
+
+    fn release(&self, id: &SessionId, name: &Name) -> Result<()> {
+        let what = format!("release '{name}' by session {id}");
+        self.pool.run(&what, |c| c.execute(q::RELEASE, &[&id.as_str(), &name.as_str()], &what).map(|_| ()))
+    }
+
+    fn holder(&self, name: &Name) -> Result<Option<RawHolder>> {
+        let what = format!("holder of '{name}'");
+        self.pool.run(&what, |c| {
+            let rows = c.query(q::HOLDER, &[&name.as_str()], &what)?;
+            match rows.first() {
+                None => Ok(None),
+                Some(r) => Ok(Some((col(r, 0, &what)?, col(r, 1, &what)?, col(r, 2, &what)?, col(r, 3, &what)?))),
+            }
+        })
+    }
+
+    fn join(&self, id: &SessionId, group: &Name) -> Result<bool> {
+        let what = format!("join '{group}' by session {id}");
+        self.pool.run(&what, |c| {
+            let rows = c.query(q::JOIN, &[&id.as_str(), &group.as_str()], &what)?;
+            let alive: i64 = match rows.first() {
+                Some(r) => col(r, 0, &what)?,
+                None => 0,
+            };
+            Ok(alive > 0)
+        })
+    }
+
+    fn leave(&self, id: &SessionId, group: &Name) -> Result<()> {
+        let what = format!("leave '{group}' by session {id}");
+        self.pool.run(&what, |c| c.execute(q::LEAVE, &[&id.as_str(), &group.as_str()], &what).map(|_| ()))
+    }
+
+    fn members(&self, group: &Name) -> Result<Vec<(String, String)>> {
+        let what = format!("members of '{group}'");
+        self.pool.run(&what, |c| {
+            let rows = c.query(q::MEMBERS, &[&group.as_str()], &what)?;
+            rows.iter().map(|r| Ok((col(r, 0, &what)?, col(r, 1, &what)?))).collect()
+        })
+    }
+
+    fn purge(&self, limit: usize) -> Result<usize> {
+        let what = "purge expired sessions";
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        self.pool.run(what, |c| {
+            let select = c.statement(q::PURGE_SELECT, what)?;
+            let members = c.statement(q::PURGE_MEMBERS, what)?;
+            let sessions = c.statement(q::PURGE_SESSIONS, what)?;
+            let r = (|| -> Result<Result<usize, Error>, postgres::Error> {
+                let mut tx = c.client.transaction()?;
+                let rows = tx.query(&select, &[&limit])?;
+                let mut ids = Vec::with_capacity(rows.len());
+                for r in &rows {
+                    match r.try_get::<_, String>(0) {
+                        Ok(s) => ids.push(s),
+                        Err(e) => {
+                            return Ok(Err(Error::backend(format!("{KIND}: {what}: unexpected session id")).with_source(e)))
+                        }
+                    }
+                }
+                if ids.is_empty() {
+                    tx.commit()?;
+                    return Ok(Ok(0));
+                }
+                tx.execute(&members, &[&ids])?;
+                let n = tx.execute(&sessions, &[&ids])?;
+                tx.commit()?;
+                Ok(Ok(usize::try_from(n).unwrap_or(usize::MAX)))
+            })();
+            match r {
+                Ok(v) => v.map_err(Fail::Stop),
+                Err(e) => Err(fail(&mut c.broken, e, what)),
+            }
+        })
+    }
+
+    fn now_ms(&self) -> Result<i64> {
+        let what = "read the database clock";
+        self.pool.run(what, |c| {
+            let rows = c.query(q::NOW, &[], what)?;
+            match rows.first() {
+                Some(r) => col(r, 0, what),
+                None => Err(Fail::Stop(Error::backend(format!("{KIND}: {what}: no reply row")))),
+            }
+        })
+    }
+
+    fn schema_tables(&self) -> Result<i64> {
+        let what = "check the schema";
+        self.pool.run(what, |c| {
+            let rows = c.query(q::SCHEMA_CHECK, &[], what)?;
+            match rows.first() {
+                Some(r) => col(r, 0, what),
+                None => Ok(0),
+            }
+        })
+    }
+
+    fn server_version(&self) -> Result<String> {
+        let what = "read the server version";
+        self.pool.run(what, |c| {
+            let version = c.query(q::SERVER_VERSION, &[], what)?;
+            let Some(version) = version.first() else {
+                return Err(Fail::Stop(Error::backend(format!("{KIND}: {what}: no reply row"))));
+            };
+            col(&version, 0, what)
+        })
+    }
+
+    fn connection_ids(&self) -> Vec<u64> {
+        let mut ids = self.registry.lock().clone();
+        ids.sort_unstable();
+        ids
+    }
+}

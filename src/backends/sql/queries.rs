@@ -1,0 +1,105 @@
+//! The SQL text of the backend: every statement is a file under `sql/<dialect>/`, embedded here once.
+//!
+//! Nothing else in the crate contains SQL. The init scripts are the ones users run by hand
+//! (`init-simba-postgresql.sql`, `init-simba-mysql.sql`); the other files are single statements run
+//! as prepared statements with bound parameters (each file's header comment explains it).
+
+/// Statements of the PostgreSQL 14+ dialect (`sql/postgres/`).
+pub mod postgres {
+    /// `acquire.sql`: Acquire: one upsert taking a free, own or expired-holder lease (token + 1 for a new term).
+    pub const ACQUIRE: &str = include_str!("../../../sql/postgres/acquire.sql");
+    /// `backend-pid.sql`: The server process id serving this connection.
+    pub const BACKEND_PID: &str = include_str!("../../../sql/postgres/backend-pid.sql");
+    /// `close-session.sql`: Close: deletes the session, releases its leases (tokens kept), removes its memberships.
+    pub const CLOSE_SESSION: &str = include_str!("../../../sql/postgres/close-session.sql");
+    /// `delete-expired-session.sql`: Keep-alive on an expired session: deletes the session row.
+    pub const DELETE_EXPIRED_SESSION: &str = include_str!("../../../sql/postgres/delete-expired-session.sql");
+    /// `holder.sql`: The live holder of a lease with its token, remaining time and metadata.
+    pub const HOLDER: &str = include_str!("../../../sql/postgres/holder.sql");
+    /// `init-lock.sql`: Advisory lock serialising concurrent schema initialisations.
+    pub const INIT_LOCK: &str = include_str!("../../../sql/postgres/init-lock.sql");
+    /// `init-simba-postgresql.sql`: The PostgreSQL schema script users run once (idempotent).
+    pub const INIT_SIMBA_POSTGRESQL: &str = include_str!("../../../sql/postgres/init-simba-postgresql.sql");
+    /// `join.sql`: Adds a live session to a group (idempotent).
+    pub const JOIN: &str = include_str!("../../../sql/postgres/join.sql");
+    /// `keep-alive.sql`: The one UPDATE that renews a session (and with it its leases and memberships).
+    pub const KEEP_ALIVE: &str = include_str!("../../../sql/postgres/keep-alive.sql");
+    /// `leave.sql`: Removes a session from a group (idempotent).
+    pub const LEAVE: &str = include_str!("../../../sql/postgres/leave.sql");
+    /// `members.sql`: Live members of a group, ordered by session id.
+    pub const MEMBERS: &str = include_str!("../../../sql/postgres/members.sql");
+    /// `now.sql`: The database clock as UTC epoch milliseconds.
+    pub const NOW: &str = include_str!("../../../sql/postgres/now.sql");
+    /// `open-session.sql`: Inserts a new session expiring one lease duration from the database's now.
+    pub const OPEN_SESSION: &str = include_str!("../../../sql/postgres/open-session.sql");
+    /// `owned-leases.sql`: After a renewal: the leases the session owns.
+    pub const OWNED_LEASES: &str = include_str!("../../../sql/postgres/owned-leases.sql");
+    /// `purge-members.sql`: Purge step 2: deletes the memberships of the batch.
+    pub const PURGE_MEMBERS: &str = include_str!("../../../sql/postgres/purge-members.sql");
+    /// `purge-select.sql`: Purge step 1: locks a batch of expired sessions, oldest first.
+    pub const PURGE_SELECT: &str = include_str!("../../../sql/postgres/purge-select.sql");
+    /// `purge-sessions.sql`: Purge step 3: deletes the sessions of the batch (lease rows stay).
+    pub const PURGE_SESSIONS: &str = include_str!("../../../sql/postgres/purge-sessions.sql");
+    /// `release.sql`: Frees a lease held by the session, keeping its token.
+    pub const RELEASE: &str = include_str!("../../../sql/postgres/release.sql");
+    /// `schema-check.sql`: Counts the Simba tables present.
+    pub const SCHEMA_CHECK: &str = include_str!("../../../sql/postgres/schema-check.sql");
+    /// `server-version.sql`: The server version string.
+    pub const SERVER_VERSION: &str = include_str!("../../../sql/postgres/server-version.sql");
+}
+
+/// Statements of the MySQL 8 and MariaDB 10.11 dialect (`sql/mysql/`).
+pub mod mysql {
+    /// `acquire-observe.sql`: Acquire step 1: is this session alive, who holds the lease, is that holder alive.
+    pub const ACQUIRE_OBSERVE: &str = include_str!("../../../sql/mysql/acquire-observe.sql");
+    /// `acquire.sql`: Acquire: one upsert taking a free, own or expired-holder lease (token + 1 for a new term).
+    pub const ACQUIRE: &str = include_str!("../../../sql/mysql/acquire.sql");
+    /// `delete-expired-session.sql`: Keep-alive on an expired session: deletes the session row.
+    pub const DELETE_EXPIRED_SESSION: &str = include_str!("../../../sql/mysql/delete-expired-session.sql");
+    /// `delete-session-members.sql`: Close step 3 and expired keep-alive: deletes the session's memberships.
+    pub const DELETE_SESSION_MEMBERS: &str = include_str!("../../../sql/mysql/delete-session-members.sql");
+    /// `delete-session.sql`: Close step 1: deletes the session row.
+    pub const DELETE_SESSION: &str = include_str!("../../../sql/mysql/delete-session.sql");
+    /// `holder.sql`: The live holder of a lease with its token, remaining time and metadata.
+    pub const HOLDER: &str = include_str!("../../../sql/mysql/holder.sql");
+    /// `init-simba-mysql.sql`: The MySQL/MariaDB schema script users run once (idempotent).
+    pub const INIT_SIMBA_MYSQL: &str = include_str!("../../../sql/mysql/init-simba-mysql.sql");
+    /// `join.sql`: Adds a live session to a group (idempotent).
+    pub const JOIN: &str = include_str!("../../../sql/mysql/join.sql");
+    /// `keep-alive-read.sql`: After a renewal: the session's remaining time and the leases it owns.
+    pub const KEEP_ALIVE_READ: &str = include_str!("../../../sql/mysql/keep-alive-read.sql");
+    /// `keep-alive.sql`: The one UPDATE that renews a session (and with it its leases and memberships).
+    pub const KEEP_ALIVE: &str = include_str!("../../../sql/mysql/keep-alive.sql");
+    /// `leave.sql`: Removes a session from a group (idempotent).
+    pub const LEAVE: &str = include_str!("../../../sql/mysql/leave.sql");
+    /// `members.sql`: Live members of a group, ordered by session id.
+    pub const MEMBERS: &str = include_str!("../../../sql/mysql/members.sql");
+    /// `now.sql`: The database clock as UTC epoch milliseconds.
+    pub const NOW: &str = include_str!("../../../sql/mysql/now.sql");
+    /// `open-session.sql`: Inserts a new session expiring one lease duration from the database's now.
+    pub const OPEN_SESSION: &str = include_str!("../../../sql/mysql/open-session.sql");
+    /// `purge-members.sql`: Purge step 2: deletes the memberships of the batch.
+    pub const PURGE_MEMBERS: &str = include_str!("../../../sql/mysql/purge-members.sql");
+    /// `purge-select.sql`: Purge step 1: locks a batch of expired sessions, oldest first.
+    pub const PURGE_SELECT: &str = include_str!("../../../sql/mysql/purge-select.sql");
+    /// `purge-sessions.sql`: Purge step 3: deletes the sessions of the batch (lease rows stay).
+    pub const PURGE_SESSIONS: &str = include_str!("../../../sql/mysql/purge-sessions.sql");
+    /// `release-session-leases.sql`: Close step 2: releases every lease of the session, keeping tokens.
+    pub const RELEASE_SESSION_LEASES: &str = include_str!("../../../sql/mysql/release-session-leases.sql");
+    /// `release.sql`: Frees a lease held by the session, keeping its token.
+    pub const RELEASE: &str = include_str!("../../../sql/mysql/release.sql");
+    /// `schema-check.sql`: Counts the Simba tables present.
+    pub const SCHEMA_CHECK: &str = include_str!("../../../sql/mysql/schema-check.sql");
+    /// `server-version.sql`: The server version string.
+    pub const SERVER_VERSION: &str = include_str!("../../../sql/mysql/server-version.sql");
+    /// `session-alive.sql`: Whether a session is alive.
+    pub const SESSION_ALIVE: &str = include_str!("../../../sql/mysql/session-alive.sql");
+    /// `session-execution-time-mysql.sql`: Per-connection setting (MySQL 8): SELECT timeout (milliseconds).
+    pub const SESSION_EXECUTION_TIME_MYSQL: &str = include_str!("../../../sql/mysql/session-execution-time-mysql.sql");
+    /// `session-lock-wait-timeout.sql`: Per-connection setting: row-lock wait timeout (seconds).
+    pub const SESSION_LOCK_WAIT_TIMEOUT: &str = include_str!("../../../sql/mysql/session-lock-wait-timeout.sql");
+    /// `session-statement-time-mariadb.sql`: Per-connection setting (MariaDB): statement timeout (seconds).
+    pub const SESSION_STATEMENT_TIME_MARIADB: &str = include_str!("../../../sql/mysql/session-statement-time-mariadb.sql");
+    /// `session-time-zone.sql`: Per-connection setting: UTC session time zone.
+    pub const SESSION_TIME_ZONE: &str = include_str!("../../../sql/mysql/session-time-zone.sql");
+}
