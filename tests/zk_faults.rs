@@ -111,7 +111,8 @@ fn handle(s: &Arc<ProxyShared>, client: TcpStream) {
         return;
     };
     let _ = server.set_nodelay(true);
-    let (Ok(c2), Ok(s2), Ok(c3), Ok(s3)) = (client.try_clone(), server.try_clone(), client.try_clone(), server.try_clone())
+    let (Ok(c2), Ok(s2), Ok(c3), Ok(s3)) =
+        (client.try_clone(), server.try_clone(), client.try_clone(), server.try_clone())
     else {
         return;
     };
@@ -190,11 +191,9 @@ fn pair(query_timeout: Duration) -> (ZookeeperBackend, ZookeeperBackend, Proxy) 
     let root = format!("{root}/{}", support::unique("f"));
     let direct = ZookeeperBackend::connect(&host, ZookeeperOptions::default().root(&root)).unwrap();
     let proxy = Proxy::start(&host);
-    let proxied = ZookeeperBackend::connect(
-        &proxy.addr,
-        ZookeeperOptions::default().root(&root).query_timeout(query_timeout),
-    )
-    .unwrap();
+    let proxied =
+        ZookeeperBackend::connect(&proxy.addr, ZookeeperOptions::default().root(&root).query_timeout(query_timeout))
+            .unwrap();
     (direct, proxied, proxy)
 }
 
@@ -246,7 +245,9 @@ fn lost_create_reply_is_reported_by_the_next_keep_alive() {
     proxy.set_mode(Mode::Normal);
     proxy.cut();
     match keep_alive_eventually(&proxied, &s, lease, Duration::from_secs(5)) {
-        KeepAlive::Alive { owned, .. } => assert_eq!(owned, vec![(n.clone(), h.token)], "possibly owned lease not reported"),
+        KeepAlive::Alive { owned, .. } => {
+            assert_eq!(owned, vec![(n.clone(), h.token)], "possibly owned lease not reported")
+        }
         KeepAlive::Expired => panic!("session expired"),
     }
     // Once reported it is an ordinary owned lease: released normally, then no longer reported.

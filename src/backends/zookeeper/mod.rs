@@ -42,8 +42,8 @@ use self::options::SHARED_SESSION_TIMEOUT;
 use self::paths::{decode_session, encode_session, parent, Paths};
 use self::watch::Watches;
 use crate::backend::{
-    Acquire, Capabilities, CheckItem, CheckStatus, Holder, KeepAlive, LeaseBackend, Member, Notification,
-    SessionGrant, Topic,
+    Acquire, Capabilities, CheckItem, CheckStatus, Holder, KeepAlive, LeaseBackend, Member, Notification, SessionGrant,
+    Topic,
 };
 use crate::error::{Error, ErrorKind, Result};
 use crate::types::{validate_metadata, Name, SessionId, Token};
@@ -141,7 +141,10 @@ impl Fail {
 
     /// The outcome of a write is unknown: it may or may not have been applied.
     fn is_unknown_outcome(&self) -> bool {
-        matches!(self, Fail::Timeout | Fail::Zk(ZkError::ConnectionLoss | ZkError::Timeout))
+        match self {
+            Fail::Timeout => true,
+            Fail::Zk(e) => is_transient(e),
+        }
     }
 
     fn into_error(self, what: &str, timeout: Duration) -> Error {
@@ -152,17 +155,33 @@ impl Fail {
     }
 }
 
+/// Errors of the connection rather than of the request: the request may or may not have been
+/// applied, and retrying later may succeed. The client reports I/O errors of its connection (a
+/// broken pipe, a reset, "no response from connection") to the requests in flight as `Custom`.
+fn is_transient(e: &ZkError) -> bool {
+    matches!(
+        e,
+        ZkError::ConnectionLoss
+            | ZkError::Timeout
+            | ZkError::NoHosts
+            | ZkError::Throttled
+            | ZkError::Custom(_)
+            | ZkError::UnexpectedError(_)
+            | ZkError::UnmarshalError { .. }
+    )
+}
+
 /// Maps a client error to ours, with the client error as source.
 fn zk_error(e: ZkError, what: &str) -> Error {
     let kind = match &e {
-        ZkError::ConnectionLoss | ZkError::Timeout | ZkError::NoHosts | ZkError::Throttled => ErrorKind::Unavailable,
+        e if is_transient(e) => ErrorKind::Unavailable,
         ZkError::SessionExpired | ZkError::ClientClosed | ZkError::SessionMoved => ErrorKind::SessionExpired,
         _ => ErrorKind::Backend,
     };
     let msg = match &e {
-        ZkError::NoAuth | ZkError::InvalidAcl | ZkError::AuthFailed => format!(
-            "ZooKeeper denied {what}: check the backend's auth info and the ACL of the node and its parents"
-        ),
+        ZkError::NoAuth | ZkError::InvalidAcl | ZkError::AuthFailed => {
+            format!("ZooKeeper denied {what}: check the backend's auth info and the ACL of the node and its parents")
+        }
         ZkError::BadArguments(_) => format!("ZooKeeper rejected the arguments of {what}"),
         _ => format!("ZooKeeper {what} failed"),
     };
@@ -270,8 +289,8 @@ impl ZookeeperBackend {
             AclMode::Open => Acls::anyone_all(),
             AclMode::CreatorAll => Acls::creator_all(),
         };
-        let watches = Watches::start()
-            .map_err(|e| Error::backend("cannot start the ZooKeeper watch thread").with_source(e))?;
+        let watches =
+            Watches::start().map_err(|e| Error::backend("cannot start the ZooKeeper watch thread").with_source(e))?;
         let inner = Arc::new(Inner {
             hosts: hosts.to_string(),
             paths: Paths::new(&options.root),
@@ -403,12 +422,12 @@ impl Inner {
             Some(Err(ZkError::BadArguments(_))) => {
                 Err(Error::config(format!("invalid ZooKeeper connect string {:?}", self.hosts)))
             }
-            Some(Err(ZkError::AuthFailed)) => Err(Error::backend(format!(
-                "ZooKeeper at {} rejected the backend's auth info",
-                self.hosts
-            ))),
-            Some(Err(e)) => Err(Error::unavailable(format!("cannot open a ZooKeeper session at {}", self.hosts))
-                .with_source(e)),
+            Some(Err(ZkError::AuthFailed)) => {
+                Err(Error::backend(format!("ZooKeeper at {} rejected the backend's auth info", self.hosts)))
+            }
+            Some(Err(e)) => {
+                Err(Error::unavailable(format!("cannot open a ZooKeeper session at {}", self.hosts)).with_source(e))
+            }
             None => Err(Error::unavailable(format!(
                 "cannot open a ZooKeeper session at {} within {:?}",
                 self.hosts, self.opts.connection_timeout
@@ -483,10 +502,18 @@ impl Inner {
         Err(Fail::Zk(ZkError::NoNode))
     }
 
-    fn acquire_once(&self, s: &ZkSession, client: &Client, name: &Name, deadline: Instant) -> Result<Option<i64>, Fail> {
+    fn acquire_once(
+        &self,
+        s: &ZkSession,
+        client: &Client,
+        name: &Name,
+        deadline: Instant,
+    ) -> Result<Option<i64>, Fail> {
         let path = self.paths.lease(name);
         for _ in 0..CREATE_ATTEMPTS {
-            if let Some(czxid) = self.create_ephemeral(client, &path, s.id.as_str().as_bytes(), CreateMode::Persistent, deadline)? {
+            if let Some(czxid) =
+                self.create_ephemeral(client, &path, s.id.as_str().as_bytes(), CreateMode::Persistent, deadline)?
+            {
                 return Ok(Some(czxid));
             }
             // It exists: ours (idempotent re-acquire, or a create whose reply was lost) or busy.
@@ -655,7 +682,9 @@ impl LeaseBackend for ZookeeperBackend {
         let (synced, checks) = match res {
             Some(r) => r,
             None => {
-                return Err(Fail::Timeout.into_error(&format!("keep-alive of session {session}"), inner.opts.query_timeout))
+                return Err(
+                    Fail::Timeout.into_error(&format!("keep-alive of session {session}"), inner.opts.query_timeout)
+                )
             }
         };
         if let Err(e) = synced {
@@ -904,9 +933,9 @@ impl LeaseBackend for ZookeeperBackend {
                 Some(Ok(_)) => Err(Error::backend(format!(
                     "member node {path} exists but belongs to another ZooKeeper session; delete it"
                 ))),
-                Some(Err(ZkError::NoNode)) => Err(Error::unavailable(format!(
-                    "member node {path} vanished during {what}; retry"
-                ))),
+                Some(Err(ZkError::NoNode)) => {
+                    Err(Error::unavailable(format!("member node {path} vanished during {what}; retry")))
+                }
                 Some(Err(e)) => Err(zk_error(e, &what)),
                 None => Err(Fail::Timeout.into_error(&what, inner.opts.query_timeout)),
             },
@@ -1064,7 +1093,7 @@ impl LeaseBackend for ZookeeperBackend {
                 items.push(CheckItem {
                     name: "reachable".into(),
                     status: CheckStatus::Fail,
-                    detail: format!("{}", crate::error::display_chain(&e)),
+                    detail: crate::error::display_chain(&e),
                 });
                 return items;
             }
@@ -1118,7 +1147,12 @@ impl LeaseBackend for ZookeeperBackend {
                 detail: format!("cannot read the ACL of {root}: {e}"),
             },
             Some(Ok((acls, _))) => {
-                let open = acls.iter().any(|a| a.scheme() == "world" && a.id() == "anyone" && a.permission() != zookeeper_client::Permission::READ && a.permission() != zookeeper_client::Permission::NONE);
+                let open = acls.iter().any(|a| {
+                    a.scheme() == "world"
+                        && a.id() == "anyone"
+                        && a.permission() != zookeeper_client::Permission::READ
+                        && a.permission() != zookeeper_client::Permission::NONE
+                });
                 let shown: Vec<String> =
                     acls.iter().map(|a| format!("{}:{}:{}", a.scheme(), a.id(), a.permission())).collect();
                 CheckItem {
@@ -1160,7 +1194,14 @@ mod tests {
         assert_eq!(r.as_deref(), Some("/simba-test"));
         assert_eq!(parse_url("zookeeper://a:1").unwrap().1, None);
         assert_eq!(parse_url("zookeeper://a:1/").unwrap().1, None);
-        for bad in ["redis://a:1", "zookeeper://", "zookeeper://a", "zookeeper://a:x", "zookeeper://u:p@a:1", "zookeeper://a:1?x=1"] {
+        for bad in [
+            "redis://a:1",
+            "zookeeper://",
+            "zookeeper://a",
+            "zookeeper://a:x",
+            "zookeeper://u:p@a:1",
+            "zookeeper://a:1?x=1",
+        ] {
             assert!(parse_url(bad).unwrap_err().is_invalid_input(), "{bad}");
         }
         assert!(validate_hosts("a:1,b:2").is_ok());

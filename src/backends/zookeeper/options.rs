@@ -57,9 +57,9 @@ impl ZookeeperAuth {
     pub fn parse(s: &str) -> Result<ZookeeperAuth> {
         match s.split_once(':') {
             Some((scheme, creds)) if !creds.is_empty() => ZookeeperAuth::new(scheme, creds.as_bytes().to_vec()),
-            _ => Err(Error::config(
-                "invalid ZooKeeper auth: expected 'scheme:credentials', e.g. 'digest:user:password'",
-            )),
+            _ => {
+                Err(Error::config("invalid ZooKeeper auth: expected 'scheme:credentials', e.g. 'digest:user:password'"))
+            }
         }
     }
 
@@ -209,7 +209,10 @@ pub(crate) fn validate_root(root: &str) -> Result<()> {
     if root.ends_with('/') {
         return bad("trailing '/'");
     }
-    if root.chars().any(|c| c.is_control() || ('\u{e000}'..='\u{f8ff}').contains(&c) || ('\u{fff0}'..='\u{ffff}').contains(&c)) {
+    if root
+        .chars()
+        .any(|c| c.is_control() || ('\u{e000}'..='\u{f8ff}').contains(&c) || ('\u{fff0}'..='\u{ffff}').contains(&c))
+    {
         return bad("forbidden character");
     }
     for seg in root[1..].split('/') {
