@@ -1,0 +1,40 @@
+//! The SQL and Lua the benchmark runs itself (raw baselines, server counters, cleanup), each file
+//! included once. The library's own statements are not repeated here.
+
+/// Redis: compare-and-delete release of the raw `SET NX PX` lock.
+#[cfg(feature = "redis")]
+pub const REDIS_UNLOCK: &str = include_str!("../../lua/bench-unlock.lua");
+
+/// PostgreSQL statements.
+#[cfg(feature = "postgres")]
+pub mod postgres {
+    /// Creates the raw lock's table.
+    pub const INIT: &str = include_str!("../../sql/postgres/bench-init.sql");
+    /// Takes the raw lock (one upsert).
+    pub const LOCK: &str = include_str!("../../sql/postgres/bench-lock.sql");
+    /// Frees the raw lock (one update).
+    pub const UNLOCK: &str = include_str!("../../sql/postgres/bench-unlock.sql");
+    /// Transactions of the current database so far.
+    pub const COMMITS: &str = include_str!("../../sql/postgres/bench-commits.sql");
+    /// Deletes a run's lease rows.
+    pub const CLEANUP: &str = include_str!("../../sql/postgres/bench-cleanup.sql");
+    /// The server version string.
+    pub const VERSION: &str = include_str!("../../sql/postgres/bench-version.sql");
+}
+
+/// MySQL/MariaDB statements.
+#[cfg(feature = "mysql")]
+pub mod mysql {
+    /// Creates the raw lock's table.
+    pub const INIT: &str = include_str!("../../sql/mysql/bench-init.sql");
+    /// Takes the raw lock (one upsert).
+    pub const LOCK: &str = include_str!("../../sql/mysql/bench-lock.sql");
+    /// Frees the raw lock (one update).
+    pub const UNLOCK: &str = include_str!("../../sql/mysql/bench-unlock.sql");
+    /// The server's `Questions` counter.
+    pub const QUESTIONS: &str = include_str!("../../sql/mysql/bench-questions.sql");
+    /// Deletes a run's lease rows.
+    pub const CLEANUP: &str = include_str!("../../sql/mysql/bench-cleanup.sql");
+    /// The server version string.
+    pub const VERSION: &str = include_str!("../../sql/mysql/bench-version.sql");
+}

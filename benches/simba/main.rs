@@ -1,0 +1,171 @@
+//! The performance targets of SPEC §10, measured per backend in one run.
+//!
+//! ```text
+//! scripts/services up
+//! cargo bench --all-features --bench simba                       # everything compiled in
+//! SIMBA_BENCH=memory,redis cargo bench --features redis --bench simba
+//! SIMBA_BENCH_QUICK=1 cargo bench --all-features --bench simba   # short smoke run
+//! SIMBA_BENCH_SECTIONS=1,4 ...                                   # only some sections
+//! SIMBA_BENCH_OUT=report.md ...                                  # also write the tables to a file
+//! ```
+//!
+//! Sections (each prints a markdown table; see `docs/benchmarks.md` for the results and their
+//! reading):
+//! 1. uncontended acquire+release: public API vs the backend SPI called directly vs the raw
+//!    primitive on the same server, interleaved in blocks, plus the engine's worker hand-off;
+//! 2. hand-off latency from `release` to a waiting `lock()` returning;
+//! 3. crash failover: a holder that stops renewing vs waiters in `lock()`;
+//! 4. keep-alive cost with 1, 100 and 10,000 leases held (time and round trips);
+//! 5. scale: 1,000 sessions x 10 leases at default timings;
+//! 6. idle CPU of one session holding 1,000 leases.
+//!
+//! Server URLs come from the same variables as the tests (`SIMBA_TEST_REDIS_URL`, ...). This is a
+//! benchmark, not a test: it asserts nothing about timings; it fails only when a server is
+//! unreachable or an operation errors.
+
+#![forbid(unsafe_code)]
+
+mod assets;
+mod common;
+mod proxy;
+mod s1_uncontended;
+mod s2_handoff;
+mod s3_failover;
+mod s4_keepalive;
+mod s5_scale;
+mod s6_idle;
+mod targets;
+
+use std::process::ExitCode;
+use std::time::Instant;
+
+use common::{BenchResult, Report};
+use targets::{Kind, Target};
+
+/// Run settings from the environment.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Short smoke run (`SIMBA_BENCH_QUICK=1`).
+    pub quick: bool,
+    /// Backends to measure (`SIMBA_BENCH`, default every compiled-in backend).
+    pub kinds: Vec<Kind>,
+    /// Sections to run (`SIMBA_BENCH_SECTIONS`, default 1-6).
+    pub sections: Vec<u32>,
+    /// Random prefix of every name this run uses.
+    pub prefix: String,
+}
+
+impl Config {
+    fn from_env() -> Result<Config, String> {
+        let quick = std::env::var("SIMBA_BENCH_QUICK").is_ok_and(|v| !v.is_empty() && v != "0");
+        let kinds = match std::env::var("SIMBA_BENCH") {
+            Ok(v) if !v.trim().is_empty() => {
+                let mut kinds = Vec::new();
+                for part in v.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+                    match Kind::parse(part) {
+                        Some(k) if k.compiled() => kinds.push(k),
+                        Some(k) => {
+                            return Err(format!(
+                                "SIMBA_BENCH names {part}, but its feature is not compiled in: add --features {}",
+                                k.feature()
+                            ))
+                        }
+                        None => {
+                            return Err(format!(
+                                "SIMBA_BENCH: unknown backend {part:?} (known: {})",
+                                Kind::ALL.iter().map(|k| k.name()).collect::<Vec<_>>().join(", ")
+                            ))
+                        }
+                    }
+                }
+                kinds
+            }
+            _ => Kind::ALL.iter().copied().filter(|k| k.compiled()).collect(),
+        };
+        let sections = match std::env::var("SIMBA_BENCH_SECTIONS") {
+            Ok(v) if !v.trim().is_empty() => {
+                let mut s = Vec::new();
+                for part in v.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+                    match part.parse::<u32>() {
+                        Ok(n @ 1..=6) => s.push(n),
+                        _ => return Err(format!("SIMBA_BENCH_SECTIONS: {part:?} is not a section number 1-6")),
+                    }
+                }
+                s
+            }
+            _ => (1..=6).collect(),
+        };
+        let prefix = format!("simba-bench-{:08x}", rand::random::<u32>());
+        Ok(Config { quick, kinds, sections, prefix })
+    }
+
+    /// `full` normally, `quick` in a smoke run.
+    pub fn pick<T>(&self, full: T, quick: T) -> T {
+        if self.quick {
+            quick
+        } else {
+            full
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    // `cargo bench` passes `--bench`; `cargo test --all-targets` runs bench targets without it.
+    if !std::env::args().any(|a| a == "--bench") {
+        println!("simba benchmarks: run them with `cargo bench --all-features --bench simba` (see docs/benchmarks.md)");
+        return ExitCode::SUCCESS;
+    }
+    let _ = env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("error")).try_init();
+    let config = match Config::from_env() {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match run(&config) {
+        Ok(report) => {
+            report.finish();
+            if report.failures() > 0 {
+                eprintln!("{} measurement(s) failed; see the tables above", report.failures());
+                ExitCode::FAILURE
+            } else {
+                ExitCode::SUCCESS
+            }
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(config: &Config) -> BenchResult<Report> {
+    let start = Instant::now();
+    let mut report = Report::new(config);
+    let mut targets = Vec::new();
+    for &kind in &config.kinds {
+        targets.push(Target::prepare(kind, config)?);
+    }
+    report.machine(&targets);
+    for &section in &config.sections {
+        let t = Instant::now();
+        match section {
+            1 => s1_uncontended::run(config, &targets, &mut report),
+            2 => s2_handoff::run(config, &targets, &mut report),
+            3 => s3_failover::run(config, &targets, &mut report),
+            4 => s4_keepalive::run(config, &targets, &mut report),
+            5 => s5_scale::run(config, &targets, &mut report),
+            6 => s6_idle::run(config, &targets, &mut report),
+            _ => {}
+        }
+        eprintln!("[bench] section {section} took {:.0?}", t.elapsed());
+    }
+    for t in &targets {
+        if let Err(e) = t.cleanup(config) {
+            eprintln!("[bench] cleanup of {} failed: {e}", t.kind.name());
+        }
+    }
+    eprintln!("[bench] total {:.0?}", start.elapsed());
+    Ok(report)
+}

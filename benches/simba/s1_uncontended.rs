@@ -1,0 +1,303 @@
+//! Section 1: uncontended acquire+release through the public API (`try_lock` + `release`) vs the
+//! SPI called directly on the caller's thread vs the raw primitive on the same server, in
+//! interleaved blocks so that the ratios are meaningful on a noisy machine. Also measures the
+//! engine's worker hand-off (what `src/exec.rs` does for every backend call) in isolation.
+
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{bounded, unbounded};
+use simba::backend::Acquire;
+use simba::{LeaseBackend, Session, SessionOptions};
+
+use crate::common::{err, fmt_dur, fmt_rate, name, progress, BenchResult, Report, Summary, Table};
+use crate::proxy::Proxy;
+use crate::targets::{self, RawLock, Target};
+use crate::Config;
+
+/// Raw lock name (fixed: the raw locks are always freed, so runs can share it).
+const RAW_NAME: &str = "simba-bench.raw";
+
+#[derive(Default)]
+struct Samples {
+    per_op: Vec<Duration>,
+    busy: Duration,
+    ops: usize,
+}
+
+impl Samples {
+    fn ops_per_s(&self) -> f64 {
+        if self.busy.is_zero() {
+            0.0
+        } else {
+            self.ops as f64 / self.busy.as_secs_f64()
+        }
+    }
+}
+
+/// One of the three ways to take and free a lock.
+enum Variant<'a> {
+    Api(&'a Session, &'a simba::Name),
+    Spi(&'a dyn LeaseBackend, &'a simba::SessionId, &'a simba::Name),
+    Raw(&'a mut dyn RawLock),
+}
+
+impl Variant<'_> {
+    fn op(&mut self) -> BenchResult<()> {
+        match self {
+            Variant::Api(s, n) => {
+                let lease = s.try_lock(*n)?.ok_or_else(|| err(format!("{n} is busy")))?;
+                lease.release()?;
+            }
+            Variant::Spi(b, sid, n) => {
+                match b.acquire(sid, n)? {
+                    Acquire::Acquired { .. } => {}
+                    Acquire::Busy => return Err(err(format!("{n} is busy"))),
+                }
+                b.release(sid, n)?;
+            }
+            Variant::Raw(r) => {
+                if !r.lock(RAW_NAME)? {
+                    return Err(err(format!("raw lock {RAW_NAME} is busy (an earlier run crashed? it expires in 15 s)")));
+                }
+                r.unlock(RAW_NAME)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn block(&mut self, n: usize, into: &mut Samples) -> BenchResult<()> {
+        let start = Instant::now();
+        for _ in 0..n {
+            let t = Instant::now();
+            self.op()?;
+            into.per_op.push(t.elapsed());
+        }
+        into.busy += start.elapsed();
+        into.ops += n;
+        Ok(())
+    }
+}
+
+pub fn run(config: &Config, targets: &[Target], report: &mut Report) {
+    let block = config.pick(200, 50);
+    let rounds = config.pick(15, 2);
+    let mut table = Table::new(
+        "1. Uncontended acquire+release (one op = acquire + release)",
+        &[
+            "backend",
+            "API ops/s",
+            "API p50",
+            "SPI ops/s",
+            "SPI p50",
+            "raw ops/s",
+            "raw p50",
+            "**API/raw** (p50)",
+            "API/raw (ops/s)",
+            "API−SPI p50",
+            "round trips/op API / SPI / raw",
+        ],
+    );
+    for t in targets {
+        progress(format!("section 1: {}", t.kind.name()));
+        match measure(config, t, block, rounds) {
+            Ok(row) => table.row(row),
+            Err(e) => table.failed(t.kind.name(), &e),
+        }
+    }
+    table.note(format!(
+        "{rounds} rounds × blocks of {block} ops per variant, the three variants interleaved (order rotated each round). \
+         API = `Session::try_lock` + `Lease::release` (default timings); SPI = `LeaseBackend::acquire` + `release` \
+         called directly on the bench thread (no engine, no worker hand-off); raw = the minimal primitive on the same \
+         server and the same kind of connection: Redis `SET NX PX` + compare-and-delete script (EVALSHA); PostgreSQL/MySQL \
+         one upsert to take + one update to free (prepared once; the spec's \"one upsert\" cannot also free the lock); \
+         ZooKeeper create + delete of an ephemeral node (zookeeper-client). memory has no raw primitive: its API/raw \
+         column compares with the SPI. Round trips counted by a loopback proxy (memory: none; Redis Cluster: \
+         server commands per op, summed over the masters, which may include other clients' commands)."
+    ));
+    report.table(&table);
+    match handoff_table(config) {
+        Ok(t) => report.table(&t),
+        Err(e) => {
+            let mut t = Table::new("1b. Worker hand-off", &["what", "p50"]);
+            t.failed("hand-off", &e);
+            report.table(&t);
+        }
+    }
+}
+
+fn measure(config: &Config, t: &Target, block: usize, rounds: usize) -> BenchResult<Vec<String>> {
+    let backend = t.backend()?;
+    let session = Session::open(backend.clone(), SessionOptions::default())?;
+    let api_name = name(&format!("{}.u.api", config.prefix))?;
+    let spi_name = name(&format!("{}.u.spi", config.prefix))?;
+    let spi = backend.open_session(Duration::from_secs(60), "")?;
+    let mut raw = t.raw(None)?;
+
+    let mut api = Samples::default();
+    let mut spis = Samples::default();
+    let mut raws = Samples::default();
+    // Warm-up (connections, script caches, prepared statements).
+    {
+        let mut scratch = Samples::default();
+        Variant::Api(&session, &api_name).block(block / 4, &mut scratch)?;
+        Variant::Spi(&*backend, &spi.id, &spi_name).block(block / 4, &mut scratch)?;
+        if let Some(r) = raw.as_deref_mut() {
+            Variant::Raw(r).block(block / 4, &mut scratch)?;
+        }
+    }
+    for round in 0..rounds {
+        for k in 0..3 {
+            match (round + k) % 3 {
+                0 => Variant::Api(&session, &api_name).block(block, &mut api)?,
+                1 => Variant::Spi(&*backend, &spi.id, &spi_name).block(block, &mut spis)?,
+                _ => {
+                    if let Some(r) = raw.as_deref_mut() {
+                        Variant::Raw(r).block(block, &mut raws)?;
+                    }
+                }
+            }
+        }
+        // Keep the raw SPI session alive (the API session renews itself).
+        backend.keep_alive(&spi.id, Duration::from_secs(60))?;
+    }
+    let a = Summary::of(&api.per_op);
+    let s = Summary::of(&spis.per_op);
+    let (base, base_rate) = if raws.ops > 0 {
+        (Summary::of(&raws.per_op), raws.ops_per_s())
+    } else {
+        (s, spis.ops_per_s())
+    };
+    let ratio_p50 = a.p50.as_secs_f64() / base.p50.as_secs_f64().max(1e-12);
+    let ratio_rate = base_rate / api.ops_per_s().max(1e-12);
+    let rts = round_trips(config, t).unwrap_or_else(|e| format!("failed: {e}"));
+    drop(session);
+    let _ = backend.close_session(&spi.id);
+    let mark = |r: f64| if r <= 1.3 { format!("**{r:.2}**") } else { format!("**{r:.2}** (> 1.3)") };
+    Ok(vec![
+        t.kind.name().to_string(),
+        fmt_rate(api.ops_per_s()),
+        fmt_dur(a.p50),
+        fmt_rate(spis.ops_per_s()),
+        fmt_dur(s.p50),
+        if raws.ops > 0 { fmt_rate(raws.ops_per_s()) } else { "—".into() },
+        if raws.ops > 0 { fmt_dur(base.p50) } else { "—".into() },
+        mark(ratio_p50),
+        format!("{ratio_rate:.2}"),
+        fmt_dur(a.p50.saturating_sub(s.p50)),
+        rts,
+    ])
+}
+
+/// Round trips per op for the three variants, through the counting proxy (or server commands per
+/// op on Redis Cluster).
+fn round_trips(config: &Config, t: &Target) -> BenchResult<String> {
+    let n = 50usize;
+    let api_name = name(&format!("{}.u.api-rt", config.prefix))?;
+    let spi_name = name(&format!("{}.u.spi-rt", config.prefix))?;
+    if let Some(up) = t.upstream()? {
+        let proxy = Proxy::start(up)?;
+        let backend = t.backend_at(Some(proxy.addr()))?;
+        let session = Session::open(backend.clone(), SessionOptions::default())?;
+        let spi = backend.open_session(Duration::from_secs(60), "")?;
+        let mut raw = t.raw(Some(proxy.addr()))?;
+        let mut scratch = Samples::default();
+        let mut count = |v: &mut Variant| -> BenchResult<f64> {
+            v.block(5, &mut scratch)?; // warm-up: connections, prepared statements, script loads
+            let r0 = proxy.round_trips();
+            v.block(n, &mut scratch)?;
+            Ok((proxy.round_trips() - r0) as f64 / n as f64)
+        };
+        let a = count(&mut Variant::Api(&session, &api_name))?;
+        let s = count(&mut Variant::Spi(&*backend, &spi.id, &spi_name))?;
+        let r = match raw.as_deref_mut() {
+            Some(r) => format!("{:.2}", count(&mut Variant::Raw(r))?),
+            None => "—".into(),
+        };
+        drop(session);
+        let _ = backend.close_session(&spi.id);
+        return Ok(format!("{a:.2} / {s:.2} / {r}"));
+    }
+    let Some(mut counter) = t.counter()? else { return Ok("— (in-process)".into()) };
+    let cost = targets::self_cost(&mut *counter)?;
+    let backend = t.backend()?;
+    let session = Session::open(backend.clone(), SessionOptions::default())?;
+    let spi = backend.open_session(Duration::from_secs(60), "")?;
+    let mut raw = t.raw(None)?;
+    let mut scratch = Samples::default();
+    let mut count = |v: &mut Variant| -> BenchResult<f64> {
+        v.block(5, &mut scratch)?;
+        let mut best = f64::MAX;
+        // Minimum over a few tries: other clients' commands only ever add.
+        for _ in 0..3 {
+            let c0 = counter.read()?;
+            v.block(n, &mut scratch)?;
+            let c1 = counter.read()?;
+            best = best.min(c1.saturating_sub(c0).saturating_sub(cost) as f64 / n as f64);
+        }
+        Ok(best)
+    };
+    let a = count(&mut Variant::Api(&session, &api_name))?;
+    let s = count(&mut Variant::Spi(&*backend, &spi.id, &spi_name))?;
+    let r = match raw.as_deref_mut() {
+        Some(r) => format!("{:.2}", count(&mut Variant::Raw(r))?),
+        None => "—".into(),
+    };
+    drop(session);
+    let _ = backend.close_session(&spi.id);
+    Ok(format!("{a:.2} / {s:.2} / {r} (server cmds)"))
+}
+
+type Job = Box<dyn FnOnce() + Send + 'static>;
+
+/// The engine's per-call hand-off, rebuilt from `src/exec.rs` (which is private): a pooled worker
+/// parked on a channel receives a boxed job, runs it, and hands the result back through a
+/// one-slot channel the caller waits on.
+fn handoff_table(config: &Config) -> BenchResult<Table> {
+    let n = config.pick(20_000, 2_000);
+    let (tx, rx) = unbounded::<Job>();
+    let worker = thread::Builder::new().name("bench-worker".into()).spawn(move || {
+        while let Ok(job) = rx.recv() {
+            job();
+        }
+    })?;
+    let mut samples = Vec::with_capacity(n);
+    for i in 0..n + n / 10 {
+        let t = Instant::now();
+        let (rtx, rrx) = bounded::<u64>(1);
+        let slot = Arc::new(parking_lot::Mutex::new(true));
+        let ws = slot.clone();
+        tx.send(Box::new(move || {
+            let g = ws.lock();
+            if *g {
+                let _ = rtx.send(7);
+            }
+        }))
+        .map_err(|_| err("worker gone"))?;
+        let _ = rrx.recv_timeout(Duration::from_secs(5)).map_err(|_| err("worker did not answer"))?;
+        if i >= n / 10 {
+            samples.push(t.elapsed());
+        }
+    }
+    drop(tx);
+    let _ = worker.join();
+    let mut inline = Vec::with_capacity(n);
+    for _ in 0..n {
+        let t = Instant::now();
+        let f: Job = Box::new(|| {});
+        f();
+        inline.push(t.elapsed());
+    }
+    let s = Summary::of(&samples);
+    let i = Summary::of(&inline);
+    let mut t = Table::new("1b. Worker hand-off in isolation (the cost src/exec.rs adds to every backend call)", &["what", "p50", "p99", "mean"]);
+    t.row(vec!["hand a job to a parked worker and wait for its reply".into(), fmt_dur(s.p50), fmt_dur(s.p99), fmt_dur(s.mean)]);
+    t.row(vec!["the same job run inline".into(), fmt_dur(i.p50), fmt_dur(i.p99), fmt_dur(i.mean)]);
+    t.note(format!(
+        "{n} samples. An API acquire+release makes two such hand-offs (the acquire waits on \
+         `exec::call_until`, the release on its completion channel), so about 2 × p50 of the first row plus the \
+         engine's bookkeeping is the floor of the \"API−SPI\" column above."
+    ));
+    Ok(t)
+}

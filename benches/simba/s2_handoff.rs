@@ -1,0 +1,99 @@
+//! Section 2: hand-off latency, from the holder calling `release` to the waiter's `lock()`
+//! returning. Two sessions pass one lease back and forth; push backends wake the waiter by
+//! notification, SQL waiters poll (every renew_interval / 2 + jitter up to renew_interval / 4).
+
+use std::thread;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::bounded;
+use simba::{Lease, Session, SessionOptions};
+
+use crate::common::{err, fmt_dur, name, progress, BenchResult, Report, Summary, Table};
+use crate::targets::Target;
+use crate::Config;
+
+pub fn run(config: &Config, targets: &[Target], report: &mut Report) {
+    let mut table = Table::new(
+        "2. Hand-off latency: `release` → waiting `lock()` returns (default timings: 15 s lease, 5 s renew)",
+        &["backend", "wake-up", "samples", "p50", "p99", "max", "target", "met"],
+    );
+    for t in targets {
+        progress(format!("section 2: {}", t.kind.name()));
+        match measure(config, t) {
+            Ok(row) => table.row(row),
+            Err(e) => table.failed(t.kind.name(), &e),
+        }
+    }
+    table.note(
+        "The holder releases at a random moment after the waiter entered `lock()` (push backends: 20–25 ms, so the \
+         waiter is parked on its notification; SQL: uniformly within one retry period, so the release lands at a \
+         random phase of the waiter's polling). Latency includes the release's own round trip. SQL target: \
+         renew_interval/2 + jitter = 2.5 s + up to 1.25 s = 3.75 s at default timings.",
+    );
+    report.table(&table);
+}
+
+fn measure(config: &Config, t: &Target) -> BenchResult<Vec<String>> {
+    let push = t.kind.pushes();
+    let samples_wanted = if push { config.pick(200, 20) } else { config.pick(16, 3) };
+    let opts = SessionOptions::default();
+    let retry_period = opts.renew_interval() / 2 + opts.renew_interval() / 4;
+    // Two sessions as if from two processes: separate backend instances (memory: shared state).
+    let b1 = t.backend()?;
+    let b2 = if t.kind == crate::targets::Kind::Memory { b1.clone() } else { t.backend()? };
+    let sessions = [Session::open(b1, opts.clone())?, Session::open(b2, opts)?];
+    let lease_name = name(&format!("{}.handoff", config.prefix))?;
+    let mut held: Lease = sessions[0].try_lock(&lease_name)?.ok_or_else(|| err("hand-off lease busy"))?;
+    let mut holder = 0usize;
+    let mut samples = Vec::with_capacity(samples_wanted);
+    for i in 0..samples_wanted {
+        let waiter = &sessions[1 - holder];
+        let (ready_tx, ready_rx) = bounded::<()>(1);
+        let (done_tx, done_rx) = bounded::<(Instant, simba::Result<Lease>)>(1);
+        let got = thread::scope(|scope| -> BenchResult<Lease> {
+            let n = lease_name.clone();
+            scope.spawn(move || {
+                let _ = ready_tx.send(());
+                let r = waiter.lock(&n);
+                let _ = done_tx.send((Instant::now(), r));
+            });
+            ready_rx.recv().map_err(|_| err("waiter thread died"))?;
+            let delay = if push {
+                Duration::from_millis(20) + Duration::from_micros(rand::random_range(0..5_000))
+            } else {
+                Duration::from_millis(100) + retry_period.mul_f64(rand::random::<f64>())
+            };
+            thread::sleep(delay);
+            let t0 = Instant::now();
+            held.release()?;
+            let (t1, r) = done_rx
+                .recv_timeout(Duration::from_secs(60))
+                .map_err(|_| err("the waiter did not get the lease within 60 s"))?;
+            let lease = r?;
+            samples.push(t1.saturating_duration_since(t0));
+            Ok(lease)
+        })?;
+        held = got;
+        holder = 1 - holder;
+        if !push {
+            progress(format!("  {}: sample {}/{samples_wanted}", t.kind.name(), i + 1));
+        }
+    }
+    held.release()?;
+    let s = Summary::of(&samples);
+    let (target, met) = if push {
+        (Duration::from_millis(5), s.p99 <= Duration::from_millis(5))
+    } else {
+        (retry_period, s.max <= retry_period)
+    };
+    Ok(vec![
+        t.kind.name().into(),
+        if push { "notification".into() } else { "polling".into() },
+        s.n.to_string(),
+        fmt_dur(s.p50),
+        fmt_dur(s.p99),
+        fmt_dur(s.max),
+        if push { format!("p99 ≤ {}", fmt_dur(target)) } else { format!("max ≤ {}", fmt_dur(target)) },
+        if met { "yes".into() } else { "**no**".into() },
+    ])
+}

@@ -1,0 +1,169 @@
+//! Section 4: keep-alive cost with 1, 100 and 10,000 leases held by one raw SPI session: time per
+//! `keep_alive`, round trips per keep-alive (counting proxy, exact for this process) and server
+//! statements per keep-alive (server counter, includes other clients; minimum over the samples).
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use simba::backend::KeepAlive;
+use simba::{LeaseBackend, Name, SessionId};
+
+use crate::common::{err, fmt_dur, name, progress, spi_acquire, BenchResult, Report, Summary, Table};
+use crate::proxy::Proxy;
+use crate::targets::{self, redis_slot, Kind, Target};
+use crate::Config;
+
+const LEASE: Duration = Duration::from_secs(120);
+
+pub fn run(config: &Config, targets: &[Target], report: &mut Report) {
+    let mut table = Table::new(
+        "4. Keep-alive cost vs leases held (raw SPI `keep_alive` of one session)",
+        &["backend", "leases", "keep-alive p50", "max", "round trips / keep-alive", "server statements / keep-alive", "target"],
+    );
+    for t in targets {
+        progress(format!("section 4: {}", t.kind.name()));
+        match measure(config, t) {
+            Ok(rows) => rows.into_iter().for_each(|r| table.row(r)),
+            Err(e) => table.failed(t.kind.name(), &e),
+        }
+    }
+    table.note(
+        "Round trips: counted by a loopback TCP proxy in front of the server (a client write after a server reply \
+         starts a round trip; pipelined requests count once); this is how PostgreSQL is counted. Server statements: \
+         Redis `INFO stats` total_commands_processed (Cluster: summed over the masters), MySQL/MariaDB \
+         `SHOW GLOBAL STATUS LIKE 'Questions'`, ZooKeeper `mntr` zk_packets_received (4lw over its own TCP \
+         connection); the counter's own reads are subtracted and the minimum over the samples is shown, because \
+         other clients of the shared servers only ever add to it. PostgreSQL's `pg_stat_database` is flushed with a \
+         delay of up to seconds and is not used here.",
+    );
+    report.table(&table);
+}
+
+/// Acquires names `from..to` with a few threads, keeping the session alive meanwhile.
+fn acquire_range(backend: &Arc<dyn LeaseBackend>, sid: &SessionId, names: &[Name]) -> BenchResult<()> {
+    if names.len() > 500 {
+        progress(format!("  acquiring {} leases", names.len()));
+    }
+    let threads = 4.min(names.len().max(1));
+    let chunk = names.len().div_ceil(threads);
+    thread::scope(|scope| -> BenchResult<()> {
+        let handles: Vec<_> = names
+            .chunks(chunk.max(1))
+            .enumerate()
+            .map(|(i, part)| {
+                let b = backend.clone();
+                scope.spawn(move || -> BenchResult<()> {
+                    let mut last = Instant::now();
+                    for n in part {
+                        spi_acquire(&*b, sid, n)?;
+                        if i == 0 && last.elapsed() > Duration::from_secs(10) {
+                            b.keep_alive(sid, LEASE)?;
+                            last = Instant::now();
+                        }
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        for h in handles {
+            h.join().map_err(|_| err("acquire thread panicked"))??;
+        }
+        Ok(())
+    })
+}
+
+fn keep_alive_owned(backend: &dyn LeaseBackend, sid: &SessionId) -> BenchResult<usize> {
+    match backend.keep_alive(sid, LEASE)? {
+        KeepAlive::Alive { owned, .. } => Ok(owned.len()),
+        KeepAlive::Expired => Err(err("the session expired")),
+    }
+}
+
+fn measure(config: &Config, t: &Target) -> BenchResult<Vec<Vec<String>>> {
+    let counts: Vec<usize> = config.pick(vec![1, 100, 10_000], vec![1, 100, 1_000]);
+    let samples = config.pick(15, 4);
+    let names = (0..*counts.last().unwrap_or(&1))
+        .map(|i| name(&format!("{}.ka.{i}", config.prefix)))
+        .collect::<BenchResult<Vec<_>>>()?;
+
+    // Pass 1, direct connection: time per keep-alive and the server counter.
+    let backend = t.backend()?;
+    let grant = backend.open_session(LEASE, "")?;
+    let mut counter = t.counter()?;
+    let cost = match counter.as_deref_mut() {
+        Some(c) => targets::self_cost(c)?,
+        None => 0,
+    };
+    let mut timing: Vec<(Summary, Option<u64>)> = Vec::new();
+    let mut have = 0;
+    for &n in &counts {
+        acquire_range(&backend, &grant.id, &names[have..n])?;
+        have = n;
+        let owned = keep_alive_owned(&*backend, &grant.id)?;
+        if owned != n {
+            return Err(err(format!("keep-alive reports {owned} leases owned, expected {n}")));
+        }
+        let mut times = Vec::new();
+        let mut stmts = u64::MAX;
+        for _ in 0..samples {
+            let c0 = match counter.as_deref_mut() {
+                Some(c) => Some(c.read()?),
+                None => None,
+            };
+            let t0 = Instant::now();
+            keep_alive_owned(&*backend, &grant.id)?;
+            times.push(t0.elapsed());
+            if let (Some(c), Some(c0)) = (counter.as_deref_mut(), c0) {
+                stmts = stmts.min(c.read()?.saturating_sub(c0).saturating_sub(cost));
+            }
+        }
+        timing.push((Summary::of(&times), (stmts != u64::MAX).then_some(stmts)));
+    }
+    let _ = backend.close_session(&grant.id);
+    drop(backend);
+
+    // Pass 2, through the counting proxy: round trips per keep-alive.
+    let mut rts: Vec<Option<f64>> = vec![None; counts.len()];
+    if let Some(up) = t.upstream()? {
+        let proxy = Proxy::start(up)?;
+        let backend = t.backend_at(Some(proxy.addr()))?;
+        let grant = backend.open_session(LEASE, "")?;
+        let mut have = 0;
+        for (i, &n) in counts.iter().enumerate() {
+            acquire_range(&backend, &grant.id, &names[have..n])?;
+            have = n;
+            keep_alive_owned(&*backend, &grant.id)?;
+            let mut best = u64::MAX;
+            for _ in 0..samples {
+                let r0 = proxy.round_trips();
+                keep_alive_owned(&*backend, &grant.id)?;
+                best = best.min(proxy.round_trips() - r0);
+            }
+            rts[i] = Some(best as f64);
+        }
+        let _ = backend.close_session(&grant.id);
+    }
+
+    let mut rows = Vec::new();
+    for (i, &n) in counts.iter().enumerate() {
+        let (s, stmts) = timing[i];
+        let slots: HashSet<u16> = names[..n].iter().map(|nm| redis_slot(&format!("simba:lease:{{{nm}}}"))).collect();
+        let target = match t.kind {
+            Kind::RedisCluster => format!("≤ 1 per slot in use ({} slots + the session's)", slots.len()),
+            Kind::Memory => "— (in-process)".into(),
+            _ => "≤ 1".into(),
+        };
+        rows.push(vec![
+            t.kind.name().into(),
+            n.to_string(),
+            fmt_dur(s.p50),
+            fmt_dur(s.max),
+            rts[i].map_or("—".into(), |r| format!("{r:.0}")),
+            stmts.map_or("—".into(), |s| s.to_string()),
+            target,
+        ]);
+    }
+    Ok(rows)
+}

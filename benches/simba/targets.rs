@@ -1,0 +1,729 @@
+//! The backends under test: how to connect (directly or through the counting proxy), the raw
+//! primitive each is compared with, and the server-side statement counters.
+
+#![allow(dead_code)]
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
+use std::sync::Arc;
+use std::time::Duration;
+
+use simba::{LeaseBackend, MemoryBackend};
+
+use crate::common::{err, BenchResult};
+use crate::Config;
+
+/// A backend kind, as named in `SIMBA_BENCH`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Kind {
+    Memory,
+    Redis,
+    RedisCluster,
+    Postgres,
+    Mysql,
+    Zookeeper,
+}
+
+impl Kind {
+    pub const ALL: [Kind; 6] = [Kind::Memory, Kind::Redis, Kind::RedisCluster, Kind::Postgres, Kind::Mysql, Kind::Zookeeper];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Memory => "memory",
+            Kind::Redis => "redis",
+            Kind::RedisCluster => "redis-cluster",
+            Kind::Postgres => "postgres",
+            Kind::Mysql => "mysql",
+            Kind::Zookeeper => "zookeeper",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Kind> {
+        Kind::ALL.iter().copied().find(|k| k.name() == s)
+    }
+
+    pub fn feature(self) -> &'static str {
+        match self {
+            Kind::Memory => "(none)",
+            Kind::Redis | Kind::RedisCluster => "redis",
+            Kind::Postgres => "postgres",
+            Kind::Mysql => "mysql",
+            Kind::Zookeeper => "zookeeper",
+        }
+    }
+
+    pub fn compiled(self) -> bool {
+        match self {
+            Kind::Memory => true,
+            Kind::Redis | Kind::RedisCluster => cfg!(feature = "redis"),
+            Kind::Postgres => cfg!(feature = "postgres"),
+            Kind::Mysql => cfg!(feature = "mysql"),
+            Kind::Zookeeper => cfg!(feature = "zookeeper"),
+        }
+    }
+
+    /// True when the backend pushes releases (candidates wake at once instead of polling).
+    pub fn pushes(self) -> bool {
+        !matches!(self, Kind::Postgres | Kind::Mysql)
+    }
+
+    /// True for the SQL backends.
+    pub fn is_sql(self) -> bool {
+        matches!(self, Kind::Postgres | Kind::Mysql)
+    }
+}
+
+fn env_or(var: &str, default: &str) -> String {
+    std::env::var(var).ok().filter(|v| !v.is_empty()).unwrap_or_else(|| default.to_string())
+}
+
+/// Root of the ZooKeeper backend's nodes in benchmarks.
+pub const ZK_ROOT: &str = "/simba-bench";
+/// Parent of the raw ZooKeeper lock nodes.
+pub const ZK_RAW_DIR: &str = "/simba-bench-raw";
+/// Expiry of the raw Redis/SQL locks (they are always released long before).
+pub const RAW_TTL_MS: i64 = 15_000;
+
+/// One backend under test.
+#[derive(Debug)]
+pub struct Target {
+    pub kind: Kind,
+    /// Connection URL (standalone) or seed nodes (cluster); empty for memory.
+    pub url: String,
+    pub server_version: String,
+}
+
+fn unreachable(kind: Kind, url: &str, e: impl std::fmt::Display) -> crate::common::BenchError {
+    err(format!("{} is not reachable at {url}: {e} — run `scripts/services up` (or set the SIMBA_TEST_* URL)", kind.name()))
+}
+
+impl Target {
+    /// Checks the server, creates the tables the benchmark needs, and reads the server version.
+    pub fn prepare(kind: Kind, config: &Config) -> BenchResult<Target> {
+        let _ = config;
+        let url = match kind {
+            Kind::Memory => String::new(),
+            Kind::Redis => env_or("SIMBA_TEST_REDIS_URL", "redis://127.0.0.1:6379"),
+            Kind::RedisCluster => env_or(
+                "SIMBA_TEST_REDIS_CLUSTER_URL",
+                "redis+cluster://127.0.0.1:7000,127.0.0.1:7001,127.0.0.1:7002",
+            ),
+            Kind::Postgres => env_or("SIMBA_TEST_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432/test"),
+            Kind::Mysql => env_or("SIMBA_TEST_MYSQL_URL", "mysql://root@127.0.0.1:3306/test"),
+            Kind::Zookeeper => env_or("SIMBA_TEST_ZOOKEEPER_URL", "zookeeper://127.0.0.1:2181/simba-test"),
+        };
+        let mut t = Target { kind, url, server_version: String::new() };
+        t.server_version = t.init().map_err(|e| unreachable(kind, &t.url, e))?;
+        Ok(t)
+    }
+
+    fn init(&self) -> BenchResult<String> {
+        match self.kind {
+            Kind::Memory => Ok("in-process (simba::MemoryBackend)".into()),
+            #[cfg(feature = "redis")]
+            Kind::Redis | Kind::RedisCluster => redis_impl::init(self),
+            #[cfg(feature = "postgres")]
+            Kind::Postgres => pg_impl::init(&self.url),
+            #[cfg(feature = "mysql")]
+            Kind::Mysql => my_impl::init(&self.url),
+            #[cfg(feature = "zookeeper")]
+            Kind::Zookeeper => zk_impl::init(&self.zk_hosts()?),
+            #[allow(unreachable_patterns)]
+            k => Err(err(format!("{} is not compiled in", k.name()))),
+        }
+    }
+
+    /// `host:port` list of the ZooKeeper URL.
+    pub fn zk_hosts(&self) -> BenchResult<String> {
+        let rest = self.url.strip_prefix("zookeeper://").ok_or_else(|| err("ZooKeeper URL must start with zookeeper://"))?;
+        Ok(rest.split('/').next().unwrap_or("").to_string())
+    }
+
+    /// A new backend instance (memory: a new, empty one; share it within a measurement).
+    pub fn backend(&self) -> BenchResult<Arc<dyn LeaseBackend>> {
+        self.backend_at(None)
+    }
+
+    /// The server address the proxy can stand in for (`None` for memory and Redis Cluster, whose
+    /// clients follow redirections to the nodes' own addresses).
+    pub fn upstream(&self) -> BenchResult<Option<SocketAddr>> {
+        let hostport = match self.kind {
+            Kind::Memory | Kind::RedisCluster => return Ok(None),
+            Kind::Zookeeper => {
+                let hosts = self.zk_hosts()?;
+                if hosts.contains(',') {
+                    return Ok(None);
+                }
+                hosts
+            }
+            _ => {
+                let u = url::Url::parse(&self.url)?;
+                let host = u.host_str().ok_or_else(|| err("URL without host"))?.to_string();
+                let port = u.port().unwrap_or(match self.kind {
+                    Kind::Redis => 6379,
+                    Kind::Postgres => 5432,
+                    _ => 3306,
+                });
+                format!("{host}:{port}")
+            }
+        };
+        Ok(hostport.to_socket_addrs()?.next())
+    }
+
+    /// The URL with its host and port replaced by `addr` (standalone kinds only).
+    fn url_at(&self, addr: SocketAddr) -> BenchResult<String> {
+        if self.kind == Kind::Zookeeper {
+            return Ok(addr.to_string());
+        }
+        let mut u = url::Url::parse(&self.url)?;
+        u.set_host(Some(&addr.ip().to_string()))?;
+        u.set_port(Some(addr.port())).map_err(|_| err("cannot set the port of the URL"))?;
+        Ok(u.to_string())
+    }
+
+    /// A new backend instance, connected to `via` (the proxy) instead of the server when given.
+    pub fn backend_at(&self, via: Option<SocketAddr>) -> BenchResult<Arc<dyn LeaseBackend>> {
+        let url = match via {
+            Some(a) => self.url_at(a)?,
+            None => self.url.clone(),
+        };
+        match self.kind {
+            Kind::Memory => Ok(Arc::new(MemoryBackend::new())),
+            #[cfg(feature = "redis")]
+            Kind::Redis | Kind::RedisCluster => {
+                use simba::backends::redis::{RedisBackend, RedisOptions};
+                Ok(Arc::new(RedisBackend::connect(&url, RedisOptions::default())?))
+            }
+            #[cfg(feature = "postgres")]
+            Kind::Postgres => {
+                use simba::backends::sql::{SqlBackend, SqlOptions};
+                Ok(Arc::new(SqlBackend::postgres(&url, SqlOptions::default())?))
+            }
+            #[cfg(feature = "mysql")]
+            Kind::Mysql => {
+                use simba::backends::sql::{SqlBackend, SqlOptions};
+                Ok(Arc::new(SqlBackend::mysql(&url, SqlOptions::default())?))
+            }
+            #[cfg(feature = "zookeeper")]
+            Kind::Zookeeper => {
+                use simba::backends::zookeeper::{ZookeeperBackend, ZookeeperOptions};
+                let hosts = if via.is_some() { url } else { self.zk_hosts()? };
+                Ok(Arc::new(ZookeeperBackend::connect(&hosts, ZookeeperOptions::default().root(ZK_ROOT))?))
+            }
+            #[allow(unreachable_patterns)]
+            k => Err(err(format!("{} is not compiled in", k.name()))),
+        }
+    }
+
+    /// The raw primitive on the same server (through `via` when given), or `None` for memory.
+    pub fn raw(&self, via: Option<SocketAddr>) -> BenchResult<Option<Box<dyn RawLock>>> {
+        let url = match via {
+            Some(a) => self.url_at(a)?,
+            None => self.url.clone(),
+        };
+        match self.kind {
+            Kind::Memory => Ok(None),
+            #[cfg(feature = "redis")]
+            Kind::Redis => Ok(Some(Box::new(redis_impl::RawRedis::standalone(&url, owner())?))),
+            #[cfg(feature = "redis")]
+            Kind::RedisCluster => Ok(Some(Box::new(redis_impl::RawRedis::cluster(&url, owner())?))),
+            #[cfg(feature = "postgres")]
+            Kind::Postgres => Ok(Some(Box::new(pg_impl::RawPg::connect(&url, owner())?))),
+            #[cfg(feature = "mysql")]
+            Kind::Mysql => Ok(Some(Box::new(my_impl::RawMy::connect(&url, owner())?))),
+            #[cfg(feature = "zookeeper")]
+            Kind::Zookeeper => {
+                let hosts = if via.is_some() { url } else { self.zk_hosts()? };
+                Ok(Some(Box::new(zk_impl::RawZk::connect(&hosts)?)))
+            }
+            #[allow(unreachable_patterns)]
+            k => Err(err(format!("{} is not compiled in", k.name()))),
+        }
+    }
+
+    /// A server-side statement counter, or `None` where there is no reliable one.
+    pub fn counter(&self) -> BenchResult<Option<Box<dyn ServerCounter>>> {
+        let c: Box<dyn ServerCounter> = match self.kind {
+            Kind::Memory => return Ok(None),
+            #[cfg(feature = "redis")]
+            Kind::Redis | Kind::RedisCluster => Box::new(redis_impl::InfoCounter::connect(self)?),
+            #[cfg(feature = "postgres")]
+            Kind::Postgres => Box::new(pg_impl::CommitCounter::connect(&self.url)?),
+            #[cfg(feature = "mysql")]
+            Kind::Mysql => Box::new(my_impl::QuestionsCounter::connect(&self.url)?),
+            #[cfg(feature = "zookeeper")]
+            Kind::Zookeeper => Box::new(zk_impl::MntrCounter::new(self.upstream()?.ok_or_else(|| err("no ZooKeeper address"))?)),
+            #[allow(unreachable_patterns)]
+            k => return Err(err(format!("{} is not compiled in", k.name()))),
+        };
+        Ok(Some(c))
+    }
+
+    /// Deletes what the run left behind (SQL lease rows and Redis lease hashes of its names).
+    pub fn cleanup(&self, config: &Config) -> BenchResult<()> {
+        let pattern = format!("{}%", config.prefix);
+        let _ = &pattern;
+        match self.kind {
+            #[cfg(feature = "redis")]
+            Kind::Redis | Kind::RedisCluster => redis_impl::cleanup(self, &config.prefix),
+            #[cfg(feature = "postgres")]
+            Kind::Postgres => pg_impl::cleanup(&self.url, &pattern),
+            #[cfg(feature = "mysql")]
+            Kind::Mysql => my_impl::cleanup(&self.url, &pattern),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// A random owner value for a raw lock client.
+fn owner() -> String {
+    format!("{:032x}", rand::random::<u128>())
+}
+
+/// The raw lock a backend's acquire+release is compared with.
+pub trait RawLock: Send {
+    /// Takes `name`; false when busy.
+    fn lock(&mut self, name: &str) -> BenchResult<bool>;
+    /// Frees `name` if this client holds it.
+    fn unlock(&mut self, name: &str) -> BenchResult<()>;
+}
+
+/// A cumulative count of statements the server executed (for every client).
+pub trait ServerCounter: Send {
+    fn read(&mut self) -> BenchResult<u64>;
+    /// What is counted, for the report.
+    fn what(&self) -> &'static str;
+}
+
+/// Statements a counter read itself adds (two reads back to back, minimum of a few tries).
+pub fn self_cost(c: &mut dyn ServerCounter) -> BenchResult<u64> {
+    let mut best = u64::MAX;
+    for _ in 0..5 {
+        let a = c.read()?;
+        let b = c.read()?;
+        best = best.min(b.saturating_sub(a));
+    }
+    Ok(best)
+}
+
+/// Sends a ZooKeeper four-letter word and returns the reply.
+pub fn zk_four_letter(addr: SocketAddr, word: &str) -> BenchResult<String> {
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(5))?;
+    s.set_read_timeout(Some(Duration::from_secs(5)))?;
+    s.write_all(word.as_bytes())?;
+    let mut out = String::new();
+    s.read_to_string(&mut out)?;
+    Ok(out)
+}
+
+/// Redis Cluster hash slot of a key (CRC16/XMODEM of the hash tag or the whole key, mod 16384).
+pub fn redis_slot(key: &str) -> u16 {
+    let b = key.as_bytes();
+    let tagged = b.iter().position(|&c| c == b'{').and_then(|open| {
+        b[open + 1..].iter().position(|&c| c == b'}').filter(|&len| len > 0).map(|len| &b[open + 1..open + 1 + len])
+    });
+    let data = tagged.unwrap_or(b);
+    let mut crc: u16 = 0;
+    for &byte in data {
+        crc ^= u16::from(byte) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 { (crc << 1) ^ 0x1021 } else { crc << 1 };
+        }
+    }
+    crc % 16384
+}
+
+#[cfg(feature = "redis")]
+mod redis_impl {
+    use super::*;
+    use crate::assets::REDIS_UNLOCK;
+    use redis::ConnectionLike;
+
+    pub fn nodes(url: &str) -> Vec<String> {
+        url.trim_start_matches("redis+cluster://").split(',').map(|n| format!("redis://{n}")).collect()
+    }
+
+    fn conn(url: &str) -> BenchResult<redis::Connection> {
+        let c = redis::Client::open(url)?.get_connection_with_timeout(Duration::from_secs(5))?;
+        c.set_read_timeout(Some(Duration::from_secs(5)))?;
+        c.set_write_timeout(Some(Duration::from_secs(5)))?;
+        Ok(c)
+    }
+
+    fn info_field(conn: &mut redis::Connection, section: &str, field: &str) -> BenchResult<String> {
+        let info: String = redis::cmd("INFO").arg(section).query(conn)?;
+        info.lines()
+            .find_map(|l| l.strip_prefix(field).and_then(|r| r.strip_prefix(':')))
+            .map(|v| v.trim().to_string())
+            .ok_or_else(|| err(format!("INFO {section} has no {field}")))
+    }
+
+    /// Addresses (`redis://ip:port`) of the cluster's masters.
+    pub fn masters(url: &str) -> BenchResult<Vec<String>> {
+        let seed = nodes(url).into_iter().next().ok_or_else(|| err("no cluster node"))?;
+        let mut c = conn(&seed)?;
+        let text: String = redis::cmd("CLUSTER").arg("NODES").query(&mut c)?;
+        let mut out = Vec::new();
+        for line in text.lines() {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            if f.len() > 2 && f[2].split(',').any(|x| x == "master") && !f[2].contains("fail") {
+                let addr = f[1].split('@').next().unwrap_or("");
+                out.push(format!("redis://{addr}"));
+            }
+        }
+        if out.is_empty() {
+            return Err(err("CLUSTER NODES lists no master"));
+        }
+        Ok(out)
+    }
+
+    pub fn init(t: &Target) -> BenchResult<String> {
+        let first = if t.kind == Kind::RedisCluster {
+            masters(&t.url)?.into_iter().next().ok_or_else(|| err("no master"))?
+        } else {
+            t.url.clone()
+        };
+        let mut c = conn(&first)?;
+        let v = info_field(&mut c, "server", "redis_version")?;
+        Ok(if t.kind == Kind::RedisCluster {
+            format!("Redis {v} (cluster, {} masters)", masters(&t.url)?.len())
+        } else {
+            format!("Redis {v}")
+        })
+    }
+
+    enum Conn {
+        One(redis::Connection),
+        Cluster(redis::cluster::ClusterConnection),
+    }
+
+    impl Conn {
+        fn get(&mut self) -> &mut dyn ConnectionLike {
+            match self {
+                Conn::One(c) => c,
+                Conn::Cluster(c) => c,
+            }
+        }
+    }
+
+    /// `SET key owner NX PX ttl` + compare-and-delete script (by SHA).
+    pub struct RawRedis {
+        conn: Conn,
+        unlock: redis::Script,
+        owner: String,
+    }
+
+    fn key(name: &str) -> String {
+        format!("simba-bench:raw:{{{name}}}")
+    }
+
+    impl RawRedis {
+        pub fn standalone(url: &str, owner: String) -> BenchResult<RawRedis> {
+            Ok(RawRedis { conn: Conn::One(conn(url)?), unlock: redis::Script::new(REDIS_UNLOCK), owner })
+        }
+
+        pub fn cluster(url: &str, owner: String) -> BenchResult<RawRedis> {
+            let client = redis::cluster::ClusterClient::builder(nodes(url))
+                .read_timeout(Duration::from_secs(5))
+                .write_timeout(Duration::from_secs(5))
+                .build()?;
+            Ok(RawRedis { conn: Conn::Cluster(client.get_connection()?), unlock: redis::Script::new(REDIS_UNLOCK), owner })
+        }
+    }
+
+    impl RawLock for RawRedis {
+        fn lock(&mut self, name: &str) -> BenchResult<bool> {
+            let r: Option<String> = redis::cmd("SET")
+                .arg(key(name))
+                .arg(&self.owner)
+                .arg("NX")
+                .arg("PX")
+                .arg(RAW_TTL_MS)
+                .query(self.conn.get())?;
+            Ok(r.is_some())
+        }
+
+        fn unlock(&mut self, name: &str) -> BenchResult<()> {
+            let _: i64 = self.unlock.key(key(name)).arg(&self.owner).invoke(self.conn.get())?;
+            Ok(())
+        }
+    }
+
+    /// `INFO stats` total_commands_processed, summed over the masters on Cluster.
+    pub struct InfoCounter {
+        conns: Vec<redis::Connection>,
+    }
+
+    impl InfoCounter {
+        pub fn connect(t: &Target) -> BenchResult<InfoCounter> {
+            let urls = if t.kind == Kind::RedisCluster { masters(&t.url)? } else { vec![t.url.clone()] };
+            let conns = urls.iter().map(|u| conn(u)).collect::<BenchResult<Vec<_>>>()?;
+            Ok(InfoCounter { conns })
+        }
+    }
+
+    impl ServerCounter for InfoCounter {
+        fn read(&mut self) -> BenchResult<u64> {
+            let mut sum = 0;
+            for c in &mut self.conns {
+                sum += info_field(c, "stats", "total_commands_processed")?.parse::<u64>()?;
+            }
+            Ok(sum)
+        }
+        fn what(&self) -> &'static str {
+            "INFO stats total_commands_processed"
+        }
+    }
+
+    /// Deletes the lease hashes of the run's names (`simba:lease:{<prefix>…}`) on every master.
+    pub fn cleanup(t: &Target, prefix: &str) -> BenchResult<()> {
+        let urls = if t.kind == Kind::RedisCluster { masters(&t.url)? } else { vec![t.url.clone()] };
+        let pattern = format!("simba:lease:{{{prefix}*");
+        for u in urls {
+            let mut c = conn(&u)?;
+            let keys: Vec<String> = c.scan_match::<_, String>(&pattern)?.collect();
+            for chunk in keys.chunks(500) {
+                // One key per DEL: on Cluster the keys of a chunk live in different slots.
+                for k in chunk {
+                    let _: i64 = redis::cmd("DEL").arg(k).query(&mut c)?;
+                }
+            }
+        }
+        Ok(())
+    }
+    use redis::Commands as _;
+}
+
+#[cfg(feature = "postgres")]
+mod pg_impl {
+    use super::*;
+    use crate::assets::postgres as q;
+
+    fn client(url: &str) -> BenchResult<postgres::Client> {
+        let mut cfg: postgres::Config = url.parse()?;
+        cfg.connect_timeout(Duration::from_secs(5));
+        Ok(cfg.connect(postgres::NoTls)?)
+    }
+
+    pub fn init(url: &str) -> BenchResult<String> {
+        use simba::backends::sql::{SqlBackend, SqlOptions};
+        SqlBackend::postgres(url, SqlOptions::default())?.init_schema()?;
+        let mut c = client(url)?;
+        c.batch_execute(q::INIT)?;
+        let v: String = c.query_one(q::VERSION, &[])?.try_get(0)?;
+        Ok(v.split(" on ").next().unwrap_or(&v).to_string())
+    }
+
+    /// One upsert to take + one update to free, prepared once, on one connection.
+    pub struct RawPg {
+        client: postgres::Client,
+        lock: postgres::Statement,
+        unlock: postgres::Statement,
+        owner: String,
+    }
+
+    impl RawPg {
+        pub fn connect(url: &str, owner: String) -> BenchResult<RawPg> {
+            let mut client = client(url)?;
+            let lock = client.prepare(q::LOCK)?;
+            let unlock = client.prepare(q::UNLOCK)?;
+            Ok(RawPg { client, lock, unlock, owner })
+        }
+    }
+
+    impl RawLock for RawPg {
+        fn lock(&mut self, name: &str) -> BenchResult<bool> {
+            Ok(self.client.query_opt(&self.lock, &[&name, &self.owner, &RAW_TTL_MS])?.is_some())
+        }
+        fn unlock(&mut self, name: &str) -> BenchResult<()> {
+            self.client.execute(&self.unlock, &[&name, &self.owner])?;
+            Ok(())
+        }
+    }
+
+    /// `pg_stat_database` xact_commit + xact_rollback (flushed by each server process with a delay).
+    pub struct CommitCounter {
+        client: postgres::Client,
+    }
+
+    impl CommitCounter {
+        pub fn connect(url: &str) -> BenchResult<CommitCounter> {
+            Ok(CommitCounter { client: client(url)? })
+        }
+    }
+
+    impl ServerCounter for CommitCounter {
+        fn read(&mut self) -> BenchResult<u64> {
+            let v: i64 = self.client.query_one(q::COMMITS, &[])?.try_get(0)?;
+            Ok(v.max(0) as u64)
+        }
+        fn what(&self) -> &'static str {
+            "pg_stat_database xact_commit+xact_rollback (delayed flush)"
+        }
+    }
+
+    pub fn cleanup(url: &str, pattern: &str) -> BenchResult<()> {
+        client(url)?.execute(q::CLEANUP, &[&pattern])?;
+        Ok(())
+    }
+}
+
+#[cfg(feature = "mysql")]
+mod my_impl {
+    use super::*;
+    use crate::assets::mysql as q;
+    use mysql::prelude::Queryable;
+
+    fn conn(url: &str) -> BenchResult<mysql::Conn> {
+        let opts = mysql::OptsBuilder::from_opts(mysql::Opts::from_url(url)?)
+            .tcp_connect_timeout(Some(Duration::from_secs(5)))
+            .read_timeout(Some(Duration::from_secs(5)))
+            .write_timeout(Some(Duration::from_secs(5)));
+        Ok(mysql::Conn::new(opts)?)
+    }
+
+    fn first_string(conn: &mut mysql::Conn, sql: &str, col: usize) -> BenchResult<String> {
+        let row: mysql::Row = conn.query_first(sql)?.ok_or_else(|| err("no row"))?;
+        row.get_opt::<String, usize>(col).ok_or_else(|| err("no such column"))?.map_err(|e| err(e.to_string()))
+    }
+
+    pub fn init(url: &str) -> BenchResult<String> {
+        use simba::backends::sql::{SqlBackend, SqlOptions};
+        SqlBackend::mysql(url, SqlOptions::default())?.init_schema()?;
+        let mut c = conn(url)?;
+        c.query_drop(q::INIT)?;
+        first_string(&mut c, q::VERSION, 0)
+    }
+
+    /// One upsert to take + one update to free, prepared once, on one connection.
+    pub struct RawMy {
+        conn: mysql::Conn,
+        lock: mysql::Statement,
+        unlock: mysql::Statement,
+        owner: String,
+    }
+
+    impl RawMy {
+        pub fn connect(url: &str, owner: String) -> BenchResult<RawMy> {
+            let mut conn = conn(url)?;
+            let lock = conn.prep(q::LOCK)?;
+            let unlock = conn.prep(q::UNLOCK)?;
+            Ok(RawMy { conn, lock, unlock, owner })
+        }
+    }
+
+    impl RawLock for RawMy {
+        fn lock(&mut self, name: &str) -> BenchResult<bool> {
+            self.conn.exec_drop(&self.lock, (name, &self.owner, RAW_TTL_MS))?;
+            Ok(self.conn.affected_rows() > 0)
+        }
+        fn unlock(&mut self, name: &str) -> BenchResult<()> {
+            self.conn.exec_drop(&self.unlock, (name, &self.owner))?;
+            Ok(())
+        }
+    }
+
+    /// `SHOW GLOBAL STATUS LIKE 'Questions'`.
+    pub struct QuestionsCounter {
+        conn: mysql::Conn,
+    }
+
+    impl QuestionsCounter {
+        pub fn connect(url: &str) -> BenchResult<QuestionsCounter> {
+            Ok(QuestionsCounter { conn: conn(url)? })
+        }
+    }
+
+    impl ServerCounter for QuestionsCounter {
+        fn read(&mut self) -> BenchResult<u64> {
+            Ok(first_string(&mut self.conn, q::QUESTIONS, 1)?.parse()?)
+        }
+        fn what(&self) -> &'static str {
+            "SHOW GLOBAL STATUS Questions"
+        }
+    }
+
+    pub fn cleanup(url: &str, pattern: &str) -> BenchResult<()> {
+        conn(url)?.exec_drop(q::CLEANUP, (pattern,))?;
+        Ok(())
+    }
+}
+
+#[cfg(feature = "zookeeper")]
+mod zk_impl {
+    use super::*;
+    use futures::executor::block_on;
+    use zookeeper_client::{Acls, Client, CreateMode, Error as ZkError};
+
+    fn client(hosts: &str) -> BenchResult<Client> {
+        let connect = Client::connector().with_session_timeout(Duration::from_secs(15)).connect(hosts);
+        Ok(block_on(connect)?)
+    }
+
+    pub fn init(hosts: &str) -> BenchResult<String> {
+        let c = client(hosts)?;
+        match block_on(c.create(ZK_RAW_DIR, &[], &CreateMode::Persistent.with_acls(Acls::anyone_all()))) {
+            Ok(_) | Err(ZkError::NodeExists) => {}
+            Err(e) => return Err(e.into()),
+        }
+        let addr = hosts.split(',').next().unwrap_or("").to_socket_addrs()?.next().ok_or_else(|| err("bad address"))?;
+        let srvr = zk_four_letter(addr, "srvr")?;
+        let v = srvr.lines().find_map(|l| l.strip_prefix("Zookeeper version: ")).unwrap_or("unknown");
+        Ok(format!("ZooKeeper {}", v.split(',').next().unwrap_or(v)))
+    }
+
+    /// Create + delete of an ephemeral node, on a dedicated client.
+    pub struct RawZk {
+        client: Client,
+    }
+
+    impl RawZk {
+        pub fn connect(hosts: &str) -> BenchResult<RawZk> {
+            Ok(RawZk { client: client(hosts)? })
+        }
+    }
+
+    impl RawLock for RawZk {
+        fn lock(&mut self, name: &str) -> BenchResult<bool> {
+            let path = format!("{ZK_RAW_DIR}/{name}");
+            let opts = CreateMode::Ephemeral.with_acls(Acls::anyone_all());
+            match block_on(self.client.create(&path, &[], &opts)) {
+                Ok(_) => Ok(true),
+                Err(ZkError::NodeExists) => Ok(false),
+                Err(e) => Err(e.into()),
+            }
+        }
+        fn unlock(&mut self, name: &str) -> BenchResult<()> {
+            let path = format!("{ZK_RAW_DIR}/{name}");
+            match block_on(self.client.delete(&path, None)) {
+                Ok(()) | Err(ZkError::NoNode) => Ok(()),
+                Err(e) => Err(e.into()),
+            }
+        }
+    }
+
+    /// `mntr` zk_packets_received (a four-letter word over its own TCP connection).
+    pub struct MntrCounter {
+        addr: SocketAddr,
+    }
+
+    impl MntrCounter {
+        pub fn new(addr: SocketAddr) -> MntrCounter {
+            MntrCounter { addr }
+        }
+    }
+
+    impl ServerCounter for MntrCounter {
+        fn read(&mut self) -> BenchResult<u64> {
+            let m = zk_four_letter(self.addr, "mntr")?;
+            let v = m
+                .lines()
+                .find_map(|l| l.strip_prefix("zk_packets_received"))
+                .ok_or_else(|| err("mntr has no zk_packets_received (is mntr in 4lw.commands.whitelist?)"))?;
+            Ok(v.trim().parse()?)
+        }
+        fn what(&self) -> &'static str {
+            "mntr zk_packets_received"
+        }
+    }
+}

@@ -1,0 +1,2 @@
+-- Benchmark only: the server version, for the report.
+select version()
