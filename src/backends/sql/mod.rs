@@ -36,18 +36,16 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use log::{debug, info, warn};
 use parking_lot::Mutex;
 
-use crate::backend::{
-    Acquire, CheckItem, CheckStatus, Holder, KeepAlive, LeaseBackend, Member, SessionGrant,
-};
+use crate::backend::{Acquire, CheckItem, CheckStatus, Holder, KeepAlive, LeaseBackend, Member, SessionGrant};
 use crate::error::{display_chain, Error, ErrorKind, Result};
 use crate::options::DEFAULT_QUERY_TIMEOUT;
 use crate::types::{validate_metadata, Name, SessionId, Token};
 
 #[cfg(feature = "mysql")]
 mod mysql;
+mod pool;
 #[cfg(feature = "postgres")]
 mod postgres;
-mod pool;
 pub mod queries;
 
 /// Default time between two background purges of expired sessions.
@@ -270,12 +268,15 @@ pub(crate) enum RawAcquire {
 /// A holder row: session id, token, remaining ms, metadata.
 pub(crate) type RawHolder = (String, i64, i64, String);
 
+/// A keep-alive reply: `None` when expired, else remaining ms and the owned `(name, token)` rows.
+pub(crate) type RawKeepAlive = Option<(i64, Vec<(String, i64)>)>;
+
 /// The per-dialect statements. Every method is one bounded call (checkout + statements + retries).
 pub(crate) trait Driver: Send + Sync + 'static {
     fn init_schema(&self) -> Result<()>;
     fn open_session(&self, id: &SessionId, lease_ms: i64, metadata: &str) -> Result<()>;
     /// `None` when the session is expired or unknown (and then deleted).
-    fn keep_alive(&self, id: &SessionId, lease_ms: i64) -> Result<Option<(i64, Vec<(String, i64)>)>>;
+    fn keep_alive(&self, id: &SessionId, lease_ms: i64) -> Result<RawKeepAlive>;
     fn close_session(&self, id: &SessionId) -> Result<()>;
     fn acquire(&self, id: &SessionId, name: &Name) -> Result<RawAcquire>;
     fn release(&self, id: &SessionId, name: &Name) -> Result<()>;
@@ -469,8 +470,9 @@ impl SqlBackend {
     }
 
     fn parse_session(&self, s: &str) -> Result<SessionId> {
-        SessionId::parse(s.trim_end())
-            .map_err(|e| Error::backend(format!("{}: corrupt session id in the database", self.inner.dialect)).with_source(e))
+        SessionId::parse(s.trim_end()).map_err(|e| {
+            Error::backend(format!("{}: corrupt session id in the database", self.inner.dialect)).with_source(e)
+        })
     }
 }
 
@@ -592,7 +594,9 @@ impl LeaseBackend for SqlBackend {
             }
         }
         match self.inner.driver.schema_tables() {
-            Ok(3) => items.push(item("schema", CheckStatus::Ok, "simba_session, simba_lease and simba_member exist".into())),
+            Ok(3) => {
+                items.push(item("schema", CheckStatus::Ok, "simba_session, simba_lease and simba_member exist".into()))
+            }
             Ok(n) => items.push(item(
                 "schema",
                 CheckStatus::Fail,

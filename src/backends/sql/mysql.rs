@@ -19,7 +19,7 @@ use parking_lot::Mutex;
 
 use super::pool::{Fail, SqlPool};
 use super::queries::mysql as q;
-use super::{redact_url, Driver, RawAcquire, RawHolder, SqlOptions};
+use super::{redact_url, Driver, RawAcquire, RawHolder, RawKeepAlive, SqlOptions};
 use crate::error::{Error, Result};
 use crate::types::{Name, SessionId};
 
@@ -113,9 +113,9 @@ impl MyConn {
 fn col<T: mysql::prelude::FromValue>(row: &Row, idx: usize, what: &str) -> Result<T, Fail> {
     match row.get_opt::<T, usize>(idx) {
         Some(Ok(v)) => Ok(v),
-        Some(Err(e)) => Err(Fail::Stop(
-            Error::backend(format!("{KIND}: {what}: unexpected value in column {idx}")).with_source(e),
-        )),
+        Some(Err(e)) => {
+            Err(Fail::Stop(Error::backend(format!("{KIND}: {what}: unexpected value in column {idx}")).with_source(e)))
+        }
         None => Err(Fail::Stop(Error::backend(format!("{KIND}: {what}: missing column {idx}")))),
     }
 }
@@ -134,7 +134,8 @@ impl MyManager {
         conn.query_drop(q::SESSION_TIME_ZONE)?;
         conn.exec_drop(q::SESSION_LOCK_WAIT_TIMEOUT, (self.lock_wait_secs,))?;
         let rows: Vec<Row> = conn.exec(q::SERVER_VERSION, ())?;
-        let version: String = rows.first().and_then(|r| r.get_opt::<String, usize>(0)).and_then(|v| v.ok()).unwrap_or_default();
+        let version: String =
+            rows.first().and_then(|r| r.get_opt::<String, usize>(0)).and_then(|v| v.ok()).unwrap_or_default();
         if version.contains("MariaDB") {
             conn.exec_drop(q::SESSION_STATEMENT_TIME_MARIADB, (self.statement_secs,))?;
         } else {
@@ -213,11 +214,7 @@ impl MyDriver {
 
 /// The statements of an init script: comment lines dropped, split at `;`.
 fn script_statements(script: &str) -> Vec<String> {
-    let body: String = script
-        .lines()
-        .filter(|l| !l.trim_start().starts_with("--"))
-        .map(|l| format!("{l}\n"))
-        .collect();
+    let body: String = script.lines().filter(|l| !l.trim_start().starts_with("--")).map(|l| format!("{l}\n")).collect();
     body.split(';').map(str::trim).filter(|s| !s.is_empty()).map(str::to_string).collect()
 }
 
@@ -238,7 +235,7 @@ impl Driver for MyDriver {
         self.pool.run(&what, |c| c.exec(q::OPEN_SESSION, (id.as_str(), lease_ms, metadata), &what).map(|_| ()))
     }
 
-    fn keep_alive(&self, id: &SessionId, lease_ms: i64) -> Result<Option<(i64, Vec<(String, i64)>)>> {
+    fn keep_alive(&self, id: &SessionId, lease_ms: i64) -> Result<RawKeepAlive> {
         let what = format!("keep-alive of session {id}");
         self.pool.run(&what, |c| {
             c.exec(q::KEEP_ALIVE, (lease_ms, id.as_str()), &what)?;

@@ -21,7 +21,7 @@ use postgres::{Client, Config, NoTls, Row, Statement};
 
 use super::pool::{Fail, SqlPool};
 use super::queries::postgres as q;
-use super::{redact_url, Driver, RawAcquire, RawHolder, SqlOptions};
+use super::{redact_url, Driver, RawAcquire, RawHolder, RawKeepAlive, SqlOptions};
 use crate::error::{Error, Result};
 use crate::types::{Name, SessionId};
 
@@ -153,9 +153,8 @@ pub(crate) struct PgDriver {
 
 impl PgDriver {
     pub(crate) fn new(url: &str, options: &SqlOptions) -> Result<PgDriver> {
-        let mut config = Config::from_str(url).map_err(|e| {
-            Error::config(format!("invalid PostgreSQL URL {}", redact_url(url))).with_source(e)
-        })?;
+        let mut config = Config::from_str(url)
+            .map_err(|e| Error::config(format!("invalid PostgreSQL URL {}", redact_url(url))).with_source(e))?;
         let qt_ms = options.query_timeout().as_millis().max(1);
         let idle_tx_ms = qt_ms.saturating_mul(4).max(1000);
         let mut opts = config.get_options().map(str::to_string).unwrap_or_default();
@@ -203,7 +202,7 @@ impl Driver for PgDriver {
         self.pool.run(&what, |c| c.execute(q::OPEN_SESSION, &[&id.as_str(), &lease_ms, &metadata], &what).map(|_| ()))
     }
 
-    fn keep_alive(&self, id: &SessionId, lease_ms: i64) -> Result<Option<(i64, Vec<(String, i64)>)>> {
+    fn keep_alive(&self, id: &SessionId, lease_ms: i64) -> Result<RawKeepAlive> {
         let what = format!("keep-alive of session {id}");
         self.pool.run(&what, |c| {
             let rows = c.query(q::KEEP_ALIVE, &[&id.as_str(), &lease_ms], &what)?;
@@ -298,7 +297,9 @@ impl Driver for PgDriver {
                     match r.try_get::<_, String>(0) {
                         Ok(s) => ids.push(s),
                         Err(e) => {
-                            return Ok(Err(Error::backend(format!("{KIND}: {what}: unexpected session id")).with_source(e)))
+                            return Ok(Err(
+                                Error::backend(format!("{KIND}: {what}: unexpected session id")).with_source(e)
+                            ))
                         }
                     }
                 }
@@ -347,7 +348,7 @@ impl Driver for PgDriver {
             let Some(version) = version.first() else {
                 return Err(Fail::Stop(Error::backend(format!("{KIND}: {what}: no reply row"))));
             };
-            col(&version, 0, what)
+            col(version, 0, what)
         })
     }
 

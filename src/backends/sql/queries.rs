@@ -99,7 +99,8 @@ pub mod mysql {
     /// `session-lock-wait-timeout.sql`: Per-connection setting: row-lock wait timeout (seconds).
     pub const SESSION_LOCK_WAIT_TIMEOUT: &str = include_str!("../../../sql/mysql/session-lock-wait-timeout.sql");
     /// `session-statement-time-mariadb.sql`: Per-connection setting (MariaDB): statement timeout (seconds).
-    pub const SESSION_STATEMENT_TIME_MARIADB: &str = include_str!("../../../sql/mysql/session-statement-time-mariadb.sql");
+    pub const SESSION_STATEMENT_TIME_MARIADB: &str =
+        include_str!("../../../sql/mysql/session-statement-time-mariadb.sql");
     /// `session-time-zone.sql`: Per-connection setting: UTC session time zone.
     pub const SESSION_TIME_ZONE: &str = include_str!("../../../sql/mysql/session-time-zone.sql");
 }
