@@ -36,3 +36,5 @@ pub use coordinator::{Coordinator, CoordinatorEvent};
 
 #[cfg(feature = "tck")]
 pub mod tck;
+pub mod config;
+pub use config::{BackendKind, Config, ConfigBuilder, RedisEviction, ZookeeperAcl};

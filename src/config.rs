@@ -1,0 +1,1466 @@
+//! Configuration and backend selection: [`Config`].
+//!
+//! A `Config` says which backend to use, how to reach it and how sessions are timed. Build it in
+//! code with [`Config::builder`], from a URL with [`Config::from_url`], or from `SIMBA_*`
+//! environment variables with [`Config::from_env`]; then [`Config::connect`] creates the backend and
+//! [`Config::session_options`] gives the session timing.
+//!
+//! ```
+//! use simba::{Config, Session};
+//! let config = Config::from_url("memory://")?;
+//! let session = Session::open(config.connect()?, config.session_options())?;
+//! let lease = session.lock("nightly-report")?;
+//! # Ok::<(), simba::Error>(())
+//! ```
+//!
+//! # Selection rules
+//!
+//! The backend is chosen **explicitly**: by the URL's scheme (`postgres://`, `mysql://`, `redis://`,
+//! `redis+cluster://`, `zookeeper://`, `memory://`) or by [`ConfigBuilder::backend`] /
+//! `SIMBA_BACKEND`. It is never guessed:
+//!
+//! - a backend whose Cargo feature is not compiled in is an error naming the feature;
+//! - a backend disabled with `SIMBA_<BACKEND>_ENABLED=false` (or `SIMBA_ENABLED=false`) is an error;
+//! - `SIMBA_BACKEND` that contradicts the URL's scheme is an error;
+//! - settings of backends (e.g. `SIMBA_REDIS_*` and `SIMBA_ZOOKEEPER_*`) without an explicit
+//!   choice are an error naming them; with an explicit choice, settings of other backends are
+//!   ignored with a warning ([`Config::warnings`]);
+//! - no choice at all is an error.
+//!
+//! An application may always skip all of this and pass its own backend to
+//! [`Session::open`](crate::Session::open) or [`Coordinator::start`](crate::Coordinator::start).
+//!
+//! Every value is validated by [`ConfigBuilder::build`] before any I/O, with a message naming the
+//! value and the rule. Secrets (URL passwords, sensitive URL query values, ZooKeeper auth
+//! credentials) never appear in `Debug`, logs or error messages: URLs are shown redacted, e.g.
+//! `redis://user:***@host:6379`. See `docs/configuration.md`.
+
+use std::collections::BTreeSet;
+use std::fmt;
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::backend::LeaseBackend;
+use crate::error::{display_chain, Error, Result};
+use crate::memory::MemoryBackend;
+use crate::options::{SessionOptions, SessionOptionsBuilder};
+
+/// Default ZooKeeper root path.
+pub const DEFAULT_ZOOKEEPER_ROOT: &str = "/simba";
+/// Default ZooKeeper port, used for hosts written without one.
+pub const DEFAULT_ZOOKEEPER_PORT: u16 = 2181;
+
+/// Every environment variable [`Config::from_env`] reads.
+pub const ENV_VARS: &[&str] = &[
+    "SIMBA_URL",
+    "SIMBA_BACKEND",
+    "SIMBA_ENABLED",
+    "SIMBA_POSTGRES_ENABLED",
+    "SIMBA_MYSQL_ENABLED",
+    "SIMBA_REDIS_ENABLED",
+    "SIMBA_ZOOKEEPER_ENABLED",
+    "SIMBA_MEMORY_ENABLED",
+    "SIMBA_LEASE_DURATION",
+    "SIMBA_RENEW_INTERVAL",
+    "SIMBA_DRIFT",
+    "SIMBA_QUERY_TIMEOUT",
+    "SIMBA_METADATA",
+    "SIMBA_PURGE_INTERVAL",
+    "SIMBA_SQL_POOL_SIZE",
+    "SIMBA_REDIS_WAIT_REPLICAS",
+    "SIMBA_REDIS_EVICTION",
+    "SIMBA_REDIS_MAX_CONNECTIONS",
+    "SIMBA_ZOOKEEPER_ROOT",
+    "SIMBA_ZOOKEEPER_AUTH",
+    "SIMBA_ZOOKEEPER_ACL",
+    "SIMBA_ZOOKEEPER_CONNECTION_TIMEOUT",
+];
+
+/// `SIMBA_*` variables that are not settings (the CLI sets them for its children; tests use
+/// `SIMBA_TEST_*`), so [`Config::from_env`] does not warn about them.
+const NOT_SETTINGS: &[&str] = &["SIMBA_TOKEN", "SIMBA_LEASE", "SIMBA_SESSION", "SIMBA_GROUP"];
+
+/// The backends [`Config`] can select.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[non_exhaustive]
+pub enum BackendKind {
+    /// PostgreSQL 14+ (`postgres://`, `postgresql://`; feature `postgres`).
+    Postgres,
+    /// MySQL 8 / MariaDB 10.11 (`mysql://`; feature `mysql`).
+    Mysql,
+    /// Redis 7 standalone (`redis://`; feature `redis`).
+    Redis,
+    /// Redis Cluster (`redis+cluster://h1:p,h2:p`; feature `redis`).
+    RedisCluster,
+    /// ZooKeeper 3.8 (`zookeeper://h1:2181,h2:2181/root`; feature `zookeeper`).
+    Zookeeper,
+    /// The in-process memory backend (`memory://`; always compiled). Process-local: two processes
+    /// never see each other's leases.
+    Memory,
+}
+
+impl BackendKind {
+    /// Every kind.
+    pub const ALL: [BackendKind; 6] = [
+        BackendKind::Postgres,
+        BackendKind::Mysql,
+        BackendKind::Redis,
+        BackendKind::RedisCluster,
+        BackendKind::Zookeeper,
+        BackendKind::Memory,
+    ];
+
+    /// The name used by `SIMBA_BACKEND`, e.g. `"redis-cluster"`.
+    pub fn name(self) -> &'static str {
+        match self {
+            BackendKind::Postgres => "postgres",
+            BackendKind::Mysql => "mysql",
+            BackendKind::Redis => "redis",
+            BackendKind::RedisCluster => "redis-cluster",
+            BackendKind::Zookeeper => "zookeeper",
+            BackendKind::Memory => "memory",
+        }
+    }
+
+    /// The Cargo feature that compiles this backend in (`None` for memory, which is always there).
+    pub fn feature(self) -> Option<&'static str> {
+        match self {
+            BackendKind::Postgres => Some("postgres"),
+            BackendKind::Mysql => Some("mysql"),
+            BackendKind::Redis | BackendKind::RedisCluster => Some("redis"),
+            BackendKind::Zookeeper => Some("zookeeper"),
+            BackendKind::Memory => None,
+        }
+    }
+
+    /// True when this build contains the backend.
+    pub fn is_compiled(self) -> bool {
+        match self {
+            BackendKind::Postgres => cfg!(feature = "postgres"),
+            BackendKind::Mysql => cfg!(feature = "mysql"),
+            BackendKind::Redis | BackendKind::RedisCluster => cfg!(feature = "redis"),
+            BackendKind::Zookeeper => cfg!(feature = "zookeeper"),
+            BackendKind::Memory => true,
+        }
+    }
+
+    /// True for PostgreSQL and MySQL (the backends with a schema).
+    pub fn is_sql(self) -> bool {
+        matches!(self, BackendKind::Postgres | BackendKind::Mysql)
+    }
+
+    /// The backend's settings family (for the selection rules and `SIMBA_<FAMILY>_ENABLED`).
+    fn family(self) -> Family {
+        match self {
+            BackendKind::Postgres => Family::Postgres,
+            BackendKind::Mysql => Family::Mysql,
+            BackendKind::Redis | BackendKind::RedisCluster => Family::Redis,
+            BackendKind::Zookeeper => Family::Zookeeper,
+            BackendKind::Memory => Family::Memory,
+        }
+    }
+
+    /// Whether an explicit choice `self` (from `SIMBA_BACKEND`) agrees with a URL of kind `url`:
+    /// equal, or `redis` for a `redis+cluster://` URL.
+    fn agrees_with(self, url: BackendKind) -> bool {
+        self == url || (self == BackendKind::Redis && url == BackendKind::RedisCluster)
+    }
+}
+
+impl fmt::Display for BackendKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for BackendKind {
+    type Err = Error;
+
+    /// Parses `postgres` (or `postgresql`), `mysql`, `redis`, `redis-cluster`, `zookeeper`,
+    /// `memory`; case-insensitive.
+    fn from_str(s: &str) -> Result<BackendKind> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "postgres" | "postgresql" => Ok(BackendKind::Postgres),
+            "mysql" => Ok(BackendKind::Mysql),
+            "redis" => Ok(BackendKind::Redis),
+            "redis-cluster" => Ok(BackendKind::RedisCluster),
+            "zookeeper" => Ok(BackendKind::Zookeeper),
+            "memory" => Ok(BackendKind::Memory),
+            _ => Err(Error::config(format!(
+                "unknown backend {:?}: expected one of postgres, mysql, redis, redis-cluster, zookeeper, memory",
+                shorten(s)
+            ))),
+        }
+    }
+}
+
+/// A group of settings that belong to one backend.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Family {
+    Postgres,
+    Mysql,
+    Sql,
+    Redis,
+    Zookeeper,
+    Memory,
+}
+
+impl Family {
+    fn name(self) -> &'static str {
+        match self {
+            Family::Postgres => "postgres",
+            Family::Mysql => "mysql",
+            Family::Sql => "sql (postgres/mysql)",
+            Family::Redis => "redis",
+            Family::Zookeeper => "zookeeper",
+            Family::Memory => "memory",
+        }
+    }
+
+    fn applies_to(self, kind: BackendKind) -> bool {
+        match self {
+            Family::Sql => kind.is_sql(),
+            f => kind.family() == f,
+        }
+    }
+
+    fn enabled_var(self) -> &'static str {
+        match self {
+            Family::Postgres => "SIMBA_POSTGRES_ENABLED",
+            Family::Mysql => "SIMBA_MYSQL_ENABLED",
+            Family::Redis => "SIMBA_REDIS_ENABLED",
+            Family::Zookeeper => "SIMBA_ZOOKEEPER_ENABLED",
+            Family::Memory | Family::Sql => "SIMBA_MEMORY_ENABLED",
+        }
+    }
+}
+
+/// What the Redis backend does when `maxmemory-policy` may evict its keys (any `allkeys-*` or
+/// `volatile-*` policy: evicting a lease hash restarts its token at 1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum RedisEviction {
+    /// Log a loud warning and carry on (default).
+    #[default]
+    Warn,
+    /// Refuse to start: `connect` fails with `InvalidConfig`.
+    Refuse,
+}
+
+impl FromStr for RedisEviction {
+    type Err = Error;
+
+    /// Parses `warn` or `refuse` (case-insensitive).
+    fn from_str(s: &str) -> Result<RedisEviction> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "warn" => Ok(RedisEviction::Warn),
+            "refuse" => Ok(RedisEviction::Refuse),
+            _ => Err(Error::config(format!("invalid Redis eviction check {:?}: expected warn or refuse", shorten(s)))),
+        }
+    }
+}
+
+/// The ACL of every ZooKeeper node the backend creates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ZookeeperAcl {
+    /// `creator-all` when auth is configured, `open` otherwise (default).
+    #[default]
+    Auto,
+    /// `OPEN_ACL_UNSAFE`: anyone who reaches the ensemble may delete or forge nodes.
+    Open,
+    /// `CREATOR_ALL_ACL`: only the authenticated identity that created a node may touch it. Needs auth.
+    CreatorAll,
+}
+
+impl ZookeeperAcl {
+    /// `open` or `creator-all` after resolving `auto` against whether auth is configured.
+    pub fn resolve(self, has_auth: bool) -> ZookeeperAcl {
+        match self {
+            ZookeeperAcl::Auto if has_auth => ZookeeperAcl::CreatorAll,
+            ZookeeperAcl::Auto => ZookeeperAcl::Open,
+            other => other,
+        }
+    }
+}
+
+impl FromStr for ZookeeperAcl {
+    type Err = Error;
+
+    /// Parses `auto`, `open` or `creator-all` (case-insensitive).
+    fn from_str(s: &str) -> Result<ZookeeperAcl> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "auto" => Ok(ZookeeperAcl::Auto),
+            "open" => Ok(ZookeeperAcl::Open),
+            "creator-all" | "creator_all" => Ok(ZookeeperAcl::CreatorAll),
+            _ => Err(Error::config(format!(
+                "invalid ZooKeeper ACL mode {:?}: expected auto, open or creator-all",
+                shorten(s)
+            ))),
+        }
+    }
+}
+
+/// A string that is never printed.
+#[derive(Clone, PartialEq, Eq)]
+struct Secret(String);
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("\"<redacted>\"")
+    }
+}
+
+/// A ZooKeeper auth info (scheme and credentials); the credentials are never printed.
+#[derive(Clone, PartialEq, Eq)]
+struct ZkAuth {
+    scheme: String,
+    credentials: Secret,
+}
+
+impl fmt::Debug for ZkAuth {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:<redacted>", self.scheme)
+    }
+}
+
+fn zk_auth(scheme: &str, credentials: &str, label: &str) -> Result<ZkAuth> {
+    if scheme.is_empty() || !scheme.bytes().all(|b| b.is_ascii_alphanumeric()) {
+        return Err(Error::config(format!(
+            "invalid {label}: the scheme {:?} must be ASCII letters and digits; expected scheme:credentials, \
+             e.g. digest:user:password",
+            shorten(scheme)
+        )));
+    }
+    if credentials.is_empty() {
+        return Err(Error::config(format!(
+            "invalid {label}: empty credentials; expected scheme:credentials, e.g. digest:user:password"
+        )));
+    }
+    if scheme == "digest" && !credentials.contains(':') {
+        return Err(Error::config(format!(
+            "invalid {label}: digest credentials must be user:password (the value is not shown)"
+        )));
+    }
+    Ok(ZkAuth { scheme: scheme.to_string(), credentials: Secret(credentials.to_string()) })
+}
+
+/// One host of a URL.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct HostPort {
+    host: String,
+    port: Option<u16>,
+}
+
+impl fmt::Display for HostPort {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let bracket = self.host.contains(':') && !self.host.starts_with('[');
+        match (bracket, self.port) {
+            (true, Some(p)) => write!(f, "[{}]:{p}", self.host),
+            (true, None) => write!(f, "[{}]", self.host),
+            (false, Some(p)) => write!(f, "{}:{p}", self.host),
+            (false, None) => f.write_str(&self.host),
+        }
+    }
+}
+
+/// A parsed backend URL. `raw` holds the original text (with secrets) for the drivers.
+#[derive(Clone)]
+struct Endpoint {
+    kind: BackendKind,
+    raw: Secret,
+    /// The userinfo exactly as written (percent-encoded), for rebuilding per-host URLs.
+    raw_userinfo: Option<Secret>,
+    hosts: Vec<HostPort>,
+    username: Option<String>,
+    password: Option<Secret>,
+    /// Percent-decoded path without the leading `/` of the authority ("" when none).
+    path: String,
+    redacted: String,
+}
+
+impl fmt::Debug for Endpoint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.redacted)
+    }
+}
+
+/// Query keys whose values are hidden in redacted URLs.
+fn sensitive_key(key: &str) -> bool {
+    let k = key.to_ascii_lowercase();
+    ["pass", "secret", "token", "auth", "key", "credential", "cert"].iter().any(|s| k.contains(s))
+}
+
+/// `raw` with the password and sensitive query values replaced by `***`. Works on text that is
+/// not a valid URL too (best effort, never shows what follows the first ':' of the userinfo).
+pub fn redact_url(raw: &str) -> String {
+    let Some((scheme, rest)) = raw.split_once("://") else {
+        // Without "://" there is no userinfo to find; show only a scheme-like prefix.
+        return match raw.split_once(':') {
+            Some((s, _)) if !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || "+-.".contains(c)) => {
+                format!("{}:…", shorten(s))
+            }
+            _ => "<unparsable URL>".to_string(),
+        };
+    };
+    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(end);
+    let authority = match authority.rfind('@') {
+        Some(at) => {
+            let (userinfo, hosts) = authority.split_at(at);
+            match userinfo.split_once(':') {
+                Some((user, _)) => format!("{user}:***{hosts}"),
+                None => format!("{userinfo}{hosts}"),
+            }
+        }
+        None => authority.to_string(),
+    };
+    let (path, query) = match tail.split_once('?') {
+        Some((p, q)) => (p, Some(q)),
+        None => (tail, None),
+    };
+    let path = path.split('#').next().unwrap_or_default();
+    let mut out = format!("{scheme}://{authority}{path}");
+    if let Some(q) = query {
+        let q = q.split('#').next().unwrap_or_default();
+        let parts: Vec<String> = q
+            .split('&')
+            .map(|kv| match kv.split_once('=') {
+                Some((k, _)) if sensitive_key(k) => format!("{k}=***"),
+                _ => kv.to_string(),
+            })
+            .collect();
+        out.push('?');
+        out.push_str(&parts.join("&"));
+    }
+    out
+}
+
+fn url_error(redacted: &str, why: impl fmt::Display) -> Error {
+    Error::config(format!(
+        "invalid backend URL {redacted}: {why}; expected e.g. postgres://user@host:5432/db, mysql://user@host:3306/db, \
+         redis://host:6379, redis+cluster://h1:7000,h2:7001, zookeeper://h1:2181,h2:2181/root or memory://"
+    ))
+}
+
+fn percent_decode(s: &str) -> String {
+    url::form_urlencoded::parse(format!("x={}", s.replace('+', "%2B")).as_bytes())
+        .next()
+        .map(|(_, v)| v.into_owned())
+        .unwrap_or_default()
+}
+
+fn parse_host(host: &str, redacted: &str) -> Result<HostPort> {
+    if host.is_empty() {
+        return Err(url_error(redacted, "empty host"));
+    }
+    let u = url::Url::parse(&format!("simba://{host}")).map_err(|e| url_error(redacted, format!("host {host:?}: {e}")))?;
+    let h = u.host_str().unwrap_or_default();
+    if h.is_empty() {
+        return Err(url_error(redacted, format!("host {host:?} has no host name")));
+    }
+    if !u.username().is_empty() || u.password().is_some() || !matches!(u.path(), "" | "/") {
+        return Err(url_error(redacted, format!("host {host:?} is not host[:port]")));
+    }
+    let h = h.trim_start_matches('[').trim_end_matches(']').to_string();
+    Ok(HostPort { host: h, port: u.port() })
+}
+
+/// Parses a backend URL (see the module docs for the forms).
+fn parse_endpoint(raw: &str) -> Result<Endpoint> {
+    let raw = raw.trim();
+    let redacted = redact_url(raw);
+    let Some((scheme, rest)) = raw.split_once("://") else {
+        return Err(url_error(&redacted, "missing scheme:// (the backend is never guessed)"));
+    };
+    let kind = match scheme.to_ascii_lowercase().as_str() {
+        "postgres" | "postgresql" => BackendKind::Postgres,
+        "mysql" | "mariadb" => BackendKind::Mysql,
+        "redis" => BackendKind::Redis,
+        "redis+cluster" => BackendKind::RedisCluster,
+        "zookeeper" | "zk" => BackendKind::Zookeeper,
+        "memory" => BackendKind::Memory,
+        "rediss" | "rediss+cluster" => {
+            return Err(url_error(
+                &redacted,
+                "TLS (rediss://) is not supported: the redis crate is built without its TLS features",
+            ))
+        }
+        other => return Err(url_error(&redacted, format!("unknown scheme {:?}", shorten(other)))),
+    };
+    if rest.contains('#') {
+        return Err(url_error(&redacted, "a fragment (#…) is not allowed"));
+    }
+    if kind == BackendKind::Memory {
+        if !rest.is_empty() && rest != "/" {
+            return Err(url_error(&redacted, "memory:// takes nothing after the scheme"));
+        }
+        return Ok(Endpoint {
+            kind,
+            raw: Secret(raw.to_string()),
+            raw_userinfo: None,
+            hosts: Vec::new(),
+            username: None,
+            password: None,
+            path: String::new(),
+            redacted,
+        });
+    }
+    let end = rest.find(['/', '?']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(end);
+    let (userinfo, hostlist) = match authority.rfind('@') {
+        Some(at) => (Some(&authority[..at]), &authority[at + 1..]),
+        None => (None, authority),
+    };
+    let (username, password) = match userinfo {
+        None => (None, None),
+        Some(ui) => {
+            let (u, p) = match ui.split_once(':') {
+                Some((u, p)) => (u, Some(p)),
+                None => (ui, None),
+            };
+            let user = percent_decode(u);
+            (Some(user).filter(|u| !u.is_empty()), p.map(|p| Secret(percent_decode(p))))
+        }
+    };
+    let hosts = hostlist.split(',').map(|h| parse_host(h, &redacted)).collect::<Result<Vec<_>>>()?;
+    let (path, query) = match tail.split_once('?') {
+        Some((p, q)) => (p, Some(q)),
+        None => (tail, None),
+    };
+    let path = percent_decode(path.strip_prefix('/').unwrap_or(path));
+    let multi = hosts.len() > 1;
+    match kind {
+        BackendKind::Mysql | BackendKind::Redis if multi => {
+            return Err(url_error(
+                &redacted,
+                format!("{} takes one host (use redis+cluster:// for a Redis Cluster)", kind.name()),
+            ))
+        }
+        BackendKind::Redis if !path.is_empty() && path.parse::<u32>().is_err() => {
+            return Err(url_error(&redacted, format!("the path must be a database number, not {:?}", shorten(&path))))
+        }
+        BackendKind::RedisCluster if !path.is_empty() => {
+            return Err(url_error(&redacted, "Redis Cluster has no databases: remove the path"))
+        }
+        BackendKind::RedisCluster | BackendKind::Zookeeper if query.is_some() => {
+            return Err(url_error(&redacted, format!("{}:// takes no query parameters", scheme)))
+        }
+        BackendKind::Postgres | BackendKind::Mysql if path.is_empty() => {
+            return Err(url_error(&redacted, "missing database name, e.g. /simba"))
+        }
+        BackendKind::Zookeeper if password.is_some() && username.is_none() => {
+            return Err(url_error(&redacted, "ZooKeeper digest auth needs user:password@"))
+        }
+        _ => {}
+    }
+    Ok(Endpoint {
+        kind,
+        raw: Secret(raw.to_string()),
+        raw_userinfo: userinfo.map(|u| Secret(u.to_string())),
+        hosts,
+        username,
+        password,
+        path,
+        redacted,
+    })
+}
+
+/// Parses a duration like `15s`, `500ms`, `1m 30s` (humantime syntax; a unit is required).
+///
+/// # Errors
+/// `InvalidConfig` naming `what` and the value.
+pub fn parse_duration(what: &str, value: &str) -> Result<Duration> {
+    humantime::parse_duration(value.trim()).map_err(|e| {
+        Error::config(format!("{what}={:?} is not a duration ({e}): write e.g. 15s, 500ms or 1m 30s", shorten(value)))
+    })
+}
+
+fn parse_drift(what: &str, value: &str) -> Result<f64> {
+    let v = value.trim();
+    let parsed = match v.strip_suffix('%') {
+        Some(p) => p.trim().parse::<f64>().map(|x| x / 100.0),
+        None => v.parse::<f64>(),
+    };
+    parsed.map_err(|_| {
+        Error::config(format!("{what}={:?} is not a number: write a fraction like 0.01 or a percentage like 1%", shorten(v)))
+    })
+}
+
+fn parse_count(what: &str, value: &str) -> Result<u32> {
+    value.trim().parse::<u32>().map_err(|_| {
+        Error::config(format!("{what}={:?} is not a whole number (0 or more)", shorten(value)))
+    })
+}
+
+fn parse_bool(what: &str, value: &str) -> Result<bool> {
+    match value.trim().to_ascii_lowercase().as_str() {
+        "1" | "true" | "yes" | "on" => Ok(true),
+        "0" | "false" | "no" | "off" => Ok(false),
+        _ => Err(Error::config(format!("{what}={:?} is not a boolean: write true or false", shorten(value)))),
+    }
+}
+
+fn shorten(s: &str) -> String {
+    let mut out: String = s.chars().take(64).collect();
+    if s.chars().count() > 64 {
+        out.push('…');
+    }
+    out
+}
+
+/// Builder of [`Config`]. Setters record values; [`build`](ConfigBuilder::build) validates them
+/// all before any I/O. Settings from the environment ([`ConfigBuilder::from_env`]) can be
+/// overridden by later setter calls.
+#[derive(Clone, Default)]
+pub struct ConfigBuilder {
+    url: Option<(String, &'static str)>,
+    backend: Option<(BackendKind, &'static str)>,
+    disabled: Vec<(Family, &'static str)>,
+    session: SessionOptionsBuilder,
+    purge_interval: Option<Duration>,
+    sql_pool_size: Option<u32>,
+    redis_wait_replicas: Option<u32>,
+    redis_eviction: Option<RedisEviction>,
+    redis_max_connections: Option<u32>,
+    zookeeper_root: Option<String>,
+    zookeeper_auth: Option<ZkAuth>,
+    zookeeper_acl: Option<ZookeeperAcl>,
+    zookeeper_connection_timeout: Option<Duration>,
+    /// Backend-specific settings that were set, with the name they were set under.
+    specific: BTreeSet<(Family, &'static str)>,
+    warnings: Vec<String>,
+}
+
+impl fmt::Debug for ConfigBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ConfigBuilder")
+            .field("url", &self.url.as_ref().map(|(u, _)| redact_url(u)))
+            .field("backend", &self.backend.map(|(b, _)| b))
+            .field("session", &self.session)
+            .field("purge_interval", &self.purge_interval)
+            .field("redis_wait_replicas", &self.redis_wait_replicas)
+            .field("redis_eviction", &self.redis_eviction)
+            .field("sql_pool_size", &self.sql_pool_size)
+            .field("redis_max_connections", &self.redis_max_connections)
+            .field("zookeeper_root", &self.zookeeper_root)
+            .field("zookeeper_auth", &self.zookeeper_auth)
+            .field("zookeeper_acl", &self.zookeeper_acl)
+            .field("zookeeper_connection_timeout", &self.zookeeper_connection_timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ConfigBuilder {
+    /// Reads the `SIMBA_*` environment variables (see [`ENV_VARS`]); empty values count as unset.
+    /// Unknown `SIMBA_*` variables produce a warning (a likely typo).
+    ///
+    /// # Errors
+    /// `InvalidConfig` for a malformed value, naming the variable and the rule.
+    pub fn from_env() -> Result<ConfigBuilder> {
+        let mut b = ConfigBuilder::from_vars(|k| std::env::var(k).ok())?;
+        for (k, _) in std::env::vars_os() {
+            let Some(k) = k.to_str() else { continue };
+            if k.starts_with("SIMBA_")
+                && !k.starts_with("SIMBA_TEST_")
+                && !ENV_VARS.contains(&k)
+                && !NOT_SETTINGS.contains(&k)
+            {
+                b.warnings.push(format!("unknown environment variable {k} is ignored (a typo?)"));
+            }
+        }
+        Ok(b)
+    }
+
+    /// Like [`from_env`](ConfigBuilder::from_env), reading variables through `get` (for tests and
+    /// for other sources such as a config file). Empty values count as unset.
+    ///
+    /// # Errors
+    /// `InvalidConfig` for a malformed value, naming the variable and the rule.
+    pub fn from_vars(get: impl Fn(&str) -> Option<String>) -> Result<ConfigBuilder> {
+        let get = |k: &str| get(k).filter(|v| !v.trim().is_empty());
+        let mut b = ConfigBuilder::default();
+        if let Some(v) = get("SIMBA_URL") {
+            b.url = Some((v, "SIMBA_URL"));
+        }
+        if let Some(v) = get("SIMBA_BACKEND") {
+            let kind = v.parse::<BackendKind>().map_err(|e| Error::config(format!("SIMBA_BACKEND: {e}")))?;
+            b.backend = Some((kind, "SIMBA_BACKEND"));
+        }
+        if let Some(v) = get("SIMBA_ENABLED") {
+            if !parse_bool("SIMBA_ENABLED", &v)? {
+                for f in [Family::Postgres, Family::Mysql, Family::Redis, Family::Zookeeper, Family::Memory] {
+                    b.disabled.push((f, "SIMBA_ENABLED"));
+                }
+            }
+        }
+        for f in [Family::Postgres, Family::Mysql, Family::Redis, Family::Zookeeper, Family::Memory] {
+            let var = f.enabled_var();
+            if let Some(v) = get(var) {
+                if !parse_bool(var, &v)? {
+                    b.disabled.push((f, var));
+                }
+            }
+        }
+        if let Some(v) = get("SIMBA_LEASE_DURATION") {
+            b.session = b.session.lease_duration(parse_duration("SIMBA_LEASE_DURATION", &v)?);
+        }
+        if let Some(v) = get("SIMBA_RENEW_INTERVAL") {
+            b.session = b.session.renew_interval(parse_duration("SIMBA_RENEW_INTERVAL", &v)?);
+        }
+        if let Some(v) = get("SIMBA_DRIFT") {
+            b.session = b.session.drift(parse_drift("SIMBA_DRIFT", &v)?);
+        }
+        if let Some(v) = get("SIMBA_QUERY_TIMEOUT") {
+            b.session = b.session.query_timeout(parse_duration("SIMBA_QUERY_TIMEOUT", &v)?);
+        }
+        if let Some(v) = get("SIMBA_METADATA") {
+            b.session = b.session.metadata(v);
+        }
+        if let Some(v) = get("SIMBA_PURGE_INTERVAL") {
+            b.purge_interval = Some(parse_duration("SIMBA_PURGE_INTERVAL", &v)?);
+            b.specific.insert((Family::Sql, "SIMBA_PURGE_INTERVAL"));
+        }
+        if let Some(v) = get("SIMBA_SQL_POOL_SIZE") {
+            b.sql_pool_size = Some(parse_count("SIMBA_SQL_POOL_SIZE", &v)?);
+            b.specific.insert((Family::Sql, "SIMBA_SQL_POOL_SIZE"));
+        }
+        if let Some(v) = get("SIMBA_REDIS_MAX_CONNECTIONS") {
+            b.redis_max_connections = Some(parse_count("SIMBA_REDIS_MAX_CONNECTIONS", &v)?);
+            b.specific.insert((Family::Redis, "SIMBA_REDIS_MAX_CONNECTIONS"));
+        }
+        if let Some(v) = get("SIMBA_REDIS_WAIT_REPLICAS") {
+            let n = v.trim().parse::<u32>().map_err(|_| {
+                Error::config(format!(
+                    "SIMBA_REDIS_WAIT_REPLICAS={:?} is not a whole number of replicas (0 or more)",
+                    shorten(&v)
+                ))
+            })?;
+            b.redis_wait_replicas = Some(n);
+            b.specific.insert((Family::Redis, "SIMBA_REDIS_WAIT_REPLICAS"));
+        }
+        if let Some(v) = get("SIMBA_REDIS_EVICTION") {
+            let e = v.parse::<RedisEviction>().map_err(|e| Error::config(format!("SIMBA_REDIS_EVICTION: {e}")))?;
+            b.redis_eviction = Some(e);
+            b.specific.insert((Family::Redis, "SIMBA_REDIS_EVICTION"));
+        }
+        if let Some(v) = get("SIMBA_ZOOKEEPER_ROOT") {
+            b.zookeeper_root = Some(v);
+            b.specific.insert((Family::Zookeeper, "SIMBA_ZOOKEEPER_ROOT"));
+        }
+        if let Some(v) = get("SIMBA_ZOOKEEPER_AUTH") {
+            let (scheme, creds) = v.split_once(':').unwrap_or((v.as_str(), ""));
+            b.zookeeper_auth = Some(zk_auth(scheme, creds, "SIMBA_ZOOKEEPER_AUTH")?);
+            b.specific.insert((Family::Zookeeper, "SIMBA_ZOOKEEPER_AUTH"));
+        }
+        if let Some(v) = get("SIMBA_ZOOKEEPER_ACL") {
+            let a = v.parse::<ZookeeperAcl>().map_err(|e| Error::config(format!("SIMBA_ZOOKEEPER_ACL: {e}")))?;
+            b.zookeeper_acl = Some(a);
+            b.specific.insert((Family::Zookeeper, "SIMBA_ZOOKEEPER_ACL"));
+        }
+        if let Some(v) = get("SIMBA_ZOOKEEPER_CONNECTION_TIMEOUT") {
+            b.zookeeper_connection_timeout = Some(parse_duration("SIMBA_ZOOKEEPER_CONNECTION_TIMEOUT", &v)?);
+            b.specific.insert((Family::Zookeeper, "SIMBA_ZOOKEEPER_CONNECTION_TIMEOUT"));
+        }
+        Ok(b)
+    }
+
+    /// The backend URL (its scheme chooses the backend). Replaces `SIMBA_URL`.
+    #[must_use]
+    pub fn url(mut self, url: impl Into<String>) -> Self {
+        self.url = Some((url.into(), "url"));
+        self
+    }
+
+    /// The explicit backend choice (must agree with the URL's scheme when both are given).
+    /// Replaces `SIMBA_BACKEND`.
+    #[must_use]
+    pub fn backend(mut self, kind: BackendKind) -> Self {
+        self.backend = Some((kind, "backend"));
+        self
+    }
+
+    /// How long the backend keeps a session without renewal (default 15 s).
+    #[must_use]
+    pub fn lease_duration(mut self, d: Duration) -> Self {
+        self.session = self.session.lease_duration(d);
+        self
+    }
+
+    /// Time between keep-alives (default 5 s, or lease_duration / 3 when only that is set).
+    #[must_use]
+    pub fn renew_interval(mut self, d: Duration) -> Self {
+        self.session = self.session.renew_interval(d);
+        self
+    }
+
+    /// Allowed clock-rate difference between client and backend (default 0.01).
+    #[must_use]
+    pub fn drift(mut self, drift: f64) -> Self {
+        self.session = self.session.drift(drift);
+        self
+    }
+
+    /// Per-call timeout of the session engine and of the backend's own calls (default = renew
+    /// interval).
+    #[must_use]
+    pub fn query_timeout(mut self, d: Duration) -> Self {
+        self.session = self.session.query_timeout(d);
+        self
+    }
+
+    /// Session metadata visible to others (at most 1024 bytes).
+    #[must_use]
+    pub fn metadata(mut self, m: impl Into<String>) -> Self {
+        self.session = self.session.metadata(m);
+        self
+    }
+
+    /// SQL only: minimum time between purges of expired sessions (default 1 min).
+    #[must_use]
+    pub fn purge_interval(mut self, d: Duration) -> Self {
+        self.purge_interval = Some(d);
+        self.specific.insert((Family::Sql, "purge_interval"));
+        self
+    }
+
+    /// SQL only: connections in the backend's own pool (default 4).
+    #[must_use]
+    pub fn sql_pool_size(mut self, n: u32) -> Self {
+        self.sql_pool_size = Some(n);
+        self.specific.insert((Family::Sql, "sql_pool_size"));
+        self
+    }
+
+    /// Redis: most connections open at once (default 8).
+    #[must_use]
+    pub fn redis_max_connections(mut self, n: u32) -> Self {
+        self.redis_max_connections = Some(n);
+        self.specific.insert((Family::Redis, "redis_max_connections"));
+        self
+    }
+
+    /// Redis standalone only: a new term counts only after this many replicas acknowledged it
+    /// with `WAIT` (default 0 = off).
+    #[must_use]
+    pub fn redis_wait_replicas(mut self, n: u32) -> Self {
+        self.redis_wait_replicas = Some(n);
+        self.specific.insert((Family::Redis, "redis_wait_replicas"));
+        self
+    }
+
+    /// Redis: what to do when `maxmemory-policy` may evict Simba's keys (default warn).
+    #[must_use]
+    pub fn redis_eviction(mut self, e: RedisEviction) -> Self {
+        self.redis_eviction = Some(e);
+        self.specific.insert((Family::Redis, "redis_eviction"));
+        self
+    }
+
+    /// ZooKeeper: root path of every node (default `/simba`; a `zookeeper://` URL path sets it too).
+    #[must_use]
+    pub fn zookeeper_root(mut self, root: impl Into<String>) -> Self {
+        self.zookeeper_root = Some(root.into());
+        self.specific.insert((Family::Zookeeper, "zookeeper_root"));
+        self
+    }
+
+    /// ZooKeeper: auth info sent by every client, e.g. `("digest", "user:password")`. The
+    /// credentials are never printed. Validated by [`build`](ConfigBuilder::build).
+    #[must_use]
+    pub fn zookeeper_auth(mut self, scheme: impl Into<String>, credentials: impl Into<String>) -> Self {
+        // Validation happens in build(); keep the raw values in a redacting wrapper until then.
+        self.zookeeper_auth = Some(ZkAuth { scheme: scheme.into(), credentials: Secret(credentials.into()) });
+        self.specific.insert((Family::Zookeeper, "zookeeper_auth"));
+        self
+    }
+
+    /// ZooKeeper: ACL of the nodes the backend creates (default auto).
+    #[must_use]
+    pub fn zookeeper_acl(mut self, acl: ZookeeperAcl) -> Self {
+        self.zookeeper_acl = Some(acl);
+        self.specific.insert((Family::Zookeeper, "zookeeper_acl"));
+        self
+    }
+
+    /// ZooKeeper: bound on opening a session (default 10 s).
+    #[must_use]
+    pub fn zookeeper_connection_timeout(mut self, d: Duration) -> Self {
+        self.zookeeper_connection_timeout = Some(d);
+        self.specific.insert((Family::Zookeeper, "zookeeper_connection_timeout"));
+        self
+    }
+
+    /// Disables `kind`'s backend family (like `SIMBA_<BACKEND>_ENABLED=false`): choosing it fails.
+    #[must_use]
+    pub fn disable(mut self, kind: BackendKind) -> Self {
+        self.disabled.push((kind.family(), "disable"));
+        self
+    }
+
+    /// Applies the selection rules and validates every value, without any I/O.
+    ///
+    /// # Errors
+    /// `InvalidConfig` naming the value and the rule: no backend chosen, contradicting choices,
+    /// settings for two backends without a choice, a backend whose feature is not compiled in or
+    /// that is disabled, a malformed URL, invalid timings or backend options.
+    pub fn build(self) -> Result<Config> {
+        let mut warnings = self.warnings.clone();
+        let endpoint = match &self.url {
+            Some((u, _)) => Some(parse_endpoint(u)?),
+            None => None,
+        };
+        let kind = self.select(endpoint.as_ref())?;
+        if let Some(feature) = kind.feature().filter(|_| !kind.is_compiled()) {
+            return Err(Error::config(format!(
+                "the {} backend needs the `{feature}` feature: cargo build --features {feature}",
+                kind.name()
+            )));
+        }
+        if let Some((_, label)) = self.disabled.iter().find(|(f, _)| *f == kind.family()) {
+            let how = if *label == "disable" { "ConfigBuilder::disable".to_string() } else { format!("{label}=false") };
+            return Err(Error::config(format!("the {} backend is disabled ({how})", kind.name())));
+        }
+        for (family, label) in &self.specific {
+            if !family.applies_to(kind) {
+                warnings.push(format!("{label} is a {} setting and is ignored by the {} backend", family.name(), kind));
+            }
+        }
+        let session = self.session.clone().build()?;
+        let endpoint = match (endpoint, kind) {
+            (Some(e), _) => Some(e),
+            (None, BackendKind::Memory) => None,
+            (None, k) => {
+                return Err(Error::config(format!("internal: the {k} backend was chosen without a URL")));
+            }
+        };
+        if let Some(d) = self.purge_interval {
+            if d.is_zero() {
+                return Err(Error::config("purge_interval must be > 0 (SIMBA_PURGE_INTERVAL, e.g. 1m)"));
+            }
+        }
+        let redis_wait_replicas = self.redis_wait_replicas.unwrap_or(0);
+        if kind == BackendKind::RedisCluster && redis_wait_replicas > 0 {
+            return Err(Error::config(format!(
+                "redis_wait_replicas={redis_wait_replicas} (SIMBA_REDIS_WAIT_REPLICAS) is not available on Redis \
+                 Cluster: set it to 0 or use a standalone redis:// URL"
+            )));
+        }
+        let mut zookeeper_root = DEFAULT_ZOOKEEPER_ROOT.to_string();
+        let mut zookeeper_auth = None;
+        if kind == BackendKind::Zookeeper {
+            let ep = endpoint.as_ref().ok_or_else(|| Error::config("internal: zookeeper without a URL"))?;
+            let url_root = if ep.path.is_empty() { None } else { Some(format!("/{}", ep.path)) };
+            zookeeper_root = match (url_root, &self.zookeeper_root) {
+                (Some(u), Some(s)) if &u != s => {
+                    return Err(Error::config(format!(
+                        "the ZooKeeper root is set twice with different values: {u:?} in the URL and {s:?} in \
+                         SIMBA_ZOOKEEPER_ROOT/zookeeper_root; keep one"
+                    )))
+                }
+                (Some(u), _) => u,
+                (None, Some(s)) => s.clone(),
+                (None, None) => DEFAULT_ZOOKEEPER_ROOT.to_string(),
+            };
+            validate_zk_root(&zookeeper_root)?;
+            let url_auth = match (&ep.username, &ep.password) {
+                (Some(u), Some(p)) => Some(zk_auth("digest", &format!("{u}:{}", p.0), "ZooKeeper URL auth")?),
+                (Some(_), None) => {
+                    return Err(Error::config(format!(
+                        "invalid backend URL {}: ZooKeeper digest auth needs user:password@",
+                        ep.redacted
+                    )))
+                }
+                _ => None,
+            };
+            zookeeper_auth = match (url_auth, &self.zookeeper_auth) {
+                (Some(_), Some(_)) => {
+                    return Err(Error::config(
+                        "ZooKeeper auth is set twice: in the URL (user:password@) and in \
+                         SIMBA_ZOOKEEPER_AUTH/zookeeper_auth; keep one",
+                    ))
+                }
+                (Some(a), None) => Some(a),
+                (None, Some(a)) => Some(zk_auth(&a.scheme, &a.credentials.0, "ZooKeeper auth")?),
+                (None, None) => None,
+            };
+            if self.zookeeper_acl == Some(ZookeeperAcl::CreatorAll) && zookeeper_auth.is_none() {
+                return Err(Error::config(
+                    "ZooKeeper ACL mode creator-all (SIMBA_ZOOKEEPER_ACL) needs auth (SIMBA_ZOOKEEPER_AUTH=digest:user:\
+                     password or zookeeper://user:password@host): without an identity the server rejects the ACL",
+                ));
+            }
+            if let Some(d) = self.zookeeper_connection_timeout {
+                if d.is_zero() {
+                    return Err(Error::config(
+                        "zookeeper_connection_timeout must be > 0 (SIMBA_ZOOKEEPER_CONNECTION_TIMEOUT, e.g. 10s)",
+                    ));
+                }
+            }
+        }
+        let config = Config {
+            kind,
+            endpoint,
+            session,
+            purge_interval: self.purge_interval,
+            sql_pool_size: self.sql_pool_size,
+            redis_wait_replicas,
+            redis_eviction: self.redis_eviction.unwrap_or_default(),
+            redis_max_connections: self.redis_max_connections,
+            zookeeper_root,
+            zookeeper_acl: self.zookeeper_acl.unwrap_or_default(),
+            zookeeper_connection_timeout: self.zookeeper_connection_timeout,
+            zookeeper_auth,
+            warnings,
+        };
+        config.validate_backend_options()?;
+        Ok(config)
+    }
+
+    /// The selection rules of the module docs.
+    fn select(&self, endpoint: Option<&Endpoint>) -> Result<BackendKind> {
+        match (endpoint, self.backend) {
+            (Some(ep), Some((choice, label))) => {
+                if choice.agrees_with(ep.kind) {
+                    Ok(ep.kind)
+                } else {
+                    let url_label = self.url.as_ref().map_or("url", |(_, l)| *l);
+                    Err(Error::config(format!(
+                        "{label}={choice} contradicts {url_label}={} (a {} URL): choose one backend",
+                        ep.redacted, ep.kind
+                    )))
+                }
+            }
+            (Some(ep), None) => Ok(ep.kind),
+            (None, Some((BackendKind::Memory, _))) => Ok(BackendKind::Memory),
+            (None, Some((choice, label))) => Err(Error::config(format!(
+                "{label}={choice} needs a URL: set SIMBA_URL (or --url), e.g. {}",
+                example_url(choice)
+            ))),
+            (None, None) => {
+                let families: BTreeSet<Family> = self.specific.iter().map(|(f, _)| *f).collect();
+                let listed = |f: Family| {
+                    let names: Vec<&str> = self.specific.iter().filter(|(g, _)| *g == f).map(|(_, l)| *l).collect();
+                    format!("{} ({})", f.name(), names.join(", "))
+                };
+                if families.len() > 1 {
+                    let all: Vec<String> = families.iter().map(|f| listed(*f)).collect();
+                    Err(Error::config(format!(
+                        "settings for {} backends but no backend chosen: {}; choose one with SIMBA_URL or \
+                         SIMBA_BACKEND (the backend is never guessed)",
+                        families.len(),
+                        all.join(" and ")
+                    )))
+                } else if let Some(f) = families.first() {
+                    Err(Error::config(format!(
+                        "{} settings are set but no backend is chosen: {}; set SIMBA_URL (or --url) to choose \
+                         the backend (it is never guessed)",
+                        f.name(),
+                        listed(*f)
+                    )))
+                } else {
+                    Err(Error::config(
+                        "no backend chosen: set SIMBA_URL (or --url), e.g. redis://127.0.0.1:6379, \
+                         postgres://user@host:5432/db or memory:// (or SIMBA_BACKEND=memory)",
+                    ))
+                }
+            }
+        }
+    }
+}
+
+fn example_url(kind: BackendKind) -> &'static str {
+    match kind {
+        BackendKind::Postgres => "postgres://user@127.0.0.1:5432/db",
+        BackendKind::Mysql => "mysql://user@127.0.0.1:3306/db",
+        BackendKind::Redis => "redis://127.0.0.1:6379",
+        BackendKind::RedisCluster => "redis+cluster://127.0.0.1:7000,127.0.0.1:7001",
+        BackendKind::Zookeeper => "zookeeper://127.0.0.1:2181/simba",
+        BackendKind::Memory => "memory://",
+    }
+}
+
+/// The ZooKeeper root rule (same as the backend's).
+fn validate_zk_root(root: &str) -> Result<()> {
+    let rule = "the ZooKeeper root must be an absolute path like /simba: starts with '/', no trailing '/', no \
+                empty, '.' or '..' segments, no control characters, not under /zookeeper";
+    let bad = |why: &str| Err(Error::config(format!("invalid ZooKeeper root {:?}: {why}; {rule}", shorten(root))));
+    if root == "/" {
+        return Ok(());
+    }
+    if !root.starts_with('/') {
+        return bad("not absolute");
+    }
+    if root.ends_with('/') {
+        return bad("trailing '/'");
+    }
+    if root.chars().any(char::is_control) {
+        return bad("control character");
+    }
+    if root[1..].split('/').any(|s| s.is_empty() || s == "." || s == "..") {
+        return bad("empty, '.' or '..' segment");
+    }
+    if root == "/zookeeper" || root.starts_with("/zookeeper/") {
+        return bad("/zookeeper is reserved by the server");
+    }
+    Ok(())
+}
+
+/// A validated configuration: which backend, how to reach it, and the session timing.
+///
+/// `Debug` never shows secrets. See the [module docs](self) for the selection rules.
+#[derive(Clone)]
+pub struct Config {
+    kind: BackendKind,
+    endpoint: Option<Endpoint>,
+    session: SessionOptions,
+    purge_interval: Option<Duration>,
+    sql_pool_size: Option<u32>,
+    redis_wait_replicas: u32,
+    redis_eviction: RedisEviction,
+    redis_max_connections: Option<u32>,
+    zookeeper_root: String,
+    zookeeper_acl: ZookeeperAcl,
+    zookeeper_connection_timeout: Option<Duration>,
+    zookeeper_auth: Option<ZkAuth>,
+    warnings: Vec<String>,
+}
+
+impl fmt::Debug for Config {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut d = f.debug_struct("Config");
+        d.field("backend", &self.kind).field("url", &self.endpoint).field("session", &self.session);
+        if self.kind.is_sql() {
+            d.field("purge_interval", &self.purge_interval).field("sql_pool_size", &self.sql_pool_size);
+        }
+        if matches!(self.kind, BackendKind::Redis | BackendKind::RedisCluster) {
+            d.field("redis_wait_replicas", &self.redis_wait_replicas).field("redis_eviction", &self.redis_eviction)
+                .field("redis_max_connections", &self.redis_max_connections);
+        }
+        if self.kind == BackendKind::Zookeeper {
+            d.field("zookeeper_root", &self.zookeeper_root)
+                .field("zookeeper_auth", &self.zookeeper_auth)
+                .field("zookeeper_acl", &self.zookeeper_acl())
+                .field("zookeeper_connection_timeout", &self.zookeeper_connection_timeout);
+        }
+        d.finish()
+    }
+}
+
+impl Config {
+    /// A builder with nothing set.
+    pub fn builder() -> ConfigBuilder {
+        ConfigBuilder::default()
+    }
+
+    /// Reads and validates the `SIMBA_*` environment variables (see [`ENV_VARS`] and
+    /// `docs/configuration.md`). Warnings (ignored settings, unknown variables) are logged and
+    /// kept in [`warnings`](Config::warnings).
+    ///
+    /// # Errors
+    /// `InvalidConfig` as [`ConfigBuilder::build`], or for a malformed variable.
+    pub fn from_env() -> Result<Config> {
+        let c = ConfigBuilder::from_env()?.build()?;
+        c.log_warnings();
+        Ok(c)
+    }
+
+    /// Like [`from_env`](Config::from_env), reading variables through `get`.
+    ///
+    /// # Errors
+    /// As [`from_env`](Config::from_env).
+    pub fn from_vars(get: impl Fn(&str) -> Option<String>) -> Result<Config> {
+        ConfigBuilder::from_vars(get)?.build()
+    }
+
+    /// The configuration of backend URL `url` with default timings.
+    ///
+    /// # Errors
+    /// `InvalidConfig` for a malformed URL or a backend that is not compiled in.
+    pub fn from_url(url: &str) -> Result<Config> {
+        Config::builder().url(url).build()
+    }
+
+    /// The selected backend.
+    pub fn backend_kind(&self) -> BackendKind {
+        self.kind
+    }
+
+    /// The URL with its secrets replaced by `***` (`None` for a memory backend chosen without a URL).
+    pub fn redacted_url(&self) -> Option<&str> {
+        self.endpoint.as_ref().map(|e| e.redacted.as_str())
+    }
+
+    /// The hosts of the URL as `host[:port]`.
+    pub fn hosts(&self) -> Vec<String> {
+        self.endpoint.as_ref().map(|e| e.hosts.iter().map(ToString::to_string).collect()).unwrap_or_default()
+    }
+
+    /// The database name of a SQL URL (its path).
+    pub fn database(&self) -> Option<&str> {
+        self.endpoint.as_ref().filter(|_| self.kind.is_sql()).map(|e| e.path.as_str())
+    }
+
+    /// The session timing and metadata.
+    pub fn session_options(&self) -> SessionOptions {
+        self.session.clone()
+    }
+
+    /// The per-call timeout given to the backend (= the session's query timeout).
+    pub fn query_timeout(&self) -> Duration {
+        self.session.query_timeout()
+    }
+
+    /// SQL: the purge interval, when set (the backend's default otherwise).
+    pub fn purge_interval(&self) -> Option<Duration> {
+        self.purge_interval
+    }
+
+    /// Redis: replicas that must acknowledge a new term (0 = off).
+    pub fn redis_wait_replicas(&self) -> u32 {
+        self.redis_wait_replicas
+    }
+
+    /// Redis: the eviction-policy check mode.
+    pub fn redis_eviction(&self) -> RedisEviction {
+        self.redis_eviction
+    }
+
+    /// ZooKeeper: the root path.
+    pub fn zookeeper_root(&self) -> &str {
+        &self.zookeeper_root
+    }
+
+    /// ZooKeeper: the effective ACL mode (`auto` resolved: `creator-all` with auth, else `open`).
+    pub fn zookeeper_acl(&self) -> ZookeeperAcl {
+        self.zookeeper_acl.resolve(self.zookeeper_auth.is_some())
+    }
+
+    /// ZooKeeper: the auth scheme, when auth is configured (the credentials are never exposed).
+    pub fn zookeeper_auth_scheme(&self) -> Option<&str> {
+        self.zookeeper_auth.as_ref().map(|a| a.scheme.as_str())
+    }
+
+    /// ZooKeeper: the connection timeout, when set (the backend's default otherwise).
+    pub fn zookeeper_connection_timeout(&self) -> Option<Duration> {
+        self.zookeeper_connection_timeout
+    }
+
+    /// Non-fatal findings of [`build`](ConfigBuilder::build): settings ignored by the chosen
+    /// backend, unknown `SIMBA_*` variables. [`from_env`](Config::from_env) also logs them.
+    pub fn warnings(&self) -> &[String] {
+        &self.warnings
+    }
+
+    /// Logs [`warnings`](Config::warnings) at warn level.
+    pub fn log_warnings(&self) {
+        for w in &self.warnings {
+            log::warn!("simba configuration: {w}");
+        }
+    }
+
+    /// Creates the backend. A memory backend is new and private to this call (process-local);
+    /// network backends connect (and may check the server) here.
+    ///
+    /// An application may always construct a backend itself and pass it to
+    /// [`Session::open`](crate::Session::open) instead.
+    ///
+    /// # Errors
+    /// The backend's errors (`Unavailable`, `Backend`, `InvalidConfig` for a refused startup
+    /// check); messages never contain secrets.
+    pub fn connect(&self) -> Result<Arc<dyn LeaseBackend>> {
+        log::debug!("connecting to the {} backend at {}", self.kind, self.redacted_url().unwrap_or("memory://"));
+        self.connect_inner().map_err(|e| self.scrub(e))
+    }
+
+    fn connect_inner(&self) -> Result<Arc<dyn LeaseBackend>> {
+        match self.kind {
+            BackendKind::Memory => {
+                log::info!("simba: using the in-process memory backend (process-local: other processes never see it)");
+                Ok(Arc::new(MemoryBackend::new()))
+            }
+            #[cfg(any(feature = "postgres", feature = "mysql"))]
+            BackendKind::Postgres | BackendKind::Mysql => Ok(Arc::new(self.connect_sql()?)),
+            #[cfg(feature = "redis")]
+            BackendKind::Redis => {
+                let ep = self.endpoint()?;
+                let b = crate::backends::redis::RedisBackend::connect(&ep.raw.0, self.redis_options()?)?;
+                Ok(Arc::new(b))
+            }
+            #[cfg(feature = "redis")]
+            BackendKind::RedisCluster => {
+                let ep = self.endpoint()?;
+                let userinfo = ep.raw_userinfo.as_ref().map(|u| format!("{}@", u.0)).unwrap_or_default();
+                let nodes: Vec<String> = ep.hosts.iter().map(|h| format!("redis://{userinfo}{h}")).collect();
+                let b = crate::backends::redis::RedisBackend::clustered(&nodes, self.redis_options()?)?;
+                Ok(Arc::new(b))
+            }
+            #[cfg(feature = "zookeeper")]
+            BackendKind::Zookeeper => {
+                let ep = self.endpoint()?;
+                let hosts: Vec<String> = ep
+                    .hosts
+                    .iter()
+                    .map(|h| {
+                        HostPort { host: h.host.clone(), port: Some(h.port.unwrap_or(DEFAULT_ZOOKEEPER_PORT)) }
+                            .to_string()
+                    })
+                    .collect();
+                let b = crate::backends::zookeeper::ZookeeperBackend::connect(
+                    &hosts.join(","),
+                    self.zookeeper_options()?,
+                )?;
+                Ok(Arc::new(b))
+            }
+            #[allow(unreachable_patterns)]
+            other => Err(Error::config(format!(
+                "the {other} backend needs the `{f}` feature: cargo build --features {f}",
+                f = other.feature().unwrap_or("none")
+            ))),
+        }
+    }
+
+    /// Creates the SQL backend itself (for [`init_schema`](crate::backends::sql::SqlBackend::init_schema)
+    /// and other SQL-only operations). No I/O happens here.
+    ///
+    /// # Errors
+    /// `InvalidConfig` when the configured backend is not SQL or the URL is rejected by the driver.
+    #[cfg(any(feature = "postgres", feature = "mysql"))]
+    pub fn connect_sql(&self) -> Result<crate::backends::sql::SqlBackend> {
+        self.connect_sql_inner().map_err(|e| self.scrub(e))
+    }
+
+    #[cfg(any(feature = "postgres", feature = "mysql"))]
+    fn connect_sql_inner(&self) -> Result<crate::backends::sql::SqlBackend> {
+        use crate::backends::sql::SqlBackend;
+        let ep = self.endpoint()?;
+        match self.kind {
+            #[cfg(feature = "postgres")]
+            BackendKind::Postgres => SqlBackend::postgres(&ep.raw.0, self.sql_options()?),
+            #[cfg(feature = "mysql")]
+            BackendKind::Mysql => SqlBackend::mysql(&ep.raw.0, self.sql_options()?),
+            other => Err(Error::config(format!(
+                "the {other} backend is not a SQL backend (postgres or mysql){}",
+                other.feature().filter(|_| !other.is_compiled()).map(|f| format!(" and needs the `{f}` feature")).unwrap_or_default()
+            ))),
+        }
+    }
+
+    #[allow(dead_code)]
+    fn endpoint(&self) -> Result<&Endpoint> {
+        self.endpoint.as_ref().ok_or_else(|| Error::config(format!("internal: the {} backend has no URL", self.kind)))
+    }
+
+    /// The SQL backend options of this configuration.
+    #[cfg(any(feature = "postgres", feature = "mysql"))]
+    fn sql_options(&self) -> Result<crate::backends::sql::SqlOptions> {
+        let mut o = crate::backends::sql::SqlOptions::builder().query_timeout(self.query_timeout());
+        if let Some(d) = self.purge_interval {
+            o = o.purge_interval(d);
+        }
+        if let Some(n) = self.sql_pool_size {
+            o = o.pool_size(n);
+        }
+        o.build().map_err(|e| Error::config(format!("SQL options: {e}")))
+    }
+
+    /// The Redis backend options of this configuration.
+    #[cfg(feature = "redis")]
+    fn redis_options(&self) -> Result<crate::backends::redis::RedisOptions> {
+        use crate::backends::redis::{EvictionCheck, RedisOptions};
+        let mut o = RedisOptions::builder()
+            .query_timeout(self.query_timeout())
+            .wait_replicas(self.redis_wait_replicas)
+            .eviction_check(match self.redis_eviction {
+                RedisEviction::Warn => EvictionCheck::Warn,
+                RedisEviction::Refuse => EvictionCheck::Refuse,
+            });
+        if let Some(n) = self.redis_max_connections {
+            o = o.max_connections(usize::try_from(n).unwrap_or(usize::MAX));
+        }
+        o.build().map_err(|e| Error::config(format!("Redis options: {e}")))
+    }
+
+    /// The ZooKeeper backend options of this configuration.
+    #[cfg(feature = "zookeeper")]
+    fn zookeeper_options(&self) -> Result<crate::backends::zookeeper::ZookeeperOptions> {
+        use crate::backends::zookeeper::{AclMode, ZookeeperAuth, ZookeeperOptions};
+        let mut o = ZookeeperOptions::default().root(self.zookeeper_root.clone()).query_timeout(self.query_timeout());
+        if let Some(d) = self.zookeeper_connection_timeout {
+            o = o.connection_timeout(d);
+        }
+        if let Some(a) = &self.zookeeper_auth {
+            o = o.auth(ZookeeperAuth::new(a.scheme.clone(), a.credentials.0.as_bytes().to_vec())?);
+        }
+        o = o.acl(match self.zookeeper_acl() {
+            ZookeeperAcl::CreatorAll => AclMode::CreatorAll,
+            _ => AclMode::Open,
+        });
+        Ok(o)
+    }
+
+    /// Validates the backend's own options (without I/O).
+    fn validate_backend_options(&self) -> Result<()> {
+        match self.kind {
+            #[cfg(any(feature = "postgres", feature = "mysql"))]
+            BackendKind::Postgres | BackendKind::Mysql => {
+                self.sql_options()?;
+            }
+            #[cfg(feature = "redis")]
+            BackendKind::Redis | BackendKind::RedisCluster => {
+                self.redis_options()?;
+            }
+            #[cfg(feature = "zookeeper")]
+            BackendKind::Zookeeper => self.zookeeper_options()?.validate()?,
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// The secrets of this configuration (to scrub from third-party error messages).
+    fn secrets(&self) -> Vec<String> {
+        let mut s = Vec::new();
+        if let Some(ep) = &self.endpoint {
+            if let Some(p) = &ep.password {
+                s.push(p.0.clone());
+            }
+            if let Some(u) = &ep.raw_userinfo {
+                if let Some((_, p)) = u.0.split_once(':') {
+                    s.push(p.to_string());
+                }
+            }
+            if let Some(q) = ep.raw.0.split_once('?').map(|(_, q)| q) {
+                for kv in q.split('&') {
+                    if let Some((k, v)) = kv.split_once('=') {
+                        if sensitive_key(k) {
+                            s.push(v.to_string());
+                            s.push(percent_decode(v));
+                        }
+                    }
+                }
+            }
+        }
+        if let Some(a) = &self.zookeeper_auth {
+            s.push(a.credentials.0.clone());
+            if let Some((_, p)) = a.credentials.0.split_once(':') {
+                s.push(p.to_string());
+            }
+        }
+        s.retain(|x| !x.is_empty());
+        s
+    }
+
+    /// Replaces an error whose message chain contains a secret with a redacted copy.
+    fn scrub(&self, e: Error) -> Error {
+        let secrets = self.secrets();
+        let chain = display_chain(&e);
+        if secrets.iter().any(|s| chain.contains(s.as_str())) {
+            let mut msg = chain;
+            for s in &secrets {
+                msg = msg.replace(s.as_str(), "***");
+            }
+            Error::new(e.kind(), msg)
+        } else {
+            e
+        }
+    }
+}
