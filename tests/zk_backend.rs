@@ -528,3 +528,31 @@ fn handles_are_send_and_sync() {
     check::<ZookeeperOptions>();
     let _: fn(ZookeeperBackend) -> Box<dyn LeaseBackend> = |b| Box::new(b);
 }
+
+#[test]
+#[serial(zookeeper)]
+fn acquire_remaining_never_outlives_the_watchdog_deadline() {
+    let b = backend();
+    let s = b.open_session(LEASE, "").unwrap().id;
+    let t0 = Instant::now();
+    thread_sleep(Duration::from_millis(600));
+    // No keep-alive since the open: the watchdog closes the session 1 s after it, so a lease taken
+    // now must not be reported for a full second.
+    let sent = Instant::now();
+    match b.acquire(&s, &name("late")).unwrap() {
+        Acquire::Acquired { remaining, .. } => {
+            assert!(
+                sent + remaining <= t0 + LEASE + Duration::from_millis(50),
+                "remaining {remaining:?} outlives the watchdog"
+            );
+        }
+        Acquire::Busy => panic!("busy"),
+    }
+    // A keep-alive moves the deadline: a full lease again.
+    owned(&b, &s);
+    match b.acquire(&s, &name("late")).unwrap() {
+        Acquire::Acquired { remaining, .. } => assert!(remaining > Duration::from_millis(800), "{remaining:?}"),
+        Acquire::Busy => panic!("busy"),
+    }
+    b.close_session(&s).unwrap();
+}

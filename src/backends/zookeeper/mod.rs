@@ -437,7 +437,12 @@ impl Inner {
 
     /// The shared reader client, reconnected when its session ended.
     fn shared(&self, deadline: Instant) -> Result<Client> {
-        let mut guard = self.shared.lock();
+        let Some(mut guard) = self.shared.try_lock_until(deadline) else {
+            return Err(Error::unavailable(format!(
+                "the ZooKeeper reader session at {} is being reopened; retry",
+                self.hosts
+            )));
+        };
         if let Some(c) = guard.as_ref() {
             if !c.state().is_terminated() {
                 return Ok(c.clone());
@@ -806,7 +811,13 @@ impl LeaseBackend for ZookeeperBackend {
         let Some(s) = inner.session(session) else {
             return Ok(());
         };
-        let _one_at_a_time = s.release_lock.lock();
+        let deadline = inner.query_deadline();
+        let Some(_one_at_a_time) = s.release_lock.try_lock_until(deadline) else {
+            return Err(Error::unavailable(format!(
+                "release of lease {name} by session {session}: other releases of the session did not finish within {:?}",
+                inner.opts.query_timeout
+            )));
+        };
         let known = {
             let mut l = s.leases.lock();
             match l.known.remove(name) {
@@ -825,7 +836,6 @@ impl LeaseBackend for ZookeeperBackend {
             Err(e) => return Err(e),
         };
         let path = inner.paths.lease(name);
-        let deadline = inner.query_deadline();
         let what = format!("release of lease {name} by session {session}");
         let version = if known.is_some() {
             // We created it and only we delete it while the session lives.
