@@ -199,7 +199,18 @@ impl Driver for PgDriver {
             return Err(Error::config("session metadata must not contain NUL characters on PostgreSQL"));
         }
         let what = format!("open session {id}");
-        self.pool.run(&what, |c| c.execute(q::OPEN_SESSION, &[&id.as_str(), &lease_ms, &metadata], &what).map(|_| ()))
+        let mut attempt = 0;
+        self.pool.run(&what, |c| {
+            attempt += 1;
+            if attempt > 1 {
+                // A retry after a lost reply: the first insert may have committed.
+                let rows = c.query(q::SESSION_ALIVE, &[&id.as_str()], &what)?;
+                if rows.first().map(|r| col::<i64>(r, 0, &what)).transpose()?.unwrap_or(0) > 0 {
+                    return Ok(());
+                }
+            }
+            c.execute(q::OPEN_SESSION, &[&id.as_str(), &lease_ms, &metadata], &what).map(|_| ())
+        })
     }
 
     fn keep_alive(&self, id: &SessionId, lease_ms: i64) -> Result<RawKeepAlive> {

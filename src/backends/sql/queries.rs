@@ -3,6 +3,7 @@
 //! Nothing else in the crate contains SQL. The init scripts are the ones users run by hand
 //! (`init-simba-postgresql.sql`, `init-simba-mysql.sql`); the other files are single statements run
 //! as prepared statements with bound parameters (each file's header comment explains it).
+//! (`bench-*.sql` files beside them belong to the benchmarks, not to the library.)
 
 /// Statements of the PostgreSQL 14+ dialect (`sql/postgres/`).
 pub mod postgres {
@@ -46,6 +47,8 @@ pub mod postgres {
     pub const SCHEMA_CHECK: &str = include_str!("../../../sql/postgres/schema-check.sql");
     /// `server-version.sql`: The server version string.
     pub const SERVER_VERSION: &str = include_str!("../../../sql/postgres/server-version.sql");
+    /// `session-alive.sql`: Whether a session is alive.
+    pub const SESSION_ALIVE: &str = include_str!("../../../sql/postgres/session-alive.sql");
 }
 
 /// Statements of the MySQL 8 and MariaDB 10.11 dialect (`sql/mysql/`).
