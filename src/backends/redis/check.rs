@@ -42,11 +42,13 @@ fn policy_problem(addr: &str, policy: &str) -> String {
     )
 }
 
-/// Runs at construction: reads `maxmemory-policy` on every master; warns or refuses (per
+/// Runs at construction: `PING` (fails when unreachable or not authorised), then reads
+/// `maxmemory-policy` on every master; warns or refuses (per
 /// [`EvictionCheck`]) for `allkeys-*` / `volatile-*`; warns and continues when `CONFIG` is not
 /// allowed.
 pub(crate) fn startup(inner: &Inner) -> Result<()> {
     let target = inner.scripting.target();
+    inner.scripting.on_masters(&redis::cmd("PING"), inner.deadline())?;
     match config_get(inner, "maxmemory-policy", inner.deadline()) {
         Ok(policies) => {
             for (addr, policy) in policies {

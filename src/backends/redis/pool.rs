@@ -38,7 +38,7 @@ impl<C> Pool<C> {
         let mut state = self.state.lock();
         loop {
             if let Some(conn) = state.idle.pop() {
-                return Ok(Pooled { pool: self, conn: Some(conn) });
+                return Ok(Pooled { pool: self, conn: Some(conn), reused: true });
             }
             if state.open < self.max {
                 state.open += 1;
@@ -59,7 +59,7 @@ impl<C> Pool<C> {
             connect(left)
         };
         match made {
-            Ok(conn) => Ok(Pooled { pool: self, conn: Some(conn) }),
+            Ok(conn) => Ok(Pooled { pool: self, conn: Some(conn), reused: false }),
             Err(e) => {
                 self.forget();
                 Err(e)
@@ -82,9 +82,16 @@ impl<C> Pool<C> {
 pub(crate) struct Pooled<'a, C> {
     pool: &'a Pool<C>,
     conn: Option<C>,
+    reused: bool,
 }
 
 impl<C> Pooled<'_, C> {
+    /// True when the connection was idle in the pool (it may have been closed by the server
+    /// meanwhile), false when it was just opened.
+    pub(crate) fn reused(&self) -> bool {
+        self.reused
+    }
+
     /// Closes the connection instead of returning it (after an I/O error or timeout, when a late
     /// reply could still be in flight).
     pub(crate) fn discard(mut self) {

@@ -180,22 +180,34 @@ impl StandaloneScripting {
         &self,
         deadline: Instant,
         what: &str,
-        f: impl FnOnce(&mut Connection, Instant) -> redis::RedisResult<T>,
+        mut f: impl FnMut(&mut Connection, Instant) -> redis::RedisResult<T>,
     ) -> Result<T> {
-        let mut con = self.pool.get(deadline, &self.target, |t| {
-            self.client
-                .get_connection_with_timeout(t)
-                .map_err(|e| map_err(e, format!("cannot connect to redis at {}", self.target)))
-        })?;
-        let t = left(deadline, what)?;
-        let result = set_timeouts(&*con, t).and_then(|()| f(&mut con, deadline));
-        match result {
-            Ok(v) => Ok(v),
-            Err(e) => {
-                if must_discard(&e) {
-                    con.discard();
+        let mut retried = false;
+        loop {
+            let mut con = self.pool.get(deadline, &self.target, |t| {
+                self.client
+                    .get_connection_with_timeout(t)
+                    .map_err(|e| map_err(e, format!("cannot connect to redis at {}", self.target)))
+            })?;
+            let reused = con.reused();
+            let t = left(deadline, what)?;
+            let result = set_timeouts(&*con, t).and_then(|()| f(&mut con, deadline));
+            match result {
+                Ok(v) => return Ok(v),
+                Err(e) => {
+                    // An idle pooled connection the server closed (restart, idle timeout) fails at
+                    // once: retry once on a fresh one. Every script is safe to run twice.
+                    let stale = reused && e.is_connection_dropped() && !e.is_timeout();
+                    if must_discard(&e) {
+                        con.discard();
+                    }
+                    if stale && !retried {
+                        retried = true;
+                        log::debug!("redis {what} on {}: pooled connection was closed ({e}); retrying", self.target);
+                        continue;
+                    }
+                    return Err(map_err(e, format!("redis {what} on {}", self.target)));
                 }
-                Err(map_err(e, format!("redis {what} on {}", self.target)))
             }
         }
     }
@@ -228,9 +240,11 @@ impl RedisScripting for StandaloneScripting {
         let inv = invocation(script, keys, args);
         self.run(deadline, script.name(), |con, deadline| {
             let value = inv.invoke::<Value>(con)?;
-            // WAIT gives up a little before the deadline, so its reply still arrives in time.
+            // WAIT gives up before the deadline so its reply still arrives in time: Redis checks
+            // blocked clients' timeouts only every 100 ms (hz 10).
             let t = deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(2));
-            let wait_ms = (t.as_millis() as u64).saturating_sub(50).max(1);
+            let margin = (t / 4).max(Duration::from_millis(150));
+            let wait_ms = (t.saturating_sub(margin).as_millis() as u64).max(1);
             con.set_read_timeout(Some(t))?;
             let acked: i64 = redis::cmd("WAIT").arg(replicas).arg(wait_ms).query(con)?;
             Ok((value, u32::try_from(acked.max(0)).unwrap_or(u32::MAX)))
