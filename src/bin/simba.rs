@@ -238,6 +238,10 @@ impl Out {
 }
 
 fn main() -> ExitCode {
+    let mut args = std::env::args_os();
+    if args.nth(1).is_some_and(|a| a == supervise::TRAMPOLINE) {
+        return ExitCode::from(supervise::trampoline(args));
+    }
     // Block the signals before any thread exists, so every later thread inherits the mask.
     let signals = Signals::install();
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();

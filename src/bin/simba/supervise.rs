@@ -4,8 +4,10 @@
 //!
 //! Signals are handled without `unsafe` (the crate forbids it): [`Signals::install`] blocks the
 //! signals in the main thread before any other thread exists (so every thread inherits the mask)
-//! and a dedicated thread receives them with `sigwait`. Children start with an empty signal mask
-//! (the standard library resets it before `exec`).
+//! and a dedicated thread receives them with `sigwait`. A spawned process inherits that mask (the
+//! standard library keeps it, and resetting it in the child needs the `unsafe` `pre_exec`), so the
+//! command is started through a trampoline: simba re-executes itself as `simba __exec -- CMD…`,
+//! which unblocks the signals and `exec`s CMD in the same process (same pid and process group).
 
 use std::ffi::OsString;
 use std::io;
@@ -22,6 +24,42 @@ use nix::unistd::Pid;
 /// Checks are local (no I/O): the session engine decides, by its local deadline.
 const POLL: Duration = Duration::from_millis(50);
 
+/// The hidden first argument that makes simba act as the exec trampoline.
+pub const TRAMPOLINE: &str = "__exec";
+
+/// The signals simba blocks, receives and forwards.
+fn handled() -> SigSet {
+    let mut set = SigSet::empty();
+    for s in [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP] {
+        set.add(s);
+    }
+    set
+}
+
+/// The trampoline: `args` is `-- CMD ARGS…`. Unblocks the signals simba blocked and replaces this
+/// process with CMD; returns only when that fails, with the exit code (127 not found, 126 other).
+pub fn trampoline(mut args: impl Iterator<Item = OsString>) -> u8 {
+    let first = args.next();
+    let (program, rest) = match (first.as_deref().and_then(|a| a.to_str()), args.next()) {
+        (Some("--"), Some(p)) => (p, args),
+        _ => {
+            eprintln!("simba: internal: usage: simba {TRAMPOLINE} -- CMD [ARGS…]");
+            return 70;
+        }
+    };
+    if let Err(e) = handled().thread_unblock() {
+        eprintln!("simba: cannot unblock signals for the command: {e}");
+        return 126;
+    }
+    let err = Command::new(&program).args(rest).exec();
+    eprintln!("simba: cannot run {}: {err}", program.to_string_lossy());
+    if err.kind() == io::ErrorKind::NotFound {
+        127
+    } else {
+        126
+    }
+}
+
 /// The signals simba receives and forwards.
 pub struct Signals {
     rx: Receiver<Signal>,
@@ -34,10 +72,7 @@ impl Signals {
     /// # Errors
     /// When the mask cannot be set or the thread cannot start.
     pub fn install() -> io::Result<Signals> {
-        let mut set = SigSet::empty();
-        for s in [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP] {
-            set.add(s);
-        }
+        let set = handled();
         set.thread_block().map_err(io::Error::from)?;
         let (tx, rx) = unbounded();
         thread::Builder::new().name("simba-signals".into()).spawn(move || loop {
@@ -116,11 +151,13 @@ pub fn run(
     lost: &dyn Fn() -> Option<String>,
     notify: &dyn Fn(Notice<'_>),
 ) -> Result<Outcome, SpawnError> {
-    let Some((program, args)) = cmd.split_first() else {
+    let Some(program) = cmd.first() else {
         return Err(SpawnError { not_found: true, message: "no command given after --".into() });
     };
-    let mut command = Command::new(program);
-    command.args(args).process_group(0);
+    let me = std::env::current_exe()
+        .map_err(|e| SpawnError { not_found: false, message: format!("cannot find the simba executable: {e}") })?;
+    let mut command = Command::new(me);
+    command.arg(TRAMPOLINE).arg("--").args(cmd).process_group(0);
     for k in env_remove {
         command.env_remove(k);
     }

@@ -1,0 +1,645 @@
+//! End-to-end tests of the `simba` binary.
+//!
+//! Single-process commands run against `memory://` (process-local). The multi-process tests
+//! (mutual exclusion between two or more `simba lock` processes, increasing tokens in the children's
+//! environment, termination of the child when the lease is lost, elections, groups) need a real
+//! server: they run against every network backend compiled in (Redis, PostgreSQL, MySQL/MariaDB),
+//! and fail with a clear message when the server is down (`scripts/services up`).
+
+mod support;
+
+use std::fs;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+const BIN: &str = env!("CARGO_BIN_EXE_simba");
+
+/// A `simba` command with a clean `SIMBA_*` environment, 1 s leases and `url`.
+fn simba(url: Option<&str>) -> Command {
+    let mut c = Command::new(BIN);
+    for (k, _) in std::env::vars_os() {
+        if k.to_string_lossy().starts_with("SIMBA_") {
+            c.env_remove(k);
+        }
+    }
+    c.env("SIMBA_LEASE_DURATION", "1s").env("RUST_LOG", "warn");
+    if let Some(u) = url {
+        c.env("SIMBA_URL", u);
+    }
+    c
+}
+
+fn run(mut c: Command) -> Output {
+    c.stdin(Stdio::null()).output().expect("run simba")
+}
+
+fn code(o: &Output) -> i32 {
+    o.status.code().unwrap_or(-1)
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// The last line of stdout, as JSON.
+fn json_result(o: &Output) -> Value {
+    let out = stdout(o);
+    let line = out.lines().last().unwrap_or_else(|| panic!("no stdout; stderr: {}", stderr(o)));
+    serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"))
+}
+
+fn temp_dir(prefix: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(support::unique(prefix));
+    fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// Waits until `path` has a non-empty first line and returns the file's content.
+fn wait_for_file(path: &Path, child: &mut Child) -> String {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Ok(s) = fs::read_to_string(path) {
+            if s.ends_with('\n') {
+                return s;
+            }
+        }
+        if let Ok(Some(status)) = child.try_wait() {
+            let mut err = String::new();
+            if let Some(e) = child.stderr.as_mut() {
+                let _ = e.read_to_string(&mut err);
+            }
+            panic!("simba exited with {status} before writing {}: {err}", path.display());
+        }
+        assert!(Instant::now() < deadline, "{} never appeared", path.display());
+        thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn wait_output(child: Child, limit: Duration) -> (Output, Duration) {
+    let start = Instant::now();
+    let pid = child.id();
+    let (tx, rx) = crossbeam_channel::bounded(1);
+    thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    match rx.recv_timeout(limit) {
+        Ok(o) => (o.expect("wait for simba"), start.elapsed()),
+        Err(_) => {
+            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), nix::sys::signal::Signal::SIGKILL);
+            panic!("simba (pid {pid}) did not exit within {limit:?}");
+        }
+    }
+}
+
+// ------------------------------------------------------------------ memory:// (single process)
+
+#[test]
+fn lock_gives_the_command_token_lease_and_session() {
+    let mut c = simba(Some("memory://"));
+    c.args(["lock", "job-1", "--", "sh", "-c"]).arg(
+        r#"test "$SIMBA_TOKEN" = 1 && test "$SIMBA_LEASE" = job-1 && test ${#SIMBA_SESSION} = 32 && test -z "$SIMBA_GROUP""#,
+    );
+    let o = run(c);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert!(stderr(&o).contains("acquired lock 'job-1' (token 1, session "), "{}", stderr(&o));
+    assert!(stderr(&o).contains("memory:// is process-local"), "{}", stderr(&o));
+}
+
+#[test]
+fn the_commands_exit_code_is_passed_through() {
+    let mut c = simba(Some("memory://"));
+    c.args(["lock", "x", "--", "sh", "-c", "exit 42"]);
+    assert_eq!(code(&run(c)), 42);
+    let mut c = simba(Some("memory://"));
+    c.args(["lock", "x", "--", "sh", "-c", "kill -9 $$"]);
+    assert_eq!(code(&run(c)), 128 + 9);
+    let mut c = simba(Some("memory://"));
+    c.args(["--json", "elect", "e", "--", "sh", "-c", "exit 3"]);
+    let o = run(c);
+    assert_eq!(code(&o), 3);
+    let v = json_result(&o);
+    assert_eq!(v["outcome"], "exited");
+    assert_eq!(v["exit_code"], 3);
+    assert_eq!(v["token"], 1);
+    let mut c = simba(Some("memory://"));
+    c.args(["join", "g", "--", "sh", "-c", r#"test -n "$SIMBA_GROUP" && test -z "$SIMBA_TOKEN" && exit 5"#]);
+    assert_eq!(code(&run(c)), 5);
+}
+
+#[test]
+fn a_command_that_cannot_run() {
+    let mut c = simba(Some("memory://"));
+    c.args(["lock", "x", "--", "/nonexistent/simba-test-command"]);
+    let o = run(c);
+    assert_eq!(code(&o), 127, "{}", stderr(&o));
+    assert!(stderr(&o).contains("cannot run /nonexistent/simba-test-command"), "{}", stderr(&o));
+    let dir = temp_dir("cli-noexec");
+    let f = dir.join("script");
+    fs::write(&f, "#!/bin/sh\n").unwrap();
+    let mut c = simba(Some("memory://"));
+    c.args(["lock", "x", "--"]).arg(&f);
+    assert_eq!(code(&run(c)), 126);
+}
+
+#[test]
+fn configuration_errors_exit_78() {
+    let o = run({
+        let mut c = simba(None);
+        c.args(["leader", "x"]);
+        c
+    });
+    assert_eq!(code(&o), 78);
+    assert!(stderr(&o).contains("no backend chosen"), "{}", stderr(&o));
+
+    let o = run({
+        let mut c = simba(Some("memory://"));
+        c.args(["leader", "bad name"]);
+        c
+    });
+    assert_eq!(code(&o), 78);
+    assert!(stderr(&o).contains("invalid name \"bad name\""), "{}", stderr(&o));
+
+    let o = run({
+        let mut c = simba(Some("http://u:hunter2@example.com"));
+        c.args(["members", "g"]);
+        c
+    });
+    assert_eq!(code(&o), 78);
+    assert!(stderr(&o).contains("unknown scheme \"http\""), "{}", stderr(&o));
+    assert!(!stderr(&o).contains("hunter2"), "{}", stderr(&o));
+
+    let o = run({
+        let mut c = simba(Some("memory://"));
+        c.env("SIMBA_RENEW_INTERVAL", "soon").args(["leader", "x"]);
+        c
+    });
+    assert_eq!(code(&o), 78);
+    assert!(stderr(&o).contains("SIMBA_RENEW_INTERVAL=\"soon\" is not a duration"), "{}", stderr(&o));
+
+    // --backend contradicting the URL; the password never shows.
+    let o = run({
+        let mut c = simba(Some("memory://"));
+        c.args(["--url", "redis://u:hunter2@127.0.0.1:1", "--backend", "zookeeper", "leader", "x"]);
+        c
+    });
+    assert_eq!(code(&o), 78);
+    assert!(stderr(&o).contains("contradicts"), "{}", stderr(&o));
+    assert!(!stderr(&o).contains("hunter2"), "{}", stderr(&o));
+
+    // JSON errors on stdout.
+    let o = run({
+        let mut c = simba(None);
+        c.args(["--json", "leader", "x"]);
+        c
+    });
+    assert_eq!(code(&o), 78);
+    let v = json_result(&o);
+    assert_eq!(v["error"]["kind"], "config");
+    assert_eq!(v["exit_code"], 78);
+}
+
+#[test]
+fn usage_errors_exit_2_and_help_hides_the_url() {
+    let o = run({
+        let mut c = simba(Some("memory://"));
+        c.args(["lock", "x"]);
+        c
+    });
+    assert_eq!(code(&o), 2, "{}", stderr(&o));
+    let o = run({
+        let mut c = simba(Some("memory://"));
+        c.args(["lock", "x", "--timeout", "soon", "--", "true"]);
+        c
+    });
+    assert_eq!(code(&o), 2, "{}", stderr(&o));
+    let o = run({
+        let mut c = simba(Some("redis://u:hunter2@127.0.0.1:6379"));
+        c.arg("--help");
+        c
+    });
+    assert_eq!(code(&o), 0);
+    let help = stdout(&o);
+    assert!(help.contains("Exit codes:") && help.contains("79"), "{help}");
+    assert!(!help.contains("hunter2"), "{help}");
+}
+
+#[test]
+fn leader_members_check_on_memory() {
+    let o = run({
+        let mut c = simba(Some("memory://"));
+        c.args(["leader", "x"]);
+        c
+    });
+    assert_eq!(code(&o), 0);
+    assert_eq!(stdout(&o).trim(), "x: no holder");
+    let o = run({
+        let mut c = simba(Some("memory://"));
+        c.args(["--json", "leader", "x"]);
+        c
+    });
+    assert_eq!(json_result(&o)["leader"], Value::Null);
+    let o = run({
+        let mut c = simba(Some("memory://"));
+        c.args(["--json", "members", "g"]);
+        c
+    });
+    assert_eq!(json_result(&o)["members"], serde_json::json!([]));
+    let o = run({
+        let mut c = simba(Some("memory://"));
+        c.args(["check"]);
+        c
+    });
+    assert_eq!(code(&o), 0, "{}", stdout(&o));
+    assert!(stdout(&o).contains("ok    reachable"), "{}", stdout(&o));
+    let o = run({
+        let mut c = simba(Some("memory://"));
+        c.args(["--json", "check"]);
+        c
+    });
+    let v = json_result(&o);
+    assert_eq!(v["ok"], true);
+    assert_eq!(v["backend"], "memory");
+    let o = run({
+        let mut c = simba(Some("memory://"));
+        c.args(["purge"]);
+        c
+    });
+    assert_eq!(code(&o), 0);
+    assert!(stdout(&o).contains("purged 0 expired sessions"));
+}
+
+#[test]
+fn schema_print() {
+    let o = run({
+        let mut c = simba(Some("memory://"));
+        c.args(["schema", "print"]);
+        c
+    });
+    assert_eq!(code(&o), 78);
+    assert!(stderr(&o).contains("SQL backends only"), "{}", stderr(&o));
+    for (dialect, feature) in [("postgres", cfg!(feature = "postgres")), ("mysql", cfg!(feature = "mysql"))] {
+        let o = run({
+            let mut c = simba(None);
+            c.args(["schema", "print", "--dialect", dialect]);
+            c
+        });
+        if feature {
+            assert_eq!(code(&o), 0, "{}", stderr(&o));
+            let sql = stdout(&o);
+            for t in ["simba_session", "simba_lease", "simba_member"] {
+                assert!(sql.contains(t), "{sql}");
+            }
+        } else {
+            assert_eq!(code(&o), 78);
+            assert!(stderr(&o).contains(&format!("--features {dialect}")), "{}", stderr(&o));
+        }
+    }
+}
+
+#[cfg(feature = "redis")]
+#[test]
+fn unreachable_backend_exits_69_without_the_password() {
+    let o = run({
+        let mut c = simba(Some("redis://default:hunter2@127.0.0.1:1"));
+        c.args(["--query-timeout", "300ms", "leader", "x"]);
+        c
+    });
+    assert_eq!(code(&o), 69, "{}", stderr(&o));
+    assert!(!stderr(&o).contains("hunter2"), "{}", stderr(&o));
+    let o = run({
+        let mut c = simba(Some("redis://default:hunter2@127.0.0.1:1"));
+        c.args(["--query-timeout", "300ms", "check"]);
+        c
+    });
+    assert_eq!(code(&o), 1);
+    assert!(stdout(&o).contains("fail") && !stdout(&o).contains("hunter2"), "{}", stdout(&o));
+}
+
+// ------------------------------------------------------------------ real servers (multi-process)
+
+#[test]
+fn a_network_backend_is_compiled_for_the_multi_process_tests() {
+    assert!(
+        cfg!(any(feature = "redis", feature = "postgres", feature = "mysql")),
+        "the multi-process CLI tests need a network backend: run with --features cli,redis (and/or postgres, mysql)"
+    );
+}
+
+/// Fails clearly unless the server of `url` listens; applies the schema on SQL backends.
+#[allow(dead_code)]
+fn prepare(url: &str) {
+    let config = simba::Config::from_url(url).unwrap_or_else(|e| panic!("bad test URL: {e}"));
+    let host = config.hosts().first().cloned().expect("URL host");
+    let default_port = match config.backend_kind() {
+        simba::BackendKind::Postgres => 5432,
+        simba::BackendKind::Mysql => 3306,
+        _ => 6379,
+    };
+    let addr = if host.contains(':') { host } else { format!("{host}:{default_port}") };
+    support::require_tcp(&format!("{} (for the CLI tests)", config.backend_kind()), &addr);
+    if config.backend_kind().is_sql() {
+        let o = run({
+            let mut c = simba(Some(url));
+            c.args(["schema", "apply"]);
+            c
+        });
+        assert_eq!(code(&o), 0, "schema apply: {}", stderr(&o));
+    }
+}
+
+/// Closes `sid` on the backend behind its simba process's back.
+#[allow(dead_code)]
+fn close_behind_its_back(url: &str, sid: &str) {
+    let backend = simba::Config::from_url(url).unwrap().connect().unwrap();
+    backend.close_session(&simba::SessionId::parse(sid.trim()).unwrap()).unwrap();
+}
+
+/// Four `simba lock` processes on one name: their commands never overlap, each sees a larger token.
+#[allow(dead_code)]
+fn mutual_exclusion_and_increasing_tokens(url: &str) {
+    let name = support::unique("cli-mutex");
+    let dir = temp_dir("cli-mutex");
+    let log = dir.join("log");
+    let script = format!(
+        r#"echo "start $SIMBA_TOKEN $SIMBA_SESSION" >> {log}; sleep 0.3; echo "end $SIMBA_TOKEN $SIMBA_SESSION" >> {log}"#,
+        log = log.display()
+    );
+    let children: Vec<Child> = (0..4)
+        .map(|_| {
+            let mut c = simba(Some(url));
+            c.args(["lock", &name, "--", "sh", "-c", &script]).stdout(Stdio::null()).stderr(Stdio::piped());
+            c.spawn().unwrap()
+        })
+        .collect();
+    for ch in children {
+        let (o, _) = wait_output(ch, Duration::from_secs(60));
+        assert_eq!(code(&o), 0, "{}", stderr(&o));
+    }
+    let text = fs::read_to_string(&log).unwrap();
+    let lines: Vec<Vec<&str>> = text.lines().map(|l| l.split(' ').collect()).collect();
+    assert_eq!(lines.len(), 8, "{text}");
+    let mut last_token = 0u64;
+    let mut sessions = std::collections::HashSet::new();
+    for pair in lines.chunks(2) {
+        // Each start is followed by its own end: no two commands ever ran at the same time.
+        assert_eq!(pair[0][0], "start", "{text}");
+        assert_eq!(pair[1][0], "end", "overlapping critical sections:\n{text}");
+        assert_eq!(pair[0][1..], pair[1][1..], "{text}");
+        let token: u64 = pair[0][1].parse().unwrap();
+        assert!(token > last_token, "tokens must increase:\n{text}");
+        last_token = token;
+        assert_eq!(pair[0][2].len(), 32, "{text}");
+        assert!(sessions.insert(pair[0][2].to_string()), "one session per process:\n{text}");
+    }
+}
+
+/// A second `simba lock` gives up after `--timeout` (exit 75) and says who holds the lock; the
+/// holder's simba forwards SIGTERM to its command.
+#[allow(dead_code)]
+fn timeout_names_the_holder_and_sigterm_is_forwarded(url: &str) {
+    let name = support::unique("cli-timeout");
+    let dir = temp_dir("cli-timeout");
+    let info = dir.join("info");
+    let mut holder = simba(Some(url))
+        .args(["lock", &name, "--", "sh", "-c"])
+        .arg(format!(r#"echo "$SIMBA_SESSION $SIMBA_TOKEN" > {}; exec sleep 30"#, info.display()))
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let text = wait_for_file(&info, &mut holder);
+    let (sid, token) = text.trim().split_once(' ').unwrap();
+    let o = run({
+        let mut c = simba(Some(url));
+        c.args(["lock", &name, "--timeout", "1s", "--", "true"]);
+        c
+    });
+    assert_eq!(code(&o), 75, "{}", stderr(&o));
+    let expected = format!("waiting for lock '{name}' held by {sid} (token {token}, simba lock pid=");
+    assert!(stderr(&o).contains(&expected), "expected {expected:?} in {}", stderr(&o));
+    assert!(stderr(&o).contains(&format!("gave up on lock '{name}' after")), "{}", stderr(&o));
+    // `leader` sees the same holder.
+    let o = run({
+        let mut c = simba(Some(url));
+        c.args(["--json", "leader", &name]);
+        c
+    });
+    let v = json_result(&o);
+    assert_eq!(v["leader"]["session"], sid);
+    assert_eq!(v["leader"]["token"].as_u64().unwrap().to_string(), token);
+    // SIGTERM to simba reaches the command (sleep dies of it: 128 + 15).
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(holder.id() as i32), nix::sys::signal::Signal::SIGTERM)
+        .unwrap();
+    let (o, _) = wait_output(holder, Duration::from_secs(20));
+    assert_eq!(code(&o), 128 + 15, "{}", stderr(&o));
+    // The lock was released on the way out.
+    let o = run({
+        let mut c = simba(Some(url));
+        c.args(["lock", &name, "--timeout", "5s", "--", "sh", "-c", "echo $SIMBA_TOKEN"]);
+        c
+    });
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert!(stdout(&o).trim().parse::<u64>().unwrap() > token.parse::<u64>().unwrap());
+}
+
+/// When the lease is lost, the command gets SIGTERM; simba exits 79.
+#[allow(dead_code)]
+fn lost_lease_terminates_the_command(url: &str) {
+    let name = support::unique("cli-lost");
+    let dir = temp_dir("cli-lost");
+    let (sidf, termf) = (dir.join("sid"), dir.join("term"));
+    let mut child = simba(Some(url))
+        .args(["--json", "lock", &name, "--grace", "10s", "--", "sh", "-c"])
+        .arg(format!(
+            r#"trap 'echo term > {term}; exit 0' TERM; echo $SIMBA_SESSION > {sid}; while :; do sleep 0.1; done"#,
+            term = termf.display(),
+            sid = sidf.display()
+        ))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let sid = wait_for_file(&sidf, &mut child);
+    close_behind_its_back(url, &sid);
+    let (o, elapsed) = wait_output(child, Duration::from_secs(30));
+    assert_eq!(code(&o), 79, "{}", stderr(&o));
+    assert!(elapsed < Duration::from_secs(10), "terminated only after {elapsed:?} (grace is 10s): {}", stderr(&o));
+    assert_eq!(fs::read_to_string(&termf).unwrap().trim(), "term", "the command did not get SIGTERM");
+    let v = json_result(&o);
+    assert_eq!(v["outcome"], "lost");
+    assert_eq!(v["command_exit_code"], 0);
+    assert!(stderr(&o).contains(&format!(r#""event":"lost""#)), "{}", stderr(&o));
+}
+
+/// A command that ignores SIGTERM is killed with SIGKILL after the grace period.
+#[allow(dead_code)]
+fn a_command_ignoring_sigterm_is_killed(url: &str) {
+    let name = support::unique("cli-kill");
+    let dir = temp_dir("cli-kill");
+    let sidf = dir.join("sid");
+    let mut child = simba(Some(url))
+        .args(["--json", "lock", &name, "--grace", "1s", "--", "sh", "-c"])
+        .arg(format!(r#"trap '' TERM; echo $SIMBA_SESSION > {sid}; exec sleep 60"#, sid = sidf.display()))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let sid = wait_for_file(&sidf, &mut child);
+    let closed = Instant::now();
+    close_behind_its_back(url, &sid);
+    let (o, _) = wait_output(child, Duration::from_secs(30));
+    assert!(closed.elapsed() >= Duration::from_secs(1), "SIGKILL came before the grace period");
+    assert_eq!(code(&o), 79, "{}", stderr(&o));
+    let v = json_result(&o);
+    assert_eq!(v["outcome"], "lost");
+    assert_eq!(v["command_exit_code"], 128 + 9, "{v}");
+    assert!(stderr(&o).contains("sending SIGKILL"), "{}", stderr(&o));
+}
+
+/// Two `simba elect` processes: the second leads after the first's command ends, with a larger token.
+#[allow(dead_code)]
+fn elect_takes_turns(url: &str) {
+    let name = support::unique("cli-elect");
+    let dir = temp_dir("cli-elect");
+    let log = dir.join("log");
+    let script = format!(r#"echo "$SIMBA_TOKEN $SIMBA_SESSION" >> {}; sleep 1"#, log.display());
+    let spawn = || {
+        simba(Some(url))
+            .args(["elect", &name, "--", "sh", "-c", &script])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let mut first = spawn();
+    let text = wait_for_file(&log, &mut first);
+    let second = spawn();
+    let o = run({
+        let mut c = simba(Some(url));
+        c.args(["--json", "leader", &name]);
+        c
+    });
+    let first_sid = text.split_whitespace().nth(1).unwrap().to_string();
+    assert_eq!(json_result(&o)["leader"]["session"], first_sid.as_str());
+    let (o1, _) = wait_output(first, Duration::from_secs(30));
+    let (o2, _) = wait_output(second, Duration::from_secs(30));
+    assert_eq!((code(&o1), code(&o2)), (0, 0), "{} / {}", stderr(&o1), stderr(&o2));
+    assert!(stderr(&o2).contains(&format!("waiting for leadership of '{name}' held by {first_sid}")), "{}", stderr(&o2));
+    let text = fs::read_to_string(&log).unwrap();
+    let rows: Vec<(u64, String)> = text
+        .lines()
+        .map(|l| {
+            let (t, s) = l.split_once(' ').unwrap();
+            (t.parse().unwrap(), s.to_string())
+        })
+        .collect();
+    assert_eq!(rows.len(), 2, "{text}");
+    assert!(rows[1].0 > rows[0].0 && rows[1].1 != rows[0].1, "{text}");
+}
+
+/// `simba join` makes the session a member while the command runs; `simba members` lists it.
+#[allow(dead_code)]
+fn join_and_members(url: &str) {
+    let group = support::unique("cli-group");
+    let dir = temp_dir("cli-group");
+    let spawn = |i: usize| {
+        let f = dir.join(format!("sid{i}"));
+        let child = simba(Some(url))
+            .args(["join", &group, "--", "sh", "-c"])
+            .arg(format!(r#"echo $SIMBA_SESSION > {}; sleep 2"#, f.display()))
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        (child, f)
+    };
+    let (mut a, fa) = spawn(1);
+    let (mut b, fb) = spawn(2);
+    let sa = wait_for_file(&fa, &mut a).trim().to_string();
+    let sb = wait_for_file(&fb, &mut b).trim().to_string();
+    let o = run({
+        let mut c = simba(Some(url));
+        c.args(["--json", "members", &group]);
+        c
+    });
+    let v = json_result(&o);
+    let listed: Vec<&str> = v["members"].as_array().unwrap().iter().map(|m| m["session"].as_str().unwrap()).collect();
+    let mut expected = vec![sa.as_str(), sb.as_str()];
+    expected.sort_unstable();
+    assert_eq!(listed, expected, "{v}");
+    assert!(v["members"][0]["metadata"].as_str().unwrap().starts_with("simba join pid="), "{v}");
+    for ch in [a, b] {
+        let (o, _) = wait_output(ch, Duration::from_secs(30));
+        assert_eq!(code(&o), 0, "{}", stderr(&o));
+    }
+    let o = run({
+        let mut c = simba(Some(url));
+        c.args(["members", &group]);
+        c
+    });
+    assert_eq!(stdout(&o).trim(), "", "members left behind");
+}
+
+macro_rules! backend_tests {
+    ($m:ident, $feature:literal, $var:literal, $default:literal) => {
+        #[cfg(feature = $feature)]
+        mod $m {
+            use serial_test::serial;
+
+            fn url() -> String {
+                let url = crate::support::env_or($var, $default);
+                crate::prepare(&url);
+                url
+            }
+
+            #[test]
+            #[serial($m)]
+            fn mutual_exclusion_and_increasing_tokens() {
+                crate::mutual_exclusion_and_increasing_tokens(&url());
+            }
+
+            #[test]
+            #[serial($m)]
+            fn timeout_names_the_holder_and_sigterm_is_forwarded() {
+                crate::timeout_names_the_holder_and_sigterm_is_forwarded(&url());
+            }
+
+            #[test]
+            #[serial($m)]
+            fn lost_lease_terminates_the_command() {
+                crate::lost_lease_terminates_the_command(&url());
+            }
+
+            #[test]
+            #[serial($m)]
+            fn a_command_ignoring_sigterm_is_killed() {
+                crate::a_command_ignoring_sigterm_is_killed(&url());
+            }
+
+            #[test]
+            #[serial($m)]
+            fn elect_takes_turns() {
+                crate::elect_takes_turns(&url());
+            }
+
+            #[test]
+            #[serial($m)]
+            fn join_and_members() {
+                crate::join_and_members(&url());
+            }
+        }
+    };
+}
+
+backend_tests!(redis, "redis", "SIMBA_TEST_REDIS_URL", "redis://127.0.0.1:6379");
+backend_tests!(postgres, "postgres", "SIMBA_TEST_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432/test");
+backend_tests!(mysql, "mysql", "SIMBA_TEST_MYSQL_URL", "mysql://root@127.0.0.1:3306/test");
