@@ -1,0 +1,1 @@
+SELECT token FROM simba_fence_test WHERE resource = $1
