@@ -41,6 +41,8 @@ impl PrivateRedis {
             .arg("--dir")
             .arg(&self.dir)
             .args(["--repl-diskless-sync-delay", "0", "--daemonize", "no"])
+            .arg("--logfile")
+            .arg(self.dir.join("redis.log"))
             .args(&self.args)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -69,6 +71,11 @@ impl PrivateRedis {
             && tcp.read(&mut buf).is_ok_and(|n| buf[..n].starts_with(b"+PONG") || buf[..n].starts_with(b"-NOAUTH"))
     }
 
+    /// The server's log so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("redis.log")).unwrap_or_default()
+    }
+
     pub fn url(&self) -> String {
         format!("redis://127.0.0.1:{}", self.port)
     }
@@ -90,9 +97,15 @@ impl PrivateRedis {
         Some(value_string(&v))
     }
 
-    /// True when `n` replicas acknowledge a write (a `WAIT` without a write before it is satisfied
-    /// by a replica that is still syncing).
+    /// True when `n` replicas acknowledge two writes in a row. (A `WAIT` without a write before it
+    /// is satisfied by a replica that is still syncing; and after a diskless full sync the primary
+    /// streams new writes only once the replica's next `REPLCONF ACK` arrives, up to a second
+    /// later, so a write that made it into the snapshot proves nothing about the next one.)
     pub fn replicated(&self, n: usize) -> bool {
+        self.probe(n) && self.probe(n)
+    }
+
+    fn probe(&self, n: usize) -> bool {
         let Ok(client) = redis::Client::open(self.url()) else { return false };
         let Ok(mut con) = client.get_connection_with_timeout(Duration::from_millis(500)) else { return false };
         let acked: redis::RedisResult<((), usize)> =
