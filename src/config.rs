@@ -453,7 +453,8 @@ fn parse_host(host: &str, redacted: &str) -> Result<HostPort> {
     if host.is_empty() {
         return Err(url_error(redacted, "empty host"));
     }
-    let u = url::Url::parse(&format!("simba://{host}")).map_err(|e| url_error(redacted, format!("host {host:?}: {e}")))?;
+    let u =
+        url::Url::parse(&format!("simba://{host}")).map_err(|e| url_error(redacted, format!("host {host:?}: {e}")))?;
     let h = u.host_str().unwrap_or_default();
     if h.is_empty() {
         return Err(url_error(redacted, format!("host {host:?} has no host name")));
@@ -582,14 +583,18 @@ fn parse_drift(what: &str, value: &str) -> Result<f64> {
         None => v.parse::<f64>(),
     };
     parsed.map_err(|_| {
-        Error::config(format!("{what}={:?} is not a number: write a fraction like 0.01 or a percentage like 1%", shorten(v)))
+        Error::config(format!(
+            "{what}={:?} is not a number: write a fraction like 0.01 or a percentage like 1%",
+            shorten(v)
+        ))
     })
 }
 
 fn parse_count(what: &str, value: &str) -> Result<u32> {
-    value.trim().parse::<u32>().map_err(|_| {
-        Error::config(format!("{what}={:?} is not a whole number (0 or more)", shorten(value)))
-    })
+    value
+        .trim()
+        .parse::<u32>()
+        .map_err(|_| Error::config(format!("{what}={:?} is not a whole number (0 or more)", shorten(value))))
 }
 
 fn parse_bool(what: &str, value: &str) -> Result<bool> {
@@ -1133,7 +1138,8 @@ impl fmt::Debug for Config {
             d.field("purge_interval", &self.purge_interval).field("sql_pool_size", &self.sql_pool_size);
         }
         if matches!(self.kind, BackendKind::Redis | BackendKind::RedisCluster) {
-            d.field("redis_wait_replicas", &self.redis_wait_replicas).field("redis_eviction", &self.redis_eviction)
+            d.field("redis_wait_replicas", &self.redis_wait_replicas)
+                .field("redis_eviction", &self.redis_eviction)
                 .field("redis_max_connections", &self.redis_max_connections);
         }
         if self.kind == BackendKind::Zookeeper {
@@ -1305,10 +1311,8 @@ impl Config {
                             .to_string()
                     })
                     .collect();
-                let b = crate::backends::zookeeper::ZookeeperBackend::connect(
-                    &hosts.join(","),
-                    self.zookeeper_options()?,
-                )?;
+                let b =
+                    crate::backends::zookeeper::ZookeeperBackend::connect(&hosts.join(","), self.zookeeper_options()?)?;
                 Ok(Arc::new(b))
             }
             #[allow(unreachable_patterns)]
@@ -1340,7 +1344,11 @@ impl Config {
             BackendKind::Mysql => SqlBackend::mysql(&ep.raw.0, self.sql_options()?),
             other => Err(Error::config(format!(
                 "the {other} backend is not a SQL backend (postgres or mysql){}",
-                other.feature().filter(|_| !other.is_compiled()).map(|f| format!(" and needs the `{f}` feature")).unwrap_or_default()
+                other
+                    .feature()
+                    .filter(|_| !other.is_compiled())
+                    .map(|f| format!(" and needs the `{f}` feature"))
+                    .unwrap_or_default()
             ))),
         }
     }

@@ -168,7 +168,10 @@ fn with_an_explicit_choice_other_backends_settings_are_ignored_with_a_warning() 
         .unwrap();
     assert_eq!(c.backend_kind(), BackendKind::Memory);
     let w = c.warnings().join("\n");
-    assert_contains(&w, &["SIMBA_REDIS_WAIT_REPLICAS is a redis setting", "SIMBA_ZOOKEEPER_ROOT is a zookeeper setting"]);
+    assert_contains(
+        &w,
+        &["SIMBA_REDIS_WAIT_REPLICAS is a redis setting", "SIMBA_ZOOKEEPER_ROOT is a zookeeper setting"],
+    );
 }
 
 #[test]
@@ -179,7 +182,10 @@ fn simba_backend_alone_and_with_a_url() {
     let c = from(&[("SIMBA_BACKEND", "memory"), ("SIMBA_URL", "memory://")]).unwrap();
     assert_eq!(c.backend_kind(), BackendKind::Memory);
     // A network backend needs its URL.
-    assert_contains(&err(&[("SIMBA_BACKEND", "redis")]), &["SIMBA_BACKEND=redis needs a URL", "redis://127.0.0.1:6379"]);
+    assert_contains(
+        &err(&[("SIMBA_BACKEND", "redis")]),
+        &["SIMBA_BACKEND=redis needs a URL", "redis://127.0.0.1:6379"],
+    );
     assert_contains(&err(&[("SIMBA_BACKEND", "nope")]), &["SIMBA_BACKEND", "unknown backend \"nope\""]);
 }
 
@@ -197,10 +203,7 @@ fn simba_backend_contradicting_the_url_is_an_error() {
         // `redis` agrees with a cluster URL; `redis-cluster` does not agree with a standalone one.
         let c = from(&[("SIMBA_BACKEND", "redis"), ("SIMBA_URL", "redis+cluster://h:7000")]).unwrap();
         assert_eq!(c.backend_kind(), BackendKind::RedisCluster);
-        assert_contains(
-            &err(&[("SIMBA_BACKEND", "redis-cluster"), ("SIMBA_URL", "redis://h:6379")]),
-            &["contradicts"],
-        );
+        assert_contains(&err(&[("SIMBA_BACKEND", "redis-cluster"), ("SIMBA_URL", "redis://h:6379")]), &["contradicts"]);
     }
 }
 
@@ -212,7 +215,10 @@ fn disabled_backends_are_an_error() {
     assert_contains(&m, &["disabled (SIMBA_ENABLED=false)"]);
     assert!(from(&[("SIMBA_URL", "memory://"), ("SIMBA_REDIS_ENABLED", "false")]).is_ok());
     assert!(from(&[("SIMBA_URL", "memory://"), ("SIMBA_MEMORY_ENABLED", "true")]).is_ok());
-    assert_contains(&err(&[("SIMBA_URL", "memory://"), ("SIMBA_ENABLED", "maybe")]), &["SIMBA_ENABLED", "not a boolean"]);
+    assert_contains(
+        &err(&[("SIMBA_URL", "memory://"), ("SIMBA_ENABLED", "maybe")]),
+        &["SIMBA_ENABLED", "not a boolean"],
+    );
     let e = Config::builder().url("memory://").disable(BackendKind::Memory).build().unwrap_err();
     assert_contains(&e.to_string(), &["disabled (ConfigBuilder::disable)"]);
 }
@@ -332,7 +338,10 @@ fn sql_settings() {
     .unwrap();
     assert_eq!(c.purge_interval(), Some(Duration::from_secs(30)));
     assert!(c.warnings().is_empty(), "{:?}", c.warnings());
-    assert_contains(&err(&[("SIMBA_URL", "postgres://u@h/db"), ("SIMBA_PURGE_INTERVAL", "0s")]), &["purge_interval must be > 0"]);
+    assert_contains(
+        &err(&[("SIMBA_URL", "postgres://u@h/db"), ("SIMBA_PURGE_INTERVAL", "0s")]),
+        &["purge_interval must be > 0"],
+    );
     assert_contains(&err(&[("SIMBA_URL", "postgres://u@h/db"), ("SIMBA_PURGE_INTERVAL", "2d")]), &["at most 24h"]);
     assert_contains(&err(&[("SIMBA_URL", "postgres://u@h/db"), ("SIMBA_SQL_POOL_SIZE", "0")]), &["pool_size 0"]);
 }
@@ -381,7 +390,10 @@ fn zookeeper_settings() {
     assert_eq!(c.zookeeper_acl(), ZookeeperAcl::CreatorAll);
     // Rules.
     assert_contains(&err(&[zk, ("SIMBA_ZOOKEEPER_ACL", "creator-all")]), &["creator-all", "needs auth"]);
-    assert_contains(&err(&[zk, ("SIMBA_ZOOKEEPER_ROOT", "simba")]), &["invalid ZooKeeper root \"simba\"", "not absolute"]);
+    assert_contains(
+        &err(&[zk, ("SIMBA_ZOOKEEPER_ROOT", "simba")]),
+        &["invalid ZooKeeper root \"simba\"", "not absolute"],
+    );
     assert_contains(&err(&[zk, ("SIMBA_ZOOKEEPER_ROOT", "/a/")]), &["trailing '/'"]);
     assert_contains(&err(&[zk, ("SIMBA_ZOOKEEPER_ROOT", "/zookeeper/x")]), &["reserved"]);
     assert_contains(
@@ -436,7 +448,10 @@ fn secrets_never_appear_in_debug_or_errors() {
     // URL redaction works on any text.
     assert_eq!(redact_url("redis://user:hunter2@h:6379/0"), "redis://user:***@h:6379/0");
     assert_eq!(redact_url("redis://:hunter2@h:6379"), "redis://:***@h:6379");
-    assert_eq!(redact_url("postgres://u@h/db?sslmode=disable&password=hunter2"), "postgres://u@h/db?sslmode=disable&password=***");
+    assert_eq!(
+        redact_url("postgres://u@h/db?sslmode=disable&password=hunter2"),
+        "postgres://u@h/db?sslmode=disable&password=***"
+    );
     assert_eq!(redact_url("redis+cluster://u:hunter2@a:1,b:2"), "redis+cluster://u:***@a:1,b:2");
     assert_eq!(redact_url("not a url hunter2"), "<unparsable URL>");
     assert_eq!(redact_url("redis:hunter2@h"), "redis:…");
@@ -453,7 +468,9 @@ fn secrets_never_appear_in_debug_or_errors() {
         configs.push(Config::from_url("redis+cluster://u:hunter2@h1:7000,h2:7001").unwrap());
     }
     if compiled(BackendKind::Zookeeper) {
-        configs.push(from(&[("SIMBA_URL", "zookeeper://h:2181"), ("SIMBA_ZOOKEEPER_AUTH", "digest:simba:hunter2")]).unwrap());
+        configs.push(
+            from(&[("SIMBA_URL", "zookeeper://h:2181"), ("SIMBA_ZOOKEEPER_AUTH", "digest:simba:hunter2")]).unwrap(),
+        );
         configs.push(Config::from_url("zookeeper://simba:hunter2@h:2181/x").unwrap());
     }
     for c in &configs {
@@ -492,11 +509,12 @@ fn connect_errors_never_contain_secrets() {
         urls.push("zookeeper://simba:hunter2@127.0.0.1:1/x");
     }
     for url in urls {
-        let c = simba::ConfigBuilder::from_vars(vars(&[("SIMBA_URL", url), ("SIMBA_ZOOKEEPER_CONNECTION_TIMEOUT", "1s")]))
-            .unwrap()
-            .query_timeout(Duration::from_secs(1))
-            .build()
-            .unwrap();
+        let c =
+            simba::ConfigBuilder::from_vars(vars(&[("SIMBA_URL", url), ("SIMBA_ZOOKEEPER_CONNECTION_TIMEOUT", "1s")]))
+                .unwrap()
+                .query_timeout(Duration::from_secs(1))
+                .build()
+                .unwrap();
         let e = c.connect().expect_err(url);
         let chain = simba::display_chain(&e);
         assert!(!chain.contains("hunter2"), "{chain}");

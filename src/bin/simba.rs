@@ -437,7 +437,11 @@ fn lock(config: &Config, out: &Out, signals: &Signals, a: &LockArgs, elect: bool
     let election = if elect { Some(session.campaign(a.name.as_str())?) } else { None };
     let held = loop {
         if let Some(sig) = interrupted(signals) {
-            out.progress("interrupted", &format!("interrupted by {sig} while waiting for {what} '{}'", a.name), json!({}));
+            out.progress(
+                "interrupted",
+                &format!("interrupted by {sig} while waiting for {what} '{}'", a.name),
+                json!({}),
+            );
             drop(election);
             let _ = session.close();
             return Ok(128 + sig as u8);
@@ -546,7 +550,10 @@ fn supervise_command(
         ),
         Notice::Killing { pid, grace } => out.progress(
             "kill",
-            &format!("the command (pid {pid}) did not exit within {}: sending SIGKILL", humantime::format_duration(grace)),
+            &format!(
+                "the command (pid {pid}) did not exit within {}: sending SIGKILL",
+                humantime::format_duration(grace)
+            ),
             json!({"name": name, "pid": pid}),
         ),
         Notice::Forwarded { signal, pid } => {
