@@ -38,3 +38,4 @@ pub use coordinator::{Coordinator, CoordinatorEvent};
 pub mod tck;
 pub mod config;
 pub use config::{BackendKind, Config, ConfigBuilder, RedisEviction, ZookeeperAcl};
+pub mod sim;

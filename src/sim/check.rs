@@ -1,0 +1,366 @@
+//! Invariant checkers over a recorded history, each naming the premises it depends on.
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::fmt;
+
+use super::history::{Event, Record};
+use crate::types::Name;
+
+/// An assumption the guarantees rest on. A run that breaks one may violate the invariants that
+/// list it (and the simulation shows that it does).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Premise {
+    /// `premise:tokenReset` — the backend never loses data (no restart without persistence, no
+    /// failover to a replica missing recent writes, no eviction): token counters never reset and
+    /// live sessions and terms are never forgotten.
+    TokenReset,
+    /// `premise:clockJump` — backend clocks never step (NTP step, VM migration); they only run.
+    ClockJump,
+    /// `premise:drift` — a backend clock runs at most `1 / (1 − drift)` times as fast as the
+    /// client's clock.
+    Drift,
+}
+
+impl Premise {
+    /// The premise's tag, e.g. `premise:tokenReset`.
+    pub fn tag(self) -> &'static str {
+        match self {
+            Premise::TokenReset => "premise:tokenReset",
+            Premise::ClockJump => "premise:clockJump",
+            Premise::Drift => "premise:drift",
+        }
+    }
+}
+
+impl fmt::Display for Premise {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.tag())
+    }
+}
+
+/// A safety property checked over every history.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Invariant {
+    /// At most one term of a name is live at any instant of the backend's (lease node's) clock:
+    /// a new term is granted only after the previous one ended (released, closed or run out). A
+    /// clock stepping back makes the backend live through the same instants twice, hence the
+    /// `clockJump` premise.
+    OneHolder,
+    /// No two sessions' `Engine::token(name)` succeed at the same simulated real instant.
+    ExclusiveToken,
+    /// Every new term of a name has a larger token than every earlier term.
+    TokenMonotonic,
+    /// A session the backend let expire (by its own clock), refused or deleted is never renewed or
+    /// used again, no ended or run-out lease term is extended or granted again, and an engine that
+    /// expired never validates a token again. (A backend that loses data can forget a deletion, and
+    /// reuses tokens, hence `tokenReset`.)
+    NoRevival,
+    /// Every lease a keep-alive reports owned, every term an engine adopts and every token
+    /// `token()` returns was granted by the backend to that very session.
+    GrantedOnly,
+}
+
+impl Invariant {
+    /// Every invariant.
+    pub const ALL: [Invariant; 5] = [
+        Invariant::OneHolder,
+        Invariant::ExclusiveToken,
+        Invariant::TokenMonotonic,
+        Invariant::NoRevival,
+        Invariant::GrantedOnly,
+    ];
+
+    /// Short name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Invariant::OneHolder => "one-holder",
+            Invariant::ExclusiveToken => "exclusive-token",
+            Invariant::TokenMonotonic => "token-monotonic",
+            Invariant::NoRevival => "no-revival",
+            Invariant::GrantedOnly => "granted-only",
+        }
+    }
+
+    /// The premises the invariant depends on (beyond the engine's rules being intact).
+    pub fn premises(self) -> &'static [Premise] {
+        match self {
+            Invariant::OneHolder => &[Premise::TokenReset, Premise::ClockJump],
+            Invariant::ExclusiveToken => &[Premise::TokenReset, Premise::ClockJump, Premise::Drift],
+            Invariant::TokenMonotonic => &[Premise::TokenReset],
+            Invariant::NoRevival => &[Premise::TokenReset, Premise::ClockJump],
+            Invariant::GrantedOnly => &[],
+        }
+    }
+}
+
+impl fmt::Display for Invariant {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())?;
+        let p = self.premises();
+        if !p.is_empty() {
+            f.write_str(" [")?;
+            for (i, p) in p.iter().enumerate() {
+                if i > 0 {
+                    f.write_str(", ")?;
+                }
+                f.write_str(p.tag())?;
+            }
+            f.write_str("]")?;
+        }
+        Ok(())
+    }
+}
+
+/// One observed violation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Violation {
+    /// Which invariant.
+    pub invariant: Invariant,
+    /// Index of the record that revealed it.
+    pub index: usize,
+    /// Simulated real time of that record (ns).
+    pub t: u64,
+    /// What exactly went wrong.
+    pub detail: String,
+}
+
+impl fmt::Display for Violation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} at {:.3}ms (record #{}): {}", self.invariant, self.t as f64 / 1e6, self.index, self.detail)
+    }
+}
+
+#[derive(Debug)]
+struct Term {
+    node: u8,
+    sess: u32,
+    token: u64,
+    until: u64,
+    /// Released or closed.
+    ended: bool,
+    /// The node's clock was seen at or past `until` (it ran out).
+    ran_out: bool,
+}
+
+#[derive(Debug)]
+struct SessState {
+    node: u8,
+    until: u64,
+    /// Why the session is known dead.
+    dead: Option<String>,
+}
+
+/// Checks every invariant over `records`; returns the violations in history order.
+pub fn check(records: &[Record]) -> Vec<Violation> {
+    let mut c = Checker::default();
+    for (i, r) in records.iter().enumerate() {
+        c.observe(i, r);
+    }
+    c.violations
+}
+
+#[derive(Default)]
+struct Checker {
+    terms: HashMap<Name, Term>,
+    max_token: HashMap<Name, u64>,
+    grants: HashSet<(u32, Name, u64)>,
+    sessions: HashMap<u32, SessState>,
+    valid: HashMap<Name, BTreeSet<(u8, u32, u64)>>,
+    client_expired: HashSet<(u8, u32)>,
+    violations: Vec<Violation>,
+}
+
+impl Checker {
+    fn fail(&mut self, invariant: Invariant, i: usize, t: u64, detail: String) {
+        self.violations.push(Violation { invariant, index: i, t, detail });
+    }
+
+    /// The node's clock reads `b`: every session of that node whose expiry it reached is dead
+    /// from now on (as observed; a clock stepping back does not revive it).
+    fn see(&mut self, node: u8, b: u64) {
+        for s in self.sessions.values_mut() {
+            if s.node == node && s.dead.is_none() && s.until <= b {
+                s.dead = Some(format!("node {node} clock reached {b} ≥ its expiry {}", s.until));
+            }
+        }
+        for term in self.terms.values_mut() {
+            if term.node == node && term.until <= b {
+                term.ran_out = true;
+            }
+        }
+    }
+
+    fn session_live(&mut self, i: usize, t: u64, node: u8, b: u64, sess: u32, what: &str) {
+        self.see(node, b);
+        if let Some(why) = self.sessions.get(&sess).and_then(|s| s.dead.clone()) {
+            self.fail(Invariant::NoRevival, i, t, format!("session s{sess} {what} after it died: {why}"));
+        }
+    }
+
+    fn granted(&mut self, i: usize, t: u64, sess: u32, name: &Name, token: u64, what: &str) {
+        if !self.grants.contains(&(sess, name.clone(), token)) {
+            self.fail(
+                Invariant::GrantedOnly,
+                i,
+                t,
+                format!("{what}: s{sess} with '{name}' token {token}, never granted to it by the backend"),
+            );
+        }
+    }
+
+    fn observe(&mut self, i: usize, r: &Record) {
+        let t = r.t;
+        match &r.event {
+            Event::Setup { .. }
+            | Event::DataLoss { .. }
+            | Event::ClockJump { .. }
+            | Event::Pause { .. }
+            | Event::Partition { .. }
+            | Event::SessionStarted { .. }
+            | Event::Busy { .. }
+            | Event::Lost { .. }
+            | Event::Closed { .. } => {}
+            Event::Opened { node, b, sess, until } => {
+                self.see(*node, *b);
+                self.sessions.insert(*sess, SessState { node: *node, until: *until, dead: None });
+            }
+            Event::Renewed { node, b, sess, until } => {
+                self.session_live(i, t, *node, *b, *sess, "renewed");
+                if let Some(s) = self.sessions.get_mut(sess) {
+                    s.until = *until;
+                }
+            }
+            Event::SessionChecked { node, b, sess } => {
+                self.session_live(i, t, *node, *b, *sess, "accepted an acquire");
+            }
+            Event::Refused { node, b, sess } => {
+                self.see(*node, *b);
+                if let Some(s) = self.sessions.get_mut(sess) {
+                    s.dead.get_or_insert_with(|| format!("node {node} refused it at {b}"));
+                }
+            }
+            Event::Deleted { node, b, sess, frees_leases } => {
+                self.see(*node, *b);
+                if let Some(s) = self.sessions.get_mut(sess) {
+                    s.dead.get_or_insert_with(|| format!("node {node} deleted it at {b}"));
+                }
+                if *frees_leases {
+                    for term in self.terms.values_mut() {
+                        if term.sess == *sess {
+                            term.ended = true;
+                        }
+                    }
+                }
+            }
+            Event::Granted { node, b, sess, name, token, until } => {
+                self.see(*node, *b);
+                let token = token.get();
+                self.grants.insert((*sess, name.clone(), token));
+                // Same session and token: the same term again (a new term always has a new token).
+                if let Some(p) = self.terms.get_mut(name).filter(|p| p.sess == *sess && p.token == token) {
+                    let revived = (p.ended || p.ran_out).then(|| {
+                        format!(
+                            "term of '{name}' (s{sess}, token {token}) granted again after it {}",
+                            if p.ended { "ended".to_string() } else { format!("ran out at {}", p.until) }
+                        )
+                    });
+                    p.until = p.until.max(*until);
+                    if let Some(msg) = revived {
+                        self.fail(Invariant::NoRevival, i, t, msg);
+                    }
+                    return;
+                }
+                if let Some(p) = self.terms.get(name) {
+                    if !p.ended && p.until > *b {
+                        let msg = format!(
+                            "'{name}' granted to s{sess} (token {token}) at node {node} clock {b} while s{} still \
+                             holds token {} until {}",
+                            p.sess, p.token, p.until
+                        );
+                        self.fail(Invariant::OneHolder, i, t, msg);
+                    }
+                }
+                let max = self.max_token.get(name).copied().unwrap_or(0);
+                if token <= max {
+                    let msg = format!("'{name}' new term for s{sess} has token {token}, not above {max} seen before");
+                    self.fail(Invariant::TokenMonotonic, i, t, msg);
+                }
+                self.max_token.insert(name.clone(), max.max(token));
+                let term = Term { node: *node, sess: *sess, token, until: *until, ended: false, ran_out: false };
+                self.terms.insert(name.clone(), term);
+            }
+            Event::Extended { node, b, sess, name, token, until } => {
+                self.see(*node, *b);
+                let token = token.get();
+                let mut failure = None;
+                match self.terms.get_mut(name) {
+                    Some(p) if p.sess == *sess && p.token == token => {
+                        if p.ended || p.ran_out {
+                            failure = Some((
+                                Invariant::NoRevival,
+                                format!(
+                                    "term of '{name}' (s{sess}, token {token}) extended after it {}",
+                                    if p.ended { "ended".to_string() } else { format!("ran out at {}", p.until) }
+                                ),
+                            ));
+                        }
+                        p.until = p.until.max(*until);
+                    }
+                    other => {
+                        let cur = other.map_or("none".to_string(), |p| format!("s{} token {}", p.sess, p.token));
+                        failure = Some((
+                            Invariant::OneHolder,
+                            format!("'{name}' extended for s{sess} token {token}, but the current term is {cur}"),
+                        ));
+                    }
+                }
+                if let Some((inv, msg)) = failure {
+                    self.fail(inv, i, t, msg);
+                }
+            }
+            Event::Released { node, b, sess, name, token } => {
+                self.see(*node, *b);
+                if let Some(p) = self.terms.get_mut(name) {
+                    if p.sess == *sess && token.is_none_or(|tk| tk.get() == p.token) {
+                        p.ended = true;
+                    }
+                }
+            }
+            Event::Adopted { client: _, sess, name, token } => {
+                self.granted(i, t, *sess, name, token.get(), "adopted");
+            }
+            Event::Owned { client: _, sess, owned } => {
+                for (name, token) in owned {
+                    self.granted(i, t, *sess, name, token.get(), "reported owned");
+                }
+            }
+            Event::Expired { client, sess } => {
+                self.client_expired.insert((*client, *sess));
+            }
+            Event::ValidStart { client, sess, name, token } => {
+                self.granted(i, t, *sess, name, token.get(), "token() returned");
+                if self.client_expired.contains(&(*client, *sess)) {
+                    let msg = format!("client {client} s{sess}: token() of '{name}' succeeds after the engine expired");
+                    self.fail(Invariant::NoRevival, i, t, msg);
+                }
+                let set = self.valid.entry(name.clone()).or_default();
+                let others: Vec<(u8, u32, u64)> =
+                    set.iter().filter(|(c, s, _)| (*c, *s) != (*client, *sess)).copied().collect();
+                set.retain(|(c, s, _)| (*c, *s) != (*client, *sess));
+                set.insert((*client, *sess, token.get()));
+                for (c, s, tk) in others {
+                    let msg = format!(
+                        "token() of '{name}' succeeds for client {client} s{sess} (token {token}) while it still \
+                         succeeds for client {c} s{s} (token {tk})"
+                    );
+                    self.fail(Invariant::ExclusiveToken, i, t, msg);
+                }
+            }
+            Event::ValidEnd { client, sess, name } => {
+                if let Some(set) = self.valid.get_mut(name) {
+                    set.retain(|(c, s, _)| (*c, *s) != (*client, *sess));
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,256 @@
+//! The recorded history of a run: what the backend did (by its own clock), what each client's
+//! engine concluded, which `token()` calls would have succeeded, and the faults injected.
+//!
+//! Sessions are named by a run-wide label (`s0`, `s1`, …, in order of creation) instead of their
+//! random ids, so two runs of one seed record identical histories.
+
+use std::fmt;
+use std::time::Duration;
+
+use crate::engine::LossReason;
+use crate::types::{Name, Token};
+
+/// One entry of the history: an [`Event`] at simulated real time `t` (ns since the run started).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Record {
+    /// Simulated real time, ns since the start of the run.
+    pub t: u64,
+    /// What happened.
+    pub event: Event,
+}
+
+impl fmt::Display for Record {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:>10.3}ms {:?}", self.t as f64 / 1e6, self.event)
+    }
+}
+
+/// Something that happened during a run.
+///
+/// Backend events carry the node (`node`, 0 for the memory backend) and the node's clock reading
+/// `b` (ns) when the operation took effect; `until` is a node-clock instant (ns) when what was
+/// granted or renewed runs out without another renewal. Client events carry the client index and
+/// the session label.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Event {
+    /// The run's clocks: per-client and per-node rates in parts per million off 1.0.
+    Setup {
+        /// Client clock rates (ppm off 1.0).
+        client_ppm: Vec<i64>,
+        /// Node clock rates (ppm off 1.0).
+        node_ppm: Vec<i64>,
+    },
+    /// The backend created session `sess`.
+    Opened {
+        /// Node holding the session.
+        node: u8,
+        /// Node clock (ns).
+        b: u64,
+        /// Session label.
+        sess: u32,
+        /// Node-clock instant of expiry.
+        until: u64,
+    },
+    /// The backend renewed session `sess` (its own record, not yet its leases).
+    Renewed {
+        /// Node holding the session.
+        node: u8,
+        /// Node clock (ns).
+        b: u64,
+        /// Session label.
+        sess: u32,
+        /// New node-clock expiry.
+        until: u64,
+    },
+    /// The backend found session `sess` alive for an acquire (the acquire's session check).
+    SessionChecked {
+        /// Node holding the session.
+        node: u8,
+        /// Node clock (ns).
+        b: u64,
+        /// Session label.
+        sess: u32,
+    },
+    /// The backend refused a call because session `sess` is gone (expired or unknown).
+    Refused {
+        /// Node holding the session.
+        node: u8,
+        /// Node clock (ns).
+        b: u64,
+        /// Session label.
+        sess: u32,
+    },
+    /// The backend granted `name` to `sess` (a new term, or the same term again).
+    Granted {
+        /// Node holding the lease.
+        node: u8,
+        /// Node clock (ns).
+        b: u64,
+        /// Session label.
+        sess: u32,
+        /// Lease.
+        name: Name,
+        /// The term's token.
+        token: Token,
+        /// Node-clock instant the term runs out without renewal.
+        until: u64,
+    },
+    /// An acquire found `name` held by another live session.
+    Busy {
+        /// Node holding the lease.
+        node: u8,
+        /// Node clock (ns).
+        b: u64,
+        /// Session label.
+        sess: u32,
+        /// Lease.
+        name: Name,
+    },
+    /// The backend extended `sess`'s term of `name` (a renewal).
+    Extended {
+        /// Node holding the lease.
+        node: u8,
+        /// Node clock (ns).
+        b: u64,
+        /// Session label.
+        sess: u32,
+        /// Lease.
+        name: Name,
+        /// The term's token.
+        token: Token,
+        /// New node-clock instant the term runs out.
+        until: u64,
+    },
+    /// A release of `name` by `sess` took effect (frees it if `sess` holds it and, when `token`
+    /// is given, only that term).
+    Released {
+        /// Node holding the lease.
+        node: u8,
+        /// Node clock (ns).
+        b: u64,
+        /// Session label.
+        sess: u32,
+        /// Lease.
+        name: Name,
+        /// Only this term, or any term of `sess`.
+        token: Option<Token>,
+    },
+    /// Session `sess` was deleted (closed). `frees_leases`: its leases are freed with it (memory);
+    /// otherwise releases follow as separate [`Event::Released`] (Cluster).
+    Deleted {
+        /// Node holding the session.
+        node: u8,
+        /// Node clock (ns).
+        b: u64,
+        /// Session label.
+        sess: u32,
+        /// Whether the deletion also freed the session's leases.
+        frees_leases: bool,
+    },
+    /// Fault: the node lost all its data (restart without persistence, failover to a stale replica).
+    DataLoss {
+        /// The node.
+        node: u8,
+    },
+    /// Fault: the node's clock stepped by `by_ns` (negative: back).
+    ClockJump {
+        /// The node.
+        node: u8,
+        /// Step in ns.
+        by_ns: i64,
+    },
+    /// Fault: the client process stops until `until` (real time, ns): no polls, no replies handled.
+    Pause {
+        /// Client index.
+        client: u8,
+        /// Real time it resumes.
+        until: u64,
+    },
+    /// Fault: messages between the client and `node` (all nodes when `None`) are dropped until `until`.
+    Partition {
+        /// Client index.
+        client: u8,
+        /// The node cut off, or all.
+        node: Option<u8>,
+        /// Real time the partition heals.
+        until: u64,
+    },
+    /// The client's engine started on session `sess`.
+    SessionStarted {
+        /// Client index.
+        client: u8,
+        /// Session label.
+        sess: u32,
+    },
+    /// The engine adopted an acquire's term.
+    Adopted {
+        /// Client index.
+        client: u8,
+        /// Session label.
+        sess: u32,
+        /// Lease.
+        name: Name,
+        /// The term's token.
+        token: Token,
+    },
+    /// A keep-alive reply was fed to the engine, listing what the backend reported owned.
+    Owned {
+        /// Client index.
+        client: u8,
+        /// Session label.
+        sess: u32,
+        /// The reported leases and tokens.
+        owned: Vec<(Name, Token)>,
+    },
+    /// The engine declared a lease lost.
+    Lost {
+        /// Client index.
+        client: u8,
+        /// Session label.
+        sess: u32,
+        /// Lease.
+        name: Name,
+        /// The lost term's token.
+        token: Token,
+        /// Why.
+        reason: LossReason,
+    },
+    /// The engine declared the session expired.
+    Expired {
+        /// Client index.
+        client: u8,
+        /// Session label.
+        sess: u32,
+    },
+    /// The application closed the session.
+    Closed {
+        /// Client index.
+        client: u8,
+        /// Session label.
+        sess: u32,
+    },
+    /// From now on `Engine::token(name)` succeeds for this client's session (sampled).
+    ValidStart {
+        /// Client index.
+        client: u8,
+        /// Session label.
+        sess: u32,
+        /// Lease.
+        name: Name,
+        /// The token `token()` returns.
+        token: Token,
+    },
+    /// From now on `Engine::token(name)` fails for this client's session (sampled).
+    ValidEnd {
+        /// Client index.
+        client: u8,
+        /// Session label.
+        sess: u32,
+        /// Lease.
+        name: Name,
+    },
+}
+
+pub(crate) fn ms(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX / 4)
+}

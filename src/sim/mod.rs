@@ -1,0 +1,483 @@
+//! Deterministic simulation of sessions and leases under faults (SPEC §8).
+//!
+//! No threads, no sleeps, no wall clock: simulated real time is a counter, every client and backend
+//! node reads its own virtual clock (a rate and an offset, and for nodes injected steps), and every
+//! random choice comes from one generator seeded by the run's `seed`, so a seed replays exactly.
+//!
+//! What runs:
+//! - **clients**: each runs the real [`Engine`](crate::engine::Engine) — the state machine the
+//!   renewal thread runs — driven the way `session.rs` drives it: keep-alives when the engine says,
+//!   acquires judged by their send instant (abandoned after the query timeout, late replies undone),
+//!   releases, stray releases, best-effort close after expiry, reopening a session after it ends;
+//!   with a random workload of locks held for random times;
+//! - **backends**: [`Model::Memory`] runs the real [`MemoryBackend`](crate::MemoryBackend) on a
+//!   virtual clock; [`Model::Cluster`] is a model of the Redis Cluster backend (SPEC §6.3):
+//!   sessions and leases on different nodes with their own clocks, one script per node, renewal
+//!   follow-ups carrying the session's remaining minus the client-measured elapsed time, the
+//!   "no lease call after the session's remaining" and "a late acquire releases its term" rules;
+//! - **network and faults**: every request and reply travels with a random delay and may be lost
+//!   (a lost reply means "applied on the server, reply lost"); slow messages arrive long after the
+//!   caller gave up (late script delivery); hung calls; partitions; client process pauses longer
+//!   than the lease; client stalls between Cluster scripts; clock-rate drift within `drift`; and,
+//!   to break the premises on purpose, drift beyond `drift`, backend clock jumps and backend data
+//!   loss (token counter reset).
+//!
+//! Every run records a history ([`Record`]s) and [`check`] verifies the [`Invariant`]s over it; each
+//! invariant lists the [`Premise`]s it depends on, so a violation in a run that broke one of them is
+//! *explained* and any other violation is a bug (or a deliberately [`BrokenRule`]).
+//!
+//! ```
+//! use simba::sim::{self, Scenario};
+//! let scenario = Scenario::memory().without_late_releases();
+//! let outcome = sim::run(7, &scenario);
+//! assert!(outcome.violations.is_empty(), "{}", outcome.report(20));
+//! assert_eq!(outcome.records, sim::replay(7, &scenario).records);
+//! ```
+//!
+//! `docs/testing.md` ("Deterministic simulation") explains how to run, replay a seed, flip a broken
+//! rule, and the findings so far.
+
+mod check;
+mod clock;
+mod cluster;
+mod history;
+mod world;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::{self, Write as _};
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::ops::Range;
+use std::time::Duration;
+
+pub use check::{check, Invariant, Premise, Violation};
+pub use history::{Event, Record};
+
+/// Which backend the clients run against.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Model {
+    /// The real in-process [`MemoryBackend`](crate::MemoryBackend) on one virtual clock (node 0).
+    Memory,
+    /// A model of Redis Cluster with this many nodes (masters), each on its own clock.
+    Cluster {
+        /// Number of nodes (at least 1).
+        nodes: u8,
+    },
+}
+
+/// A deliberately broken engine rule, applied by the simulation's driver without editing the engine.
+/// The simulation must catch it (see `docs/testing.md`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum BrokenRule {
+    /// The driver passes the *reply* instant instead of the send instant as `sent` to
+    /// `Engine::on_keep_alive`, `Engine::on_acquired` and `Engine::new`: the local deadline then
+    /// outlives the backend's when a reply is slow.
+    DeadlineFromReplyInstant,
+    /// The engine runs with `drift = 0`: the local deadline is the backend's, so a backend clock
+    /// running faster (within the configured `drift`) ends the term first.
+    NoDrift,
+}
+
+/// Which faults a run may inject. Intensities are drawn per seed, so some seeds are quiet and some
+/// are harsh.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Faults {
+    /// Lost requests and lost replies (applied on the server, reply lost).
+    pub message_loss: bool,
+    /// Slow messages (up to 1.2 lease durations, i.e. arriving after the caller gave up) and hung
+    /// calls that return long after the query timeout.
+    pub slow_messages: bool,
+    /// Partitions between a client and one or all nodes, up to 2.5 lease durations.
+    pub partitions: bool,
+    /// Client process pauses (no polls, no replies handled) up to 3 lease durations.
+    pub pauses: bool,
+    /// Client-side stalls between the scripts of one Cluster call (up to 1.5 lease durations).
+    pub client_stalls: bool,
+    /// Clock rates of clients and nodes differ, within `drift`.
+    pub drift_within: bool,
+    /// Releases delivered after their call ended (the worker gave up; the request was still on its
+    /// way, or the server was stuck). Legitimate, but the current engine is not safe against them
+    /// (see `docs/testing.md`, "Known findings"); without it a release that reaches the backend
+    /// after its call's deadline is dropped instead.
+    pub late_releases: bool,
+    /// Breaks `premise:drift`: one node's clock runs 2–8 × `drift` faster than the clients'.
+    pub drift_beyond: bool,
+    /// Breaks `premise:clockJump`: one or two node clock steps of 0.1–2 lease durations (mostly forward).
+    pub clock_jumps: bool,
+    /// Breaks `premise:tokenReset`: a node loses all its data once.
+    pub data_loss: bool,
+}
+
+impl Faults {
+    /// Every fault that respects the premises.
+    pub fn respecting_premises() -> Faults {
+        Faults {
+            message_loss: true,
+            slow_messages: true,
+            partitions: true,
+            pauses: true,
+            client_stalls: true,
+            drift_within: true,
+            late_releases: true,
+            drift_beyond: false,
+            clock_jumps: false,
+            data_loss: false,
+        }
+    }
+
+    /// No faults at all.
+    pub fn none() -> Faults {
+        Faults {
+            message_loss: false,
+            slow_messages: false,
+            partitions: false,
+            pauses: false,
+            client_stalls: false,
+            drift_within: false,
+            late_releases: false,
+            drift_beyond: false,
+            clock_jumps: false,
+            data_loss: false,
+        }
+    }
+
+    /// The premises these faults break.
+    pub fn breaks(&self) -> Vec<Premise> {
+        let mut v = Vec::new();
+        if self.data_loss {
+            v.push(Premise::TokenReset);
+        }
+        if self.clock_jumps {
+            v.push(Premise::ClockJump);
+        }
+        if self.drift_beyond {
+            v.push(Premise::Drift);
+        }
+        v
+    }
+}
+
+/// What to simulate. Per seed the run draws 2..=`max_clients` clients and 1..=`max_names` lease
+/// names, fault intensities, clock rates and offsets.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Scenario {
+    /// A name for reports.
+    pub name: String,
+    /// The backend.
+    pub model: Model,
+    /// Most clients per run (at least 2).
+    pub max_clients: usize,
+    /// Most lease names per run.
+    pub max_names: usize,
+    /// Run length, in lease durations.
+    pub leases: u32,
+    /// The sessions' lease duration (renew interval and query timeout are a third of it).
+    pub lease: Duration,
+    /// The sessions' `drift`.
+    pub drift: f64,
+    /// Faults to inject.
+    pub faults: Faults,
+    /// Scales the largest per-message probabilities of loss, slowness, hangs and client stalls
+    /// (1.0: up to 8 % loss and slow messages, 3 % hung calls, 10 % stalls per seed).
+    pub intensity: f64,
+    /// A deliberately broken engine rule, or `None`.
+    pub broken_rule: Option<BrokenRule>,
+    /// Emulates the fix proposed for the late-release finding (`docs/testing.md`): releases carry
+    /// the token of the term they free (the backend frees only that term), the driver never adopts
+    /// a term its session asked to release, and the Cluster model never reports a term it
+    /// abandoned as acquired.
+    pub proposed_fix: bool,
+}
+
+impl Scenario {
+    /// The memory backend under every premise-respecting fault.
+    pub fn memory() -> Scenario {
+        Scenario {
+            name: "memory".into(),
+            model: Model::Memory,
+            max_clients: 4,
+            max_names: 3,
+            leases: 12,
+            lease: Duration::from_secs(1),
+            drift: 0.02,
+            faults: Faults::respecting_premises(),
+            intensity: 1.0,
+            broken_rule: None,
+            proposed_fix: false,
+        }
+    }
+
+    /// A three-node Redis Cluster model under every premise-respecting fault.
+    pub fn cluster() -> Scenario {
+        Scenario { name: "cluster".into(), model: Model::Cluster { nodes: 3 }, ..Scenario::memory() }
+    }
+
+    /// Adds backend data loss (breaks `premise:tokenReset`).
+    #[must_use]
+    pub fn with_data_loss(mut self) -> Scenario {
+        self.faults.data_loss = true;
+        self.name.push_str("+dataLoss");
+        self
+    }
+
+    /// Adds a node clock running faster than `drift` allows (breaks `premise:drift`).
+    #[must_use]
+    pub fn with_drift_beyond(mut self) -> Scenario {
+        self.faults.drift_beyond = true;
+        self.name.push_str("+driftBeyond");
+        self
+    }
+
+    /// Adds backend clock jumps (breaks `premise:clockJump`).
+    #[must_use]
+    pub fn with_clock_jumps(mut self) -> Scenario {
+        self.faults.clock_jumps = true;
+        self.name.push_str("+clockJump");
+        self
+    }
+
+    /// The scenario a [`Scenario::name`] describes: `memory` or `cluster`, then any of
+    /// `+noLateReleases`, `+fix`, `+harsh`, `+dataLoss`, `+driftBeyond`, `+clockJump`,
+    /// `+broken:DeadlineFromReplyInstant`,
+    /// `+broken:NoDrift` (as printed in failure reports).
+    pub fn from_name(name: &str) -> Option<Scenario> {
+        let mut parts = name.split('+');
+        let mut s = match parts.next()? {
+            "memory" => Scenario::memory(),
+            "cluster" => Scenario::cluster(),
+            _ => return None,
+        };
+        for p in parts {
+            s = match p {
+                "dataLoss" => s.with_data_loss(),
+                "driftBeyond" => s.with_drift_beyond(),
+                "clockJump" => s.with_clock_jumps(),
+                "noLateReleases" => s.without_late_releases(),
+                "fix" => s.with_proposed_fix(),
+                "harsh" => s.harsh(),
+                "broken:DeadlineFromReplyInstant" => s.with_broken_rule(BrokenRule::DeadlineFromReplyInstant),
+                "broken:NoDrift" => s.with_broken_rule(BrokenRule::NoDrift),
+                _ => return None,
+            };
+        }
+        Some(s)
+    }
+
+    /// Never delivers a release after its call ended (see [`Faults::late_releases`]).
+    #[must_use]
+    pub fn without_late_releases(mut self) -> Scenario {
+        self.faults.late_releases = false;
+        self.name.push_str("+noLateReleases");
+        self
+    }
+
+    /// Three times the usual fault intensity (see [`Scenario::intensity`]).
+    #[must_use]
+    pub fn harsh(mut self) -> Scenario {
+        self.intensity = 3.0;
+        self.name.push_str("+harsh");
+        self
+    }
+
+    /// Emulates the proposed fix (see [`Scenario::proposed_fix`]).
+    #[must_use]
+    pub fn with_proposed_fix(mut self) -> Scenario {
+        self.proposed_fix = true;
+        self.name.push_str("+fix");
+        self
+    }
+
+    /// Runs the engine with a deliberately broken rule.
+    #[must_use]
+    pub fn with_broken_rule(mut self, rule: BrokenRule) -> Scenario {
+        self.broken_rule = Some(rule);
+        let _ = write!(self.name, "+broken:{rule:?}");
+        self
+    }
+}
+
+/// Counters of one run (or a sweep).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Simulation events processed.
+    pub events: u64,
+    /// Messages sent (requests and replies).
+    pub messages: u64,
+    /// Messages lost or cut by a partition.
+    pub dropped: u64,
+    /// `Engine::token()` evaluations sampled.
+    pub token_samples: u64,
+    /// Keep-alive calls started.
+    pub keep_alives: u64,
+    /// Terms adopted by engines.
+    pub adoptions: u64,
+    /// Sessions opened by clients.
+    pub sessions: u64,
+    /// History records checked.
+    pub records: u64,
+    /// Runs stopped early because they exceeded the event budget (a simulator bug; expected 0).
+    pub truncated: u64,
+}
+
+impl Stats {
+    fn add(&mut self, o: &Stats) {
+        self.events += o.events;
+        self.messages += o.messages;
+        self.dropped += o.dropped;
+        self.token_samples += o.token_samples;
+        self.keep_alives += o.keep_alives;
+        self.adoptions += o.adoptions;
+        self.sessions += o.sessions;
+        self.records += o.records;
+        self.truncated += o.truncated;
+    }
+}
+
+/// The result of one run.
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    /// The seed.
+    pub seed: u64,
+    /// The scenario.
+    pub scenario: Scenario,
+    /// The history.
+    pub records: Vec<Record>,
+    /// Invariant violations found in the history.
+    pub violations: Vec<Violation>,
+    /// Premises the run's injected faults actually broke.
+    pub broken: BTreeSet<Premise>,
+    /// Counters.
+    pub stats: Stats,
+}
+
+impl Outcome {
+    /// Violations not explained by a broken premise (a bug, or the scenario's [`BrokenRule`]).
+    pub fn unexplained(&self) -> Vec<&Violation> {
+        self.violations.iter().filter(|v| !v.invariant.premises().iter().any(|p| self.broken.contains(p))).collect()
+    }
+
+    /// A hash of the whole history: equal for two runs of one seed.
+    pub fn fingerprint(&self) -> u64 {
+        let mut h = DefaultHasher::new();
+        self.records.hash(&mut h);
+        h.finish()
+    }
+
+    /// A readable report: seed, how to replay, violations, and the history around the first one
+    /// (`context` records before it).
+    pub fn report(&self, context: usize) -> String {
+        let mut s = String::new();
+        let _ = writeln!(
+            s,
+            "seed {} of scenario '{}': {} violation(s), premises broken: {:?}; replay with \
+             SIMBA_SIM_SCENARIO='{}' SIMBA_SIM_SEED={} cargo test --test sim replay -- --nocapture",
+            self.seed,
+            self.scenario.name,
+            self.violations.len(),
+            self.broken.iter().map(|p| p.tag()).collect::<Vec<_>>(),
+            self.scenario.name,
+            self.seed
+        );
+        for v in self.violations.iter().take(5) {
+            let _ = writeln!(s, "  {v}");
+        }
+        if let Some(first) = self.violations.first() {
+            let from = first.index.saturating_sub(context);
+            let _ = writeln!(s, "history #{from}..=#{}:", first.index);
+            for (i, r) in self.records.iter().enumerate().take(first.index + 1).skip(from) {
+                let _ = writeln!(s, "  #{i:<5} {r}");
+            }
+        }
+        s
+    }
+}
+
+/// Runs `scenario` with `seed` and checks the history.
+pub fn run(seed: u64, scenario: &Scenario) -> Outcome {
+    let mut w = world::World::new(seed, scenario);
+    w.run();
+    let records = std::mem::take(&mut w.records);
+    let violations = check(&records);
+    let mut stats = w.stats.clone();
+    stats.records = records.len() as u64;
+    Outcome { seed, scenario: scenario.clone(), records, violations, broken: w.broken.clone(), stats }
+}
+
+/// Replays a seed: the same as [`run`] (a run depends only on its seed and scenario), named for
+/// reproducing a reported failure.
+pub fn replay(seed: u64, scenario: &Scenario) -> Outcome {
+    run(seed, scenario)
+}
+
+/// The result of running many seeds.
+#[derive(Debug, Clone, Default)]
+pub struct Sweep {
+    /// Seeds run.
+    pub seeds: u64,
+    /// Summed counters.
+    pub stats: Stats,
+    /// Runs with at least one violation: (seed, violations, premises broken).
+    pub failures: Vec<(u64, Vec<Violation>, BTreeSet<Premise>)>,
+    /// Runs with a violation no broken premise explains.
+    pub unexplained: Vec<u64>,
+    /// Violations per invariant.
+    pub by_invariant: BTreeMap<Invariant, u64>,
+    /// Runs per premise actually broken.
+    pub premise_broken_runs: BTreeMap<Premise, u64>,
+}
+
+impl Sweep {
+    /// One line per failing seed (at most `max`).
+    pub fn summary(&self, max: usize) -> String {
+        let mut s = format!(
+            "{} seeds, {} events, {} records, {} token() samples, {} keep-alives, {} adoptions; violations by \
+             invariant: {:?}; failing seeds: {}; unexplained: {}",
+            self.seeds,
+            self.stats.events,
+            self.stats.records,
+            self.stats.token_samples,
+            self.stats.keep_alives,
+            self.stats.adoptions,
+            self.by_invariant.iter().map(|(i, n)| (i.name(), *n)).collect::<Vec<_>>(),
+            self.failures.len(),
+            self.unexplained.len()
+        );
+        for (seed, v, broken) in self.failures.iter().take(max) {
+            let _ = write!(
+                s,
+                "\n  seed {seed} (broken {:?}): {}",
+                broken.iter().map(|p| p.tag()).collect::<Vec<_>>(),
+                v[0]
+            );
+        }
+        s
+    }
+}
+
+impl fmt::Display for Sweep {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.summary(5))
+    }
+}
+
+/// Runs `scenario` for every seed in `seeds`.
+pub fn sweep(scenario: &Scenario, seeds: Range<u64>) -> Sweep {
+    let mut s = Sweep::default();
+    for seed in seeds {
+        let o = run(seed, scenario);
+        s.seeds += 1;
+        s.stats.add(&o.stats);
+        for p in &o.broken {
+            *s.premise_broken_runs.entry(*p).or_insert(0) += 1;
+        }
+        if !o.violations.is_empty() {
+            for v in &o.violations {
+                *s.by_invariant.entry(v.invariant).or_insert(0) += 1;
+            }
+            if !o.unexplained().is_empty() {
+                s.unexplained.push(seed);
+            }
+            s.failures.push((seed, o.violations, o.broken));
+        }
+    }
+    s
+}
