@@ -7,6 +7,8 @@
 use std::net::{TcpStream, ToSocketAddrs};
 use std::time::Duration;
 
+pub mod proxy;
+
 /// The value of `var`, or `default`.
 pub fn env_or(var: &str, default: &str) -> String {
     std::env::var(var).ok().filter(|v| !v.is_empty()).unwrap_or_else(|| default.to_string())
