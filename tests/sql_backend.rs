@@ -30,8 +30,10 @@ trait Raw {
     /// In a connection set to an odd time zone: (the backend's "now" expression, expires_at - now
     /// of `session`).
     fn odd_zone_view(&mut self, session: &SessionId) -> (i64, Option<i64>);
-    /// Holds a row lock on lease `name` until `release` is called (via the returned guard thread).
+    /// Holds a row lock on lease `name` for `hold` (in a background thread; returns once locked).
     fn lock_lease_row(&self, name: &str, hold: Duration);
+    /// Terminates the server side of a connection (PostgreSQL backend pid, MySQL connection id).
+    fn kill_connection(&mut self, id: u64);
 }
 
 struct Fx {
@@ -156,6 +158,11 @@ mod pg {
             });
             ready.wait();
         }
+        fn kill_connection(&mut self, id: u64) {
+            let pid = i32::try_from(id).unwrap();
+            let killed: bool = self.client.query_one("select pg_terminate_backend($1)", &[&pid]).unwrap().get(0);
+            assert!(killed, "backend {pid} terminated");
+        }
     }
 }
 
@@ -225,6 +232,9 @@ mod my {
                 tx.rollback().unwrap();
             });
             ready.wait();
+        }
+        fn kill_connection(&mut self, id: u64) {
+            self.conn.exec_drop("KILL ?", (id,)).unwrap();
         }
     }
 }
@@ -564,6 +574,38 @@ mod cases {
         b.close_session(&other).unwrap();
     }
 
+    /// A connection killed on the server is dropped from the pool (never reused) and the call is
+    /// retried on a new connection within the same query timeout.
+    pub fn killed_connection_is_replaced(fx: &mut Fx) {
+        let b = SqlBackend::from_url(
+            &fx.url,
+            SqlOptions::builder().query_timeout(Duration::from_secs(2)).pool_size(1).auto_purge(false).build().unwrap(),
+        )
+        .unwrap();
+        let lease = name(&support::unique("killed"));
+        let s = b.open_session(LONG, "killed").unwrap().id;
+        assert_eq!(acquired(b.acquire(&s, &lease).unwrap()), 1);
+        let before = b.connection_ids();
+        assert_eq!(before.len(), 1, "pool of one: {before:?}");
+        for round in 0..3 {
+            let victim = b.connection_ids()[0];
+            fx.raw.kill_connection(victim);
+            thread::sleep(Duration::from_millis(100));
+            // Every kind of call survives: the broken connection is replaced transparently.
+            match round {
+                0 => assert!(
+                    matches!(b.keep_alive(&s, LONG).unwrap(), KeepAlive::Alive { ref owned, .. } if owned.len() == 1)
+                ),
+                1 => assert_eq!(acquired(b.acquire(&s, &lease).unwrap()), 1, "idempotent re-acquire"),
+                _ => assert_eq!(b.holder(&lease).unwrap().unwrap().session, s),
+            }
+            let after = b.connection_ids();
+            assert_eq!(after.len(), 1);
+            assert_ne!(after[0], victim, "the killed connection is not reused");
+        }
+        b.close_session(&s).unwrap();
+    }
+
     pub fn unreachable_server_is_unavailable(fx: &mut Fx) {
         let url = match fx.dialect {
             Dialect::Postgres => "postgres://simba:hunter2@127.0.0.1:1/test",
@@ -659,6 +701,12 @@ macro_rules! dialect_tests {
             #[serial_test::serial($module)]
             fn keep_alive_reports_many_leases() {
                 cases::keep_alive_reports_many_leases(&mut fx());
+            }
+
+            #[test]
+            #[serial_test::serial($module)]
+            fn killed_connection_is_replaced() {
+                cases::killed_connection_is_replaced(&mut fx());
             }
 
             #[test]

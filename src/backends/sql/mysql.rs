@@ -37,6 +37,12 @@ mod code {
     pub const READ_ONLY_TRANSACTION: u16 = 1792;
     pub const TOO_MANY_CONNECTIONS: u16 = 1040;
     pub const SERVER_SHUTDOWN: u16 = 1053;
+    /// ER_NET_READ_ERROR .. ER_NET_WRITE_INTERRUPTED.
+    pub const NET_ERRORS: std::ops::RangeInclusive<u16> = 1158..=1161;
+    pub const CONNECTION_KILLED: u16 = 1927;
+    pub const SERVER_GONE: u16 = 2006;
+    pub const SERVER_LOST: u16 = 2013;
+    pub const CLIENT_INTERACTION_TIMEOUT: u16 = 4031;
 }
 
 /// One pooled connection.
@@ -79,9 +85,18 @@ fn fail(conn_broken: &mut bool, e: mysql::Error, what: &str) -> Fail {
             code::READ_ONLY | code::READ_ONLY_TRANSACTION => {
                 Fail::Stop(Error::unavailable(msg("the server is read-only (a replica?)")).with_source(e))
             }
-            code::TOO_MANY_CONNECTIONS | code::SERVER_SHUTDOWN => {
+            code::TOO_MANY_CONNECTIONS
+            | code::SERVER_SHUTDOWN
+            | code::CONNECTION_KILLED
+            | code::SERVER_GONE
+            | code::SERVER_LOST
+            | code::CLIENT_INTERACTION_TIMEOUT => {
                 *conn_broken = true;
-                Fail::Retry(Error::unavailable(msg("connection refused by the server")).with_source(e))
+                Fail::Retry(Error::unavailable(msg("connection closed by the server")).with_source(e))
+            }
+            c if code::NET_ERRORS.contains(&c) => {
+                *conn_broken = true;
+                Fail::Retry(Error::unavailable(msg("network error")).with_source(e))
             }
             _ => Fail::Stop(Error::backend(msg("statement failed")).with_source(e)),
         },
