@@ -83,7 +83,7 @@ fn session_open_keep_alive_close() {
     assert_eq!(e.kind(), ErrorKind::SessionExpired, "{e}");
     let e = b.join(&g.id, &name("g")).unwrap_err();
     assert_eq!(e.kind(), ErrorKind::SessionExpired, "{e}");
-    b.release(&g.id, &name("x")).unwrap();
+    b.release(&g.id, &name("x"), Token::new(1).unwrap()).unwrap();
     b.leave(&g.id, &name("g")).unwrap();
     // Unknown sessions are expired.
     let unknown = SessionId::from_u64(0x1234);
@@ -141,16 +141,16 @@ fn acquire_release_tokens_and_holder() {
     assert_eq!((h.session.clone(), h.token, h.metadata.as_str()), (s1.clone(), t1, "node-1 ✓"));
     assert!(h.remaining > Duration::ZERO && h.remaining <= LEASE);
     // A non-holder's release is a no-op.
-    b.release(&s2, &n).unwrap();
+    b.release(&s2, &n, t1).unwrap();
     assert_eq!(b.holder(&n).unwrap().unwrap().session, s1);
     assert_eq!(owned(&b, &s1), vec![(n.clone(), t1)]);
-    b.release(&s1, &n).unwrap();
-    b.release(&s1, &n).unwrap();
+    b.release(&s1, &n, t1).unwrap();
+    b.release(&s1, &n, t1).unwrap();
     assert_eq!(b.holder(&n).unwrap(), None);
     assert_eq!(owned(&b, &s1), vec![]);
     let t2 = acquired(&b, &s2, &n);
     assert!(t2 > t1, "new term, larger token: {t1} then {t2}");
-    b.release(&s2, &n).unwrap();
+    b.release(&s2, &n, t2).unwrap();
     let t3 = acquired(&b, &s1, &n);
     assert!(t3 > t2, "same holder after release gets a larger token: {t2} then {t3}");
     assert_eq!(b.holder(&n).unwrap().unwrap().token, t3);
@@ -226,7 +226,7 @@ fn tokens_increase_after_parents_are_deleted_or_reaped() {
     let s = b.open_session(LEASE, "").unwrap().id;
     let n = name("t");
     let t1 = acquired(&b, &s, &n);
-    b.release(&s, &n).unwrap();
+    b.release(&s, &n, t1).unwrap();
     // Someone deletes the (empty) leases parent: the next term recreates it with a larger czxid.
     futures::executor::block_on(raw.delete(&format!("{}/leases", b.root()), None)).unwrap();
     let t2 = acquired(&b, &s, &n);
@@ -247,7 +247,7 @@ fn tokens_increase_after_parents_are_deleted_or_reaped() {
     assert_eq!(b.members(&g).unwrap().len(), 1);
     let stat = futures::executor::block_on(raw.check_stat(&gpath)).unwrap().unwrap();
     assert!(stat.ephemeral_owner == 0, "group node is not ephemeral");
-    b.release(&s, &n).unwrap();
+    b.release(&s, &n, t2).unwrap();
     let t3 = acquired(&b, &s, &n);
     assert!(t3 > t2);
     b.close_session(&s).unwrap();
@@ -309,14 +309,14 @@ fn lease_watch_fires_once_on_release() {
     // Free lease: notified at once.
     assert!(b.watch(&Topic::Lease(n.clone()), &tx).unwrap());
     assert_eq!(recv(&rx, Duration::from_secs(2)), Some(Notification::Released(n.clone())));
-    acquired(&b, &s, &n);
+    let tw = acquired(&b, &s, &n);
     // Held: nothing until released; repeated registrations do not duplicate.
     for _ in 0..100 {
         assert!(b.watch(&Topic::Lease(n.clone()), &tx).unwrap());
     }
     owned(&b, &s);
     assert_eq!(recv(&rx, Duration::from_millis(300)), None);
-    b.release(&s, &n).unwrap();
+    b.release(&s, &n, tw).unwrap();
     assert_eq!(recv(&rx, Duration::from_secs(2)), Some(Notification::Released(n.clone())));
     assert_eq!(recv(&rx, Duration::from_millis(300)), None, "one notification per registration round");
     // Expiry of the holder (session closed) also notifies.

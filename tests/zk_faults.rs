@@ -233,8 +233,8 @@ fn lost_create_reply_is_reported_by_the_next_keep_alive() {
     let s = proxied.open_session(lease, "lost-reply").unwrap().id;
     let n = name("lost");
     // Create the parent node first, so the lost create is a plain one.
-    token(proxied.acquire(&s, &name("warm-up")));
-    proxied.release(&s, &name("warm-up")).unwrap();
+    let tw = token(proxied.acquire(&s, &name("warm-up")));
+    proxied.release(&s, &name("warm-up"), tw).unwrap();
     // The create reaches the server; its reply never comes back.
     proxy.set_mode(Mode::DropReplies);
     let e = proxied.acquire(&s, &n).unwrap_err();
@@ -251,7 +251,7 @@ fn lost_create_reply_is_reported_by_the_next_keep_alive() {
         KeepAlive::Expired => panic!("session expired"),
     }
     // Once reported it is an ordinary owned lease: released normally, then no longer reported.
-    proxied.release(&s, &n).unwrap();
+    proxied.release(&s, &n, h.token).unwrap();
     assert_eq!(direct.holder(&n).unwrap(), None);
     match proxied.keep_alive(&s, lease).unwrap() {
         KeepAlive::Alive { owned, .. } => assert_eq!(owned, vec![]),
@@ -279,7 +279,7 @@ fn lost_create_reply_of_a_busy_lease_is_not_reported() {
     }
     assert_eq!(direct.holder(&n).unwrap().map(|h| (h.session, h.token)), Some((holder.clone(), t)));
     // The release of a name it does not hold stays a no-op.
-    proxied.release(&s, &n).unwrap();
+    proxied.release(&s, &n, t).unwrap();
     assert_eq!(direct.holder(&n).unwrap().map(|h| h.session), Some(holder.clone()));
     proxied.close_session(&s).unwrap();
     direct.close_session(&holder).unwrap();
@@ -403,6 +403,41 @@ fn keep_alive_sends_one_request_whatever_the_lease_count() {
             .filter(|op| ![OP_PING, OP_AUTH, OP_SET_WATCHES, OP_SET_WATCHES2].contains(op))
             .collect();
         assert_eq!(sent, vec![OP_SYNC], "keep-alive with {count} leases sent {sent:?}");
+    }
+    proxied.close_session(&s).unwrap();
+}
+
+#[test]
+#[serial(zookeeper)]
+fn possibly_owned_lease_is_released_by_its_token_before_any_keep_alive() {
+    let lease = Duration::from_secs(4);
+    let (direct, proxied, proxy) = pair(Duration::from_millis(500));
+    let s = proxied.open_session(lease, "").unwrap().id;
+    let n = name("early");
+    let tw = token(proxied.acquire(&s, &name("warm-up")));
+    proxied.release(&s, &name("warm-up"), tw).unwrap();
+    proxy.set_mode(Mode::DropReplies);
+    assert_eq!(proxied.acquire(&s, &n).unwrap_err().kind(), ErrorKind::Unavailable);
+    proxy.set_mode(Mode::Normal);
+    proxy.cut();
+    let t = direct.holder(&n).unwrap().expect("created on the server").token;
+    // A release naming another term is a no-op; the right token frees it.
+    let t0 = Instant::now();
+    loop {
+        match proxied.release(&s, &n, Token::new(t.get() + 1).unwrap()) {
+            Ok(()) => break,
+            Err(e) => {
+                assert!(e.is_retryable() && t0.elapsed() < Duration::from_secs(5), "{e:?}");
+                thread::sleep(Duration::from_millis(50));
+            }
+        }
+    }
+    assert_eq!(direct.holder(&n).unwrap().map(|h| h.token), Some(t));
+    proxied.release(&s, &n, t).unwrap();
+    assert_eq!(direct.holder(&n).unwrap(), None);
+    match proxied.keep_alive(&s, lease).unwrap() {
+        KeepAlive::Alive { owned, .. } => assert_eq!(owned, vec![]),
+        KeepAlive::Expired => panic!("session expired"),
     }
     proxied.close_session(&s).unwrap();
 }

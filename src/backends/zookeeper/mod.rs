@@ -806,7 +806,10 @@ impl LeaseBackend for ZookeeperBackend {
         }
     }
 
-    fn release(&self, session: &SessionId, name: &Name) -> Result<()> {
+    /// Term-scoped: the term of `token` is the node with that `czxid`. A late delete can never hit
+    /// a newer term of the same session: ZooKeeper executes one session's requests in the order
+    /// they were sent, and the client never resends a request after a connection loss.
+    fn release(&self, session: &SessionId, name: &Name, token: Token) -> Result<()> {
         let inner = &self.inner;
         let Some(s) = inner.session(session) else {
             return Ok(());
@@ -820,12 +823,14 @@ impl LeaseBackend for ZookeeperBackend {
         };
         let known = {
             let mut l = s.leases.lock();
-            match l.known.remove(name) {
-                Some(t) => {
+            match l.known.get(name).copied() {
+                Some(t) if t == token => {
+                    l.known.remove(name);
                     // Until the delete is confirmed the name is "possibly owned".
                     l.pending.entry(name.clone()).or_insert(0);
                     Some(t)
                 }
+                Some(_) => return Ok(()), // another term of this session
                 None if l.pending.contains_key(name) => None,
                 None => return Ok(()),
             }
@@ -843,7 +848,11 @@ impl LeaseBackend for ZookeeperBackend {
         } else {
             match run_until(client.get_data(&path), deadline) {
                 None => return Err(Fail::Timeout.into_error(&what, inner.opts.query_timeout)),
-                Some(Ok((_, stat))) if stat.ephemeral_owner == s.zk_id => Some(stat.version),
+                Some(Ok((_, stat))) if stat.ephemeral_owner == s.zk_id && stat.czxid == token.get() as i64 => {
+                    Some(stat.version)
+                }
+                // Ours in another term: the next keep-alive reports it (with its token).
+                Some(Ok((_, stat))) if stat.ephemeral_owner == s.zk_id => return Ok(()),
                 Some(Ok(_)) | Some(Err(ZkError::NoNode)) => {
                     s.leases.lock().pending.remove(name);
                     return Ok(());
@@ -857,7 +866,7 @@ impl LeaseBackend for ZookeeperBackend {
                 if l.pending.get(name) == Some(&0) {
                     l.pending.remove(name);
                 }
-                log::debug!("zookeeper session {session}: released lease {name}");
+                log::debug!("zookeeper session {session}: released lease {name} (token {token})");
                 Ok(())
             }
             Some(Err(e)) => {
