@@ -166,11 +166,15 @@ pub trait LeaseBackend: Send + Sync + fmt::Debug + 'static {
     /// `SessionExpired` when `session` is not alive; `Unavailable`/`Backend` otherwise.
     fn acquire(&self, session: &SessionId, name: &Name) -> Result<Acquire>;
 
-    /// Frees `name` if `session` holds it, keeping the token. A no-op otherwise.
+    /// Frees `name` if `session` holds it **in the term of `token`**, keeping the token for the
+    /// next term. A no-op otherwise (another holder, another term, or free).
+    ///
+    /// Term-scoped so that a release that lands late (a timed-out call the server still executes)
+    /// can never free a newer term of the same session.
     ///
     /// # Errors
     /// `Unavailable`/`Backend`.
-    fn release(&self, session: &SessionId, name: &Name) -> Result<()>;
+    fn release(&self, session: &SessionId, name: &Name, token: Token) -> Result<()>;
 
     /// The live holder of `name`, or `None` when free (or held by an expired session).
     ///

@@ -104,10 +104,12 @@ pub enum Output {
     },
     /// The session is expired; it is never used again (close it on the backend, best effort).
     Expired,
-    /// The backend reports `name` owned, but the client does not hold it: release it.
+    /// The backend reports `name` owned, but the client does not hold it: release that term.
     ReleaseStray {
         /// The lease to release.
         name: Name,
+        /// The term the backend reported.
+        token: Token,
     },
     /// The session was closed by the application.
     Closed,
@@ -157,6 +159,8 @@ pub struct Engine {
     pending: HashMap<Name, u32>,
     /// Per name: (release epoch, releases in flight).
     releases: HashMap<Name, (u64, u32)>,
+    /// Per name: the newest term this session asked the backend to release. Never adopted again.
+    released: HashMap<Name, Token>,
     ka_in_flight: Option<Instant>,
     next_keep_alive: Instant,
     failures: u32,
@@ -172,6 +176,7 @@ impl Engine {
             leases: HashMap::new(),
             pending: HashMap::new(),
             releases: HashMap::new(),
+            released: HashMap::new(),
             ka_in_flight: None,
             next_keep_alive: sent + timing.renew_interval,
             failures: 0,
@@ -241,8 +246,12 @@ impl Engine {
         self.end_op(name);
     }
 
-    /// Records that a release of `name` is being sent. Any acquire in flight will not be adopted.
-    pub fn begin_release(&mut self, name: &Name) {
+    /// Records that a release of the term `token` of `name` is being sent. Any acquire in flight
+    /// will not be adopted, and no reply carrying this token (or an older one) ever will be: the
+    /// release may land on the backend at any later time.
+    pub fn begin_release(&mut self, name: &Name, token: Token) {
+        let released = self.released.entry(name.clone()).or_insert(token);
+        *released = (*released).max(token);
         *self.pending.entry(name.clone()).or_insert(0) += 1;
         let r = self.releases.entry(name.clone()).or_insert((0, 0));
         r.0 += 1;
@@ -288,6 +297,10 @@ impl Engine {
         }
         let epoch_now = self.releases.get(name).map_or(0, |r| r.0);
         if epoch_now != epoch || self.releasing(name) {
+            return Adoption::Undo;
+        }
+        if self.released.get(name).is_some_and(|r| token <= *r) {
+            // A term this session already gave up: a release of it may still land.
             return Adoption::Undo;
         }
         let deadline = self.timing.deadline(sent, remaining);
@@ -438,13 +451,13 @@ impl Engine {
                         out.push(Output::LeaseLost { name, token: l.token, reason: LossReason::NotOwned });
                     }
                 }
-                let mut strays: Vec<&Name> = owned
-                    .keys()
-                    .copied()
-                    .filter(|n| !self.leases.contains_key(*n) && !self.pending.contains_key(*n))
+                let mut strays: Vec<(&Name, Token)> = owned
+                    .iter()
+                    .map(|(n, t)| (*n, *t))
+                    .filter(|(n, _)| !self.leases.contains_key(*n) && !self.pending.contains_key(*n))
                     .collect();
                 strays.sort();
-                out.extend(strays.into_iter().map(|n| Output::ReleaseStray { name: n.clone() }));
+                out.extend(strays.into_iter().map(|(n, t)| Output::ReleaseStray { name: n.clone(), token: t }));
                 out
             }
         }
@@ -585,7 +598,7 @@ mod tests {
         let out = e.on_keep_alive(t0 + ms(1), t0 + ms(2), alive(Duration::from_secs(10), &[("a", 6)]));
         assert_eq!(out[0], Output::LeaseLost { name: n("a"), token: t(5), reason: LossReason::NotOwned });
         // "a" is now owned by us per the backend but not held: release it.
-        assert_eq!(out[1], Output::ReleaseStray { name: n("a") });
+        assert_eq!(out[1], Output::ReleaseStray { name: n("a"), token: t(6) });
     }
 
     #[test]
@@ -594,10 +607,10 @@ mod tests {
         let mut e = Engine::new(timing(), t0, Duration::from_secs(10));
         e.begin_acquire(&n("p"));
         let out = e.on_keep_alive(t0, t0 + ms(1), alive(Duration::from_secs(10), &[("p", 1), ("s", 2)]));
-        assert_eq!(out, vec![Output::ReleaseStray { name: n("s") }]);
+        assert_eq!(out, vec![Output::ReleaseStray { name: n("s"), token: t(2) }]);
         e.end_acquire(&n("p"));
         let out = e.on_keep_alive(t0, t0 + ms(2), alive(Duration::from_secs(10), &[("p", 1)]));
-        assert_eq!(out, vec![Output::ReleaseStray { name: n("p") }]);
+        assert_eq!(out, vec![Output::ReleaseStray { name: n("p"), token: t(1) }]);
     }
 
     #[test]
@@ -646,7 +659,7 @@ mod tests {
         let mut e = Engine::new(timing(), t0, Duration::from_secs(10));
         let a = n("a");
         // Release in flight when the acquire is sent.
-        e.begin_release(&a);
+        e.begin_release(&a, t(1));
         let epoch = e.begin_acquire(&a);
         assert!(e.releasing(&a));
         assert_eq!(e.on_acquired(&a, t(3), t0, Duration::from_secs(10), t0, epoch), Adoption::Undo);
@@ -654,7 +667,7 @@ mod tests {
         e.end_release(&a);
         // Release started and finished while the acquire was in flight.
         let epoch = e.begin_acquire(&a);
-        e.begin_release(&a);
+        e.begin_release(&a, t(2));
         e.end_release(&a);
         assert_eq!(e.on_acquired(&a, t(3), t0, Duration::from_secs(10), t0, epoch), Adoption::Undo);
         e.end_acquire(&a);
@@ -663,6 +676,22 @@ mod tests {
         assert_eq!(e.on_acquired(&a, t(4), t0, Duration::from_secs(10), t0, epoch), Adoption::Adopted);
         e.end_acquire(&a);
         assert_eq!(e.pending(&a), 0);
+    }
+
+    #[test]
+    fn a_term_once_released_is_never_adopted_again() {
+        // A release of term 5 whose call ended (timed out) may still land later: an idempotent
+        // re-acquire answering the same term 5 must not be adopted, a new term 6 may.
+        let t0 = Instant::now();
+        let mut e = Engine::new(timing(), t0, Duration::from_secs(10));
+        let a = n("a");
+        e.begin_release(&a, t(5));
+        e.end_release(&a);
+        let epoch = e.begin_acquire(&a);
+        assert_eq!(e.on_acquired(&a, t(5), t0, Duration::from_secs(10), t0, epoch), Adoption::Undo);
+        assert_eq!(e.on_acquired(&a, t(4), t0, Duration::from_secs(10), t0, epoch), Adoption::Undo);
+        assert_eq!(e.on_acquired(&a, t(6), t0, Duration::from_secs(10), t0, epoch), Adoption::Adopted);
+        e.end_acquire(&a);
     }
 
     #[test]

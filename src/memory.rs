@@ -235,16 +235,15 @@ impl LeaseBackend for MemoryBackend {
         })
     }
 
-    fn release(&self, session: &SessionId, name: &Name) -> Result<()> {
+    fn release(&self, session: &SessionId, name: &Name, token: Token) -> Result<()> {
         self.with_state(|st, _, notes| {
-            if let Some(l) = st.leases.get_mut(name) {
-                if l.session.as_ref() == Some(session) {
-                    l.session = None;
-                    notes.push(Notification::Released(name.clone()));
+            let Some(l) = st.leases.get_mut(name) else { return Ok(()) };
+            if l.session.as_ref() == Some(session) && l.token == token.get() {
+                l.session = None;
+                notes.push(Notification::Released(name.clone()));
+                if let Some(s) = st.sessions.get_mut(session) {
+                    s.leases.remove(name);
                 }
-            }
-            if let Some(s) = st.sessions.get_mut(session) {
-                s.leases.remove(name);
             }
             Ok(())
         })

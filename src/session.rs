@@ -428,10 +428,15 @@ impl SessionInner {
                     self.end(SessionState::Expired);
                     actions.push(Output::Expired);
                 }
-                Output::ReleaseStray { name } => {
-                    log::info!("session {}: releasing '{}', owned on the backend but not held", self.id, name);
-                    e.begin_release(&name);
-                    actions.push(Output::ReleaseStray { name });
+                Output::ReleaseStray { name, token } => {
+                    log::info!(
+                        "session {}: releasing '{}' (token {}), owned on the backend but not held",
+                        self.id,
+                        name,
+                        token
+                    );
+                    e.begin_release(&name, token);
+                    actions.push(Output::ReleaseStray { name, token });
                 }
                 Output::RenewalFailed { failures } => {
                     self.emit(SessionEvent::RenewalFailed { failures });
@@ -463,7 +468,7 @@ impl SessionInner {
         for a in actions {
             match a {
                 Output::SendKeepAlive { sent } => self.dispatch_keep_alive(sent),
-                Output::ReleaseStray { name } => self.dispatch_release(name, None),
+                Output::ReleaseStray { name, token } => self.dispatch_release(name, token, None),
                 Output::Expired => {
                     // Best effort: free everything on the backend now rather than at its expiry.
                     let backend = self.backend.clone();
@@ -500,14 +505,14 @@ impl SessionInner {
         });
     }
 
-    /// Releases `name` on the backend (the caller already called `begin_release`). When `done` is
-    /// given, the result is sent there.
-    fn dispatch_release(self: &Arc<Self>, name: Name, done: Option<Sender<Result<()>>>) {
+    /// Releases the term `token` of `name` on the backend (the caller already called
+    /// `begin_release`). When `done` is given, the result is sent there.
+    fn dispatch_release(self: &Arc<Self>, name: Name, token: Token, done: Option<Sender<Result<()>>>) {
         let weak = Arc::downgrade(self);
         let backend = self.backend.clone();
         let id = self.id.clone();
         exec::spawn(move || {
-            let r = backend.release(&id, &name);
+            let r = backend.release(&id, &name, token);
             if let Err(err) = &r {
                 log::warn!("session {id}: release of '{name}' failed: {err}");
             }
@@ -599,7 +604,7 @@ impl SessionInner {
         epoch: u64,
         reply: Result<Acquire>,
     ) -> Result<Option<Token>> {
-        let mut undo = false;
+        let mut undo = None;
         let result = self.apply(|e| {
             let r = match reply {
                 Ok(Acquire::Acquired { token, remaining }) => {
@@ -609,8 +614,8 @@ impl SessionInner {
                             Ok(Some(token))
                         }
                         Adoption::Undo => {
-                            e.begin_release(name);
-                            undo = true;
+                            e.begin_release(name, token);
+                            undo = Some(token);
                             Ok(None)
                         }
                         Adoption::SessionEnded => {
@@ -624,9 +629,14 @@ impl SessionInner {
             e.end_acquire(name);
             (r, Vec::new())
         });
-        if undo {
-            log::info!("session {}: acquire of '{}' came too late or raced a release; undoing it", self.id, name);
-            self.dispatch_release(name.clone(), None);
+        if let Some(token) = undo {
+            log::info!(
+                "session {}: acquire of '{}' (token {}) came too late or raced a release; undoing it",
+                self.id,
+                name,
+                token
+            );
+            self.dispatch_release(name.clone(), token, None);
         }
         result
     }
@@ -637,17 +647,22 @@ impl SessionInner {
         let undo = self.apply(|e| {
             e.end_acquire(name);
             let undo = match reply {
-                Ok(Acquire::Acquired { token, .. }) => e.held().all(|(n, t)| n != name || t != token),
-                _ => false,
+                Ok(Acquire::Acquired { token, .. }) if e.held().all(|(n, t)| n != name || t != token) => Some(token),
+                _ => None,
             };
-            if undo {
-                e.begin_release(name);
+            if let Some(token) = undo {
+                e.begin_release(name, token);
             }
             (undo, Vec::new())
         });
-        if undo {
-            log::info!("session {}: acquire of '{}' answered after its caller gave up; releasing it", self.id, name);
-            self.dispatch_release(name.clone(), None);
+        if let Some(token) = undo {
+            log::info!(
+                "session {}: acquire of '{}' (token {}) answered after its caller gave up; releasing it",
+                self.id,
+                name,
+                token
+            );
+            self.dispatch_release(name.clone(), token, None);
         }
     }
 
@@ -707,17 +722,17 @@ impl SessionInner {
                 e.on_release(name);
             }
             // Release on the backend even when lost locally: after a deadline loss the backend may
-            // still count it ours. A release by a non-holder is a no-op.
-            e.begin_release(name);
+            // still count it ours. A release of another term or by a non-holder is a no-op.
+            e.begin_release(name, token);
             (held, Vec::new())
         });
         log::debug!("session {}: releasing '{}' (token {}, held: {})", self.id, name, token, held);
         if !wait {
-            self.dispatch_release(name.clone(), None);
+            self.dispatch_release(name.clone(), token, None);
             return Ok(());
         }
         let (tx, rx) = crossbeam_channel::bounded(1);
-        self.dispatch_release(name.clone(), Some(tx));
+        self.dispatch_release(name.clone(), token, Some(tx));
         match rx.recv_timeout(self.timing.query_timeout) {
             Ok(r) => r,
             Err(_) => Err(Error::new(
@@ -775,7 +790,15 @@ impl SessionInner {
                 ));
             }
             election.attach(Arc::downgrade(self), self.id.clone());
-            c.insert(name, CampaignSlot { election: election.clone(), next_attempt: Instant::now(), in_flight: None, woken: false });
+            c.insert(
+                name,
+                CampaignSlot {
+                    election: election.clone(),
+                    next_attempt: Instant::now(),
+                    in_flight: None,
+                    woken: false,
+                },
+            );
         }
         self.poke();
         Ok(())
@@ -789,13 +812,16 @@ impl SessionInner {
         match token {
             Some(t) => self.release_lease(name, t, wait),
             None => {
-                // Not leading (maybe an attempt is in flight): drop whatever this session may hold.
-                self.apply(|e| {
-                    e.on_release(name);
-                    e.begin_release(name);
-                    ((), Vec::new())
-                });
-                self.dispatch_release(name.clone(), None);
+                // Not leading. An attempt in flight releases its term when it finds the campaign
+                // gone; drop anything adopted meanwhile locally, and release it on the backend.
+                let held = self.apply(|e| (e.on_release(name), Vec::new()));
+                if let Some(token) = held {
+                    self.apply(|e| {
+                        e.begin_release(name, token);
+                        ((), Vec::new())
+                    });
+                    self.dispatch_release(name.clone(), token, None);
+                }
                 Ok(())
             }
         }
@@ -884,11 +910,8 @@ impl SessionInner {
             }
             if let Some(slot) = inner.campaigns.lock().get_mut(&name) {
                 slot.in_flight = None;
-                slot.next_attempt = if std::mem::take(&mut slot.woken) {
-                    Instant::now()
-                } else {
-                    Instant::now() + inner.retry_delay()
-                };
+                slot.next_attempt =
+                    if std::mem::take(&mut slot.woken) { Instant::now() } else { Instant::now() + inner.retry_delay() };
             }
             inner.poke();
         });

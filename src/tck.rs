@@ -274,10 +274,10 @@ pub fn token_increases_per_term(h: &Harness) {
     let l = h.name("l");
     let t1 = acquired(h.backend.acquire(&a, &l), "first");
     assert!(t1.get() > 0);
-    h.backend.release(&a, &l).unwrap();
+    h.backend.release(&a, &l, t1).unwrap();
     let t2 = acquired(h.backend.acquire(&a, &l), "same holder after release");
     assert!(t2 > t1, "{t2} not > {t1}");
-    h.backend.release(&a, &l).unwrap();
+    h.backend.release(&a, &l, t2).unwrap();
     let t3 = acquired(h.backend.acquire(&b, &l), "new holder");
     assert!(t3 > t2, "{t3} not > {t2}");
     h.backend.close_session(&a).unwrap();
@@ -337,7 +337,7 @@ pub fn release_keeps_token(h: &Harness) {
     let (a, b) = (h.raw_session(""), h.raw_session(""));
     let l = h.name("l");
     let t1 = acquired(h.backend.acquire(&a, &l), "acquire");
-    h.backend.release(&a, &l).unwrap();
+    h.backend.release(&a, &l, t1).unwrap();
     assert_eq!(h.backend.holder(&l).unwrap(), None);
     assert!(alive(h, &a).is_empty(), "released lease still reported owned");
     let t2 = acquired(h.backend.acquire(&b, &l), "after release");
@@ -351,12 +351,30 @@ pub fn release_by_non_holder_is_noop(h: &Harness) {
     let (a, b) = (h.raw_session(""), h.raw_session(""));
     let l = h.name("l");
     let t = acquired(h.backend.acquire(&a, &l), "acquire");
-    h.backend.release(&b, &l).unwrap();
-    h.backend.release(&b, &h.name("never-acquired")).unwrap();
+    h.backend.release(&b, &l, t).unwrap();
+    h.backend.release(&b, &h.name("never-acquired"), t).unwrap();
     assert_eq!(h.backend.holder(&l).unwrap().map(|x| (x.session, x.token)), Some((a.clone(), t)));
     assert_eq!(alive(h, &a), vec![(l.clone(), t)]);
     h.backend.close_session(&a).unwrap();
     h.backend.close_session(&b).unwrap();
+}
+
+/// A release names a term: releasing an older term (a release that lands late) or a wrong token
+/// never frees the current one.
+pub fn release_of_another_term_is_noop(h: &Harness) {
+    let a = h.raw_session("");
+    let l = h.name("l");
+    let t1 = acquired(h.backend.acquire(&a, &l), "acquire");
+    h.backend.release(&a, &l, t1).unwrap();
+    let t2 = acquired(h.backend.acquire(&a, &l), "second term");
+    assert!(t2 > t1);
+    // The first term's release arrives again (late), and a release with a token never granted.
+    h.backend.release(&a, &l, t1).unwrap();
+    let never = Token::new(t2.get() + 1_000_000).unwrap_or(t2);
+    h.backend.release(&a, &l, never).unwrap();
+    assert_eq!(h.backend.holder(&l).unwrap().map(|x| (x.session, x.token)), Some((a.clone(), t2)));
+    assert_eq!(alive(h, &a), vec![(l.clone(), t2)]);
+    h.backend.close_session(&a).unwrap();
 }
 
 /// Rule 4: tokens never reset — not by release, expiry, close or purge.
@@ -402,7 +420,7 @@ pub fn keep_alive_reports_owned_leases(h: &Harness) {
     let mut got = alive(h, &s);
     got.sort();
     assert_eq!(got, want);
-    h.backend.release(&s, &want[0].0).unwrap();
+    h.backend.release(&s, &want[0].0, want[0].1).unwrap();
     let mut got = alive(h, &s);
     got.sort();
     assert_eq!(got, want[1..].to_vec());
@@ -643,7 +661,7 @@ pub fn lease_taken_behind_back_is_lost(h: &Harness) {
     let l = h.name("l");
     let lease = a.lock(&l).unwrap();
     let t1 = lease.token().unwrap();
-    h.backend.release(a.id(), &l).unwrap();
+    h.backend.release(a.id(), &l, t1).unwrap();
     let got = b.lock_timeout(&l, h.patience()).unwrap().expect("takeover");
     let ev = events.recv_timeout(h.patience()).expect("lost event");
     assert_eq!(ev, SessionEvent::LeaseLost { name: l.clone(), token: t1, reason: LossReason::NotOwned });
@@ -874,6 +892,7 @@ macro_rules! tck_suite {
                 takeover_after_expiry,
                 release_keeps_token,
                 release_by_non_holder_is_noop,
+                release_of_another_term_is_noop,
                 token_never_resets,
                 holder_reports_metadata,
                 keep_alive_reports_owned_leases,

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
 use simba::backend::{Acquire, Holder, KeepAlive, LeaseBackend, Member, SessionGrant};
+use simba::Token;
 use simba::{
     ErrorKind, LossReason, MemoryBackend, Name, Session, SessionEvent, SessionId, SessionOptions, SessionState,
 };
@@ -60,9 +61,9 @@ impl LeaseBackend for Hanging {
         self.maybe_hang(false);
         self.inner.acquire(s, n)
     }
-    fn release(&self, s: &SessionId, n: &Name) -> simba::Result<()> {
+    fn release(&self, s: &SessionId, n: &Name, t: Token) -> simba::Result<()> {
         self.maybe_hang(false);
-        self.inner.release(s, n)
+        self.inner.release(s, n, t)
     }
     fn holder(&self, n: &Name) -> simba::Result<Option<Holder>> {
         self.maybe_hang(false);

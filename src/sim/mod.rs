@@ -186,6 +186,9 @@ pub struct Scenario {
     /// a term its session asked to release, and the Cluster model never reports a term it
     /// abandoned as acquired.
     pub proposed_fix: bool,
+    /// Emulates the old SPI, whose release freed whatever term the session held (the design the
+    /// late-release finding showed unsafe). Off by default: releases are term-scoped.
+    pub old_release_any_term: bool,
 }
 
 impl Scenario {
@@ -203,6 +206,7 @@ impl Scenario {
             intensity: 1.0,
             broken_rule: None,
             proposed_fix: false,
+            old_release_any_term: false,
         }
     }
 
@@ -253,6 +257,7 @@ impl Scenario {
                 "clockJump" => s.with_clock_jumps(),
                 "noLateReleases" => s.without_late_releases(),
                 "fix" => s.with_proposed_fix(),
+                "oldRelease" => s.with_old_release_any_term(),
                 "harsh" => s.harsh(),
                 "broken:DeadlineFromReplyInstant" => s.with_broken_rule(BrokenRule::DeadlineFromReplyInstant),
                 "broken:NoDrift" => s.with_broken_rule(BrokenRule::NoDrift),
@@ -283,6 +288,15 @@ impl Scenario {
     pub fn with_proposed_fix(mut self) -> Scenario {
         self.proposed_fix = true;
         self.name.push_str("+fix");
+        self
+    }
+
+    /// Emulates the old release that freed any term of the session (see
+    /// [`Scenario::old_release_any_term`]).
+    #[must_use]
+    pub fn with_old_release_any_term(mut self) -> Scenario {
+        self.old_release_any_term = true;
+        self.name.push_str("+oldRelease");
         self
     }
 

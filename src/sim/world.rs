@@ -745,16 +745,17 @@ impl World {
                 Err(_) => Res::Failed,
             },
             MemOp::Release(name, token) => {
-                if let Some(token) = token {
-                    // A token-bound release (the proposed SPI change), emulated atomically: the
-                    // backend is only touched here, at one virtual instant.
-                    match m.backend.holder(&name) {
-                        Ok(Some(h)) if h.session == id && h.token == token => {}
+                // The SPI's release is term-scoped. `None` emulates the old design (free whatever
+                // term the session holds) for the findings that show why it had to go.
+                let term = match token {
+                    Some(t) => t,
+                    None => match m.backend.holder(&name) {
+                        Ok(Some(h)) if h.session == id => h.token,
                         Ok(_) => return Res::Done,
                         Err(_) => return Res::Failed,
-                    }
-                }
-                match m.backend.release(&id, &name) {
+                    },
+                };
+                match m.backend.release(&id, &name, term) {
                     Ok(()) => {
                         out.push(Event::Released { node: 0, b, sess, name, token });
                         Res::Done
@@ -932,15 +933,15 @@ impl World {
             if let Res::Acquired { token, remaining } = res {
                 let sent = if self.sc.broken_rule == Some(BrokenRule::DeadlineFromReplyInstant) { now } else { sent };
                 if self.sc.proposed_fix && refused.is_some_and(|r| token <= r) {
-                    // Proposed engine rule: a term this session asked to release is never adopted
-                    // again (a release of it may still take effect); undo it instead.
-                    e.begin_release(&name);
+                    // The engine's own rule (a term once released is never adopted again), kept
+                    // here as a cross-check of the engine.
+                    e.begin_release(&name, token);
                     undo = Some(token);
                 } else {
                     match e.on_acquired(&name, token, sent, remaining, now, epoch) {
                         Adoption::Adopted => adopted = Some(token),
                         Adoption::Undo => {
-                            e.begin_release(&name);
+                            e.begin_release(&name, token);
                             undo = Some(token);
                         }
                         Adoption::SessionEnded => {}
@@ -968,13 +969,11 @@ impl World {
 
     /// Starts a release of `name` `k` (term `token`) whose `begin_release` the engine already saw.
     fn release_call(&mut self, c: usize, si: usize, k: usize, token: Token) {
-        let fix = self.sc.proposed_fix;
         let s = &mut self.clients[c].sessions[si];
-        if fix {
-            s.released[k] = s.released[k].max(Some(token));
-        }
+        s.released[k] = s.released[k].max(Some(token));
         let target = s.target.clone();
-        let token = fix.then_some(token);
+        // Term-scoped, as the SPI is; `old_release_any_term` emulates the design it replaced.
+        let token = (!self.sc.old_release_any_term).then_some(token);
         self.start_call(c, Some(si), Some(target), Kind::Release { name: k, token });
     }
 
@@ -987,7 +986,7 @@ impl World {
             _ => None,
         };
         if let Some(token) = undo {
-            e.begin_release(&name);
+            e.begin_release(&name, token);
             self.release_call(c, si, k, token);
         }
     }
@@ -1031,11 +1030,11 @@ impl World {
                     // session.rs: best-effort close after expiry.
                     self.start_call(c, Some(si), Some(target.clone()), Kind::Close);
                 }
-                Output::ReleaseStray { name } => {
+                Output::ReleaseStray { name, token } => {
                     let s = &mut self.clients[c].sessions[si];
-                    let token = s.last_owned.iter().find(|(n, _)| *n == name).map(|(_, t)| *t);
+                    let token = Some(token);
                     if let (Some(k), Some(token)) = (self.names.iter().position(|n| *n == name), token) {
-                        s.engine.begin_release(&name);
+                        s.engine.begin_release(&name, token);
                         self.release_call(c, si, k, token);
                     }
                 }
@@ -1127,7 +1126,7 @@ impl World {
         if held {
             e.on_release(&name);
         }
-        e.begin_release(&name);
+        e.begin_release(&name, token);
         let w = &mut self.clients[c].wants[k];
         w.hold_until = None;
         let d = self.rng.random_range(0..self.lease * 3 / 2);
