@@ -156,7 +156,7 @@ fn key_layout_matches_the_seed() {
     assert_eq!(Slot::for_key(&lease_key), Slot::for_key(l.as_str()));
 
     // Release clears only `session`; leave removes the member; indexes follow.
-    b.release(&sid, &l).unwrap();
+    b.release(&sid, &l, t).unwrap();
     let after = hgetall(&mut con, &lease_key);
     assert_eq!(after.get("session").map(String::as_str), Some(""));
     assert_eq!(after.get("token"), lease.get("token"));
@@ -181,7 +181,16 @@ fn tokens_survive_release_and_expiry() {
     let t1 = token(b.acquire(&s1, &l));
     assert_eq!(token(b.acquire(&s1, &l)), t1, "re-acquire is idempotent");
     assert!(matches!(b.acquire(&s2, &l).unwrap(), Acquire::Busy));
-    b.release(&s1, &l).unwrap();
+    b.release(&s2, &l, t1).unwrap();
+    assert_eq!(b.holder(&l).unwrap().unwrap().session, s1, "a non-holder's release changes nothing");
+    b.release(&s1, &l, t1).unwrap();
+    // A release of an old term that lands late never frees a newer term of the same session.
+    let t1b = token(b.acquire(&s1, &l));
+    assert_eq!(t1b.get(), t1.get() + 1);
+    b.release(&s1, &l, t1).unwrap();
+    assert_eq!(owned(&b, &s1), vec![(l.clone(), t1b)]);
+    b.release(&s1, &l, t1b).unwrap();
+    let t1 = t1b;
     let t2 = token(b.acquire(&s2, &l));
     assert_eq!(t2.get(), t1.get() + 1, "a new holder is a new term");
     // s2 stops renewing: its term ends with its session; s1 takes over with the next token.
@@ -302,13 +311,13 @@ fn release_and_membership_changes_are_pushed() {
     assert!(b.capabilities().push_release && b.capabilities().push_membership);
     let (l, g) = (name("push"), name("push-g"));
     let (holder, watcher) = (open(&b, ""), open(&b, ""));
-    token(b.acquire(&holder, &l));
+    let t = token(b.acquire(&holder, &l));
     let (tx, rx) = crossbeam_channel::unbounded();
     assert!(b.watch(&Topic::Lease(l.clone()), &tx).unwrap());
     assert!(b.watch(&Topic::Lease(l.clone()), &tx).unwrap(), "registering twice is allowed");
     assert!(b.watch(&Topic::Group(g.clone()), &tx).unwrap());
     let released = Instant::now();
-    b.release(&holder, &l).unwrap();
+    b.release(&holder, &l, t).unwrap();
     assert_eq!(rx.recv_timeout(Duration::from_secs(3)).unwrap(), Notification::Released(l.clone()));
     eprintln!("release notification after {:?}", released.elapsed());
     b.join(&watcher, &g).unwrap();
@@ -363,8 +372,8 @@ fn the_pubsub_connection_recovers_from_a_server_restart() {
     };
     assert!(registered);
     let sid = b.open_session(D, "").unwrap().id;
-    token(b.acquire(&sid, &l));
-    b.release(&sid, &l).unwrap();
+    let t = token(b.acquire(&sid, &l));
+    b.release(&sid, &l, t).unwrap();
     assert_eq!(rx.recv_timeout(Duration::from_secs(3)).unwrap(), Notification::Released(l));
 }
 
@@ -437,7 +446,7 @@ fn wait_replicas_confirms_new_terms() {
     // Acknowledged: the replica has the term already.
     let mut rep = raw(&replica);
     assert_eq!(q(&mut rep, &["HGET", &format!("simba:lease:{{{l}}}"), "token"]), t1.to_string());
-    one.release(&sid, &l).unwrap();
+    one.release(&sid, &l, t1).unwrap();
 
     // Two replicas required, one exists: the term is started, not acknowledged, released, and
     // never reported; meanwhile the pool keeps serving other calls.

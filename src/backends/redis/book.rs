@@ -21,6 +21,8 @@ pub(crate) struct Book {
     /// Terms an acquire started but reported as failed (late, or not acknowledged by replicas),
     /// remembered for one lease period. Never reported as owned; renewals release them.
     pub abandoned: HashMap<Name, (Token, Instant)>,
+    /// Terms acquires reported to the caller (until released).
+    pub confirmed: HashMap<Name, Token>,
     /// Acquires and joins in progress.
     pub inflight: HashMap<Item, usize>,
     /// When the last acquire or join of an item finished (Cluster: a renewal that started before
@@ -37,6 +39,7 @@ pub(crate) struct Book {
 impl Book {
     fn is_empty(&self) -> bool {
         self.abandoned.is_empty()
+            && self.confirmed.is_empty()
             && self.inflight.is_empty()
             && self.finished.is_empty()
             && self.failing.is_empty()
@@ -46,6 +49,7 @@ impl Book {
 
     /// Remembers an abandoned term for one lease period `d`.
     pub fn abandon(&mut self, name: Name, token: Token, d: Duration) {
+        self.confirmed.remove(&name);
         self.abandoned.insert(name, (token, Instant::now() + d));
     }
 
@@ -65,6 +69,30 @@ impl Book {
     /// that started at `since` must then not drop the item from the session's index.
     pub fn touched_since(&self, item: &Item, since: Instant) -> bool {
         self.inflight.get(item).is_some_and(|n| *n > 0) || self.finished.get(item).is_some_and(|t| *t >= since)
+    }
+
+    /// Whether a renewal may report `(name, token)` as owned: not while an acquire of `name` is in
+    /// flight that may still fail (late, or not acknowledged) — unless the caller already holds
+    /// that very term.
+    pub fn reportable(&self, name: &Name, token: Token) -> bool {
+        self.inflight.get(&Item::Lease(name.clone())).is_none_or(|n| *n == 0)
+            || self.confirmed.get(name) == Some(&token)
+    }
+
+    /// Records a term reported to the caller.
+    pub fn confirm(&mut self, name: &Name, token: Token) {
+        self.abandoned.remove(name);
+        self.confirmed.insert(name.clone(), token);
+    }
+
+    /// Forgets the released term `token` of `name` (a newer term stays).
+    pub fn released(&mut self, name: &Name, token: Token) {
+        if self.abandoned.get(name).is_some_and(|(t, _)| *t == token) {
+            self.abandoned.remove(name);
+        }
+        if self.confirmed.get(name) == Some(&token) {
+            self.confirmed.remove(name);
+        }
     }
 
     /// Forgets finish times older than `before`.

@@ -137,7 +137,12 @@ pub(crate) fn keep_alive(inner: &Inner, sid: &SessionId, d: Duration) -> Result<
                 for (name, token) in work.renew.iter().zip(tokens) {
                     b.failing.remove(name);
                     match token {
-                        Some(t) => owned.push((name.clone(), t)),
+                        Some(t) if b.reportable(name, t) => owned.push((name.clone(), t)),
+                        Some(t) => {
+                            log::debug!(
+                                "session {sid}: not reporting lease {name} (token {t}): its acquire is in flight"
+                            );
+                        }
                         None => {
                             if !b.touched_since(&Item::Lease(name.clone()), started) {
                                 log::debug!(
@@ -392,32 +397,24 @@ pub(crate) fn acquire(inner: &Inner, sid: &SessionId, name: &Name) -> Result<Acq
                     if new { "the term it started was released" } else { "the existing term is not confirmed" }
                 )));
             }
-            inner.books.with(sid, |b| {
-                b.abandoned.remove(name);
-            });
+            inner.books.with(sid, |b| b.confirm(name, token));
             Ok(Acquire::Acquired { token, remaining })
         }
         _ => Err(unexpected(script.name(), &v)),
     }
 }
 
-pub(crate) fn release(inner: &Inner, sid: &SessionId, name: &Name) -> Result<()> {
-    let deadline = inner.deadline();
-    inner.scripting.eval(
-        &SCRIPTS.index_remove,
-        &[keys::session_leases(sid.as_str())],
-        &[name.to_string()],
-        deadline,
-    )?;
+/// Releases the term on the lease's slot only. The name leaves the session's index at the next
+/// renewal (which sees it is no longer held): removing it here could unindex a newer term of the
+/// same session acquired meanwhile.
+pub(crate) fn release(inner: &Inner, sid: &SessionId, name: &Name, token: Token) -> Result<()> {
     inner.scripting.eval(
         &SCRIPTS.release_slot,
         &[keys::lease(name.as_str())],
-        &[sid.to_string(), "1".to_string(), "0".to_string()],
-        deadline,
+        &[sid.to_string(), "1".to_string(), token.to_string()],
+        inner.deadline(),
     )?;
-    inner.books.with(sid, |b| {
-        b.abandoned.remove(name);
-    });
+    inner.books.with(sid, |b| b.released(name, token));
     Ok(())
 }
 

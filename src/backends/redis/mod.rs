@@ -49,7 +49,7 @@ use crate::backend::{
 };
 use crate::error::{Error, Result};
 use crate::options::DEFAULT_QUERY_TIMEOUT;
-use crate::types::{validate_metadata, Name, SessionId};
+use crate::types::{validate_metadata, Name, SessionId, Token};
 
 /// Default number of pooled connections (standalone) or cluster connections (Cluster).
 pub const DEFAULT_MAX_CONNECTIONS: usize = 8;
@@ -332,11 +332,11 @@ impl LeaseBackend for RedisBackend {
         }
     }
 
-    fn release(&self, session: &SessionId, name: &Name) -> Result<()> {
+    fn release(&self, session: &SessionId, name: &Name, token: Token) -> Result<()> {
         if self.is_clustered() {
-            cluster::release(&self.inner, session, name)
+            cluster::release(&self.inner, session, name, token)
         } else {
-            standalone::release(&self.inner, session, name)
+            standalone::release(&self.inner, session, name, token)
         }
     }
 

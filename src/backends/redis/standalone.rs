@@ -3,6 +3,7 @@
 
 use std::time::{Duration, Instant};
 
+use super::book::Item;
 use super::reply::{self, array, int, string, unexpected};
 use super::scripts::{keys, SCRIPTS};
 use super::{ms, Inner};
@@ -48,6 +49,7 @@ pub(crate) fn keep_alive(inner: &Inner, sid: &SessionId, d: Duration) -> Result<
         return Ok(KeepAlive::Expired);
     }
     let mut owned = Vec::with_capacity(items.len() / 2);
+    let mut pairs = Vec::with_capacity(items.len() / 2);
     for pair in items[1..].chunks(2) {
         let [n, t] = pair else { return Err(unexpected(script.name(), &v)) };
         let name = string(n).ok_or_else(|| unexpected(script.name(), &v))?;
@@ -56,9 +58,18 @@ pub(crate) fn keep_alive(inner: &Inner, sid: &SessionId, d: Duration) -> Result<
         })?;
         let token = reply::token(t, &format!("lease {name}"), script.name())?;
         if !abandoned.iter().any(|(a, _)| *a == name) {
-            owned.push((name, token));
+            pairs.push((name, token));
         }
     }
+    inner.books.with(sid, |b| {
+        for (name, token) in pairs {
+            if b.reportable(&name, token) {
+                owned.push((name, token));
+            } else {
+                log::debug!("session {sid}: not reporting lease {name} (token {token}): its acquire is in flight");
+            }
+        }
+    });
     Ok(KeepAlive::Alive { remaining: reply::millis(first, d), owned })
 }
 
@@ -103,6 +114,7 @@ pub(crate) fn acquire(inner: &Inner, sid: &SessionId, name: &Name) -> Result<Acq
     let keys = [keys::session(s), keys::session_leases(s), keys::lease(name.as_str())];
     let args = [sid.to_string(), name.to_string()];
     let deadline = inner.deadline();
+    let _guard = inner.books.inflight(sid, Item::Lease(name.clone()));
     let wait = inner.options.wait_replicas;
     let (v, acked) = if wait > 0 {
         let (v, n) = inner.scripting.eval_and_wait(script, &keys, &args, wait, deadline)?;
@@ -139,25 +151,21 @@ pub(crate) fn acquire(inner: &Inner, sid: &SessionId, name: &Name) -> Result<Acq
                     if new { " and the term was released" } else { "" }
                 )));
             }
-            inner.books.with(sid, |b| {
-                b.abandoned.remove(name);
-            });
+            inner.books.with(sid, |b| b.confirm(name, token));
             Ok(Acquire::Acquired { token, remaining: reply::millis(remaining_ms, d) })
         }
     }
 }
 
-pub(crate) fn release(inner: &Inner, sid: &SessionId, name: &Name) -> Result<()> {
+pub(crate) fn release(inner: &Inner, sid: &SessionId, name: &Name, token: Token) -> Result<()> {
     let s = sid.as_str();
     inner.scripting.eval(
         &SCRIPTS.release,
         &[keys::session_leases(s), keys::lease(name.as_str())],
-        &[sid.to_string(), name.to_string(), "0".to_string()],
+        &[sid.to_string(), name.to_string(), token.to_string()],
         inner.deadline(),
     )?;
-    inner.books.with(sid, |b| {
-        b.abandoned.remove(name);
-    });
+    inner.books.with(sid, |b| b.released(name, token));
     Ok(())
 }
 

@@ -1,0 +1,685 @@
+//! Redis Cluster against the local 3-master cluster (`scripts/services up redis-cluster`; nodes
+//! from `SIMBA_TEST_REDIS_CLUSTER_URL`): one slot per script call, one follow-up per slot, the
+//! duration carried by renewal follow-ups, late scripts (through a wrapper around the clustered
+//! scripting port that delays or fails chosen calls), interrupted close, and `CLUSTER FAILOVER`.
+#![cfg(feature = "redis")]
+
+mod support;
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, Slot, SlotAddr};
+use serial_test::serial;
+use simba::backends::redis::{ClusteredScripting, LuaScript, RedisBackend, RedisOptions, RedisScripting};
+use simba::{Acquire, Error, ErrorKind, KeepAlive, LeaseBackend, Name, Notification, SessionId, Token, Topic};
+
+fn init_log() {
+    let _ = env_logger::builder().is_test(true).try_init();
+}
+
+fn nodes() -> Vec<String> {
+    let url =
+        support::env_or("SIMBA_TEST_REDIS_CLUSTER_URL", "redis+cluster://127.0.0.1:7000,127.0.0.1:7001,127.0.0.1:7002");
+    let nodes: Vec<String> =
+        url.trim_start_matches("redis+cluster://").split(',').map(|s| s.trim().to_string()).collect();
+    support::require_tcp("Redis Cluster", &nodes[0]);
+    nodes
+}
+
+fn options() -> RedisOptions {
+    RedisOptions::builder().query_timeout(Duration::from_secs(1)).build().unwrap()
+}
+
+/// What to do to calls of one script.
+#[derive(Debug, Clone, Default)]
+struct Rule {
+    script: &'static str,
+    /// Sleep before sending (the script reaches Redis late).
+    before: Duration,
+    /// Sleep after the reply (the client sees it late).
+    after: Duration,
+    /// Fail instead of sending.
+    fail: bool,
+    /// Apply this many times (None = always).
+    times: Option<usize>,
+}
+
+#[derive(Debug, Clone)]
+struct Call {
+    script: &'static str,
+    keys: Vec<String>,
+}
+
+/// The real clustered port, with injected delays and failures, recording every call.
+#[derive(Debug)]
+struct Faults {
+    inner: ClusteredScripting,
+    rules: Mutex<Vec<Rule>>,
+    calls: Mutex<Vec<Call>>,
+}
+
+impl Faults {
+    fn rule(&self, rule: Rule) {
+        self.rules.lock().push(rule);
+    }
+    fn clear(&self) {
+        self.rules.lock().clear();
+        self.calls.lock().clear();
+    }
+    fn calls(&self) -> Vec<Call> {
+        self.calls.lock().clone()
+    }
+    fn count(&self, script: &str) -> usize {
+        self.calls.lock().iter().filter(|c| c.script == script).count()
+    }
+}
+
+impl RedisScripting for Faults {
+    fn is_clustered(&self) -> bool {
+        true
+    }
+
+    fn eval(
+        &self,
+        script: &LuaScript,
+        keys: &[String],
+        args: &[String],
+        deadline: Instant,
+    ) -> simba::Result<redis::Value> {
+        self.calls.lock().push(Call { script: script.name(), keys: keys.to_vec() });
+        let rule = {
+            let mut rules = self.rules.lock();
+            let found = rules.iter_mut().find(|r| r.script == script.name() && r.times != Some(0));
+            found.map(|r| {
+                if let Some(t) = r.times.as_mut() {
+                    *t -= 1;
+                }
+                r.clone()
+            })
+        };
+        let Some(rule) = rule else { return self.inner.eval(script, keys, args, deadline) };
+        let mut deadline = deadline;
+        if !rule.before.is_zero() {
+            thread::sleep(rule.before);
+            deadline = Instant::now() + Duration::from_secs(2);
+        }
+        if rule.fail {
+            return Err(Error::unavailable(format!("injected failure of {}", script.name())));
+        }
+        let r = self.inner.eval(script, keys, args, deadline);
+        thread::sleep(rule.after);
+        r
+    }
+
+    fn on_masters(&self, cmd: &redis::Cmd, deadline: Instant) -> simba::Result<Vec<(String, redis::Value)>> {
+        self.inner.on_masters(cmd, deadline)
+    }
+
+    fn subscriber_endpoints(&self) -> Vec<redis::ConnectionInfo> {
+        self.inner.subscriber_endpoints()
+    }
+
+    fn target(&self) -> String {
+        self.inner.target()
+    }
+}
+
+fn faulty() -> (RedisBackend, Arc<Faults>) {
+    init_log();
+    let inner = ClusteredScripting::new(&nodes(), 8, Duration::from_secs(1)).unwrap();
+    let faults = Arc::new(Faults { inner, rules: Mutex::new(Vec::new()), calls: Mutex::new(Vec::new()) });
+    let backend = RedisBackend::with_scripting(faults.clone(), options())
+        .unwrap_or_else(|e| panic!("cannot connect to Redis Cluster: {e} (run `scripts/services up redis-cluster`)"));
+    (backend, faults)
+}
+
+struct Raw(redis::cluster::ClusterConnection);
+
+impl Raw {
+    fn new() -> Raw {
+        let urls: Vec<String> = nodes().iter().map(|n| format!("redis://{n}")).collect();
+        Raw(redis::cluster::ClusterClient::new(urls).unwrap().get_connection().unwrap())
+    }
+    fn hgetall(&mut self, key: &str) -> HashMap<String, String> {
+        redis::cmd("HGETALL").arg(key).query(&mut self.0).unwrap()
+    }
+    fn hget(&mut self, key: &str, field: &str) -> Option<String> {
+        redis::cmd("HGET").arg(key).arg(field).query(&mut self.0).unwrap()
+    }
+    fn smembers(&mut self, key: &str) -> HashSet<String> {
+        redis::cmd("SMEMBERS").arg(key).query(&mut self.0).unwrap()
+    }
+    fn pttl(&mut self, key: &str) -> i64 {
+        redis::cmd("PTTL").arg(key).query(&mut self.0).unwrap()
+    }
+    /// Redis `TIME` (ms) on the master serving `key`.
+    fn now_at(&mut self, key: &str) -> i64 {
+        let route =
+            RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(Route::with_key(key, SlotAddr::Master)));
+        let v = self.0.route_command(&redis::cmd("TIME"), route).unwrap();
+        let (s, us): (i64, i64) = redis::from_redis_value(v).unwrap();
+        s * 1000 + us / 1000
+    }
+}
+
+fn lease_key(n: &Name) -> String {
+    format!("simba:lease:{{{n}}}")
+}
+
+fn name(prefix: &str) -> Name {
+    Name::new(support::unique(prefix)).unwrap()
+}
+
+/// `n` names whose lease keys are in pairwise different slots, none in the session's.
+fn spread(prefix: &str, n: usize, sid: &SessionId) -> Vec<Name> {
+    let mut slots = HashSet::from([Slot::for_key(format!("simba:session:{{{sid}}}"))]);
+    let mut out = Vec::new();
+    while out.len() < n {
+        let candidate = name(prefix);
+        if slots.insert(Slot::for_key(lease_key(&candidate))) {
+            out.push(candidate);
+        }
+    }
+    out
+}
+
+fn token(r: simba::Result<Acquire>) -> Token {
+    match r {
+        Ok(Acquire::Acquired { token, .. }) => token,
+        other => panic!("expected Acquired, got {other:?}"),
+    }
+}
+
+fn owned(b: &RedisBackend, sid: &SessionId, d: Duration) -> Vec<(Name, Token)> {
+    match b.keep_alive(sid, d).unwrap() {
+        KeepAlive::Alive { remaining, owned } => {
+            assert!(remaining <= d && !remaining.is_zero(), "{remaining:?}");
+            owned
+        }
+        KeepAlive::Expired => panic!("session {sid} unexpectedly expired"),
+    }
+}
+
+fn eventually(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if cond() {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+}
+
+const D: Duration = Duration::from_secs(1);
+
+#[test]
+#[serial(redis_cluster)]
+fn construction_and_checks() {
+    init_log();
+    let err = RedisBackend::clustered(&nodes(), RedisOptions::builder().wait_replicas(1).build().unwrap()).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidConfig);
+    assert!(err.to_string().contains("not available on Redis Cluster"), "{err}");
+    let url = format!("redis+cluster://{}", nodes().join(","));
+    let b = RedisBackend::connect(&url, options()).unwrap();
+    assert!(b.is_clustered());
+    let items = b.check();
+    let count = |n: &str| items.iter().filter(|i| i.name == n).count();
+    assert_eq!(count("maxmemory-policy"), 3, "one per master: {items:?}");
+    assert_eq!(count("clock"), 3, "{items:?}");
+    let state = items.iter().find(|i| i.name == "cluster-state").unwrap();
+    assert_eq!(state.status, simba::backend::CheckStatus::Ok, "{state:?}");
+    assert!(b.capabilities().push_release);
+}
+
+#[test]
+#[serial(redis_cluster)]
+fn every_call_stays_in_one_slot_and_renewal_is_one_call_per_slot() {
+    let (b, faults) = faulty();
+    let sid = b.open_session(D, "").unwrap().id;
+    let session_slot = Slot::for_key(format!("simba:session:{{{sid}}}"));
+    let leases = spread("slot", 6, &sid);
+    let groups = [name("slot-g"), name("slot-g")];
+    faults.clear();
+    let mut tokens = Vec::new();
+    for l in &leases {
+        tokens.push((l.clone(), token(b.acquire(&sid, l))));
+    }
+    for g in &groups {
+        b.join(&sid, g).unwrap();
+    }
+    let calls = faults.calls();
+    for pair in calls.chunks(2) {
+        // acquire/join: the session's slot first, then the lease's (group's) slot.
+        assert!(pair[0].script.ends_with("_session"), "{pair:?}");
+        assert_eq!(Slot::for_key(&pair[0].keys[0]), session_slot);
+    }
+    faults.clear();
+    let mut got = owned(&b, &sid, D);
+    got.sort();
+    tokens.sort();
+    assert_eq!(got, tokens);
+    let calls = faults.calls();
+    assert_eq!(calls[0].script, "keep_alive_session");
+    assert_eq!(Slot::for_key(&calls[0].keys[0]), session_slot);
+    let mut slots = HashSet::new();
+    for l in &leases {
+        slots.insert(Slot::for_key(lease_key(l)));
+    }
+    for g in &groups {
+        slots.insert(Slot::for_key(format!("simba:group:{{{g}}}")));
+    }
+    assert_eq!(calls.len(), 1 + slots.len(), "one follow-up per slot in use: {calls:?}");
+    for c in &calls {
+        let first = Slot::for_key(&c.keys[0]);
+        assert!(c.keys.iter().all(|k| Slot::for_key(k) == first), "call spans slots: {c:?}");
+    }
+    let members = b.members(&groups[0]).unwrap();
+    assert_eq!(members.iter().map(|m| m.session.clone()).collect::<Vec<_>>(), vec![sid.clone()]);
+    b.close_session(&sid).unwrap();
+    let mut raw = Raw::new();
+    for l in &leases {
+        assert_eq!(raw.hget(&lease_key(l), "session").as_deref(), Some(""));
+    }
+    assert!(b.members(&groups[0]).unwrap().is_empty());
+}
+
+/// Which of `names` the first `renew_slot` call renewed.
+fn first_renewed(faults: &Faults, names: &[Name]) -> Name {
+    let first = faults.calls().into_iter().find(|c| c.script == "renew_slot").expect("a follow-up was sent");
+    names.iter().find(|n| first.keys.contains(&lease_key(n))).expect("a known lease").clone()
+}
+
+#[test]
+#[serial(redis_cluster)]
+fn renewal_follow_ups_carry_the_remaining_minus_the_time_since_the_session_call() {
+    let (b, faults) = faulty();
+    let mut raw = Raw::new();
+    let d = Duration::from_secs(2);
+    let sid = b.open_session(d, "").unwrap().id;
+    let names = spread("carry", 2, &sid);
+    let mut tokens = Vec::new();
+    for n in &names {
+        tokens.push((n.clone(), token(b.acquire(&sid, n))));
+    }
+    thread::sleep(Duration::from_millis(1200));
+    // The first follow-up's reply takes 500 ms: the second one carries 2000 - 500 ms.
+    faults.calls.lock().clear();
+    faults.rule(Rule { script: "renew_slot", after: Duration::from_millis(500), times: Some(1), ..Rule::default() });
+    let mut got = owned(&b, &sid, d);
+    got.sort();
+    tokens.sort();
+    assert_eq!(got, tokens);
+    let first = first_renewed(&faults, &names);
+    let second = names.iter().find(|n| **n != first).unwrap();
+    let expires = |raw: &mut Raw, n: &Name| -> i64 { raw.hget(&lease_key(n), "expires").unwrap().parse().unwrap() };
+    let (first_end, second_end) = (expires(&mut raw, &first), expires(&mut raw, second));
+    let second_left = second_end - raw.now_at(&lease_key(second));
+    let session_left = raw.pttl(&format!("simba:session:{{{sid}}}"));
+    // Each node caps at its own now + the carried duration (not the full lease duration): the
+    // second lease, renewed 500 ms later, ends when the first does (one host: comparable clocks).
+    assert!(
+        (second_end - first_end).abs() <= 60,
+        "second lease ends {} ms after the first: the 500 ms were not subtracted",
+        second_end - first_end
+    );
+    assert!(second_left <= 1500 + 20, "second lease extended to {second_left} ms, more than the carried remaining");
+    assert!(second_left >= 1200, "second lease extended to only {second_left} ms");
+    assert!(
+        second_left >= session_left - 50,
+        "a lease ({second_left} ms) lasts as long as its session ({session_left} ms)"
+    );
+    b.close_session(&sid).unwrap();
+}
+
+#[test]
+#[serial(redis_cluster)]
+fn renewal_sends_no_follow_up_once_the_session_remaining_has_passed() {
+    let (b, faults) = faulty();
+    let mut raw = Raw::new();
+    let d = Duration::from_secs(1);
+    let sid = b.open_session(d, "").unwrap().id;
+    let names = spread("nofollow", 2, &sid);
+    for n in &names {
+        token(b.acquire(&sid, n));
+    }
+    let before: Vec<_> = names.iter().map(|n| raw.hget(&lease_key(n), "expires")).collect();
+    // The first follow-up returns after the session's remaining: the second is never sent.
+    faults.calls.lock().clear();
+    faults.rule(Rule {
+        script: "renew_slot",
+        after: d + Duration::from_millis(100),
+        times: Some(1),
+        ..Rule::default()
+    });
+    let got = owned(&b, &sid, d);
+    assert_eq!(faults.count("renew_slot"), 1);
+    let first = first_renewed(&faults, &names);
+    assert_eq!(got.iter().map(|(n, _)| n.clone()).collect::<Vec<_>>(), vec![first.clone()]);
+    for (n, before) in names.iter().zip(before) {
+        if *n != first {
+            assert_eq!(raw.hget(&lease_key(n), "expires"), before, "the second lease was not extended");
+        }
+    }
+}
+
+#[test]
+#[serial(redis_cluster)]
+fn a_failing_node_drops_its_leases_from_the_index_after_one_lease_period() {
+    let (b, faults) = faulty();
+    let mut raw = Raw::new();
+    let sid = b.open_session(D, "").unwrap().id;
+    let l = spread("failing", 1, &sid).remove(0);
+    let t = token(b.acquire(&sid, &l));
+    let index = format!("simba:session:{{{sid}}}:leases");
+    faults.rule(Rule { script: "renew_slot", fail: true, ..Rule::default() });
+    let started = Instant::now();
+    let mut dropped_after = None;
+    while started.elapsed() < D * 2 {
+        assert!(owned(&b, &sid, D).is_empty(), "a lease whose renewal failed is not reported");
+        if dropped_after.is_none() && !raw.smembers(&index).contains(l.as_str()) {
+            dropped_after = Some(started.elapsed());
+        }
+        thread::sleep(Duration::from_millis(200));
+    }
+    let dropped_after = dropped_after.expect("the lease stayed in the index");
+    assert!(dropped_after >= D, "dropped after {dropped_after:?}, before trying one lease period");
+    faults.clear();
+    assert!(owned(&b, &sid, D).is_empty());
+    assert_eq!(faults.count("renew_slot"), 0, "nothing left to renew");
+    let other = b.open_session(D, "").unwrap().id;
+    assert!(eventually(D * 2, || matches!(b.acquire(&other, &l), Ok(Acquire::Acquired { .. }))));
+    assert_eq!(b.holder(&l).unwrap().unwrap().token.get(), t.get() + 1);
+    b.close_session(&sid).unwrap();
+    b.close_session(&other).unwrap();
+}
+
+/// Renews `sid` every 150 ms until stopped; returns every `owned` list seen.
+fn renew_in_background(
+    b: &RedisBackend,
+    sid: &SessionId,
+    stop: &Arc<AtomicBool>,
+) -> thread::JoinHandle<Vec<Vec<(Name, Token)>>> {
+    let (b, sid, stop) = (b.clone(), sid.clone(), stop.clone());
+    thread::spawn(move || {
+        let mut seen = Vec::new();
+        while !stop.load(Ordering::SeqCst) {
+            if let Ok(KeepAlive::Alive { owned, .. }) = b.keep_alive(&sid, D) {
+                seen.push(owned);
+            }
+            thread::sleep(Duration::from_millis(150));
+        }
+        seen
+    })
+}
+
+#[test]
+#[serial(redis_cluster)]
+fn an_acquire_that_returns_late_releases_its_term_which_is_never_reported() {
+    let (b, faults) = faulty();
+    let mut raw = Raw::new();
+    let sid = b.open_session(D, "").unwrap().id;
+    let stop = Arc::new(AtomicBool::new(false));
+    let renewals = renew_in_background(&b, &sid, &stop);
+    let (l1, l2) = (name("late"), name("late-norelease"));
+
+    // The lease node grants the term, but the reply reaches the client after the session's remaining.
+    faults.rule(Rule {
+        script: "acquire_lease",
+        after: D + Duration::from_millis(100),
+        times: Some(1),
+        ..Rule::default()
+    });
+    let err = b.acquire(&sid, &l1).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
+    assert!(err.to_string().contains("later than"), "{err}");
+    let h = raw.hgetall(&lease_key(&l1));
+    assert_eq!((h["token"].as_str(), h["session"].as_str()), ("1", ""), "the late term was started and released");
+
+    // Same, and releasing the late term fails too: renewals release it later and never report it.
+    faults.rule(Rule {
+        script: "acquire_lease",
+        after: D + Duration::from_millis(100),
+        times: Some(1),
+        ..Rule::default()
+    });
+    faults.rule(Rule { script: "release_slot", fail: true, times: Some(1), ..Rule::default() });
+    let err = b.acquire(&sid, &l2).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
+    assert!(
+        eventually(Duration::from_secs(3), || raw.hget(&lease_key(&l2), "session").as_deref() == Some("")),
+        "renewals never released the abandoned term"
+    );
+    thread::sleep(Duration::from_millis(400));
+    stop.store(true, Ordering::SeqCst);
+    let seen = renewals.join().unwrap();
+    assert!(seen.len() >= 5, "too few renewals: {}", seen.len());
+    for owned in &seen {
+        assert!(owned.iter().all(|(n, _)| *n != l1 && *n != l2), "an abandoned term was reported: {owned:?}");
+    }
+    // A later acquire that returns in time starts a new term.
+    faults.clear();
+    assert_eq!(token(b.acquire(&sid, &l1)).get(), 2);
+    assert_eq!(owned(&b, &sid, D).iter().map(|(n, t)| (n.clone(), t.get())).collect::<Vec<_>>(), vec![(l1.clone(), 2)]);
+    b.close_session(&sid).unwrap();
+}
+
+#[test]
+#[serial(redis_cluster)]
+fn acquire_and_join_send_nothing_once_the_session_remaining_has_passed() {
+    let (b, faults) = faulty();
+    let mut raw = Raw::new();
+    let sid = b.open_session(D, "").unwrap().id;
+    let (l, g) = (name("gaveup"), name("gaveup-g"));
+    faults.rule(Rule {
+        script: "acquire_session",
+        after: D + Duration::from_millis(50),
+        times: Some(1),
+        ..Rule::default()
+    });
+    faults.rule(Rule {
+        script: "join_session",
+        after: D + Duration::from_millis(50),
+        times: Some(1),
+        ..Rule::default()
+    });
+    let err = b.acquire(&sid, &l).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
+    assert_eq!(faults.count("acquire_lease"), 0);
+    assert!(raw.hgetall(&lease_key(&l)).is_empty(), "no lease call was sent");
+    let sid = b.open_session(D, "").unwrap().id;
+    let err = b.join(&sid, &g).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
+    assert_eq!(faults.count("join_group"), 0);
+    assert!(b.members(&g).unwrap().is_empty());
+}
+
+#[test]
+#[serial(redis_cluster)]
+fn a_lease_acquired_during_a_renewal_lasts_at_least_as_long_as_the_session() {
+    let (b, faults) = faulty();
+    let mut raw = Raw::new();
+    let sid = b.open_session(D, "").unwrap().id;
+    let l = spread("during", 1, &sid).remove(0);
+    faults.rule(Rule {
+        script: "keep_alive_session",
+        after: Duration::from_millis(300),
+        times: Some(1),
+        ..Rule::default()
+    });
+    thread::scope(|s| {
+        let renewal = s.spawn(|| owned(&b, &sid, D));
+        thread::sleep(Duration::from_millis(100));
+        token(b.acquire(&sid, &l));
+        renewal.join().unwrap();
+    });
+    let expires: i64 = raw.hget(&lease_key(&l), "expires").unwrap().parse().unwrap();
+    let lease_left = expires - raw.now_at(&lease_key(&l));
+    let session_left = raw.pttl(&format!("simba:session:{{{sid}}}"));
+    assert!(lease_left >= session_left - 50, "lease {lease_left} ms < session {session_left} ms");
+    assert_eq!(owned(&b, &sid, D).len(), 1, "the next renewal covers it");
+    b.close_session(&sid).unwrap();
+}
+
+#[test]
+#[serial(redis_cluster)]
+fn a_late_release_never_frees_a_newer_term_and_released_names_leave_the_index() {
+    let (b, _faults) = faulty();
+    let mut raw = Raw::new();
+    let sid = b.open_session(D, "").unwrap().id;
+    let l = spread("release", 1, &sid).remove(0);
+    let index = format!("simba:session:{{{sid}}}:leases");
+    let t1 = token(b.acquire(&sid, &l));
+    b.release(&sid, &l, t1).unwrap();
+    let t2 = token(b.acquire(&sid, &l));
+    assert_eq!(t2.get(), t1.get() + 1);
+    b.release(&sid, &l, t1).unwrap();
+    assert_eq!(owned(&b, &sid, D), vec![(l.clone(), t2)]);
+    assert_eq!(b.holder(&l).unwrap().unwrap().token, t2);
+    b.release(&sid, &l, t2).unwrap();
+    assert!(raw.smembers(&index).contains(l.as_str()), "release touches only the lease's slot");
+    assert!(owned(&b, &sid, D).is_empty());
+    owned(&b, &sid, D);
+    assert!(!raw.smembers(&index).contains(l.as_str()), "renewal dropped the released name from the index");
+    b.close_session(&sid).unwrap();
+}
+
+#[test]
+#[serial(redis_cluster)]
+fn an_interrupted_close_is_finished_by_a_repeated_close() {
+    let (b, faults) = faulty();
+    let mut raw = Raw::new();
+    let sid = b.open_session(D, "").unwrap().id;
+    let l = spread("close", 1, &sid).remove(0);
+    let g = name("close-g");
+    let t = token(b.acquire(&sid, &l));
+    b.join(&sid, &g).unwrap();
+    faults.rule(Rule { script: "release_slot", fail: true, times: Some(1), ..Rule::default() });
+    let err = b.close_session(&sid).unwrap_err();
+    assert!(err.to_string().contains("close again"), "{err}");
+    assert_eq!(b.keep_alive(&sid, D).unwrap(), KeepAlive::Expired, "the session is deleted first");
+    assert!(b.holder(&l).unwrap().is_none(), "a lease belongs to a session only while it lives");
+    assert!(b.members(&g).unwrap().is_empty());
+    b.close_session(&sid).unwrap();
+    assert_eq!(raw.hget(&lease_key(&l), "session").as_deref(), Some(""));
+    assert!(raw.smembers(&format!("simba:session:{{{sid}}}:leases")).is_empty());
+    let other = b.open_session(D, "").unwrap().id;
+    assert_eq!(token(b.acquire(&other, &l)).get(), t.get() + 1);
+    b.close_session(&sid).unwrap();
+    b.close_session(&other).unwrap();
+}
+
+/// `(master port, replica ports)` serving `slot`, from `CLUSTER SLOTS` on any node.
+fn slot_nodes(slot: u16) -> (u16, Vec<u16>) {
+    let mut con = redis::Client::open(format!("redis://{}", nodes()[0])).unwrap().get_connection().unwrap();
+    let ranges: Vec<redis::Value> = redis::cmd("CLUSTER").arg("SLOTS").query(&mut con).unwrap();
+    for r in ranges {
+        let items: Vec<redis::Value> = redis::from_redis_value(r).unwrap();
+        let start: u16 = redis::from_redis_value(items[0].clone()).unwrap();
+        let end: u16 = redis::from_redis_value(items[1].clone()).unwrap();
+        if (start..=end).contains(&slot) {
+            let port = |v: &redis::Value| -> u16 {
+                let node: Vec<redis::Value> = redis::from_redis_value(v.clone()).unwrap();
+                redis::from_redis_value(node[1].clone()).unwrap()
+            };
+            return (port(&items[2]), items[3..].iter().map(port).collect());
+        }
+    }
+    panic!("slot {slot} is not served");
+}
+
+fn role(port: u16) -> String {
+    let mut con = redis::Client::open(format!("redis://127.0.0.1:{port}")).unwrap().get_connection().unwrap();
+    let v: Vec<redis::Value> = redis::cmd("ROLE").query(&mut con).unwrap();
+    redis::from_redis_value(v[0].clone()).unwrap()
+}
+
+fn failover_to(replica: u16) {
+    let mut con = redis::Client::open(format!("redis://127.0.0.1:{replica}")).unwrap().get_connection().unwrap();
+    let _: () = redis::cmd("CLUSTER").arg("FAILOVER").query(&mut con).unwrap();
+    assert!(eventually(Duration::from_secs(15), || role(replica) == "master"), "failover to {replica} did not finish");
+}
+
+fn cluster_ok() -> bool {
+    nodes().iter().all(|n| {
+        redis::Client::open(format!("redis://{n}"))
+            .and_then(|c| c.get_connection())
+            .and_then(|mut c| redis::cmd("CLUSTER").arg("INFO").query::<String>(&mut c))
+            .is_ok_and(|i| i.contains("cluster_state:ok"))
+    })
+}
+
+#[test]
+#[serial(redis_cluster)]
+fn cluster_failover_keeps_sessions_leases_and_tokens() {
+    init_log();
+    let url = format!("redis+cluster://{}", nodes().join(","));
+    let b = RedisBackend::connect(&url, options()).unwrap();
+    let d = Duration::from_secs(3);
+    let sid = b.open_session(d, "").unwrap().id;
+    let l = spread("failover", 1, &sid).remove(0);
+    let t = token(b.acquire(&sid, &l));
+    let slot = Slot::for_key(lease_key(&l));
+    let slot_number = (0..16384u16).find(|s| Slot::new(*s) == Some(slot)).unwrap();
+    let (master, replicas) = slot_nodes(slot_number);
+    assert!(!replicas.is_empty(), "slot {slot_number} has no replica");
+
+    // Renew throughout the failover, like the renewal thread would.
+    let stop = Arc::new(AtomicBool::new(false));
+    let renewer = {
+        let (b, sid, stop, l) = (b.clone(), sid.clone(), stop.clone(), l.clone());
+        thread::spawn(move || {
+            let mut last_ok = Instant::now();
+            let mut longest_gap = Duration::ZERO;
+            let mut errors = 0;
+            while !stop.load(Ordering::SeqCst) {
+                match b.keep_alive(&sid, d) {
+                    Ok(KeepAlive::Alive { owned, .. }) if owned.contains(&(l.clone(), t)) => {
+                        longest_gap = longest_gap.max(last_ok.elapsed());
+                        last_ok = Instant::now();
+                    }
+                    Ok(other) => panic!("renewal during failover: {other:?}"),
+                    Err(e) => {
+                        assert!(e.is_retryable(), "{e}");
+                        errors += 1;
+                    }
+                }
+                thread::sleep(Duration::from_millis(200));
+            }
+            (longest_gap.max(last_ok.elapsed()), errors)
+        })
+    };
+    thread::sleep(Duration::from_millis(500));
+    failover_to(replicas[0]);
+    thread::sleep(Duration::from_secs(2));
+    stop.store(true, Ordering::SeqCst);
+    let (gap, errors) = renewer.join().unwrap();
+    eprintln!(
+        "failover of slot {slot_number} from {master} to {}: longest renewal gap {gap:?}, {errors} failed renewals",
+        replicas[0]
+    );
+    assert!(gap < d, "the session went {gap:?} without a successful renewal");
+
+    // The term and its token survived; pub/sub still works; the next term is token + 1.
+    let h = b.holder(&l).unwrap().unwrap();
+    assert_eq!((h.session.clone(), h.token), (sid.clone(), t));
+    let (tx, rx) = crossbeam_channel::unbounded();
+    assert!(b.watch(&Topic::Lease(l.clone()), &tx).unwrap());
+    b.release(&sid, &l, t).unwrap();
+    assert_eq!(rx.recv_timeout(Duration::from_secs(3)).unwrap(), Notification::Released(l.clone()));
+    let other = b.open_session(d, "").unwrap().id;
+    assert_eq!(token(b.acquire(&other, &l)).get(), t.get() + 1);
+    b.close_session(&sid).unwrap();
+    b.close_session(&other).unwrap();
+
+    // Fail back, so the cluster looks as before.
+    failover_to(master);
+    assert!(eventually(Duration::from_secs(15), cluster_ok), "cluster did not settle after failing back");
+}
