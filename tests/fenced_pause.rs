@@ -39,8 +39,11 @@ fn backend(kind: &str) -> Arc<dyn LeaseBackend> {
     match kind {
         "postgres" => {
             use simba::backends::sql::{SqlBackend, SqlOptions};
-            let b = SqlBackend::postgres(&pg_url(), SqlOptions::builder().query_timeout(Duration::from_secs(1)).build().unwrap())
-                .unwrap_or_else(|e| panic!("PostgreSQL: {e} (run `scripts/services up`)"));
+            let b = SqlBackend::postgres(
+                &pg_url(),
+                SqlOptions::builder().query_timeout(Duration::from_secs(1)).build().unwrap(),
+            )
+            .unwrap_or_else(|e| panic!("PostgreSQL: {e} (run `scripts/services up`)"));
             b.init_schema().unwrap();
             Arc::new(b)
         }
@@ -48,8 +51,9 @@ fn backend(kind: &str) -> Arc<dyn LeaseBackend> {
         "mysql" => {
             use simba::backends::sql::{SqlBackend, SqlOptions};
             let url = support::env_or("SIMBA_TEST_MYSQL_URL", "mysql://root@127.0.0.1:3306/test");
-            let b = SqlBackend::mysql(&url, SqlOptions::builder().query_timeout(Duration::from_secs(1)).build().unwrap())
-                .unwrap_or_else(|e| panic!("MySQL: {e} (run `scripts/services up`)"));
+            let b =
+                SqlBackend::mysql(&url, SqlOptions::builder().query_timeout(Duration::from_secs(1)).build().unwrap())
+                    .unwrap_or_else(|e| panic!("MySQL: {e} (run `scripts/services up`)"));
             b.init_schema().unwrap();
             Arc::new(b)
         }
@@ -58,7 +62,9 @@ fn backend(kind: &str) -> Arc<dyn LeaseBackend> {
             use simba::backends::redis::{RedisBackend, RedisOptions};
             let url = support::env_or("SIMBA_TEST_REDIS_URL", "redis://127.0.0.1:6379");
             let o = RedisOptions::builder().query_timeout(Duration::from_secs(1)).build().unwrap();
-            Arc::new(RedisBackend::connect(&url, o).unwrap_or_else(|e| panic!("Redis: {e} (run `scripts/services up`)")))
+            Arc::new(
+                RedisBackend::connect(&url, o).unwrap_or_else(|e| panic!("Redis: {e} (run `scripts/services up`)")),
+            )
         }
         #[cfg(feature = "zookeeper")]
         "zookeeper" => {

@@ -68,9 +68,8 @@ mod postgres {
     fn paused_server_process_does_not_delay_loss_detection() {
         // One pooled connection, so every call goes through the paused server process.
         let opts = SqlOptions::builder().query_timeout(Duration::from_millis(500)).pool_size(1).build().unwrap();
-        let backend = Arc::new(
-            SqlBackend::postgres(&url(), opts).unwrap_or_else(|e| panic!("{e} (run `scripts/services up`)")),
-        );
+        let backend =
+            Arc::new(SqlBackend::postgres(&url(), opts).unwrap_or_else(|e| panic!("{e} (run `scripts/services up`)")));
         backend.init_schema().unwrap();
         let probe = backend.clone();
         /// Resumes the paused server processes even when the test fails.
