@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use crossbeam_channel::Sender;
 use simba::backend::{Acquire, Capabilities, CheckItem, Holder, KeepAlive, LeaseBackend, Member, SessionGrant, Topic};
-use simba::{Name, Notification, SessionId};
+use simba::{Name, Notification, SessionId, Token};
 
 use crate::targets::Target;
 use crate::Config;
@@ -151,7 +151,8 @@ pub struct Report {
 impl Report {
     pub fn new(config: &Config) -> Report {
         let mut r = Report { text: String::new(), failures: 0 };
-        let mode = if config.quick { "quick (SIMBA_BENCH_QUICK=1: few samples, numbers are indicative only)" } else { "full" };
+        let mode =
+            if config.quick { "quick (SIMBA_BENCH_QUICK=1: few samples, numbers are indicative only)" } else { "full" };
         r.push(format!("## simba benchmark run\n\nmode: {mode}; backends: {}\n", {
             config.kinds.iter().map(|k| k.name()).collect::<Vec<_>>().join(", ")
         }));
@@ -169,17 +170,27 @@ impl Report {
         let cpus = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0);
         let model = std::fs::read_to_string("/proc/cpuinfo")
             .ok()
-            .and_then(|c| c.lines().find(|l| l.starts_with("model name")).map(|l| l.split(':').nth(1).unwrap_or("").trim().to_string()))
+            .and_then(|c| {
+                c.lines()
+                    .find(|l| l.starts_with("model name"))
+                    .map(|l| l.split(':').nth(1).unwrap_or("").trim().to_string())
+            })
             .unwrap_or_else(|| "unknown".into());
         let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
         let mut t = Table::new("Machine", &["item", "value"]);
         t.row(vec!["CPUs (available_parallelism)".into(), cpus.to_string()]);
         t.row(vec!["CPU model".into(), model]);
         t.row(vec!["kernel".into(), kernel.trim().to_string()]);
+        t.row(vec!["load average at start (1/5/15 min)".into(), loadavg()]);
         for target in targets {
             t.row(vec![format!("{} server", target.kind.name()), target.server_version.clone()]);
         }
         self.table(&t);
+    }
+
+    /// A line of text in the report.
+    pub fn line(&mut self, s: impl Into<String>) {
+        self.push(s.into());
     }
 
     pub fn table(&mut self, t: &Table) {
@@ -205,6 +216,13 @@ impl Report {
     }
 }
 
+/// `/proc/loadavg`'s first three fields (other work on the machine skews tail latencies).
+pub fn loadavg() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|_| "unknown".into())
+}
+
 /// Progress on stderr (the tables go to stdout).
 pub fn progress(msg: impl AsRef<str>) {
     eprintln!("[bench] {}", msg.as_ref());
@@ -222,6 +240,25 @@ pub fn process_cpu() -> BenchResult<Duration> {
     let total = ticks(11)? + ticks(12)?;
     // USER_HZ is 100 on Linux for every architecture's /proc ABI.
     Ok(Duration::from_millis(total * 10))
+}
+
+/// Context switches (voluntary + involuntary) of all live threads of this process so far.
+pub fn context_switches() -> u64 {
+    let Ok(dir) = std::fs::read_dir("/proc/self/task") else { return 0 };
+    let mut total = 0;
+    for e in dir.flatten() {
+        if let Ok(status) = std::fs::read_to_string(e.path().join("status")) {
+            for line in status.lines() {
+                if let Some(v) = line
+                    .strip_prefix("voluntary_ctxt_switches:")
+                    .or_else(|| line.strip_prefix("nonvoluntary_ctxt_switches:"))
+                {
+                    total += v.trim().parse::<u64>().unwrap_or(0);
+                }
+            }
+        }
+    }
+    total
 }
 
 /// Threads of this process right now.
@@ -278,9 +315,9 @@ impl LeaseBackend for Counting {
         self.counts.acquire.fetch_add(1, Ordering::Relaxed);
         self.inner.acquire(session, name)
     }
-    fn release(&self, session: &SessionId, name: &Name) -> simba::Result<()> {
+    fn release(&self, session: &SessionId, name: &Name, token: Token) -> simba::Result<()> {
         self.counts.release.fetch_add(1, Ordering::Relaxed);
-        self.inner.release(session, name)
+        self.inner.release(session, name, token)
     }
     fn holder(&self, name: &Name) -> simba::Result<Option<Holder>> {
         self.other();

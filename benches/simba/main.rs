@@ -159,7 +159,11 @@ fn run(config: &Config) -> BenchResult<Report> {
             6 => s6_idle::run(config, &targets, &mut report),
             _ => {}
         }
-        eprintln!("[bench] section {section} took {:.0?}", t.elapsed());
+        report.line(format!(
+            "_section {section}: {:.0?}, load average (1/5/15 min) at its end: {}_\n",
+            t.elapsed(),
+            common::loadavg()
+        ));
     }
     for t in &targets {
         if let Err(e) = t.cleanup(config) {

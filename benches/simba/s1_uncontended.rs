@@ -11,9 +11,9 @@ use crossbeam_channel::{bounded, unbounded};
 use simba::backend::Acquire;
 use simba::{LeaseBackend, Session, SessionOptions};
 
-use crate::common::{err, fmt_dur, fmt_rate, name, progress, BenchResult, Report, Summary, Table};
+use crate::common::{context_switches, err, fmt_dur, fmt_rate, name, progress, BenchResult, Report, Summary, Table};
 use crate::proxy::Proxy;
-use crate::targets::{self, RawLock, Target};
+use crate::targets::{self, Kind, RawLock, Target};
 use crate::Config;
 
 /// Raw lock name (fixed: the raw locks are always freed, so runs can share it).
@@ -51,15 +51,17 @@ impl Variant<'_> {
                 lease.release()?;
             }
             Variant::Spi(b, sid, n) => {
-                match b.acquire(sid, n)? {
-                    Acquire::Acquired { .. } => {}
+                let token = match b.acquire(sid, n)? {
+                    Acquire::Acquired { token, .. } => token,
                     Acquire::Busy => return Err(err(format!("{n} is busy"))),
-                }
-                b.release(sid, n)?;
+                };
+                b.release(sid, n, token)?;
             }
             Variant::Raw(r) => {
                 if !r.lock(RAW_NAME)? {
-                    return Err(err(format!("raw lock {RAW_NAME} is busy (an earlier run crashed? it expires in 15 s)")));
+                    return Err(err(format!(
+                        "raw lock {RAW_NAME} is busy (an earlier run crashed? it expires in 15 s)"
+                    )));
                 }
                 r.unlock(RAW_NAME)?;
             }
@@ -97,6 +99,8 @@ pub fn run(config: &Config, targets: &[Target], report: &mut Report) {
             "API/raw (ops/s)",
             "API−SPI p50",
             "round trips/op API / SPI / raw",
+            "Redis server time/op API / SPI / raw",
+            "context switches/op API / SPI / raw",
         ],
     );
     for t in targets {
@@ -114,7 +118,9 @@ pub fn run(config: &Config, targets: &[Target], report: &mut Report) {
          one upsert to take + one update to free (prepared once; the spec's \"one upsert\" cannot also free the lock); \
          ZooKeeper create + delete of an ephemeral node (zookeeper-client). memory has no raw primitive: its API/raw \
          column compares with the SPI. Round trips counted by a loopback proxy (memory: none; Redis Cluster: \
-         server commands per op, summed over the masters, which may include other clients' commands)."
+         requests per op from `INFO commandstats` (EVALSHA/EVAL + SET calls; each is one round trip on the sync \
+         cluster connection), summed over the masters; in brackets every command executed, including those inside \
+         scripts)."
     ));
     report.table(&table);
     match handoff_table(config) {
@@ -162,16 +168,33 @@ fn measure(config: &Config, t: &Target, block: usize, rounds: usize) -> BenchRes
         // Keep the raw SPI session alive (the API session renews itself).
         backend.keep_alive(&spi.id, Duration::from_secs(60))?;
     }
+    let switches = {
+        let count = |v: &mut Variant| -> BenchResult<String> {
+            let mut scratch = Samples::default();
+            let c0 = context_switches();
+            v.block(block, &mut scratch)?;
+            Ok(format!("{:.1}", context_switches().saturating_sub(c0) as f64 / block as f64))
+        };
+        let a = count(&mut Variant::Api(&session, &api_name))?;
+        let s = count(&mut Variant::Spi(&*backend, &spi.id, &spi_name))?;
+        let r = match raw.as_deref_mut() {
+            Some(r) => count(&mut Variant::Raw(r))?,
+            None => "—".into(),
+        };
+        format!("{a} / {s} / {r}")
+    };
     let a = Summary::of(&api.per_op);
     let s = Summary::of(&spis.per_op);
-    let (base, base_rate) = if raws.ops > 0 {
-        (Summary::of(&raws.per_op), raws.ops_per_s())
-    } else {
-        (s, spis.ops_per_s())
-    };
+    let (base, base_rate) =
+        if raws.ops > 0 { (Summary::of(&raws.per_op), raws.ops_per_s()) } else { (s, spis.ops_per_s()) };
     let ratio_p50 = a.p50.as_secs_f64() / base.p50.as_secs_f64().max(1e-12);
     let ratio_rate = base_rate / api.ops_per_s().max(1e-12);
     let rts = round_trips(config, t).unwrap_or_else(|e| format!("failed: {e}"));
+    let server = if matches!(t.kind, Kind::Redis | Kind::RedisCluster) {
+        server_time(config, t).unwrap_or_else(|e| format!("failed: {e}"))
+    } else {
+        "—".into()
+    };
     drop(session);
     let _ = backend.close_session(&spi.id);
     let mark = |r: f64| if r <= 1.3 { format!("**{r:.2}**") } else { format!("**{r:.2}** (> 1.3)") };
@@ -187,7 +210,43 @@ fn measure(config: &Config, t: &Target, block: usize, rounds: usize) -> BenchRes
         format!("{ratio_rate:.2}"),
         fmt_dur(a.p50.saturating_sub(s.p50)),
         rts,
+        server,
+        switches,
     ])
+}
+
+/// Redis: server CPU time per op of the requests (scripts include the commands they run), from
+/// `INFO commandstats` usec; minimum over a few blocks since other clients only add.
+fn server_time(config: &Config, t: &Target) -> BenchResult<String> {
+    let n = 100usize;
+    let Some(mut counter) = t.counter()? else { return Ok("—".into()) };
+    let api_name = name(&format!("{}.u.api-us", config.prefix))?;
+    let spi_name = name(&format!("{}.u.spi-us", config.prefix))?;
+    let backend = t.backend()?;
+    let session = Session::open(backend.clone(), SessionOptions::default())?;
+    let spi = backend.open_session(Duration::from_secs(60), "")?;
+    let mut raw = t.raw(None)?;
+    let mut scratch = Samples::default();
+    let mut count = |v: &mut Variant| -> BenchResult<String> {
+        v.block(5, &mut scratch)?;
+        let mut best = u64::MAX;
+        for _ in 0..3 {
+            let c0 = counter.read()?;
+            v.block(n, &mut scratch)?;
+            let d = counter.read()?.since(c0, targets::Reading::default());
+            best = best.min(d.server_us.unwrap_or(0));
+        }
+        Ok(format!("{:.1} µs", best as f64 / n as f64))
+    };
+    let a = count(&mut Variant::Api(&session, &api_name))?;
+    let s = count(&mut Variant::Spi(&*backend, &spi.id, &spi_name))?;
+    let r = match raw.as_deref_mut() {
+        Some(r) => count(&mut Variant::Raw(r))?,
+        None => "—".into(),
+    };
+    drop(session);
+    let _ = backend.close_session(&spi.id);
+    Ok(format!("{a} / {s} / {r}"))
 }
 
 /// Round trips per op for the three variants, through the counting proxy (or server commands per
@@ -226,27 +285,26 @@ fn round_trips(config: &Config, t: &Target) -> BenchResult<String> {
     let spi = backend.open_session(Duration::from_secs(60), "")?;
     let mut raw = t.raw(None)?;
     let mut scratch = Samples::default();
-    let mut count = |v: &mut Variant| -> BenchResult<f64> {
+    let mut count = |v: &mut Variant| -> BenchResult<String> {
         v.block(5, &mut scratch)?;
-        let mut best = f64::MAX;
+        let mut best = targets::Reading::MAX;
         // Minimum over a few tries: other clients' commands only ever add.
         for _ in 0..3 {
             let c0 = counter.read()?;
             v.block(n, &mut scratch)?;
-            let c1 = counter.read()?;
-            best = best.min(c1.saturating_sub(c0).saturating_sub(cost) as f64 / n as f64);
+            best = best.min(counter.read()?.since(c0, cost));
         }
-        Ok(best)
+        Ok(best.per(n as f64))
     };
     let a = count(&mut Variant::Api(&session, &api_name))?;
     let s = count(&mut Variant::Spi(&*backend, &spi.id, &spi_name))?;
     let r = match raw.as_deref_mut() {
-        Some(r) => format!("{:.2}", count(&mut Variant::Raw(r))?),
+        Some(r) => count(&mut Variant::Raw(r))?,
         None => "—".into(),
     };
     drop(session);
     let _ = backend.close_session(&spi.id);
-    Ok(format!("{a:.2} / {s:.2} / {r} (server cmds)"))
+    Ok(format!("{a} / {s} / {r} (server requests)"))
 }
 
 type Job = Box<dyn FnOnce() + Send + 'static>;
@@ -291,8 +349,16 @@ fn handoff_table(config: &Config) -> BenchResult<Table> {
     }
     let s = Summary::of(&samples);
     let i = Summary::of(&inline);
-    let mut t = Table::new("1b. Worker hand-off in isolation (the cost src/exec.rs adds to every backend call)", &["what", "p50", "p99", "mean"]);
-    t.row(vec!["hand a job to a parked worker and wait for its reply".into(), fmt_dur(s.p50), fmt_dur(s.p99), fmt_dur(s.mean)]);
+    let mut t = Table::new(
+        "1b. Worker hand-off in isolation (the cost src/exec.rs adds to every backend call)",
+        &["what", "p50", "p99", "mean"],
+    );
+    t.row(vec![
+        "hand a job to a parked worker and wait for its reply".into(),
+        fmt_dur(s.p50),
+        fmt_dur(s.p99),
+        fmt_dur(s.mean),
+    ]);
     t.row(vec!["the same job run inline".into(), fmt_dur(i.p50), fmt_dur(i.p99), fmt_dur(i.mean)]);
     t.note(format!(
         "{n} samples. An API acquire+release makes two such hand-offs (the acquire waits on \

@@ -12,7 +12,7 @@ use simba::{LeaseBackend, Name, SessionId};
 
 use crate::common::{err, fmt_dur, name, progress, spi_acquire, BenchResult, Report, Summary, Table};
 use crate::proxy::Proxy;
-use crate::targets::{self, redis_slot, Kind, Target};
+use crate::targets::{self, redis_slot, Kind, Reading, Target};
 use crate::Config;
 
 const LEASE: Duration = Duration::from_secs(120);
@@ -20,7 +20,15 @@ const LEASE: Duration = Duration::from_secs(120);
 pub fn run(config: &Config, targets: &[Target], report: &mut Report) {
     let mut table = Table::new(
         "4. Keep-alive cost vs leases held (raw SPI `keep_alive` of one session)",
-        &["backend", "leases", "keep-alive p50", "max", "round trips / keep-alive", "server statements / keep-alive", "target"],
+        &[
+            "backend",
+            "leases",
+            "keep-alive p50",
+            "max",
+            "round trips / keep-alive",
+            "server statements / keep-alive",
+            "target",
+        ],
     );
     for t in targets {
         progress(format!("section 4: {}", t.kind.name()));
@@ -32,7 +40,9 @@ pub fn run(config: &Config, targets: &[Target], report: &mut Report) {
     table.note(
         "Round trips: counted by a loopback TCP proxy in front of the server (a client write after a server reply \
          starts a round trip; pipelined requests count once); this is how PostgreSQL is counted. Server statements: \
-         Redis `INFO stats` total_commands_processed (Cluster: summed over the masters), MySQL/MariaDB \
+         Redis requests from `INFO commandstats` (EVALSHA/EVAL calls; on Cluster each is one round trip, summed over \
+         the masters) with, in brackets, every command executed including those inside scripts \
+         (total_commands_processed), MySQL/MariaDB \
          `SHOW GLOBAL STATUS LIKE 'Questions'`, ZooKeeper `mntr` zk_packets_received (4lw over its own TCP \
          connection); the counter's own reads are subtracted and the minimum over the samples is shown, because \
          other clients of the shared servers only ever add to it. PostgreSQL's `pg_stat_database` is flushed with a \
@@ -91,12 +101,13 @@ fn measure(config: &Config, t: &Target) -> BenchResult<Vec<Vec<String>>> {
     // Pass 1, direct connection: time per keep-alive and the server counter.
     let backend = t.backend()?;
     let grant = backend.open_session(LEASE, "")?;
-    let mut counter = t.counter()?;
+    // pg_stat_database is flushed too late to count single statements: PostgreSQL uses the proxy.
+    let mut counter = if t.kind == Kind::Postgres { None } else { t.counter()? };
     let cost = match counter.as_deref_mut() {
         Some(c) => targets::self_cost(c)?,
-        None => 0,
+        None => Reading::default(),
     };
-    let mut timing: Vec<(Summary, Option<u64>)> = Vec::new();
+    let mut timing: Vec<(Summary, Option<Reading>)> = Vec::new();
     let mut have = 0;
     for &n in &counts {
         acquire_range(&backend, &grant.id, &names[have..n])?;
@@ -106,7 +117,7 @@ fn measure(config: &Config, t: &Target) -> BenchResult<Vec<Vec<String>>> {
             return Err(err(format!("keep-alive reports {owned} leases owned, expected {n}")));
         }
         let mut times = Vec::new();
-        let mut stmts = u64::MAX;
+        let mut stmts = Reading::MAX;
         for _ in 0..samples {
             let c0 = match counter.as_deref_mut() {
                 Some(c) => Some(c.read()?),
@@ -116,10 +127,10 @@ fn measure(config: &Config, t: &Target) -> BenchResult<Vec<Vec<String>>> {
             keep_alive_owned(&*backend, &grant.id)?;
             times.push(t0.elapsed());
             if let (Some(c), Some(c0)) = (counter.as_deref_mut(), c0) {
-                stmts = stmts.min(c.read()?.saturating_sub(c0).saturating_sub(cost));
+                stmts = stmts.min(c.read()?.since(c0, cost));
             }
         }
-        timing.push((Summary::of(&times), (stmts != u64::MAX).then_some(stmts)));
+        timing.push((Summary::of(&times), (stmts != Reading::MAX).then_some(stmts)));
     }
     let _ = backend.close_session(&grant.id);
     drop(backend);
@@ -161,7 +172,7 @@ fn measure(config: &Config, t: &Target) -> BenchResult<Vec<Vec<String>>> {
             fmt_dur(s.p50),
             fmt_dur(s.max),
             rts[i].map_or("—".into(), |r| format!("{r:.0}")),
-            stmts.map_or("—".into(), |s| s.to_string()),
+            stmts.map_or("—".into(), |s| s.per(1.0)),
             target,
         ]);
     }

@@ -73,7 +73,7 @@ fn measure(config: &Config, t: &Target, sessions: usize, window: Duration) -> Be
     let mut counter = t.counter()?;
     let cost = match counter.as_deref_mut() {
         Some(c) => targets::self_cost(c)?,
-        None => 0,
+        None => targets::Reading::default(),
     };
     let started = Instant::now();
     let threads = 4;
@@ -109,7 +109,11 @@ fn measure(config: &Config, t: &Target, sessions: usize, window: Duration) -> Be
         Ok(all)
     })?;
     let setup = started.elapsed();
-    progress(format!("  {} sessions with {} leases open in {setup:.1?}; observing for {window:?}", nodes.len(), nodes.len() * LEASES_PER_SESSION));
+    progress(format!(
+        "  {} sessions with {} leases open in {setup:.1?}; observing for {window:?}",
+        nodes.len(),
+        nodes.len() * LEASES_PER_SESSION
+    ));
 
     let ka0 = calls.keep_alive.load(Ordering::Relaxed);
     let rt0 = proxy.as_ref().map(|p| p.round_trips());
@@ -132,7 +136,7 @@ fn measure(config: &Config, t: &Target, sessions: usize, window: Duration) -> Be
         _ => None,
     };
     let stmts = match (c0, c1) {
-        (Some(a), Some(b)) => Some(b.saturating_sub(a).saturating_sub(cost) as f64 / elapsed),
+        (Some(a), Some(b)) => Some(b.since(a, cost)),
         _ => None,
     };
     let threads_now = thread_count();
@@ -176,7 +180,7 @@ fn measure(config: &Config, t: &Target, sessions: usize, window: Duration) -> Be
         format!("{held} / {total}"),
         fmt_rate(ka),
         rt.map_or("—".into(), fmt_rate),
-        stmts.map_or("—".into(), fmt_rate),
+        stmts.map_or("—".into(), |s| s.per(elapsed)),
         format!("{cpu:.1} %"),
         threads_now.to_string(),
     ])

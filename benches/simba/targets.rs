@@ -25,7 +25,8 @@ pub enum Kind {
 }
 
 impl Kind {
-    pub const ALL: [Kind; 6] = [Kind::Memory, Kind::Redis, Kind::RedisCluster, Kind::Postgres, Kind::Mysql, Kind::Zookeeper];
+    pub const ALL: [Kind; 6] =
+        [Kind::Memory, Kind::Redis, Kind::RedisCluster, Kind::Postgres, Kind::Mysql, Kind::Zookeeper];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -94,7 +95,10 @@ pub struct Target {
 }
 
 fn unreachable(kind: Kind, url: &str, e: impl std::fmt::Display) -> crate::common::BenchError {
-    err(format!("{} is not reachable at {url}: {e} — run `scripts/services up` (or set the SIMBA_TEST_* URL)", kind.name()))
+    err(format!(
+        "{} is not reachable at {url}: {e} — run `scripts/services up` (or set the SIMBA_TEST_* URL)",
+        kind.name()
+    ))
 }
 
 impl Target {
@@ -104,10 +108,9 @@ impl Target {
         let url = match kind {
             Kind::Memory => String::new(),
             Kind::Redis => env_or("SIMBA_TEST_REDIS_URL", "redis://127.0.0.1:6379"),
-            Kind::RedisCluster => env_or(
-                "SIMBA_TEST_REDIS_CLUSTER_URL",
-                "redis+cluster://127.0.0.1:7000,127.0.0.1:7001,127.0.0.1:7002",
-            ),
+            Kind::RedisCluster => {
+                env_or("SIMBA_TEST_REDIS_CLUSTER_URL", "redis+cluster://127.0.0.1:7000,127.0.0.1:7001,127.0.0.1:7002")
+            }
             Kind::Postgres => env_or("SIMBA_TEST_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432/test"),
             Kind::Mysql => env_or("SIMBA_TEST_MYSQL_URL", "mysql://root@127.0.0.1:3306/test"),
             Kind::Zookeeper => env_or("SIMBA_TEST_ZOOKEEPER_URL", "zookeeper://127.0.0.1:2181/simba-test"),
@@ -135,7 +138,8 @@ impl Target {
 
     /// `host:port` list of the ZooKeeper URL.
     pub fn zk_hosts(&self) -> BenchResult<String> {
-        let rest = self.url.strip_prefix("zookeeper://").ok_or_else(|| err("ZooKeeper URL must start with zookeeper://"))?;
+        let rest =
+            self.url.strip_prefix("zookeeper://").ok_or_else(|| err("ZooKeeper URL must start with zookeeper://"))?;
         Ok(rest.split('/').next().unwrap_or("").to_string())
     }
 
@@ -182,6 +186,10 @@ impl Target {
     }
 
     /// A new backend instance, connected to `via` (the proxy) instead of the server when given.
+    #[cfg_attr(
+        not(any(feature = "redis", feature = "postgres", feature = "mysql", feature = "zookeeper")),
+        allow(unused_variables, unreachable_code)
+    )] // memory only
     pub fn backend_at(&self, via: Option<SocketAddr>) -> BenchResult<Arc<dyn LeaseBackend>> {
         let url = match via {
             Some(a) => self.url_at(a)?,
@@ -216,6 +224,10 @@ impl Target {
     }
 
     /// The raw primitive on the same server (through `via` when given), or `None` for memory.
+    #[cfg_attr(
+        not(any(feature = "redis", feature = "postgres", feature = "mysql", feature = "zookeeper")),
+        allow(unused_variables, unreachable_code)
+    )] // memory only
     pub fn raw(&self, via: Option<SocketAddr>) -> BenchResult<Option<Box<dyn RawLock>>> {
         let url = match via {
             Some(a) => self.url_at(a)?,
@@ -242,6 +254,10 @@ impl Target {
     }
 
     /// A server-side statement counter, or `None` where there is no reliable one.
+    #[cfg_attr(
+        not(any(feature = "redis", feature = "postgres", feature = "mysql", feature = "zookeeper")),
+        allow(unused_variables, unreachable_code)
+    )] // memory only
     pub fn counter(&self) -> BenchResult<Option<Box<dyn ServerCounter>>> {
         let c: Box<dyn ServerCounter> = match self.kind {
             Kind::Memory => return Ok(None),
@@ -252,7 +268,9 @@ impl Target {
             #[cfg(feature = "mysql")]
             Kind::Mysql => Box::new(my_impl::QuestionsCounter::connect(&self.url)?),
             #[cfg(feature = "zookeeper")]
-            Kind::Zookeeper => Box::new(zk_impl::MntrCounter::new(self.upstream()?.ok_or_else(|| err("no ZooKeeper address"))?)),
+            Kind::Zookeeper => {
+                Box::new(zk_impl::MntrCounter::new(self.upstream()?.ok_or_else(|| err("no ZooKeeper address"))?))
+            }
             #[allow(unreachable_patterns)]
             k => return Err(err(format!("{} is not compiled in", k.name()))),
         };
@@ -288,20 +306,86 @@ pub trait RawLock: Send {
     fn unlock(&mut self, name: &str) -> BenchResult<()>;
 }
 
-/// A cumulative count of statements the server executed (for every client).
-pub trait ServerCounter: Send {
-    fn read(&mut self) -> BenchResult<u64>;
-    /// What is counted, for the report.
-    fn what(&self) -> &'static str;
+/// Cumulative server counters (for every client of the server).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Reading {
+    /// Requests clients sent: Redis EVAL/EVALSHA + SET calls (`INFO commandstats`; commands run
+    /// inside scripts are not requests), MySQL `Questions`, ZooKeeper packets received,
+    /// PostgreSQL transactions.
+    pub requests: u64,
+    /// Redis only: every command executed, including those run inside scripts
+    /// (`total_commands_processed`).
+    pub executed: Option<u64>,
+    /// Redis only: server CPU time spent in the requests (µs, `INFO commandstats` usec; a script's
+    /// time includes the commands it runs).
+    pub server_us: Option<u64>,
 }
 
-/// Statements a counter read itself adds (two reads back to back, minimum of a few tries).
-pub fn self_cost(c: &mut dyn ServerCounter) -> BenchResult<u64> {
-    let mut best = u64::MAX;
+impl Reading {
+    /// `self - earlier - cost`, saturating.
+    pub fn since(self, earlier: Reading, cost: Reading) -> Reading {
+        Reading {
+            requests: self.requests.saturating_sub(earlier.requests).saturating_sub(cost.requests),
+            executed: match (self.executed, earlier.executed) {
+                (Some(a), Some(b)) => Some(a.saturating_sub(b).saturating_sub(cost.executed.unwrap_or(0))),
+                _ => None,
+            },
+            server_us: match (self.server_us, earlier.server_us) {
+                (Some(a), Some(b)) => Some(a.saturating_sub(b)),
+                _ => None,
+            },
+        }
+    }
+
+    /// Field-wise minimum.
+    pub fn min(self, other: Reading) -> Reading {
+        Reading {
+            requests: self.requests.min(other.requests),
+            executed: match (self.executed, other.executed) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            },
+            server_us: match (self.server_us, other.server_us) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            },
+        }
+    }
+
+    /// The largest possible reading (start value of a minimum).
+    pub const MAX: Reading = Reading { requests: u64::MAX, executed: Some(u64::MAX), server_us: Some(u64::MAX) };
+
+    /// `12` or `12 (2008 commands)`, divided by `per`.
+    pub fn per(self, per: f64) -> String {
+        let r = self.requests as f64 / per;
+        let fmt = |v: f64| {
+            if v >= 100.0 || (v - v.round()).abs() < 0.005 {
+                format!("{v:.0}")
+            } else if v >= 10.0 {
+                format!("{v:.1}")
+            } else {
+                format!("{v:.2}")
+            }
+        };
+        match self.executed {
+            Some(e) => format!("{} ({} cmds)", fmt(r), fmt(e as f64 / per)),
+            None => fmt(r),
+        }
+    }
+}
+
+/// A server-side counter of what clients ask of the server.
+pub trait ServerCounter: Send {
+    fn read(&mut self) -> BenchResult<Reading>;
+}
+
+/// What a counter read itself adds (two reads back to back, minimum of a few tries).
+pub fn self_cost(c: &mut dyn ServerCounter) -> BenchResult<Reading> {
+    let mut best = Reading::MAX;
     for _ in 0..5 {
         let a = c.read()?;
         let b = c.read()?;
-        best = best.min(b.saturating_sub(a));
+        best = best.min(b.since(a, Reading::default()));
     }
     Ok(best)
 }
@@ -394,14 +478,14 @@ mod redis_impl {
 
     enum Conn {
         One(redis::Connection),
-        Cluster(redis::cluster::ClusterConnection),
+        Cluster(Box<redis::cluster::ClusterConnection>),
     }
 
     impl Conn {
         fn get(&mut self) -> &mut dyn ConnectionLike {
             match self {
                 Conn::One(c) => c,
-                Conn::Cluster(c) => c,
+                Conn::Cluster(c) => &mut **c,
             }
         }
     }
@@ -424,10 +508,14 @@ mod redis_impl {
 
         pub fn cluster(url: &str, owner: String) -> BenchResult<RawRedis> {
             let client = redis::cluster::ClusterClient::builder(nodes(url))
-                .read_timeout(Duration::from_secs(5))
-                .write_timeout(Duration::from_secs(5))
+                .connection_timeout(Duration::from_secs(5))
+                .response_timeout(Duration::from_secs(5))
                 .build()?;
-            Ok(RawRedis { conn: Conn::Cluster(client.get_connection()?), unlock: redis::Script::new(REDIS_UNLOCK), owner })
+            Ok(RawRedis {
+                conn: Conn::Cluster(Box::new(client.get_connection()?)),
+                unlock: redis::Script::new(REDIS_UNLOCK),
+                owner,
+            })
         }
     }
 
@@ -462,16 +550,34 @@ mod redis_impl {
         }
     }
 
+    /// Calls of the commands clients send directly (scripts and the raw lock's `SET`).
+    const REQUESTS: [&str; 6] = ["eval", "evalsha", "eval_ro", "evalsha_ro", "fcall", "set"];
+
     impl ServerCounter for InfoCounter {
-        fn read(&mut self) -> BenchResult<u64> {
-            let mut sum = 0;
+        fn read(&mut self) -> BenchResult<Reading> {
+            let mut r = Reading { requests: 0, executed: Some(0), server_us: Some(0) };
             for c in &mut self.conns {
-                sum += info_field(c, "stats", "total_commands_processed")?.parse::<u64>()?;
+                let info: String = redis::cmd("INFO").arg("stats").arg("commandstats").query(c)?;
+                for line in info.lines() {
+                    if let Some(v) = line.strip_prefix("total_commands_processed:") {
+                        r.executed = Some(r.executed.unwrap_or(0) + v.trim().parse::<u64>()?);
+                    } else if let Some((cmd, rest)) = line.strip_prefix("cmdstat_").and_then(|l| l.split_once(':')) {
+                        if REQUESTS.contains(&cmd) {
+                            let calls = rest
+                                .split(',')
+                                .find_map(|kv| kv.strip_prefix("calls="))
+                                .ok_or_else(|| err("commandstats without calls="))?;
+                            r.requests += calls.parse::<u64>()?;
+                            let usec = rest
+                                .split(',')
+                                .find_map(|kv| kv.strip_prefix("usec="))
+                                .ok_or_else(|| err("commandstats without usec="))?;
+                            r.server_us = Some(r.server_us.unwrap_or(0) + usec.parse::<u64>()?);
+                        }
+                    }
+                }
             }
-            Ok(sum)
-        }
-        fn what(&self) -> &'static str {
-            "INFO stats total_commands_processed"
+            Ok(r)
         }
     }
 
@@ -481,7 +587,7 @@ mod redis_impl {
         let pattern = format!("simba:lease:{{{prefix}*");
         for u in urls {
             let mut c = conn(&u)?;
-            let keys: Vec<String> = c.scan_match::<_, String>(&pattern)?.collect();
+            let keys: Vec<String> = c.scan_match::<_, String>(&pattern)?.collect::<Result<_, _>>()?;
             for chunk in keys.chunks(500) {
                 // One key per DEL: on Cluster the keys of a chunk live in different slots.
                 for k in chunk {
@@ -553,12 +659,9 @@ mod pg_impl {
     }
 
     impl ServerCounter for CommitCounter {
-        fn read(&mut self) -> BenchResult<u64> {
+        fn read(&mut self) -> BenchResult<Reading> {
             let v: i64 = self.client.query_one(q::COMMITS, &[])?.try_get(0)?;
-            Ok(v.max(0) as u64)
-        }
-        fn what(&self) -> &'static str {
-            "pg_stat_database xact_commit+xact_rollback (delayed flush)"
+            Ok(Reading { requests: v.max(0) as u64, executed: None, server_us: None })
         }
     }
 
@@ -576,6 +679,7 @@ mod my_impl {
 
     fn conn(url: &str) -> BenchResult<mysql::Conn> {
         let opts = mysql::OptsBuilder::from_opts(mysql::Opts::from_url(url)?)
+            .prefer_socket(false) // TCP like the backend's pool, never the unix socket
             .tcp_connect_timeout(Some(Duration::from_secs(5)))
             .read_timeout(Some(Duration::from_secs(5)))
             .write_timeout(Some(Duration::from_secs(5)));
@@ -635,11 +739,12 @@ mod my_impl {
     }
 
     impl ServerCounter for QuestionsCounter {
-        fn read(&mut self) -> BenchResult<u64> {
-            Ok(first_string(&mut self.conn, q::QUESTIONS, 1)?.parse()?)
-        }
-        fn what(&self) -> &'static str {
-            "SHOW GLOBAL STATUS Questions"
+        fn read(&mut self) -> BenchResult<Reading> {
+            Ok(Reading {
+                requests: first_string(&mut self.conn, q::QUESTIONS, 1)?.parse()?,
+                executed: None,
+                server_us: None,
+            })
         }
     }
 
@@ -669,7 +774,9 @@ mod zk_impl {
         let addr = hosts.split(',').next().unwrap_or("").to_socket_addrs()?.next().ok_or_else(|| err("bad address"))?;
         let srvr = zk_four_letter(addr, "srvr")?;
         let v = srvr.lines().find_map(|l| l.strip_prefix("Zookeeper version: ")).unwrap_or("unknown");
-        Ok(format!("ZooKeeper {}", v.split(',').next().unwrap_or(v)))
+        let v = v.split(',').next().unwrap_or(v);
+        // Debian's build reports "3.8.0-${mvngit.commit.id}".
+        Ok(format!("ZooKeeper {}", v.split("-$").next().unwrap_or(v)))
     }
 
     /// Create + delete of an ephemeral node, on a dedicated client.
@@ -714,16 +821,13 @@ mod zk_impl {
     }
 
     impl ServerCounter for MntrCounter {
-        fn read(&mut self) -> BenchResult<u64> {
+        fn read(&mut self) -> BenchResult<Reading> {
             let m = zk_four_letter(self.addr, "mntr")?;
             let v = m
                 .lines()
                 .find_map(|l| l.strip_prefix("zk_packets_received"))
                 .ok_or_else(|| err("mntr has no zk_packets_received (is mntr in 4lw.commands.whitelist?)"))?;
-            Ok(v.trim().parse()?)
-        }
-        fn what(&self) -> &'static str {
-            "mntr zk_packets_received"
+            Ok(Reading { requests: v.trim().parse()?, executed: None, server_us: None })
         }
     }
 }
