@@ -1,5 +1,7 @@
--- Frees the lease if this session holds it; the token stays. $1 session id, $2 lease name.
+-- Frees the lease if this session holds it in the term of the given token; the token stays (a late
+-- release can never free a newer term). $1 session id, $2 lease name, $3 token.
 update simba_lease
 set session_id = ''
 where name = $2::varchar
   and session_id = $1
+  and token = $3::bigint

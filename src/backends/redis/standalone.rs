@@ -116,11 +116,13 @@ pub(crate) fn acquire(inner: &Inner, sid: &SessionId, name: &Name) -> Result<Acq
     let deadline = inner.deadline();
     let _guard = inner.books.inflight(sid, Item::Lease(name.clone()));
     let wait = inner.options.wait_replicas;
+    // Name the lease: a script error here is usually data someone else corrupted under this key.
+    let named = |e: Error| Error::new(e.kind(), format!("acquire of lease '{name}' failed")).with_source(e);
     let (v, acked) = if wait > 0 {
-        let (v, n) = inner.scripting.eval_and_wait(script, &keys, &args, wait, deadline)?;
+        let (v, n) = inner.scripting.eval_and_wait(script, &keys, &args, wait, deadline).map_err(named)?;
         (v, Some(n))
     } else {
-        (inner.scripting.eval(script, &keys, &args, deadline)?, None)
+        (inner.scripting.eval(script, &keys, &args, deadline).map_err(named)?, None)
     };
     match decode_acquire(script.name(), &v, name)? {
         Acquired::Expired => Err(Error::session_expired(sid)),

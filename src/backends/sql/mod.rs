@@ -279,7 +279,7 @@ pub(crate) trait Driver: Send + Sync + 'static {
     fn keep_alive(&self, id: &SessionId, lease_ms: i64) -> Result<RawKeepAlive>;
     fn close_session(&self, id: &SessionId) -> Result<()>;
     fn acquire(&self, id: &SessionId, name: &Name) -> Result<RawAcquire>;
-    fn release(&self, id: &SessionId, name: &Name) -> Result<()>;
+    fn release(&self, id: &SessionId, name: &Name, token: i64) -> Result<()>;
     fn holder(&self, name: &Name) -> Result<Option<RawHolder>>;
     /// `false` when the session is not alive.
     fn join(&self, id: &SessionId, group: &Name) -> Result<bool>;
@@ -503,11 +503,16 @@ impl LeaseBackend for SqlBackend {
         self.inner.leases.lock().insert(session.clone(), lease_duration);
         let mut owned = Vec::with_capacity(rows.len());
         for (name, token) in rows {
-            let name = Name::new(&name).map_err(|e| {
-                Error::backend(format!("{}: corrupt lease name in the database", self.inner.dialect)).with_source(e)
-            })?;
-            let token = Token::from_backend(token, &format!("lease '{name}'"))?;
-            owned.push((name, token));
+            // A row someone else corrupted must not fail the renewal of every other lease and
+            // membership: leave it out (the engine never reports it owned) and say so.
+            let Ok(name) = Name::new(&name) else {
+                warn!("simba {}: session {session} owns a lease with a corrupt name {name:?}; ignored", self.inner.dialect);
+                continue;
+            };
+            match Token::from_backend(token, &format!("lease '{name}'")) {
+                Ok(token) => owned.push((name, token)),
+                Err(e) => warn!("simba {}: session {session}: {e}; ignored", self.inner.dialect),
+            }
         }
         owned.sort();
         let remaining = Duration::from_millis(u64::try_from(remaining_ms).unwrap_or(0)).min(lease_duration);
@@ -529,16 +534,28 @@ impl LeaseBackend for SqlBackend {
                 Err(Error::session_expired(session))
             }
             RawAcquire::Busy => Ok(Acquire::Busy),
-            RawAcquire::Acquired { token, remaining_ms } => {
-                let token = Token::from_backend(token, &format!("lease '{name}'"))?;
+            RawAcquire::Acquired { token: raw, remaining_ms } => {
+                let token = match Token::from_backend(raw, &format!("lease '{name}'")) {
+                    Ok(t) => t,
+                    Err(e) => {
+                        // Someone wrote a corrupt token: do not keep a term nobody can use.
+                        warn!("simba {}: lease '{name}' has a corrupt token {raw}; releasing it", self.inner.dialect);
+                        if let Err(re) = self.inner.driver.release(session, name, raw) {
+                            warn!("simba {}: releasing corrupt lease '{name}' failed: {re}", self.inner.dialect);
+                        }
+                        return Err(e);
+                    }
+                };
                 debug!("simba {}: session {session} holds '{name}' with token {token}", self.inner.dialect);
                 Ok(Acquire::Acquired { token, remaining: self.remaining(Some(session), remaining_ms) })
             }
         }
     }
 
-    fn release(&self, session: &SessionId, name: &Name) -> Result<()> {
-        self.inner.driver.release(session, name)
+    fn release(&self, session: &SessionId, name: &Name, token: Token) -> Result<()> {
+        let token = i64::try_from(token.get())
+            .map_err(|_| Error::config(format!("token {token} of lease '{name}' is out of range for SQL")))?;
+        self.inner.driver.release(session, name, token)
     }
 
     fn holder(&self, name: &Name) -> Result<Option<Holder>> {

@@ -333,9 +333,9 @@ impl Driver for MyDriver {
         })
     }
 
-    fn release(&self, id: &SessionId, name: &Name) -> Result<()> {
-        let what = format!("release '{name}' by session {id}");
-        self.pool.run(&what, |c| c.exec(q::RELEASE, (name.as_str(), id.as_str()), &what).map(|_| ()))
+    fn release(&self, id: &SessionId, name: &Name, token: i64) -> Result<()> {
+        let what = format!("release '{name}' (token {token}) by session {id}");
+        self.pool.run(&what, |c| c.exec(q::RELEASE, (name.as_str(), id.as_str(), token), &what).map(|_| ()))
     }
 
     fn holder(&self, name: &Name) -> Result<Option<RawHolder>> {

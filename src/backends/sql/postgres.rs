@@ -252,9 +252,9 @@ impl Driver for PgDriver {
         })
     }
 
-    fn release(&self, id: &SessionId, name: &Name) -> Result<()> {
-        let what = format!("release '{name}' by session {id}");
-        self.pool.run(&what, |c| c.execute(q::RELEASE, &[&id.as_str(), &name.as_str()], &what).map(|_| ()))
+    fn release(&self, id: &SessionId, name: &Name, token: i64) -> Result<()> {
+        let what = format!("release '{name}' (token {token}) by session {id}");
+        self.pool.run(&what, |c| c.execute(q::RELEASE, &[&id.as_str(), &name.as_str(), &token], &what).map(|_| ()))
     }
 
     fn holder(&self, name: &Name) -> Result<Option<RawHolder>> {

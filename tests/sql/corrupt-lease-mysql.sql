@@ -1,0 +1,1 @@
+INSERT INTO simba_lease (name, session_id, token) VALUES (?, '', -7)

@@ -1,0 +1,1 @@
+INSERT INTO simba_member (group_name, session_id) VALUES (?, ?)
