@@ -19,7 +19,7 @@ use serde_json::Value;
 
 const BIN: &str = env!("CARGO_BIN_EXE_simba");
 
-/// A `simba` command with a clean `SIMBA_*` environment, 1 s leases and `url`.
+/// A `simba` command with a clean `SIMBA_*` environment, 2 s leases and `url`.
 fn simba(url: Option<&str>) -> Command {
     let mut c = Command::new(BIN);
     for (k, _) in std::env::vars_os() {
@@ -27,7 +27,9 @@ fn simba(url: Option<&str>) -> Command {
             c.env_remove(k);
         }
     }
-    c.env("SIMBA_LEASE_DURATION", "1s").env("RUST_LOG", "warn");
+    // Short leases, but a query timeout that tolerates a loaded machine.
+    c.env("SIMBA_LEASE_DURATION", "2s").env("SIMBA_RENEW_INTERVAL", "500ms").env("SIMBA_QUERY_TIMEOUT", "1500ms");
+    c.env("RUST_LOG", "warn");
     if let Some(u) = url {
         c.env("SIMBA_URL", u);
     }
@@ -437,6 +439,21 @@ fn timeout_names_the_holder_and_sigterm_is_forwarded(url: &str) {
     let v = json_result(&o);
     assert_eq!(v["leader"]["session"], sid);
     assert_eq!(v["leader"]["token"].as_u64().unwrap().to_string(), token);
+    // SIGINT while waiting ends the wait: exit 128 + 2, and the command never runs.
+    let ran = dir.join("ran");
+    let waiter = simba(Some(url))
+        .args(["lock", &name, "--", "sh", "-c"])
+        .arg(format!("touch {}", ran.display()))
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    thread::sleep(Duration::from_millis(1500));
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(waiter.id() as i32), nix::sys::signal::Signal::SIGINT).unwrap();
+    let (o, _) = wait_output(waiter, Duration::from_secs(20));
+    assert_eq!(code(&o), 128 + 2, "{}", stderr(&o));
+    assert!(stderr(&o).contains("interrupted by SIGINT while waiting"), "{}", stderr(&o));
+    assert!(!ran.exists());
     // SIGTERM to simba reaches the command (sleep dies of it: 128 + 15).
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(holder.id() as i32), nix::sys::signal::Signal::SIGTERM).unwrap();
     let (o, _) = wait_output(holder, Duration::from_secs(20));

@@ -337,6 +337,16 @@ fn run(cli: &Cli, out: &Out, signals: &Signals) -> Result<u8, Fail> {
     if let Cmd::Schema { action: SchemaAction::Print { dialect: Some(d) } } = &cli.command {
         return Ok(schema_print(out, *d));
     }
+    if !matches!(cli.command, Cmd::Lock(_) | Cmd::Elect(_) | Cmd::Join(_)) {
+        // Nothing to clean up: a signal ends simba at once with 128 + N.
+        let rx = signals.receiver().clone();
+        std::thread::spawn(move || {
+            if let Ok(sig) = rx.recv() {
+                let _ = writeln!(std::io::stderr(), "simba: interrupted by {sig}");
+                std::process::exit(128 + sig as i32);
+            }
+        });
+    }
     let config = config(cli)?;
     log::debug!("configuration: {config:?}");
     match &cli.command {
@@ -374,12 +384,29 @@ fn warn_process_local(config: &Config, out: &Out) {
     }
 }
 
+/// Connects and opens the session, retrying transient failures (a slow first call on a loaded
+/// machine) a few times before giving up with exit 69.
 fn open_session(config: &Config) -> Result<(Arc<dyn LeaseBackend>, Session), Fail> {
-    let backend = config.connect()?;
-    let session = Session::open(Arc::clone(&backend), config.session_options())?;
-    log::info!("session {} opened on {}", session.id(), config.redacted_url().unwrap_or("memory://"));
-    Ok((backend, session))
+    let mut attempt = 1;
+    loop {
+        let r = config.connect().and_then(|b| Session::open(Arc::clone(&b), config.session_options()).map(|s| (b, s)));
+        match r {
+            Ok((backend, session)) => {
+                log::info!("session {} opened on {}", session.id(), config.redacted_url().unwrap_or("memory://"));
+                return Ok((backend, session));
+            }
+            Err(e) if e.is_retryable() && attempt < OPEN_ATTEMPTS => {
+                log::warn!("opening a session failed (attempt {attempt} of {OPEN_ATTEMPTS}): {}", display_chain(&e));
+                std::thread::sleep(Duration::from_millis(250) * attempt);
+                attempt += 1;
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
 }
+
+/// Attempts of [`open_session`].
+const OPEN_ATTEMPTS: u32 = 3;
 
 fn holder_json(h: &Holder) -> Value {
     json!({
