@@ -471,11 +471,28 @@ fn timeout_names_the_holder_and_sigterm_is_forwarded(url: &str) {
 /// When the lease is lost, the command gets SIGTERM; simba exits 79.
 #[allow(dead_code)]
 fn lost_lease_terminates_the_command(url: &str) {
+    lost_terminates_the_command(url, "lock");
+}
+
+/// When leadership is lost, the command gets SIGTERM; simba exits 79.
+#[allow(dead_code)]
+fn lost_leadership_terminates_the_command(url: &str) {
+    lost_terminates_the_command(url, "elect");
+}
+
+/// When the membership's session ends, the command gets SIGTERM; simba exits 79.
+#[allow(dead_code)]
+fn lost_membership_terminates_the_command(url: &str) {
+    lost_terminates_the_command(url, "join");
+}
+
+#[allow(dead_code)]
+fn lost_terminates_the_command(url: &str, sub: &str) {
     let name = support::unique("cli-lost");
     let dir = temp_dir("cli-lost");
     let (sidf, termf) = (dir.join("sid"), dir.join("term"));
     let mut child = simba(Some(url))
-        .args(["--json", "lock", &name, "--grace", "10s", "--", "sh", "-c"])
+        .args(["--json", sub, &name, "--grace", "10s", "--", "sh", "-c"])
         .arg(format!(
             r#"trap 'echo term > {term}; exit 0' TERM; echo $SIMBA_SESSION > {sid}; while :; do sleep 0.1; done"#,
             term = termf.display(),
@@ -488,7 +505,7 @@ fn lost_lease_terminates_the_command(url: &str) {
     let sid = wait_for_file(&sidf, &mut child);
     close_behind_its_back(url, &sid);
     let (o, elapsed) = wait_output(child, Duration::from_secs(30));
-    assert_eq!(code(&o), 79, "{}", stderr(&o));
+    assert_eq!(code(&o), 79, "{sub}: {}", stderr(&o));
     assert!(elapsed < Duration::from_secs(10), "terminated only after {elapsed:?} (grace is 10s): {}", stderr(&o));
     assert_eq!(fs::read_to_string(&termf).unwrap().trim(), "term", "the command did not get SIGTERM");
     let v = json_result(&o);
@@ -645,6 +662,8 @@ backend_tests!(
     "SIMBA_TEST_REDIS_URL",
     "redis://127.0.0.1:6379",
     lost_lease_terminates_the_command,
+    lost_leadership_terminates_the_command,
+    lost_membership_terminates_the_command,
     a_command_ignoring_sigterm_is_killed
 );
 backend_tests!(
@@ -653,6 +672,8 @@ backend_tests!(
     "SIMBA_TEST_POSTGRES_URL",
     "postgres://postgres@127.0.0.1:5432/test",
     lost_lease_terminates_the_command,
+    lost_leadership_terminates_the_command,
+    lost_membership_terminates_the_command,
     a_command_ignoring_sigterm_is_killed
 );
 backend_tests!(
@@ -661,6 +682,8 @@ backend_tests!(
     "SIMBA_TEST_MYSQL_URL",
     "mysql://root@127.0.0.1:3306/test",
     lost_lease_terminates_the_command,
+    lost_leadership_terminates_the_command,
+    lost_membership_terminates_the_command,
     a_command_ignoring_sigterm_is_killed
 );
 backend_tests!(zookeeper, "zookeeper", "SIMBA_TEST_ZOOKEEPER_URL", "zookeeper://127.0.0.1:2181/simba-test");
