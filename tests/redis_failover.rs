@@ -9,7 +9,6 @@
 #![cfg(feature = "redis")]
 
 #[path = "redis_private.rs"]
-#[allow(dead_code)]
 mod private;
 mod support;
 
