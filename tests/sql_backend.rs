@@ -17,7 +17,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use simba::backend::CheckStatus;
 use simba::backends::sql::{Dialect, SqlBackend, SqlOptions, PURGE_BATCH};
-use simba::{Acquire, ErrorKind, KeepAlive, LeaseBackend, Name, SessionId};
+use simba::{Acquire, ErrorKind, KeepAlive, LeaseBackend, Name, SessionId, Token};
 
 /// Direct table access for verification.
 trait Raw {
@@ -416,9 +416,9 @@ mod cases {
             if still_owned {
                 assert_eq!(h, Some(holder.clone()));
             }
-            if matches!(acq, Acquire::Acquired { .. }) {
+            if let Acquire::Acquired { token, .. } = acq {
                 assert_eq!(h, Some(rival.clone()));
-                b.release(&rival, &lease).unwrap();
+                b.release(&rival, &lease, token).unwrap();
             }
             b.close_session(&holder).unwrap();
         }
@@ -583,6 +583,32 @@ mod cases {
         assert_eq!(b.keep_alive(&s, LONG).unwrap(), KeepAlive::Expired);
     }
 
+    /// Release is term-scoped: a late release carrying an old token never frees a newer term.
+    pub fn release_is_term_scoped(fx: &mut Fx) {
+        let b = &fx.backend;
+        let lease = name(&support::unique("term"));
+        let s = b.open_session(LONG, "terms").unwrap().id;
+        let other = b.open_session(LONG, "other").unwrap().id;
+        let t1 = Token::new(acquired(b.acquire(&s, &lease).unwrap())).unwrap();
+        b.release(&other, &lease, t1).unwrap(); // not the holder: no-op
+        assert_eq!(b.holder(&lease).unwrap().unwrap().session, s);
+        b.release(&s, &lease, t1).unwrap();
+        assert!(b.holder(&lease).unwrap().is_none());
+        let t2 = Token::new(acquired(b.acquire(&s, &lease).unwrap())).unwrap();
+        assert_eq!(t2.get(), 2);
+        b.release(&s, &lease, t1).unwrap(); // stale: the term of t1 is over
+        let h = b.holder(&lease).unwrap().unwrap();
+        assert_eq!((h.session, h.token), (s.clone(), t2), "a stale release leaves the newer term alone");
+        b.release(&s, &lease, t2).unwrap();
+        assert!(b.holder(&lease).unwrap().is_none());
+        assert_eq!(
+            fx.raw.lease_row(lease.as_str()).map(|(sid, t)| (sid.trim().to_string(), t)),
+            Some((String::new(), 2))
+        );
+        b.close_session(&s).unwrap();
+        b.close_session(&other).unwrap();
+    }
+
     /// A statement blocked on a row lock ends with `Unavailable` within about the query timeout;
     /// afterwards the pool works normally.
     pub fn blocked_statement_times_out(fx: &mut Fx) {
@@ -590,7 +616,7 @@ mod cases {
         let lease = name(&support::unique("locked"));
         let s = b.open_session(LONG, "blocked").unwrap().id;
         assert_eq!(acquired(b.acquire(&s, &lease).unwrap()), 1);
-        b.release(&s, &lease).unwrap();
+        b.release(&s, &lease, Token::new(1).unwrap()).unwrap();
         fx.raw.lock_lease_row(lease.as_str(), Duration::from_secs(4));
         let started = Instant::now();
         let err = b.acquire(&s, &lease).unwrap_err();
@@ -748,6 +774,12 @@ macro_rules! dialect_tests {
             #[serial_test::serial($module)]
             fn keep_alive_reports_many_leases() {
                 cases::keep_alive_reports_many_leases(&mut fx());
+            }
+
+            #[test]
+            #[serial_test::serial($module)]
+            fn release_is_term_scoped() {
+                cases::release_is_term_scoped(&mut fx());
             }
 
             #[test]
