@@ -712,8 +712,9 @@ macro_rules! dialect_tests {
         mod $module {
             use super::*;
 
+            /// 5 s query timeout: the shared machine can be slow (builds, other suites).
             fn fx() -> Fx {
-                make($dialect, options(Duration::from_secs(1), true))
+                make($dialect, options(Duration::from_secs(5), true))
             }
 
             #[test]
@@ -755,7 +756,7 @@ macro_rules! dialect_tests {
             #[test]
             #[serial_test::serial($module)]
             fn expiry_and_no_revival() {
-                cases::expiry_and_no_revival(&mut make_isolated($dialect, options(Duration::from_secs(1), false)).fx);
+                cases::expiry_and_no_revival(&mut make_isolated($dialect, options(Duration::from_secs(5), false)).fx);
             }
 
             #[test]
@@ -767,7 +768,7 @@ macro_rules! dialect_tests {
             #[test]
             #[serial_test::serial($module)]
             fn blocked_statement_times_out() {
-                cases::blocked_statement_times_out(&mut fx());
+                cases::blocked_statement_times_out(&mut make($dialect, options(Duration::from_secs(1), true)));
             }
 
             #[test]
