@@ -545,7 +545,7 @@ fn elect_takes_turns(url: &str) {
     let name = support::unique("cli-elect");
     let dir = temp_dir("cli-elect");
     let log = dir.join("log");
-    let script = format!(r#"echo "$SIMBA_TOKEN $SIMBA_SESSION" >> {}; sleep 1"#, log.display());
+    let script = format!(r#"echo "$SIMBA_TOKEN $SIMBA_SESSION" >> {}; sleep 2"#, log.display());
     let spawn = || {
         simba(Some(url))
             .args(["elect", &name, "--", "sh", "-c", &script])
