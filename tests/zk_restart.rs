@@ -1,0 +1,147 @@
+//! Real fault: a ZooKeeper server restart, on a private instance (never the shared server).
+//!
+//! ZooKeeper keeps sessions across a restart when the client reconnects within the session
+//! timeout: a restart shorter than the lease keeps the lease and its token (czxid), and zxids are
+//! durable, so the next term's token is larger. An outage longer than the lease expires the session
+//! and a `Coordinator` recovers with a new session and a larger token.
+#![cfg(feature = "zookeeper")]
+
+mod support;
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use simba::backends::zookeeper::{ZookeeperBackend, ZookeeperOptions};
+use simba::{Coordinator, CoordinatorEvent, Session, SessionOptions};
+
+struct PrivateZk {
+    dir: PathBuf,
+    port: u16,
+    child: Option<Child>,
+}
+
+impl PrivateZk {
+    fn start() -> PrivateZk {
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let dir = std::env::temp_dir().join(support::unique("simba-zk-restart"));
+        std::fs::create_dir_all(dir.join("data")).unwrap();
+        let cfg = format!(
+            "tickTime=250\ninitLimit=40\nsyncLimit=20\ndataDir={}\nclientPort={port}\nclientPortAddress=127.0.0.1\n\
+             minSessionTimeout=500\nmaxSessionTimeout=60000\nmaxClientCnxns=0\nadmin.enableServer=false\n\
+             4lw.commands.whitelist=srvr\n",
+            dir.join("data").display()
+        );
+        std::fs::write(dir.join("zoo.cfg"), cfg).unwrap();
+        let mut zk = PrivateZk { dir, port, child: None };
+        zk.launch();
+        zk
+    }
+
+    fn launch(&mut self) {
+        let jar = "/usr/share/java/zookeeper.jar";
+        assert!(std::path::Path::new(jar).exists(), "{jar} missing: run `scripts/services up zookeeper`");
+        let child = Command::new("java")
+            .args(["-Xms32m", "-Xmx256m", "-XX:+UseSerialGC", "-cp", jar])
+            .arg("org.apache.zookeeper.server.quorum.QuorumPeerMain")
+            .arg(self.dir.join("zoo.cfg"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("java");
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !self.ready() {
+            assert!(Instant::now() < deadline, "private ZooKeeper on {} did not start", self.port);
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    fn ready(&self) -> bool {
+        use std::io::{Read, Write};
+        let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", self.port)) else { return false };
+        let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
+        let mut out = String::new();
+        s.write_all(b"srvr").is_ok() && s.read_to_string(&mut out).is_ok() && out.contains("Mode:")
+    }
+
+    fn stop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ =
+                nix::sys::signal::kill(nix::unistd::Pid::from_raw(c.id() as i32), nix::sys::signal::Signal::SIGTERM);
+            let _ = c.wait();
+        }
+    }
+
+    fn url(&self) -> String {
+        format!("zookeeper://127.0.0.1:{}/simba", self.port)
+    }
+}
+
+impl Drop for PrivateZk {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn options() -> SessionOptions {
+    SessionOptions::builder()
+        .lease_duration(Duration::from_secs(12))
+        .renew_interval(Duration::from_millis(500))
+        .query_timeout(Duration::from_secs(1))
+        .build()
+        .unwrap()
+}
+
+#[test]
+#[serial_test::serial(zookeeper_private)]
+fn zookeeper_restarts() {
+    let mut zk = PrivateZk::start();
+    let backend = Arc::new(ZookeeperBackend::from_url(&zk.url(), ZookeeperOptions::default()).unwrap());
+    let session = Session::open(backend.clone(), options()).unwrap();
+    let lease = session.lock("restart-lease").unwrap();
+    let t1 = lease.token().unwrap();
+
+    // A restart shorter than the session timeout: the session and the lease survive.
+    zk.stop();
+    zk.launch();
+    let until = Instant::now() + Duration::from_secs(4);
+    while Instant::now() < until {
+        assert_eq!(lease.token().unwrap(), t1, "lease lost across a short restart");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(session.is_alive());
+    lease.release().unwrap();
+    let again = session.lock("restart-lease").unwrap();
+    assert!(again.token().unwrap() > t1, "zxids not durable across the restart");
+    drop(again);
+    session.close().unwrap();
+
+    // An outage longer than the lease: the session expires; a coordinator recovers afterwards.
+    let short = SessionOptions::builder()
+        .lease_duration(Duration::from_secs(2))
+        .renew_interval(Duration::from_millis(500))
+        .query_timeout(Duration::from_secs(1))
+        .build()
+        .unwrap();
+    let coordinator = Coordinator::start(backend, short).unwrap();
+    let events = coordinator.events();
+    let election = coordinator.campaign("restart-election").unwrap();
+    let e1 = election.wait_elected(Duration::from_secs(10)).unwrap();
+    zk.stop();
+    std::thread::sleep(Duration::from_secs(4));
+    assert!(!election.is_leader(), "still leader while ZooKeeper is down past the lease");
+    zk.launch();
+    let e2 = election.wait_elected(Duration::from_secs(60)).unwrap();
+    assert!(e2 > e1, "re-election token {e2} not > {e1}");
+    let evs: Vec<_> = events.try_iter().collect();
+    assert!(evs.iter().any(|e| matches!(e, CoordinatorEvent::Recovered { .. })), "{evs:?}");
+    drop(election);
+    let _ = coordinator.close();
+}
