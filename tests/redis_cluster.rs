@@ -370,6 +370,50 @@ fn renewal_sends_no_follow_up_once_the_session_remaining_has_passed() {
     }
 }
 
+/// Absolute end (ms, Redis `TIME` of its node) of the session and of a lease.
+fn ends(raw: &mut Raw, sid: &SessionId, l: &Name) -> (i64, i64) {
+    let session_key = format!("simba:session:{{{sid}}}");
+    let session_end = raw.now_at(&session_key) + raw.pttl(&session_key);
+    let lease_end: i64 = raw.hget(&lease_key(l), "expires").unwrap().parse().unwrap();
+    (session_end, lease_end)
+}
+
+#[test]
+#[serial(redis_cluster)]
+fn acquire_grants_a_full_lease_by_the_lease_nodes_clock() {
+    let (b, _faults) = faulty();
+    let mut raw = Raw::new();
+    let d = Duration::from_secs(2);
+    let sid = b.open_session(d, "").unwrap().id;
+    let l = spread("full", 1, &sid).remove(0);
+    thread::sleep(Duration::from_millis(1000));
+    token(b.acquire(&sid, &l));
+    let (session_end, lease_end) = ends(&mut raw, &sid, &l);
+    let lease_left = lease_end - raw.now_at(&lease_key(&l));
+    assert!(lease_left >= 1900 && lease_left <= 2000, "the lease got {lease_left} ms, not a full lease duration");
+    assert!(lease_end - session_end >= 800, "the lease should outlive the half-spent session by about 1 s");
+    b.close_session(&sid).unwrap();
+}
+
+#[test]
+#[serial(redis_cluster)]
+fn a_follow_up_delivered_late_outlives_the_session_by_at_most_its_delay() {
+    let (b, faults) = faulty();
+    let mut raw = Raw::new();
+    let d = Duration::from_secs(2);
+    let sid = b.open_session(d, "").unwrap().id;
+    let l = spread("delivered-late", 1, &sid).remove(0);
+    let t = token(b.acquire(&sid, &l));
+    thread::sleep(Duration::from_millis(1000));
+    // The follow-up reaches Redis 600 ms after it was sent (its carried duration was computed at send).
+    faults.rule(Rule { script: "renew_slot", before: Duration::from_millis(600), times: Some(1), ..Rule::default() });
+    assert_eq!(owned(&b, &sid, d), vec![(l.clone(), t)]);
+    let (session_end, lease_end) = ends(&mut raw, &sid, &l);
+    let excess = lease_end - session_end;
+    assert!((0..=600 + 60).contains(&excess), "the lease ends {excess} ms after its session (delivery delay 600 ms)");
+    b.close_session(&sid).unwrap();
+}
+
 #[test]
 #[serial(redis_cluster)]
 fn a_failing_node_drops_its_leases_from_the_index_after_one_lease_period() {
