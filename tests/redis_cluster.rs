@@ -390,7 +390,7 @@ fn acquire_grants_a_full_lease_by_the_lease_nodes_clock() {
     token(b.acquire(&sid, &l));
     let (session_end, lease_end) = ends(&mut raw, &sid, &l);
     let lease_left = lease_end - raw.now_at(&lease_key(&l));
-    assert!(lease_left >= 1900 && lease_left <= 2000, "the lease got {lease_left} ms, not a full lease duration");
+    assert!((1900..=2000).contains(&lease_left), "the lease got {lease_left} ms, not a full lease duration");
     assert!(lease_end - session_end >= 800, "the lease should outlive the half-spent session by about 1 s");
     b.close_session(&sid).unwrap();
 }
