@@ -34,8 +34,8 @@ pub use session::{Session, SessionEvent};
 pub mod coordinator;
 pub use coordinator::{Coordinator, CoordinatorEvent};
 
+pub mod config;
 #[cfg(feature = "tck")]
 pub mod tck;
-pub mod config;
 pub use config::{BackendKind, Config, ConfigBuilder, RedisEviction, ZookeeperAcl};
 pub mod sim;

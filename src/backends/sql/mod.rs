@@ -506,7 +506,10 @@ impl LeaseBackend for SqlBackend {
             // A row someone else corrupted must not fail the renewal of every other lease and
             // membership: leave it out (the engine never reports it owned) and say so.
             let Ok(name) = Name::new(&name) else {
-                warn!("simba {}: session {session} owns a lease with a corrupt name {name:?}; ignored", self.inner.dialect);
+                warn!(
+                    "simba {}: session {session} owns a lease with a corrupt name {name:?}; ignored",
+                    self.inner.dialect
+                );
                 continue;
             };
             match Token::from_backend(token, &format!("lease '{name}'")) {
