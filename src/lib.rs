@@ -1,41 +1,61 @@
 //! # simba — leases with fencing tokens, leader election, locks and groups
 //!
-//! A synchronous library for distributed coordination between processes. See the crate README
-//! and `docs/` for the guarantees and the backends.
+//! A synchronous library for distributed coordination between processes: [`Session`]s renewed by
+//! a background thread, named leases ([`Lease`]) carrying fencing [`Token`]s, and on top of them
+//! locks, leader election ([`Election`]) and group membership ([`Membership`]). Backends implement
+//! one SPI, [`LeaseBackend`], and pass one conformance kit (`simba::tck`): the in-process
+//! [`MemoryBackend`] (always compiled), PostgreSQL and MySQL/MariaDB (`backends::sql`, features
+//! `postgres`/`mysql`), Redis standalone and Cluster (`backends::redis`, feature `redis`) and
+//! ZooKeeper (`backends::zookeeper`, feature `zookeeper`).
+//!
+//! ```
+//! use std::sync::Arc;
+//! use std::time::Duration;
+//! use simba::{MemoryBackend, Session, SessionOptions};
+//!
+//! # fn main() -> simba::Result<()> {
+//! let options = SessionOptions::builder().lease_duration(Duration::from_secs(2)).build()?;
+//! let session = Session::open(Arc::new(MemoryBackend::new()), options)?;
+//! let lease = session.lock("report")?;
+//! let token = lease.token()?; // right before each write; pass it to the resource
+//! assert!(token.get() > 0);
+//! lease.release()?;
+//! session.close()
+//! # }
+//! ```
+//!
+//! The guarantees, the threads and the backends are explained in `docs/` (architecture, locks,
+//! election, groups, failure modes, one page per backend).
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
 pub mod backend;
 pub mod backends;
+pub mod config;
+pub mod coordinator;
+pub mod election;
+pub mod engine;
 mod error;
+mod exec;
+pub mod group;
+mod lease;
+pub mod memory;
 pub mod options;
+pub mod session;
+pub mod sim;
+#[cfg(feature = "tck")]
+pub mod tck;
 mod types;
 
 pub use backend::{Acquire, Capabilities, Holder, KeepAlive, LeaseBackend, Member, Notification, SessionGrant, Topic};
-pub use error::{display_chain, Error, ErrorKind, Result};
-pub use options::SessionOptions;
-pub use types::{validate_metadata, IntoName, Name, SessionId, Token, MAX_METADATA_LEN, MAX_NAME_LEN};
-
-pub mod engine;
-mod exec;
-pub mod memory;
-
-pub use memory::MemoryBackend;
-pub mod election;
-pub mod group;
-mod lease;
-pub mod session;
-
+pub use config::{BackendKind, Config, ConfigBuilder, RedisEviction, ZookeeperAcl};
+pub use coordinator::{Coordinator, CoordinatorEvent};
 pub use election::{Election, ElectionEvent, Leader, LeaderContext, LeaderTask, RevokeReason, Schedule};
 pub use engine::{LossReason, SessionState};
+pub use error::{display_chain, Error, ErrorKind, Result};
 pub use group::{GroupChange, MemberWatch, Membership};
 pub use lease::Lease;
+pub use memory::MemoryBackend;
+pub use options::SessionOptions;
 pub use session::{Session, SessionEvent};
-pub mod coordinator;
-pub use coordinator::{Coordinator, CoordinatorEvent};
-
-pub mod config;
-#[cfg(feature = "tck")]
-pub mod tck;
-pub use config::{BackendKind, Config, ConfigBuilder, RedisEviction, ZookeeperAcl};
-pub mod sim;
+pub use types::{validate_metadata, IntoName, Name, SessionId, Token, MAX_METADATA_LEN, MAX_NAME_LEN};
