@@ -308,7 +308,7 @@ impl LeaseBackend for MemoryBackend {
     }
 
     fn watch(&self, topic: &Topic, notify: &Sender<Notification>) -> Result<bool> {
-        self.with_state(|st, _, notes| {
+        self.with_state(|st, _, _| {
             if let Topic::Lease(name) = topic {
                 let free = st.leases.get(name).is_none_or(|l| l.session.is_none());
                 if free {
@@ -320,7 +320,6 @@ impl LeaseBackend for MemoryBackend {
             let list = st.watchers.entry(topic.clone()).or_default();
             list.retain(|tx| !tx.same_channel(notify));
             list.push(notify.clone());
-            let _ = notes;
             Ok(true)
         })
     }
