@@ -9,6 +9,9 @@
 //! * once the time since the session call was sent reaches the session's remaining duration,
 //!   acquire and join send nothing more and fail; an acquire that returns later than that releases
 //!   the term it started and fails, and renewals never report that term;
+//! * a renewal whose follow-up fails is reported as failed (the engine retries; leases keep their
+//!   previous deadlines); once a lease's follow-ups have failed for a third of the lease duration it
+//!   is left out of `owned` instead (lost), so one dead node does not end the session;
 //! * renewal drops lost leases from the session index (at once when the lease is no longer ours,
 //!   after one lease period when its node keeps failing).
 
@@ -121,6 +124,11 @@ pub(crate) fn keep_alive(inner: &Inner, sid: &SessionId, d: Duration) -> Result<
     }
 
     let mut owned = Vec::with_capacity(leases.len());
+    // A follow-up failure younger than this fails the whole renewal (the engine retries and the
+    // leases keep their previous deadlines); older ones only drop the affected leases from `owned`,
+    // so one dead node does not end the session.
+    let give_up = d / 3;
+    let mut transient: Option<Error> = None;
     for work in plan.work {
         let now = Instant::now();
         let elapsed = now.saturating_duration_since(returned);
@@ -161,23 +169,42 @@ pub(crate) fn keep_alive(inner: &Inner, sid: &SessionId, d: Duration) -> Result<
                 }
             }),
             Err(e) => {
+                let names: Vec<&str> = work.renew.iter().map(Name::as_str).collect();
                 log::warn!(
-                    "session {sid}: renewal follow-up for lease(s) {:?} failed: {}; not reporting them as owned",
-                    work.renew.iter().map(Name::as_str).collect::<Vec<_>>(),
+                    "session {sid}: renewal follow-up for lease(s) {names:?} failed: {}",
                     crate::display_chain(&e)
                 );
-                inner.books.with(sid, |b| {
+                let recent = inner.books.with(sid, |b| {
+                    let mut recent = false;
                     for name in &work.renew {
                         let since = *b.failing.entry(name.clone()).or_insert(now);
-                        if now.saturating_duration_since(since) >= d {
-                            log::warn!("session {sid}: lease {name} could not be renewed for one lease period; dropping it from the index");
+                        let failing_for = now.saturating_duration_since(since);
+                        recent |= failing_for < give_up;
+                        if failing_for >= d {
+                            log::warn!(
+                                "session {sid}: lease {name} could not be renewed for one lease period; dropping it \
+                                 from the index"
+                            );
                             b.failing.remove(name);
                             b.drop_leases.insert(name.clone());
                         }
                     }
+                    recent
                 });
+                if recent && transient.is_none() {
+                    transient = Some(
+                        Error::unavailable(format!(
+                            "session {sid}: the session was renewed but the follow-up for lease(s) {names:?} failed; \
+                             retry"
+                        ))
+                        .with_source(e),
+                    );
+                }
             }
         }
+    }
+    if let Some(e) = transient {
+        return Err(e);
     }
     Ok(KeepAlive::Alive { remaining, owned })
 }
