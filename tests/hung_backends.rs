@@ -3,6 +3,8 @@
 //! case loss detection must be on time: `token()` fails at the local deadline and the `LeaseLost`
 //! and `Expired` events arrive by then (plus scheduling slack), whatever the driver does.
 
+#![cfg(any(feature = "postgres", feature = "mysql", feature = "redis"))]
+
 mod support;
 
 use std::sync::Arc;
