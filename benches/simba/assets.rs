@@ -5,6 +5,10 @@
 #[cfg(feature = "redis")]
 pub const REDIS_UNLOCK: &str = include_str!("../../lua/bench-unlock.lua");
 
+/// Redis: PUBLISH from inside a script (the notification baseline).
+#[cfg(feature = "redis")]
+pub const REDIS_PUBLISH: &str = include_str!("../../lua/bench-publish.lua");
+
 /// PostgreSQL statements.
 #[cfg(feature = "postgres")]
 pub mod postgres {

@@ -313,11 +313,21 @@ impl LeaseBackend for Counting {
     }
     fn acquire(&self, session: &SessionId, name: &Name) -> simba::Result<Acquire> {
         self.counts.acquire.fetch_add(1, Ordering::Relaxed);
-        self.inner.acquire(session, name)
+        let t = std::time::Instant::now();
+        let r = self.inner.acquire(session, name);
+        log::trace!(
+            "bench spi: acquire {name} by {session}: {:?} in {:?}",
+            r.as_ref().map(|a| matches!(a, Acquire::Busy)),
+            t.elapsed()
+        );
+        r
     }
     fn release(&self, session: &SessionId, name: &Name, token: Token) -> simba::Result<()> {
         self.counts.release.fetch_add(1, Ordering::Relaxed);
-        self.inner.release(session, name, token)
+        let t = std::time::Instant::now();
+        let r = self.inner.release(session, name, token);
+        log::trace!("bench spi: release {name} by {session} in {:?}", t.elapsed());
+        r
     }
     fn holder(&self, name: &Name) -> simba::Result<Option<Holder>> {
         self.other();
@@ -340,7 +350,10 @@ impl LeaseBackend for Counting {
     }
     fn watch(&self, topic: &Topic, notify: &Sender<Notification>) -> simba::Result<bool> {
         self.other();
-        self.inner.watch(topic, notify)
+        let t = std::time::Instant::now();
+        let r = self.inner.watch(topic, notify);
+        log::trace!("bench spi: watch {topic:?} in {:?}", t.elapsed());
+        r
     }
     fn purge_expired(&self) -> simba::Result<usize> {
         self.inner.purge_expired()

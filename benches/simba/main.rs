@@ -115,7 +115,9 @@ fn main() -> ExitCode {
         println!("simba benchmarks: run them with `cargo bench --all-features --bench simba` (see docs/benchmarks.md)");
         return ExitCode::SUCCESS;
     }
-    let _ = env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("error")).try_init();
+    let _ = env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("error"))
+        .format_timestamp_micros()
+        .try_init();
     let config = match Config::from_env() {
         Ok(c) => c,
         Err(e) => {

@@ -183,6 +183,16 @@ fn measure(config: &Config, t: &Target, block: usize, rounds: usize) -> BenchRes
         };
         format!("{a} / {s} / {r}")
     };
+    for (label, smp) in [("API", &api), ("SPI", &spis), ("raw", &raws)] {
+        let mut slow = smp.per_op.clone();
+        slow.sort_unstable_by(|a, b| b.cmp(a));
+        slow.truncate(5);
+        progress(format!(
+            "  {} {label}: slowest ops {}",
+            t.kind.name(),
+            slow.iter().map(|d| fmt_dur(*d)).collect::<Vec<_>>().join(", ")
+        ));
+    }
     let a = Summary::of(&api.per_op);
     let s = Summary::of(&spis.per_op);
     let (base, base_rate) =
@@ -309,6 +319,68 @@ fn round_trips(config: &Config, t: &Target) -> BenchResult<String> {
 
 type Job = Box<dyn FnOnce() + Send + 'static>;
 
+/// A 1-byte loopback TCP round trip to an echo thread, timed on the caller's thread and on a
+/// worker the caller waits for.
+fn ping_pong(config: &Config) -> BenchResult<(Summary, Summary)> {
+    use std::io::{Read, Write};
+    use std::net::{TcpListener, TcpStream};
+    let n = config.pick(20_000, 2_000);
+    let listener = TcpListener::bind("127.0.0.1:0")?;
+    let addr = listener.local_addr()?;
+    let echo = thread::Builder::new().name("bench-echo".into()).spawn(move || -> std::io::Result<()> {
+        let (mut s, _) = listener.accept()?;
+        s.set_nodelay(true)?;
+        let mut b = [0u8; 1];
+        loop {
+            if s.read(&mut b)? == 0 {
+                return Ok(());
+            }
+            s.write_all(&b)?;
+        }
+    })?;
+    let stream = TcpStream::connect(addr)?;
+    stream.set_nodelay(true)?;
+    let stream = Arc::new(parking_lot::Mutex::new(stream));
+    let once = |s: &parking_lot::Mutex<TcpStream>| -> std::io::Result<()> {
+        let mut s = s.lock();
+        s.write_all(&[7])?;
+        let mut b = [0u8; 1];
+        s.read_exact(&mut b)
+    };
+    let (tx, rx) = unbounded::<Job>();
+    let worker = thread::Builder::new().name("bench-worker".into()).spawn(move || {
+        while let Ok(job) = rx.recv() {
+            job();
+        }
+    })?;
+    let mut direct = Vec::with_capacity(n);
+    let mut via = Vec::with_capacity(n);
+    for i in 0..n + n / 10 {
+        // Alternate so both see the same machine conditions.
+        let t = Instant::now();
+        once(&stream)?;
+        let d = t.elapsed();
+        let t = Instant::now();
+        let (rtx, rrx) = bounded::<std::io::Result<()>>(1);
+        let st = stream.clone();
+        tx.send(Box::new(move || {
+            let _ = rtx.send(once(&st));
+        }))
+        .map_err(|_| err("worker gone"))?;
+        rrx.recv_timeout(Duration::from_secs(5)).map_err(|_| err("worker did not answer"))??;
+        let v = t.elapsed();
+        if i >= n / 10 {
+            direct.push(d);
+            via.push(v);
+        }
+    }
+    drop(tx);
+    let _ = worker.join();
+    drop(stream);
+    let _ = echo.join();
+    Ok((Summary::of(&direct), Summary::of(&via)))
+}
+
 /// The engine's per-call hand-off, rebuilt from `src/exec.rs` (which is private): a pooled worker
 /// parked on a channel receives a boxed job, runs it, and hands the result back through a
 /// one-slot channel the caller waits on.
@@ -349,21 +421,37 @@ fn handoff_table(config: &Config) -> BenchResult<Table> {
     }
     let s = Summary::of(&samples);
     let i = Summary::of(&inline);
+    let (direct, via_worker) = ping_pong(config)?;
     let mut t = Table::new(
         "1b. Worker hand-off in isolation (the cost src/exec.rs adds to every backend call)",
         &["what", "p50", "p99", "mean"],
     );
     t.row(vec![
-        "hand a job to a parked worker and wait for its reply".into(),
+        "hand a no-op job to a parked worker and wait for its reply".into(),
         fmt_dur(s.p50),
         fmt_dur(s.p99),
         fmt_dur(s.mean),
     ]);
     t.row(vec!["the same job run inline".into(), fmt_dur(i.p50), fmt_dur(i.p99), fmt_dur(i.mean)]);
+    t.row(vec![
+        "loopback TCP ping-pong with an echo thread, on the caller's thread (like the SPI column)".into(),
+        fmt_dur(direct.p50),
+        fmt_dur(direct.p99),
+        fmt_dur(direct.mean),
+    ]);
+    t.row(vec![
+        "the same ping-pong run on a worker the caller waits for (like every API call)".into(),
+        fmt_dur(via_worker.p50),
+        fmt_dur(via_worker.p99),
+        fmt_dur(via_worker.mean),
+    ]);
     t.note(format!(
-        "{n} samples. An API acquire+release makes two such hand-offs (the acquire waits on \
-         `exec::call_until`, the release on its completion channel), so about 2 × p50 of the first row plus the \
-         engine's bookkeeping is the floor of the \"API−SPI\" column above."
+        "{n} samples each. A no-op job measures the hand-off when both threads are hot (they spin briefly before \
+         parking); the ping-pong rows measure it around a blocking round trip, as in real calls: while the worker \
+         waits on its socket the caller parks, and waking a parked thread costs a futex wake-up plus scheduling (on \
+         this VM, waking an idle vCPU). An API acquire+release makes two hand-offs (the acquire waits on \
+         `exec::call_until`, the release on its completion channel), so about 2 × (row 4 − row 3) is the floor of \
+         the \"API−SPI\" column above."
     ));
     Ok(t)
 }

@@ -253,6 +253,20 @@ impl Target {
         }
     }
 
+    /// Latencies of the raw notification primitive: Redis `PUBLISH` → a `SUBSCRIBE`d connection
+    /// (Cluster: published through another master than the subscriber's), ZooKeeper `delete` →
+    /// an `exists` watch on another client. `None` where there is none (SQL, memory).
+    pub fn raw_notify(&self, samples: usize) -> BenchResult<Option<Vec<Duration>>> {
+        let _ = samples;
+        match self.kind {
+            #[cfg(feature = "redis")]
+            Kind::Redis | Kind::RedisCluster => redis_impl::notify(self, samples).map(Some),
+            #[cfg(feature = "zookeeper")]
+            Kind::Zookeeper => zk_impl::notify(&self.zk_hosts()?, samples).map(Some),
+            _ => Ok(None),
+        }
+    }
+
     /// A server-side statement counter, or `None` where there is no reliable one.
     #[cfg_attr(
         not(any(feature = "redis", feature = "postgres", feature = "mysql", feature = "zookeeper")),
@@ -353,7 +367,7 @@ impl Reading {
     }
 
     /// The largest possible reading (start value of a minimum).
-    pub const MAX: Reading = Reading { requests: u64::MAX, executed: Some(u64::MAX), server_us: Some(u64::MAX) };
+    pub const MAX: Reading = Reading { requests: u64::MAX, executed: None, server_us: None };
 
     /// `12` or `12 (2008 commands)`, divided by `per`.
     pub fn per(self, per: f64) -> String {
@@ -420,7 +434,7 @@ pub fn redis_slot(key: &str) -> u16 {
 #[cfg(feature = "redis")]
 mod redis_impl {
     use super::*;
-    use crate::assets::REDIS_UNLOCK;
+    use crate::assets::{REDIS_PUBLISH, REDIS_UNLOCK};
     use redis::ConnectionLike;
 
     pub fn nodes(url: &str) -> Vec<String> {
@@ -579,6 +593,46 @@ mod redis_impl {
             }
             Ok(r)
         }
+    }
+
+    /// A script that PUBLISHes on a channel named like a lease's (`simba-bench:notify:{…}`, so
+    /// its hash slot picks the node on Cluster) → the message on a connection PSUBSCRIBEd on the
+    /// first node, as simba's release script and pub/sub thread do.
+    pub fn notify(t: &Target, samples: usize) -> BenchResult<Vec<Duration>> {
+        let sub_url = if t.kind == Kind::RedisCluster { masters(&t.url)?[0].clone() } else { t.url.clone() };
+        let channel = format!("simba-bench:notify:{{{:08x}}}", rand::random::<u32>());
+        let (ready_tx, ready_rx) = crossbeam_channel::bounded::<()>(1);
+        let (got_tx, got_rx) = crossbeam_channel::unbounded::<std::time::Instant>();
+        let sub = std::thread::spawn(move || -> BenchResult<()> {
+            let mut c = conn(&sub_url)?;
+            let mut ps = c.as_pubsub();
+            ps.psubscribe("simba-bench:notify:*")?;
+            ps.set_read_timeout(Some(Duration::from_secs(5)))?;
+            let _ = ready_tx.send(());
+            for _ in 0..samples {
+                let _ = ps.get_message()?;
+                let _ = got_tx.send(std::time::Instant::now());
+            }
+            Ok(())
+        });
+        ready_rx.recv_timeout(Duration::from_secs(5)).map_err(|_| err("subscriber did not start"))?;
+        let mut publisher = if t.kind == Kind::RedisCluster {
+            let client = redis::cluster::ClusterClient::builder(nodes(&t.url)).build()?;
+            Conn::Cluster(Box::new(client.get_connection()?))
+        } else {
+            Conn::One(conn(&t.url)?)
+        };
+        let script = redis::Script::new(REDIS_PUBLISH);
+        let mut out = Vec::with_capacity(samples);
+        for _ in 0..samples {
+            std::thread::sleep(Duration::from_millis(2) + Duration::from_micros(rand::random_range(0..3_000)));
+            let t0 = std::time::Instant::now();
+            let _: i64 = script.key(&channel).arg("released").invoke(publisher.get())?;
+            let t1 = got_rx.recv_timeout(Duration::from_secs(5)).map_err(|_| err("message not delivered"))?;
+            out.push(t1.saturating_duration_since(t0));
+        }
+        sub.join().map_err(|_| err("subscriber panicked"))??;
+        Ok(out)
     }
 
     /// Deletes the lease hashes of the run's names (`simba:lease:{<prefix>…}`) on every master.
@@ -807,6 +861,31 @@ mod zk_impl {
                 Err(e) => Err(e.into()),
             }
         }
+    }
+
+    /// delete on one client → the `exists` watch of another client fires.
+    pub fn notify(hosts: &str, samples: usize) -> BenchResult<Vec<Duration>> {
+        let writer = client(hosts)?;
+        let watcher = client(hosts)?;
+        let path = format!("{ZK_RAW_DIR}/notify-{:08x}", rand::random::<u32>());
+        let opts = CreateMode::Ephemeral.with_acls(Acls::anyone_all());
+        let mut out = Vec::with_capacity(samples);
+        for _ in 0..samples {
+            block_on(writer.create(&path, &[], &opts))?;
+            let (_, watch) = block_on(watcher.check_and_watch_stat(&path))?;
+            let (tx, rx) = crossbeam_channel::bounded::<std::time::Instant>(1);
+            let h = std::thread::spawn(move || {
+                block_on(watch.changed());
+                let _ = tx.send(std::time::Instant::now());
+            });
+            std::thread::sleep(Duration::from_millis(2) + Duration::from_micros(rand::random_range(0..3_000)));
+            let t0 = std::time::Instant::now();
+            block_on(writer.delete(&path, None))?;
+            let t1 = rx.recv_timeout(Duration::from_secs(5)).map_err(|_| err("watch did not fire"))?;
+            let _ = h.join();
+            out.push(t1.saturating_duration_since(t0));
+        }
+        Ok(out)
     }
 
     /// `mntr` zk_packets_received (a four-letter word over its own TCP connection).
