@@ -669,13 +669,45 @@ fn node_timeout() -> Duration {
     Duration::from_millis(v[1].parse().unwrap())
 }
 
+/// True when `replica` replicates from `master` with its link up, and `master` lists it.
+fn linked(replica: u16, master: u16) -> bool {
+    let role_of = |port: u16| -> Option<Vec<redis::Value>> {
+        let mut con = redis::Client::open(format!("redis://127.0.0.1:{port}")).ok()?.get_connection().ok()?;
+        redis::cmd("ROLE").query(&mut con).ok()
+    };
+    let text = |v: &redis::Value| redis::from_redis_value::<String>(v.clone()).unwrap_or_default();
+    let Some(r) = role_of(replica) else { return false };
+    let replica_ok = r.len() >= 4
+        && text(&r[0]) == "slave"
+        && redis::from_redis_value::<u16>(r[2].clone()).ok() == Some(master)
+        && text(&r[3]) == "connected";
+    let Some(m) = role_of(master) else { return false };
+    let listed = m.len() >= 3
+        && text(&m[0]) == "master"
+        && redis::from_redis_value::<Vec<Vec<String>>>(m[2].clone())
+            .is_ok_and(|rs| rs.iter().any(|r| r.get(1).map(String::as_str) == Some(replica.to_string().as_str())));
+    // The master must also know, on the cluster bus, that `replica` is its replica: otherwise it
+    // ignores the replica's manual-failover request.
+    let Ok(mut con) = redis::Client::open(format!("redis://127.0.0.1:{master}")).and_then(|c| c.get_connection())
+    else {
+        return false;
+    };
+    let nodes: String = redis::cmd("CLUSTER").arg("NODES").query(&mut con).unwrap_or_default();
+    let my_id = nodes.lines().find(|l| l.contains("myself")).and_then(|l| l.split(' ').next()).unwrap_or("?");
+    let bus_ok = nodes.lines().any(|l| {
+        let f: Vec<&str> = l.split(' ').collect();
+        f.len() > 3 && f[1].starts_with(&format!("127.0.0.1:{replica}@")) && f[2].contains("slave") && f[3] == my_id
+    });
+    replica_ok && listed && bus_ok
+}
+
 fn failover_to(replica: u16) {
     let mut con = redis::Client::open(format!("redis://127.0.0.1:{replica}")).unwrap().get_connection().unwrap();
     let _: () = redis::cmd("CLUSTER").arg("FAILOVER").query(&mut con).unwrap();
     assert!(
         eventually(Duration::from_secs(15), || role(replica) == "master"),
-        "failover to {replica} did not finish (masters refuse a second vote for the same shard within \
-         2 x cluster-node-timeout: was this test re-run too soon?)"
+        "failover to {replica} did not finish (a replica cannot run two elections within 4 x \
+         cluster-node-timeout; see wait_for_failover_cooldown)"
     );
 }
 
@@ -692,6 +724,7 @@ fn cluster_ok() -> bool {
 #[serial(redis_cluster)]
 fn cluster_failover_keeps_sessions_leases_and_tokens() {
     init_log();
+    wait_for_failover_cooldown();
     let url = format!("redis+cluster://{}", nodes().join(","));
     let b = RedisBackend::connect(&url, options()).unwrap();
     let d = Duration::from_secs(3);
@@ -702,6 +735,7 @@ fn cluster_failover_keeps_sessions_leases_and_tokens() {
     let slot_number = (0..16384u16).find(|s| Slot::new(*s) == Some(slot)).unwrap();
     let (master, replicas) = slot_nodes(slot_number);
     assert!(!replicas.is_empty(), "slot {slot_number} has no replica");
+    assert!(eventually(Duration::from_secs(20), || linked(replicas[0], master)), "{} is not linked", replicas[0]);
 
     // Renew throughout the failover, like the renewal thread would.
     let stop = Arc::new(AtomicBool::new(false));
@@ -729,6 +763,7 @@ fn cluster_failover_keeps_sessions_leases_and_tokens() {
         })
     };
     thread::sleep(Duration::from_millis(500));
+    record_failover();
     failover_to(replicas[0]);
     thread::sleep(Duration::from_secs(2));
     stop.store(true, Ordering::SeqCst);
@@ -751,10 +786,38 @@ fn cluster_failover_keeps_sessions_leases_and_tokens() {
     b.close_session(&sid).unwrap();
     b.close_session(&other).unwrap();
 
-    // Fail back, so the cluster looks as before. Masters refuse to vote for a replica of the same
-    // master twice within 2 x cluster-node-timeout: wait that long, so the next failover of this
-    // shard (a re-run of this test) is not refused.
+    // Fail back, so the cluster looks as before (once the old master replicates from the new one).
+    assert!(
+        eventually(Duration::from_secs(20), || linked(master, replicas[0])),
+        "{master} did not become a linked replica of {}",
+        replicas[0]
+    );
     failover_to(master);
     assert!(eventually(Duration::from_secs(15), cluster_ok), "cluster did not settle after failing back");
-    thread::sleep(node_timeout() * 2 + Duration::from_millis(500));
+    record_failover();
+}
+
+/// A replica that ran an election cannot start another for 4 x cluster-node-timeout ("Failover
+/// attempt expired"; a manual failover then times out after pausing writes for 5 s). A re-run of
+/// the failover test waits that long after the previous run's elections.
+fn failover_stamp() -> std::path::PathBuf {
+    std::env::temp_dir().join("simba-test-redis-cluster-failover.last")
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64
+}
+
+fn record_failover() {
+    let _ = std::fs::write(failover_stamp(), now_ms().to_string());
+}
+
+fn wait_for_failover_cooldown() {
+    let last: u64 = std::fs::read_to_string(failover_stamp()).ok().and_then(|s| s.trim().parse().ok()).unwrap_or(0);
+    let ready = last + (node_timeout() * 4).as_millis() as u64 + 1000;
+    let now = now_ms();
+    if ready > now {
+        eprintln!("waiting {} ms for the cluster's failover cooldown", ready - now);
+        thread::sleep(Duration::from_millis(ready - now));
+    }
 }
