@@ -107,7 +107,7 @@ impl Coordinator {
     /// Opens the first session and starts the supervisor thread.
     ///
     /// # Errors
-    /// As [`Session::open`].
+    /// As [`Session::open`](crate::Session::open).
     pub fn start(backend: Arc<dyn LeaseBackend>, options: SessionOptions) -> Result<Coordinator> {
         let first = SessionInner::open(backend.clone(), options.clone())?;
         let events = first.subscribe();
@@ -135,7 +135,7 @@ impl Coordinator {
     /// its own expiry; the coordinator does not replace it).
     ///
     /// # Errors
-    /// As [`Session::open`](crate::Session::open).
+    /// As [`Session::open`](crate::Session::open)(crate::Session::open).
     pub fn open_session(&self) -> Result<crate::Session> {
         crate::Session::open(self.inner.backend.clone(), self.inner.options.clone())
     }
@@ -181,10 +181,10 @@ impl Coordinator {
     }
 
     /// Takes a lease on the current session (leases end with their session; see
-    /// [`Session::lock`]).
+    /// [`Session::lock`](crate::Session::lock)).
     ///
     /// # Errors
-    /// As [`Session::lock`], plus `Unavailable` while the session is being replaced.
+    /// As [`Session::lock`](crate::Session::lock), plus `Unavailable` while the session is being replaced.
     pub fn lock(&self, name: impl IntoName) -> Result<Lease> {
         let name = name.into_name()?;
         let s = self.inner.current()?;
@@ -194,7 +194,7 @@ impl Coordinator {
     /// One attempt to take a lease on the current session.
     ///
     /// # Errors
-    /// As [`Session::try_lock`].
+    /// As [`Session::try_lock`](crate::Session::try_lock).
     pub fn try_lock(&self, name: impl IntoName) -> Result<Option<Lease>> {
         let name = name.into_name()?;
         let s = self.inner.current()?;
@@ -205,7 +205,7 @@ impl Coordinator {
     /// Takes a lease on the current session, giving up after `timeout`.
     ///
     /// # Errors
-    /// As [`Session::lock_timeout`].
+    /// As [`Session::lock_timeout`](crate::Session::lock_timeout).
     pub fn lock_timeout(&self, name: impl IntoName, timeout: Duration) -> Result<Option<Lease>> {
         let name = name.into_name()?;
         let s = self.inner.current()?;
@@ -242,7 +242,7 @@ impl Coordinator {
     /// Stops the supervisor and closes the current session (waiting up to the query timeout).
     ///
     /// # Errors
-    /// As [`Session::close`].
+    /// As [`Session::close`](crate::Session::close).
     pub fn close(self) -> Result<()> {
         self.inner.stop_tx.lock().take();
         let current = self.inner.current.lock().take();

@@ -1,7 +1,7 @@
 //! Sessions: the handle users hold, and the renewal thread that drives the [`Engine`].
 //!
 //! Threads and ownership:
-//! - every backend call runs on a pooled worker ([`crate::exec`]), so no thread of ours ever waits
+//! - every backend call runs on a pooled worker (`exec.rs`), so no thread of ours ever waits
 //!   on a driver longer than it chooses to;
 //! - one renewal thread per session holds only a `Weak` to the shared state: it polls the engine at
 //!   the engine's next wake-up (the timer, independent of I/O), dispatches keep-alives and campaign
