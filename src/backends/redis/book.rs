@@ -47,10 +47,16 @@ impl Book {
             && self.drop_groups.is_empty()
     }
 
-    /// Remembers an abandoned term for one lease period `d`.
-    pub fn abandon(&mut self, name: Name, token: Token, d: Duration) {
+    /// Remembers an abandoned term for one lease period `d` — unless another acquire of this
+    /// session already reported that very term to the caller (then the term is held legitimately
+    /// and must not be released). Returns whether the term was abandoned (and must be released).
+    pub fn try_abandon(&mut self, name: Name, token: Token, d: Duration) -> bool {
+        if self.confirmed.get(&name) == Some(&token) {
+            return false;
+        }
         self.confirmed.remove(&name);
         self.abandoned.insert(name, (token, Instant::now() + d));
+        true
     }
 
     /// The abandoned terms still worth releasing; older ones are forgotten (and, on Cluster,
@@ -79,10 +85,16 @@ impl Book {
             || self.confirmed.get(name) == Some(&token)
     }
 
-    /// Records a term reported to the caller.
-    pub fn confirm(&mut self, name: &Name, token: Token) {
+    /// Records a term about to be reported to the caller — unless a late acquire of this session
+    /// abandoned that very term (its release may land at any time): then it must not be reported.
+    /// Returns whether the term may be reported.
+    pub fn try_confirm(&mut self, name: &Name, token: Token) -> bool {
+        if self.abandoned.get(name).is_some_and(|(t, _)| *t == token) {
+            return false;
+        }
         self.abandoned.remove(name);
         self.confirmed.insert(name.clone(), token);
+        true
     }
 
     /// Forgets the released term `token` of `name` (a newer term stays).
@@ -166,5 +178,27 @@ impl Drop for Inflight<'_> {
                 map.remove(&self.sid);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The simulation's Cluster finding: a late acquire must never abandon (release) a term another
+    /// acquire of the session already reported, and a reported term must never be one that was
+    /// abandoned.
+    #[test]
+    fn abandon_and_confirm_exclude_each_other() {
+        let n = Name::new("x").unwrap();
+        let (t5, t6) = (Token::new(5).unwrap(), Token::new(6).unwrap());
+        let d = Duration::from_secs(1);
+        let mut b = Book::default();
+        assert!(b.try_confirm(&n, t5));
+        assert!(!b.try_abandon(n.clone(), t5, d), "a reported term was abandoned");
+        assert!(b.try_abandon(n.clone(), t6, d));
+        assert!(!b.try_confirm(&n, t6), "an abandoned term was reported");
+        b.released(&n, t6);
+        assert!(b.try_confirm(&n, t6));
     }
 }

@@ -403,8 +403,10 @@ pub(crate) fn acquire(inner: &Inner, sid: &SessionId, name: &Name) -> Result<Acq
             let new = int(new) == Some(1);
             let took = sent.elapsed();
             if took >= remaining {
-                if new {
-                    inner.books.with(sid, |b| b.abandon(name.clone(), token, d));
+                // Abandon (and release) the term only if no other acquire of this session
+                // reported it meanwhile: that one holds it legitimately.
+                let abandoned = new && inner.books.with(sid, |b| b.try_abandon(name.clone(), token, d));
+                if abandoned {
                     let released = inner.scripting.eval(
                         &SCRIPTS.release_slot,
                         &[lease_key],
@@ -421,10 +423,15 @@ pub(crate) fn acquire(inner: &Inner, sid: &SessionId, name: &Name) -> Result<Acq
                 return Err(Error::unavailable(format!(
                     "session {sid}: acquire of lease {name} returned after {took:?}, later than the session's \
                      remaining {remaining:?}; {}",
-                    if new { "the term it started was released" } else { "the existing term is not confirmed" }
+                    if abandoned { "the term it started was released" } else { "the existing term is not confirmed" }
                 )));
             }
-            inner.books.with(sid, |b| b.confirm(name, token));
+            if !inner.books.with(sid, |b| b.try_confirm(name, token)) {
+                return Err(Error::unavailable(format!(
+                    "session {sid}: lease {name} (token {token}) was abandoned by a late acquire of this session \
+                     and is being released; try again"
+                )));
+            }
             Ok(Acquire::Acquired { token, remaining })
         }
         _ => Err(unexpected(script.name(), &v)),

@@ -131,8 +131,10 @@ pub(crate) fn acquire(inner: &Inner, sid: &SessionId, name: &Name) -> Result<Acq
             let d = reply::millis(duration_ms, Duration::MAX);
             if let Some(acked) = acked.filter(|a| *a < wait) {
                 let what = if new { "new term" } else { "term" };
-                if new {
-                    inner.books.with(sid, |b| b.abandon(name.clone(), token, d));
+                // Abandon (and release) the term only if no other acquire of this session
+                // reported it meanwhile: that one holds it legitimately.
+                let abandoned = new && inner.books.with(sid, |b| b.try_abandon(name.clone(), token, d));
+                if abandoned {
                     let released = inner.scripting.eval(
                         &SCRIPTS.release,
                         &[keys::session_leases(s), keys::lease(name.as_str())],
@@ -150,10 +152,15 @@ pub(crate) fn acquire(inner: &Inner, sid: &SessionId, name: &Name) -> Result<Acq
                     "session {sid}: only {acked} of {wait} redis replicas acknowledged the {what} of lease {name} \
                      (token {token}) within {:?}; the acquire failed{}",
                     inner.options.query_timeout,
-                    if new { " and the term was released" } else { "" }
+                    if abandoned { " and the term was released" } else { "" }
                 )));
             }
-            inner.books.with(sid, |b| b.confirm(name, token));
+            if !inner.books.with(sid, |b| b.try_confirm(name, token)) {
+                return Err(Error::unavailable(format!(
+                    "session {sid}: lease {name} (token {token}) was abandoned by a late acquire of this session \
+                     and is being released; try again"
+                )));
+            }
             Ok(Acquire::Acquired { token, remaining: reply::millis(remaining_ms, d) })
         }
     }
