@@ -8,12 +8,13 @@
 mod support;
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use simba::backends::sql::{SqlBackend, SqlOptions};
 use simba::{Coordinator, CoordinatorEvent, LeaseBackend, Session, SessionOptions};
+use support::server::ServerProcess;
 
 fn options() -> SessionOptions {
     SessionOptions::builder()
@@ -178,9 +179,8 @@ fn postgres_restarts() {
 // ---------------------------------------------------------------- MariaDB
 
 struct PrivateMariadb {
-    dir: PathBuf,
+    proc: ServerProcess,
     port: u16,
-    child: Option<Child>,
 }
 
 impl PrivateMariadb {
@@ -194,7 +194,7 @@ impl PrivateMariadb {
             .arg("--skip-test-db")
             .stdout(Stdio::null()));
         run(Command::new("chown").arg("-R").arg("mysql:mysql").arg(&dir));
-        let mut m = PrivateMariadb { dir, port, child: None };
+        let mut m = PrivateMariadb { proc: ServerProcess::new(dir), port };
         m.launch();
         m
     }
@@ -203,9 +203,9 @@ impl PrivateMariadb {
         let child = Command::new("mariadbd")
             .arg("--no-defaults")
             .arg("--user=mysql")
-            .arg(format!("--datadir={}", self.dir.join("data").display()))
-            .arg(format!("--socket={}", self.dir.join("sock").display()))
-            .arg(format!("--pid-file={}", self.dir.join("pid").display()))
+            .arg(format!("--datadir={}", self.proc.dir.join("data").display()))
+            .arg(format!("--socket={}", self.proc.dir.join("sock").display()))
+            .arg(format!("--pid-file={}", self.proc.dir.join("pid").display()))
             .arg("--bind-address=127.0.0.1")
             .arg(format!("--port={}", self.port))
             .arg("--character-set-server=utf8mb4")
@@ -215,30 +215,16 @@ impl PrivateMariadb {
             .stderr(Stdio::null())
             .spawn()
             .expect("mariadbd");
-        self.child = Some(child);
+        self.proc.running(child);
         wait_tcp(&format!("127.0.0.1:{}", self.port), Duration::from_secs(30));
     }
 
     fn stop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ =
-                nix::sys::signal::kill(nix::unistd::Pid::from_raw(c.id() as i32), nix::sys::signal::Signal::SIGTERM);
-            let _ = c.wait();
-        }
+        self.proc.terminate();
     }
 
     fn url(&self) -> String {
         format!("mysql://root@127.0.0.1:{}/mysql", self.port)
-    }
-}
-
-impl Drop for PrivateMariadb {
-    fn drop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 

@@ -8,18 +8,17 @@
 
 mod support;
 
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use simba::backends::zookeeper::{ZookeeperBackend, ZookeeperOptions};
 use simba::{Coordinator, CoordinatorEvent, Session, SessionOptions, SessionState};
+use support::server::ServerProcess;
 
 struct PrivateZk {
-    dir: PathBuf,
+    proc: ServerProcess,
     port: u16,
-    child: Option<Child>,
 }
 
 impl PrivateZk {
@@ -34,7 +33,7 @@ impl PrivateZk {
             dir.join("data").display()
         );
         std::fs::write(dir.join("zoo.cfg"), cfg).unwrap();
-        let mut zk = PrivateZk { dir, port, child: None };
+        let mut zk = PrivateZk { proc: ServerProcess::new(dir), port };
         zk.launch();
         zk
     }
@@ -45,13 +44,13 @@ impl PrivateZk {
         let child = Command::new("java")
             .args(["-Xms32m", "-Xmx256m", "-XX:+UseSerialGC", "-cp", jar])
             .arg("org.apache.zookeeper.server.quorum.QuorumPeerMain")
-            .arg(self.dir.join("zoo.cfg"))
+            .arg(self.proc.dir.join("zoo.cfg"))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
             .expect("java");
-        self.child = Some(child);
+        self.proc.running(child);
         let deadline = Instant::now() + Duration::from_secs(60);
         while !self.ready() {
             assert!(Instant::now() < deadline, "private ZooKeeper on {} did not start", self.port);
@@ -68,25 +67,11 @@ impl PrivateZk {
     }
 
     fn stop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ =
-                nix::sys::signal::kill(nix::unistd::Pid::from_raw(c.id() as i32), nix::sys::signal::Signal::SIGTERM);
-            let _ = c.wait();
-        }
+        self.proc.terminate();
     }
 
     fn url(&self) -> String {
         format!("zookeeper://127.0.0.1:{}/simba", self.port)
-    }
-}
-
-impl Drop for PrivateZk {
-    fn drop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 

@@ -8,6 +8,7 @@ use std::net::{TcpStream, ToSocketAddrs};
 use std::time::Duration;
 
 pub mod proxy;
+pub mod server;
 
 /// The value of `var`, or `default`.
 pub fn env_or(var: &str, default: &str) -> String {
