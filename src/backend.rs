@@ -1,8 +1,9 @@
 //! The backend SPI: [`LeaseBackend`], implemented once per storage system and checked by the TCK.
 //!
 //! Every method is blocking. Implementations bound each call by their query timeout, but the
-//! session engine never relies on that: it runs calls on worker threads and abandons them at its
-//! own deadline, so a hung driver never delays loss detection.
+//! session engine relies on that only where a backend promises it ([`LeaseBackend::call_bound`]),
+//! and only for calls made on a user's thread: keep-alives always run on worker threads that the
+//! engine abandons at its own deadline, so a hung driver never delays loss detection.
 
 use std::fmt;
 use std::time::Duration;
@@ -200,6 +201,25 @@ pub trait LeaseBackend: Send + Sync + fmt::Debug + 'static {
     /// # Errors
     /// `Unavailable`/`Backend`.
     fn members(&self, group: &Name) -> Result<Vec<Member>>;
+
+    /// How long any call of this backend (other than [`open_session`](LeaseBackend::open_session))
+    /// can take, when the backend bounds its calls itself.
+    ///
+    /// `Some(t)` promises that every call returns, with its result or an error, within `t` (plus
+    /// thread scheduling) even when the server or the network stops answering, because the backend
+    /// puts its own timeout on every blocking step (connection checkout, connect, write, read). The
+    /// session engine then runs the calls it makes for a user's thread (`try_lock`/`lock` attempts,
+    /// `Lease::release`, `holder`, `join`, `leave`, `members`, `watch`, `close`) on that thread
+    /// whenever the caller may wait at least `t`, instead of handing each to a worker thread. Keep-alives,
+    /// campaign attempts and background releases run on workers whatever this returns, so loss
+    /// detection never depends on a backend keeping this promise.
+    ///
+    /// `None` (the default, and the only right answer for a wrapper that may block): a call may block
+    /// indefinitely (the sync `postgres` client has no read timeout); the engine then runs every call
+    /// on a worker and abandons it at its own deadline.
+    fn call_bound(&self) -> Option<Duration> {
+        None
+    }
 
     /// What this backend pushes.
     fn capabilities(&self) -> Capabilities {

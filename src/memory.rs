@@ -303,6 +303,11 @@ impl LeaseBackend for MemoryBackend {
         })
     }
 
+    fn call_bound(&self) -> Option<Duration> {
+        // No I/O: every call returns at once, so the engine runs user calls on the caller's thread.
+        Some(Duration::ZERO)
+    }
+
     fn capabilities(&self) -> Capabilities {
         Capabilities { push_release: true, push_membership: true }
     }

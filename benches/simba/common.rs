@@ -345,6 +345,9 @@ impl LeaseBackend for Counting {
         self.other();
         self.inner.members(group)
     }
+    fn call_bound(&self) -> Option<Duration> {
+        self.inner.call_bound()
+    }
     fn capabilities(&self) -> Capabilities {
         self.inner.capabilities()
     }

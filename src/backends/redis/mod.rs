@@ -372,6 +372,14 @@ impl LeaseBackend for RedisBackend {
         }
     }
 
+    fn call_bound(&self) -> Option<Duration> {
+        // Standalone: every call runs against one deadline of `query_timeout` (pool checkout, connect,
+        // read and write timeouts). Cluster: a fresh cluster connection (made after every failed
+        // call) connects to and PINGs nodes one after another, each with its own timeout and
+        // regardless of that deadline, so a call can take several query timeouts: not bounded.
+        (!self.is_clustered()).then_some(self.inner.options.query_timeout)
+    }
+
     fn capabilities(&self) -> Capabilities {
         Capabilities { push_release: true, push_membership: true }
     }

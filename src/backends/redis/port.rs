@@ -155,6 +155,12 @@ impl ConnectionLikeTimeouts for ClusterConnection {
     }
 }
 
+/// The most replies redis-rs reads while setting a connection up (`HELLO`/`AUTH`, `SELECT`, two
+/// `CLIENT SETINFO`). It applies its connect timeout to the TCP connect and then again to each of
+/// those replies, reading every one even after one timed out (against a stalled server a connect
+/// with timeout `t` took 2 × `t`), so a connect gets this share of the time left to stay within it.
+const SETUP_REPLIES: u32 = 4;
+
 /// Scripts on one Redis server (standalone, or the primary of a replicated pair) through a small
 /// pool of connections. A connection that saw an I/O error or timeout is closed, never reused.
 pub struct StandaloneScripting {
@@ -186,7 +192,7 @@ impl StandaloneScripting {
         loop {
             let mut con = self.pool.get(deadline, &self.target, |t| {
                 self.client
-                    .get_connection_with_timeout(t)
+                    .get_connection_with_timeout((t / SETUP_REPLIES).max(Duration::from_millis(1)))
                     .map_err(|e| map_err(e, format!("cannot connect to redis at {}", self.target)))
             })?;
             let reused = con.reused();

@@ -1048,6 +1048,11 @@ impl LeaseBackend for ZookeeperBackend {
         Ok(members)
     }
 
+    fn call_bound(&self) -> Option<Duration> {
+        // Every call waits for its replies with `run_until` against one deadline of `query_timeout`.
+        Some(self.inner.opts.query_timeout)
+    }
+
     fn capabilities(&self) -> Capabilities {
         Capabilities { push_release: true, push_membership: true }
     }
