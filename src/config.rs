@@ -37,6 +37,7 @@
 
 use std::collections::BTreeSet;
 use std::fmt;
+use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -75,6 +76,10 @@ pub const ENV_VARS: &[&str] = &[
     "SIMBA_ZOOKEEPER_AUTH",
     "SIMBA_ZOOKEEPER_ACL",
     "SIMBA_ZOOKEEPER_CONNECTION_TIMEOUT",
+    "SIMBA_ZOOKEEPER_TLS_CA",
+    "SIMBA_ZOOKEEPER_TLS_CERT",
+    "SIMBA_ZOOKEEPER_TLS_KEY",
+    "SIMBA_ZOOKEEPER_SASL",
 ];
 
 /// `SIMBA_*` variables that are not settings (the CLI sets them for its children; tests use
@@ -261,15 +266,18 @@ impl FromStr for RedisEviction {
 }
 
 /// The ACL of every ZooKeeper node the backend creates.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub enum ZookeeperAcl {
-    /// `creator-all` when auth is configured, `open` otherwise (default).
+    /// `creator-all` when auth (or SASL) is configured, `open` otherwise (default).
     #[default]
     Auto,
     /// `OPEN_ACL_UNSAFE`: anyone who reaches the ensemble may delete or forge nodes.
     Open,
     /// `CREATOR_ALL_ACL`: only the authenticated identity that created a node may touch it. Needs auth.
     CreatorAll,
+    /// An explicit list of `scheme:id:permissions` entries, e.g. `world:anyone:r` and
+    /// `digest:simba:<base64 sha1>:cdrwa` (validated when the configuration is built).
+    Custom(Vec<String>),
 }
 
 impl ZookeeperAcl {
@@ -286,14 +294,27 @@ impl ZookeeperAcl {
 impl FromStr for ZookeeperAcl {
     type Err = Error;
 
-    /// Parses `auto`, `open` or `creator-all` (case-insensitive).
+    /// Parses `auto`, `open` or `creator-all` (case-insensitive), or a comma-separated list of
+    /// `scheme:id:permissions` entries (e.g. `world:anyone:r,sasl:simba:cdrwa`).
     fn from_str(s: &str) -> Result<ZookeeperAcl> {
         match s.trim().to_ascii_lowercase().as_str() {
             "auto" => Ok(ZookeeperAcl::Auto),
             "open" => Ok(ZookeeperAcl::Open),
             "creator-all" | "creator_all" => Ok(ZookeeperAcl::CreatorAll),
+            _ if s.contains(':') => {
+                let entries: Vec<String> = s.split(',').map(|e| e.trim().to_string()).collect();
+                if entries.iter().any(|e| e.matches(':').count() < 2) {
+                    return Err(Error::config(format!(
+                        "invalid ZooKeeper ACL list {:?}: expected comma-separated scheme:id:permissions \
+                         entries, e.g. world:anyone:r,sasl:simba:cdrwa",
+                        shorten(s)
+                    )));
+                }
+                Ok(ZookeeperAcl::Custom(entries))
+            }
             _ => Err(Error::config(format!(
-                "invalid ZooKeeper ACL mode {:?}: expected auto, open or creator-all",
+                "invalid ZooKeeper ACL mode {:?}: expected auto, open, creator-all or a list of \
+                 scheme:id:permissions entries",
                 shorten(s)
             ))),
         }
@@ -307,6 +328,19 @@ struct Secret(String);
 impl fmt::Debug for Secret {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("\"<redacted>\"")
+    }
+}
+
+/// ZooKeeper SASL DIGEST-MD5 user and password; the password is never printed.
+#[derive(Clone, PartialEq, Eq)]
+struct ZkSasl {
+    user: String,
+    password: Secret,
+}
+
+impl fmt::Debug for ZkSasl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "DIGEST-MD5 {}:<redacted>", self.user)
     }
 }
 
@@ -631,6 +665,9 @@ pub struct ConfigBuilder {
     zookeeper_auth: Option<ZkAuth>,
     zookeeper_acl: Option<ZookeeperAcl>,
     zookeeper_connection_timeout: Option<Duration>,
+    zookeeper_tls_ca: Option<PathBuf>,
+    zookeeper_tls_identity: (Option<PathBuf>, Option<PathBuf>),
+    zookeeper_sasl: Option<ZkSasl>,
     /// Backend-specific settings that were set, with the name they were set under.
     specific: BTreeSet<(Family, &'static str)>,
     warnings: Vec<String>,
@@ -651,6 +688,9 @@ impl fmt::Debug for ConfigBuilder {
             .field("zookeeper_auth", &self.zookeeper_auth)
             .field("zookeeper_acl", &self.zookeeper_acl)
             .field("zookeeper_connection_timeout", &self.zookeeper_connection_timeout)
+            .field("zookeeper_tls_ca", &self.zookeeper_tls_ca)
+            .field("zookeeper_tls_identity", &self.zookeeper_tls_identity)
+            .field("zookeeper_sasl", &self.zookeeper_sasl)
             .finish_non_exhaustive()
     }
 }
@@ -765,6 +805,27 @@ impl ConfigBuilder {
         if let Some(v) = get("SIMBA_ZOOKEEPER_CONNECTION_TIMEOUT") {
             b.zookeeper_connection_timeout = Some(parse_duration("SIMBA_ZOOKEEPER_CONNECTION_TIMEOUT", &v)?);
             b.specific.insert((Family::Zookeeper, "SIMBA_ZOOKEEPER_CONNECTION_TIMEOUT"));
+        }
+        if let Some(v) = get("SIMBA_ZOOKEEPER_TLS_CA") {
+            b.zookeeper_tls_ca = Some(PathBuf::from(v));
+            b.specific.insert((Family::Zookeeper, "SIMBA_ZOOKEEPER_TLS_CA"));
+        }
+        if let Some(v) = get("SIMBA_ZOOKEEPER_TLS_CERT") {
+            b.zookeeper_tls_identity.0 = Some(PathBuf::from(v));
+            b.specific.insert((Family::Zookeeper, "SIMBA_ZOOKEEPER_TLS_CERT"));
+        }
+        if let Some(v) = get("SIMBA_ZOOKEEPER_TLS_KEY") {
+            b.zookeeper_tls_identity.1 = Some(PathBuf::from(v));
+            b.specific.insert((Family::Zookeeper, "SIMBA_ZOOKEEPER_TLS_KEY"));
+        }
+        if let Some(v) = get("SIMBA_ZOOKEEPER_SASL") {
+            let Some((user, password)) = v.split_once(':') else {
+                return Err(Error::config(
+                    "SIMBA_ZOOKEEPER_SASL: expected user:password (SASL DIGEST-MD5, the server's JAAS user)",
+                ));
+            };
+            b.zookeeper_sasl = Some(ZkSasl { user: user.to_string(), password: Secret(password.to_string()) });
+            b.specific.insert((Family::Zookeeper, "SIMBA_ZOOKEEPER_SASL"));
         }
         Ok(b)
     }
@@ -895,6 +956,33 @@ impl ConfigBuilder {
         self
     }
 
+    /// ZooKeeper: connect over TLS, trusting the CA certificates in the PEM file `ca` (like
+    /// `SIMBA_ZOOKEEPER_TLS_CA`). The file is read when the configuration is built.
+    #[must_use]
+    pub fn zookeeper_tls_ca(mut self, ca: impl Into<PathBuf>) -> Self {
+        self.zookeeper_tls_ca = Some(ca.into());
+        self.specific.insert((Family::Zookeeper, "zookeeper_tls_ca"));
+        self
+    }
+
+    /// ZooKeeper: the TLS client certificate chain and private key, PEM files (like
+    /// `SIMBA_ZOOKEEPER_TLS_CERT` and `SIMBA_ZOOKEEPER_TLS_KEY`). Needs a CA.
+    #[must_use]
+    pub fn zookeeper_tls_identity(mut self, cert: impl Into<PathBuf>, key: impl Into<PathBuf>) -> Self {
+        self.zookeeper_tls_identity = (Some(cert.into()), Some(key.into()));
+        self.specific.insert((Family::Zookeeper, "zookeeper_tls_identity"));
+        self
+    }
+
+    /// ZooKeeper: SASL DIGEST-MD5 authentication of every client (like
+    /// `SIMBA_ZOOKEEPER_SASL=user:password`). The password is never printed.
+    #[must_use]
+    pub fn zookeeper_sasl(mut self, user: impl Into<String>, password: impl Into<String>) -> Self {
+        self.zookeeper_sasl = Some(ZkSasl { user: user.into(), password: Secret(password.into()) });
+        self.specific.insert((Family::Zookeeper, "zookeeper_sasl"));
+        self
+    }
+
     /// Disables `kind`'s backend family (like `SIMBA_<BACKEND>_ENABLED=false`): choosing it fails.
     #[must_use]
     pub fn disable(mut self, kind: BackendKind) -> Self {
@@ -988,11 +1076,30 @@ impl ConfigBuilder {
                 (None, Some(a)) => Some(zk_auth(&a.scheme, &a.credentials.0, "ZooKeeper auth")?),
                 (None, None) => None,
             };
-            if self.zookeeper_acl == Some(ZookeeperAcl::CreatorAll) && zookeeper_auth.is_none() {
+            if self.zookeeper_acl == Some(ZookeeperAcl::CreatorAll)
+                && zookeeper_auth.is_none()
+                && self.zookeeper_sasl.is_none()
+            {
                 return Err(Error::config(
                     "ZooKeeper ACL mode creator-all (SIMBA_ZOOKEEPER_ACL) needs auth (SIMBA_ZOOKEEPER_AUTH=digest:user:\
-                     password or zookeeper://user:password@host): without an identity the server rejects the ACL",
+                     password or zookeeper://user:password@host) or SASL (SIMBA_ZOOKEEPER_SASL): without an \
+                     identity the server rejects the ACL",
                 ));
+            }
+            match (&self.zookeeper_tls_ca, &self.zookeeper_tls_identity) {
+                (_, (Some(_), None)) | (_, (None, Some(_))) => {
+                    return Err(Error::config(
+                        "ZooKeeper TLS client identity needs both a certificate and a key \
+                         (SIMBA_ZOOKEEPER_TLS_CERT and SIMBA_ZOOKEEPER_TLS_KEY)",
+                    ))
+                }
+                (None, (Some(_), Some(_))) => {
+                    return Err(Error::config(
+                        "a ZooKeeper TLS client certificate needs the CA that signs the servers' certificates \
+                         (SIMBA_ZOOKEEPER_TLS_CA)",
+                    ))
+                }
+                _ => {}
             }
             if let Some(d) = self.zookeeper_connection_timeout {
                 if d.is_zero() {
@@ -1012,9 +1119,15 @@ impl ConfigBuilder {
             redis_eviction: self.redis_eviction.unwrap_or_default(),
             redis_max_connections: self.redis_max_connections,
             zookeeper_root,
-            zookeeper_acl: self.zookeeper_acl.unwrap_or_default(),
+            zookeeper_acl: self.zookeeper_acl.clone().unwrap_or_default(),
             zookeeper_connection_timeout: self.zookeeper_connection_timeout,
             zookeeper_auth,
+            zookeeper_tls_ca: self.zookeeper_tls_ca.clone(),
+            zookeeper_tls_identity: match &self.zookeeper_tls_identity {
+                (Some(c), Some(k)) => Some((c.clone(), k.clone())),
+                _ => None,
+            },
+            zookeeper_sasl: self.zookeeper_sasl.clone(),
             warnings,
         };
         config.validate_backend_options()?;
@@ -1127,6 +1240,9 @@ pub struct Config {
     zookeeper_acl: ZookeeperAcl,
     zookeeper_connection_timeout: Option<Duration>,
     zookeeper_auth: Option<ZkAuth>,
+    zookeeper_tls_ca: Option<PathBuf>,
+    zookeeper_tls_identity: Option<(PathBuf, PathBuf)>,
+    zookeeper_sasl: Option<ZkSasl>,
     warnings: Vec<String>,
 }
 
@@ -1146,7 +1262,10 @@ impl fmt::Debug for Config {
             d.field("zookeeper_root", &self.zookeeper_root)
                 .field("zookeeper_auth", &self.zookeeper_auth)
                 .field("zookeeper_acl", &self.zookeeper_acl())
-                .field("zookeeper_connection_timeout", &self.zookeeper_connection_timeout);
+                .field("zookeeper_connection_timeout", &self.zookeeper_connection_timeout)
+                .field("zookeeper_tls_ca", &self.zookeeper_tls_ca)
+                .field("zookeeper_tls_identity", &self.zookeeper_tls_identity)
+                .field("zookeeper_sasl", &self.zookeeper_sasl);
         }
         d.finish()
     }
@@ -1236,9 +1355,20 @@ impl Config {
         &self.zookeeper_root
     }
 
-    /// ZooKeeper: the effective ACL mode (`auto` resolved: `creator-all` with auth, else `open`).
+    /// ZooKeeper: the effective ACL mode (`auto` resolved: `creator-all` with auth or SASL, else
+    /// `open`).
     pub fn zookeeper_acl(&self) -> ZookeeperAcl {
-        self.zookeeper_acl.resolve(self.zookeeper_auth.is_some())
+        self.zookeeper_acl.clone().resolve(self.zookeeper_auth.is_some() || self.zookeeper_sasl.is_some())
+    }
+
+    /// ZooKeeper: the TLS CA file, when TLS is configured.
+    pub fn zookeeper_tls_ca(&self) -> Option<&Path> {
+        self.zookeeper_tls_ca.as_deref()
+    }
+
+    /// ZooKeeper: the SASL user, when SASL is configured (the password is never exposed).
+    pub fn zookeeper_sasl_user(&self) -> Option<&str> {
+        self.zookeeper_sasl.as_ref().map(|s| s.user.as_str())
     }
 
     /// ZooKeeper: the auth scheme, when auth is configured (the credentials are never exposed).
@@ -1391,7 +1521,9 @@ impl Config {
     /// The ZooKeeper backend options of this configuration.
     #[cfg(feature = "zookeeper")]
     fn zookeeper_options(&self) -> Result<crate::backends::zookeeper::ZookeeperOptions> {
-        use crate::backends::zookeeper::{AclMode, ZookeeperAuth, ZookeeperOptions};
+        use crate::backends::zookeeper::{
+            AclEntry, AclMode, ZookeeperAuth, ZookeeperOptions, ZookeeperSasl, ZookeeperTls,
+        };
         let mut o = ZookeeperOptions::default().root(self.zookeeper_root.clone()).query_timeout(self.query_timeout());
         if let Some(d) = self.zookeeper_connection_timeout {
             o = o.connection_timeout(d);
@@ -1401,8 +1533,21 @@ impl Config {
         }
         o = o.acl(match self.zookeeper_acl() {
             ZookeeperAcl::CreatorAll => AclMode::CreatorAll,
-            _ => AclMode::Open,
+            ZookeeperAcl::Custom(list) => {
+                AclMode::Custom(list.iter().map(|e| AclEntry::parse(e)).collect::<Result<Vec<_>>>()?)
+            }
+            ZookeeperAcl::Auto | ZookeeperAcl::Open => AclMode::Open,
         });
+        if let Some(ca) = &self.zookeeper_tls_ca {
+            let mut tls = ZookeeperTls::from_ca_file(ca)?;
+            if let Some((cert, key)) = &self.zookeeper_tls_identity {
+                tls = tls.identity_files(cert, key)?;
+            }
+            o = o.tls(tls);
+        }
+        if let Some(s) = &self.zookeeper_sasl {
+            o = o.sasl(ZookeeperSasl::digest_md5(&s.user, &s.password.0)?);
+        }
         Ok(o)
     }
 
@@ -1446,6 +1591,9 @@ impl Config {
                     }
                 }
             }
+        }
+        if let Some(z) = &self.zookeeper_sasl {
+            s.push(z.password.0.clone());
         }
         if let Some(a) = &self.zookeeper_auth {
             s.push(a.credentials.0.clone());

@@ -293,7 +293,7 @@ fn bad_values_name_the_variable_and_the_rule() {
         ("SIMBA_REDIS_MAX_CONNECTIONS", "many", &["SIMBA_REDIS_MAX_CONNECTIONS=\"many\" is not a whole number"]),
         ("SIMBA_SQL_POOL_SIZE", "1.5", &["SIMBA_SQL_POOL_SIZE=\"1.5\" is not a whole number"]),
         ("SIMBA_REDIS_EVICTION", "ignore", &["SIMBA_REDIS_EVICTION", "expected warn or refuse"]),
-        ("SIMBA_ZOOKEEPER_ACL", "world", &["SIMBA_ZOOKEEPER_ACL", "expected auto, open or creator-all"]),
+        ("SIMBA_ZOOKEEPER_ACL", "world", &["SIMBA_ZOOKEEPER_ACL", "expected auto, open, creator-all or a list"]),
         ("SIMBA_ZOOKEEPER_AUTH", "nocolon", &["SIMBA_ZOOKEEPER_AUTH", "scheme:credentials"]),
         ("SIMBA_ZOOKEEPER_AUTH", "di gest:u:p", &["scheme \"di gest\" must be ASCII letters and digits"]),
         ("SIMBA_ZOOKEEPER_AUTH", "digest:justuser", &["digest credentials must be user:password"]),
@@ -406,6 +406,46 @@ fn zookeeper_settings() {
     assert!(!m.contains("pw1") && !m.contains("pw2"), "{m}");
     assert_contains(&err(&[("SIMBA_URL", "zookeeper://justuser@h/a")]), &["needs user:password@"]);
     assert_contains(&err(&[zk, ("SIMBA_ZOOKEEPER_CONNECTION_TIMEOUT", "0s")]), &["must be > 0"]);
+}
+
+#[test]
+fn zookeeper_security_settings() {
+    if !compiled(BackendKind::Zookeeper) {
+        return;
+    }
+    let zk = ("SIMBA_URL", "zookeeper://127.0.0.1:2181");
+    // Custom ACL lists (validated entry by entry when the configuration is built).
+    let c = from(&[zk, ("SIMBA_ZOOKEEPER_ACL", "world:anyone:r, digest:simba:abc=:cdrwa")]).unwrap();
+    assert_eq!(
+        c.zookeeper_acl(),
+        ZookeeperAcl::Custom(vec!["world:anyone:r".into(), "digest:simba:abc=:cdrwa".into()])
+    );
+    assert_contains(&err(&[zk, ("SIMBA_ZOOKEEPER_ACL", "world:anyone:rx")]), &["permissions \"rx\"", "cdrwa"]);
+    assert_contains(&err(&[zk, ("SIMBA_ZOOKEEPER_ACL", "world:anyone")]), &["scheme:id:permissions"]);
+    // SASL: auto ACL becomes creator-all; the password never shows.
+    let c = from(&[zk, ("SIMBA_ZOOKEEPER_SASL", "simba:pw-sasl-9")]).unwrap();
+    assert_eq!(c.zookeeper_sasl_user(), Some("simba"));
+    assert_eq!(c.zookeeper_acl(), ZookeeperAcl::CreatorAll);
+    assert!(!format!("{c:?}").contains("pw-sasl-9"), "{c:?}");
+    assert!(from(&[zk, ("SIMBA_ZOOKEEPER_SASL", "simba:pw"), ("SIMBA_ZOOKEEPER_ACL", "creator-all")]).is_ok());
+    assert_contains(&err(&[zk, ("SIMBA_ZOOKEEPER_SASL", "nopassword")]), &["SIMBA_ZOOKEEPER_SASL", "user:password"]);
+    // TLS: files are read and checked when the configuration is built; identity needs both files and a CA.
+    let m = err(&[zk, ("SIMBA_ZOOKEEPER_TLS_CA", "/nonexistent/ca.pem")]);
+    assert_contains(&m, &["cannot read the ZooKeeper TLS CA file /nonexistent/ca.pem"]);
+    assert_contains(&err(&[zk, ("SIMBA_ZOOKEEPER_TLS_CERT", "/c.pem")]), &["both a certificate and a key"]);
+    assert_contains(
+        &err(&[zk, ("SIMBA_ZOOKEEPER_TLS_CERT", "/c.pem"), ("SIMBA_ZOOKEEPER_TLS_KEY", "/k.pem")]),
+        &["needs the CA", "SIMBA_ZOOKEEPER_TLS_CA"],
+    );
+    let dir = std::env::temp_dir().join(format!("simba-config-tls-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let junk = dir.join("junk.pem");
+    std::fs::write(&junk, "not a certificate").unwrap();
+    assert_contains(&err(&[zk, ("SIMBA_ZOOKEEPER_TLS_CA", junk.to_str().unwrap())]), &["invalid ZooKeeper TLS CA"]);
+    std::fs::remove_dir_all(&dir).unwrap();
+    // Ignored (with a warning) on other backends.
+    let c = from(&[("SIMBA_URL", "memory://"), ("SIMBA_ZOOKEEPER_SASL", "u:p")]).unwrap();
+    assert!(c.warnings().iter().any(|w| w.contains("SIMBA_ZOOKEEPER_SASL")), "{:?}", c.warnings());
 }
 
 #[test]

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use serial_test::serial;
 use simba::backend::{Acquire, CheckStatus, KeepAlive, LeaseBackend, Notification, Topic};
-use simba::backends::zookeeper::{AclMode, ZookeeperAuth, ZookeeperBackend, ZookeeperOptions};
+use simba::backends::zookeeper::{AclEntry, AclMode, ZookeeperAuth, ZookeeperBackend, ZookeeperOptions};
 use simba::{ErrorKind, Name, SessionId, Token};
 
 const LEASE: Duration = Duration::from_secs(1);
@@ -402,6 +402,68 @@ fn creator_all_acl_denies_other_identities() {
     let acl = owner.check().into_iter().find(|c| c.name == "acl").unwrap();
     assert_eq!(acl.status, CheckStatus::Ok, "{acl:?}");
     owner.close_session(&s).unwrap();
+}
+
+#[test]
+#[serial(zookeeper)]
+fn custom_acl_lets_anyone_read_and_only_the_identity_write() {
+    let root = fresh_root();
+    let raw = raw_client();
+    let opts = zookeeper_client::CreateMode::Persistent.with_acls(zookeeper_client::Acls::anyone_all());
+    futures::executor::block_on(raw.mkdir(&root[..root.rfind('/').unwrap()], &opts)).unwrap();
+    let acl = AclMode::Custom(vec![
+        AclEntry::digest("simba-writer", "secret", "cdrwa").unwrap(),
+        AclEntry::parse("world:anyone:r").unwrap(),
+    ]);
+    let writer_opts =
+        ZookeeperOptions::default().auth(ZookeeperAuth::digest("simba-writer", "secret").unwrap()).acl(acl.clone());
+    let owner = backend_at(&root, writer_opts);
+    let s = owner.open_session(LEASE, "m").unwrap().id;
+    let n = name("shared");
+    let t = acquired(&owner, &s, &n);
+    owner.join(&s, &name("g")).unwrap();
+    // Every node the backend created (root, parents, leaf) carries exactly the configured list.
+    for path in [root.clone(), format!("{root}/leases"), format!("{root}/leases/{}", n.as_str())] {
+        let (acls, _) = futures::executor::block_on(raw.get_acl(&path)).unwrap();
+        let shown: Vec<String> = acls.iter().map(|a| format!("{}:{}:{}", a.scheme(), a.id(), a.permission())).collect();
+        assert_eq!(acls.len(), 2, "{path}: {shown:?}");
+        assert!(shown.iter().any(|a| a.starts_with("digest:simba-writer:")), "{path}: {shown:?}");
+        let world = acls.iter().find(|a| a.scheme() == "world" && a.id() == "anyone");
+        assert_eq!(world.map(|a| a.permission()), Some(zookeeper_client::Permission::READ), "{path}: {shown:?}");
+    }
+    // Anyone reads holders and members ...
+    let anon = backend_at(&root, ZookeeperOptions::default());
+    let h = anon.holder(&n).unwrap().unwrap();
+    assert_eq!((h.session, h.token), (s.clone(), t));
+    assert_eq!(anon.members(&name("g")).unwrap().len(), 1);
+    // ... but cannot even open a session (its node goes under the root), nor delete the holder's node.
+    let e = anon.open_session(LEASE, "").unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Backend, "{e}");
+    assert!(e.to_string().contains("denied"), "{e}");
+    let del = futures::executor::block_on(raw.delete(&format!("{root}/leases/{}", n.as_str()), None));
+    assert!(matches!(del, Err(zookeeper_client::Error::NoAuth)), "{del:?}");
+    assert_eq!(owner.holder(&n).unwrap().unwrap().token, t);
+    // The check shows the list and no longer warns about an open root.
+    let item = owner.check().into_iter().find(|c| c.name == "acl").unwrap();
+    assert_eq!(item.status, CheckStatus::Ok, "{item:?}");
+    assert!(item.detail.contains("custom [digest:simba-writer:"), "{item:?}");
+    owner.close_session(&s).unwrap();
+}
+
+#[test]
+fn acl_entries_are_validated() {
+    assert_eq!(AclEntry::parse("world:anyone:r").unwrap().to_string(), "world:anyone:r");
+    let d = AclEntry::parse("digest:u:abc=:cdrwa").unwrap();
+    assert_eq!((d.scheme(), d.id()), ("digest", "u:abc="));
+    assert!(d.grants("cdrwa"));
+    // The digest id ZooKeeper computes for user "super", password "test" (its documentation's example).
+    assert_eq!(AclEntry::digest("super", "test", "a").unwrap().id(), "super:D/InIHSb7yEEbrWz8b9l71RjZJU=");
+    for bad in ["world:anyone", "world:anyone:", "world:anyone:rx", ":anyone:r", "wor ld:anyone:r", "world::r"] {
+        let e = AclEntry::parse(bad).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidConfig, "{bad}: {e}");
+    }
+    let e = ZookeeperOptions::default().acl(AclMode::Custom(vec![])).validate().unwrap_err();
+    assert!(e.to_string().contains("empty"), "{e}");
 }
 
 #[test]

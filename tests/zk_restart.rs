@@ -8,72 +8,12 @@
 
 mod support;
 
-use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use simba::backends::zookeeper::{ZookeeperBackend, ZookeeperOptions};
 use simba::{Coordinator, CoordinatorEvent, Session, SessionOptions, SessionState};
-use support::server::ServerProcess;
-
-struct PrivateZk {
-    proc: ServerProcess,
-    port: u16,
-}
-
-impl PrivateZk {
-    fn start() -> PrivateZk {
-        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let dir = std::env::temp_dir().join(support::unique("simba-zk-restart"));
-        std::fs::create_dir_all(dir.join("data")).unwrap();
-        let cfg = format!(
-            "tickTime=250\ninitLimit=40\nsyncLimit=20\ndataDir={}\nclientPort={port}\nclientPortAddress=127.0.0.1\n\
-             minSessionTimeout=500\nmaxSessionTimeout=60000\nmaxClientCnxns=0\nadmin.enableServer=false\n\
-             4lw.commands.whitelist=srvr\n",
-            dir.join("data").display()
-        );
-        std::fs::write(dir.join("zoo.cfg"), cfg).unwrap();
-        let mut zk = PrivateZk { proc: ServerProcess::new(dir), port };
-        zk.launch();
-        zk
-    }
-
-    fn launch(&mut self) {
-        let jar = "/usr/share/java/zookeeper.jar";
-        assert!(std::path::Path::new(jar).exists(), "{jar} missing: run `scripts/services up zookeeper`");
-        let child = Command::new("java")
-            .args(["-Xms32m", "-Xmx256m", "-XX:+UseSerialGC", "-cp", jar])
-            .arg("org.apache.zookeeper.server.quorum.QuorumPeerMain")
-            .arg(self.proc.dir.join("zoo.cfg"))
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("java");
-        self.proc.running(child);
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while !self.ready() {
-            assert!(Instant::now() < deadline, "private ZooKeeper on {} did not start", self.port);
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-
-    fn ready(&self) -> bool {
-        use std::io::{Read, Write};
-        let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", self.port)) else { return false };
-        let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
-        let mut out = String::new();
-        s.write_all(b"srvr").is_ok() && s.read_to_string(&mut out).is_ok() && out.contains("Mode:")
-    }
-
-    fn stop(&mut self) {
-        self.proc.terminate();
-    }
-
-    fn url(&self) -> String {
-        format!("zookeeper://127.0.0.1:{}/simba", self.port)
-    }
-}
+use support::zk::PrivateZk;
 
 fn options() -> SessionOptions {
     SessionOptions::builder()
@@ -87,7 +27,7 @@ fn options() -> SessionOptions {
 #[test]
 #[serial_test::serial(zookeeper_private)]
 fn zookeeper_restarts() {
-    let mut zk = PrivateZk::start();
+    let mut zk = PrivateZk::start("simba-zk-restart");
     let backend = Arc::new(ZookeeperBackend::from_url(&zk.url(), ZookeeperOptions::default()).unwrap());
     let session = Session::open(backend.clone(), options()).unwrap();
     let lease = session.lock("restart-lease").unwrap();

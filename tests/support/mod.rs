@@ -9,6 +9,7 @@ use std::time::Duration;
 
 pub mod proxy;
 pub mod server;
+pub mod zk;
 
 /// The value of `var`, or `default`.
 pub fn env_or(var: &str, default: &str) -> String {

@@ -31,11 +31,16 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::Sender;
-use futures::future::join_all;
+use futures::future::{join_all, Either};
 use parking_lot::{Condvar, Mutex};
-use zookeeper_client::{Acls, Client, CreateMode, CreateOptions, Error as ZkError, SessionState, StateWatcher};
+use zookeeper_client::{
+    Acl, Client, CreateMode, CreateOptions, Error as ZkError, SaslOptions, SessionState, StateWatcher, TlsOptions,
+};
 
-pub use self::options::{AclMode, ZookeeperAuth, ZookeeperOptions, DEFAULT_CONNECTION_TIMEOUT, DEFAULT_ROOT};
+pub use self::options::{
+    AclEntry, AclMode, ZookeeperAuth, ZookeeperOptions, ZookeeperSasl, ZookeeperTls, DEFAULT_CONNECTION_TIMEOUT,
+    DEFAULT_ROOT,
+};
 
 use self::exec::run_until;
 use self::options::SHARED_SESSION_TIMEOUT;
@@ -68,7 +73,9 @@ struct Inner {
     hosts: String,
     opts: ZookeeperOptions,
     paths: Paths,
-    acls: Acls<'static>,
+    acls: Vec<Acl>,
+    tls: Option<TlsOptions>,
+    sasl: Option<SaslOptions>,
     sessions: Mutex<HashMap<SessionId, Arc<ZkSession>>>,
     /// Client of the backend's own ZooKeeper session for holder/members/watch reads; replaced
     /// when that session ends. Never used for anything a Simba session owns.
@@ -285,10 +292,9 @@ impl ZookeeperBackend {
     pub fn connect(hosts: &str, options: ZookeeperOptions) -> Result<ZookeeperBackend> {
         options.validate()?;
         validate_hosts(hosts)?;
-        let acls = match options.acl {
-            AclMode::Open => Acls::anyone_all(),
-            AclMode::CreatorAll => Acls::creator_all(),
-        };
+        let acls = options.acl.to_acls();
+        let tls = options.tls.as_ref().map(ZookeeperTls::to_client_options).transpose()?;
+        let sasl = options.sasl.as_ref().map(ZookeeperSasl::to_client_options);
         let watches =
             Watches::start().map_err(|e| Error::backend("cannot start the ZooKeeper watch thread").with_source(e))?;
         let inner = Arc::new(Inner {
@@ -296,6 +302,8 @@ impl ZookeeperBackend {
             paths: Paths::new(&options.root),
             opts: options,
             acls,
+            tls,
+            sasl,
             sessions: Mutex::new(HashMap::new()),
             shared: Mutex::new(None),
             watches,
@@ -378,6 +386,15 @@ fn parse_url(url: &str) -> Result<(String, Option<String>)> {
     Ok((hosts.to_string(), root))
 }
 
+/// Whether an ACL entry lets every client change nodes (`world:anyone` with more than read).
+fn writable_by_anyone(a: &Acl) -> bool {
+    use zookeeper_client::Permission;
+    a.scheme() == "world"
+        && a.id() == "anyone"
+        && a.permission() != Permission::READ
+        && a.permission() != Permission::NONE
+}
+
 fn validate_hosts(hosts: &str) -> Result<()> {
     let shown: String = hosts.chars().take(200).collect();
     let bad = |why: &str| {
@@ -407,8 +424,8 @@ impl Inner {
         Instant::now() + self.opts.query_timeout
     }
 
-    fn create_options(&self, mode: CreateMode) -> CreateOptions<'static> {
-        mode.with_acls(self.acls)
+    fn create_options(&self, mode: CreateMode) -> CreateOptions<'_> {
+        mode.with_acls(self.acls.as_slice().into())
     }
 
     /// Opens a new ZooKeeper session (a new client) requesting `session_timeout`.
@@ -417,7 +434,14 @@ impl Inner {
         for a in &self.opts.auth {
             c = c.with_auth(a.scheme(), a.credentials());
         }
-        match run_until(c.connect(&self.hosts), deadline) {
+        if let Some(sasl) = &self.sasl {
+            c = c.with_sasl(sasl.clone());
+        }
+        let connecting = match &self.tls {
+            Some(tls) => Either::Left(c.with_tls(tls.clone()).secure_connect(&self.hosts)),
+            None => Either::Right(c.connect(&self.hosts)),
+        };
+        match run_until(connecting, deadline) {
             Some(Ok(client)) => Ok(client),
             Some(Err(ZkError::BadArguments(_))) => {
                 Err(Error::config(format!("invalid ZooKeeper connect string {:?}", self.hosts)))
@@ -1143,10 +1167,8 @@ impl LeaseBackend for ZookeeperBackend {
             }
         }
         let root = inner.paths.root();
-        let mode = match inner.opts.acl {
-            AclMode::Open => "open (OPEN_ACL_UNSAFE)",
-            AclMode::CreatorAll => "creator-all",
-        };
+        let mode = inner.opts.acl.describe();
+        let anyone_can_write = inner.acls.iter().any(writable_by_anyone);
         let acl_item = match run_until(client.get_acl(root), deadline) {
             None => CheckItem {
                 name: "acl".into(),
@@ -1155,10 +1177,10 @@ impl LeaseBackend for ZookeeperBackend {
             },
             Some(Err(ZkError::NoNode)) => CheckItem {
                 name: "acl".into(),
-                status: if inner.opts.acl == AclMode::Open { CheckStatus::Warn } else { CheckStatus::Ok },
+                status: if anyone_can_write { CheckStatus::Warn } else { CheckStatus::Ok },
                 detail: format!(
                     "{root} does not exist yet; the backend creates it with ACL mode {mode}{}",
-                    if inner.opts.acl == AclMode::Open {
+                    if anyone_can_write {
                         ": any client can delete or pre-create lease nodes; use auth + creator-all on a shared ensemble"
                     } else {
                         ""
@@ -1171,12 +1193,7 @@ impl LeaseBackend for ZookeeperBackend {
                 detail: format!("cannot read the ACL of {root}: {e}"),
             },
             Some(Ok((acls, _))) => {
-                let open = acls.iter().any(|a| {
-                    a.scheme() == "world"
-                        && a.id() == "anyone"
-                        && a.permission() != zookeeper_client::Permission::READ
-                        && a.permission() != zookeeper_client::Permission::NONE
-                });
+                let open = acls.iter().any(writable_by_anyone);
                 let shown: Vec<String> =
                     acls.iter().map(|a| format!("{}:{}:{}", a.scheme(), a.id(), a.permission())).collect();
                 CheckItem {
@@ -1196,6 +1213,15 @@ impl LeaseBackend for ZookeeperBackend {
             }
         };
         items.push(acl_item);
+        items.push(CheckItem {
+            name: "transport".into(),
+            status: CheckStatus::Ok,
+            detail: match &inner.opts.tls {
+                Some(t) if t.has_identity() => "TLS, server certificate verified, client certificate presented".into(),
+                Some(_) => "TLS, server certificate verified".into(),
+                None => "plaintext TCP (set ZookeeperOptions::tls for the servers' secureClientPort)".into(),
+            },
+        });
         items.push(CheckItem {
             name: "clock".into(),
             status: CheckStatus::Ok,

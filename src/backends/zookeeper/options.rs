@@ -1,7 +1,13 @@
-//! Configuration of the ZooKeeper backend: [`ZookeeperOptions`], [`ZookeeperAuth`], [`AclMode`].
+//! Configuration of the ZooKeeper backend: [`ZookeeperOptions`], [`ZookeeperAuth`], [`AclMode`],
+//! [`AclEntry`], [`ZookeeperTls`], [`ZookeeperSasl`].
 
 use std::fmt;
+use std::path::Path;
 use std::time::Duration;
+
+use base64::Engine as _;
+use sha1::Digest as _;
+use zookeeper_client::{Acl, AuthId, Permission, SaslOptions, TlsOptions};
 
 use crate::error::{Error, Result};
 use crate::options::DEFAULT_QUERY_TIMEOUT;
@@ -81,7 +87,7 @@ impl fmt::Debug for ZookeeperAuth {
 
 /// The ACL given to every node the backend creates (including parents it creates). Existing
 /// nodes keep their ACL.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub enum AclMode {
     /// `OPEN_ACL_UNSAFE` (`world:anyone` with all permissions): any client that reaches the
     /// ensemble can delete or pre-create lease nodes and forge members. The default.
@@ -90,13 +96,286 @@ pub enum AclMode {
     /// `CREATOR_ALL_ACL` (`auth::` with all permissions): only clients authenticated with the same
     /// identity (e.g. the same digest credentials) can read, create or delete. Needs auth info.
     CreatorAll,
+    /// An explicit ACL list, e.g. the backend's digest identity with all permissions plus
+    /// `world:anyone` read-only, so that monitoring tools can see holders and members but not
+    /// change them. The list must give some entry every permission the backend needs on its own
+    /// nodes (create, delete, read; see `docs/backends/zookeeper.md`).
+    Custom(Vec<AclEntry>),
+}
+
+impl AclMode {
+    /// The ZooKeeper ACL list of this mode.
+    pub(crate) fn to_acls(&self) -> Vec<Acl> {
+        match self {
+            AclMode::Open => vec![Acl::new(Permission::ALL, AuthId::anyone())],
+            AclMode::CreatorAll => vec![Acl::new(Permission::ALL, AuthId::authed())],
+            AclMode::Custom(list) => list.iter().map(AclEntry::to_acl).collect(),
+        }
+    }
+
+    /// A short description for `check` and logs, e.g. `creator-all` or `custom (2 entries)`.
+    pub(crate) fn describe(&self) -> String {
+        match self {
+            AclMode::Open => "open (OPEN_ACL_UNSAFE)".into(),
+            AclMode::CreatorAll => "creator-all".into(),
+            AclMode::Custom(list) => {
+                let items: Vec<String> = list.iter().map(ToString::to_string).collect();
+                format!("custom [{}]", items.join(", "))
+            }
+        }
+    }
+}
+
+/// The permissions an [`AclEntry`] grants, in ZooKeeper's letters: `c`reate, `d`elete, `r`ead,
+/// `w`rite, `a`dmin.
+const PERMISSION_LETTERS: [(char, Permission); 5] = [
+    ('c', Permission::CREATE),
+    ('d', Permission::DELETE),
+    ('r', Permission::READ),
+    ('w', Permission::WRITE),
+    ('a', Permission::ADMIN),
+];
+
+/// One entry of a custom ACL list: a scheme, an id and the permissions granted to it, e.g.
+/// `world:anyone:r` or `digest:simba:<base64 sha1>:cdrwa`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AclEntry {
+    scheme: String,
+    id: String,
+    permissions: Permission,
+}
+
+impl AclEntry {
+    /// An entry granting `permissions` (letters out of `cdrwa`, e.g. `"cdrwa"` or `"r"`) to
+    /// `scheme:id`, e.g. `("world", "anyone")`, `("ip", "10.0.0.0/8")` or
+    /// `("digest", "user:base64-sha1")`.
+    ///
+    /// # Errors
+    /// `InvalidConfig` when the scheme is not ASCII letters/digits, the id is empty or has control
+    /// characters, or the permissions are empty or use a letter outside `cdrwa`.
+    pub fn new(scheme: &str, id: &str, permissions: &str) -> Result<AclEntry> {
+        if scheme.is_empty() || !scheme.bytes().all(|b| b.is_ascii_alphanumeric()) {
+            return Err(Error::config(format!(
+                "invalid ZooKeeper ACL scheme {scheme:?}: expected ASCII letters and digits, e.g. world, digest, ip"
+            )));
+        }
+        if id.is_empty() || id.chars().any(char::is_control) {
+            return Err(Error::config(format!(
+                "invalid ZooKeeper ACL id {id:?} for scheme {scheme}: must be non-empty without control characters"
+            )));
+        }
+        let mut bits = Permission::NONE;
+        for c in permissions.chars() {
+            match PERMISSION_LETTERS.iter().find(|(l, _)| *l == c.to_ascii_lowercase()) {
+                Some((_, p)) => bits = bits | *p,
+                None => {
+                    return Err(Error::config(format!(
+                        "invalid ZooKeeper ACL permissions {permissions:?}: expected letters out of cdrwa \
+                         (create, delete, read, write, admin)"
+                    )))
+                }
+            }
+        }
+        if bits == Permission::NONE {
+            return Err(Error::config(
+                "invalid ZooKeeper ACL permissions \"\": expected at least one letter out of cdrwa",
+            ));
+        }
+        Ok(AclEntry { scheme: scheme.to_string(), id: id.to_string(), permissions: bits })
+    }
+
+    /// The `digest` entry of `user` with `password` (the id is `user:base64(sha1(user:password))`,
+    /// as ZooKeeper's `DigestAuthenticationProvider` computes it); clients authenticate with
+    /// [`ZookeeperAuth::digest`] and the same user and password. The password is not kept.
+    ///
+    /// # Errors
+    /// `InvalidConfig` when `user` is empty or contains `:`, or the permissions are invalid (see
+    /// [`AclEntry::new`]).
+    pub fn digest(user: &str, password: &str, permissions: &str) -> Result<AclEntry> {
+        if user.is_empty() || user.contains(':') {
+            return Err(Error::config(format!(
+                "invalid ZooKeeper digest user {user:?}: must be non-empty and contain no ':'"
+            )));
+        }
+        let hash = sha1::Sha1::digest(format!("{user}:{password}").as_bytes());
+        let id = format!("{user}:{}", base64::engine::general_purpose::STANDARD.encode(hash));
+        AclEntry::new("digest", &id, permissions)
+    }
+
+    /// Parses `scheme:id:permissions`, e.g. `world:anyone:r` or `digest:simba:<hash>:cdrwa` (the
+    /// id may contain `:`; the scheme ends at the first `:`, the permissions follow the last).
+    ///
+    /// # Errors
+    /// `InvalidConfig` when a part is missing or invalid (see [`AclEntry::new`]).
+    pub fn parse(s: &str) -> Result<AclEntry> {
+        let s = s.trim();
+        match s.split_once(':').and_then(|(scheme, rest)| rest.rsplit_once(':').map(|(id, p)| (scheme, id, p))) {
+            Some((scheme, id, perms)) => AclEntry::new(scheme, id, perms),
+            None => Err(Error::config(format!(
+                "invalid ZooKeeper ACL entry {s:?}: expected scheme:id:permissions, e.g. world:anyone:r"
+            ))),
+        }
+    }
+
+    /// The scheme, e.g. `world`.
+    pub fn scheme(&self) -> &str {
+        &self.scheme
+    }
+
+    /// The id, e.g. `anyone`.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// Whether the entry grants every permission in `letters` (out of `cdrwa`).
+    pub fn grants(&self, letters: &str) -> bool {
+        letters
+            .chars()
+            .all(|c| PERMISSION_LETTERS.iter().any(|(l, p)| *l == c.to_ascii_lowercase() && self.permissions.has(*p)))
+    }
+
+    fn to_acl(&self) -> Acl {
+        Acl::new(self.permissions, AuthId::new(&self.scheme, &self.id))
+    }
+}
+
+impl fmt::Display for AclEntry {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let letters: String =
+            PERMISSION_LETTERS.iter().filter(|(_, p)| self.permissions.has(*p)).map(|(l, _)| *l).collect();
+        write!(f, "{}:{}:{letters}", self.scheme, self.id)
+    }
+}
+
+/// Client TLS of the ZooKeeper backend (the server's `secureClientPort`, Netty): the CA that signs
+/// the servers' certificates, optionally a client certificate and key for servers that require
+/// client authentication. The server's certificate must name the host (DNS name or IP address, as
+/// written in the connect string) in its subject alternative names: host name verification is
+/// always on. Built from PEM text or PEM files; the key is never printed.
+#[derive(Clone, PartialEq, Eq)]
+pub struct ZookeeperTls {
+    ca_pem: String,
+    identity: Option<(String, String)>,
+}
+
+impl ZookeeperTls {
+    /// TLS trusting the CA certificates in `ca_pem` (PEM, one or more `CERTIFICATE` blocks, CRLs
+    /// allowed).
+    ///
+    /// # Errors
+    /// `InvalidConfig` when the PEM holds no usable CA certificate.
+    pub fn from_pem(ca_pem: impl Into<String>) -> Result<ZookeeperTls> {
+        let tls = ZookeeperTls { ca_pem: ca_pem.into(), identity: None };
+        tls.to_client_options()?;
+        Ok(tls)
+    }
+
+    /// TLS trusting the CA certificates in the PEM file at `ca_path`.
+    ///
+    /// # Errors
+    /// `InvalidConfig` when the file cannot be read or holds no usable CA certificate.
+    pub fn from_ca_file(ca_path: impl AsRef<Path>) -> Result<ZookeeperTls> {
+        ZookeeperTls::from_pem(read_pem(ca_path.as_ref(), "CA")?)
+    }
+
+    /// Presents the client certificate chain `cert_pem` with its private key `key_pem` (PKCS#8,
+    /// PKCS#1 or SEC1 PEM) to servers that require client authentication.
+    ///
+    /// # Errors
+    /// `InvalidConfig` when either PEM holds no certificate or key.
+    pub fn identity_pem(mut self, cert_pem: impl Into<String>, key_pem: impl Into<String>) -> Result<ZookeeperTls> {
+        self.identity = Some((cert_pem.into(), key_pem.into()));
+        self.to_client_options()?;
+        Ok(self)
+    }
+
+    /// [`ZookeeperTls::identity_pem`] from PEM files.
+    ///
+    /// # Errors
+    /// `InvalidConfig` when a file cannot be read or holds no certificate or key.
+    pub fn identity_files(self, cert_path: impl AsRef<Path>, key_path: impl AsRef<Path>) -> Result<ZookeeperTls> {
+        let cert = read_pem(cert_path.as_ref(), "client certificate")?;
+        let key = read_pem(key_path.as_ref(), "client key")?;
+        self.identity_pem(cert, key)
+    }
+
+    /// Whether a client certificate is presented.
+    pub fn has_identity(&self) -> bool {
+        self.identity.is_some()
+    }
+
+    pub(crate) fn to_client_options(&self) -> Result<TlsOptions> {
+        let bad = |what: &str, e: zookeeper_client::Error| {
+            Error::config(format!("invalid ZooKeeper TLS {what}: {e}; expected PEM text"))
+        };
+        let mut o = TlsOptions::default().with_pem_ca(&self.ca_pem).map_err(|e| bad("CA", e))?;
+        if let Some((cert, key)) = &self.identity {
+            o = o.with_pem_identity(cert, key).map_err(|e| bad("client certificate or key", e))?;
+        }
+        Ok(o)
+    }
+}
+
+impl fmt::Debug for ZookeeperTls {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ZookeeperTls")
+            .field("ca", &"<pem>")
+            .field("identity", &self.identity.as_ref().map(|_| "<cert + redacted key>"))
+            .finish()
+    }
+}
+
+fn read_pem(path: &Path, what: &str) -> Result<String> {
+    std::fs::read_to_string(path)
+        .map_err(|e| Error::config(format!("cannot read the ZooKeeper TLS {what} file {}: {e}", path.display())))
+}
+
+/// SASL authentication of every client of the backend. Only `DIGEST-MD5` (the server's
+/// `DigestLoginModule` users in its JAAS `Server` section) is available; Kerberos (GSSAPI) is not
+/// (see `docs/backends/zookeeper.md`). The password is never printed.
+#[derive(Clone, PartialEq, Eq)]
+pub struct ZookeeperSasl {
+    user: String,
+    password: String,
+}
+
+impl ZookeeperSasl {
+    /// `DIGEST-MD5` as `user` with `password`. The identity the server sees is `sasl:user`, e.g.
+    /// for an [`AclEntry`] `sasl:user:cdrwa`.
+    ///
+    /// # Errors
+    /// `InvalidConfig` when `user` is empty or has control characters.
+    pub fn digest_md5(user: &str, password: &str) -> Result<ZookeeperSasl> {
+        if user.is_empty() || user.chars().any(char::is_control) {
+            return Err(Error::config(format!(
+                "invalid ZooKeeper SASL user {user:?}: must be non-empty without control characters"
+            )));
+        }
+        Ok(ZookeeperSasl { user: user.to_string(), password: password.to_string() })
+    }
+
+    /// The SASL user name.
+    pub fn user(&self) -> &str {
+        &self.user
+    }
+
+    pub(crate) fn to_client_options(&self) -> SaslOptions {
+        SaslOptions::digest_md5(self.user.clone(), self.password.clone()).into()
+    }
+}
+
+impl fmt::Debug for ZookeeperSasl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ZookeeperSasl")
+            .field("mechanism", &"DIGEST-MD5")
+            .field("user", &self.user)
+            .field("password", &"<redacted>")
+            .finish()
+    }
 }
 
 /// Options of [`ZookeeperBackend`](super::ZookeeperBackend), built with chained setters from
 /// [`ZookeeperOptions::default`] and validated by [`ZookeeperBackend::connect`](super::ZookeeperBackend::connect).
-///
-/// TLS and SASL are not available: the `zookeeper-client` crate supports them behind its `tls` and
-/// `sasl` features, which this crate does not enable (see `docs/backends/zookeeper.md`).
 #[derive(Clone, PartialEq, Eq)]
 pub struct ZookeeperOptions {
     pub(crate) root: String,
@@ -104,6 +383,8 @@ pub struct ZookeeperOptions {
     pub(crate) query_timeout: Duration,
     pub(crate) auth: Vec<ZookeeperAuth>,
     pub(crate) acl: AclMode,
+    pub(crate) tls: Option<ZookeeperTls>,
+    pub(crate) sasl: Option<ZookeeperSasl>,
 }
 
 impl Default for ZookeeperOptions {
@@ -114,6 +395,8 @@ impl Default for ZookeeperOptions {
             query_timeout: DEFAULT_QUERY_TIMEOUT,
             auth: Vec::new(),
             acl: AclMode::Open,
+            tls: None,
+            sasl: None,
         }
     }
 }
@@ -126,6 +409,8 @@ impl fmt::Debug for ZookeeperOptions {
             .field("query_timeout", &self.query_timeout)
             .field("auth", &self.auth)
             .field("acl", &self.acl)
+            .field("tls", &self.tls)
+            .field("sasl", &self.sasl)
             .finish()
     }
 }
@@ -168,6 +453,20 @@ impl ZookeeperOptions {
         self
     }
 
+    /// Connects over TLS to every host (they must be the servers' `secureClientPort`s).
+    #[must_use]
+    pub fn tls(mut self, tls: ZookeeperTls) -> Self {
+        self.tls = Some(tls);
+        self
+    }
+
+    /// Authenticates every client of the backend with SASL (see [`ZookeeperSasl`]).
+    #[must_use]
+    pub fn sasl(mut self, sasl: ZookeeperSasl) -> Self {
+        self.sasl = Some(sasl);
+        self
+    }
+
     /// The configured root path.
     pub fn root_path(&self) -> &str {
         &self.root
@@ -185,11 +484,18 @@ impl ZookeeperOptions {
         if self.query_timeout.is_zero() {
             return Err(Error::config("ZooKeeper query_timeout must be > 0"));
         }
-        if self.acl == AclMode::CreatorAll && self.auth.is_empty() {
+        if self.acl == AclMode::CreatorAll && self.auth.is_empty() && self.sasl.is_none() {
             return Err(Error::config(
-                "ZooKeeper ACL mode creator-all needs auth info (e.g. ZookeeperAuth::digest): \
+                "ZooKeeper ACL mode creator-all needs auth info (e.g. ZookeeperAuth::digest) or SASL: \
                  without an authenticated identity the server rejects the ACL",
             ));
+        }
+        if let AclMode::Custom(list) = &self.acl {
+            if list.is_empty() {
+                return Err(Error::config(
+                    "ZooKeeper custom ACL list is empty: give at least one entry, e.g. world:anyone:cdrwa",
+                ));
+            }
         }
         Ok(())
     }

@@ -1,0 +1,253 @@
+//! A private ZooKeeper server for tests that restart it or need a special configuration (TLS,
+//! SASL): never the shared server of `scripts/services`.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use super::server::ServerProcess;
+
+const JAR: &str = "/usr/share/java/zookeeper.jar";
+/// Netty jars the Debian package's manifest does not list but `NettyServerCnxnFactory` needs.
+const NETTY_EXTRA: &[&str] = &["/usr/share/java/netty-codec.jar", "/usr/share/java/netty-resolver.jar"];
+
+/// How to start a private ZooKeeper.
+#[derive(Default, Clone)]
+pub struct ZkConfig {
+    /// Serve TLS on a second port (`secureClientPort`) with these PEM files (Netty factory).
+    pub tls: Option<ZkTlsFiles>,
+    /// Enable SASL DIGEST-MD5 with these users (`user`, `password`).
+    pub sasl_users: Vec<(String, String)>,
+}
+
+/// Server-side TLS files and whether client certificates are required.
+#[derive(Clone)]
+pub struct ZkTlsFiles {
+    /// PEM: the server's private key followed by its certificate.
+    pub keystore: PathBuf,
+    /// PEM: the CA that signs client certificates.
+    pub truststore: PathBuf,
+    /// `ssl.clientAuth`: `none`, `want` or `need`.
+    pub client_auth: &'static str,
+}
+
+/// A private ZooKeeper process and its directory.
+pub struct PrivateZk {
+    pub proc: ServerProcess,
+    /// Plaintext client port (always served; the readiness check uses it).
+    pub port: u16,
+    /// TLS client port, when TLS is configured.
+    pub secure_port: Option<u16>,
+    config: ZkConfig,
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+impl PrivateZk {
+    /// Starts a plain private ZooKeeper in a fresh directory named after `label`.
+    pub fn start(label: &str) -> PrivateZk {
+        PrivateZk::start_with(label, ZkConfig::default())
+    }
+
+    /// Starts a private ZooKeeper with `config`.
+    pub fn start_with(label: &str, config: ZkConfig) -> PrivateZk {
+        let dir = std::env::temp_dir().join(super::unique(label));
+        std::fs::create_dir_all(dir.join("data")).unwrap();
+        let port = free_port();
+        let secure_port = config.tls.as_ref().map(|_| free_port());
+        let mut cfg = format!(
+            "tickTime=250\ninitLimit=40\nsyncLimit=20\ndataDir={}\nclientPort={port}\nclientPortAddress=127.0.0.1\n\
+             minSessionTimeout=500\nmaxSessionTimeout=60000\nmaxClientCnxns=0\nadmin.enableServer=false\n\
+             4lw.commands.whitelist=srvr\n",
+            dir.join("data").display()
+        );
+        if let Some(p) = secure_port {
+            cfg.push_str(&format!("secureClientPort={p}\nsecureClientPortAddress=127.0.0.1\n"));
+        }
+        std::fs::write(dir.join("zoo.cfg"), cfg).unwrap();
+        if !config.sasl_users.is_empty() {
+            let users: String =
+                config.sasl_users.iter().map(|(u, p)| format!("    user_{u}=\"{p}\"\n")).collect::<Vec<_>>().join("");
+            let jaas = format!(
+                "Server {{\n    org.apache.zookeeper.server.auth.DigestLoginModule required\n{}    ;\n}};\n",
+                users
+            );
+            std::fs::write(dir.join("jaas.conf"), jaas).unwrap();
+        }
+        let mut zk = PrivateZk { proc: ServerProcess::new(dir), port, secure_port, config };
+        zk.launch();
+        zk
+    }
+
+    /// Starts (or restarts) the process and waits until it serves.
+    pub fn launch(&mut self) {
+        assert!(Path::new(JAR).exists(), "{JAR} missing: run `scripts/services up zookeeper`");
+        let mut cp = JAR.to_string();
+        for j in NETTY_EXTRA {
+            if Path::new(j).exists() {
+                cp.push(':');
+                cp.push_str(j);
+            }
+        }
+        let mut cmd = Command::new("java");
+        cmd.args(["-Xms32m", "-Xmx256m", "-XX:+UseSerialGC"]);
+        if let Some(t) = &self.config.tls {
+            cmd.arg("-Dzookeeper.serverCnxnFactory=org.apache.zookeeper.server.NettyServerCnxnFactory")
+                .arg(format!("-Dzookeeper.ssl.keyStore.location={}", t.keystore.display()))
+                .arg("-Dzookeeper.ssl.keyStore.type=PEM")
+                .arg(format!("-Dzookeeper.ssl.trustStore.location={}", t.truststore.display()))
+                .arg("-Dzookeeper.ssl.trustStore.type=PEM")
+                .arg(format!("-Dzookeeper.ssl.clientAuth={}", t.client_auth));
+        }
+        if !self.config.sasl_users.is_empty() {
+            cmd.arg(format!("-Djava.security.auth.login.config={}", self.proc.dir.join("jaas.conf").display()))
+                .arg("-Dzookeeper.authProvider.sasl=org.apache.zookeeper.server.auth.SASLAuthenticationProvider");
+        }
+        let log = std::fs::File::create(self.proc.dir.join("zookeeper.log")).unwrap();
+        let child = cmd
+            .args(["-cp", &cp, "org.apache.zookeeper.server.quorum.QuorumPeerMain"])
+            .arg(self.proc.dir.join("zoo.cfg"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("java");
+        self.proc.running(child);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !self.ready() {
+            assert!(
+                Instant::now() < deadline,
+                "private ZooKeeper on {} did not start; its log: {}",
+                self.port,
+                self.proc.dir.join("zookeeper.log").display()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    fn ready(&self) -> bool {
+        use std::io::{Read, Write};
+        let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", self.port)) else { return false };
+        let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
+        let mut out = String::new();
+        let plain = s.write_all(b"srvr").is_ok() && s.read_to_string(&mut out).is_ok() && out.contains("Mode:");
+        plain && self.secure_port.is_none_or(|p| std::net::TcpStream::connect(("127.0.0.1", p)).is_ok())
+    }
+
+    /// Stops the process gracefully.
+    pub fn stop(&mut self) {
+        self.proc.terminate();
+    }
+
+    /// `zookeeper://127.0.0.1:<plain port>/simba`.
+    pub fn url(&self) -> String {
+        format!("zookeeper://127.0.0.1:{}/simba", self.port)
+    }
+
+    /// `127.0.0.1:<TLS port>`.
+    pub fn secure_hosts(&self) -> String {
+        format!("127.0.0.1:{}", self.secure_port.expect("TLS not configured"))
+    }
+}
+
+/// A test PKI made with the `openssl` command: a CA, a server certificate for 127.0.0.1 and
+/// localhost, a client certificate, and an unrelated second CA.
+pub struct TestPki {
+    pub dir: PathBuf,
+}
+
+impl TestPki {
+    /// Creates the files under `dir` (which must exist).
+    pub fn create(dir: &Path) -> TestPki {
+        let run = |args: &[&str]| {
+            let out = Command::new("openssl").args(args).current_dir(dir).output().expect("the openssl command");
+            assert!(out.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        };
+        for ca in ["ca", "other-ca"] {
+            run(&[
+                "req",
+                "-x509",
+                "-newkey",
+                "rsa:2048",
+                "-nodes",
+                "-keyout",
+                &format!("{ca}.key"),
+                "-out",
+                &format!("{ca}.pem"),
+                "-days",
+                "2",
+                "-subj",
+                &format!("/CN=simba-test-{ca}"),
+                "-addext",
+                "basicConstraints=critical,CA:TRUE",
+                "-addext",
+                "keyUsage=critical,keyCertSign,cRLSign",
+            ]);
+        }
+        for (who, eku) in [("server", "serverAuth"), ("client", "clientAuth")] {
+            run(&[
+                "req",
+                "-newkey",
+                "rsa:2048",
+                "-nodes",
+                "-keyout",
+                &format!("{who}.key"),
+                "-out",
+                &format!("{who}.csr"),
+                "-subj",
+                &format!("/CN={who}"),
+            ]);
+            std::fs::write(
+                dir.join(format!("{who}.ext")),
+                format!(
+                    "subjectAltName=IP:127.0.0.1,DNS:localhost\nbasicConstraints=CA:FALSE\n\
+                     keyUsage=digitalSignature,keyEncipherment\nextendedKeyUsage={eku}\n"
+                ),
+            )
+            .unwrap();
+            run(&[
+                "x509",
+                "-req",
+                "-in",
+                &format!("{who}.csr"),
+                "-CA",
+                "ca.pem",
+                "-CAkey",
+                "ca.key",
+                "-CAcreateserial",
+                "-out",
+                &format!("{who}.pem"),
+                "-days",
+                "2",
+                "-extfile",
+                &format!("{who}.ext"),
+            ]);
+        }
+        let keystore = [
+            std::fs::read_to_string(dir.join("server.key")).unwrap(),
+            std::fs::read_to_string(dir.join("server.pem")).unwrap(),
+        ]
+        .concat();
+        std::fs::write(dir.join("server-keystore.pem"), keystore).unwrap();
+        TestPki { dir: dir.to_path_buf() }
+    }
+
+    /// The path of one of the files (`ca.pem`, `other-ca.pem`, `client.pem`, `client.key`, …).
+    pub fn path(&self, file: &str) -> PathBuf {
+        self.dir.join(file)
+    }
+
+    /// Server TLS files with `client_auth` (`none`, `want`, `need`).
+    pub fn server(&self, client_auth: &'static str) -> ZkTlsFiles {
+        ZkTlsFiles { keystore: self.path("server-keystore.pem"), truststore: self.path("ca.pem"), client_auth }
+    }
+}
+
+impl Drop for TestPki {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}

@@ -1,0 +1,167 @@
+//! ZooKeeper transport and authentication against private servers configured for them: TLS on the
+//! `secureClientPort` (Netty) with and without required client certificates, and SASL DIGEST-MD5
+//! (JAAS users). The shared server of `scripts/services` stays plain.
+#![cfg(feature = "zookeeper")]
+
+mod support;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use simba::backend::{CheckStatus, LeaseBackend};
+use simba::backends::zookeeper::{AclMode, ZookeeperBackend, ZookeeperOptions, ZookeeperSasl, ZookeeperTls};
+use simba::{ErrorKind, Session, SessionOptions};
+use support::zk::{PrivateZk, TestPki, ZkConfig};
+
+fn session_options() -> SessionOptions {
+    SessionOptions::builder()
+        .lease_duration(Duration::from_secs(2))
+        .renew_interval(Duration::from_millis(500))
+        .build()
+        .unwrap()
+}
+
+fn pki() -> TestPki {
+    let dir = std::env::temp_dir().join(support::unique("simba-zk-pki"));
+    std::fs::create_dir_all(&dir).unwrap();
+    TestPki::create(&dir)
+}
+
+/// Opens a session on `backend`, takes a lease, sees it from a second session, releases it.
+fn lease_round_trip(backend: ZookeeperBackend) {
+    let backend = Arc::new(backend);
+    let a = Session::open(backend.clone(), session_options()).unwrap();
+    let b = Session::open(backend.clone(), session_options()).unwrap();
+    let name = support::unique("secured");
+    let lease = a.try_lock(&name).unwrap().expect("a free lease");
+    let t1 = lease.token().unwrap();
+    assert!(b.try_lock(&name).unwrap().is_none(), "the lease is held");
+    lease.release().unwrap();
+    let t2 = b.lock_timeout(&name, Duration::from_secs(10)).unwrap().expect("taken over after the release");
+    assert!(t2.token().unwrap() > t1, "fencing tokens grow across terms");
+    t2.release().unwrap();
+    a.close().unwrap();
+    b.close().unwrap();
+}
+
+fn short(opts: ZookeeperOptions) -> ZookeeperOptions {
+    opts.connection_timeout(Duration::from_secs(3)).root("/simba-security")
+}
+
+#[test]
+#[serial_test::serial(zookeeper_private)]
+fn tls_with_required_client_certificate() {
+    let pki = pki();
+    let zk = PrivateZk::start_with("simba-zk-tls", ZkConfig { tls: Some(pki.server("need")), ..ZkConfig::default() });
+    let tls = ZookeeperTls::from_ca_file(pki.path("ca.pem"))
+        .unwrap()
+        .identity_files(pki.path("client.pem"), pki.path("client.key"))
+        .unwrap();
+    let backend = ZookeeperBackend::connect(&zk.secure_hosts(), short(ZookeeperOptions::default().tls(tls))).unwrap();
+    let items = backend.check();
+    let transport = items.iter().find(|c| c.name == "transport").unwrap();
+    assert_eq!(transport.status, CheckStatus::Ok);
+    assert!(transport.detail.contains("TLS") && transport.detail.contains("client certificate"), "{transport:?}");
+    lease_round_trip(backend);
+
+    // Refused, each with an error within the connection timeout: a CA that did not sign the
+    // server's certificate, no client certificate, and plaintext to the TLS port.
+    let no_identity = ZookeeperTls::from_ca_file(pki.path("ca.pem")).unwrap();
+    let wrong_ca = ZookeeperTls::from_ca_file(pki.path("other-ca.pem"))
+        .unwrap()
+        .identity_files(pki.path("client.pem"), pki.path("client.key"))
+        .unwrap();
+    for (what, opts) in [
+        ("untrusted server", ZookeeperOptions::default().tls(wrong_ca)),
+        ("no client certificate", ZookeeperOptions::default().tls(no_identity)),
+        ("plaintext to the TLS port", ZookeeperOptions::default()),
+    ] {
+        let started = Instant::now();
+        let e = match ZookeeperBackend::connect(&zk.secure_hosts(), short(opts)) {
+            Ok(_) => panic!("{what}: connected"),
+            Err(e) => e,
+        };
+        assert_eq!(e.kind(), ErrorKind::Unavailable, "{what}: {e}");
+        assert!(e.to_string().contains("cannot open a ZooKeeper session"), "{what}: {e}");
+        assert!(started.elapsed() < Duration::from_secs(30), "{what}: took {:?}", started.elapsed());
+    }
+    // The plain port of the same server keeps working without TLS.
+    let plain = ZookeeperBackend::from_url(&zk.url(), short(ZookeeperOptions::default())).unwrap();
+    let transport = plain.check().into_iter().find(|c| c.name == "transport").unwrap();
+    assert!(transport.detail.contains("plaintext"), "{transport:?}");
+}
+
+#[test]
+#[serial_test::serial(zookeeper_private)]
+fn tls_without_client_certificate() {
+    let pki = pki();
+    let zk = PrivateZk::start_with("simba-zk-tls", ZkConfig { tls: Some(pki.server("none")), ..ZkConfig::default() });
+    let tls = ZookeeperTls::from_pem(std::fs::read_to_string(pki.path("ca.pem")).unwrap()).unwrap();
+    // Host names are verified: "localhost" is in the certificate as well as 127.0.0.1.
+    let hosts = zk.secure_hosts().replace("127.0.0.1", "localhost");
+    lease_round_trip(ZookeeperBackend::connect(&hosts, short(ZookeeperOptions::default().tls(tls))).unwrap());
+}
+
+#[test]
+#[serial_test::serial(zookeeper_private)]
+fn sasl_digest_md5_identity_owns_the_nodes() {
+    let zk = PrivateZk::start_with(
+        "simba-zk-sasl",
+        ZkConfig { sasl_users: vec![("simba".into(), "s3cret".into())], ..ZkConfig::default() },
+    );
+    let hosts = format!("127.0.0.1:{}", zk.port);
+    let sasl = ZookeeperSasl::digest_md5("simba", "s3cret").unwrap();
+    let opts = short(ZookeeperOptions::default().sasl(sasl.clone()).acl(AclMode::CreatorAll));
+    let owner = ZookeeperBackend::connect(&hosts, opts.clone()).unwrap();
+    let id = owner.open_session(Duration::from_secs(2), "").unwrap().id;
+    let name = simba::Name::new(support::unique("sasl")).unwrap();
+    let acquired = owner.acquire(&id, &name).unwrap();
+    let token = match acquired {
+        simba::backend::Acquire::Acquired { token, .. } => token,
+        other => panic!("{other:?}"),
+    };
+    // The node's ACL names the SASL identity (reading an ACL needs the identity too).
+    let raw_sasl = zookeeper_client::SaslOptions::digest_md5("simba", "s3cret");
+    let raw =
+        futures::executor::block_on(zookeeper_client::Client::connector().with_sasl(raw_sasl).connect(&hosts)).unwrap();
+    let (acls, _) =
+        futures::executor::block_on(raw.get_acl(&format!("/simba-security/leases/{}", name.as_str()))).unwrap();
+    let shown: Vec<String> = acls.iter().map(|a| format!("{}:{}", a.scheme(), a.id())).collect();
+    assert_eq!(shown, vec!["sasl:simba".to_string()]);
+    // Another backend with the same identity reads; anonymous clients are denied.
+    let peer = ZookeeperBackend::connect(&hosts, opts).unwrap();
+    assert_eq!(peer.holder(&name).unwrap().unwrap().token, token);
+    let anon = ZookeeperBackend::connect(&hosts, short(ZookeeperOptions::default())).unwrap();
+    let e = anon.holder(&name).unwrap_err();
+    assert!(e.to_string().contains("denied"), "{e}");
+    // A wrong password fails the connection with an error, never a hang or a panic.
+    let wrong = short(ZookeeperOptions::default().sasl(ZookeeperSasl::digest_md5("simba", "wrong").unwrap()));
+    let started = Instant::now();
+    match ZookeeperBackend::connect(&hosts, wrong) {
+        Ok(_) => panic!("connected with a wrong SASL password"),
+        Err(e) => {
+            assert_eq!(e.kind(), ErrorKind::Backend, "{e}");
+            assert!(e.to_string().contains("rejected the backend's auth info"), "{e}");
+        }
+    }
+    assert!(started.elapsed() < Duration::from_secs(30));
+    owner.close_session(&id).unwrap();
+}
+
+#[test]
+fn tls_and_sasl_options_are_validated_before_any_io() {
+    let e = ZookeeperTls::from_pem("not a certificate").unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidConfig, "{e}");
+    assert!(e.to_string().contains("TLS CA"), "{e}");
+    let e = ZookeeperTls::from_ca_file("/nonexistent/ca.pem").unwrap_err();
+    assert!(e.to_string().contains("/nonexistent/ca.pem"), "{e}");
+    let pki = pki();
+    let tls = ZookeeperTls::from_ca_file(pki.path("ca.pem")).unwrap();
+    let e = tls.clone().identity_pem(std::fs::read_to_string(pki.path("client.pem")).unwrap(), "no key").unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidConfig, "{e}");
+    let dbg = format!("{:?}", tls.identity_files(pki.path("client.pem"), pki.path("client.key")).unwrap());
+    assert!(!dbg.contains("PRIVATE KEY") && dbg.contains("redacted"), "{dbg}");
+    assert!(ZookeeperSasl::digest_md5("", "x").is_err());
+    let dbg = format!("{:?}", ZookeeperSasl::digest_md5("simba", "s3cret").unwrap());
+    assert!(!dbg.contains("s3cret"), "{dbg}");
+}
