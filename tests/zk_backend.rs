@@ -63,6 +63,16 @@ fn owned(b: &ZookeeperBackend, s: &SessionId) -> Vec<(Name, Token)> {
 }
 
 /// A raw client for inspecting and tampering with nodes.
+/// A fresh root whose parent exists with the open ACL (so the backend creates the root itself,
+/// with its own ACL), and a raw client without credentials.
+fn fresh_root_with_open_parent() -> (String, zookeeper_client::Client) {
+    let root = fresh_root();
+    let raw = raw_client();
+    let opts = zookeeper_client::CreateMode::Persistent.with_acls(zookeeper_client::Acls::anyone_all());
+    futures::executor::block_on(raw.mkdir(&root[..root.rfind('/').unwrap()], &opts)).unwrap();
+    (root, raw)
+}
+
 fn raw_client() -> zookeeper_client::Client {
     let (hosts, _) = hosts_and_root();
     futures::executor::block_on(zookeeper_client::Client::connect(&hosts)).unwrap()
@@ -361,11 +371,8 @@ fn group_watch_covers_missing_group_joins_and_leaves() {
 #[test]
 #[serial(zookeeper)]
 fn creator_all_acl_denies_other_identities() {
-    let root = fresh_root();
     // The shared test root stays open; only this test's root gets the creator-all ACL.
-    let raw = raw_client();
-    let opts = zookeeper_client::CreateMode::Persistent.with_acls(zookeeper_client::Acls::anyone_all());
-    futures::executor::block_on(raw.mkdir(&root[..root.rfind('/').unwrap()], &opts)).unwrap();
+    let (root, _raw) = fresh_root_with_open_parent();
     let auth = ZookeeperAuth::digest("simba-test", "secret").unwrap();
     let owner = backend_at(&root, ZookeeperOptions::default().auth(auth.clone()).acl(AclMode::CreatorAll));
     let s = owner.open_session(LEASE, "m").unwrap().id;
@@ -407,10 +414,7 @@ fn creator_all_acl_denies_other_identities() {
 #[test]
 #[serial(zookeeper)]
 fn custom_acl_lets_anyone_read_and_only_the_identity_write() {
-    let root = fresh_root();
-    let raw = raw_client();
-    let opts = zookeeper_client::CreateMode::Persistent.with_acls(zookeeper_client::Acls::anyone_all());
-    futures::executor::block_on(raw.mkdir(&root[..root.rfind('/').unwrap()], &opts)).unwrap();
+    let (root, raw) = fresh_root_with_open_parent();
     let acl = AclMode::Custom(vec![
         AclEntry::digest("simba-writer", "secret", "cdrwa").unwrap(),
         AclEntry::parse("world:anyone:r").unwrap(),
@@ -448,6 +452,42 @@ fn custom_acl_lets_anyone_read_and_only_the_identity_write() {
     assert_eq!(item.status, CheckStatus::Ok, "{item:?}");
     assert!(item.detail.contains("custom [digest:simba-writer:"), "{item:?}");
     owner.close_session(&s).unwrap();
+}
+
+#[test]
+#[serial(zookeeper)]
+fn foreign_nodes_give_clear_errors_or_are_ignored() {
+    // Nodes simba never writes, created by hand (an operator, another tool) under the backend's root.
+    let root = fresh_root();
+    let b = backend_at(&root, ZookeeperOptions::default());
+    let s = b.open_session(LEASE, "").unwrap().id;
+    let raw = raw_client();
+    let open = zookeeper_client::CreateMode::Persistent.with_acls(zookeeper_client::Acls::anyone_all());
+    let mk = |path: &str, data: &[u8]| futures::executor::block_on(raw.create(path, data, &open)).unwrap();
+    // A persistent (not ephemeral) lease node: nobody can take the lease, the holder read says why.
+    let squatted = name("squatted");
+    futures::executor::block_on(raw.mkdir(&format!("{root}/leases"), &open)).unwrap();
+    mk(&format!("{root}/leases/{}", squatted.as_str()), b"garbage");
+    assert_eq!(b.acquire(&s, &squatted).unwrap(), Acquire::Busy);
+    let e = b.holder(&squatted).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Backend, "{e}");
+    assert!(e.to_string().contains("not ephemeral"), "{e}");
+    // Foreign children of a group are ignored; real members are still listed.
+    let g = name("mixed");
+    b.join(&s, &g).unwrap();
+    mk(&format!("{root}/groups/{}/not-a-session", g.as_str()), b"x");
+    let members = b.members(&g).unwrap();
+    assert_eq!(members.iter().map(|m| m.session.clone()).collect::<Vec<_>>(), vec![s.clone()]);
+    // Garbage in a session node (read by `holder` for metadata and remaining time): still a holder.
+    let n = name("held");
+    let t = acquired(&b, &s, &n);
+    let spath = format!("{root}/sessions/{}", s.as_str());
+    futures::executor::block_on(raw.set_data(&spath, b"\xff\xfe not a number", None)).unwrap();
+    let h = b.holder(&n).unwrap().unwrap();
+    assert_eq!((h.session.clone(), h.token), (s.clone(), t));
+    // The session itself is unaffected.
+    assert!(matches!(b.keep_alive(&s, LEASE).unwrap(), KeepAlive::Alive { .. }));
+    b.close_session(&s).unwrap();
 }
 
 #[test]
