@@ -117,6 +117,30 @@ fn lock_gives_the_command_token_lease_and_session() {
 }
 
 #[test]
+fn quit_and_user_signals_reach_the_command() {
+    for (sig, trap, exit) in [
+        (nix::sys::signal::Signal::SIGUSR1, "USR1", 11),
+        (nix::sys::signal::Signal::SIGUSR2, "USR2", 12),
+        (nix::sys::signal::Signal::SIGQUIT, "QUIT", 13),
+        (nix::sys::signal::Signal::SIGHUP, "HUP", 14),
+    ] {
+        let dir = temp_dir("cli-signals");
+        let ready = dir.join("ready");
+        let mut child = simba(Some("memory://"))
+            .args(["lock", "sig", "--", "sh", "-c"])
+            .arg(format!("trap 'exit {exit}' {trap}; echo ready > {}; while :; do sleep 0.05; done", ready.display()))
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        wait_for_file(&ready, &mut child);
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), sig).unwrap();
+        let (o, _) = wait_output(child, Duration::from_secs(20));
+        assert_eq!(code(&o), exit, "{sig}: {}", stderr(&o));
+    }
+}
+
+#[test]
 fn the_commands_exit_code_is_passed_through() {
     let mut c = simba(Some("memory://"));
     c.args(["lock", "x", "--", "sh", "-c", "exit 42"]);

@@ -1,6 +1,7 @@
 //! Running the user's command while a lease, leadership or membership is held: spawning it in
-//! its own process group, forwarding SIGINT/SIGTERM/SIGHUP, and terminating it (SIGTERM, then
-//! SIGKILL after the grace period) the moment what it depends on is lost.
+//! its own process group, forwarding SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2, and
+//! terminating it (SIGTERM, then SIGKILL after the grace period) the moment what it depends on is
+//! lost.
 //!
 //! Signals are handled without `unsafe` (the crate forbids it): [`Signals::install`] blocks the
 //! signals in the main thread before any other thread exists (so every thread inherits the mask)
@@ -27,10 +28,15 @@ const POLL: Duration = Duration::from_millis(50);
 /// The hidden first argument that makes simba act as the exec trampoline.
 pub const TRAMPOLINE: &str = "__exec";
 
-/// The signals simba blocks, receives and forwards.
+/// The signals simba blocks, receives and forwards: those whose default action would end simba
+/// (and with it the supervision and the session) and that commands commonly act on — stop,
+/// reload, thread dump (SIGQUIT), log rotation (SIGUSR1/2).
+const FORWARDED: [Signal; 6] =
+    [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP, Signal::SIGQUIT, Signal::SIGUSR1, Signal::SIGUSR2];
+
 fn handled() -> SigSet {
     let mut set = SigSet::empty();
-    for s in [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP] {
+    for s in FORWARDED {
         set.add(s);
     }
     set
@@ -66,7 +72,7 @@ pub struct Signals {
 }
 
 impl Signals {
-    /// Blocks SIGINT, SIGTERM and SIGHUP in the calling thread (call it first thing in `main`, before
+    /// Blocks the [`FORWARDED`] signals in the calling thread (call it first thing in `main`, before
     /// any thread is started) and starts the thread that receives them.
     ///
     /// # Errors
