@@ -9,6 +9,8 @@ use std::time::Duration;
 
 pub mod proxy;
 pub mod server;
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+pub mod sql;
 pub mod zk;
 
 /// The value of `var`, or `default`.
