@@ -26,6 +26,7 @@ mod watch;
 
 use std::collections::HashMap;
 use std::fmt;
+use std::future::Future;
 use std::sync::{Arc, Weak};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -426,6 +427,31 @@ impl Inner {
 
     fn create_options(&self, mode: CreateMode) -> CreateOptions<'_> {
         mode.with_acls(self.acls.as_slice().into())
+    }
+
+    /// Runs `sync` pipelined with `read` (one round trip; the read then sees everything that
+    /// returned on any server of the ensemble), bounded by `deadline`. `Ok(None)` when the node
+    /// does not exist.
+    fn synced_read<S, T>(
+        &self,
+        sync: impl Future<Output = S>,
+        read: impl Future<Output = std::result::Result<T, ZkError>>,
+        deadline: Instant,
+        what: &str,
+    ) -> Result<Option<T>> {
+        let res = run_until(
+            async move {
+                let _ = sync.await;
+                read.await
+            },
+            deadline,
+        );
+        match res {
+            None => Err(Fail::Timeout.into_error(what, self.opts.query_timeout)),
+            Some(Err(ZkError::NoNode)) => Ok(None),
+            Some(Err(e)) => Err(zk_error(e, what)),
+            Some(Ok(v)) => Ok(Some(v)),
+        }
     }
 
     /// Opens a new ZooKeeper session (a new client) requesting `session_timeout`.
@@ -921,20 +947,8 @@ impl LeaseBackend for ZookeeperBackend {
         let client = inner.shared(deadline)?;
         let path = inner.paths.lease(name);
         let what = format!("read of lease {name}");
-        let sync = client.sync(&path);
-        let get = client.get_data(&path);
-        let res = run_until(
-            async move {
-                let _ = sync.await;
-                get.await
-            },
-            deadline,
-        );
-        let stat = match res {
-            None => return Err(Fail::Timeout.into_error(&what, inner.opts.query_timeout)),
-            Some(Err(ZkError::NoNode)) => return Ok(None),
-            Some(Err(e)) => return Err(zk_error(e, &what)),
-            Some(Ok((_, stat))) => stat,
+        let Some((_, stat)) = inner.synced_read(client.sync(&path), client.get_data(&path), deadline, &what)? else {
+            return Ok(None);
         };
         if stat.ephemeral_owner == 0 {
             return Err(Error::backend(format!(
@@ -1027,21 +1041,10 @@ impl LeaseBackend for ZookeeperBackend {
         let client = inner.shared(deadline)?;
         let path = inner.paths.group(group);
         let what = format!("read of group {group}");
-        // `sync` first (pipelined), so a join that returned on any server is visible here.
-        let sync = client.sync(&path);
-        let list = client.list_children(&path);
-        let res = run_until(
-            async move {
-                let _ = sync.await;
-                list.await
-            },
-            deadline,
-        );
-        let children = match res {
-            None => return Err(Fail::Timeout.into_error(&what, inner.opts.query_timeout)),
-            Some(Err(ZkError::NoNode)) => return Ok(Vec::new()),
-            Some(Err(e)) => return Err(zk_error(e, &what)),
-            Some(Ok(c)) => c,
+        // `sync` first, so a join that returned on any server is visible here.
+        let Some(children) = inner.synced_read(client.sync(&path), client.list_children(&path), deadline, &what)?
+        else {
+            return Ok(Vec::new());
         };
         let ids: Vec<SessionId> = children
             .iter()
