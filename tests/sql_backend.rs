@@ -34,6 +34,8 @@ trait Raw {
     fn lock_lease_row(&self, name: &str, hold: Duration);
     /// Terminates the server side of a connection (PostgreSQL backend pid, MySQL connection id).
     fn kill_connection(&mut self, id: u64);
+    /// Overwrites the token of lease `name` (to plant a corrupt row).
+    fn set_token(&mut self, name: &str, token: i64);
 }
 
 struct Fx {
@@ -214,6 +216,10 @@ mod pg {
             let killed: bool = self.client.query_one("select pg_terminate_backend($1)", &[&pid]).unwrap().get(0);
             assert!(killed, "backend {pid} terminated");
         }
+        fn set_token(&mut self, name: &str, token: i64) {
+            let n = self.client.execute("update simba_lease set token = $2 where name = $1", &[&name, &token]).unwrap();
+            assert_eq!(n, 1);
+        }
     }
 }
 
@@ -287,6 +293,98 @@ mod my {
         fn kill_connection(&mut self, id: u64) {
             self.conn.exec_drop("KILL ?", (id,)).unwrap();
         }
+        fn set_token(&mut self, name: &str, token: i64) {
+            self.conn.exec_drop("UPDATE simba_lease SET token = ? WHERE name = ?", (token, name)).unwrap();
+            assert_eq!(self.conn.affected_rows(), 1);
+        }
+    }
+}
+
+/// A loopback TCP proxy that counts round trips, like the benchmark's (`benches/simba/proxy.rs`):
+/// a client write that follows a server reply on a connection (or is its first) starts one. Only
+/// this test's connections pass through it, so the count is exact on a shared server.
+mod rtt {
+    use std::io::{Read, Write};
+    use std::net::{Shutdown, TcpListener, TcpStream};
+    use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
+    use std::sync::Arc;
+    use std::thread;
+    use std::time::Duration;
+
+    pub struct CountingProxy {
+        port: u16,
+        round_trips: Arc<AtomicU64>,
+        stop: Arc<AtomicBool>,
+    }
+
+    impl CountingProxy {
+        pub fn start(upstream: &str) -> CountingProxy {
+            let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+            listener.set_nonblocking(true).unwrap();
+            let port = listener.local_addr().unwrap().port();
+            let round_trips = Arc::new(AtomicU64::new(0));
+            let stop = Arc::new(AtomicBool::new(false));
+            let (rt, st, up) = (round_trips.clone(), stop.clone(), upstream.to_string());
+            thread::spawn(move || {
+                while !st.load(Ordering::SeqCst) {
+                    match listener.accept() {
+                        Ok((client, _)) => {
+                            client.set_nonblocking(false).unwrap();
+                            let server = TcpStream::connect(&up).unwrap();
+                            client.set_nodelay(true).unwrap();
+                            server.set_nodelay(true).unwrap();
+                            let last = Arc::new(AtomicU8::new(0));
+                            let (c2, s2) = (client.try_clone().unwrap(), server.try_clone().unwrap());
+                            let (rt2, l2) = (rt.clone(), last.clone());
+                            thread::spawn(move || pump(client, server, true, &l2, &rt2));
+                            let rt3 = rt.clone();
+                            thread::spawn(move || pump(s2, c2, false, &last, &rt3));
+                        }
+                        Err(_) => thread::sleep(Duration::from_millis(2)),
+                    }
+                }
+            });
+            CountingProxy { port, round_trips, stop }
+        }
+
+        /// `url` with its `host:port` (`addr`) replaced by the proxy's address.
+        pub fn url(&self, url: &str, addr: &str) -> String {
+            url.replacen(addr, &format!("127.0.0.1:{}", self.port), 1)
+        }
+
+        pub fn round_trips(&self) -> u64 {
+            self.round_trips.load(Ordering::SeqCst)
+        }
+    }
+
+    impl Drop for CountingProxy {
+        fn drop(&mut self) {
+            self.stop.store(true, Ordering::SeqCst);
+        }
+    }
+
+    /// Forwards `from` → `to`; `up` is the client-to-server direction. `last` is 1 after client
+    /// bytes, 2 after server bytes (set before they are forwarded, so the client's next request is
+    /// always counted).
+    fn pump(mut from: TcpStream, mut to: TcpStream, up: bool, last: &AtomicU8, round_trips: &AtomicU64) {
+        let mut buf = vec![0u8; 64 * 1024];
+        loop {
+            let n = match from.read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => n,
+            };
+            if up {
+                if last.swap(1, Ordering::SeqCst) != 1 {
+                    round_trips.fetch_add(1, Ordering::SeqCst);
+                }
+            } else {
+                last.store(2, Ordering::SeqCst);
+            }
+            if to.write_all(&buf[..n]).is_err() {
+                break;
+            }
+        }
+        let _ = to.shutdown(Shutdown::Write);
     }
 }
 
@@ -647,6 +745,83 @@ mod cases {
         b.close_session(&other).unwrap();
     }
 
+    /// SPEC §10: a keep-alive is one round trip whatever the number of leases held, on the
+    /// renewal path and on the expired path, counted at the TCP level by a proxy in front of the
+    /// server for a backend with a single connection and no background purge (nothing else on the
+    /// connection). The first keep-alive prepares the statement; the ones counted reuse it.
+    pub fn keep_alive_is_one_round_trip(fx: &mut Fx) {
+        let addr = addr_of(&fx.url);
+        let proxy = rtt::CountingProxy::start(&addr);
+        let opts =
+            SqlOptions::builder().query_timeout(Duration::from_secs(5)).pool_size(1).auto_purge(false).build().unwrap();
+        let b = SqlBackend::from_url(&proxy.url(&fx.url, &addr), opts).unwrap();
+        let direct = &fx.backend;
+        let p = support::unique("rtt");
+        let s = b.open_session(LONG, "rtt").unwrap().id;
+        let names: Vec<Name> = (0..200).map(|i| name(&format!("{p}-{i}"))).collect();
+        for n in &names {
+            assert_eq!(acquired(direct.acquire(&s, n).unwrap()), 1);
+        }
+        let group = name(&format!("{p}-group"));
+        direct.join(&s, &group).unwrap();
+        assert!(matches!(b.keep_alive(&s, LONG).unwrap(), KeepAlive::Alive { .. }), "warm-up");
+        for i in 0..5 {
+            let before = proxy.round_trips();
+            let reply = b.keep_alive(&s, LONG).unwrap();
+            let trips = proxy.round_trips() - before;
+            let KeepAlive::Alive { remaining, owned } = reply else { panic!("expired") };
+            assert_eq!(trips, 1, "keep-alive {i} with {} leases took {trips} round trips", names.len());
+            assert!(remaining > Duration::from_secs(5) && remaining <= LONG, "{remaining:?}");
+            let mut want: Vec<(Name, Token)> = names.iter().map(|n| (n.clone(), Token::new(1).unwrap())).collect();
+            want.sort();
+            assert_eq!(owned, want, "every lease with its token, sorted");
+        }
+        // A released lease is no longer owned.
+        b.release(&s, &names[0], Token::new(1).unwrap()).unwrap();
+        let KeepAlive::Alive { owned, .. } = b.keep_alive(&s, LONG).unwrap() else { panic!("expired") };
+        assert_eq!(owned.len(), names.len() - 1);
+        assert!(owned.iter().all(|(n, _)| *n != names[0]));
+
+        // The expired path is one round trip too, and deletes the session and its memberships.
+        let short = Duration::from_millis(300);
+        let dead = b.open_session(short, "rtt-dead").unwrap().id;
+        let lease = name(&format!("{p}-dead"));
+        assert_eq!(acquired(direct.acquire(&dead, &lease).unwrap()), 1);
+        direct.join(&dead, &group).unwrap();
+        assert!(matches!(b.keep_alive(&dead, short).unwrap(), KeepAlive::Alive { ref owned, .. } if owned.len() == 1));
+        thread::sleep(Duration::from_millis(700));
+        let before = proxy.round_trips();
+        assert_eq!(b.keep_alive(&dead, short).unwrap(), KeepAlive::Expired);
+        assert_eq!(proxy.round_trips() - before, 1, "an expired keep-alive is one round trip");
+        assert!(!fx.raw.session_exists(&dead), "the expired session is deleted");
+        assert_eq!(fx.raw.member_rows(&dead), 0, "with its memberships");
+        assert_eq!(fx.raw.lease_row(lease.as_str()).map(|(_, t)| t), Some(1), "lease rows stay");
+        assert_eq!(b.keep_alive(&dead, LONG).unwrap(), KeepAlive::Expired, "never revives");
+        let other = direct.open_session(LONG, "rtt-other").unwrap().id;
+        assert_eq!(acquired(direct.acquire(&other, &lease).unwrap()), 2, "new term after expiry");
+        assert_eq!(fx.raw.member_rows(&s), 1, "the live session keeps its membership");
+        direct.close_session(&other).unwrap();
+        b.close_session(&s).unwrap();
+    }
+
+    /// A lease row someone else corrupted (a token that is not positive) is left out of the
+    /// keep-alive reply; the renewal and every other lease are not disturbed.
+    pub fn keep_alive_skips_corrupt_rows(fx: &mut Fx) {
+        let b = &fx.backend;
+        let p = support::unique("corrupt");
+        let s = b.open_session(LONG, "corrupt").unwrap().id;
+        let names: Vec<Name> = (0..3).map(|i| name(&format!("{p}-{i}"))).collect();
+        for n in &names {
+            assert_eq!(acquired(b.acquire(&s, n).unwrap()), 1);
+        }
+        fx.raw.set_token(names[1].as_str(), -7);
+        let KeepAlive::Alive { remaining, owned } = b.keep_alive(&s, LONG).unwrap() else { panic!("expired") };
+        assert!(remaining > Duration::from_secs(5), "{remaining:?}");
+        let one = Token::new(1).unwrap();
+        assert_eq!(owned, vec![(names[0].clone(), one), (names[2].clone(), one)]);
+        b.close_session(&s).unwrap();
+    }
+
     /// A connection killed on the server is dropped from the pool (never reused) and the call is
     /// retried on a new connection within the same query timeout.
     pub fn killed_connection_is_replaced(fx: &mut Fx) {
@@ -791,6 +966,18 @@ macro_rules! dialect_tests {
 
             #[test]
             #[serial_test::serial($module)]
+            fn keep_alive_is_one_round_trip() {
+                cases::keep_alive_is_one_round_trip(&mut fx());
+            }
+
+            #[test]
+            #[serial_test::serial($module)]
+            fn keep_alive_skips_corrupt_rows() {
+                cases::keep_alive_skips_corrupt_rows(&mut fx());
+            }
+
+            #[test]
+            #[serial_test::serial($module)]
             fn unreachable_server_is_unavailable() {
                 cases::unreachable_server_is_unavailable(&mut fx());
             }
@@ -800,3 +987,57 @@ macro_rules! dialect_tests {
 
 dialect_tests!(postgres, "postgres", Dialect::Postgres);
 dialect_tests!(mysql, "mysql", Dialect::Mysql);
+
+/// MySQL/MariaDB: a schema without the keep-alive procedure (made by an older version, or by a
+/// user without CREATE ROUTINE) keeps working with the two-statement keep-alive, `check` warns,
+/// and applying the schema again brings the one-round-trip keep-alive back.
+#[cfg(feature = "mysql")]
+#[test]
+#[serial_test::serial(mysql)]
+fn mysql_keep_alive_without_the_procedure() {
+    use ::mysql::prelude::Queryable;
+    let mut iso = make_isolated(Dialect::Mysql, options(Duration::from_secs(5), false));
+    let fx = &mut iso.fx;
+    let mut admin = ::mysql::Conn::new(::mysql::Opts::from_url(&fx.url).unwrap()).unwrap();
+    admin.query_drop("DROP PROCEDURE simba_keep_alive_v1").unwrap();
+    let addr = addr_of(&fx.url);
+    let proxy = rtt::CountingProxy::start(&addr);
+    let opts = SqlOptions::builder().pool_size(1).auto_purge(false).build().unwrap();
+    let b = SqlBackend::from_url(&proxy.url(&fx.url, &addr), opts).unwrap();
+    let schema = |b: &SqlBackend| b.check().into_iter().find(|c| c.name == "schema").unwrap();
+    let warn = schema(&b);
+    assert_eq!(warn.status, CheckStatus::Warn, "{warn:?}");
+    assert!(warn.detail.contains("simba_keep_alive_v1"), "{warn:?}");
+
+    let p = support::unique("noproc");
+    let (lease, group) = (name(&format!("{p}-lease")), name(&format!("{p}-group")));
+    let s = b.open_session(Duration::from_secs(10), "old schema").unwrap().id;
+    assert_eq!(acquired(b.acquire(&s, &lease).unwrap()), 1);
+    let one = Token::new(1).unwrap();
+    for i in 0..4 {
+        let before = proxy.round_trips();
+        let KeepAlive::Alive { owned, .. } = b.keep_alive(&s, Duration::from_secs(10)).unwrap() else {
+            panic!("expired")
+        };
+        assert_eq!(owned, vec![(lease.clone(), one)]);
+        if i > 0 {
+            assert_eq!(proxy.round_trips() - before, 2, "the fallback: UPDATE, then SELECT");
+        }
+    }
+    let short = Duration::from_millis(300);
+    let dead = b.open_session(short, "old schema, dies").unwrap().id;
+    b.join(&dead, &group).unwrap();
+    thread::sleep(Duration::from_millis(700));
+    assert_eq!(b.keep_alive(&dead, short).unwrap(), KeepAlive::Expired);
+    assert!(!fx.raw.session_exists(&dead));
+    assert_eq!(fx.raw.member_rows(&dead), 0);
+
+    b.init_schema().unwrap();
+    assert_eq!(schema(&b).status, CheckStatus::Ok);
+    assert!(matches!(b.keep_alive(&s, Duration::from_secs(10)).unwrap(), KeepAlive::Alive { .. }), "warm-up");
+    let before = proxy.round_trips();
+    let KeepAlive::Alive { owned, .. } = b.keep_alive(&s, Duration::from_secs(10)).unwrap() else { panic!("expired") };
+    assert_eq!(owned, vec![(lease.clone(), one)]);
+    assert_eq!(proxy.round_trips() - before, 1, "the procedure again after init_schema");
+    b.close_session(&s).unwrap();
+}

@@ -1,3 +1,4 @@
--- Close (step 3) and expired keep-alive: remove the session's memberships. ? session id.
+-- Close (step 3) and the fallback keep-alive of an expired session: remove the session's memberships.
+-- ? session id.
 DELETE FROM simba_member
 WHERE session_id = ?

@@ -1,4 +1,4 @@
--- Simba lease backend schema for MySQL 8 and MariaDB 10.11.
+-- Simba lease backend schema for MySQL 8 and MariaDB 10.11: three tables and one stored procedure.
 -- Run once (simba schema apply, or mysql < init-simba-mysql.sql); running it again changes nothing.
 -- Names are case-sensitive: key columns use binary collations (ascii_bin, utf8mb4_bin).
 
@@ -25,3 +25,46 @@ create table if not exists simba_member
     primary key (group_name, session_id),
     index idx_member_session (session_id)
 );
+
+-- The keep-alive in one round trip (CALL simba_keep_alive_v1(session id, lease ms)): renews the
+-- session, or deletes it and its memberships when it has expired, and returns one result set:
+-- (remaining ms, lease name, token) per owned lease, one row with NULL name/token when it owns
+-- none, no row when the session is expired or unknown. With autocommit every statement inside
+-- commits on its own and reads a fresh snapshot, so the lease read sees every takeover that
+-- committed before the renewal (exactly the two statements the keep-alive used to send).
+-- The name carries a version: a changed body gets a new name, so old and new clients can share a
+-- database during a rolling upgrade. Needs MariaDB 10.1.3+ or MySQL 8.0.29+ (IF NOT EXISTS) and
+-- the CREATE ROUTINE privilege; without it the backend falls back to two round trips.
+-- The mysql client needs the DELIMITER lines; simba schema apply reads them the same way.
+delimiter //
+create procedure if not exists simba_keep_alive_v1(
+    in p_session  char(32) character set ascii collate ascii_bin,
+    in p_lease_ms bigint
+)
+    modifies sql data
+    sql security invoker
+    comment 'Simba keep-alive in one round trip (sql/mysql/init-simba-mysql.sql)'
+begin
+    declare v_remaining bigint default null;
+    update simba_session
+    set expires_at = cast(unix_timestamp(now(3)) * 1000 as signed) + p_lease_ms
+    where session_id = p_session
+      and expires_at > cast(unix_timestamp(now(3)) * 1000 as signed);
+    select max(expires_at) - cast(unix_timestamp(now(3)) * 1000 as signed)
+    into v_remaining
+    from simba_session
+    where session_id = p_session
+      and expires_at > cast(unix_timestamp(now(3)) * 1000 as signed);
+    if v_remaining is null then
+        delete from simba_session
+        where session_id = p_session
+          and expires_at <= cast(unix_timestamp(now(3)) * 1000 as signed);
+        delete from simba_member
+        where session_id = p_session;
+    end if;
+    select v_remaining, l.name, l.token
+    from (select 1 as one) as live
+    left join simba_lease l on l.session_id = p_session
+    where v_remaining is not null;
+end//
+delimiter ;

@@ -288,6 +288,11 @@ pub(crate) trait Driver: Send + Sync + 'static {
     fn purge(&self, limit: usize) -> Result<usize>;
     fn now_ms(&self) -> Result<i64>;
     fn schema_tables(&self) -> Result<i64>;
+    /// The name of a stored routine of the schema that is missing (MySQL: the keep-alive
+    /// procedure; its absence costs a round trip per keep-alive, nothing else).
+    fn missing_routine(&self) -> Result<Option<&'static str>> {
+        Ok(None)
+    }
     fn server_version(&self) -> Result<String>;
     fn connection_ids(&self) -> Vec<u64>;
 }
@@ -614,9 +619,31 @@ impl LeaseBackend for SqlBackend {
             }
         }
         match self.inner.driver.schema_tables() {
-            Ok(3) => {
-                items.push(item("schema", CheckStatus::Ok, "simba_session, simba_lease and simba_member exist".into()))
-            }
+            Ok(3) => match self.inner.driver.missing_routine() {
+                Ok(None) => items.push(item(
+                    "schema",
+                    CheckStatus::Ok,
+                    match d {
+                        Dialect::Postgres => "simba_session, simba_lease and simba_member exist".into(),
+                        Dialect::Mysql => {
+                            "simba_session, simba_lease, simba_member and the procedure simba_keep_alive_v1 exist"
+                                .into()
+                        }
+                    },
+                )),
+                Ok(Some(routine)) => items.push(item(
+                    "schema",
+                    CheckStatus::Warn,
+                    format!(
+                        "the tables exist, but the procedure {routine} is missing (or this user may not execute \
+                         it): keep-alives take two round trips instead of one; run `simba schema apply` or sql/{}/{} \
+                         again (needs CREATE ROUTINE; the application user needs EXECUTE)",
+                        d.name(),
+                        d.init_script_name()
+                    ),
+                )),
+                Err(e) => items.push(item("schema", CheckStatus::Warn, display_chain(&e))),
+            },
             Ok(n) => items.push(item(
                 "schema",
                 CheckStatus::Fail,

@@ -8,11 +8,17 @@
 //!
 //! Rows are read as [`mysql::Row`] and converted column by column (`get_opt`), never with typed
 //! helpers that panic on an unexpected type.
+//!
+//! The keep-alive is one `CALL` of the schema's stored procedure (`simba_keep_alive_v1`, created by
+//! `init-simba-mysql.sql`): one round trip. While the procedure is missing (a schema created by an
+//! older version and not re-applied) or not executable by this user, it falls back to the
+//! statements it replaced (two round trips) and tries the procedure again every
+//! [`ROUTINE_RETRY`] or after [`init_schema`](Driver::init_schema).
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use log::debug;
+use log::{debug, warn};
 use mysql::prelude::Queryable;
 use mysql::{Opts, OptsBuilder, Params, Row, TxOpts};
 use parking_lot::Mutex;
@@ -43,12 +49,25 @@ mod code {
     pub const SERVER_GONE: u16 = 2006;
     pub const SERVER_LOST: u16 = 2013;
     pub const CLIENT_INTERACTION_TIMEOUT: u16 = 4031;
+    /// ER_DBACCESS_DENIED_ERROR, ER_TABLEACCESS_DENIED_ERROR, ER_SPECIFIC_ACCESS_DENIED_ERROR.
+    pub const ACCESS_DENIED: [u16; 3] = [1044, 1142, 1227];
+    /// ER_PARSE_ERROR (MySQL before 8.0.29 has no `CREATE PROCEDURE IF NOT EXISTS`).
+    pub const PARSE_ERROR: u16 = 1064;
+    /// ER_SP_DOES_NOT_EXIST: the keep-alive procedure is missing.
+    pub const SP_DOES_NOT_EXIST: u16 = 1305;
+    /// ER_PROCACCESS_DENIED_ERROR: no EXECUTE privilege on the procedure.
+    pub const PROC_ACCESS_DENIED: u16 = 1370;
 }
+
+/// How long the keep-alive uses its two-statement fallback after finding the procedure missing or
+/// not executable, before trying the procedure again.
+pub(crate) const ROUTINE_RETRY: Duration = Duration::from_secs(60);
 
 /// One pooled connection.
 pub(crate) struct MyConn {
     conn: mysql::Conn,
     broken: bool,
+    mariadb: bool,
     id: u64,
     registry: Arc<Mutex<Vec<u64>>>,
 }
@@ -115,6 +134,21 @@ impl MyConn {
         self.conn.exec::<Row, _, _>(sql, params).map_err(|e| fail(&mut self.broken, e, what))
     }
 
+    /// Executes a statement that may return several result sets (a `CALL`: the procedure's
+    /// `SELECT`, then the `CALL`'s own status). Reads every set to the end and returns all their
+    /// rows, or the first error anywhere in the reply — never left behind in a trailing set, where
+    /// the driver's helpers would drop it silently and leave the connection out of step.
+    fn call_rows(&mut self, sql: &'static str, params: impl Into<Params>) -> Result<Vec<Row>, mysql::Error> {
+        let mut reply = self.conn.exec_iter(sql, params)?;
+        let mut rows = Vec::new();
+        while let Some(set) = reply.iter() {
+            for row in set {
+                rows.push(row?);
+            }
+        }
+        Ok(rows)
+    }
+
     /// Runs a statement without a result set; returns (affected rows, last insert id).
     fn exec(&mut self, sql: &'static str, params: impl Into<Params>, what: &str) -> Result<(u64, u64), Fail> {
         match self.conn.exec_drop(sql, params) {
@@ -144,19 +178,21 @@ pub(crate) struct MyManager {
 }
 
 impl MyManager {
-    /// Session settings of a new connection: UTC, lock wait and statement timeouts.
-    fn prepare(&self, conn: &mut mysql::Conn) -> Result<(), mysql::Error> {
+    /// Session settings of a new connection: UTC, lock wait and statement timeouts. Returns whether
+    /// the server is MariaDB.
+    fn prepare(&self, conn: &mut mysql::Conn) -> Result<bool, mysql::Error> {
         conn.query_drop(q::SESSION_TIME_ZONE)?;
         conn.exec_drop(q::SESSION_LOCK_WAIT_TIMEOUT, (self.lock_wait_secs,))?;
         let rows: Vec<Row> = conn.exec(q::SERVER_VERSION, ())?;
         let version: String =
             rows.first().and_then(|r| r.get_opt::<String, usize>(0)).and_then(|v| v.ok()).unwrap_or_default();
-        if version.contains("MariaDB") {
+        let mariadb = version.contains("MariaDB");
+        if mariadb {
             conn.exec_drop(q::SESSION_STATEMENT_TIME_MARIADB, (self.statement_secs,))?;
         } else {
             conn.exec_drop(q::SESSION_EXECUTION_TIME_MYSQL, (self.execution_ms,))?;
         }
-        Ok(())
+        Ok(mariadb)
     }
 }
 
@@ -166,11 +202,11 @@ impl r2d2::ManageConnection for MyManager {
 
     fn connect(&self) -> Result<MyConn, mysql::Error> {
         let mut conn = mysql::Conn::new(self.opts.clone())?;
-        self.prepare(&mut conn)?;
+        let mariadb = self.prepare(&mut conn)?;
         let id = u64::from(conn.connection_id());
         self.registry.lock().push(id);
         debug!("simba {KIND}: new connection (server connection id {id})");
-        Ok(MyConn { conn, broken: false, id, registry: self.registry.clone() })
+        Ok(MyConn { conn, broken: false, mariadb, id, registry: self.registry.clone() })
     }
 
     fn is_valid(&self, conn: &mut MyConn) -> Result<(), mysql::Error> {
@@ -185,6 +221,8 @@ impl r2d2::ManageConnection for MyManager {
 pub(crate) struct MyDriver {
     pool: SqlPool<MyManager>,
     registry: Arc<Mutex<Vec<u64>>>,
+    /// When the keep-alive last found its procedure missing or not executable (`None`: use it).
+    routine_missing: Mutex<Option<Instant>>,
 }
 
 impl MyDriver {
@@ -213,7 +251,41 @@ impl MyDriver {
             execution_ms: u64::try_from(qt.as_millis()).unwrap_or(u64::MAX).max(1),
             registry: registry.clone(),
         };
-        Ok(MyDriver { pool: SqlPool::new(manager, options, KIND), registry })
+        Ok(MyDriver { pool: SqlPool::new(manager, options, KIND), registry, routine_missing: Mutex::new(None) })
+    }
+
+    /// Whether the keep-alive should call the procedure (not known missing, or time to try again).
+    fn use_routine(&self) -> bool {
+        self.routine_missing.lock().is_none_or(|since| since.elapsed() >= ROUTINE_RETRY)
+    }
+
+    /// The procedure could not be called: fall back for a while, and say so (once per outage).
+    fn routine_unavailable(&self, e: &mysql::MySqlError) {
+        let first = self.routine_missing.lock().replace(Instant::now()).is_none();
+        let msg = format!(
+            "{KIND}: the keep-alive procedure simba_keep_alive_v1 is missing or not executable ({e}): keep-alives \
+             take two round trips instead of one; run `simba schema apply` or SqlBackend::init_schema() (needs \
+             the CREATE ROUTINE privilege; callers need EXECUTE)"
+        );
+        if first {
+            warn!("simba {msg}");
+        } else {
+            debug!("simba {msg}");
+        }
+    }
+
+    /// The keep-alive as the separate statements the procedure replaces (two round trips; four
+    /// when the session has expired).
+    fn keep_alive_statements(c: &mut MyConn, id: &SessionId, lease_ms: i64, what: &str) -> Result<RawKeepAlive, Fail> {
+        c.exec(q::KEEP_ALIVE, (lease_ms, id.as_str()), what)?;
+        // A separate statement: it sees every takeover that committed before the renewal.
+        let rows = c.rows(q::KEEP_ALIVE_READ, (id.as_str(),), what)?;
+        if rows.is_empty() {
+            c.exec(q::DELETE_EXPIRED_SESSION, (id.as_str(),), what)?;
+            c.exec(q::DELETE_SESSION_MEMBERS, (id.as_str(),), what)?;
+            return Ok(None);
+        }
+        keep_alive_reply(&rows, what)
     }
 
     fn one_i64(&self, sql: &'static str, what: &str) -> Result<i64> {
@@ -227,22 +299,94 @@ impl MyDriver {
     }
 }
 
-/// The statements of an init script: comment lines dropped, split at `;`.
+/// A keep-alive result set — `(remaining ms, name, token)` per owned lease, one row with NULL
+/// name and token when none is owned, no row when the session is not alive — as the raw reply.
+fn keep_alive_reply(rows: &[Row], what: &str) -> Result<RawKeepAlive, Fail> {
+    let Some(first) = rows.first() else {
+        return Ok(None);
+    };
+    let remaining: i64 = col(first, 0, what)?;
+    let mut owned = Vec::with_capacity(rows.len());
+    for r in rows {
+        let name: Option<String> = col(r, 1, what)?;
+        let token: Option<i64> = col(r, 2, what)?;
+        if let (Some(name), Some(token)) = (name, token) {
+            owned.push((name, token));
+        }
+    }
+    Ok(Some((remaining, owned)))
+}
+
+/// The statements of an init script, as the `mysql` client reads it: comment lines dropped, a
+/// statement ends at a line ending with the current delimiter (`;` unless a `delimiter` line
+/// changed it, as around the procedure, whose body contains `;`).
 fn script_statements(script: &str) -> Vec<String> {
-    let body: String = script.lines().filter(|l| !l.trim_start().starts_with("--")).map(|l| format!("{l}\n")).collect();
-    body.split(';').map(str::trim).filter(|s| !s.is_empty()).map(str::to_string).collect()
+    let mut statements = Vec::new();
+    let mut delimiter = ";".to_string();
+    let mut current = String::new();
+    for line in script.lines() {
+        let trimmed = line.trim();
+        if trimmed.starts_with("--") {
+            continue;
+        }
+        if let Some(d) = trimmed.get(..10).filter(|p| p.eq_ignore_ascii_case("delimiter ")).and(trimmed.get(10..)) {
+            delimiter = d.trim().to_string();
+            continue;
+        }
+        current.push_str(line);
+        current.push('\n');
+        if trimmed.ends_with(delimiter.as_str()) {
+            let end = current.trim_end().len() - delimiter.len();
+            let statement = current[..end].trim();
+            if !statement.is_empty() {
+                statements.push(statement.to_string());
+            }
+            current.clear();
+        }
+    }
+    let rest = current.trim();
+    if !rest.is_empty() {
+        statements.push(rest.to_string());
+    }
+    statements
+}
+
+/// Whether `statement` creates a stored routine (optional: the backend falls back without it).
+fn creates_routine(statement: &str) -> bool {
+    statement.get(..16).is_some_and(|p| p.eq_ignore_ascii_case("create procedure"))
 }
 
 impl Driver for MyDriver {
     fn init_schema(&self) -> Result<()> {
         let what = "init schema";
         let statements = script_statements(q::INIT_SIMBA_MYSQL);
-        self.pool.run(what, |c| {
+        let routine_created = self.pool.run(what, |c| {
+            let mut routine_created = true;
             for s in &statements {
-                c.conn.query_drop(s).map_err(|e| fail(&mut c.broken, e, what))?;
+                match c.conn.query_drop(s) {
+                    Ok(()) => {}
+                    // The procedure only saves a round trip per keep-alive: a server or a user that
+                    // cannot create it keeps the two-statement keep-alive instead of failing here.
+                    Err(mysql::Error::MySqlError(e))
+                        if creates_routine(s)
+                            && (code::ACCESS_DENIED.contains(&e.code) || (e.code == code::PARSE_ERROR && !c.mariadb)) =>
+                    {
+                        warn!(
+                            "simba {KIND}: cannot create the keep-alive procedure simba_keep_alive_v1 ({e}; MySQL needs \
+                             8.0.29 or later and the CREATE ROUTINE privilege): keep-alives take two round trips \
+                             instead of one"
+                        );
+                        routine_created = false;
+                    }
+                    Err(e) => return Err(fail(&mut c.broken, e, what)),
+                }
             }
-            Ok(())
-        })
+            Ok(routine_created)
+        })?;
+        if routine_created {
+            *self.routine_missing.lock() = None;
+        }
+        Ok(())
     }
 
     fn open_session(&self, id: &SessionId, lease_ms: i64, metadata: &str) -> Result<()> {
@@ -264,24 +408,23 @@ impl Driver for MyDriver {
     fn keep_alive(&self, id: &SessionId, lease_ms: i64) -> Result<RawKeepAlive> {
         let what = format!("keep-alive of session {id}");
         self.pool.run(&what, |c| {
-            c.exec(q::KEEP_ALIVE, (lease_ms, id.as_str()), &what)?;
-            // A separate statement: it sees every takeover that committed before the renewal.
-            let rows = c.rows(q::KEEP_ALIVE_READ, (id.as_str(),), &what)?;
-            let Some(first) = rows.first() else {
-                c.exec(q::DELETE_EXPIRED_SESSION, (id.as_str(),), &what)?;
-                c.exec(q::DELETE_SESSION_MEMBERS, (id.as_str(),), &what)?;
-                return Ok(None);
-            };
-            let remaining: i64 = col(first, 0, &what)?;
-            let mut owned = Vec::new();
-            for r in &rows {
-                let name: Option<String> = col(r, 1, &what)?;
-                let token: Option<i64> = col(r, 2, &what)?;
-                if let (Some(name), Some(token)) = (name, token) {
-                    owned.push((name, token));
+            if self.use_routine() {
+                match c.call_rows(q::KEEP_ALIVE_CALL, (id.as_str(), lease_ms)) {
+                    Ok(rows) => {
+                        if self.routine_missing.lock().take().is_some() {
+                            debug!("simba {KIND}: the keep-alive procedure is back: one round trip per keep-alive");
+                        }
+                        return keep_alive_reply(&rows, &what);
+                    }
+                    Err(mysql::Error::MySqlError(e))
+                        if e.code == code::SP_DOES_NOT_EXIST || e.code == code::PROC_ACCESS_DENIED =>
+                    {
+                        self.routine_unavailable(&e);
+                    }
+                    Err(e) => return Err(fail(&mut c.broken, e, &what)),
                 }
             }
-            Ok(Some((remaining, owned)))
+            MyDriver::keep_alive_statements(c, id, lease_ms, &what)
         })
     }
 
@@ -420,6 +563,11 @@ impl Driver for MyDriver {
         })
     }
 
+    fn missing_routine(&self) -> Result<Option<&'static str>> {
+        let present = self.one_i64(q::ROUTINE_CHECK, "check the keep-alive procedure")?;
+        Ok((present == 0).then_some("simba_keep_alive_v1"))
+    }
+
     fn connection_ids(&self) -> Vec<u64> {
         let mut ids = self.registry.lock().clone();
         ids.sort_unstable();
@@ -432,9 +580,24 @@ mod tests {
     use super::*;
 
     #[test]
-    fn init_script_splits_into_three_tables() {
+    fn init_script_splits_into_three_tables_and_the_procedure() {
         let s = script_statements(q::INIT_SIMBA_MYSQL);
-        assert_eq!(s.len(), 3, "{s:?}");
-        assert!(s.iter().all(|s| s.starts_with("create table if not exists simba_")));
+        assert_eq!(s.len(), 4, "{s:?}");
+        assert!(s[..3].iter().all(|s| s.starts_with("create table if not exists simba_")), "{s:?}");
+        assert!(s[..3].iter().all(|s| s.ends_with(')')), "{s:?}");
+        assert!(creates_routine(&s[3]) && !creates_routine(&s[0]), "{}", s[3]);
+        assert!(s[3].contains("simba_keep_alive_v1") && s[3].ends_with("end"), "{}", s[3]);
+        assert!(s[3].matches(';').count() >= 4, "the body keeps its statements: {}", s[3]);
+        assert!(!s.iter().any(|s| s.to_ascii_lowercase().contains("delimiter")), "{s:?}");
+    }
+
+    #[test]
+    fn script_splitting_follows_delimiter_lines() {
+        let script =
+            "-- c\nselect 1;\nDELIMITER $$\ncreate procedure p() begin\n  select 2;\nend$$\ndelimiter ;\nselect 3\n";
+        assert_eq!(
+            script_statements(script),
+            vec!["select 1".to_string(), "create procedure p() begin\n  select 2;\nend".into(), "select 3".into()]
+        );
     }
 }

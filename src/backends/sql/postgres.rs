@@ -216,15 +216,20 @@ impl Driver for PgDriver {
     fn keep_alive(&self, id: &SessionId, lease_ms: i64) -> Result<RawKeepAlive> {
         let what = format!("keep-alive of session {id}");
         self.pool.run(&what, |c| {
+            // One statement, one round trip: renews (or deletes the expired session) and lists the
+            // owned leases, one row each; no row at all when the session is expired or unknown.
             let rows = c.query(q::KEEP_ALIVE, &[&id.as_str(), &lease_ms], &what)?;
-            let Some(row) = rows.first() else {
-                c.execute(q::DELETE_EXPIRED_SESSION, &[&id.as_str()], &what)?;
+            let Some(first) = rows.first() else {
                 return Ok(None);
             };
-            let remaining: i64 = col(row, 0, &what)?;
-            let mut owned = Vec::new();
-            for r in c.query(q::OWNED_LEASES, &[&id.as_str()], &what)? {
-                owned.push((col::<String>(&r, 0, &what)?, col::<i64>(&r, 1, &what)?));
+            let remaining: i64 = col(first, 0, &what)?;
+            let mut owned = Vec::with_capacity(rows.len());
+            for r in &rows {
+                let name: Option<String> = col(r, 1, &what)?;
+                let token: Option<i64> = col(r, 2, &what)?;
+                if let (Some(name), Some(token)) = (name, token) {
+                    owned.push((name, token));
+                }
             }
             Ok(Some((remaining, owned)))
         })

@@ -13,8 +13,6 @@ pub mod postgres {
     pub const BACKEND_PID: &str = include_str!("../../../sql/postgres/backend-pid.sql");
     /// `close-session.sql`: Close: deletes the session, releases its leases (tokens kept), removes its memberships.
     pub const CLOSE_SESSION: &str = include_str!("../../../sql/postgres/close-session.sql");
-    /// `delete-expired-session.sql`: Keep-alive on an expired session: deletes the session row.
-    pub const DELETE_EXPIRED_SESSION: &str = include_str!("../../../sql/postgres/delete-expired-session.sql");
     /// `holder.sql`: The live holder of a lease with its token, remaining time and metadata.
     pub const HOLDER: &str = include_str!("../../../sql/postgres/holder.sql");
     /// `init-lock.sql`: Advisory lock serialising concurrent schema initialisations.
@@ -23,7 +21,8 @@ pub mod postgres {
     pub const INIT_SIMBA_POSTGRESQL: &str = include_str!("../../../sql/postgres/init-simba-postgresql.sql");
     /// `join.sql`: Adds a live session to a group (idempotent).
     pub const JOIN: &str = include_str!("../../../sql/postgres/join.sql");
-    /// `keep-alive.sql`: The one UPDATE that renews a session (and with it its leases and memberships).
+    /// `keep-alive.sql`: The keep-alive in one statement: renews the session (or deletes it when
+    /// expired) and returns the leases it owns.
     pub const KEEP_ALIVE: &str = include_str!("../../../sql/postgres/keep-alive.sql");
     /// `leave.sql`: Removes a session from a group (idempotent).
     pub const LEAVE: &str = include_str!("../../../sql/postgres/leave.sql");
@@ -33,8 +32,6 @@ pub mod postgres {
     pub const NOW: &str = include_str!("../../../sql/postgres/now.sql");
     /// `open-session.sql`: Inserts a new session expiring one lease duration from the database's now.
     pub const OPEN_SESSION: &str = include_str!("../../../sql/postgres/open-session.sql");
-    /// `owned-leases.sql`: After a renewal: the leases the session owns.
-    pub const OWNED_LEASES: &str = include_str!("../../../sql/postgres/owned-leases.sql");
     /// `purge-members.sql`: Purge step 2: deletes the memberships of the batch.
     pub const PURGE_MEMBERS: &str = include_str!("../../../sql/postgres/purge-members.sql");
     /// `purge-select.sql`: Purge step 1: locks a batch of expired sessions, oldest first.
@@ -57,21 +54,26 @@ pub mod mysql {
     pub const ACQUIRE_OBSERVE: &str = include_str!("../../../sql/mysql/acquire-observe.sql");
     /// `acquire.sql`: Acquire: one upsert taking a free, own or expired-holder lease (token + 1 for a new term).
     pub const ACQUIRE: &str = include_str!("../../../sql/mysql/acquire.sql");
-    /// `delete-expired-session.sql`: Keep-alive on an expired session: deletes the session row.
+    /// `delete-expired-session.sql`: Fallback keep-alive on an expired session: deletes the session row.
     pub const DELETE_EXPIRED_SESSION: &str = include_str!("../../../sql/mysql/delete-expired-session.sql");
-    /// `delete-session-members.sql`: Close step 3 and expired keep-alive: deletes the session's memberships.
+    /// `delete-session-members.sql`: Close step 3 and fallback expired keep-alive: deletes the session's memberships.
     pub const DELETE_SESSION_MEMBERS: &str = include_str!("../../../sql/mysql/delete-session-members.sql");
     /// `delete-session.sql`: Close step 1: deletes the session row.
     pub const DELETE_SESSION: &str = include_str!("../../../sql/mysql/delete-session.sql");
     /// `holder.sql`: The live holder of a lease with its token, remaining time and metadata.
     pub const HOLDER: &str = include_str!("../../../sql/mysql/holder.sql");
-    /// `init-simba-mysql.sql`: The MySQL/MariaDB schema script users run once (idempotent).
+    /// `init-simba-mysql.sql`: The MySQL/MariaDB schema script users run once (idempotent): three
+    /// tables and the keep-alive procedure (`delimiter` lines for the `mysql` client).
     pub const INIT_SIMBA_MYSQL: &str = include_str!("../../../sql/mysql/init-simba-mysql.sql");
     /// `join.sql`: Adds a live session to a group (idempotent).
     pub const JOIN: &str = include_str!("../../../sql/mysql/join.sql");
-    /// `keep-alive-read.sql`: After a renewal: the session's remaining time and the leases it owns.
+    /// `keep-alive-call.sql`: The keep-alive in one round trip: calls the schema's procedure
+    /// `simba_keep_alive_v1`, which renews the session (or deletes it when expired) and returns the
+    /// leases it owns.
+    pub const KEEP_ALIVE_CALL: &str = include_str!("../../../sql/mysql/keep-alive-call.sql");
+    /// `keep-alive-read.sql`: Fallback keep-alive step 2: the session's remaining time and the leases it owns.
     pub const KEEP_ALIVE_READ: &str = include_str!("../../../sql/mysql/keep-alive-read.sql");
-    /// `keep-alive.sql`: The one UPDATE that renews a session (and with it its leases and memberships).
+    /// `keep-alive.sql`: Fallback keep-alive step 1 (no procedure): the UPDATE that renews a session.
     pub const KEEP_ALIVE: &str = include_str!("../../../sql/mysql/keep-alive.sql");
     /// `leave.sql`: Removes a session from a group (idempotent).
     pub const LEAVE: &str = include_str!("../../../sql/mysql/leave.sql");
@@ -91,6 +93,8 @@ pub mod mysql {
     pub const RELEASE_SESSION_LEASES: &str = include_str!("../../../sql/mysql/release-session-leases.sql");
     /// `release.sql`: Frees a lease held by the session, keeping its token.
     pub const RELEASE: &str = include_str!("../../../sql/mysql/release.sql");
+    /// `routine-check.sql`: Whether the keep-alive procedure exists (1 or 0).
+    pub const ROUTINE_CHECK: &str = include_str!("../../../sql/mysql/routine-check.sql");
     /// `schema-check.sql`: Counts the Simba tables present.
     pub const SCHEMA_CHECK: &str = include_str!("../../../sql/mysql/schema-check.sql");
     /// `server-version.sql`: The server version string.
