@@ -1041,3 +1041,53 @@ fn mysql_keep_alive_without_the_procedure() {
     assert_eq!(proxy.round_trips() - before, 1, "the procedure again after init_schema");
     b.close_session(&s).unwrap();
 }
+
+/// MySQL/MariaDB: an application user without EXECUTE on the keep-alive procedure (only the
+/// table privileges an older version needed) keeps working with the two-statement keep-alive,
+/// and `check` says why.
+#[cfg(feature = "mysql")]
+#[test]
+#[serial_test::serial(mysql)]
+fn mysql_keep_alive_without_execute_privilege() {
+    use ::mysql::prelude::Queryable;
+    let iso = make_isolated(Dialect::Mysql, options(Duration::from_secs(5), false));
+    let fx = &iso.fx;
+    let mut u = url::Url::parse(&fx.url).unwrap();
+    let db = u.path().trim_start_matches('/').to_string();
+    let user = format!("simba_it_{:012x}", rand::random::<u64>() >> 16);
+    struct DropUser(::mysql::Conn, String);
+    impl Drop for DropUser {
+        fn drop(&mut self) {
+            let _ = self.0.query_drop(format!("DROP USER '{}'@'%'", self.1));
+        }
+    }
+    let mut admin = DropUser(::mysql::Conn::new(::mysql::Opts::from_url(&fx.url).unwrap()).unwrap(), user.clone());
+    admin.0.query_drop(format!("CREATE USER '{user}'@'%' IDENTIFIED BY 'app-secret'")).unwrap();
+    for t in ["simba_session", "simba_lease", "simba_member"] {
+        admin.0.query_drop(format!("GRANT SELECT, INSERT, UPDATE, DELETE ON {db}.{t} TO '{user}'@'%'")).unwrap();
+    }
+    u.set_username(&user).unwrap();
+    u.set_password(Some("app-secret")).unwrap();
+    let addr = addr_of(&fx.url);
+    let proxy = rtt::CountingProxy::start(&addr);
+    let opts = SqlOptions::builder().pool_size(1).auto_purge(false).build().unwrap();
+    let b = SqlBackend::from_url(&proxy.url(u.as_str(), &addr), opts).unwrap();
+    let schema = b.check().into_iter().find(|c| c.name == "schema").unwrap();
+    assert_eq!(schema.status, CheckStatus::Warn, "{schema:?}");
+
+    let lease = name(&support::unique("noexec"));
+    let s = b.open_session(Duration::from_secs(10), "no execute").unwrap().id;
+    assert_eq!(acquired(b.acquire(&s, &lease).unwrap()), 1);
+    for i in 0..3 {
+        let before = proxy.round_trips();
+        let KeepAlive::Alive { owned, .. } = b.keep_alive(&s, Duration::from_secs(10)).unwrap() else {
+            panic!("expired")
+        };
+        assert_eq!(owned, vec![(lease.clone(), Token::new(1).unwrap())]);
+        if i > 0 {
+            assert_eq!(proxy.round_trips() - before, 2, "the fallback: UPDATE, then SELECT");
+        }
+    }
+    b.close_session(&s).unwrap();
+    assert_eq!(b.keep_alive(&s, Duration::from_secs(10)).unwrap(), KeepAlive::Expired);
+}
