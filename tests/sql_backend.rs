@@ -36,6 +36,17 @@ trait Raw {
     fn kill_connection(&mut self, id: u64);
     /// Overwrites the token of lease `name` (to plant a corrupt row).
     fn set_token(&mut self, name: &str, token: i64);
+    /// A takeover as the backend's acquire does it, slowed down: in one transaction, locks
+    /// `holder`'s session row for share (returns once locked), waits `hold`, moves lease `name`
+    /// from `holder` to `rival` with the next token and commits. The handle yields the instant
+    /// just after the commit.
+    fn take_over_under_lock(
+        &self,
+        holder: &SessionId,
+        name: &str,
+        rival: &SessionId,
+        hold: Duration,
+    ) -> thread::JoinHandle<Instant>;
 }
 
 struct Fx {
@@ -220,6 +231,38 @@ mod pg {
             let n = self.client.execute("update simba_lease set token = $2 where name = $1", &[&name, &token]).unwrap();
             assert_eq!(n, 1);
         }
+        fn take_over_under_lock(
+            &self,
+            holder: &SessionId,
+            name: &str,
+            rival: &SessionId,
+            hold: Duration,
+        ) -> thread::JoinHandle<Instant> {
+            let (url, holder, name, rival) =
+                (self.url.clone(), holder.to_string(), name.to_string(), rival.to_string());
+            let ready = Arc::new(Barrier::new(2));
+            let r2 = ready.clone();
+            let h = thread::spawn(move || {
+                let mut c = Client::connect(&url, NoTls).unwrap();
+                let mut tx = c.transaction().unwrap();
+                let locked =
+                    tx.query("select 1 from simba_session where session_id = $1 for share", &[&holder]).unwrap();
+                assert_eq!(locked.len(), 1);
+                r2.wait();
+                thread::sleep(hold);
+                let n = tx
+                    .execute(
+                        "update simba_lease set session_id = $3, token = token + 1 where name = $1 and session_id = $2",
+                        &[&name, &holder, &rival],
+                    )
+                    .unwrap();
+                assert_eq!(n, 1);
+                tx.commit().unwrap();
+                Instant::now()
+            });
+            ready.wait();
+            h
+        }
     }
 }
 
@@ -296,6 +339,37 @@ mod my {
         fn set_token(&mut self, name: &str, token: i64) {
             self.conn.exec_drop("UPDATE simba_lease SET token = ? WHERE name = ?", (token, name)).unwrap();
             assert_eq!(self.conn.affected_rows(), 1);
+        }
+        fn take_over_under_lock(
+            &self,
+            holder: &SessionId,
+            name: &str,
+            rival: &SessionId,
+            hold: Duration,
+        ) -> thread::JoinHandle<Instant> {
+            let (opts, holder, name, rival) =
+                (self.opts.clone(), holder.to_string(), name.to_string(), rival.to_string());
+            let ready = Arc::new(Barrier::new(2));
+            let r2 = ready.clone();
+            let h = thread::spawn(move || {
+                let mut c = Conn::new(opts).unwrap();
+                let mut tx = c.start_transaction(::mysql::TxOpts::default()).unwrap();
+                let locked: Vec<Row> =
+                    tx.exec("SELECT 1 FROM simba_session WHERE session_id = ? LOCK IN SHARE MODE", (&holder,)).unwrap();
+                assert_eq!(locked.len(), 1);
+                r2.wait();
+                thread::sleep(hold);
+                tx.exec_drop(
+                    "UPDATE simba_lease SET session_id = ?, token = token + 1 WHERE name = ? AND session_id = ?",
+                    (&rival, &name, &holder),
+                )
+                .unwrap();
+                assert_eq!(tx.affected_rows(), 1);
+                tx.commit().unwrap();
+                Instant::now()
+            });
+            ready.wait();
+            h
         }
     }
 }
@@ -804,6 +878,37 @@ mod cases {
         b.close_session(&s).unwrap();
     }
 
+    /// A renewal that waits for a takeover's lock on its session row, while the session expires,
+    /// must not report the lease the takeover took (whatever the statement's snapshot or clock):
+    /// it reports the session expired (PostgreSQL: the clock is read after the lock) or alive
+    /// without that lease (MySQL: a fresh read after the renewal). Deterministic: the takeover
+    /// holds the lock from before the keep-alive starts until after the session has expired.
+    pub fn renewal_waiting_for_a_takeover(fx: &mut Fx) {
+        let b = &fx.backend;
+        let lease_d = Duration::from_millis(400);
+        let lease = name(&support::unique("waiting"));
+        let rival = b.open_session(LONG, "rival").unwrap().id;
+        let holder = b.open_session(lease_d, "holder").unwrap().id;
+        assert_eq!(acquired(b.acquire(&holder, &lease).unwrap()), 1);
+        assert!(matches!(b.keep_alive(&holder, lease_d).unwrap(), KeepAlive::Alive { .. }));
+        let takeover = fx.raw.take_over_under_lock(&holder, lease.as_str(), &rival, lease_d * 2);
+        let ka = b.keep_alive(&holder, lease_d).unwrap();
+        let returned = Instant::now();
+        let committed = takeover.join().unwrap();
+        assert!(returned >= committed, "the keep-alive waited for the takeover's lock");
+        match &ka {
+            KeepAlive::Alive { owned, .. } => {
+                assert!(owned.iter().all(|(n, _)| *n != lease), "taken-over lease reported owned: {ka:?}");
+                assert_eq!(fx.dialect, Dialect::Mysql, "PostgreSQL judges the renewal after the lock: {ka:?}");
+            }
+            KeepAlive::Expired => assert!(!fx.raw.session_exists(&holder), "an expired keep-alive deletes it"),
+        }
+        let (sid, token) = fx.raw.lease_row(lease.as_str()).unwrap();
+        assert_eq!((sid.trim(), token), (rival.as_str(), 2));
+        b.close_session(&holder).unwrap();
+        b.close_session(&rival).unwrap();
+    }
+
     /// A lease row someone else corrupted (a token that is not positive) is left out of the
     /// keep-alive reply; the renewal and every other lease are not disturbed.
     pub fn keep_alive_skips_corrupt_rows(fx: &mut Fx) {
@@ -968,6 +1073,12 @@ macro_rules! dialect_tests {
             #[serial_test::serial($module)]
             fn keep_alive_is_one_round_trip() {
                 cases::keep_alive_is_one_round_trip(&mut fx());
+            }
+
+            #[test]
+            #[serial_test::serial($module)]
+            fn renewal_waiting_for_a_takeover() {
+                cases::renewal_waiting_for_a_takeover(&mut fx());
             }
 
             #[test]
