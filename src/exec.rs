@@ -1,6 +1,8 @@
-//! Bounded backend calls: every blocking backend call runs on a worker thread and the caller waits
-//! at most until its deadline. A hung driver call (e.g. the sync `postgres` client against a paused
-//! server, which has no read timeout) then costs a parked worker thread, never a missed deadline.
+//! Bounded backend calls: a blocking backend call that may not run on its caller's thread (see
+//! [`LeaseBackend::call_bound`](crate::LeaseBackend::call_bound)) runs on a worker thread and the
+//! caller waits at most until its deadline. A hung driver call (e.g. the sync `postgres` client
+//! against a paused server, which has no read timeout) then costs a parked worker thread, never a
+//! missed deadline.
 //!
 //! Workers are pooled: an idle worker is reused, a new one is started when none is idle, and a
 //! worker idle for a while exits.

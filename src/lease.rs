@@ -63,11 +63,15 @@ impl Lease {
     }
 
     /// Releases the lease (the token is kept by the backend for the next term). `token()` fails
-    /// from the moment this is called. Waits at most the query timeout.
+    /// from the moment this is called. Waits at most the query timeout: on a backend that bounds
+    /// its calls itself ([`LeaseBackend::call_bound`](crate::LeaseBackend::call_bound)) the release
+    /// runs on the calling thread and ends with the backend's own timeout; otherwise it runs on a
+    /// worker thread that the caller stops waiting for at the query timeout.
     ///
     /// # Errors
-    /// `Timeout` when the backend did not answer in time (the release goes on in the background);
-    /// the backend's error otherwise. Either way the lease is no longer ours locally.
+    /// `Timeout` when a release on a worker did not finish in time (it goes on in the background);
+    /// the backend's error otherwise (`Unavailable` when its own timeout ended the call). Either way
+    /// the lease is no longer ours locally.
     pub fn release(mut self) -> Result<()> {
         self.released = true;
         self.session.release_lease(&self.name, self.token, true)

@@ -1,8 +1,11 @@
 //! Sessions: the handle users hold, and the renewal thread that drives the [`Engine`].
 //!
 //! Threads and ownership:
-//! - every backend call runs on a pooled worker (`exec.rs`), so no thread of ours ever waits
-//!   on a driver longer than it chooses to;
+//! - a backend call made for a user's thread (lock attempt, release, holder, join, leave, members,
+//!   watch, close) runs on that thread when the backend bounds its calls itself within the caller's
+//!   time ([`LeaseBackend::call_bound`]); every other call, and every call of a backend that may
+//!   hang, runs on a pooled worker (`exec.rs`) that the caller abandons at its deadline, so no
+//!   thread of ours ever waits on a driver longer than it chooses to;
 //! - one renewal thread per session holds only a `Weak` to the shared state: it polls the engine at
 //!   the engine's next wake-up (the timer, independent of I/O), dispatches keep-alives and campaign
 //!   attempts, and stops when the session ends or every handle is gone;
@@ -68,6 +71,8 @@ struct CampaignSlot {
 pub(crate) struct SessionInner {
     pub(crate) id: SessionId,
     pub(crate) backend: Arc<dyn LeaseBackend>,
+    /// `backend.call_bound()`, read once.
+    call_bound: Option<Duration>,
     pub(crate) options: SessionOptions,
     pub(crate) timing: Timing,
     engine: Mutex<Engine>,
@@ -318,9 +323,11 @@ impl SessionInner {
         let (wake_tx, wake_rx) = unbounded();
         let (notify_tx, notify_rx) = unbounded();
         let (ended_tx, ended_rx) = crossbeam_channel::bounded(0);
+        let call_bound = backend.call_bound();
         let inner = Arc::new(SessionInner {
             id: grant.id,
             backend,
+            call_bound,
             options,
             timing,
             engine: Mutex::new(engine),
@@ -528,7 +535,7 @@ impl SessionInner {
         });
     }
 
-    /// Runs a read-only backend call bounded by the query timeout.
+    /// Runs a backend call for the user's thread, bounded by the query timeout (see [`bounded_call`]).
     pub(crate) fn bounded<T: Send + 'static>(
         &self,
         f: impl FnOnce(&dyn LeaseBackend) -> Result<T> + Send + 'static,
@@ -574,19 +581,32 @@ impl SessionInner {
         };
         let sent = Instant::now();
         let call_deadline = deadline.min(sent + self.timing.query_timeout).max(sent);
-        let backend = self.backend.clone();
-        let (id, n) = (self.id.clone(), name.clone());
-        let weak = Arc::downgrade(self);
-        let late_name = name.clone();
-        let reply = exec::call_until(
-            call_deadline,
-            move || backend.acquire(&id, &n),
-            move |late: Result<Acquire>| {
-                if let Some(inner) = weak.upgrade() {
-                    inner.undo_late_acquire(&late_name, late);
-                }
-            },
-        );
+        let reply = if inline(self.call_bound, call_deadline - sent) {
+            // The backend returns by itself within the caller's time: call it on this thread. A
+            // reply after the deadline (the backend overran its bound) is handled exactly like a
+            // worker's late reply: nobody asked for the lease that late, so its term is undone.
+            let r = self.backend.acquire(&self.id, name);
+            if Instant::now() <= call_deadline {
+                Some(r)
+            } else {
+                self.undo_late_acquire(name, r);
+                None
+            }
+        } else {
+            let backend = self.backend.clone();
+            let (id, n) = (self.id.clone(), name.clone());
+            let weak = Arc::downgrade(self);
+            let late_name = name.clone();
+            exec::call_until(
+                call_deadline,
+                move || backend.acquire(&id, &n),
+                move |late: Result<Acquire>| {
+                    if let Some(inner) = weak.upgrade() {
+                        inner.undo_late_acquire(&late_name, late);
+                    }
+                },
+            )
+        };
         match reply {
             Some(r) => self.finish_acquire(name, sent, epoch, r),
             None => Err(Error::new(
@@ -685,6 +705,9 @@ impl SessionInner {
                 let t = tx.clone();
                 let _ = self.bounded(move |b| b.watch(&topic, &t));
             }
+            // Without a deadline each attempt may take a whole query timeout, counted from its send
+            // (after the watch registration), so that it can run on this thread where it may.
+            let now = Instant::now();
             let attempt_deadline = deadline.unwrap_or(now + self.timing.query_timeout).max(now);
             match self.attempt_lock(name, attempt_deadline) {
                 Ok(Some(lease)) => return Ok(Some(lease)),
@@ -730,6 +753,30 @@ impl SessionInner {
         if !wait {
             self.dispatch_release(name.clone(), token, None);
             return Ok(());
+        }
+        if inline(self.call_bound, self.timing.query_timeout) {
+            // The backend returns by itself within the query timeout: release on this thread.
+            let started = Instant::now();
+            let r = self.backend.release(&self.id, name, token);
+            if let Err(err) = &r {
+                log::warn!("session {}: release of '{}' failed: {}", self.id, name, err);
+            }
+            let took = started.elapsed();
+            if took > self.timing.query_timeout {
+                log::warn!(
+                    "session {}: {} release of '{}' took {:?}, longer than the query timeout {:?}",
+                    self.id,
+                    self.backend.kind(),
+                    name,
+                    took,
+                    self.timing.query_timeout
+                );
+            }
+            self.apply(|e| {
+                e.end_release(name);
+                ((), Vec::new())
+            });
+            return r;
         }
         let (tx, rx) = crossbeam_channel::bounded(1);
         self.dispatch_release(name.clone(), token, Some(tx));
@@ -1022,12 +1069,28 @@ impl SessionInner {
     }
 }
 
-/// Runs `f` on a worker and waits up to `timeout`.
+/// Time the engine may spend between a caller's entry (where its deadline was set) and the backend
+/// call, without that costing the call its inline run: a bound equal to the query timeout still
+/// counts as fitting a `try_lock`'s query timeout.
+const INLINE_GRACE: Duration = Duration::from_millis(10);
+
+/// True when a call may run on the caller's thread: the backend bounds its calls itself
+/// (`call_bound`), within `budget`, the time the caller may wait.
+fn inline(call_bound: Option<Duration>, budget: Duration) -> bool {
+    call_bound.is_some_and(|bound| bound <= budget + INLINE_GRACE)
+}
+
+/// Runs `f` and waits up to `timeout`: on this thread when the backend bounds its calls within
+/// `timeout` itself (its result is returned even if it overran), otherwise on a worker that is
+/// abandoned at `timeout`.
 pub(crate) fn bounded_call<T: Send + 'static>(
     backend: &Arc<dyn LeaseBackend>,
     timeout: Duration,
     f: impl FnOnce(&dyn LeaseBackend) -> Result<T> + Send + 'static,
 ) -> Result<T> {
+    if inline(backend.call_bound(), timeout) {
+        return f(&**backend);
+    }
     let b = backend.clone();
     let kind = backend.kind();
     match exec::call_until(Instant::now() + timeout, move || f(&*b), |_| {}) {

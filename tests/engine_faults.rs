@@ -191,3 +191,173 @@ fn opening_against_a_hung_backend_times_out() {
     assert_eq!(e.kind(), ErrorKind::Timeout);
     assert!(start.elapsed() < Duration::from_millis(250) + SLACK);
 }
+
+/// Wraps the memory backend with a chosen [`LeaseBackend::call_bound`], records the thread of
+/// every call, and can make acquires slower than the bound it claims.
+#[derive(Debug)]
+struct Recording {
+    inner: MemoryBackend,
+    bound: Option<Duration>,
+    acquire_delay: parking_lot::Mutex<Duration>,
+    calls: parking_lot::Mutex<Vec<(&'static str, std::thread::ThreadId)>>,
+}
+
+impl Recording {
+    fn new(bound: Option<Duration>) -> Arc<Recording> {
+        Arc::new(Recording {
+            inner: MemoryBackend::new(),
+            bound,
+            acquire_delay: parking_lot::Mutex::new(Duration::ZERO),
+            calls: parking_lot::Mutex::new(Vec::new()),
+        })
+    }
+    fn record(&self, what: &'static str) {
+        self.calls.lock().push((what, std::thread::current().id()));
+    }
+    /// Threads the calls named `what` ran on.
+    fn threads(&self, what: &str) -> Vec<std::thread::ThreadId> {
+        self.calls.lock().iter().filter(|(w, _)| *w == what).map(|(_, t)| *t).collect()
+    }
+}
+
+impl LeaseBackend for Recording {
+    fn kind(&self) -> &'static str {
+        "recording"
+    }
+    fn call_bound(&self) -> Option<Duration> {
+        self.bound
+    }
+    fn open_session(&self, d: Duration, m: &str) -> simba::Result<SessionGrant> {
+        self.record("open_session");
+        self.inner.open_session(d, m)
+    }
+    fn keep_alive(&self, s: &SessionId, d: Duration) -> simba::Result<KeepAlive> {
+        self.record("keep_alive");
+        self.inner.keep_alive(s, d)
+    }
+    fn close_session(&self, s: &SessionId) -> simba::Result<()> {
+        self.record("close_session");
+        self.inner.close_session(s)
+    }
+    fn acquire(&self, s: &SessionId, n: &Name) -> simba::Result<Acquire> {
+        self.record("acquire");
+        let delay = *self.acquire_delay.lock();
+        std::thread::sleep(delay);
+        self.inner.acquire(s, n)
+    }
+    fn release(&self, s: &SessionId, n: &Name, t: Token) -> simba::Result<()> {
+        self.record("release");
+        self.inner.release(s, n, t)
+    }
+    fn holder(&self, n: &Name) -> simba::Result<Option<Holder>> {
+        self.record("holder");
+        self.inner.holder(n)
+    }
+    fn join(&self, s: &SessionId, g: &Name) -> simba::Result<()> {
+        self.record("join");
+        self.inner.join(s, g)
+    }
+    fn leave(&self, s: &SessionId, g: &Name) -> simba::Result<()> {
+        self.record("leave");
+        self.inner.leave(s, g)
+    }
+    fn members(&self, g: &Name) -> simba::Result<Vec<Member>> {
+        self.record("members");
+        self.inner.members(g)
+    }
+}
+
+/// Runs the user-thread calls once: try_lock, lock, release, leader, join, members, leave, close.
+fn user_calls(backend: Arc<Recording>) {
+    let session = Session::open(backend, options()).unwrap();
+    let lease = session.try_lock("a").unwrap().expect("free");
+    lease.release().unwrap();
+    let lease = session.lock("b").unwrap();
+    lease.release().unwrap();
+    assert!(session.leader("b").unwrap().is_none());
+    let m = session.join("g").unwrap();
+    assert_eq!(session.members("g").unwrap().len(), 1);
+    m.leave().unwrap();
+    // Let the renewal thread send a keep-alive or two (renew interval 250 ms).
+    std::thread::sleep(Duration::from_millis(600));
+    session.close().unwrap();
+}
+
+const USER_CALLS: [&str; 7] = ["acquire", "release", "holder", "join", "members", "leave", "close_session"];
+
+#[test]
+fn a_backend_that_bounds_its_calls_runs_user_calls_on_the_callers_thread() {
+    let backend = Recording::new(Some(Duration::from_millis(100)));
+    user_calls(backend.clone());
+    let me = std::thread::current().id();
+    for what in USER_CALLS {
+        let threads = backend.threads(what);
+        assert!(!threads.is_empty(), "no {what} call");
+        assert!(threads.iter().all(|t| *t == me), "{what} ran on another thread");
+    }
+    // Keep-alives never run on a user's thread (nor on the renewal thread's timer): on workers.
+    let keep_alives = backend.threads("keep_alive");
+    assert!(!keep_alives.is_empty(), "no keep-alive in 600 ms");
+    assert!(keep_alives.iter().all(|t| *t != me));
+}
+
+#[test]
+fn a_backend_without_a_bound_runs_every_call_on_a_worker() {
+    let backend = Recording::new(None);
+    user_calls(backend.clone());
+    let me = std::thread::current().id();
+    for what in USER_CALLS.iter().chain(&["keep_alive", "open_session"]) {
+        let threads = backend.threads(what);
+        assert!(!threads.is_empty(), "no {what} call");
+        assert!(threads.iter().all(|t| *t != me), "{what} ran on the caller's thread");
+    }
+}
+
+#[test]
+fn a_bound_longer_than_the_callers_time_runs_on_a_worker() {
+    // The bound (1 h) exceeds the query timeout (250 ms) and every deadline here: the engine cannot
+    // wait that long on the caller's thread, so the calls go to workers and are abandoned on time.
+    let backend = Recording::new(Some(Duration::from_secs(3600)));
+    let session = Session::open(backend.clone(), options()).unwrap();
+    *backend.acquire_delay.lock() = Duration::from_secs(2);
+    let qt = session.options().query_timeout();
+    let start = Instant::now();
+    let e = session.try_lock("slow").unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Timeout, "{e}");
+    assert!(start.elapsed() < qt + SLACK);
+    let me = std::thread::current().id();
+    assert!(backend.threads("acquire").iter().all(|t| *t != me));
+    // A short lock_timeout also runs on a worker even with a bound that fits the query timeout.
+    let backend = Recording::new(Some(qt));
+    let session = Session::open(backend.clone(), options()).unwrap();
+    *backend.acquire_delay.lock() = Duration::from_secs(2);
+    let start = Instant::now();
+    assert!(session.lock_timeout("slow", Duration::from_millis(50)).unwrap().is_none());
+    assert!(start.elapsed() < Duration::from_millis(50) + SLACK);
+    assert!(backend.threads("acquire").iter().all(|t| *t != me));
+}
+
+#[test]
+fn an_inline_acquire_that_overruns_its_deadline_is_undone() {
+    // The backend claims 50 ms but its acquire takes 600 ms, past the query timeout (250 ms): the
+    // caller gets Timeout, exactly as from an abandoned worker call, and the term it took on the
+    // backend is released rather than adopted.
+    let backend = Recording::new(Some(Duration::from_millis(50)));
+    let session = Session::open(backend.clone(), options()).unwrap();
+    *backend.acquire_delay.lock() = Duration::from_millis(600);
+    let e = session.try_lock("late").unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Timeout, "{e}");
+    assert_eq!(backend.threads("acquire"), vec![std::thread::current().id()]);
+    let name = Name::new("late").unwrap();
+    // The undo is a background release: wait for it (generously), then the name is free.
+    let until = Instant::now() + Duration::from_secs(10);
+    while backend.inner.holder(&name).unwrap().is_some() {
+        assert!(Instant::now() < until, "the late term was never released");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert!(backend.threads("release").iter().all(|t| *t != std::thread::current().id()));
+    // Nothing of it is held locally, and the name can be taken again.
+    *backend.acquire_delay.lock() = Duration::ZERO;
+    let lease = session.try_lock("late").unwrap().expect("free again");
+    assert!(lease.token().is_ok());
+}

@@ -1,7 +1,10 @@
 //! Real faults that make backend calls hang: a paused PostgreSQL server process (the sync
 //! `postgres` client has no read timeout) and a TCP proxy that stalls every connection. In each
 //! case loss detection must be on time: `token()` fails at the local deadline and the `LeaseLost`
-//! and `Expired` events arrive by then (plus scheduling slack), whatever the driver does.
+//! and `Expired` events arrive by then (plus scheduling slack), whatever the driver does. User calls
+//! return by the query timeout too: on a worker the caller abandons (PostgreSQL, which does not
+//! bound its calls), or on the caller's own thread because the driver's timeouts end the call
+//! (Redis standalone, which declares `call_bound`).
 
 #![cfg(any(feature = "postgres", feature = "mysql", feature = "redis"))]
 
@@ -12,6 +15,9 @@ use std::time::{Duration, Instant};
 
 use simba::{ErrorKind, LeaseBackend, LossReason, Name, Session, SessionEvent, SessionOptions, SessionState};
 use support::proxy::Proxy;
+
+#[allow(unused_imports)]
+use on_thread::OnThread;
 
 const SLACK: Duration = Duration::from_millis(500);
 
@@ -134,4 +140,186 @@ fn redis_stalled_connection_does_not_delay_loss_detection() {
     let opts = RedisOptions::builder().query_timeout(Duration::from_millis(500)).build().unwrap();
     let backend = Arc::new(RedisBackend::connect(&url, opts).unwrap());
     loss_is_on_time(backend, || proxy.stall());
+}
+
+/// How long a user call took against the hung backend, and whether its SPI call ran on the
+/// caller's thread.
+#[allow(dead_code)]
+fn user_calls_return_on_time(backend: Arc<OnThread>, hang: impl FnOnce(), expect_inline: bool) {
+    let session = Session::open(backend.clone(), options()).unwrap();
+    let qt = session.options().query_timeout();
+    // `lock` retries transient failures (a slow first connection on a loaded machine).
+    let lease = session.lock(support::unique("hung")).unwrap();
+    let me = std::thread::current().id();
+    assert_eq!(backend.ran_on_caller(me), expect_inline);
+    hang();
+    backend.forget_threads();
+
+    let start = Instant::now();
+    let e = session.try_lock(support::unique("hung")).unwrap_err();
+    let took = start.elapsed();
+    assert!(matches!(e.kind(), ErrorKind::Timeout | ErrorKind::Unavailable), "{e}");
+    assert!(took < qt + SLACK, "try_lock took {took:?} against a hung backend");
+    assert_eq!(backend.ran_on_caller(me), expect_inline, "where the acquire ran");
+
+    let start = Instant::now();
+    let e = lease.release().unwrap_err();
+    let took = start.elapsed();
+    assert!(matches!(e.kind(), ErrorKind::Timeout | ErrorKind::Unavailable), "{e}");
+    assert!(took < qt + SLACK, "release took {took:?} against a hung backend");
+
+    let start = Instant::now();
+    let e = session.members(support::unique("g")).unwrap_err();
+    let took = start.elapsed();
+    assert!(matches!(e.kind(), ErrorKind::Timeout | ErrorKind::Unavailable), "{e}");
+    assert!(took < qt + SLACK, "members took {took:?} against a hung backend");
+
+    let start = Instant::now();
+    drop(session);
+    assert!(start.elapsed() < Duration::from_millis(500), "dropping blocked on the hung backend");
+}
+
+mod on_thread {
+    use std::sync::Arc;
+    use std::thread::ThreadId;
+    use std::time::Duration;
+
+    use crossbeam_channel::Sender;
+    use parking_lot::Mutex;
+    use simba::backend::{Acquire, Capabilities, Holder, KeepAlive, Member, Notification, SessionGrant, Topic};
+    use simba::{LeaseBackend, Name, SessionId, Token};
+
+    /// Forwards every call to a real backend, `call_bound` included, and records the threads its
+    /// acquires, releases and member reads run on.
+    #[derive(Debug)]
+    pub struct OnThread {
+        inner: Arc<dyn LeaseBackend>,
+        threads: Mutex<Vec<ThreadId>>,
+    }
+
+    #[allow(dead_code)]
+    impl OnThread {
+        pub fn wrap(inner: Arc<dyn LeaseBackend>) -> Arc<OnThread> {
+            Arc::new(OnThread { inner, threads: Mutex::new(Vec::new()) })
+        }
+        fn record(&self) {
+            self.threads.lock().push(std::thread::current().id());
+        }
+        pub fn forget_threads(&self) {
+            self.threads.lock().clear();
+        }
+        /// True when every recorded call ran on `caller`, false when none did (panics when mixed
+        /// or none was recorded).
+        pub fn ran_on_caller(&self, caller: ThreadId) -> bool {
+            let t = self.threads.lock();
+            assert!(!t.is_empty(), "no call recorded");
+            let on = t.iter().filter(|x| **x == caller).count();
+            assert!(on == 0 || on == t.len(), "calls ran on mixed threads");
+            on == t.len()
+        }
+    }
+
+    impl LeaseBackend for OnThread {
+        fn kind(&self) -> &'static str {
+            self.inner.kind()
+        }
+        fn call_bound(&self) -> Option<Duration> {
+            self.inner.call_bound()
+        }
+        fn open_session(&self, d: Duration, m: &str) -> simba::Result<SessionGrant> {
+            self.inner.open_session(d, m)
+        }
+        fn keep_alive(&self, s: &SessionId, d: Duration) -> simba::Result<KeepAlive> {
+            self.inner.keep_alive(s, d)
+        }
+        fn close_session(&self, s: &SessionId) -> simba::Result<()> {
+            self.inner.close_session(s)
+        }
+        fn acquire(&self, s: &SessionId, n: &Name) -> simba::Result<Acquire> {
+            self.record();
+            self.inner.acquire(s, n)
+        }
+        fn release(&self, s: &SessionId, n: &Name, t: Token) -> simba::Result<()> {
+            self.inner.release(s, n, t)
+        }
+        fn holder(&self, n: &Name) -> simba::Result<Option<Holder>> {
+            self.inner.holder(n)
+        }
+        fn join(&self, s: &SessionId, g: &Name) -> simba::Result<()> {
+            self.inner.join(s, g)
+        }
+        fn leave(&self, s: &SessionId, g: &Name) -> simba::Result<()> {
+            self.inner.leave(s, g)
+        }
+        fn members(&self, g: &Name) -> simba::Result<Vec<Member>> {
+            self.inner.members(g)
+        }
+        fn capabilities(&self) -> Capabilities {
+            self.inner.capabilities()
+        }
+        fn watch(&self, topic: &Topic, notify: &Sender<Notification>) -> simba::Result<bool> {
+            self.inner.watch(topic, notify)
+        }
+    }
+}
+
+#[cfg(feature = "postgres")]
+#[test]
+#[serial_test::serial(postgres)]
+fn postgres_paused_server_user_calls_are_abandoned_at_the_query_timeout() {
+    // The sync `postgres` client has no read timeout, so the backend declares no call bound and
+    // every user call runs on a worker the caller abandons at its deadline.
+    use nix::sys::signal::{kill, Signal};
+    use nix::unistd::Pid;
+    use simba::backends::sql::{SqlBackend, SqlOptions};
+    let url = support::env_or("SIMBA_TEST_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432/test");
+    // The schema first, with the default query timeout (DDL may wait for other tests' locks).
+    let setup =
+        SqlBackend::postgres(&url, SqlOptions::default()).unwrap_or_else(|e| panic!("{e} (run `scripts/services up`)"));
+    setup.init_schema().unwrap();
+    drop(setup);
+    let opts = SqlOptions::builder().query_timeout(Duration::from_millis(500)).pool_size(1).build().unwrap();
+    let backend = Arc::new(SqlBackend::postgres(&url, opts).unwrap());
+    assert_eq!(backend.call_bound(), None);
+    struct Resume(Vec<u64>);
+    impl Drop for Resume {
+        fn drop(&mut self) {
+            for pid in &self.0 {
+                let _ = kill(Pid::from_raw(*pid as i32), Signal::SIGCONT);
+            }
+        }
+    }
+    let probe = backend.clone();
+    let wrapped = OnThread::wrap(backend);
+    let mut resume = Resume(Vec::new());
+    user_calls_return_on_time(
+        wrapped,
+        || {
+            // The pool's one connection exists now (the session opened and took a lease through it).
+            let pids = probe.connection_ids();
+            assert!(!pids.is_empty(), "no pooled connection to pause");
+            for pid in &pids {
+                kill(Pid::from_raw(*pid as i32), Signal::SIGSTOP).unwrap();
+            }
+            resume.0 = pids;
+        },
+        false,
+    );
+}
+
+#[cfg(feature = "redis")]
+#[test]
+#[serial_test::serial(redis)]
+fn redis_stalled_connection_user_calls_run_inline_and_return_by_themselves() {
+    // Redis standalone bounds every call by its own query timeout, so user calls run on the
+    // caller's thread; against a stalled connection the driver's read timeout ends them.
+    use simba::backends::redis::{RedisBackend, RedisOptions};
+    let upstream = support::env_or("SIMBA_TEST_REDIS_ADDR", "127.0.0.1:6379");
+    support::require_tcp("Redis", &upstream);
+    let proxy = Proxy::start(&upstream);
+    let url = format!("redis://{}", proxy.addr());
+    let opts = RedisOptions::builder().query_timeout(Duration::from_millis(500)).build().unwrap();
+    let backend = Arc::new(RedisBackend::connect(&url, opts).unwrap());
+    assert_eq!(backend.call_bound(), Some(Duration::from_millis(500)));
+    user_calls_return_on_time(OnThread::wrap(backend), || proxy.stall(), true);
 }
