@@ -1,10 +1,10 @@
 //! Invariant checkers over a recorded history, each naming the premises it depends on.
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::fmt;
 
 use super::history::{Event, Record};
-use crate::types::Name;
+use crate::types::{Name, Token};
 
 /// An assumption the guarantees rest on. A run that breaks one may violate the invariants that
 /// list it (and the simulation shows that it does).
@@ -58,16 +58,44 @@ pub enum Invariant {
     /// Every lease a keep-alive reports owned, every term an engine adopts and every token
     /// `token()` returns was granted by the backend to that very session.
     GrantedOnly,
+    /// Groups: a `members` read never lists a session the backend let expire (by its own clock),
+    /// refused or deleted before the read (SPEC §2.2, §5 "members whose sessions are alive"). A
+    /// backend that loses data can forget a deletion, a clock stepping back revives by its own
+    /// reckoning, hence `tokenReset` and `clockJump`.
+    MembersLive,
+    /// Groups: a `members` read lists every session whose last join or leave of the group that
+    /// the backend applied was a join, while that session is alive by the backend's clock (SPEC §5
+    /// "a join that returned is visible at once"; a membership lasts while its session lives). A
+    /// backend that loses data forgets joins, hence `tokenReset`.
+    JoinVisible,
+    /// Groups: a `members` read never lists a session whose last join or leave of the group that
+    /// the backend applied was a leave, or that never joined it. (A restore from stale data can
+    /// undo a leave, hence `tokenReset`.)
+    LeaveFinal,
+    /// Groups, as the application sees it: while `Membership::is_member()` is true (sampled), every
+    /// `members` read the backend evaluates at that instant lists the member. It rests on the local
+    /// deadline preceding the backend's expiry, like `exclusive-token`.
+    MemberListed,
+    /// Elections: a `leader()` (`holder`) read reports exactly the live term of the name at the
+    /// backend's instant — the holder's session alive, the term not released, closed or run out —
+    /// with no more remaining time than that term has, and `None` only when no term is live (the
+    /// `LeaseBackend::holder` contract). Same premises as `one-holder`.
+    LeaderRead,
 }
 
 impl Invariant {
     /// Every invariant.
-    pub const ALL: [Invariant; 5] = [
+    pub const ALL: [Invariant; 10] = [
         Invariant::OneHolder,
         Invariant::ExclusiveToken,
         Invariant::TokenMonotonic,
         Invariant::NoRevival,
         Invariant::GrantedOnly,
+        Invariant::MembersLive,
+        Invariant::JoinVisible,
+        Invariant::LeaveFinal,
+        Invariant::MemberListed,
+        Invariant::LeaderRead,
     ];
 
     /// Short name.
@@ -78,6 +106,11 @@ impl Invariant {
             Invariant::TokenMonotonic => "token-monotonic",
             Invariant::NoRevival => "no-revival",
             Invariant::GrantedOnly => "granted-only",
+            Invariant::MembersLive => "members-live",
+            Invariant::JoinVisible => "join-visible",
+            Invariant::LeaveFinal => "leave-final",
+            Invariant::MemberListed => "member-listed",
+            Invariant::LeaderRead => "leader-read",
         }
     }
 
@@ -89,6 +122,10 @@ impl Invariant {
             Invariant::TokenMonotonic => &[Premise::TokenReset],
             Invariant::NoRevival => &[Premise::TokenReset, Premise::ClockJump],
             Invariant::GrantedOnly => &[],
+            Invariant::MembersLive => &[Premise::TokenReset, Premise::ClockJump],
+            Invariant::JoinVisible | Invariant::LeaveFinal => &[Premise::TokenReset],
+            Invariant::MemberListed => &[Premise::TokenReset, Premise::ClockJump, Premise::Drift],
+            Invariant::LeaderRead => &[Premise::TokenReset, Premise::ClockJump],
         }
     }
 }
@@ -167,6 +204,10 @@ struct Checker {
     sessions: HashMap<u32, SessState>,
     valid: HashMap<Name, BTreeSet<(u8, u32, u64)>>,
     client_expired: HashSet<(u8, u32)>,
+    /// Per (group, session): whether the last join or leave the backend applied was a join.
+    joined: BTreeMap<(Name, u32), bool>,
+    /// Per group: the (client, session) handles whose `is_member()` is true.
+    member_valid: BTreeMap<Name, BTreeSet<(u8, u32)>>,
     violations: Vec<Violation>,
 }
 
@@ -361,6 +402,124 @@ impl Checker {
                     set.retain(|(c, s, _)| (*c, *s) != (*client, *sess));
                 }
             }
+            Event::JoinReturned { .. } | Event::Leaving { .. } | Event::Notified { .. } | Event::Resigned { .. } => {}
+            Event::Joined { node, b, sess, group } => {
+                self.session_live(i, t, *node, *b, *sess, &format!("joined '{group}'"));
+                self.joined.insert((group.clone(), *sess), true);
+            }
+            Event::Left { node, b, sess, group } => {
+                self.see(*node, *b);
+                self.joined.insert((group.clone(), *sess), false);
+            }
+            Event::MembersRead { node, b, client, group, members } => {
+                self.members_read(i, t, *node, *b, *client, group, members)
+            }
+            Event::MemberStart { client, sess, group } => {
+                self.member_valid.entry(group.clone()).or_default().insert((*client, *sess));
+            }
+            Event::MemberEnd { client, sess, group } => {
+                if let Some(set) = self.member_valid.get_mut(group) {
+                    set.remove(&(*client, *sess));
+                }
+            }
+            Event::HolderRead { node, b, client, name, holder } => {
+                self.holder_read(i, t, *node, *b, *client, name, *holder)
+            }
+            Event::Elected { client: _, sess, name, token } => {
+                self.granted(i, t, *sess, name, token.get(), "elected");
+            }
+        }
+    }
+
+    fn dead(&self, sess: u32) -> Option<&str> {
+        self.sessions.get(&sess).and_then(|s| s.dead.as_deref())
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn members_read(&mut self, i: usize, t: u64, node: u8, b: u64, client: u8, group: &Name, members: &[u32]) {
+        self.see(node, b);
+        let mut fails = Vec::new();
+        for s in members {
+            if let Some(why) = self.dead(*s) {
+                fails.push((
+                    Invariant::MembersLive,
+                    format!("members('{group}') read by client {client} at {b} lists s{s}, which died: {why}"),
+                ));
+            }
+            match self.joined.get(&(group.clone(), *s)) {
+                Some(true) => {}
+                Some(false) => fails.push((
+                    Invariant::LeaveFinal,
+                    format!("members('{group}') read by client {client} at {b} lists s{s}, whose last applied op was a leave"),
+                )),
+                None => fails.push((
+                    Invariant::LeaveFinal,
+                    format!("members('{group}') read by client {client} at {b} lists s{s}, which never joined"),
+                )),
+            }
+        }
+        for ((g, s), joined) in &self.joined {
+            if g == group && *joined && self.dead(*s).is_none() && !members.contains(s) {
+                fails.push((
+                    Invariant::JoinVisible,
+                    format!(
+                        "members('{group}') read by client {client} at {b} misses s{s}: joined, not left, session alive"
+                    ),
+                ));
+            }
+        }
+        if let Some(valid) = self.member_valid.get(group) {
+            for (c, s) in valid {
+                if !members.contains(s) {
+                    let why = match (self.joined.get(&(group.clone(), *s)), self.dead(*s)) {
+                        (_, Some(why)) => format!("the session died: {why}"),
+                        (Some(false), _) => "the backend applied a leave after the join it came from".to_string(),
+                        _ => "the backend lost it".to_string(),
+                    };
+                    fails.push((
+                        Invariant::MemberListed,
+                        format!(
+                            "members('{group}') read by client {client} at {b} misses s{s} while client {c}'s \
+                             is_member() is true ({why})"
+                        ),
+                    ));
+                }
+            }
+        }
+        for (inv, msg) in fails {
+            self.fail(inv, i, t, msg);
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn holder_read(
+        &mut self,
+        i: usize,
+        t: u64,
+        node: u8,
+        b: u64,
+        client: u8,
+        name: &Name,
+        holder: Option<(u32, Token, u64)>,
+    ) {
+        self.see(node, b);
+        let live = self
+            .terms
+            .get(name)
+            .filter(|p| !p.ended && !p.ran_out && self.dead(p.sess).is_none())
+            .map(|p| (p.sess, p.token, p.until));
+        let msg = match (holder, live) {
+            (None, None) => None,
+            (Some((s, tk, rem)), Some((ls, ltk, until))) if s == ls && tk.get() == ltk => (b.saturating_add(rem) > until)
+                .then(|| format!("leader('{name}') read by client {client} at {b}: s{s} token {tk} with {rem} ns left, past the term's end {until}")),
+            (h, l) => Some(format!(
+                "leader('{name}') read by client {client} at {b} reports {} but the live term is {}",
+                h.map_or("none".into(), |(s, tk, _)| format!("s{s} token {tk}")),
+                l.map_or("none".into(), |(s, tk, u)| format!("s{s} token {tk} until {u}"))
+            )),
+        };
+        if let Some(msg) = msg {
+            self.fail(Invariant::LeaderRead, i, t, msg);
         }
     }
 }

@@ -249,6 +249,119 @@ pub enum Event {
         /// Lease.
         name: Name,
     },
+    /// The backend added `sess` to `group` (or found it a member already).
+    Joined {
+        /// Node.
+        node: u8,
+        /// Node clock (ns).
+        b: u64,
+        /// Session label.
+        sess: u32,
+        /// Group.
+        group: Name,
+    },
+    /// A leave of `group` by `sess` took effect (a no-op when it was not a member).
+    Left {
+        /// Node.
+        node: u8,
+        /// Node clock (ns).
+        b: u64,
+        /// Session label.
+        sess: u32,
+        /// Group.
+        group: Name,
+    },
+    /// The backend evaluated a `members(group)` read and returned these sessions.
+    MembersRead {
+        /// Node.
+        node: u8,
+        /// Node clock (ns).
+        b: u64,
+        /// The reading client.
+        client: u8,
+        /// Group.
+        group: Name,
+        /// Session labels listed (sorted).
+        members: Vec<u32>,
+    },
+    /// The backend evaluated a `holder(name)` read (`leader()`): `(session, token, remaining ns)`.
+    HolderRead {
+        /// Node.
+        node: u8,
+        /// Node clock (ns).
+        b: u64,
+        /// The reading client.
+        client: u8,
+        /// Lease.
+        name: Name,
+        /// The holder reported, if any.
+        holder: Option<(u32, Token, u64)>,
+    },
+    /// A `join` returned to the application: it now holds a `Membership`.
+    JoinReturned {
+        /// Client index.
+        client: u8,
+        /// Session label.
+        sess: u32,
+        /// Group.
+        group: Name,
+    },
+    /// The application left `group` (`Membership::leave`, or dropping it when `wait` is false).
+    Leaving {
+        /// Client index.
+        client: u8,
+        /// Session label.
+        sess: u32,
+        /// Group.
+        group: Name,
+        /// `leave()` (waits for the backend) or drop (background).
+        wait: bool,
+    },
+    /// From now on `Membership::is_member()` is true for this client's handle (sampled).
+    MemberStart {
+        /// Client index.
+        client: u8,
+        /// Session label.
+        sess: u32,
+        /// Group.
+        group: Name,
+    },
+    /// From now on `Membership::is_member()` is false for this client's handle (sampled).
+    MemberEnd {
+        /// Client index.
+        client: u8,
+        /// Session label.
+        sess: u32,
+        /// Group.
+        group: Name,
+    },
+    /// A pushed release notification reached the client.
+    Notified {
+        /// Client index.
+        client: u8,
+        /// Lease.
+        name: Name,
+    },
+    /// A campaign made the client leader (`ElectionShared::elected`).
+    Elected {
+        /// Client index.
+        client: u8,
+        /// Session label.
+        sess: u32,
+        /// Election (lease) name.
+        name: Name,
+        /// The term's token.
+        token: Token,
+    },
+    /// The application resigned its campaign.
+    Resigned {
+        /// Client index.
+        client: u8,
+        /// Session label.
+        sess: u32,
+        /// Election (lease) name.
+        name: Name,
+    },
 }
 
 pub(crate) fn ms(d: Duration) -> u64 {

@@ -75,6 +75,11 @@ pub enum BrokenRule {
     /// The engine runs with `drift = 0`: the local deadline is the backend's, so a backend clock
     /// running faster (within the configured `drift`) ends the term first.
     NoDrift,
+    /// Groups: the driver's `Membership::is_member()` ignores the session's local deadline (it
+    /// checks only that the handle was joined, not left, and the session not yet declared
+    /// expired or closed), so a paused or cut-off client still believes it is a member after the
+    /// backend expired its session.
+    MemberIgnoresDeadline,
 }
 
 /// Which faults a run may inject. Intensities are drawn per seed, so some seeds are quiet and some
@@ -181,14 +186,35 @@ pub struct Scenario {
     pub intensity: f64,
     /// A deliberately broken engine rule, or `None`.
     pub broken_rule: Option<BrokenRule>,
-    /// Emulates the fix proposed for the late-release finding (`docs/testing.md`): releases carry
-    /// the token of the term they free (the backend frees only that term), the driver never adopts
-    /// a term its session asked to release, and the Cluster model never reports a term it
-    /// abandoned as acquired.
+    /// Emulates the fixes proposed for the findings (`docs/testing.md`): releases carry the token
+    /// of the term they free (the backend frees only that term), the driver never adopts a term its
+    /// session asked to release, the Cluster model never reports a term it abandoned as acquired
+    /// (findings 1 and 2, since fixed in the code), and an acquire reply the engine says to undo is
+    /// not released when it is the very term the session holds (finding 4).
     pub proposed_fix: bool,
     /// Emulates the old SPI, whose release freed whatever term the session held (the design the
     /// late-release finding showed unsafe). Off by default: releases are term-scoped.
     pub old_release_any_term: bool,
+    /// Group membership workload (memory backend only): clients join and leave 1–2 groups the way
+    /// `Session::join`, `Membership::leave` and dropping a `Membership` do, and read `members`.
+    pub groups: bool,
+    /// Pushed release notifications (memory backend only): candidates register one-shot
+    /// `LeaseBackend::watch`es as `Session::lock` and campaigns do; the backend's notifications
+    /// travel through the simulated network (delayed, lost, cut by partitions) and wake the
+    /// candidate at once; a lost one leaves it to its periodic retry.
+    pub push: bool,
+    /// Elections (memory backend only): `lease-0` is an election; most clients campaign for it the
+    /// way `Session::campaign` does (attempts on the renewal thread, late replies adopted by their
+    /// send instant, resign), every client reads `leader()`.
+    pub elections: bool,
+    /// With `groups`: the chance (0..=1) that a client re-joins a group at once after leaving it,
+    /// while its leave may still be on its way (see `docs/testing.md`, finding 3).
+    pub rejoin_at_once: f64,
+    /// With `groups`: emulates the fix proposed for finding 3 — a join of a group waits until the
+    /// session's previous leave of that group finished (as an acquire waits for a release in
+    /// flight). A leave delivered after its call ended can still undo a re-join; run it with
+    /// `+noLateReleases` (which also keeps leaves from landing after their call ended).
+    pub group_fix: bool,
 }
 
 impl Scenario {
@@ -207,6 +233,11 @@ impl Scenario {
             broken_rule: None,
             proposed_fix: false,
             old_release_any_term: false,
+            groups: false,
+            push: false,
+            elections: false,
+            rejoin_at_once: 0.3,
+            group_fix: false,
         }
     }
 
@@ -240,9 +271,9 @@ impl Scenario {
     }
 
     /// The scenario a [`Scenario::name`] describes: `memory` or `cluster`, then any of
-    /// `+noLateReleases`, `+fix`, `+harsh`, `+dataLoss`, `+driftBeyond`, `+clockJump`,
-    /// `+broken:DeadlineFromReplyInstant`,
-    /// `+broken:NoDrift` (as printed in failure reports).
+    /// `+noLateReleases`, `+fix`, `+oldRelease`, `+harsh`, `+dataLoss`, `+driftBeyond`, `+clockJump`,
+    /// `+groups`, `+noQuickRejoin`, `+groupFix`, `+push`, `+elections`, `+broken:DeadlineFromReplyInstant`,
+    /// `+broken:NoDrift`, `+broken:MemberIgnoresDeadline` (as printed in failure reports).
     pub fn from_name(name: &str) -> Option<Scenario> {
         let mut parts = name.split('+');
         let mut s = match parts.next()? {
@@ -261,6 +292,12 @@ impl Scenario {
                 "harsh" => s.harsh(),
                 "broken:DeadlineFromReplyInstant" => s.with_broken_rule(BrokenRule::DeadlineFromReplyInstant),
                 "broken:NoDrift" => s.with_broken_rule(BrokenRule::NoDrift),
+                "broken:MemberIgnoresDeadline" => s.with_broken_rule(BrokenRule::MemberIgnoresDeadline),
+                "groups" => s.with_groups(),
+                "push" => s.with_push(),
+                "elections" => s.with_elections(),
+                "noQuickRejoin" => s.without_quick_rejoin(),
+                "groupFix" => s.with_group_fix(),
                 _ => return None,
             };
         }
@@ -300,6 +337,46 @@ impl Scenario {
         self
     }
 
+    /// Adds the group membership workload (see [`Scenario::groups`]; memory backend only).
+    #[must_use]
+    pub fn with_groups(mut self) -> Scenario {
+        self.groups = true;
+        self.name.push_str("+groups");
+        self
+    }
+
+    /// Never re-joins a group right after leaving it (see [`Scenario::rejoin_at_once`]).
+    #[must_use]
+    pub fn without_quick_rejoin(mut self) -> Scenario {
+        self.rejoin_at_once = 0.0;
+        self.name.push_str("+noQuickRejoin");
+        self
+    }
+
+    /// Emulates the fix proposed for finding 3 (see [`Scenario::group_fix`]).
+    #[must_use]
+    pub fn with_group_fix(mut self) -> Scenario {
+        self.group_fix = true;
+        self.name.push_str("+groupFix");
+        self
+    }
+
+    /// Adds pushed release notifications (see [`Scenario::push`]; memory backend only).
+    #[must_use]
+    pub fn with_push(mut self) -> Scenario {
+        self.push = true;
+        self.name.push_str("+push");
+        self
+    }
+
+    /// Adds elections (see [`Scenario::elections`]; memory backend only).
+    #[must_use]
+    pub fn with_elections(mut self) -> Scenario {
+        self.elections = true;
+        self.name.push_str("+elections");
+        self
+    }
+
     /// Runs the engine with a deliberately broken rule.
     #[must_use]
     pub fn with_broken_rule(mut self, rule: BrokenRule) -> Scenario {
@@ -330,6 +407,36 @@ pub struct Stats {
     pub records: u64,
     /// Runs stopped early because they exceeded the event budget (a simulator bug; expected 0).
     pub truncated: u64,
+    /// Groups: joins that returned to their caller (a `Membership` handle was made).
+    pub joins: u64,
+    /// Groups: `members` reads evaluated by the backend.
+    pub members_reads: u64,
+    /// Groups: joins the backend applied after their caller had given up (timed out): nothing
+    /// leaves them; the member stays listed until its session ends.
+    pub late_joins: u64,
+    /// Groups: members listed by a read while their client's session was alive but held no valid
+    /// `Membership` for the group and had no join or leave of it on its way (a join that timed out
+    /// but landed, or a leave that was lost: they last until the session ends).
+    pub stray_members: u64,
+    /// Push: release notifications the backend sent to a watching client.
+    pub notifications: u64,
+    /// Push: notifications lost in the network (or cut by a partition).
+    pub notifications_lost: u64,
+    /// New terms granted to an attempt woken by a pushed notification.
+    pub handoffs_push: u64,
+    /// New terms granted to an attempt started by the periodic retry timer.
+    pub handoffs_retry: u64,
+    /// New terms granted to a first attempt (a new `lock` call, a new campaign, or right after a loss).
+    pub handoffs_first: u64,
+    /// Sum over push hand-offs of the simulated time from the backend freeing the name to the new
+    /// grant (ns).
+    pub handoff_wait_push_ns: u64,
+    /// Sum over retry hand-offs of the same (ns).
+    pub handoff_wait_retry_ns: u64,
+    /// Elections: terms a campaign made this client leader of (`elected`).
+    pub elected: u64,
+    /// Elections: `leader()` reads evaluated by the backend.
+    pub leader_reads: u64,
 }
 
 impl Stats {
@@ -343,6 +450,49 @@ impl Stats {
         self.sessions += o.sessions;
         self.records += o.records;
         self.truncated += o.truncated;
+        self.joins += o.joins;
+        self.members_reads += o.members_reads;
+        self.late_joins += o.late_joins;
+        self.stray_members += o.stray_members;
+        self.notifications += o.notifications;
+        self.notifications_lost += o.notifications_lost;
+        self.handoffs_push += o.handoffs_push;
+        self.handoffs_retry += o.handoffs_retry;
+        self.handoffs_first += o.handoffs_first;
+        self.handoff_wait_push_ns += o.handoff_wait_push_ns;
+        self.handoff_wait_retry_ns += o.handoff_wait_retry_ns;
+        self.elected += o.elected;
+        self.leader_reads += o.leader_reads;
+    }
+
+    /// The group, push and election counters, when any is non-zero.
+    pub fn extra(&self) -> String {
+        let mut s = String::new();
+        if self.joins + self.members_reads > 0 {
+            let _ = write!(
+                s,
+                "; groups: {} joins, {} members reads, {} late joins, {} stray member listings",
+                self.joins, self.members_reads, self.late_joins, self.stray_members
+            );
+        }
+        if self.notifications > 0 {
+            let avg = |sum: u64, n: u64| if n == 0 { 0.0 } else { sum as f64 / n as f64 / 1e6 };
+            let _ = write!(
+                s,
+                "; push: {} notifications ({} lost), new terms by push {} (avg wait {:.1}ms) / retry {} (avg wait                  {:.1}ms) / first attempt {}",
+                self.notifications,
+                self.notifications_lost,
+                self.handoffs_push,
+                avg(self.handoff_wait_push_ns, self.handoffs_push),
+                self.handoffs_retry,
+                avg(self.handoff_wait_retry_ns, self.handoffs_retry),
+                self.handoffs_first
+            );
+        }
+        if self.elected + self.leader_reads > 0 {
+            let _ = write!(s, "; elections: {} elected, {} leader() reads", self.elected, self.leader_reads);
+        }
+        s
     }
 }
 
@@ -443,7 +593,7 @@ impl Sweep {
     /// One line per failing seed (at most `max`).
     pub fn summary(&self, max: usize) -> String {
         let mut s = format!(
-            "{} seeds, {} events, {} records, {} token() samples, {} keep-alives, {} adoptions; violations by \
+            "{} seeds, {} events, {} records, {} token() samples, {} keep-alives, {} adoptions{}; violations by \
              invariant: {:?}; failing seeds: {}; unexplained: {}",
             self.seeds,
             self.stats.events,
@@ -451,6 +601,7 @@ impl Sweep {
             self.stats.token_samples,
             self.stats.keep_alives,
             self.stats.adoptions,
+            self.stats.extra(),
             self.by_invariant.iter().map(|(i, n)| (i.name(), *n)).collect::<Vec<_>>(),
             self.failures.len(),
             self.unexplained.len()

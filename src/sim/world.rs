@@ -1,5 +1,11 @@
 //! The discrete-event world: clients (each the real [`Engine`] plus a driver doing what
 //! `session.rs` does), a network, backend nodes on virtual clocks, and the fault injector.
+//!
+//! The group, push-notification and election drivers live in the submodules.
+
+mod elections;
+mod groups;
+mod push;
 
 use std::cmp::{Ordering, Reverse};
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap, VecDeque};
@@ -13,7 +19,9 @@ use super::clock::{ClientClock, NodeClock, VirtualClock};
 use super::cluster::{Node, Script, ScriptReply};
 use super::history::{ms as ns, Event, Record};
 use super::{BrokenRule, Model, Premise, Scenario, Stats};
-use crate::backend::{Acquire, KeepAlive, LeaseBackend};
+use crossbeam_channel::{Receiver, Sender};
+
+use crate::backend::{Acquire, KeepAlive, LeaseBackend, Notification};
 use crate::engine::{Adoption, Engine, KeepAliveResult, Output, SessionState, Timing};
 use crate::memory::MemoryBackend;
 use crate::types::{Name, SessionId, Token};
@@ -53,10 +61,16 @@ enum Res {
 enum MemOp {
     Open,
     KeepAlive,
-    Acquire(Name),
+    Acquire(Name, Trigger),
     /// Release; with a token (the proposed fix) only that term.
     Release(Name, Option<Token>),
     Close,
+    Join(Name),
+    Leave(Name),
+    Members(Name),
+    Holder(Name),
+    /// A one-shot watch of the lease's release, registered for the calling client.
+    Watch(Name),
 }
 
 #[derive(Debug, Clone)]
@@ -124,6 +138,11 @@ enum Ev {
         node: Option<usize>,
         dur: u64,
     },
+    /// A pushed release notification of name `name` reaches client `c`.
+    Notify {
+        c: usize,
+        name: usize,
+    },
 }
 
 impl Ev {
@@ -134,7 +153,8 @@ impl Ev {
             | Ev::ToClient { c, .. }
             | Ev::CallDeadline { c, .. }
             | Ev::GiveUp { c, .. }
-            | Ev::StubNext { c, .. } => Some(*c),
+            | Ev::StubNext { c, .. }
+            | Ev::Notify { c, .. } => Some(*c),
             _ => None,
         }
     }
@@ -173,11 +193,74 @@ struct Target {
 
 #[derive(Debug, Clone, Copy)]
 enum Kind {
-    Open { sent: Instant },
-    KeepAlive { sent: Instant },
-    Acquire { name: usize, sent: Instant, epoch: u64 },
-    Release { name: usize, token: Option<Token> },
+    Open {
+        sent: Instant,
+    },
+    KeepAlive {
+        sent: Instant,
+    },
+    /// `campaign`: a campaign attempt on the renewal thread (never abandoned by its caller; a
+    /// late reply is still judged by its send instant), otherwise a lock attempt (a reply after
+    /// the query timeout is undone).
+    Acquire {
+        name: usize,
+        sent: Instant,
+        epoch: u64,
+        trigger: Trigger,
+        campaign: bool,
+    },
+    Release {
+        name: usize,
+        token: Option<Token>,
+    },
     Close,
+    /// `Session::join` (bounded by the query timeout).
+    Join {
+        group: usize,
+    },
+    /// `Membership::leave` (`wait`: bounded by the query timeout) or dropping it (background).
+    Leave {
+        group: usize,
+        wait: bool,
+    },
+    /// `Session::members` (bounded).
+    Members {
+        group: usize,
+    },
+    /// `Election::leader()` (bounded), or a campaign attempt's `holder` read after a busy acquire.
+    Holder {
+        name: usize,
+        campaign: bool,
+    },
+    /// `LeaseBackend::watch` of a lease, then what the caller does next.
+    Watch {
+        name: usize,
+        then: AfterWatch,
+    },
+}
+
+/// What started an acquire attempt (for the push/retry hand-off counters).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Trigger {
+    /// A new `lock` call or campaign, or the attempt right after a loss.
+    First,
+    /// The periodic retry timer.
+    Retry,
+    /// A pushed release notification.
+    Push,
+}
+
+/// What follows a watch registration.
+#[derive(Debug, Clone, Copy)]
+enum AfterWatch {
+    /// `lock_until`'s first round: the attempt.
+    Acquire,
+    /// `lock_until` after a busy attempt: wait for a notification or the retry timer.
+    Wait,
+    /// A campaign attempt's worker: the acquire (release epoch taken at dispatch).
+    CampaignAcquire { epoch: u64, trigger: Trigger },
+    /// A campaign attempt's worker after a busy acquire: the `holder` read.
+    CampaignHolder,
 }
 
 /// Client-side memory of the Cluster backend about one session (`backends/redis/book.rs`).
@@ -278,13 +361,38 @@ struct Sess {
     released: Vec<Option<Token>>,
     /// `owned` of the keep-alive reply being fed to the engine (tokens of its strays).
     last_owned: Vec<(Name, Token)>,
+    /// The groups in `SessionInner::memberships` (joining or joined, not yet left).
+    groups: BTreeSet<usize>,
 }
 
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 struct Want {
     next_try: u64,
     hold_until: Option<u64>,
+    /// The acquire (or, with push, the watch) in flight.
     acquiring: Option<u64>,
+    /// The next attempt is the first of a new `lock` call.
+    first: bool,
+    /// Push: this `lock` call's watch was registered before its first attempt.
+    watched: bool,
+    /// Push: a notification arrived while a call was in flight (it waits in the channel).
+    notified: bool,
+    /// Push: the next attempt was started by a notification.
+    push_woken: bool,
+}
+
+impl Default for Want {
+    fn default() -> Want {
+        Want {
+            next_try: 0,
+            hold_until: None,
+            acquiring: None,
+            first: true,
+            watched: false,
+            notified: false,
+            push_woken: false,
+        }
+    }
 }
 
 struct Client {
@@ -299,6 +407,18 @@ struct Client {
     gen: u64,
     wants: Vec<Want>,
     eager: bool,
+    /// Per group: the membership workload.
+    groups: Vec<groups::GroupWant>,
+    /// Elections: campaigns for `lease-0` (the election) instead of locking it.
+    candidate: bool,
+    camp: Option<elections::Camp>,
+    /// When the application (re)starts a campaign.
+    camp_next: u64,
+    /// The next `leader()` read, and the one in flight.
+    leader_next: u64,
+    leader_reading: Option<u64>,
+    /// Push: the channel this client's watches are registered with.
+    notify: Option<(Sender<Notification>, Receiver<Notification>)>,
 }
 
 struct Net {
@@ -349,6 +469,16 @@ pub(crate) struct World {
     pub(crate) stats: Stats,
     pub(crate) broken: BTreeSet<Premise>,
     scratch: Vec<Event>,
+    /// Group names (empty without the group workload).
+    groups: Vec<Name>,
+    /// Join and leave requests on their way to the backend, per (session label, group).
+    group_ops: HashMap<(u32, usize), u32>,
+    /// Client and session index of every session label.
+    owners: HashMap<u32, (usize, usize)>,
+    /// Per name: when the backend was last seen freeing it (for the hand-off wait counters).
+    freed_at: Vec<Option<u64>>,
+    /// Per name: the newest token granted (a grant with a larger one is a new term).
+    last_grant: Vec<u64>,
 }
 
 impl World {
@@ -373,10 +503,14 @@ impl World {
         // Rates within the premise keep every backend/client ratio below 1 / (1 - drift).
         let within = if f.drift_within { sc.drift * 0.45 } else { 0.0 };
         let rate = |rng: &mut SmallRng| if within > 0.0 { 1.0 + rng.random_range(-within..within) } else { 1.0 };
+        let memory = sc.model == Model::Memory;
+        let (with_groups, with_push, with_elections) = (memory && sc.groups, memory && sc.push, memory && sc.elections);
         let clients: Vec<Client> = (0..n_clients)
             .map(|_| {
                 let clock = ClientClock { offset: rng.random_range(0..1_000_000) * MS, rate: rate(&mut rng) };
-                let eager = rng.random_bool(0.5);
+                // With push, candidates retry at the real interval (the notification wakes them).
+                let eager = rng.random_bool(0.5) && !with_push;
+                let candidate = with_elections && rng.random_bool(0.75);
                 Client {
                     clock,
                     paused_until: 0,
@@ -389,6 +523,13 @@ impl World {
                     gen: 0,
                     wants: vec![Want::default(); names.len()],
                     eager,
+                    groups: Vec::new(),
+                    candidate,
+                    camp: None,
+                    camp_next: 0,
+                    leader_next: 0,
+                    leader_reading: None,
+                    notify: with_push.then(crossbeam_channel::unbounded),
                 }
             })
             .collect();
@@ -426,6 +567,13 @@ impl World {
             partitions: Vec::new(),
         };
         let end = lease * u64::from(sc.leases);
+        let groups: Vec<Name> = if with_groups {
+            let n = rng.random_range(1..=2);
+            (0..n).filter_map(|i| Name::new(format!("group-{i}")).ok()).collect()
+        } else {
+            Vec::new()
+        };
+        let n_names = names.len();
         let mut w = World {
             sc: sc.clone(),
             rng,
@@ -450,7 +598,16 @@ impl World {
             stats: Stats::default(),
             broken,
             scratch: Vec::new(),
+            groups,
+            group_ops: HashMap::new(),
+            owners: HashMap::new(),
+            freed_at: vec![None; n_names],
+            last_grant: vec![0; n_names],
         };
+        for c in 0..n_clients {
+            w.init_groups(c);
+            w.init_elections(c);
+        }
         let ppm = |r: f64| ((r - 1.0) * 1e6).round() as i64;
         let client_ppm = w.clients.iter().map(|c| ppm(c.clock.rate)).collect();
         let node_ppm = w.nodes.iter().map(|n| ppm(n.clock.rate)).collect();
@@ -578,6 +735,7 @@ impl World {
                 }
             }
             Ev::ToNode { c, node, call, step, req, late_after } => {
+                self.group_op_arrived(&req);
                 if late_after.is_some_and(|t| self.now > t) && !self.sc.faults.late_releases {
                     // Without late releases a release never takes effect after its call ended.
                     self.stats.dropped += 1;
@@ -627,6 +785,10 @@ impl World {
                 self.broken.insert(Premise::ClockJump);
                 self.record(Event::ClockJump { node: node as u8, by_ns: by });
             }
+            Ev::Notify { c, name } => {
+                self.notified(c, name);
+                self.step(c);
+            }
             Ev::DataLoss { node } => {
                 self.nodes[node].lose_data();
                 if let Some(m) = &mut self.mem {
@@ -648,7 +810,9 @@ impl World {
             return;
         }
         let releases = match &req {
-            Req::Mem { op: MemOp::Release(..), .. } | Req::Script(Script::ReleaseSlot { .. }) => true,
+            Req::Mem { op: MemOp::Release(..) | MemOp::Leave(..), .. } | Req::Script(Script::ReleaseSlot { .. }) => {
+                true
+            }
             Req::Script(Script::RenewSlot { release, .. }) => !release.is_empty(),
             _ => false,
         };
@@ -657,6 +821,7 @@ impl World {
         } else {
             None
         };
+        self.group_op_sent(&req);
         let t = self.now + self.delay();
         self.push(t, Ev::ToNode { c, node, call, step, req: Box::new(req), late_after });
     }
@@ -680,7 +845,12 @@ impl World {
         }
         let b = self.nodes[node].clock.value(self.now);
         let rep = match req {
-            Req::Mem { op, target } => Rep::Mem(self.mem_apply(b, op, target)),
+            Req::Mem { op, target } => {
+                let r = self.mem_apply(c, call, b, op, target);
+                self.flush_scratch();
+                self.drain_notifications();
+                Rep::Mem(r)
+            }
             Req::Script(s) => {
                 let mut out = std::mem::take(&mut self.scratch);
                 let r = self.nodes[node].apply(node as u8, b, s, &mut out);
@@ -692,7 +862,15 @@ impl World {
         self.reply(c, node, call, step, rep);
     }
 
-    fn mem_apply(&mut self, b: u64, op: MemOp, target: Option<Target>) -> Res {
+    fn mem_apply(&mut self, c: usize, call: u64, b: u64, op: MemOp, target: Option<Target>) -> Res {
+        match op {
+            MemOp::Join(group) => return self.mem_join(call, b, group, target),
+            MemOp::Leave(group) => return self.mem_leave(b, group, target),
+            MemOp::Members(group) => return self.mem_members(c, b, group),
+            MemOp::Holder(name) => return self.mem_holder(c, b, name),
+            MemOp::Watch(name) => return self.mem_watch(c, b, name),
+            _ => {}
+        }
         let Some(m) = &mut self.mem else { return Res::Failed };
         m.clock.set(b);
         let lease = self.timing.lease_duration;
@@ -727,10 +905,11 @@ impl World {
                 }
                 Err(_) => Res::Failed,
             },
-            MemOp::Acquire(name) => match m.backend.acquire(&id, &name) {
+            MemOp::Acquire(name, trigger) => match m.backend.acquire(&id, &name) {
                 Ok(Acquire::Acquired { token, remaining }) => {
                     out.push(Event::SessionChecked { node: 0, b, sess });
-                    out.push(Event::Granted { node: 0, b, sess, name, token, until: b + ns(remaining) });
+                    out.push(Event::Granted { node: 0, b, sess, name: name.clone(), token, until: b + ns(remaining) });
+                    self.count_grant(trigger, &name, token);
                     Res::Acquired { token, remaining }
                 }
                 Ok(Acquire::Busy) => {
@@ -770,6 +949,7 @@ impl World {
                 }
                 Err(_) => Res::Failed,
             },
+            MemOp::Join(_) | MemOp::Leave(_) | MemOp::Members(_) | MemOp::Holder(_) | MemOp::Watch(_) => Res::Failed,
         }
     }
 
@@ -786,12 +966,19 @@ impl World {
             self.rng.random_range(qt..qt * 3 / 2)
         };
         self.push(self.now + bound, Ev::CallDeadline { c, call: id });
-        match kind {
-            Kind::Open { sent } | Kind::Acquire { sent, .. } => {
-                let give_up = self.clients[c].clock.real_at_instant(self.base, sent + self.timing.query_timeout);
-                self.push(give_up.max(self.now), Ev::GiveUp { c, call: id });
-            }
-            _ => {}
+        // Calls a user's thread waits for at most the query timeout (`call_until`, `bounded_call`).
+        let waited = match kind {
+            Kind::Open { sent } | Kind::Acquire { sent, campaign: false, .. } => Some(sent),
+            Kind::Join { .. }
+            | Kind::Leave { wait: true, .. }
+            | Kind::Members { .. }
+            | Kind::Holder { campaign: false, .. }
+            | Kind::Watch { then: AfterWatch::Acquire | AfterWatch::Wait, .. } => Some(self.inst(c)),
+            _ => None,
+        };
+        if let Some(sent) = waited {
+            let give_up = self.clients[c].clock.real_at_instant(self.base, sent + self.timing.query_timeout);
+            self.push(give_up.max(self.now), Ev::GiveUp { c, call: id });
         }
         if let Kind::KeepAlive { .. } = kind {
             self.stats.keep_alives += 1;
@@ -804,9 +991,14 @@ impl World {
                 let op = match kind {
                     Kind::Open { .. } => MemOp::Open,
                     Kind::KeepAlive { .. } => MemOp::KeepAlive,
-                    Kind::Acquire { name, .. } => MemOp::Acquire(self.names[name].clone()),
+                    Kind::Acquire { name, trigger, .. } => MemOp::Acquire(self.names[name].clone(), trigger),
                     Kind::Release { name, token } => MemOp::Release(self.names[name].clone(), token),
                     Kind::Close => MemOp::Close,
+                    Kind::Join { group } => MemOp::Join(self.groups[group].clone()),
+                    Kind::Leave { group, .. } => MemOp::Leave(self.groups[group].clone()),
+                    Kind::Members { group } => MemOp::Members(self.groups[group].clone()),
+                    Kind::Holder { name, .. } => MemOp::Holder(self.names[name].clone()),
+                    Kind::Watch { name, .. } => MemOp::Watch(self.names[name].clone()),
                 };
                 self.send(c, 0, id, 0, Req::Mem { op, target });
             }
@@ -838,7 +1030,11 @@ impl World {
                 let outs = self.clients[c].sessions[si].engine.on_keep_alive(sent, now, result);
                 self.handle_outputs(c, si, outs);
             }
-            Kind::Acquire { name, sent, epoch } => {
+            Kind::Acquire { name, sent, epoch, campaign: true, .. } => {
+                let Some(si) = call.si else { return };
+                self.campaign_acquired(c, si, name, sent, epoch, res);
+            }
+            Kind::Acquire { name, sent, epoch, .. } => {
                 let Some(si) = call.si else { return };
                 if call.gave_up {
                     self.undo_late_acquire(c, si, name, res);
@@ -853,6 +1049,38 @@ impl World {
                 }
             }
             Kind::Close => {}
+            Kind::Join { group } => {
+                if !call.gave_up {
+                    self.join_returned(c, call.si, group, id, res);
+                }
+            }
+            Kind::Leave { group, wait } => {
+                self.leave_ended(c, group, id);
+                if wait && !call.gave_up {
+                    self.leave_returned(c, group, id);
+                }
+            }
+            Kind::Members { group } => {
+                if !call.gave_up {
+                    self.members_returned(c, group, id);
+                }
+            }
+            Kind::Holder { campaign: false, .. } => {
+                if !call.gave_up && self.clients[c].leader_reading == Some(id) {
+                    self.clients[c].leader_reading = None;
+                    self.clients[c].leader_next = self.now + self.rng.random_range(self.lease / 5..self.lease);
+                }
+            }
+            Kind::Holder { name, campaign: true } => {
+                if let Some(si) = call.si {
+                    self.campaign_attempt_done(c, si, name);
+                }
+            }
+            Kind::Watch { name, then } => {
+                if !call.gave_up {
+                    self.watched(c, call.si, name, then, id);
+                }
+            }
         }
     }
 
@@ -866,13 +1094,39 @@ impl World {
                 let d = self.rng.random_range(self.lease / 20..self.lease / 2);
                 self.clients[c].reopen_at = self.now + d;
             }
-            Kind::Acquire { name, .. } if self.clients[c].wants[name].acquiring == Some(id) => {
+            Kind::Acquire { name, campaign: false, .. } if self.clients[c].wants[name].acquiring == Some(id) => {
                 self.clients[c].wants[name].acquiring = None;
-                let d = self.retry_delay(c);
-                self.clients[c].wants[name].next_try = self.now + d;
+                self.wait_retry(c, name);
+            }
+            Kind::Join { group } => {
+                let si = call.si;
+                self.join_returned(c, si, group, id, Res::Failed);
+            }
+            Kind::Leave { group, wait: true } => self.leave_returned(c, group, id),
+            Kind::Members { group } => self.members_returned(c, group, id),
+            Kind::Holder { campaign: false, .. } if self.clients[c].leader_reading == Some(id) => {
+                self.clients[c].leader_reading = None;
+                self.clients[c].leader_next = self.now + self.rng.random_range(self.lease / 5..self.lease);
+            }
+            Kind::Watch { name, then } => {
+                let si = call.si;
+                self.watched(c, si, name, then, id);
             }
             _ => {}
         }
+    }
+
+    /// `lock_until` after an attempt that did not take the lease: wait for the retry timer, or
+    /// go at once when a pushed notification arrived meanwhile (it is waiting in the channel).
+    fn wait_retry(&mut self, c: usize, k: usize) {
+        if self.clients[c].notify.is_some() && std::mem::take(&mut self.clients[c].wants[k].notified) {
+            let w = &mut self.clients[c].wants[k];
+            w.next_try = self.now;
+            w.push_woken = true;
+            return;
+        }
+        let d = self.retry_delay(c);
+        self.clients[c].wants[k].next_try = self.now + d;
     }
 
     fn opened(&mut self, c: usize, id: u64, gave_up: bool, sent: Instant, res: Res) {
@@ -899,8 +1153,10 @@ impl World {
                     book: Book::default(),
                     released: vec![None; n],
                     last_owned: Vec::new(),
+                    groups: BTreeSet::new(),
                 });
                 cl.current = Some(cl.sessions.len() - 1);
+                self.owners.insert(sess, (c, cl.sessions.len() - 1));
                 self.stats.sessions += 1;
                 for k in 0..n {
                     let d = self.rng.random_range(0..self.lease / 4);
@@ -908,6 +1164,10 @@ impl World {
                     w.next_try = self.now + d;
                     w.hold_until = None;
                     w.acquiring = None;
+                    w.first = true;
+                    w.watched = false;
+                    w.notified = false;
+                    w.push_woken = false;
                 }
                 let close = self.rng.random_range(self.lease * 4..self.lease * 40);
                 self.clients[c].close_at = self.now + close;
@@ -927,6 +1187,7 @@ impl World {
         let label = self.clients[c].sessions[si].label;
         let mut undo = None;
         let mut adopted = None;
+        let busy = matches!(res, Res::Busy);
         {
             let refused = self.clients[c].sessions[si].released[k];
             let e = &mut self.clients[c].sessions[si].engine;
@@ -940,6 +1201,8 @@ impl World {
                 } else {
                     match e.on_acquired(&name, token, sent, remaining, now, epoch) {
                         Adoption::Adopted => adopted = Some(token),
+                        // Proposed fix for finding 4 (see the campaign driver).
+                        Adoption::Undo if self.sc.proposed_fix && e.held().any(|(n, t)| *n == name && t == token) => {}
                         Adoption::Undo => {
                             e.begin_release(&name, token);
                             undo = Some(token);
@@ -950,7 +1213,8 @@ impl World {
             }
             e.end_acquire(&name);
         }
-        if self.clients[c].wants[k].acquiring == Some(id) {
+        let current = self.clients[c].wants[k].acquiring == Some(id);
+        if current {
             self.clients[c].wants[k].acquiring = None;
         }
         if let Some(token) = adopted {
@@ -958,9 +1222,14 @@ impl World {
             self.record(Event::Adopted { client: c as u8, sess: label, name, token });
             let hold = self.rng.random_range(self.lease / 10..self.lease * 3);
             self.clients[c].wants[k].hold_until = Some(self.now + hold);
+        } else if busy && current && self.clients[c].notify.is_some() {
+            // lock_until: watch again (a one-shot watch may have fired while the lease was free),
+            // then wait.
+            let target = self.clients[c].sessions[si].target.clone();
+            let id = self.start_call(c, Some(si), Some(target), Kind::Watch { name: k, then: AfterWatch::Wait });
+            self.clients[c].wants[k].acquiring = Some(id);
         } else {
-            let d = self.retry_delay(c);
-            self.clients[c].wants[k].next_try = self.now + d;
+            self.wait_retry(c, k);
         }
         if let Some(token) = undo {
             self.release_call(c, si, k, token);
@@ -1017,11 +1286,14 @@ impl World {
                         let w = &mut self.clients[c].wants[k];
                         w.hold_until = None;
                         w.next_try = w.next_try.min(self.now);
+                        w.first = true;
+                        self.campaign_lost(c, si, k, token);
                     }
                     self.record(Event::Lost { client: c as u8, sess: label, name, token, reason });
                 }
                 Output::Expired => {
                     self.record(Event::Expired { client: c as u8, sess: label });
+                    self.session_ended(c, si);
                     if self.clients[c].current == Some(si) {
                         self.clients[c].current = None;
                         let d = self.rng.random_range(0..self.lease / 2);
@@ -1039,7 +1311,10 @@ impl World {
                     }
                 }
                 Output::RenewalFailed { .. } => {}
-                Output::Closed => self.record(Event::Closed { client: c as u8, sess: label }),
+                Output::Closed => {
+                    self.record(Event::Closed { client: c as u8, sess: label });
+                    self.session_ended(c, si);
+                }
             }
         }
     }
@@ -1059,6 +1334,7 @@ impl World {
 
     fn workload(&mut self, c: usize) {
         let now_t = self.now;
+        self.reads(c);
         let Some(si) = self.clients[c].current else {
             if self.clients[c].opening.is_none() && now_t >= self.clients[c].reopen_at {
                 let sent = self.inst(c);
@@ -1078,8 +1354,13 @@ impl World {
             self.start_call(c, Some(si), Some(target), Kind::Close);
             return;
         }
+        self.campaign_workload(c, si);
+        self.group_workload(c, si);
         let now = self.inst(c);
         for k in 0..self.names.len() {
+            if self.is_election(k) {
+                continue;
+            }
             let name = self.names[k].clone();
             let held = self.clients[c].sessions[si].engine.token(&name, now);
             if held.is_none() {
@@ -1110,9 +1391,34 @@ impl World {
                 self.clients[c].wants[k].next_try = now_t + MS;
                 continue;
             }
-            let epoch = e.begin_acquire(&name);
             let target = self.clients[c].sessions[si].target.clone();
-            let id = self.start_call(c, Some(si), Some(target), Kind::Acquire { name: k, sent: now, epoch });
+            let push = self.clients[c].notify.is_some();
+            let w = &mut self.clients[c].wants[k];
+            if push && w.first && !w.watched {
+                // lock_until registers its watch before the first attempt.
+                w.watched = true;
+                w.notified = false;
+                let id = self.start_call(c, Some(si), Some(target), Kind::Watch { name: k, then: AfterWatch::Acquire });
+                self.clients[c].wants[k].acquiring = Some(id);
+                continue;
+            }
+            let trigger = if w.first {
+                Trigger::First
+            } else if w.push_woken {
+                Trigger::Push
+            } else {
+                Trigger::Retry
+            };
+            if !w.first {
+                // The attempt follows a wait that drained the notification channel.
+                w.notified = false;
+            }
+            w.first = false;
+            w.watched = false;
+            w.push_woken = false;
+            let epoch = self.clients[c].sessions[si].engine.begin_acquire(&name);
+            let kind = Kind::Acquire { name: k, sent: now, epoch, trigger, campaign: false };
+            let id = self.start_call(c, Some(si), Some(target), kind);
             self.clients[c].wants[k].acquiring = Some(id);
         }
     }
@@ -1129,6 +1435,7 @@ impl World {
         e.begin_release(&name, token);
         let w = &mut self.clients[c].wants[k];
         w.hold_until = None;
+        w.first = true;
         let d = self.rng.random_range(0..self.lease * 3 / 2);
         self.clients[c].wants[k].next_try = self.now + d;
         self.release_call(c, si, k, token);
@@ -1167,6 +1474,7 @@ impl World {
                 self.clients[c].sessions[si].valid[k] = tok;
             }
         }
+        self.sample_members(c);
     }
 
     /// Re-samples client `c`'s validity of name `k` now, recording its end if it ended.
@@ -1194,7 +1502,10 @@ impl World {
                     next = next.min(cl.clock.real_at_instant(self.base, at));
                 }
                 next = next.min(cl.close_at);
-                for w in &cl.wants {
+                for (k, w) in cl.wants.iter().enumerate() {
+                    if self.is_election(k) {
+                        continue;
+                    }
                     if let Some(h) = w.hold_until {
                         next = next.min(h);
                     } else if w.acquiring.is_none() {
@@ -1208,6 +1519,7 @@ impl World {
                 }
             }
         }
+        next = next.min(self.extra_wake(c));
         if next == u64::MAX {
             return;
         }
@@ -1309,6 +1621,12 @@ impl World {
                 }
                 self.script(id, t.node, Script::CloseBegin { sid: t.id, sess: t.sess });
             }
+            // Groups, push and elections run on the memory backend only; the call fails at its deadline.
+            Kind::Join { .. }
+            | Kind::Leave { .. }
+            | Kind::Members { .. }
+            | Kind::Holder { .. }
+            | Kind::Watch { .. } => {}
         }
     }
 
