@@ -112,7 +112,7 @@ fn finding_cluster_abandoned_term_released_after_readoption() {
 /// client, `is_member()` sampled) with the fix proposed for finding 3 emulated (a join waits for
 /// the session's leave of the group in flight) and leaves never delivered after their call ended:
 /// no violation of the backend's group contract (`members-live`, `join-visible`, `leave-final`) nor
-/// of `member-listed`.
+/// of `member-listed`. Then groups, push and elections together under harsh faults.
 #[test]
 fn memory_groups_with_proposed_fix_have_no_violation() {
     let sc = Scenario::memory().with_groups().with_group_fix().without_late_releases();
@@ -121,7 +121,8 @@ fn memory_groups_with_proposed_fix_have_no_violation() {
     assert!(s.stats.joins > s.seeds * 5 && s.stats.members_reads > s.seeds * 50, "{}", s.summary(0));
     assert!(s.stats.late_joins > 0, "no join landed after its caller gave up: {}", s.summary(0));
     assert_eq!(s.stats.truncated, 0);
-    assert_clean(&sc.clone().harsh(), 0..seeds() / 10);
+    // All three workloads at once, harsh faults, every proposed fix.
+    assert_clean(&sc.with_push().with_elections().with_proposed_fix().harsh(), 0..seeds() / 10);
 }
 
 /// Finding 3: a leave still on its way (a dropped `Membership` leaves in the background; a

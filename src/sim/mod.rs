@@ -15,6 +15,11 @@
 //!   sessions and leases on different nodes with their own clocks, one script per node, renewal
 //!   follow-ups carrying the session's remaining minus the client-measured elapsed time, the
 //!   "no lease call after the session's remaining" and "a late acquire releases its term" rules;
+//! - **groups, pushed notifications, elections** (memory backend, per [`Scenario`]): memberships
+//!   joined, left and dropped as `session.rs`/`group.rs` do, `members` reads, `is_member()`
+//!   sampled; one-shot `watch`es whose release notifications travel through the network and wake
+//!   candidates (a lost one leaves them to their periodic retry); campaigns for an election and
+//!   `leader()` reads (`world/groups.rs`, `world/push.rs`, `world/elections.rs`);
 //! - **network and faults**: every request and reply travels with a random delay and may be lost
 //!   (a lost reply means "applied on the server, reply lost"); slow messages arrive long after the
 //!   caller gave up (late script delivery); hung calls; partitions; client process pauses longer
@@ -479,7 +484,8 @@ impl Stats {
             let avg = |sum: u64, n: u64| if n == 0 { 0.0 } else { sum as f64 / n as f64 / 1e6 };
             let _ = write!(
                 s,
-                "; push: {} notifications ({} lost), new terms by push {} (avg wait {:.1}ms) / retry {} (avg wait                  {:.1}ms) / first attempt {}",
+                "; push: {} notifications ({} lost), new terms by push {} (avg wait {:.1}ms) / retry {} (avg wait \
+                 {:.1}ms) / first attempt {}",
                 self.notifications,
                 self.notifications_lost,
                 self.handoffs_push,
