@@ -83,6 +83,11 @@ pub(crate) struct SessionInner {
     notify_tx: Sender<Notification>,
     campaigns: Mutex<HashMap<Name, CampaignSlot>>,
     memberships: Mutex<HashMap<Name, Arc<MembershipShared>>>,
+    /// Per group: leaves whose backend call has not returned yet. A join of the same group waits
+    /// for them, so an old leave cannot land after the new join and undo it (simulation finding 3).
+    leaving: Mutex<HashMap<Name, u32>>,
+    /// Signalled when a leave's backend call returns.
+    leave_done: Condvar,
     /// Dropped when the session ends, which wakes everyone selecting on `ended_rx`.
     ended_tx: Mutex<Option<Sender<()>>>,
     pub(crate) ended_rx: Receiver<()>,
@@ -337,6 +342,8 @@ impl SessionInner {
             notify_tx,
             campaigns: Mutex::new(HashMap::new()),
             memberships: Mutex::new(HashMap::new()),
+            leaving: Mutex::new(HashMap::new()),
+            leave_done: Condvar::new(),
             ended_tx: Mutex::new(Some(ended_tx)),
             ended_rx,
             close_started: Mutex::new(false),
@@ -997,6 +1004,7 @@ impl SessionInner {
     pub(crate) fn attach_membership(self: &Arc<Self>, m: &Arc<MembershipShared>) -> Result<()> {
         let group = m.group().clone();
         self.check_alive()?;
+        self.wait_for_leaves(&group)?;
         {
             let mut ms = self.memberships.lock();
             if ms.contains_key(&group) {
@@ -1023,22 +1031,67 @@ impl SessionInner {
     }
 
     pub(crate) fn leave(self: &Arc<Self>, group: &Name, wait: bool) -> Result<()> {
-        if self.memberships.lock().remove(group).is_none() {
-            return Ok(());
+        {
+            // Count the leave before the membership disappears from the map, so a join that no
+            // longer finds the membership always finds the leave.
+            let mut leaving = self.leaving.lock();
+            if self.memberships.lock().remove(group).is_none() {
+                return Ok(());
+            }
+            *leaving.entry(group.clone()).or_insert(0) += 1;
         }
         let backend = self.backend.clone();
         let id = self.id.clone();
         let g = group.clone();
+        let session = Arc::downgrade(self);
+        // Runs wherever the call runs, and ends the leave only when the backend call returned,
+        // even after its caller stopped waiting.
+        let call = move |b: &dyn LeaseBackend| {
+            let r = b.leave(&id, &g);
+            if let Some(s) = session.upgrade() {
+                s.leave_ended(&g);
+            }
+            r
+        };
         if wait {
-            bounded_call(&backend, self.timing.query_timeout, move |b| b.leave(&id, &g))
+            bounded_call(&backend, self.timing.query_timeout, call)
         } else {
+            let id = self.id.clone();
+            let g = group.clone();
             exec::spawn(move || {
-                if let Err(err) = backend.leave(&id, &g) {
+                if let Err(err) = call(&*backend) {
                     log::debug!("session {id}: leave '{g}' failed: {err}");
                 }
             });
             Ok(())
         }
+    }
+
+    fn leave_ended(&self, group: &Name) {
+        let mut leaving = self.leaving.lock();
+        if let Some(n) = leaving.get_mut(group) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                leaving.remove(group);
+            }
+        }
+        self.leave_done.notify_all();
+    }
+
+    /// Waits (at most the query timeout) until no leave of `group` by this session is in flight.
+    fn wait_for_leaves(&self, group: &Name) -> Result<()> {
+        let deadline = Instant::now() + self.timing.query_timeout;
+        let mut leaving = self.leaving.lock();
+        while leaving.contains_key(group) {
+            if self.leave_done.wait_until(&mut leaving, deadline).timed_out() && leaving.contains_key(group) {
+                return Err(Error::unavailable(format!(
+                    "session {}: a leave of '{group}' is still in flight (its backend call has not returned); \
+                     retry the join",
+                    self.id
+                )));
+            }
+        }
+        Ok(())
     }
 
     // ----- close -----

@@ -361,3 +361,85 @@ fn an_inline_acquire_that_overruns_its_deadline_is_undone() {
     let lease = session.try_lock("late").unwrap().expect("free again");
     assert!(lease.token().is_ok());
 }
+
+/// The memory backend whose `leave` waits for the test to open a gate (one leave per message).
+#[derive(Debug)]
+struct GatedLeave {
+    inner: MemoryBackend,
+    gate_tx: Sender<()>,
+    gate_rx: Receiver<()>,
+}
+
+impl LeaseBackend for GatedLeave {
+    fn kind(&self) -> &'static str {
+        "gated-leave"
+    }
+    fn open_session(&self, d: Duration, m: &str) -> simba::Result<SessionGrant> {
+        self.inner.open_session(d, m)
+    }
+    fn keep_alive(&self, s: &SessionId, d: Duration) -> simba::Result<KeepAlive> {
+        self.inner.keep_alive(s, d)
+    }
+    fn close_session(&self, s: &SessionId) -> simba::Result<()> {
+        self.inner.close_session(s)
+    }
+    fn acquire(&self, s: &SessionId, n: &Name) -> simba::Result<Acquire> {
+        self.inner.acquire(s, n)
+    }
+    fn release(&self, s: &SessionId, n: &Name, t: Token) -> simba::Result<()> {
+        self.inner.release(s, n, t)
+    }
+    fn holder(&self, n: &Name) -> simba::Result<Option<Holder>> {
+        self.inner.holder(n)
+    }
+    fn join(&self, s: &SessionId, g: &Name) -> simba::Result<()> {
+        self.inner.join(s, g)
+    }
+    fn leave(&self, s: &SessionId, g: &Name) -> simba::Result<()> {
+        let _ = self.gate_rx.recv_timeout(Duration::from_secs(30));
+        self.inner.leave(s, g)
+    }
+    fn members(&self, g: &Name) -> simba::Result<Vec<Member>> {
+        self.inner.members(g)
+    }
+}
+
+/// A leave still in flight (here: a dropped membership's background leave) must not land after a
+/// re-join of the same group and undo it (simulation finding 3): the join waits for it.
+#[test]
+fn a_rejoin_waits_for_the_leave_in_flight() {
+    let (gate_tx, gate_rx) = crossbeam_channel::unbounded();
+    let backend = Arc::new(GatedLeave { inner: MemoryBackend::new(), gate_tx, gate_rx });
+    let session = Arc::new(Session::open(backend.clone(), options()).unwrap());
+    let group = Name::new("workers").unwrap();
+    let first = session.join(&group).unwrap();
+    drop(first); // leaves in the background; the leave waits at the gate
+
+    // While the leave is in flight, a join gives up after the query timeout with a clear error.
+    let e = session.join(&group).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Unavailable, "{e}");
+    assert!(e.to_string().contains("still in flight"), "{e}");
+
+    // A join started meanwhile proceeds only once the leave has returned.
+    let (done_tx, done_rx) = crossbeam_channel::bounded(1);
+    let s2 = session.clone();
+    let g2 = group.clone();
+    let joiner = std::thread::spawn(move || {
+        let r = loop {
+            match s2.join(&g2) {
+                Err(e) if e.kind() == ErrorKind::Unavailable => continue,
+                r => break r,
+            }
+        };
+        done_tx.send(()).unwrap();
+        r
+    });
+    assert!(done_rx.recv_timeout(Duration::from_millis(300)).is_err(), "the re-join overtook the leave");
+    backend.gate_tx.send(()).unwrap();
+    done_rx.recv_timeout(Duration::from_secs(20)).expect("the re-join finishes once the leave returned");
+    let membership = joiner.join().unwrap().unwrap();
+    let members = session.members(&group).unwrap();
+    assert_eq!(members.iter().map(|m| m.session.clone()).collect::<Vec<_>>(), vec![session.id().clone()]);
+    drop(membership);
+    backend.gate_tx.send(()).unwrap();
+}
