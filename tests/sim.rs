@@ -228,6 +228,19 @@ fn data_loss_forgets_members() {
     assert_premise_broken(&sc, 0..50, Premise::TokenReset, Invariant::JoinVisible);
 }
 
+/// `member-listed` rests on the local deadline preceding the backend's expiry, like `exclusive-token`.
+#[test]
+fn drift_beyond_the_bound_breaks_member_listed() {
+    let sc = Scenario::memory().with_groups().with_group_fix().without_late_releases().with_drift_beyond();
+    assert_premise_broken(&sc, 0..60, Premise::Drift, Invariant::MemberListed);
+}
+
+#[test]
+fn backend_clock_jumps_break_member_listed() {
+    let sc = Scenario::memory().with_groups().with_group_fix().without_late_releases().with_clock_jumps();
+    assert_premise_broken(&sc, 0..60, Premise::ClockJump, Invariant::MemberListed);
+}
+
 #[test]
 fn data_loss_misleads_leader_reads() {
     let sc = Scenario::memory().with_elections().with_data_loss();
