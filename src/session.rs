@@ -192,7 +192,9 @@ impl Session {
     ///
     /// # Errors
     /// `InvalidName`; `SessionExpired`/`Closed`; `AlreadyHeld`; `Timeout` when the backend did not
-    /// answer within the query timeout; the backend's error otherwise.
+    /// answer within the query timeout; the backend's error otherwise (`Unavailable` when the
+    /// backend's own timeout ended the call, on a backend that declares
+    /// [`call_bound`](LeaseBackend::call_bound)).
     pub fn try_lock(&self, name: impl IntoName) -> Result<Option<Lease>> {
         let name = name.into_name()?;
         let deadline = Instant::now() + self.inner.timing.query_timeout;
