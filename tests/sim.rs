@@ -109,13 +109,13 @@ fn finding_cluster_abandoned_term_released_after_readoption() {
 // ----- groups, pushed notifications, elections -----
 
 /// Group membership on the memory backend (joins, leaves and drops, `members` reads from every
-/// client, `is_member()` sampled) with the fix proposed for finding 3 emulated (a join waits for
-/// the session's leave of the group in flight) and leaves never delivered after their call ended:
-/// no violation of the backend's group contract (`members-live`, `join-visible`, `leave-final`) nor
-/// of `member-listed`. Then groups, push and elections together under harsh faults.
+/// client, `is_member()` sampled), joins waiting for the session's leave of the group in flight as
+/// `attach_membership` does, leaves never delivered after their call ended: no violation of the
+/// backend's group contract (`members-live`, `join-visible`, `leave-final`) nor of
+/// `member-listed`. Then groups, push and elections together under harsh faults.
 #[test]
-fn memory_groups_with_proposed_fix_have_no_violation() {
-    let sc = Scenario::memory().with_groups().with_group_fix().without_late_releases();
+fn memory_groups_without_late_leaves_have_no_violation() {
+    let sc = Scenario::memory().with_groups().without_late_releases();
     let s = sweep(&sc, 0..seeds() / 3);
     assert!(s.failures.is_empty(), "{}\n{}", s.summary(10), first_failure(&sc, &s));
     assert!(s.stats.joins > s.seeds * 5 && s.stats.members_reads > s.seeds * 50, "{}", s.summary(0));
@@ -125,25 +125,26 @@ fn memory_groups_with_proposed_fix_have_no_violation() {
     assert_clean(&sc.with_push().with_elections().with_proposed_fix().harsh(), 0..seeds() / 10);
 }
 
-/// Finding 3: a leave still on its way (a dropped `Membership` leaves in the background; a
-/// `leave()` that timed out goes on) lands after the same session joined the group again: the new
-/// `Membership` says `is_member()` while the backend no longer lists it, and nothing repairs it
-/// (keep-alives do not report memberships). Waiting for the leave's worker before a re-join (the
-/// proposed fix) still leaves a leave delivered after its call ended, as releases were before
-/// they became term-scoped. The backend's own group contract holds throughout.
+/// Finding 3: a leave still on its way lands after the same session joined the group again: the
+/// new `Membership` says `is_member()` while the backend no longer lists it, and nothing repairs it
+/// (keep-alives do not report memberships). Fixed locally: a join now waits for the session's
+/// leave of the group in flight (`+oldJoin` emulates the join before, and the simulation still
+/// finds it there). Still open: a leave delivered after its call ended (the worker gave up, the
+/// request was still on its way), as releases were before they became term-scoped. The backend's
+/// own group contract holds throughout.
 #[test]
 fn finding_late_leave_undoes_a_rejoin() {
-    let what = "a leave landing after a re-join of the same session";
-    assert_finding_of(&Scenario::memory().with_groups(), 0..120, what, Invariant::MemberListed);
-    let what = "a leave delivered after its call ended undoing a re-join (proposed fix)";
-    assert_finding_of(&Scenario::memory().with_groups().with_group_fix(), 0..100, what, Invariant::MemberListed);
+    let what = "a leave in flight undoing a re-join of the same session (join before the fix)";
+    assert_finding_of(&Scenario::memory().with_groups().with_old_join(), 0..120, what, Invariant::MemberListed);
+    let what = "a leave delivered after its call ended undoing a re-join";
+    assert_finding_of(&Scenario::memory().with_groups(), 0..100, what, Invariant::MemberListed);
 }
 
-/// What finding 3 breaks, asserted as it should hold: fails until joins and leaves of one session
-/// and group can no longer be reordered (e.g. a join that waits for the leave in flight plus a
-/// membership-scoped leave, or keep-alives that report memberships so a lost one is detected).
+/// What finding 3 breaks, asserted as it should hold: fails until a leave delivered after its call
+/// ended can no longer undo a later join (e.g. a leave scoped to the join it undoes, or keep-alives
+/// that report memberships so a lost one is detected).
 #[test]
-#[ignore = "finding 3 (docs/testing.md): a late leave undoes a re-join; replay SIMBA_SIM_SCENARIO=memory+groups SIMBA_SIM_SEED=87"]
+#[ignore = "finding 3 (docs/testing.md): a late leave undoes a re-join; replay SIMBA_SIM_SCENARIO=memory+groups SIMBA_SIM_SEED=5"]
 fn memory_groups_have_no_violation() {
     assert_clean(&Scenario::memory().with_groups(), 0..seeds());
 }
@@ -164,36 +165,27 @@ fn memory_push_has_no_violation() {
 }
 
 /// Elections: campaigns (late attempt replies adopted by their send instant, resigns, push),
-/// `leader()` reads from every client checked against the backend's live term; with the fix
-/// proposed for finding 4 emulated.
+/// `leader()` reads from every client checked against the backend's live term.
 #[test]
-fn memory_elections_with_proposed_fix_have_no_violation() {
-    let sc = Scenario::memory().with_elections().with_push().with_proposed_fix();
+fn memory_elections_have_no_violation() {
+    let sc = Scenario::memory().with_elections().with_push();
     let s = sweep(&sc, 0..seeds() / 3);
     assert!(s.failures.is_empty(), "{}\n{}", s.summary(10), first_failure(&sc, &s));
     assert!(s.stats.elected > s.seeds && s.stats.leader_reads > s.seeds * 10, "{}", s.summary(0));
-    assert_clean(&Scenario::memory().with_elections().with_proposed_fix().harsh(), 0..seeds() / 5);
+    assert_clean(&Scenario::memory().with_elections().harsh(), 0..seeds() / 5);
 }
 
-/// Finding 4: a campaign attempt the renewal thread stopped waiting for (after the query timeout)
-/// returns after a newer attempt made the session leader, carrying that very term (the backend's
-/// acquire is idempotent); `Engine::on_acquired` says `Undo` (the reply came too late to be of
-/// use, or a release of the name overlapped it) and `finish_acquire` releases that term — the one
-/// the session leads with, while its `token()` still succeeds: another candidate takes the lease
-/// and both tokens are valid at once.
+/// Finding 4 (fixed): a campaign attempt the renewal thread stopped waiting for (after the query
+/// timeout) returns after a newer attempt made the session leader, carrying that very term (the
+/// backend's acquire is idempotent); `Engine::on_acquired` says `Undo` (the reply came too late to
+/// be of use, or a release of the name overlapped it) and `finish_acquire` released that term —
+/// the one the session leads with, while its `token()` still succeeded: another candidate took the
+/// lease and both tokens were valid at once. `finish_acquire` now keeps a reply confirming the held
+/// term; `+oldUndo` emulates it before the fix, to show the simulation still sees it.
 #[test]
 fn finding_campaign_undo_releases_the_led_term() {
-    let what = "a late campaign reply undone by releasing the term the session leads with";
-    assert_finding(&Scenario::memory().with_elections(), 100..360, what);
-}
-
-/// What finding 4 breaks, asserted as it should hold (fails until `finish_acquire` no longer
-/// releases the term the session holds when the engine says `Undo`).
-#[test]
-#[ignore = "finding 4 (docs/testing.md): a late campaign reply releases the led term; replay SIMBA_SIM_SCENARIO=memory+elections SIMBA_SIM_SEED=356"]
-fn memory_elections_have_no_violation() {
-    assert_clean(&Scenario::memory().with_elections(), 0..seeds());
-    assert_clean(&Scenario::memory().with_elections().with_push(), 0..seeds());
+    let what = "a late campaign reply undone by releasing the term the session leads with (before the fix)";
+    assert_finding(&Scenario::memory().with_elections().with_old_undo(), 100..360, what);
 }
 
 // ----- premise-breaking faults: the checker sees the violation, and only explained ones -----
@@ -224,20 +216,20 @@ fn data_loss_regresses_tokens_memory() {
 
 #[test]
 fn data_loss_forgets_members() {
-    let sc = Scenario::memory().with_groups().with_group_fix().without_late_releases().with_data_loss();
+    let sc = Scenario::memory().with_groups().without_late_releases().with_data_loss();
     assert_premise_broken(&sc, 0..50, Premise::TokenReset, Invariant::JoinVisible);
 }
 
 /// `member-listed` rests on the local deadline preceding the backend's expiry, like `exclusive-token`.
 #[test]
 fn drift_beyond_the_bound_breaks_member_listed() {
-    let sc = Scenario::memory().with_groups().with_group_fix().without_late_releases().with_drift_beyond();
+    let sc = Scenario::memory().with_groups().without_late_releases().with_drift_beyond();
     assert_premise_broken(&sc, 0..60, Premise::Drift, Invariant::MemberListed);
 }
 
 #[test]
 fn backend_clock_jumps_break_member_listed() {
-    let sc = Scenario::memory().with_groups().with_group_fix().without_late_releases().with_clock_jumps();
+    let sc = Scenario::memory().with_groups().without_late_releases().with_clock_jumps();
     assert_premise_broken(&sc, 0..60, Premise::ClockJump, Invariant::MemberListed);
 }
 
@@ -310,11 +302,8 @@ fn broken_rule_no_drift_is_caught() {
 /// `is_member()` that ignores the local deadline claims a membership the backend already expired.
 #[test]
 fn broken_rule_member_ignores_deadline_is_caught() {
-    let sc = Scenario::memory()
-        .with_groups()
-        .with_group_fix()
-        .without_late_releases()
-        .with_broken_rule(BrokenRule::MemberIgnoresDeadline);
+    let sc =
+        Scenario::memory().with_groups().without_late_releases().with_broken_rule(BrokenRule::MemberIgnoresDeadline);
     let s = sweep(&sc, 0..60);
     assert!(!s.unexplained.is_empty(), "the broken rule went unnoticed: {}", s.summary(3));
     assert!(s.by_invariant.keys().all(|i| *i == Invariant::MemberListed), "{}", s.summary(3));
@@ -365,7 +354,7 @@ fn invariants_name_their_premises() {
     assert_eq!(Invariant::JoinVisible.premises(), &[Premise::TokenReset]);
     assert_eq!(Invariant::MemberListed.premises(), Invariant::ExclusiveToken.premises());
     for name in
-        ["memory+groups+groupFix+noLateReleases", "memory+push+harsh", "memory+elections+broken:MemberIgnoresDeadline"]
+        ["memory+groups+oldJoin+noLateReleases", "memory+push+harsh", "memory+elections+broken:MemberIgnoresDeadline"]
     {
         assert_eq!(Scenario::from_name(name).map(|s| s.name), Some(name.to_string()));
     }

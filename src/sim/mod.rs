@@ -194,9 +194,12 @@ pub struct Scenario {
     /// Emulates the fixes proposed for the findings (`docs/testing.md`): releases carry the token
     /// of the term they free (the backend frees only that term), the driver never adopts a term its
     /// session asked to release, the Cluster model never reports a term it abandoned as acquired
-    /// (findings 1 and 2, since fixed in the code), and an acquire reply the engine says to undo is
-    /// not released when it is the very term the session holds (finding 4).
+    /// (findings 1 and 2, since fixed in the code).
     pub proposed_fix: bool,
+    /// Emulates `finish_acquire` before the fix of finding 4: an acquire reply the engine says to
+    /// undo is released even when it is the very term the session holds (the driver otherwise
+    /// keeps it, as `session.rs` does now).
+    pub old_undo: bool,
     /// Emulates the old SPI, whose release freed whatever term the session held (the design the
     /// late-release finding showed unsafe). Off by default: releases are term-scoped.
     pub old_release_any_term: bool,
@@ -215,11 +218,10 @@ pub struct Scenario {
     /// With `groups`: the chance (0..=1) that a client re-joins a group at once after leaving it,
     /// while its leave may still be on its way (see `docs/testing.md`, finding 3).
     pub rejoin_at_once: f64,
-    /// With `groups`: emulates the fix proposed for finding 3 — a join of a group waits until the
-    /// session's previous leave of that group finished (as an acquire waits for a release in
-    /// flight). A leave delivered after its call ended can still undo a re-join; run it with
-    /// `+noLateReleases` (which also keeps leaves from landing after their call ended).
-    pub group_fix: bool,
+    /// With `groups`: emulates the join before the fix of finding 3's local part, which did not
+    /// wait for the session's leave of the group still in flight (the driver otherwise does what
+    /// `attach_membership` does now: wait for it up to the query timeout, then fail).
+    pub old_join: bool,
 }
 
 impl Scenario {
@@ -242,7 +244,8 @@ impl Scenario {
             push: false,
             elections: false,
             rejoin_at_once: 0.3,
-            group_fix: false,
+            old_join: false,
+            old_undo: false,
         }
     }
 
@@ -277,7 +280,7 @@ impl Scenario {
 
     /// The scenario a [`Scenario::name`] describes: `memory` or `cluster`, then any of
     /// `+noLateReleases`, `+fix`, `+oldRelease`, `+harsh`, `+dataLoss`, `+driftBeyond`, `+clockJump`,
-    /// `+groups`, `+noQuickRejoin`, `+groupFix`, `+push`, `+elections`, `+broken:DeadlineFromReplyInstant`,
+    /// `+groups`, `+noQuickRejoin`, `+oldJoin`, `+oldUndo`, `+push`, `+elections`, `+broken:DeadlineFromReplyInstant`,
     /// `+broken:NoDrift`, `+broken:MemberIgnoresDeadline` (as printed in failure reports).
     pub fn from_name(name: &str) -> Option<Scenario> {
         let mut parts = name.split('+');
@@ -302,7 +305,8 @@ impl Scenario {
                 "push" => s.with_push(),
                 "elections" => s.with_elections(),
                 "noQuickRejoin" => s.without_quick_rejoin(),
-                "groupFix" => s.with_group_fix(),
+                "oldJoin" => s.with_old_join(),
+                "oldUndo" => s.with_old_undo(),
                 _ => return None,
             };
         }
@@ -358,11 +362,19 @@ impl Scenario {
         self
     }
 
-    /// Emulates the fix proposed for finding 3 (see [`Scenario::group_fix`]).
+    /// Emulates `finish_acquire` before the fix of finding 4 (see [`Scenario::old_undo`]).
     #[must_use]
-    pub fn with_group_fix(mut self) -> Scenario {
-        self.group_fix = true;
-        self.name.push_str("+groupFix");
+    pub fn with_old_undo(mut self) -> Scenario {
+        self.old_undo = true;
+        self.name.push_str("+oldUndo");
+        self
+    }
+
+    /// Emulates the join before the fix of finding 3 (see [`Scenario::old_join`]).
+    #[must_use]
+    pub fn with_old_join(mut self) -> Scenario {
+        self.old_join = true;
+        self.name.push_str("+oldJoin");
         self
     }
 

@@ -1201,8 +1201,8 @@ impl World {
                 } else {
                     match e.on_acquired(&name, token, sent, remaining, now, epoch) {
                         Adoption::Adopted => adopted = Some(token),
-                        // Proposed fix for finding 4 (see the campaign driver).
-                        Adoption::Undo if self.sc.proposed_fix && e.held().any(|(n, t)| *n == name && t == token) => {}
+                        // The fix of finding 4: a reply confirming the held term is kept.
+                        Adoption::Undo if !self.sc.old_undo && e.held().any(|(n, t)| *n == name && t == token) => {}
                         Adoption::Undo => {
                             e.begin_release(&name, token);
                             undo = Some(token);

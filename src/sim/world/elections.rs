@@ -220,9 +220,9 @@ impl World {
                 let sent = if self.sc.broken_rule == Some(BrokenRule::DeadlineFromReplyInstant) { now } else { sent };
                 match e.on_acquired(&name, token, sent, remaining, now, epoch) {
                     Adoption::Adopted => adopted = Some(token),
-                    // Proposed fix for finding 4: a reply that confirms the very term the session
-                    // holds (adopted meanwhile by another attempt) is not undone.
-                    Adoption::Undo if self.sc.proposed_fix && e.held().any(|(n, t)| *n == name && t == token) => {}
+                    // A reply that confirms the very term the session holds (adopted meanwhile by
+                    // another attempt) is kept, not released (the fix of finding 4).
+                    Adoption::Undo if !self.sc.old_undo && e.held().any(|(n, t)| *n == name && t == token) => {}
                     Adoption::Undo => {
                         e.begin_release(&name, token);
                         undo = Some(token);

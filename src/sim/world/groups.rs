@@ -1,8 +1,10 @@
 //! Group membership, driven the way `session.rs` and `group.rs` drive it, against the real
 //! `MemoryBackend::join/leave/members`:
 //!
-//! - `Session::join` → `attach_membership`: refused unless the engine is alive; the group goes
-//!   into the session's membership map, then `join` runs bounded by the query timeout; on success
+//! - `Session::join` → `attach_membership`: refused unless the engine is alive; waits (up to the
+//!   query timeout, then fails) while a leave of the group by the session is still in flight
+//!   (until its backend call returned); the group goes into the session's membership map, then
+//!   `join` runs bounded by the query timeout; on success
 //!   the `Membership` is attached (active), on an error or a timeout the map entry is removed and
 //!   the caller gets the error (a join that lands after its caller gave up is not undone);
 //! - `Membership::leave` (waits up to the query timeout) or dropping the handle (a background
@@ -40,6 +42,8 @@ pub(crate) struct GroupWant {
     valid: Option<u32>,
     /// Leave calls whose worker has not returned yet: (session index, call).
     leaves: Vec<(usize, u64)>,
+    /// A join waiting for a leave in flight gives up at this instant (`wait_for_leaves`).
+    join_wait_until: Option<u64>,
 }
 
 /// A `Membership` handle that has not left: its session, and whether the join attached it.
@@ -99,17 +103,26 @@ impl World {
             if gw.joining.is_some() || gw.leaving.is_some() || self.now < gw.next_join {
                 continue;
             }
-            if self.sc.group_fix && gw.leaves.iter().any(|(s, _)| *s == si) {
-                // Proposed fix: wait for the previous leave of this session to finish (its end
-                // steps this client again).
-                continue;
-            }
-            // attach_membership: check_alive, then AlreadyHeld, then the bounded join.
-            if !self.clients[c].sessions[si].engine.is_alive(now) {
+            // attach_membership: check_alive, wait_for_leaves, AlreadyHeld, then the bounded join.
+            if gw.join_wait_until.is_none() && !self.clients[c].sessions[si].engine.is_alive(now) {
                 let d = self.rng.random_range(self.lease / 10..self.lease);
                 self.clients[c].groups[g].next_join = self.now + d;
                 continue;
             }
+            if !self.sc.old_join && gw.leaves.iter().any(|(s, _)| *s == si) {
+                // Wait for the leave's backend call to return (its end steps this client), at
+                // most the query timeout; then the join fails (`Unavailable`) and is retried later.
+                let until = self.clients[c].clock.real_at_instant(self.base, now + self.timing.query_timeout);
+                let until = *self.clients[c].groups[g].join_wait_until.get_or_insert(until);
+                if self.now >= until {
+                    let d = self.rng.random_range(self.lease / 10..self.lease);
+                    let gw = &mut self.clients[c].groups[g];
+                    gw.join_wait_until = None;
+                    gw.next_join = self.now + d;
+                }
+                continue;
+            }
+            self.clients[c].groups[g].join_wait_until = None;
             if !self.clients[c].sessions[si].groups.insert(g) {
                 continue;
             }
@@ -235,8 +248,10 @@ impl World {
                 Some(h) if h.si != si => next = next.min(self.now),
                 Some(_) => next = next.min(gw.hold_until),
                 None if gw.joining.is_some() || gw.leaving.is_some() => {}
-                // Proposed fix: the end of the leave steps the client.
-                None if self.sc.group_fix && gw.leaves.iter().any(|(s, _)| *s == si) => {}
+                // A join waiting for a leave: the leave's end steps the client, or the wait ends.
+                None if gw.join_wait_until.is_some() && gw.leaves.iter().any(|(s, _)| *s == si) => {
+                    next = next.min(gw.join_wait_until.unwrap_or(u64::MAX));
+                }
                 None => next = next.min(gw.next_join),
             }
         }
