@@ -270,6 +270,23 @@ impl Engine {
         }
     }
 
+    /// Like [`end_release`](Engine::end_release), for a release of the term `token` that the
+    /// backend answered successfully: that term is gone there, so no later reply can carry it,
+    /// and the name stops being remembered in the released terms (which would otherwise grow with
+    /// every distinct name) unless a newer term's release or another operation on it is in flight.
+    pub fn end_confirmed_release(&mut self, name: &Name, token: Token) {
+        self.end_release(name);
+        if self.pending(name) == 0 && self.released.get(name) == Some(&token) {
+            self.released.remove(name);
+        }
+    }
+
+    /// Number of names whose released terms are remembered (bounded by the names with a release
+    /// not confirmed by the backend, or with operations in flight).
+    pub fn remembered_releases(&self) -> usize {
+        self.released.len()
+    }
+
     fn end_op(&mut self, name: &Name) {
         if let Some(n) = self.pending.get_mut(name) {
             *n = n.saturating_sub(1);
@@ -692,6 +709,35 @@ mod tests {
         assert_eq!(e.on_acquired(&a, t(4), t0, Duration::from_secs(10), t0, epoch), Adoption::Undo);
         assert_eq!(e.on_acquired(&a, t(6), t0, Duration::from_secs(10), t0, epoch), Adoption::Adopted);
         e.end_acquire(&a);
+    }
+
+    #[test]
+    fn confirmed_releases_are_forgotten_unconfirmed_ones_are_not() {
+        let t0 = Instant::now();
+        let mut e = Engine::new(timing(), t0, Duration::from_secs(10));
+        for i in 0..100 {
+            let a = n(&format!("n{i}"));
+            e.begin_release(&a, t(5));
+            e.end_confirmed_release(&a, t(5));
+        }
+        assert_eq!(e.remembered_releases(), 0, "confirmed releases leave nothing behind");
+        // Unconfirmed (timed out, failed): remembered, and the term is never adopted again.
+        let a = n("a");
+        e.begin_release(&a, t(5));
+        e.end_release(&a);
+        assert_eq!(e.remembered_releases(), 1);
+        // An older term's confirmation does not forget the newer one; an operation in flight keeps it.
+        e.begin_release(&a, t(7));
+        e.end_confirmed_release(&a, t(5));
+        let epoch = e.begin_acquire(&a);
+        e.begin_release(&a, t(7));
+        e.end_confirmed_release(&a, t(7));
+        assert_eq!(e.remembered_releases(), 1, "an acquire is still in flight");
+        assert_eq!(e.on_acquired(&a, t(7), t0, Duration::from_secs(10), t0, epoch), Adoption::Undo);
+        e.end_acquire(&a);
+        e.begin_release(&a, t(7));
+        e.end_confirmed_release(&a, t(7));
+        assert_eq!(e.remembered_releases(), 0);
     }
 
     #[test]

@@ -533,8 +533,13 @@ impl SessionInner {
                 log::warn!("session {id}: release of '{name}' failed: {err}");
             }
             if let Some(inner) = weak.upgrade() {
+                let confirmed = r.is_ok();
                 inner.apply(|e| {
-                    e.end_release(&name);
+                    if confirmed {
+                        e.end_confirmed_release(&name, token);
+                    } else {
+                        e.end_release(&name);
+                    }
                     ((), Vec::new())
                 });
             }
@@ -793,8 +798,13 @@ impl SessionInner {
                     self.timing.query_timeout
                 );
             }
+            let confirmed = r.is_ok();
             self.apply(|e| {
-                e.end_release(name);
+                if confirmed {
+                    e.end_confirmed_release(name, token);
+                } else {
+                    e.end_release(name);
+                }
                 ((), Vec::new())
             });
             return r;

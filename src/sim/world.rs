@@ -1042,10 +1042,16 @@ impl World {
                     self.finish_acquire(c, si, name, sent, epoch, res, id);
                 }
             }
-            Kind::Release { name, .. } => {
+            Kind::Release { name, token } => {
                 if let Some(si) = call.si {
                     let n = self.names[name].clone();
-                    self.clients[c].sessions[si].engine.end_release(&n);
+                    let engine = &mut self.clients[c].sessions[si].engine;
+                    // As session.rs: a release the backend confirmed forgets the term; the old
+                    // any-term release (`token` None) never confirms a particular term.
+                    match (res, token) {
+                        (Res::Done, Some(t)) => engine.end_confirmed_release(&n, t),
+                        _ => engine.end_release(&n),
+                    }
                 }
             }
             Kind::Close => {}
