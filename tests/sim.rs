@@ -136,17 +136,11 @@ fn memory_groups_without_late_leaves_have_no_violation() {
 fn finding_late_leave_undoes_a_rejoin() {
     let what = "a leave in flight undoing a re-join of the same session (join before the fix)";
     assert_finding_of(&Scenario::memory().with_groups().with_old_join(), 0..120, what, Invariant::MemberListed);
+    // Still open (needs an SPI change: a leave scoped to the join it undoes, or keep-alives that
+    // report memberships). When it is fixed this assertion fails: replace it with
+    // `assert_clean(&Scenario::memory().with_groups(), 0..seeds())`.
     let what = "a leave delivered after its call ended undoing a re-join";
     assert_finding_of(&Scenario::memory().with_groups(), 0..100, what, Invariant::MemberListed);
-}
-
-/// What finding 3 breaks, asserted as it should hold: fails until a leave delivered after its call
-/// ended can no longer undo a later join (e.g. a leave scoped to the join it undoes, or keep-alives
-/// that report memberships so a lost one is detected).
-#[test]
-#[ignore = "finding 3 (docs/testing.md): a late leave undoes a re-join; replay SIMBA_SIM_SCENARIO=memory+groups SIMBA_SIM_SEED=5"]
-fn memory_groups_have_no_violation() {
-    assert_clean(&Scenario::memory().with_groups(), 0..seeds());
 }
 
 /// Pushed release notifications through the network (delayed, lost, cut): candidates wake at once
