@@ -136,6 +136,9 @@ pub enum Adoption {
     Adopted,
     /// Not adopted: release the term on the backend (it may be ours there).
     Undo,
+    /// Not adopted, but the reply confirms the very term the session already holds (e.g. an
+    /// older campaign attempt answering after a newer one won): keep it, release nothing.
+    Kept,
     /// Not adopted: the session is no longer alive (the backend frees the term with it).
     SessionEnded,
 }
@@ -299,8 +302,24 @@ impl Engine {
     /// An acquire of `name` sent at `sent` (with release epoch `epoch`) returned `token` and
     /// `remaining` at `now`. Adopts the term unless the session is no longer alive, the reply came
     /// too late to be of use, or a release of the name overlapped the call. The caller releases
-    /// the term on the backend when this returns [`Adoption::Undo`].
+    /// the term on the backend when this returns [`Adoption::Undo`] — never for
+    /// [`Adoption::Kept`], a reply confirming the term the session already holds.
     pub fn on_acquired(
+        &mut self,
+        name: &Name,
+        token: Token,
+        sent: Instant,
+        remaining: Duration,
+        now: Instant,
+        epoch: u64,
+    ) -> Adoption {
+        match self.judge_acquired(name, token, sent, remaining, now, epoch) {
+            Adoption::Undo if self.leases.get(name).is_some_and(|l| l.token == token) => Adoption::Kept,
+            other => other,
+        }
+    }
+
+    fn judge_acquired(
         &mut self,
         name: &Name,
         token: Token,
@@ -738,6 +757,26 @@ mod tests {
         e.begin_release(&a, t(7));
         e.end_confirmed_release(&a, t(7));
         assert_eq!(e.remembered_releases(), 0);
+    }
+
+    #[test]
+    fn a_late_reply_confirming_the_held_term_is_kept_not_undone() {
+        let t0 = Instant::now();
+        let mut e = Engine::new(timing(), t0, Duration::from_secs(10));
+        let a = n("a");
+        let old = e.begin_acquire(&a);
+        let new = e.begin_acquire(&a);
+        assert_eq!(e.on_acquired(&a, t(3), t0, Duration::from_secs(10), t0, new), Adoption::Adopted);
+        e.end_acquire(&a);
+        // The older attempt answers too late to be of use (its remaining ran out before the reply
+        // came), with the very term held.
+        let late = t0 + Duration::from_secs(1);
+        let short = Duration::from_millis(10);
+        assert_eq!(e.on_acquired(&a, t(3), t0, short, late, old), Adoption::Kept);
+        assert_eq!(e.token(&a, late), Some(t(3)), "still held");
+        // Another term that late is undone.
+        assert_eq!(e.on_acquired(&a, t(4), t0, short, late, old), Adoption::Undo);
+        e.end_acquire(&a);
     }
 
     #[test]

@@ -647,10 +647,9 @@ impl SessionInner {
                             log::debug!("session {}: acquired '{}' (token {})", self.id, name, token);
                             Ok(Some(token))
                         }
-                        // A reply that confirms the very term this session holds (an older
-                        // attempt of a campaign, the backend's acquire being idempotent) must not
-                        // release it: the session still leads with it (simulation finding 4).
-                        Adoption::Undo if e.held().any(|(n, t)| n == name && t == token) => {
+                        // Confirms the very term this session holds (an older campaign attempt):
+                        // releasing it would end the term the session leads with (finding 4).
+                        Adoption::Kept => {
                             log::debug!(
                                 "session {}: a late acquire reply of '{}' confirms the held term {}; keeping it",
                                 self.id,

@@ -1207,9 +1207,9 @@ impl World {
                 } else {
                     match e.on_acquired(&name, token, sent, remaining, now, epoch) {
                         Adoption::Adopted => adopted = Some(token),
-                        // The fix of finding 4: a reply confirming the held term is kept.
-                        Adoption::Undo if !self.sc.old_undo && e.held().any(|(n, t)| *n == name && t == token) => {}
-                        Adoption::Undo => {
+                        // The fix of finding 4: a reply confirming the held term is kept (`+oldUndo`: released).
+                        Adoption::Kept if !self.sc.old_undo => {}
+                        Adoption::Kept | Adoption::Undo => {
                             e.begin_release(&name, token);
                             undo = Some(token);
                         }

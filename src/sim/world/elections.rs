@@ -220,10 +220,9 @@ impl World {
                 let sent = if self.sc.broken_rule == Some(BrokenRule::DeadlineFromReplyInstant) { now } else { sent };
                 match e.on_acquired(&name, token, sent, remaining, now, epoch) {
                     Adoption::Adopted => adopted = Some(token),
-                    // A reply that confirms the very term the session holds (adopted meanwhile by
-                    // another attempt) is kept, not released (the fix of finding 4).
-                    Adoption::Undo if !self.sc.old_undo && e.held().any(|(n, t)| *n == name && t == token) => {}
-                    Adoption::Undo => {
+                    // The fix of finding 4: a reply confirming the held term is kept (`+oldUndo`: released).
+                    Adoption::Kept if !self.sc.old_undo => {}
+                    Adoption::Kept | Adoption::Undo => {
                         e.begin_release(&name, token);
                         undo = Some(token);
                     }
