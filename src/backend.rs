@@ -32,6 +32,13 @@ pub enum KeepAlive {
         /// Every lease the session owns after the renewal, with its current token. A lease the
         /// client believes it holds but that is missing here is lost.
         owned: Vec<(Name, Token)>,
+        /// Every group the session is a member of after the renewal, sorted. A membership the
+        /// client joined before it sent this keep-alive but that is missing here was lost (e.g. a
+        /// leave that reached the server late, or a failover that lost the join): the session
+        /// re-joins it and reports the gap. A group listed here that the client does not hold
+        /// (a join that landed after its call ended) is left again. A backend that cannot tell
+        /// whether a membership survived lists it (unknown is not lost).
+        groups: Vec<Name>,
     },
     /// The session is expired (or unknown); it never revives.
     Expired,

@@ -458,7 +458,7 @@ impl Engine {
                 }
             }
             KeepAliveResult::Reply(KeepAlive::Expired) => self.expire(),
-            KeepAliveResult::Reply(KeepAlive::Alive { remaining, owned }) => {
+            KeepAliveResult::Reply(KeepAlive::Alive { remaining, owned, .. }) => {
                 let mut out = Vec::new();
                 let deadline = self.timing.deadline(sent, remaining);
                 if now >= self.deadline.max(deadline) {
@@ -525,6 +525,7 @@ mod tests {
         KeepAliveResult::Reply(KeepAlive::Alive {
             remaining,
             owned: owned.iter().map(|(a, b)| (n(a), t(*b))).collect(),
+            groups: Vec::new(),
         })
     }
 

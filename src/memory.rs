@@ -201,7 +201,10 @@ impl LeaseBackend for MemoryBackend {
                 }
             }
             owned.sort();
-            Ok(KeepAlive::Alive { remaining: lease_duration, owned })
+            let mut groups: Vec<Name> =
+                st.sessions.get(session).map(|s| s.groups.iter().cloned().collect()).unwrap_or_default();
+            groups.sort();
+            Ok(KeepAlive::Alive { remaining: lease_duration, owned, groups })
         })
     }
 

@@ -165,7 +165,7 @@ fn acquired(r: crate::Result<Acquire>, what: &str) -> Token {
 
 fn alive(h: &Harness, sid: &SessionId) -> Vec<(Name, Token)> {
     match h.backend.keep_alive(sid, h.lease()) {
-        Ok(KeepAlive::Alive { remaining, owned }) => {
+        Ok(KeepAlive::Alive { remaining, owned, .. }) => {
             assert!(remaining <= h.lease(), "keep_alive remaining {remaining:?} exceeds the lease duration");
             assert!(!remaining.is_zero(), "keep_alive remaining is zero");
             owned

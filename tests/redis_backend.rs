@@ -84,7 +84,7 @@ fn token(r: simba::Result<Acquire>) -> Token {
 
 fn owned(b: &RedisBackend, sid: &SessionId) -> Vec<(Name, Token)> {
     match b.keep_alive(sid, D).unwrap() {
-        KeepAlive::Alive { remaining, owned } => {
+        KeepAlive::Alive { remaining, owned, .. } => {
             assert!(remaining <= D && !remaining.is_zero(), "{remaining:?}");
             owned
         }

@@ -808,7 +808,7 @@ mod cases {
         for n in &names {
             acquired(b.acquire(&s, n).unwrap());
         }
-        let KeepAlive::Alive { remaining, owned } = b.keep_alive(&s, LONG).unwrap() else { panic!("expired") };
+        let KeepAlive::Alive { remaining, owned, .. } = b.keep_alive(&s, LONG).unwrap() else { panic!("expired") };
         assert!(remaining <= LONG && remaining > Duration::from_secs(5));
         let got: HashSet<Name> = owned.into_iter().map(|(n, _)| n).collect();
         assert_eq!(got, names.iter().cloned().collect::<HashSet<_>>());
@@ -843,7 +843,7 @@ mod cases {
             let before = proxy.round_trips();
             let reply = b.keep_alive(&s, LONG).unwrap();
             let trips = proxy.round_trips() - before;
-            let KeepAlive::Alive { remaining, owned } = reply else { panic!("expired") };
+            let KeepAlive::Alive { remaining, owned, .. } = reply else { panic!("expired") };
             assert_eq!(trips, 1, "keep-alive {i} with {} leases took {trips} round trips", names.len());
             assert!(remaining > Duration::from_secs(5) && remaining <= LONG, "{remaining:?}");
             let mut want: Vec<(Name, Token)> = names.iter().map(|n| (n.clone(), Token::new(1).unwrap())).collect();
@@ -920,7 +920,7 @@ mod cases {
             assert_eq!(acquired(b.acquire(&s, n).unwrap()), 1);
         }
         fx.raw.set_token(names[1].as_str(), -7);
-        let KeepAlive::Alive { remaining, owned } = b.keep_alive(&s, LONG).unwrap() else { panic!("expired") };
+        let KeepAlive::Alive { remaining, owned, .. } = b.keep_alive(&s, LONG).unwrap() else { panic!("expired") };
         assert!(remaining > Duration::from_secs(5), "{remaining:?}");
         let one = Token::new(1).unwrap();
         assert_eq!(owned, vec![(names[0].clone(), one), (names[2].clone(), one)]);

@@ -54,7 +54,7 @@ fn acquired(b: &ZookeeperBackend, s: &SessionId, n: &Name) -> Token {
 
 fn owned(b: &ZookeeperBackend, s: &SessionId) -> Vec<(Name, Token)> {
     match b.keep_alive(s, LEASE).unwrap() {
-        KeepAlive::Alive { remaining, owned } => {
+        KeepAlive::Alive { remaining, owned, .. } => {
             assert!(remaining > Duration::ZERO && remaining <= LEASE, "{remaining:?}");
             owned
         }

@@ -44,6 +44,7 @@ enum Res {
     Alive {
         remaining: Duration,
         owned: Vec<(Name, Token)>,
+        groups: Vec<Name>,
     },
     /// The session is expired or unknown.
     Gone,
@@ -891,13 +892,13 @@ impl World {
                 Err(_) => Res::Failed,
             },
             MemOp::KeepAlive => match m.backend.keep_alive(&id, lease) {
-                Ok(KeepAlive::Alive { remaining, owned }) => {
+                Ok(KeepAlive::Alive { remaining, owned, groups }) => {
                     let until = b + ns(remaining);
                     out.push(Event::Renewed { node: 0, b, sess, until });
                     for (name, token) in &owned {
                         out.push(Event::Extended { node: 0, b, sess, name: name.clone(), token: *token, until });
                     }
-                    Res::Alive { remaining, owned }
+                    Res::Alive { remaining, owned, groups }
                 }
                 Ok(KeepAlive::Expired) => {
                     out.push(Event::Refused { node: 0, b, sess });
@@ -1017,11 +1018,11 @@ impl World {
                 let Some(si) = call.si else { return };
                 let now = self.inst(c);
                 let result = match res {
-                    Res::Alive { remaining, owned } => {
+                    Res::Alive { remaining, owned, groups } => {
                         let label = self.clients[c].sessions[si].label;
                         self.record(Event::Owned { client: c as u8, sess: label, owned: owned.clone() });
                         self.clients[c].sessions[si].last_owned = owned.clone();
-                        KeepAliveResult::Reply(KeepAlive::Alive { remaining, owned })
+                        KeepAliveResult::Reply(KeepAlive::Alive { remaining, owned, groups })
                     }
                     Res::Gone => KeepAliveResult::Reply(KeepAlive::Expired),
                     _ => KeepAliveResult::Failed,
@@ -1859,7 +1860,12 @@ impl World {
         let Some(call) = self.calls.get_mut(&id) else { return };
         let Stub::KaFollow { work, remaining, owned, .. } = &mut call.stub else { return };
         if work.is_empty() {
-            let res = Res::Alive { remaining: Duration::from_nanos(*remaining), owned: std::mem::take(owned) };
+            // The cluster model has no groups (memberships are simulated on the memory backend).
+            let res = Res::Alive {
+                remaining: Duration::from_nanos(*remaining),
+                owned: std::mem::take(owned),
+                groups: Vec::new(),
+            };
             self.complete(id, res);
             return;
         }
@@ -1956,7 +1962,8 @@ impl World {
                 for w in &failed {
                     self.fail_work(id, w);
                 }
-                self.complete(id, Res::Alive { remaining: Duration::from_nanos(remaining), owned });
+                let groups = Vec::new(); // no groups in the cluster model
+                self.complete(id, Res::Alive { remaining: Duration::from_nanos(remaining), owned, groups });
             }
             Stub::AcqSession { name, .. } | Stub::AcqLease { name, .. } => {
                 self.guard_done(id, &name);
