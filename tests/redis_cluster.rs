@@ -709,9 +709,10 @@ fn all_see_replica_of(replica: u16, master: u16) -> bool {
         redis::cmd("CLUSTER").arg("NODES").query(&mut con).ok()
     };
     let id_of = |nodes: &str, port: u16| -> Option<String> {
-        nodes.lines().find(|l| l.split(' ').nth(1).is_some_and(|a| a.starts_with(&format!("127.0.0.1:{port}@")))).and_then(
-            |l| l.split(' ').next().map(str::to_string),
-        )
+        nodes
+            .lines()
+            .find(|l| l.split(' ').nth(1).is_some_and(|a| a.starts_with(&format!("127.0.0.1:{port}@"))))
+            .and_then(|l| l.split(' ').next().map(str::to_string))
     };
     nodes().iter().all(|n| {
         let Some(port) = n.rsplit(':').next().and_then(|p| p.parse::<u16>().ok()) else { return false };
@@ -719,7 +720,10 @@ fn all_see_replica_of(replica: u16, master: u16) -> bool {
         let Some(master_id) = id_of(&view, master) else { return false };
         view.lines().any(|l| {
             let f: Vec<&str> = l.split(' ').collect();
-            f.len() > 3 && f[1].starts_with(&format!("127.0.0.1:{replica}@")) && f[2].contains("slave") && f[3] == master_id
+            f.len() > 3
+                && f[1].starts_with(&format!("127.0.0.1:{replica}@"))
+                && f[2].contains("slave")
+                && f[3] == master_id
         })
     })
 }
