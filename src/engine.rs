@@ -13,7 +13,11 @@
 //!   established) is lost at once; at the local deadline the session is expired locally, every lease
 //!   is lost, and the session is never used again; an `Expired` reply has the same effect at once;
 //! - **strays**: a lease the backend reports owned that the client does not hold and has no
-//!   operation in flight for (e.g. an acquire whose reply was lost) is released.
+//!   operation in flight for (e.g. an acquire whose reply was lost) is released;
+//! - **memberships** (`groups.rs`): a joined group missing from a keep-alive's report is lost and
+//!   re-joined; a reported group the session does not hold is left again.
+
+mod groups;
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -118,6 +122,29 @@ pub enum Output {
         /// Consecutive failures so far.
         failures: u32,
     },
+    /// A membership the session joined is missing on the backend (a leave that landed late, a
+    /// failover that lost the join): report it. A [`Rejoin`](Output::Rejoin) follows.
+    MembershipLost {
+        /// The group.
+        group: Name,
+    },
+    /// A lost membership is back (re-joined, or the backend lists it again).
+    MembershipRestored {
+        /// The group.
+        group: Name,
+    },
+    /// Join `group` again on the backend, then call [`Engine::end_join`] and, on success,
+    /// [`Engine::joined`] (the engine already counted the join as in flight).
+    Rejoin {
+        /// The group.
+        group: Name,
+    },
+    /// The backend lists the session in `group`, which it does not hold (a join that landed after
+    /// its call ended): leave it, then call [`Engine::end_leave`] (already counted in flight).
+    LeaveStray {
+        /// The group.
+        group: Name,
+    },
 }
 
 #[derive(Debug, Clone)]
@@ -167,6 +194,7 @@ pub struct Engine {
     ka_in_flight: Option<Instant>,
     next_keep_alive: Instant,
     failures: u32,
+    groups: groups::Groups,
 }
 
 impl Engine {
@@ -183,6 +211,7 @@ impl Engine {
             ka_in_flight: None,
             next_keep_alive: sent + timing.renew_interval,
             failures: 0,
+            groups: groups::Groups::default(),
         }
     }
 
@@ -235,6 +264,57 @@ impl Engine {
     /// reply could confirm the very term the release is about to free).
     pub fn releasing(&self, name: &Name) -> bool {
         self.releases.get(name).is_some_and(|r| r.1 > 0)
+    }
+
+    /// Records that a join of `group` is being sent (by the application or a re-join).
+    pub fn begin_join(&mut self, group: &Name) {
+        self.groups.begin_join(group);
+    }
+
+    /// Records that a join call of `group` returned at `now`, whatever its outcome and even when
+    /// its caller no longer waited (a late success is then a stray, left by a later keep-alive).
+    pub fn end_join(&mut self, group: &Name, now: Instant) {
+        self.groups.end_join(group, now);
+    }
+
+    /// Records that the session holds `group` as of `now` (a join returned success to its caller);
+    /// keep-alives sent after `now` judge it. Reports a restored membership after a loss.
+    pub fn joined(&mut self, group: &Name, now: Instant) -> Vec<Output> {
+        self.groups.joined(group, now)
+    }
+
+    /// Records that a [`Rejoin`](Output::Rejoin) of `group` returned at `now` (`ok`: success). The
+    /// membership is back unless the application left meanwhile; after a failure the next
+    /// keep-alive tries again.
+    pub fn end_rejoin(&mut self, group: &Name, now: Instant, ok: bool) -> Vec<Output> {
+        self.groups.end_rejoin(group, now, ok)
+    }
+
+    /// Records that the caller of a join of `group` gave up at `now` (error or timeout): the group is not
+    /// held (a success that lands anyway is a stray, left by a later keep-alive).
+    pub fn join_abandoned(&mut self, group: &Name, now: Instant) {
+        self.groups.join_abandoned(group, now);
+    }
+
+    /// Records that a leave of `group` is being sent: the group is no longer held.
+    pub fn begin_leave(&mut self, group: &Name) {
+        self.groups.begin_leave(group);
+    }
+
+    /// Records that a leave of `group` ended at `now` (whatever its outcome).
+    pub fn end_leave(&mut self, group: &Name, now: Instant) {
+        self.groups.end_leave(group, now);
+    }
+
+    /// True while a leave of `group` is in flight: a join must wait for it (it could land after
+    /// the join and undo it).
+    pub fn leaving(&self, group: &Name) -> bool {
+        self.groups.leaving(group)
+    }
+
+    /// True while `group` is held and not known to be lost.
+    pub fn is_joined(&self, group: &Name) -> bool {
+        self.groups.is_joined(group)
     }
 
     /// Records that an acquire of `name` is being sent; returns the release epoch to pass to
@@ -458,7 +538,7 @@ impl Engine {
                 }
             }
             KeepAliveResult::Reply(KeepAlive::Expired) => self.expire(),
-            KeepAliveResult::Reply(KeepAlive::Alive { remaining, owned, .. }) => {
+            KeepAliveResult::Reply(KeepAlive::Alive { remaining, owned, groups }) => {
                 let mut out = Vec::new();
                 let deadline = self.timing.deadline(sent, remaining);
                 if now >= self.deadline.max(deadline) {
@@ -494,6 +574,7 @@ impl Engine {
                     .collect();
                 strays.sort();
                 out.extend(strays.into_iter().map(|(n, t)| Output::ReleaseStray { name: n.clone(), token: t }));
+                out.extend(self.groups.on_report(sent, now, &groups));
                 out
             }
         }

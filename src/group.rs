@@ -116,7 +116,9 @@ impl Membership {
         self.shared.st.lock().session_id.clone()
     }
 
-    /// True while the membership's session is alive and it has not left.
+    /// True while the membership's session is alive, it has not left, and the backend has not
+    /// lost it (after a loss, reported by [`SessionEvent::MembershipLost`](crate::SessionEvent),
+    /// it is false until the session re-joined).
     pub fn is_member(&self) -> bool {
         // Never hold the membership lock while taking the engine lock (the engine ends
         // memberships while holding its own lock).
@@ -127,7 +129,7 @@ impl Membership {
             }
             st.session.upgrade()
         };
-        session.is_some_and(|s| s.check_alive().is_ok())
+        session.is_some_and(|s| s.is_joined(&self.shared.group))
     }
 
     /// Leaves the group, waiting up to the query timeout.

@@ -14,6 +14,7 @@
 
 use std::collections::HashMap;
 use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -49,6 +50,18 @@ pub enum SessionEvent {
         /// Consecutive failures so far.
         failures: u32,
     },
+    /// A membership is missing on the backend although the session holds it (a leave that
+    /// reached the server late, a failover that lost the join). The session re-joins it at once,
+    /// and at every renewal until it is back; meanwhile `is_member()` is false.
+    MembershipLost {
+        /// The group.
+        group: Name,
+    },
+    /// A lost membership is back on the backend.
+    MembershipRestored {
+        /// The group.
+        group: Name,
+    },
     /// The session expired. Terminal: it is never used again.
     Expired,
     /// The session was closed by the application. Terminal.
@@ -83,11 +96,6 @@ pub(crate) struct SessionInner {
     notify_tx: Sender<Notification>,
     campaigns: Mutex<HashMap<Name, CampaignSlot>>,
     memberships: Mutex<HashMap<Name, Arc<MembershipShared>>>,
-    /// Per group: leaves whose backend call has not returned yet. A join of the same group waits
-    /// for them, so an old leave cannot land after the new join and undo it (simulation finding 3).
-    leaving: Mutex<HashMap<Name, u32>>,
-    /// Signalled when a leave's backend call returns.
-    leave_done: Condvar,
     /// Dropped when the session ends, which wakes everyone selecting on `ended_rx`.
     ended_tx: Mutex<Option<Sender<()>>>,
     pub(crate) ended_rx: Receiver<()>,
@@ -344,8 +352,6 @@ impl SessionInner {
             notify_tx,
             campaigns: Mutex::new(HashMap::new()),
             memberships: Mutex::new(HashMap::new()),
-            leaving: Mutex::new(HashMap::new()),
-            leave_done: Condvar::new(),
             ended_tx: Mutex::new(Some(ended_tx)),
             ended_rx,
             close_started: Mutex::new(false),
@@ -406,13 +412,6 @@ impl SessionInner {
         }
     }
 
-    pub(crate) fn check_alive(&self) -> Result<()> {
-        match self.dead_error(&self.engine.lock(), Instant::now()) {
-            Some(e) => Err(e),
-            None => Ok(()),
-        }
-    }
-
     /// Runs `f` on the engine and carries out its outputs. Events are emitted under the lock (in
     /// order, non-blocking); backend calls are dispatched after it is released.
     pub(crate) fn apply<T>(self: &Arc<Self>, f: impl FnOnce(&mut Engine) -> (T, Vec<Output>)) -> T {
@@ -457,6 +456,19 @@ impl SessionInner {
                 Output::RenewalFailed { failures } => {
                     self.emit(SessionEvent::RenewalFailed { failures });
                 }
+                Output::MembershipLost { group } => {
+                    log::warn!("session {}: membership of '{}' is missing on the backend; re-joining", self.id, group);
+                    self.emit(SessionEvent::MembershipLost { group });
+                }
+                Output::MembershipRestored { group } => {
+                    log::info!("session {}: membership of '{}' restored", self.id, group);
+                    self.emit(SessionEvent::MembershipRestored { group });
+                }
+                Output::Rejoin { .. } => actions.push(o),
+                Output::LeaveStray { ref group } => {
+                    log::info!("session {}: leaving '{}', listed on the backend but not held", self.id, group);
+                    actions.push(o);
+                }
                 Output::Closed => {
                     log::debug!("session {} closing", self.id);
                     self.emit(SessionEvent::Closed);
@@ -495,7 +507,24 @@ impl SessionInner {
                         }
                     });
                 }
-                Output::LeaseLost { .. } | Output::RenewalFailed { .. } | Output::Closed => {}
+                Output::Rejoin { group } => self.dispatch_rejoin(group),
+                Output::LeaveStray { group } => {
+                    let session = Arc::downgrade(self);
+                    let (backend, id) = (self.backend.clone(), self.id.clone());
+                    exec::spawn(move || {
+                        if let Err(err) = backend.leave(&id, &group) {
+                            log::debug!("session {id}: leave of stray membership '{group}' failed: {err}");
+                        }
+                        if let Some(s) = session.upgrade() {
+                            s.apply(|e| (e.end_leave(&group, Instant::now()), Vec::new()));
+                        }
+                    });
+                }
+                Output::LeaseLost { .. }
+                | Output::RenewalFailed { .. }
+                | Output::Closed
+                | Output::MembershipLost { .. }
+                | Output::MembershipRestored { .. } => {}
             }
         }
     }
@@ -517,6 +546,22 @@ impl SessionInner {
             if let Some(inner) = weak.upgrade() {
                 inner.apply(|e| ((), e.on_keep_alive(sent, Instant::now(), result)));
                 inner.poke();
+            }
+        });
+    }
+
+    /// Joins `group` again after the backend lost it (the engine counted the join in flight).
+    fn dispatch_rejoin(self: &Arc<Self>, group: Name) {
+        let weak = Arc::downgrade(self);
+        let backend = self.backend.clone();
+        let id = self.id.clone();
+        exec::spawn(move || {
+            let r = backend.join(&id, &group);
+            if let Err(err) = &r {
+                log::warn!("session {id}: re-join of '{group}' failed (retried at the next renewal): {err}");
+            }
+            if let Some(inner) = weak.upgrade() {
+                inner.apply(|e| ((), e.end_rejoin(&group, Instant::now(), r.is_ok())));
             }
         });
     }
@@ -1014,9 +1059,24 @@ impl SessionInner {
 
     pub(crate) fn attach_membership(self: &Arc<Self>, m: &Arc<MembershipShared>) -> Result<()> {
         let group = m.group().clone();
-        self.check_alive()?;
-        self.wait_for_leaves(&group)?;
         {
+            let mut e = self.engine.lock();
+            // A leave of the group still in flight could land after this join and undo it
+            // (simulation finding 3): wait for it (one that lands even later is caught by the
+            // keep-alives' group reports and re-joined).
+            let deadline = Instant::now() + self.timing.query_timeout;
+            while e.leaving(&group) {
+                if self.cond.wait_until(&mut e, deadline).timed_out() && e.leaving(&group) {
+                    return Err(Error::unavailable(format!(
+                        "session {}: a leave of '{group}' is still in flight (its backend call has not returned); \
+                         retry the join",
+                        self.id
+                    )));
+                }
+            }
+            if let Some(err) = self.dead_error(&e, Instant::now()) {
+                return Err(err);
+            }
             let mut ms = self.memberships.lock();
             if ms.contains_key(&group) {
                 return Err(Error::new(
@@ -1025,17 +1085,38 @@ impl SessionInner {
                 ));
             }
             ms.insert(group.clone(), m.clone());
+            e.begin_join(&group);
         }
-        let id = self.id.clone();
-        let g = group.clone();
-        match self.bounded(move |b| b.join(&id, &g)) {
+        // Whichever comes first under the engine lock decides: the call's return (joined, if its
+        // caller still waits) or the caller giving up (then a late success is a stray, left by a
+        // later keep-alive).
+        let gave_up = Arc::new(AtomicBool::new(false));
+        let (id, g, session, late) = (self.id.clone(), group.clone(), Arc::downgrade(self), gave_up.clone());
+        let call = move |b: &dyn LeaseBackend| {
+            let r = b.join(&id, &g);
+            if let Some(s) = session.upgrade() {
+                s.apply(|e| {
+                    let now = Instant::now();
+                    e.end_join(&g, now);
+                    let out = if r.is_ok() && !late.load(Ordering::SeqCst) { e.joined(&g, now) } else { Vec::new() };
+                    ((), out)
+                });
+            }
+            r
+        };
+        match self.bounded(call) {
             Ok(()) => {
                 m.attach(Arc::downgrade(self), self.id.clone());
                 log::debug!("session {}: joined '{}'", self.id, group);
                 Ok(())
             }
             Err(err) => {
-                self.memberships.lock().remove(&group);
+                self.apply(|e| {
+                    gave_up.store(true, Ordering::SeqCst);
+                    self.memberships.lock().remove(&group);
+                    e.join_abandoned(&group, Instant::now());
+                    ((), Vec::new())
+                });
                 Err(err)
             }
         }
@@ -1043,13 +1124,13 @@ impl SessionInner {
 
     pub(crate) fn leave(self: &Arc<Self>, group: &Name, wait: bool) -> Result<()> {
         {
-            // Count the leave before the membership disappears from the map, so a join that no
-            // longer finds the membership always finds the leave.
-            let mut leaving = self.leaving.lock();
+            // Count the leave (under the engine lock) as the membership disappears from the map,
+            // so a join that no longer finds the membership always finds the leave.
+            let mut e = self.engine.lock();
             if self.memberships.lock().remove(group).is_none() {
                 return Ok(());
             }
-            *leaving.entry(group.clone()).or_insert(0) += 1;
+            e.begin_leave(group);
         }
         let backend = self.backend.clone();
         let id = self.id.clone();
@@ -1060,7 +1141,7 @@ impl SessionInner {
         let call = move |b: &dyn LeaseBackend| {
             let r = b.leave(&id, &g);
             if let Some(s) = session.upgrade() {
-                s.leave_ended(&g);
+                s.apply(|e| (e.end_leave(&g, Instant::now()), Vec::new()));
             }
             r
         };
@@ -1078,31 +1159,10 @@ impl SessionInner {
         }
     }
 
-    fn leave_ended(&self, group: &Name) {
-        let mut leaving = self.leaving.lock();
-        if let Some(n) = leaving.get_mut(group) {
-            *n = n.saturating_sub(1);
-            if *n == 0 {
-                leaving.remove(group);
-            }
-        }
-        self.leave_done.notify_all();
-    }
-
-    /// Waits (at most the query timeout) until no leave of `group` by this session is in flight.
-    fn wait_for_leaves(&self, group: &Name) -> Result<()> {
-        let deadline = Instant::now() + self.timing.query_timeout;
-        let mut leaving = self.leaving.lock();
-        while leaving.contains_key(group) {
-            if self.leave_done.wait_until(&mut leaving, deadline).timed_out() && leaving.contains_key(group) {
-                return Err(Error::unavailable(format!(
-                    "session {}: a leave of '{group}' is still in flight (its backend call has not returned); \
-                     retry the join",
-                    self.id
-                )));
-            }
-        }
-        Ok(())
+    /// True while the session is alive and holds `group` without a known loss.
+    pub(crate) fn is_joined(&self, group: &Name) -> bool {
+        let e = self.engine.lock();
+        self.dead_error(&e, Instant::now()).is_none() && e.is_joined(group)
     }
 
     // ----- close -----

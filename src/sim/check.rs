@@ -74,7 +74,11 @@ pub enum Invariant {
     LeaveFinal,
     /// Groups, as the application sees it: while `Membership::is_member()` is true (sampled), every
     /// `members` read the backend evaluates at that instant lists the member. It rests on the local
-    /// deadline preceding the backend's expiry, like `exclusive-token`.
+    /// deadline preceding the backend's expiry, like `exclusive-token`. One exception, bounded: a
+    /// leave that the backend applied after the join it came from (a leave that landed late) is
+    /// found by the session's keep-alives, which report its groups; the session must report the
+    /// loss (`MembershipLost`, `is_member()` false) or stop claiming the membership within two
+    /// lease durations of the first read that missed it.
     MemberListed,
     /// Elections: a `leader()` (`holder`) read reports exactly the live term of the name at the
     /// backend's instant — the holder's session alive, the term not released, closed or run out —
@@ -188,10 +192,13 @@ struct SessState {
 }
 
 /// Checks every invariant over `records`; returns the violations in history order.
-pub fn check(records: &[Record]) -> Vec<Violation> {
-    let mut c = Checker::default();
+pub fn check(records: &[Record], lease_ns: u64) -> Vec<Violation> {
+    let mut c = Checker { detect_within: lease_ns.saturating_mul(2), ..Checker::default() };
     for (i, r) in records.iter().enumerate() {
         c.observe(i, r);
+    }
+    if let Some(r) = records.last() {
+        c.undetected_losses(records.len() - 1, r.t);
     }
     c.violations
 }
@@ -208,6 +215,11 @@ struct Checker {
     joined: BTreeMap<(Name, u32), bool>,
     /// Per group: the (client, session) handles whose `is_member()` is true.
     member_valid: BTreeMap<Name, BTreeSet<(u8, u32)>>,
+    /// Memberships a read missed after a late leave, not yet reported lost: (group, client,
+    /// session) → (record index, real time) of the first miss.
+    undetected: BTreeMap<(Name, u8, u32), (usize, u64)>,
+    /// How long (real ns) a session may take to report such a loss.
+    detect_within: u64,
     violations: Vec<Violation>,
 }
 
@@ -421,6 +433,10 @@ impl Checker {
                 if let Some(set) = self.member_valid.get_mut(group) {
                     set.remove(&(*client, *sess));
                 }
+                self.undetected.remove(&(group.clone(), *client, *sess));
+            }
+            Event::MembershipLost { client, sess, group } => {
+                self.undetected.remove(&(group.clone(), *client, *sess));
             }
             Event::HolderRead { node, b, client, name, holder } => {
                 self.holder_read(i, t, *node, *b, *client, name, *holder)
@@ -471,6 +487,11 @@ impl Checker {
         if let Some(valid) = self.member_valid.get(group) {
             for (c, s) in valid {
                 if !members.contains(s) {
+                    if self.joined.get(&(group.clone(), *s)) == Some(&false) && self.dead(*s).is_none() {
+                        // A late leave: the session's keep-alives must find it (checked below).
+                        self.undetected.entry((group.clone(), *c, *s)).or_insert((i, t));
+                        continue;
+                    }
                     let why = match (self.joined.get(&(group.clone(), *s)), self.dead(*s)) {
                         (_, Some(why)) => format!("the session died: {why}"),
                         (Some(false), _) => "the backend applied a leave after the join it came from".to_string(),
@@ -488,6 +509,31 @@ impl Checker {
         }
         for (inv, msg) in fails {
             self.fail(inv, i, t, msg);
+        }
+        self.undetected_losses(i, t);
+    }
+
+    /// Fails every membership lost to a late leave that its session has not reported within
+    /// `detect_within` of the first read that missed it.
+    fn undetected_losses(&mut self, i: usize, t: u64) {
+        let overdue: Vec<_> = self
+            .undetected
+            .iter()
+            .filter(|(_, (_, t0))| t.saturating_sub(*t0) > self.detect_within)
+            .map(|(k, v)| (k.clone(), *v))
+            .collect();
+        for ((group, c, s), (i0, t0)) in overdue {
+            self.undetected.remove(&(group.clone(), c, s));
+            self.fail(
+                Invariant::MemberListed,
+                i,
+                t,
+                format!(
+                    "client {c}'s is_member() of '{group}' (s{s}) stayed true for {} ms after read #{i0} missed it (a \
+                     leave the backend applied after the join): the loss was never reported",
+                    (t - t0) / 1_000_000
+                ),
+            );
         }
     }
 

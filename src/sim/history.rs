@@ -326,6 +326,16 @@ pub enum Event {
         /// Group.
         group: Name,
     },
+    /// The session's engine found the membership missing from a keep-alive's report
+    /// (`Output::MembershipLost`); it re-joins.
+    MembershipLost {
+        /// Client index.
+        client: u8,
+        /// Session label.
+        sess: u32,
+        /// Group.
+        group: Name,
+    },
     /// From now on `Membership::is_member()` is false for this client's handle (sampled).
     MemberEnd {
         /// Client index.

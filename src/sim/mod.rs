@@ -85,6 +85,9 @@ pub enum BrokenRule {
     /// expired or closed), so a paused or cut-off client still believes it is a member after the
     /// backend expired its session.
     MemberIgnoresDeadline,
+    /// Groups: the driver ignores the groups a keep-alive reports (it hands the engine the groups
+    /// the client holds), so a membership the backend lost (a late leave) is never detected.
+    GroupReportsIgnored,
 }
 
 /// Which faults a run may inject. Intensities are drawn per seed, so some seeds are quiet and some
@@ -281,7 +284,8 @@ impl Scenario {
     /// The scenario a [`Scenario::name`] describes: `memory` or `cluster`, then any of
     /// `+noLateReleases`, `+fix`, `+oldRelease`, `+harsh`, `+dataLoss`, `+driftBeyond`, `+clockJump`,
     /// `+groups`, `+noQuickRejoin`, `+oldJoin`, `+oldUndo`, `+push`, `+elections`, `+broken:DeadlineFromReplyInstant`,
-    /// `+broken:NoDrift`, `+broken:MemberIgnoresDeadline` (as printed in failure reports).
+    /// `+broken:NoDrift`, `+broken:MemberIgnoresDeadline`, `+broken:GroupReportsIgnored` (as printed
+    /// in failure reports).
     pub fn from_name(name: &str) -> Option<Scenario> {
         let mut parts = name.split('+');
         let mut s = match parts.next()? {
@@ -301,6 +305,7 @@ impl Scenario {
                 "broken:DeadlineFromReplyInstant" => s.with_broken_rule(BrokenRule::DeadlineFromReplyInstant),
                 "broken:NoDrift" => s.with_broken_rule(BrokenRule::NoDrift),
                 "broken:MemberIgnoresDeadline" => s.with_broken_rule(BrokenRule::MemberIgnoresDeadline),
+                "broken:GroupReportsIgnored" => s.with_broken_rule(BrokenRule::GroupReportsIgnored),
                 "groups" => s.with_groups(),
                 "push" => s.with_push(),
                 "elections" => s.with_elections(),
@@ -428,9 +433,14 @@ pub struct Stats {
     pub joins: u64,
     /// Groups: `members` reads evaluated by the backend.
     pub members_reads: u64,
-    /// Groups: joins the backend applied after their caller had given up (timed out): nothing
-    /// leaves them; the member stays listed until its session ends.
+    /// Groups: joins the backend applied after their caller had given up (timed out): a later
+    /// keep-alive reports the group, which the session does not hold, and the session leaves it.
     pub late_joins: u64,
+    /// Groups: memberships a keep-alive reported missing (a leave that landed after a re-join):
+    /// re-joined by the session.
+    pub memberships_lost: u64,
+    /// Groups: stray memberships (reported, not held) the session left again.
+    pub strays_left: u64,
     /// Groups: members listed by a read while their client's session was alive but held no valid
     /// `Membership` for the group and had no join or leave of it on its way (a join that timed out
     /// but landed, or a leave that was lost: they last until the session ends).
@@ -470,6 +480,8 @@ impl Stats {
         self.joins += o.joins;
         self.members_reads += o.members_reads;
         self.late_joins += o.late_joins;
+        self.memberships_lost += o.memberships_lost;
+        self.strays_left += o.strays_left;
         self.stray_members += o.stray_members;
         self.notifications += o.notifications;
         self.notifications_lost += o.notifications_lost;
@@ -488,8 +500,14 @@ impl Stats {
         if self.joins + self.members_reads > 0 {
             let _ = write!(
                 s,
-                "; groups: {} joins, {} members reads, {} late joins, {} stray member listings",
-                self.joins, self.members_reads, self.late_joins, self.stray_members
+                "; groups: {} joins, {} members reads, {} late joins, {} stray member listings, {} memberships \
+                 lost and re-joined, {} strays left",
+                self.joins,
+                self.members_reads,
+                self.late_joins,
+                self.stray_members,
+                self.memberships_lost,
+                self.strays_left
             );
         }
         if self.notifications > 0 {
@@ -578,7 +596,7 @@ pub fn run(seed: u64, scenario: &Scenario) -> Outcome {
     let mut w = world::World::new(seed, scenario);
     w.run();
     let records = std::mem::take(&mut w.records);
-    let violations = check(&records);
+    let violations = check(&records, w.lease);
     let mut stats = w.stats.clone();
     stats.records = records.len() as u64;
     Outcome { seed, scenario: scenario.clone(), records, violations, broken: w.broken.clone(), stats }

@@ -219,6 +219,10 @@ enum Kind {
     Join {
         group: usize,
     },
+    /// A re-join of a membership the backend lost (`Output::Rejoin`, background).
+    Rejoin {
+        group: usize,
+    },
     /// `Membership::leave` (`wait`: bounded by the query timeout) or dropping it (background).
     Leave {
         group: usize,
@@ -456,7 +460,7 @@ pub(crate) struct World {
     queue: BinaryHeap<Reverse<Item>>,
     timing: Timing,
     engine_timing: Timing,
-    lease: u64,
+    pub(crate) lease: u64,
     names: Vec<Name>,
     name_node: Vec<usize>,
     clients: Vec<Client>,
@@ -995,7 +999,7 @@ impl World {
                     Kind::Acquire { name, trigger, .. } => MemOp::Acquire(self.names[name].clone(), trigger),
                     Kind::Release { name, token } => MemOp::Release(self.names[name].clone(), token),
                     Kind::Close => MemOp::Close,
-                    Kind::Join { group } => MemOp::Join(self.groups[group].clone()),
+                    Kind::Join { group } | Kind::Rejoin { group } => MemOp::Join(self.groups[group].clone()),
                     Kind::Leave { group, .. } => MemOp::Leave(self.groups[group].clone()),
                     Kind::Members { group } => MemOp::Members(self.groups[group].clone()),
                     Kind::Holder { name, .. } => MemOp::Holder(self.names[name].clone()),
@@ -1018,7 +1022,13 @@ impl World {
                 let Some(si) = call.si else { return };
                 let now = self.inst(c);
                 let result = match res {
-                    Res::Alive { remaining, owned, groups } => {
+                    Res::Alive { remaining, owned, mut groups } => {
+                        if self.sc.broken_rule == Some(BrokenRule::GroupReportsIgnored) {
+                            // Pretend the backend has exactly what the client holds: no loss is seen.
+                            let held = &self.clients[c].sessions[si].groups;
+                            groups = held.iter().map(|g| self.groups[*g].clone()).collect();
+                            groups.sort();
+                        }
                         let label = self.clients[c].sessions[si].label;
                         self.record(Event::Owned { client: c as u8, sess: label, owned: owned.clone() });
                         self.clients[c].sessions[si].last_owned = owned.clone();
@@ -1057,12 +1067,14 @@ impl World {
             }
             Kind::Close => {}
             Kind::Join { group } => {
+                self.join_call_ended(c, call.si, group, call.gave_up, &res);
                 if !call.gave_up {
                     self.join_returned(c, call.si, group, id, res);
                 }
             }
+            Kind::Rejoin { group } => self.rejoin_ended(c, call.si, group, &res),
             Kind::Leave { group, wait } => {
-                self.leave_ended(c, group, id);
+                self.leave_ended(c, call.si, group, id);
                 if wait && !call.gave_up {
                     self.leave_returned(c, group, id);
                 }
@@ -1107,6 +1119,7 @@ impl World {
             }
             Kind::Join { group } => {
                 let si = call.si;
+                self.join_abandoned(c, si, group);
                 self.join_returned(c, si, group, id, Res::Failed);
             }
             Kind::Leave { group, wait: true } => self.leave_returned(c, group, id),
@@ -1318,6 +1331,22 @@ impl World {
                     }
                 }
                 Output::RenewalFailed { .. } => {}
+                Output::MembershipLost { group } => {
+                    self.stats.memberships_lost += 1;
+                    self.record(Event::MembershipLost { client: c as u8, sess: label, group });
+                }
+                Output::MembershipRestored { .. } => {}
+                Output::Rejoin { group } => {
+                    if let Some(g) = self.groups.iter().position(|x| *x == group) {
+                        self.start_call(c, Some(si), Some(target.clone()), Kind::Rejoin { group: g });
+                    }
+                }
+                Output::LeaveStray { group } => {
+                    if let Some(g) = self.groups.iter().position(|x| *x == group) {
+                        self.stats.strays_left += 1;
+                        self.leave_stray(c, si, g);
+                    }
+                }
                 Output::Closed => {
                     self.record(Event::Closed { client: c as u8, sess: label });
                     self.session_ended(c, si);
@@ -1630,6 +1659,7 @@ impl World {
             }
             // Groups, push and elections run on the memory backend only; the call fails at its deadline.
             Kind::Join { .. }
+            | Kind::Rejoin { .. }
             | Kind::Leave { .. }
             | Kind::Members { .. }
             | Kind::Holder { .. }

@@ -11,13 +11,16 @@
 //!   leave): the handle is marked left first, the map entry removed, then `leave` is sent;
 //! - the end of the session (expiry or close) makes every membership of it inactive; the
 //!   application then drops the handle, which sends a (harmless) leave on the dead session;
-//! - `Membership::is_member()` = active, not left, and the session alive by its local deadline
-//!   (sampled after each step, and for every client at the instant the backend evaluates a
-//!   `members` read);
+//! - `Membership::is_member()` = active, not left, the session alive by its local deadline, and
+//!   the engine holding the group without a known loss (sampled after each step, and for every
+//!   client at the instant the backend evaluates a `members` read);
+//! - the engine's membership book (`engine/groups.rs`) is fed like `session.rs` feeds it: joins
+//!   and leaves in flight, joins that returned to a waiting caller, abandoned joins; its outputs
+//!   re-join lost memberships (`Kind::Rejoin`) and leave strays (a background `Kind::Leave`);
 //! - `Session::members` reads, bounded, from every client.
 //!
-//! The engine has no membership state of its own: keep-alives renew memberships with the session
-//! (SPEC §5), which the memory backend does by keeping the session.
+//! Keep-alives renew memberships with the session (SPEC §5) and report the session's groups,
+//! which the engine judges by the keep-alive's send instant.
 
 use rand::Rng;
 
@@ -126,6 +129,8 @@ impl World {
             if !self.clients[c].sessions[si].groups.insert(g) {
                 continue;
             }
+            let group = self.groups[g].clone();
+            self.clients[c].sessions[si].engine.begin_join(&group);
             let target = self.clients[c].sessions[si].target.clone();
             let id = self.start_call(c, Some(si), Some(target), Kind::Join { group: g });
             self.clients[c].groups[g].joining = Some(id);
@@ -160,6 +165,8 @@ impl World {
         let sess = self.clients[c].sessions[h.si].label;
         self.record(Event::Leaving { client: c as u8, sess, group: self.groups[g].clone(), wait });
         if self.clients[c].sessions[h.si].groups.remove(&g) {
+            let group = self.groups[g].clone();
+            self.clients[c].sessions[h.si].engine.begin_leave(&group);
             let target = self.clients[c].sessions[h.si].target.clone();
             let id = self.start_call(c, Some(h.si), Some(target), Kind::Leave { group: g, wait });
             self.clients[c].groups[g].leaves.push((h.si, id));
@@ -172,8 +179,52 @@ impl World {
     }
 
     /// A leave call's worker returned (reply, error or its own deadline).
-    pub(super) fn leave_ended(&mut self, c: usize, g: usize, id: u64) {
+    pub(super) fn leave_ended(&mut self, c: usize, si: Option<usize>, g: usize, id: u64) {
         self.clients[c].groups[g].leaves.retain(|(_, call)| *call != id);
+        if let Some(si) = si {
+            let now = self.inst(c);
+            let group = self.groups[g].clone();
+            self.clients[c].sessions[si].engine.end_leave(&group, now);
+        }
+    }
+
+    /// `Output::LeaveStray`: a background leave of a group the session does not hold (the engine
+    /// counted it in flight); a join of the group waits for it like for any leave.
+    pub(super) fn leave_stray(&mut self, c: usize, si: usize, g: usize) {
+        let target = self.clients[c].sessions[si].target.clone();
+        let id = self.start_call(c, Some(si), Some(target), Kind::Leave { group: g, wait: false });
+        self.clients[c].groups[g].leaves.push((si, id));
+    }
+
+    /// A join call's worker returned: the engine learns it under the session lock, and the group
+    /// is held when the call succeeded and its caller still waited (`attach_membership`).
+    pub(super) fn join_call_ended(&mut self, c: usize, si: Option<usize>, g: usize, gave_up: bool, res: &Res) {
+        let Some(si) = si else { return };
+        let now = self.inst(c);
+        let group = self.groups[g].clone();
+        let e = &mut self.clients[c].sessions[si].engine;
+        e.end_join(&group, now);
+        if matches!(res, Res::Done) && !gave_up {
+            let outs = e.joined(&group, now);
+            self.handle_outputs(c, si, outs);
+        }
+    }
+
+    /// The caller of a join gave up (timeout): the group is not held.
+    pub(super) fn join_abandoned(&mut self, c: usize, si: Option<usize>, g: usize) {
+        let Some(si) = si else { return };
+        let now = self.inst(c);
+        let group = self.groups[g].clone();
+        self.clients[c].sessions[si].engine.join_abandoned(&group, now);
+    }
+
+    /// A re-join (`Output::Rejoin`) returned.
+    pub(super) fn rejoin_ended(&mut self, c: usize, si: Option<usize>, g: usize, res: &Res) {
+        let Some(si) = si else { return };
+        let now = self.inst(c);
+        let group = self.groups[g].clone();
+        let outs = self.clients[c].sessions[si].engine.end_rejoin(&group, now, matches!(res, Res::Done));
+        self.handle_outputs(c, si, outs);
     }
 
     pub(super) fn leave_returned(&mut self, c: usize, g: usize, id: u64) {
@@ -213,7 +264,7 @@ impl World {
         } else {
             s.engine.is_alive(self.inst(c))
         };
-        alive.then_some(s.label)
+        (alive && s.engine.is_joined(&self.groups[g])).then_some(s.label)
     }
 
     /// Records the changes of client `c`'s `is_member()` since the last sample.
