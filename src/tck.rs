@@ -427,6 +427,83 @@ pub fn keep_alive_reports_owned_leases(h: &Harness) {
     h.backend.close_session(&s).unwrap();
 }
 
+fn groups_of(h: &Harness, sid: &SessionId) -> Vec<Name> {
+    match h.backend.keep_alive(sid, h.lease()) {
+        Ok(KeepAlive::Alive { groups, .. }) => groups,
+        other => panic!("keep_alive: expected Alive, got {other:?}"),
+    }
+}
+
+/// A keep-alive reports exactly the groups the session is a member of, sorted: joined ones,
+/// not left ones, never another session's.
+pub fn keep_alive_reports_groups(h: &Harness) {
+    let (a, b) = (h.raw_session(""), h.raw_session(""));
+    let (g1, g2, g3) = (h.name("g1"), h.name("g2"), h.name("g3"));
+    assert!(groups_of(h, &a).is_empty());
+    for g in [&g2, &g1, &g3] {
+        h.backend.join(&a, g).unwrap();
+    }
+    h.backend.join(&b, &g3).unwrap();
+    let mut want = vec![g1.clone(), g2.clone(), g3.clone()];
+    want.sort();
+    assert_eq!(groups_of(h, &a), want);
+    h.backend.leave(&a, &g2).unwrap();
+    h.backend.leave(&a, &g3).unwrap();
+    assert_eq!(groups_of(h, &a), vec![g1.clone()]);
+    assert_eq!(groups_of(h, &b), vec![g3.clone()]);
+    h.backend.close_session(&a).unwrap();
+    h.backend.close_session(&b).unwrap();
+}
+
+/// A membership removed behind the session's back (as a leave that reached the server late
+/// would) is found by the next renewals: `MembershipLost`, then the session re-joins it
+/// (`MembershipRestored`) and is listed again.
+pub fn membership_lost_behind_back_is_rejoined(h: &Harness) {
+    let s = h.session();
+    let events = s.events();
+    let g = h.name("g");
+    let m = s.join(&g).unwrap();
+    assert!(m.is_member());
+    h.backend.leave(s.id(), &g).unwrap();
+    let next = |want: &dyn Fn(&SessionEvent) -> bool| {
+        let end = Instant::now() + h.patience();
+        while let Some(left) = end.checked_duration_since(Instant::now()) {
+            match events.recv_timeout(left) {
+                Ok(ev) if want(&ev) => return ev,
+                Ok(_) => {}
+                Err(_) => break,
+            }
+        }
+        panic!("no such event within {:?}", h.patience());
+    };
+    let lost = next(&|ev| matches!(ev, SessionEvent::MembershipLost { .. }));
+    assert_eq!(lost, SessionEvent::MembershipLost { group: g.clone() });
+    let back = next(&|ev| matches!(ev, SessionEvent::MembershipRestored { .. }));
+    assert_eq!(back, SessionEvent::MembershipRestored { group: g.clone() });
+    assert!(m.is_member());
+    assert!(h.backend.members(&g).unwrap().iter().any(|x| &x.session == s.id()));
+    m.leave().unwrap();
+    assert!(h.backend.members(&g).unwrap().is_empty());
+    s.close().unwrap();
+}
+
+/// A membership the session does not hold (as a join that landed after its caller gave up
+/// would make) is left again by the next renewals.
+pub fn stray_membership_is_left(h: &Harness) {
+    let s = h.session();
+    let (g, kept) = (h.name("g"), h.name("kept"));
+    let m = s.join(&kept).unwrap();
+    h.backend.join(s.id(), &g).unwrap();
+    assert!(
+        eventually(h.patience(), || h.backend.members(&g).unwrap().is_empty()),
+        "the stray membership of {g} was not left"
+    );
+    assert!(m.is_member());
+    assert_eq!(h.backend.members(&kept).unwrap().len(), 1);
+    drop(m);
+    s.close().unwrap();
+}
+
 /// A lease taken over (after the holder's session expired) is never reported owned by the old
 /// holder again.
 pub fn keep_alive_reports_lease_taken_over(h: &Harness) {
@@ -897,6 +974,9 @@ macro_rules! tck_suite {
                 holder_reports_metadata,
                 keep_alive_reports_owned_leases,
                 keep_alive_reports_lease_taken_over,
+                keep_alive_reports_groups,
+                membership_lost_behind_back_is_rejoined,
+                stray_membership_is_left,
                 names_are_case_sensitive,
                 racing_sessions_one_winner,
                 join_visible_at_once,
