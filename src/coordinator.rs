@@ -21,7 +21,7 @@ use crate::group::{self, MemberWatch, Membership, MembershipShared};
 use crate::lease::Lease;
 use crate::options::SessionOptions;
 use crate::session::{bounded_call, jitter, SessionEvent, SessionInner};
-use crate::types::{IntoName, SessionId};
+use crate::types::{IntoName, Name, SessionId};
 
 /// What happened to a coordinator's sessions.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -44,6 +44,21 @@ pub enum CoordinatorEvent {
         new: SessionId,
         /// Time between noticing the loss and the new session being ready.
         gap: Duration,
+    },
+    /// A durable membership (or any membership of the current session) went missing on the
+    /// backend; the session re-joins it (see [`SessionEvent::MembershipLost`]).
+    MembershipLost {
+        /// The session.
+        session: SessionId,
+        /// The group.
+        group: Name,
+    },
+    /// A lost membership is back on the backend.
+    MembershipRestored {
+        /// The session.
+        session: SessionId,
+        /// The group.
+        group: Name,
     },
     /// Opening a replacement session failed; retrying.
     OpenFailed {
@@ -317,10 +332,25 @@ fn supervise(weak: Weak<CoordInner>, first: Receiver<SessionEvent>, stop: Receiv
                     events = None;
                 }
                 Ok(SessionEvent::Closed) | Err(_) => return,
+                Ok(SessionEvent::MembershipLost { group }) => {
+                    forward(&weak, |session| CoordinatorEvent::MembershipLost { session, group });
+                }
+                Ok(SessionEvent::MembershipRestored { group }) => {
+                    forward(&weak, |session| CoordinatorEvent::MembershipRestored { session, group });
+                }
                 Ok(_) => {}
             },
             recv(stop) -> _ => return,
             default(wait) => {}
         }
+    }
+}
+
+/// Emits an event about the current session (none while it is being replaced).
+fn forward(weak: &Weak<CoordInner>, make: impl FnOnce(SessionId) -> CoordinatorEvent) {
+    let Some(coord) = weak.upgrade() else { return };
+    let session = coord.current.lock().as_ref().map(|s| s.id.clone());
+    if let Some(session) = session {
+        coord.emit(make(session));
     }
 }

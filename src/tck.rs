@@ -487,6 +487,40 @@ pub fn membership_lost_behind_back_is_rejoined(h: &Harness) {
     s.close().unwrap();
 }
 
+/// A `Coordinator` forwards a membership's loss and restoration as its own events.
+pub fn coordinator_reports_membership_loss(h: &Harness) {
+    let c = Coordinator::start(h.backend.clone(), h.options.clone()).unwrap();
+    let events = c.events();
+    let g = h.name("g");
+    let m = c.join(&g).unwrap();
+    let sid = c.session_id().unwrap();
+    h.backend.leave(&sid, &g).unwrap();
+    let end = Instant::now() + h.patience() * 2;
+    let mut seen = Vec::new();
+    while let Some(left) = end.checked_duration_since(Instant::now()) {
+        match events.recv_timeout(left) {
+            Ok(ev @ (CoordinatorEvent::MembershipLost { .. } | CoordinatorEvent::MembershipRestored { .. })) => {
+                seen.push(ev);
+                if seen.len() == 2 {
+                    break;
+                }
+            }
+            Ok(_) => {}
+            Err(_) => break,
+        }
+    }
+    assert_eq!(
+        seen,
+        vec![
+            CoordinatorEvent::MembershipLost { session: sid.clone(), group: g.clone() },
+            CoordinatorEvent::MembershipRestored { session: sid.clone(), group: g.clone() },
+        ]
+    );
+    assert!(m.is_member());
+    drop(m);
+    c.close().unwrap();
+}
+
 /// A membership the session does not hold (as a join that landed after its caller gave up
 /// would make) is left again by the next renewals.
 pub fn stray_membership_is_left(h: &Harness) {
@@ -977,6 +1011,7 @@ macro_rules! tck_suite {
                 keep_alive_reports_groups,
                 membership_lost_behind_back_is_rejoined,
                 stray_membership_is_left,
+                coordinator_reports_membership_loss,
                 names_are_case_sensitive,
                 racing_sessions_one_winner,
                 join_visible_at_once,
