@@ -3,7 +3,11 @@
 -- KEYS[1] simba:session:{sid}, KEYS[2] simba:session:{sid}:leases, KEYS[3] simba:session:{sid}:groups
 -- ARGV[1] session id, ARGV[2] lease duration in ms,
 -- ARGV[3..] pairs (name, token) of terms the client abandoned: released here, never reported.
--- Returns {-1} when the session is gone, else {remaining_ms, name1, token1, name2, token2, ...}.
+-- Returns {-1} when the session is gone, else {remaining_ms, {name1, token1, name2, token2, ...},
+-- {group1, group2, ...}}: the leases the session still owns with their tokens, and the groups it is
+-- still a member of (score present and unexpired; the others leave the index and are not listed).
+-- A lease of this session without a token (only corrupt data has one) yields nil: the client
+-- reports an error.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local sid = ARGV[1]
@@ -22,14 +26,14 @@ for i = 3, #ARGV - 1, 2 do
   end
   redis.call('SREM', KEYS[2], ARGV[i])
 end
-local reply = {d}
+local owned, groups = {}, {}
 for _, name in ipairs(redis.call('SMEMBERS', KEYS[2])) do
   local lease = 'simba:lease:{' .. name .. '}'
   local h = redis.call('HMGET', lease, 'session', 'token', 'expires')
   if h[1] == sid and tonumber(h[3] or 0) > now then
     redis.call('HSET', lease, 'expires', expires)
-    reply[#reply + 1] = name
-    reply[#reply + 1] = h[2]
+    owned[#owned + 1] = name
+    owned[#owned + 1] = h[2] or false
   else
     redis.call('SREM', KEYS[2], name)
   end
@@ -39,6 +43,7 @@ for _, group in ipairs(redis.call('SMEMBERS', KEYS[3])) do
   local score = redis.call('ZSCORE', key, sid)
   if score and tonumber(score) > now then
     redis.call('ZADD', key, expires, sid)
+    groups[#groups + 1] = group
   else
     if score then
       redis.call('ZREM', key, sid)
@@ -48,4 +53,4 @@ for _, group in ipairs(redis.call('SMEMBERS', KEYS[3])) do
 end
 redis.call('PEXPIRE', KEYS[2], 2 * d)
 redis.call('PEXPIRE', KEYS[3], 2 * d)
-return reply
+return {d, owned, groups}

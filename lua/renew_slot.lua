@@ -4,7 +4,8 @@
 -- KEYS: nl lease keys to renew, then nr lease keys to release, then group keys.
 -- ARGV[1] session id, ARGV[2] remaining duration in ms, ARGV[3] nl, ARGV[4] nr,
 -- ARGV[5 .. 4+nr] the tokens of the terms to release.
--- Returns {{token or '' per renewed lease}, {1/0 per released lease}, {1/0 per group}}.
+-- Returns {{token or '' per renewed lease}, {1/0 per released lease}, {1/0 per group}} (a lease of
+-- this session without a token, which only corrupt data has, yields nil: the client reports an error).
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local sid = ARGV[1]
@@ -19,7 +20,7 @@ for i = 1, nl do
     if expires < cap then
       redis.call('HSET', KEYS[i], 'expires', cap)
     end
-    leases[i] = h[2]
+    leases[i] = h[2] or false
   else
     leases[i] = ''
   end

@@ -13,7 +13,10 @@
 //!   previous deadlines); once a lease's follow-ups have failed for a third of the lease duration it
 //!   is left out of `owned` instead (lost), so one dead node does not end the session;
 //! * renewal drops lost leases from the session index (at once when the lease is no longer ours,
-//!   after one lease period when its node keeps failing).
+//!   after one lease period when its node keeps failing);
+//! * renewal reports as `groups` the memberships its follow-ups found live, plus every membership
+//!   of a slot whose follow-up failed (unknown is not lost); a membership a follow-up found gone or
+//!   expired is not reported and leaves the index.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -30,12 +33,6 @@ use crate::types::{Name, SessionId, Token};
 
 fn slot(key: &str) -> Slot {
     Slot::for_key(key.as_bytes())
-}
-
-fn name_from_index(sid: &SessionId, raw: &str, what: &str) -> Result<Name> {
-    Name::new(raw).map_err(|e| {
-        Error::backend(format!("session {sid}: corrupt {what} name {raw:?} in its redis index")).with_source(e)
-    })
 }
 
 /// The work of one renewal follow-up (one slot).
@@ -97,7 +94,7 @@ pub(crate) fn keep_alive(inner: &Inner, sid: &SessionId, d: Duration) -> Result<
         log::info!("redis session {sid} is expired");
         return Ok(KeepAlive::Expired);
     }
-    let (Some(leases), Some(groups)) = (items.get(1), items.get(2)) else {
+    let [_, leases, groups] = items else {
         return Err(unexpected(script.name(), &v));
     };
     let remaining = reply::millis(first, d);
@@ -110,7 +107,7 @@ pub(crate) fn keep_alive(inner: &Inner, sid: &SessionId, d: Duration) -> Result<
     });
     let mut plan = Plan::default();
     for raw in &leases {
-        let name = name_from_index(sid, raw, "lease")?;
+        let name = reply::index_name(sid, raw, "lease")?;
         if !abandoned.iter().any(|(a, _)| *a == name) {
             plan.at(&keys::lease(raw)).renew.push(name);
         }
@@ -119,11 +116,12 @@ pub(crate) fn keep_alive(inner: &Inner, sid: &SessionId, d: Duration) -> Result<
         plan.at(&keys::lease(name.as_str())).release.push((name.clone(), *token));
     }
     for raw in &groups {
-        let name = name_from_index(sid, raw, "group")?;
+        let name = reply::index_name(sid, raw, "group")?;
         plan.at(&keys::group(raw)).groups.push(name);
     }
 
     let mut owned = Vec::with_capacity(leases.len());
+    let mut members = Vec::with_capacity(groups.len());
     // A follow-up failure younger than this fails the whole renewal (the engine retries and the
     // leases keep their previous deadlines); older ones only drop the affected leases from `owned`,
     // so one dead node does not end the session.
@@ -139,6 +137,12 @@ pub(crate) fn keep_alive(inner: &Inner, sid: &SessionId, d: Duration) -> Result<
             )))
         } else {
             renew_slot(inner, sid, &work, remaining - elapsed, deadline)
+        };
+        // A reply that arrived but cannot be read is a `Backend` error for the whole renewal (as
+        // a malformed reply of the session call is), not a failed follow-up.
+        let outcome = match outcome {
+            Ok(v) => Ok(decode_renew_slot(SCRIPTS.renew_slot.name(), &v, &work)?),
+            Err(e) => Err(e),
         };
         match outcome {
             Ok((tokens, group_ok)) => inner.books.with(sid, |b| {
@@ -162,7 +166,9 @@ pub(crate) fn keep_alive(inner: &Inner, sid: &SessionId, d: Duration) -> Result<
                     }
                 }
                 for (group, ok) in work.groups.iter().zip(group_ok) {
-                    if !ok && !b.touched_since(&Item::Group(group.clone()), started) {
+                    if ok {
+                        members.push(group.clone());
+                    } else if !b.touched_since(&Item::Group(group.clone()), started) {
                         log::warn!("session {sid}: membership of group {group} expired; dropping it from the index");
                         b.drop_groups.insert(group.clone());
                     }
@@ -170,10 +176,21 @@ pub(crate) fn keep_alive(inner: &Inner, sid: &SessionId, d: Duration) -> Result<
             }),
             Err(e) => {
                 let names: Vec<&str> = work.renew.iter().map(Name::as_str).collect();
+                let group_names: Vec<&str> = work.groups.iter().map(Name::as_str).collect();
                 log::warn!(
-                    "session {sid}: renewal follow-up for lease(s) {names:?} failed: {}",
+                    "session {sid}: renewal follow-up for lease(s) {names:?} and group(s) {group_names:?} failed: {}",
                     crate::display_chain(&e)
                 );
+                // Unknown is not lost: this slot's memberships may well be alive (the call may have
+                // run, or may run late, or the node may answer the next renewal), so they are listed
+                // as the session's index names them. Leases differ because they fence: a lease whose
+                // node cannot be reached fails the renewal for a third of the lease duration and is
+                // then left out of `owned`, so its holder stops acting on it before it can expire on
+                // its node. A membership fences nothing; reporting it lost would only make the
+                // session re-join against the same failing node and report a gap that may not exist.
+                // It stays in the index, and the first follow-up that reaches its node tells: if the
+                // entry is gone or expired by then, it is no longer listed (and leaves the index).
+                members.extend(work.groups.iter().cloned());
                 let recent = inner.books.with(sid, |b| {
                     let mut recent = false;
                     for name in &work.renew {
@@ -206,19 +223,20 @@ pub(crate) fn keep_alive(inner: &Inner, sid: &SessionId, d: Duration) -> Result<
     if let Some(e) = transient {
         return Err(e);
     }
-    Ok(KeepAlive::Alive { remaining, owned })
+    members.sort();
+    members.dedup();
+    Ok(KeepAlive::Alive { remaining, owned, groups: members })
 }
 
 /// One follow-up: renews `work.renew` and `work.groups` up to this node's now + `carry`, releases
-/// `work.release`. Returns the token of each renewed lease still ours, and whether each membership
-/// is still live.
+/// `work.release`. Returns the raw reply (see [`decode_renew_slot`]).
 fn renew_slot(
     inner: &Inner,
     sid: &SessionId,
     work: &SlotWork,
     carry: Duration,
     deadline: Instant,
-) -> Result<(Vec<Option<Token>>, Vec<bool>)> {
+) -> Result<redis::Value> {
     let script = &SCRIPTS.renew_slot;
     let mut keys_ = Vec::with_capacity(work.renew.len() + work.release.len() + work.groups.len());
     keys_.extend(work.renew.iter().map(|n| keys::lease(n.as_str())));
@@ -226,24 +244,34 @@ fn renew_slot(
     keys_.extend(work.groups.iter().map(|g| keys::group(g.as_str())));
     let mut args = vec![sid.to_string(), ms(carry), work.renew.len().to_string(), work.release.len().to_string()];
     args.extend(work.release.iter().map(|(_, t)| t.to_string()));
-    let v = inner.scripting.eval(script, &keys_, &args, deadline)?;
-    let parts = array(&v).ok_or_else(|| unexpected(script.name(), &v))?;
-    let [leases, _released, groups] = parts else { return Err(unexpected(script.name(), &v)) };
-    let leases = array(leases).ok_or_else(|| unexpected(script.name(), &v))?;
-    let groups = array(groups).ok_or_else(|| unexpected(script.name(), &v))?;
+    inner.scripting.eval(script, &keys_, &args, deadline)
+}
+
+/// Decodes a `renew_slot` reply for `work`: the token of each renewed lease still ours (`None`:
+/// no longer ours), and whether each membership is still live. Any other shape (wrong lengths,
+/// a membership flag other than 0 or 1, a token that is not a number) is a `Backend` error.
+fn decode_renew_slot(script: &str, v: &redis::Value, work: &SlotWork) -> Result<(Vec<Option<Token>>, Vec<bool>)> {
+    let parts = array(v).ok_or_else(|| unexpected(script, v))?;
+    let [leases, _released, groups] = parts else { return Err(unexpected(script, v)) };
+    let leases = array(leases).ok_or_else(|| unexpected(script, v))?;
+    let groups = array(groups).ok_or_else(|| unexpected(script, v))?;
     if leases.len() != work.renew.len() || groups.len() != work.groups.len() {
-        return Err(unexpected(script.name(), &v));
+        return Err(unexpected(script, v));
     }
     let mut tokens = Vec::with_capacity(leases.len());
     for (name, t) in work.renew.iter().zip(leases) {
-        let raw = string(t).unwrap_or_default();
-        tokens.push(if raw.is_empty() {
-            None
-        } else {
-            Some(reply::token(t, &format!("lease {name}"), script.name())?)
-        });
+        let raw = string(t).ok_or_else(|| unexpected(script, v))?;
+        tokens.push(if raw.is_empty() { None } else { Some(reply::token(t, &format!("lease {name}"), script)?) });
     }
-    Ok((tokens, groups.iter().map(|g| int(g) == Some(1)).collect()))
+    let live = groups
+        .iter()
+        .map(|g| match int(g) {
+            Some(1) => Ok(true),
+            Some(0) => Ok(false),
+            _ => Err(unexpected(script, v)),
+        })
+        .collect::<Result<Vec<bool>>>()?;
+    Ok((tokens, live))
 }
 
 /// Releases leases (with a token, or `None` for any term of the session) and leaves groups, one
@@ -311,7 +339,7 @@ pub(crate) fn close_session(inner: &Inner, sid: &SessionId) -> Result<()> {
     };
     let mut releases: Vec<(Name, Option<Token>)> = Vec::new();
     for raw in strings(leases, script.name())? {
-        releases.push((name_from_index(sid, &raw, "lease")?, None));
+        releases.push((reply::index_name(sid, &raw, "lease")?, None));
     }
     let abandoned =
         inner.books.with(sid, |b| b.abandoned.iter().map(|(n, (t, _))| (n.clone(), *t)).collect::<Vec<_>>());
@@ -322,7 +350,7 @@ pub(crate) fn close_session(inner: &Inner, sid: &SessionId) -> Result<()> {
     }
     let mut left = Vec::new();
     for raw in strings(groups, script.name())? {
-        left.push(name_from_index(sid, &raw, "group")?);
+        left.push(reply::index_name(sid, &raw, "group")?);
     }
     release_all(inner, sid, &releases, &left, deadline).map_err(|e| {
         Error::new(
@@ -542,4 +570,60 @@ pub(crate) fn members(inner: &Inner, group: &Name) -> Result<Vec<Member>> {
     }
     members.sort();
     Ok(members)
+}
+
+#[cfg(test)]
+mod tests {
+    use redis::Value;
+
+    use super::*;
+    use crate::error::ErrorKind;
+
+    fn bulk(s: &str) -> Value {
+        Value::BulkString(s.as_bytes().to_vec())
+    }
+
+    fn work() -> SlotWork {
+        SlotWork {
+            renew: vec![Name::new("a").unwrap(), Name::new("b").unwrap()],
+            release: vec![],
+            groups: vec![Name::new("g1").unwrap(), Name::new("g2").unwrap()],
+        }
+    }
+
+    fn reply(leases: Vec<Value>, groups: Vec<Value>) -> Value {
+        Value::Array(vec![Value::Array(leases), Value::Array(vec![]), Value::Array(groups)])
+    }
+
+    #[test]
+    fn renew_slot_replies_decode() {
+        let v = reply(vec![bulk("3"), bulk("")], vec![Value::Int(1), Value::Int(0)]);
+        let (tokens, live) = decode_renew_slot("renew_slot", &v, &work()).unwrap();
+        assert_eq!(tokens, vec![Some(Token::new(3).unwrap()), None]);
+        assert_eq!(live, vec![true, false]);
+    }
+
+    #[test]
+    fn malformed_renew_slot_replies_are_backend_errors() {
+        let leases = || vec![bulk("3"), bulk("")];
+        let groups = || vec![Value::Int(1), Value::Int(0)];
+        let bad = [
+            Value::Nil,
+            Value::Array(vec![]),
+            Value::Array(vec![Value::Array(leases()), Value::Array(groups())]),
+            reply(vec![bulk("3")], groups()),
+            reply(leases(), vec![Value::Int(1)]),
+            reply(leases(), vec![Value::Int(1), Value::Int(2)]),
+            reply(leases(), vec![Value::Int(1), bulk("yes")]),
+            reply(leases(), vec![Value::Int(1), Value::Nil]),
+            reply(vec![bulk("3"), Value::Nil], groups()),
+            reply(vec![bulk("x"), bulk("")], groups()),
+            reply(vec![bulk("0"), bulk("")], groups()),
+            Value::Array(vec![Value::Array(leases()), Value::Array(vec![]), Value::Int(1)]),
+        ];
+        for v in bad {
+            let e = decode_renew_slot("renew_slot", &v, &work()).unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::Backend, "{v:?}: {e}");
+        }
+    }
 }

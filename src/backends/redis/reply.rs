@@ -5,7 +5,7 @@ use std::time::Duration;
 use redis::Value;
 
 use crate::error::{Error, Result};
-use crate::types::Token;
+use crate::types::{Name, SessionId, Token};
 
 /// An integer reply (integers, or numeric strings).
 pub(crate) fn int(v: &Value) -> Option<i64> {
@@ -70,4 +70,19 @@ pub(crate) fn strings(v: &Value, script: &str) -> Result<Vec<String>> {
         .iter()
         .map(|x| string(x).ok_or_else(|| unexpected(script, x)))
         .collect()
+}
+
+/// A lease or group name read from one of the session's indexes (`what`: "lease" or "group").
+pub(crate) fn index_name(sid: &SessionId, raw: &str, what: &str) -> Result<Name> {
+    Name::new(raw).map_err(|e| {
+        Error::backend(format!("session {sid}: corrupt {what} name {raw:?} in its redis index")).with_source(e)
+    })
+}
+
+/// The group names of a keep-alive reply (an array of strings), sorted and deduplicated.
+pub(crate) fn group_names(v: &Value, sid: &SessionId, script: &str) -> Result<Vec<Name>> {
+    let mut groups = strings(v, script)?.iter().map(|raw| index_name(sid, raw, "group")).collect::<Result<Vec<_>>>()?;
+    groups.sort();
+    groups.dedup();
+    Ok(groups)
 }

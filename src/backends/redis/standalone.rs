@@ -41,26 +41,14 @@ pub(crate) fn keep_alive(inner: &Inner, sid: &SessionId, d: Duration) -> Result<
         &args,
         inner.deadline(),
     )?;
-    let items = array(&v).ok_or_else(|| unexpected(script.name(), &v))?;
-    let first = items.first().and_then(int).ok_or_else(|| unexpected(script.name(), &v))?;
-    if first < 0 {
+    let Some(Renewed { remaining_ms, owned: all, groups }) = decode_keep_alive(script.name(), &v, sid)? else {
         inner.books.forget(sid);
         log::info!("redis session {sid} is expired");
         return Ok(KeepAlive::Expired);
-    }
-    let mut owned = Vec::with_capacity(items.len() / 2);
-    let mut pairs = Vec::with_capacity(items.len() / 2);
-    for pair in items[1..].chunks(2) {
-        let [n, t] = pair else { return Err(unexpected(script.name(), &v)) };
-        let name = string(n).ok_or_else(|| unexpected(script.name(), &v))?;
-        let name = Name::new(&name).map_err(|e| {
-            Error::backend(format!("session {sid}: corrupt lease name {name:?} in its redis index")).with_source(e)
-        })?;
-        let token = reply::token(t, &format!("lease {name}"), script.name())?;
-        if !abandoned.iter().any(|(a, _)| *a == name) {
-            pairs.push((name, token));
-        }
-    }
+    };
+    let mut owned = Vec::with_capacity(all.len());
+    let pairs: Vec<(Name, Token)> =
+        all.into_iter().filter(|(name, _)| !abandoned.iter().any(|(a, _)| a == name)).collect();
     inner.books.with(sid, |b| {
         for (name, token) in pairs {
             if b.reportable(&name, token) {
@@ -70,7 +58,40 @@ pub(crate) fn keep_alive(inner: &Inner, sid: &SessionId, d: Duration) -> Result<
             }
         }
     });
-    Ok(KeepAlive::Alive { remaining: reply::millis(first, d), owned })
+    Ok(KeepAlive::Alive { remaining: reply::millis(remaining_ms, d), owned, groups })
+}
+
+/// The decoded reply of `keep_alive.lua` for a live session.
+#[derive(Debug, PartialEq)]
+struct Renewed {
+    remaining_ms: i64,
+    /// Every lease the session still owns, with its token (abandoned terms included).
+    owned: Vec<(Name, Token)>,
+    /// Every group the session is still a member of, sorted.
+    groups: Vec<Name>,
+}
+
+/// Decodes `{-1}` (`None`: the session is gone) or `{remaining_ms, {name, token, ...}, {group, ...}}`.
+/// Any other shape is a `Backend` error.
+fn decode_keep_alive(script: &str, v: &redis::Value, sid: &SessionId) -> Result<Option<Renewed>> {
+    let items = array(v).ok_or_else(|| unexpected(script, v))?;
+    let (first, owned, groups) = match items {
+        [first] if int(first).is_some_and(|r| r < 0) => return Ok(None),
+        [first, owned, groups] => (first, owned, groups),
+        _ => return Err(unexpected(script, v)),
+    };
+    let remaining_ms = int(first).filter(|r| *r >= 0).ok_or_else(|| unexpected(script, v))?;
+    let pairs = array(owned).ok_or_else(|| unexpected(script, v))?;
+    let mut leases = Vec::with_capacity(pairs.len() / 2);
+    for pair in pairs.chunks(2) {
+        let [n, t] = pair else { return Err(unexpected(script, v)) };
+        let name = string(n).ok_or_else(|| unexpected(script, v))?;
+        let name = reply::index_name(sid, &name, "lease")?;
+        let token = reply::token(t, &format!("lease {name}"), script)?;
+        leases.push((name, token));
+    }
+    let groups = reply::group_names(groups, sid, script)?;
+    Ok(Some(Renewed { remaining_ms, owned: leases, groups }))
 }
 
 pub(crate) fn close_session(inner: &Inner, sid: &SessionId) -> Result<()> {
@@ -236,4 +257,71 @@ pub(crate) fn members(inner: &Inner, group: &Name) -> Result<Vec<Member>> {
     }
     members.sort();
     Ok(members)
+}
+
+#[cfg(test)]
+mod tests {
+    use redis::Value;
+
+    use super::*;
+
+    fn bulk(s: &str) -> Value {
+        Value::BulkString(s.as_bytes().to_vec())
+    }
+
+    fn name(s: &str) -> Name {
+        Name::new(s).unwrap()
+    }
+
+    #[test]
+    fn keep_alive_replies_decode() {
+        let sid = SessionId::random();
+        let d = |v: Value| decode_keep_alive("keep_alive", &v, &sid);
+        assert_eq!(d(Value::Array(vec![Value::Int(-1)])).unwrap(), None);
+        let v = Value::Array(vec![
+            Value::Int(900),
+            Value::Array(vec![bulk("a"), bulk("7")]),
+            Value::Array(vec![bulk("g2"), bulk("g1"), bulk("g2")]),
+        ]);
+        assert_eq!(
+            d(v).unwrap(),
+            Some(Renewed {
+                remaining_ms: 900,
+                owned: vec![(name("a"), Token::new(7).unwrap())],
+                groups: vec![name("g1"), name("g2")],
+            })
+        );
+        let empty = Value::Array(vec![Value::Int(5), Value::Array(vec![]), Value::Array(vec![])]);
+        assert_eq!(d(empty).unwrap(), Some(Renewed { remaining_ms: 5, owned: vec![], groups: vec![] }));
+    }
+
+    #[test]
+    fn malformed_keep_alive_replies_are_backend_errors() {
+        let sid = SessionId::random();
+        let ok_leases = || Value::Array(vec![bulk("a"), bulk("7")]);
+        let ok_groups = || Value::Array(vec![bulk("g")]);
+        let bad = [
+            Value::Nil,
+            Value::Int(5),
+            Value::Array(vec![]),
+            // the old flat format
+            Value::Array(vec![Value::Int(5), bulk("a"), bulk("7")]),
+            Value::Array(vec![Value::Int(5), ok_leases()]),
+            Value::Array(vec![Value::Int(5), ok_leases(), ok_groups(), Value::Array(vec![])]),
+            Value::Array(vec![bulk("x"), ok_leases(), ok_groups()]),
+            Value::Array(vec![Value::Int(-1), ok_leases(), ok_groups()]),
+            Value::Array(vec![Value::Int(5), Value::Array(vec![bulk("a")]), ok_groups()]),
+            Value::Array(vec![Value::Int(5), Value::Array(vec![bulk("a"), Value::Nil]), ok_groups()]),
+            Value::Array(vec![Value::Int(5), Value::Array(vec![bulk("a"), bulk("x")]), ok_groups()]),
+            Value::Array(vec![Value::Int(5), Value::Array(vec![bulk(""), bulk("7")]), ok_groups()]),
+            Value::Array(vec![Value::Int(5), ok_leases(), bulk("g")]),
+            Value::Array(vec![Value::Int(5), ok_leases(), Value::Array(vec![Value::Nil])]),
+            Value::Array(vec![Value::Int(5), ok_leases(), Value::Array(vec![bulk("")])]),
+            Value::Array(vec![Value::Int(5), ok_leases(), Value::Array(vec![Value::Array(vec![])])]),
+        ];
+        for v in bad {
+            let e = decode_keep_alive("keep_alive", &v, &sid).unwrap_err();
+            assert_eq!(e.kind(), crate::error::ErrorKind::Backend, "{v:?}: {e}");
+        }
+    }
 }
