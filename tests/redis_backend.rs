@@ -639,3 +639,87 @@ fn names_are_case_sensitive_and_metadata_roundtrips() {
     b.close_session(&s1).unwrap();
     b.close_session(&s2).unwrap();
 }
+
+/// The groups one keep-alive reports (asserting they come sorted, without duplicates).
+fn groups(b: &RedisBackend, sid: &SessionId) -> Vec<Name> {
+    match b.keep_alive(sid, D).unwrap() {
+        KeepAlive::Alive { groups, .. } => {
+            assert!(groups.windows(2).all(|w| w[0] < w[1]), "groups not sorted and unique: {groups:?}");
+            groups
+        }
+        KeepAlive::Expired => panic!("session {sid} unexpectedly expired"),
+    }
+}
+
+fn sorted(mut names: Vec<Name>) -> Vec<Name> {
+    names.sort();
+    names
+}
+
+#[test]
+#[serial(redis)]
+fn keep_alive_reports_exactly_the_joined_groups() {
+    let (b, _) = shared();
+    let (g1, g2, g3) = (name("ka-g1"), name("ka-g2"), name("ka-g3"));
+    let (sid, other) = (open(&b, ""), open(&b, ""));
+    assert!(groups(&b, &sid).is_empty());
+    b.join(&sid, &g2).unwrap();
+    b.join(&sid, &g1).unwrap();
+    b.join(&sid, &g1).unwrap();
+    // Another session's memberships (in a shared group and in its own) are never reported.
+    b.join(&other, &g1).unwrap();
+    b.join(&other, &g3).unwrap();
+    assert_eq!(groups(&b, &sid), sorted(vec![g1.clone(), g2.clone()]));
+    assert_eq!(groups(&b, &other), sorted(vec![g1.clone(), g3.clone()]));
+    b.leave(&sid, &g2).unwrap();
+    assert_eq!(groups(&b, &sid), vec![g1.clone()]);
+    assert_eq!(groups(&b, &sid), vec![g1.clone()], "stable across renewals");
+    assert_eq!(groups(&b, &other), sorted(vec![g1.clone(), g3.clone()]));
+    // Leases do not show up as groups, nor groups as leases.
+    let l = name("ka-lease");
+    let t = token(b.acquire(&sid, &l));
+    match b.keep_alive(&sid, D).unwrap() {
+        KeepAlive::Alive { owned, groups, .. } => {
+            assert_eq!(owned, vec![(l.clone(), t)]);
+            assert_eq!(groups, vec![g1.clone()]);
+        }
+        KeepAlive::Expired => panic!("expired"),
+    }
+    b.close_session(&sid).unwrap();
+    b.close_session(&other).unwrap();
+}
+
+#[test]
+#[serial(redis)]
+fn a_membership_removed_behind_the_sessions_back_is_not_reported() {
+    let (b, url) = shared();
+    let mut con = raw(&url);
+    let (gone, expired, dropped, kept) = (name("back-gone"), name("back-expired"), name("back-del"), name("back-kept"));
+    let (sid, other) = (open(&b, ""), open(&b, ""));
+    let s = sid.as_str();
+    for g in [&gone, &expired, &dropped, &kept] {
+        b.join(&sid, g).unwrap();
+        b.join(&other, g).unwrap();
+    }
+    assert_eq!(groups(&b, &sid), sorted(vec![gone.clone(), expired.clone(), dropped.clone(), kept.clone()]));
+    // A leave that reached the server late; an entry whose score passed; a group key deleted.
+    let key = |g: &Name| format!("simba:group:{{{g}}}");
+    assert_eq!(q(&mut con, &["ZREM", &key(&gone), s]), "1");
+    let past = (redis_now_ms(&mut con) - 10).to_string();
+    assert_eq!(q(&mut con, &["ZADD", &key(&expired), "XX", &past, s]), "0");
+    q(&mut con, &["ZREM", &key(&dropped), s]);
+    q(&mut con, &["ZREM", &key(&dropped), other.as_str()]);
+    assert_eq!(q(&mut con, &["EXISTS", &key(&dropped)]), "0");
+    assert_eq!(groups(&b, &sid), vec![kept.clone()]);
+    let index = format!("simba:session:{{{s}}}:groups");
+    assert_eq!(q(&mut con, &["SMEMBERS", &index]), kept.as_str(), "lost memberships leave the index");
+    assert_eq!(q(&mut con, &["ZSCORE", &key(&expired), s]), "", "the expired entry was removed");
+    assert_eq!(groups(&b, &sid), vec![kept.clone()]);
+    // The other session's memberships are untouched.
+    assert_eq!(groups(&b, &other), sorted(vec![gone.clone(), expired.clone(), kept.clone()]));
+    // A re-join is reported again.
+    b.join(&sid, &gone).unwrap();
+    assert_eq!(groups(&b, &sid), sorted(vec![gone.clone(), kept.clone()]));
+    b.close_session(&sid).unwrap();
+    b.close_session(&other).unwrap();
+}

@@ -47,6 +47,8 @@ struct Rule {
     fail: bool,
     /// Apply this many times (None = always).
     times: Option<usize>,
+    /// Apply only to calls naming this key (None = any call of the script).
+    key: Option<String>,
 }
 
 #[derive(Debug, Clone)]
@@ -94,7 +96,9 @@ impl RedisScripting for Faults {
         self.calls.lock().push(Call { script: script.name(), keys: keys.to_vec() });
         let rule = {
             let mut rules = self.rules.lock();
-            let found = rules.iter_mut().find(|r| r.script == script.name() && r.times != Some(0));
+            let found = rules.iter_mut().find(|r| {
+                r.script == script.name() && r.times != Some(0) && r.key.as_ref().is_none_or(|k| keys.contains(k))
+            });
             found.map(|r| {
                 if let Some(t) = r.times.as_mut() {
                     *t -= 1;
@@ -857,4 +861,218 @@ fn wait_for_failover_cooldown() {
         eprintln!("waiting {} ms for the cluster's failover cooldown", ready - now);
         thread::sleep(Duration::from_millis(ready - now));
     }
+}
+
+fn group_key(g: &Name) -> String {
+    format!("simba:group:{{{g}}}")
+}
+
+/// `n` group names whose keys are in pairwise different slots, none in the session's.
+fn spread_groups(prefix: &str, n: usize, sid: &SessionId) -> Vec<Name> {
+    let mut slots = HashSet::from([Slot::for_key(format!("simba:session:{{{sid}}}"))]);
+    let mut out = Vec::new();
+    while out.len() < n {
+        let candidate = name(prefix);
+        if slots.insert(Slot::for_key(group_key(&candidate))) {
+            out.push(candidate);
+        }
+    }
+    out
+}
+
+/// The groups one keep-alive reports (asserting they come sorted, without duplicates).
+fn groups(b: &RedisBackend, sid: &SessionId) -> Vec<Name> {
+    match b.keep_alive(sid, D).unwrap() {
+        KeepAlive::Alive { groups, .. } => {
+            assert!(groups.windows(2).all(|w| w[0] < w[1]), "groups not sorted and unique: {groups:?}");
+            groups
+        }
+        KeepAlive::Expired => panic!("session {sid} unexpectedly expired"),
+    }
+}
+
+fn sorted<'a>(names: impl IntoIterator<Item = &'a Name>) -> Vec<Name> {
+    let mut v: Vec<Name> = names.into_iter().cloned().collect();
+    v.sort();
+    v
+}
+
+fn group_index(raw: &mut Raw, sid: &SessionId) -> HashSet<String> {
+    raw.smembers(&format!("simba:session:{{{sid}}}:groups"))
+}
+
+impl Raw {
+    fn zrem(&mut self, key: &str, member: &str) -> i64 {
+        redis::cmd("ZREM").arg(key).arg(member).query(&mut self.0).unwrap()
+    }
+    /// Sets the score of an existing entry to 10 ms before its node's now (an expired membership).
+    fn expire_member(&mut self, key: &str, member: &str) {
+        let past = self.now_at(key) - 10;
+        let added: i64 = redis::cmd("ZADD").arg(key).arg("XX").arg(past).arg(member).query(&mut self.0).unwrap();
+        assert_eq!(added, 0);
+        let score: Option<f64> = redis::cmd("ZSCORE").arg(key).arg(member).query(&mut self.0).unwrap();
+        assert_eq!(score.map(|s| s as i64), Some(past), "{key} {member}");
+    }
+}
+
+#[test]
+#[serial(redis_cluster)]
+fn keep_alive_reports_exactly_the_joined_groups_across_slots_in_one_call_per_slot() {
+    let (b, faults) = faulty();
+    let (sid, other) = (b.open_session(D, "").unwrap().id, b.open_session(D, "").unwrap().id);
+    let gs = spread_groups("ka-g", 4, &sid);
+    let own = name("ka-other");
+    assert!(groups(&b, &sid).is_empty());
+    for g in gs.iter().rev() {
+        b.join(&sid, g).unwrap();
+    }
+    b.join(&sid, &gs[0]).unwrap();
+    // Another session's memberships (in a shared group and in its own) are never reported.
+    b.join(&other, &gs[0]).unwrap();
+    b.join(&other, &own).unwrap();
+    faults.clear();
+    assert_eq!(groups(&b, &sid), sorted(&gs));
+    let calls = faults.calls();
+    assert_eq!(calls[0].script, "keep_alive_session");
+    assert_eq!(calls.len(), 1 + gs.len(), "one follow-up per slot, nothing more: {calls:?}");
+    assert!(calls[1..].iter().all(|c| c.script == "renew_slot"), "{calls:?}");
+    assert_eq!(groups(&b, &other), sorted([&gs[0], &own]));
+    b.leave(&sid, &gs[1]).unwrap();
+    let left = sorted([&gs[0], &gs[2], &gs[3]]);
+    assert_eq!(groups(&b, &sid), left);
+    assert_eq!(groups(&b, &sid), left, "stable across renewals");
+    assert_eq!(groups(&b, &other), sorted([&gs[0], &own]));
+    // Leases do not show up as groups, nor groups as leases.
+    let l = spread("ka-lease", 1, &sid).remove(0);
+    let t = token(b.acquire(&sid, &l));
+    match b.keep_alive(&sid, D).unwrap() {
+        KeepAlive::Alive { owned, groups, .. } => {
+            assert_eq!(owned, vec![(l.clone(), t)]);
+            assert_eq!(groups, left);
+        }
+        KeepAlive::Expired => panic!("expired"),
+    }
+    b.close_session(&sid).unwrap();
+    b.close_session(&other).unwrap();
+}
+
+#[test]
+#[serial(redis_cluster)]
+fn a_membership_removed_behind_the_sessions_back_is_not_reported_on_cluster() {
+    let (b, _faults) = faulty();
+    let mut raw = Raw::new();
+    let (sid, other) = (b.open_session(D, "").unwrap().id, b.open_session(D, "").unwrap().id);
+    let gs = spread_groups("back-g", 3, &sid);
+    let (gone, expired, kept) = (&gs[0], &gs[1], &gs[2]);
+    for g in &gs {
+        b.join(&sid, g).unwrap();
+        b.join(&other, g).unwrap();
+    }
+    assert_eq!(groups(&b, &sid), sorted(&gs));
+    // A leave that reached the server late; an entry whose score passed.
+    assert_eq!(raw.zrem(&group_key(gone), sid.as_str()), 1);
+    raw.expire_member(&group_key(expired), sid.as_str());
+    assert_eq!(groups(&b, &sid), vec![kept.clone()]);
+    assert_eq!(groups(&b, &sid), vec![kept.clone()]);
+    assert_eq!(group_index(&mut raw, &sid), HashSet::from([kept.to_string()]), "lost memberships leave the index");
+    assert_eq!(groups(&b, &other), sorted(&gs), "the other session's memberships are untouched");
+    b.join(&sid, gone).unwrap();
+    assert_eq!(groups(&b, &sid), sorted([gone, kept]), "a re-join is reported again");
+    b.close_session(&sid).unwrap();
+    b.close_session(&other).unwrap();
+}
+
+#[test]
+#[serial(redis_cluster)]
+fn a_failed_follow_up_keeps_its_slots_groups_listed() {
+    let (b, faults) = faulty();
+    let mut raw = Raw::new();
+    let sid = b.open_session(D, "").unwrap().id;
+    let gs = spread_groups("unknown-g", 4, &sid);
+    for g in &gs {
+        b.join(&sid, g).unwrap();
+    }
+    // gs[1] and gs[3] are gone; the follow-ups of gs[2] and gs[3] fail.
+    assert_eq!(raw.zrem(&group_key(&gs[1]), sid.as_str()), 1);
+    assert_eq!(raw.zrem(&group_key(&gs[3]), sid.as_str()), 1);
+    for g in [&gs[2], &gs[3]] {
+        faults.rule(Rule { script: "renew_slot", fail: true, key: Some(group_key(g)), ..Rule::default() });
+    }
+    faults.calls.lock().clear();
+    // Unknown is not lost: the failed slots' groups are listed (gs[3] too: its node could not tell);
+    // gs[1], which its node reported gone, is not.
+    assert_eq!(groups(&b, &sid), sorted([&gs[0], &gs[2], &gs[3]]));
+    assert_eq!(faults.count("renew_slot"), 4, "{:?}", faults.calls());
+    assert_eq!(groups(&b, &sid), sorted([&gs[0], &gs[2], &gs[3]]));
+    assert!(group_index(&mut raw, &sid).contains(gs[3].as_str()), "an unknown membership stays in the index");
+    assert!(!group_index(&mut raw, &sid).contains(gs[1].as_str()));
+    // Once the node answers, the lost membership is no longer listed and leaves the index.
+    faults.clear();
+    assert_eq!(groups(&b, &sid), sorted([&gs[0], &gs[2]]));
+    assert_eq!(groups(&b, &sid), sorted([&gs[0], &gs[2]]));
+    assert_eq!(group_index(&mut raw, &sid), HashSet::from([gs[0].to_string(), gs[2].to_string()]));
+    let members = b.members(&gs[2]).unwrap();
+    assert_eq!(members.iter().map(|m| m.session.clone()).collect::<Vec<_>>(), vec![sid.clone()]);
+    b.close_session(&sid).unwrap();
+}
+
+#[test]
+#[serial(redis_cluster)]
+fn a_failing_slot_gives_up_its_leases_but_keeps_listing_its_groups() {
+    let (b, faults) = faulty();
+    let mut raw = Raw::new();
+    let sid = b.open_session(D, "").unwrap().id;
+    let l = spread("shared-slot", 1, &sid).remove(0);
+    let g = loop {
+        let candidate = name("shared-slot-g");
+        if Slot::for_key(group_key(&candidate)) == Slot::for_key(lease_key(&l)) {
+            break candidate;
+        }
+    };
+    let elsewhere = spread_groups("shared-slot-other", 2, &sid)
+        .into_iter()
+        .find(|o| Slot::for_key(group_key(o)) != Slot::for_key(lease_key(&l)))
+        .unwrap();
+    token(b.acquire(&sid, &l));
+    b.join(&sid, &g).unwrap();
+    b.join(&sid, &elsewhere).unwrap();
+    // The slot's node is unreachable (the rules match the follow-up with or without the lease,
+    // which leaves the index after one lease period).
+    for key in [lease_key(&l), group_key(&g)] {
+        faults.rule(Rule { script: "renew_slot", fail: true, key: Some(key), ..Rule::default() });
+    }
+    let started = Instant::now();
+    let (mut failed, mut alive) = (0, 0);
+    while started.elapsed() < D + D / 3 {
+        match b.keep_alive(&sid, D) {
+            // The lease's follow-up failed recently: the renewal fails, the engine retries.
+            Err(e) => {
+                assert_eq!(e.kind(), ErrorKind::Unavailable, "{e}");
+                assert_eq!(alive, 0, "failed again after giving the lease up: {e}");
+                failed += 1;
+            }
+            // The lease is given up; its slot's membership is still unknown, so still listed.
+            Ok(KeepAlive::Alive { owned, groups, .. }) => {
+                assert!(owned.is_empty(), "{owned:?}");
+                assert_eq!(groups, sorted([&g, &elsewhere]));
+                alive += 1;
+            }
+            Ok(KeepAlive::Expired) => panic!("the session expired"),
+        }
+        thread::sleep(Duration::from_millis(100));
+    }
+    assert!(failed >= 2 && alive >= 2, "{failed} failed, {alive} alive renewals");
+    // Two more renewals: the first marks the lease (failing for over one lease period) for the
+    // index, the second's session call removes it.
+    for _ in 0..2 {
+        assert_eq!(groups(&b, &sid), sorted([&g, &elsewhere]));
+    }
+    let index = group_index(&mut raw, &sid);
+    assert!(index.contains(g.as_str()), "{index:?}");
+    let leases = raw.smembers(&format!("simba:session:{{{sid}}}:leases"));
+    assert!(!leases.contains(l.as_str()), "the lease left the index after one lease period: {leases:?}");
+    // The node answers again: the membership it never renewed has expired, so it is lost now.
+    faults.clear();
+    assert_eq!(groups(&b, &sid), vec![elsewhere.clone()]);
+    b.close_session(&sid).unwrap();
 }
