@@ -606,8 +606,11 @@ fn join(config: &Config, out: &Out, signals: &Signals, a: &JoinArgs) -> Result<u
         json!({"group": a.group, "session": sid}),
     );
     let env = [("SIMBA_GROUP", a.group.clone()), ("SIMBA_SESSION", sid.clone())];
+    // The command runs while the session lives. A membership the backend loses meanwhile (a
+    // late leave, a failover) is re-joined by the session at its next renewal (logged), so a
+    // transient `is_member() == false` does not stop the command.
     let lost = || -> Option<String> {
-        if membership.is_member() {
+        if session.is_alive() {
             None
         } else {
             Some(format!("session {} is {:?}", session.id(), session.state()))
