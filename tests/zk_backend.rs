@@ -285,6 +285,88 @@ fn keep_alive_reports_every_owned_lease() {
     b.close_session(&s).unwrap();
 }
 
+/// The groups a keep-alive of `s` reports (its `owned` leases are checked by `owned`).
+fn groups(b: &ZookeeperBackend, s: &SessionId) -> Vec<Name> {
+    match b.keep_alive(s, LEASE).unwrap() {
+        KeepAlive::Alive { groups, .. } => {
+            let mut sorted = groups.clone();
+            sorted.sort();
+            sorted.dedup();
+            assert_eq!(groups, sorted, "groups are sorted and deduplicated");
+            groups
+        }
+        KeepAlive::Expired => panic!("session {s} expired"),
+    }
+}
+
+#[test]
+#[serial(zookeeper)]
+fn keep_alive_reports_exactly_the_joined_groups() {
+    let b = backend();
+    let s1 = b.open_session(LEASE, "").unwrap().id;
+    let s2 = b.open_session(LEASE, "").unwrap().id;
+    let (g1, g2, g3) = (name("g1"), name("g.2:x-y_z"), name("G1"));
+    assert_eq!(groups(&b, &s1), vec![]);
+    b.join(&s1, &g1).unwrap();
+    b.join(&s1, &g2).unwrap();
+    b.join(&s1, &g1).unwrap(); // idempotent: listed once
+    let mut both = vec![g1.clone(), g2.clone()];
+    both.sort();
+    assert_eq!(groups(&b, &s1), both);
+    b.leave(&s1, &g2).unwrap();
+    assert_eq!(groups(&b, &s1), vec![g1.clone()]);
+    // Another session's memberships, in the same groups or others, are never reported.
+    b.join(&s2, &g1).unwrap();
+    b.join(&s2, &g2).unwrap();
+    b.join(&s2, &g3).unwrap();
+    assert_eq!(groups(&b, &s1), vec![g1.clone()]);
+    let mut all = vec![g1.clone(), g2.clone(), g3.clone()];
+    all.sort();
+    assert_eq!(groups(&b, &s2), all);
+    // Nor those of a session of another backend instance (another process) on the same root.
+    let other = backend_at(b.root(), ZookeeperOptions::default());
+    let s3 = other.open_session(LEASE, "").unwrap().id;
+    other.join(&s3, &name("theirs")).unwrap();
+    assert_eq!(groups(&b, &s1), vec![g1.clone()]);
+    assert_eq!(groups(&other, &s3), vec![name("theirs")]);
+    // Leaving everything reports nothing; leases are not groups.
+    b.leave(&s1, &g1).unwrap();
+    acquired(&b, &s1, &g1);
+    assert_eq!(groups(&b, &s1), vec![]);
+    other.close_session(&s3).unwrap();
+    b.close_session(&s1).unwrap();
+    b.close_session(&s2).unwrap();
+}
+
+#[test]
+#[serial(zookeeper)]
+fn member_node_deleted_behind_the_sessions_back_is_not_reported() {
+    let root = fresh_root();
+    let b = backend_at(&root, ZookeeperOptions::default());
+    let s = b.open_session(LEASE, "").unwrap().id;
+    let (g1, g2) = (name("kept"), name("lost"));
+    b.join(&s, &g1).unwrap();
+    b.join(&s, &g2).unwrap();
+    assert_eq!(groups(&b, &s), vec![g1.clone(), g2.clone()]);
+    // Another ZooKeeper client (an operator) deletes one member node.
+    let raw = raw_client();
+    let lost = format!("{root}/groups/{}/{}", g2.as_str(), s.as_str());
+    futures::executor::block_on(raw.delete(&lost, None)).unwrap();
+    assert_eq!(groups(&b, &s), vec![g1.clone()], "the deleted membership is lost, not reported");
+    // A node forged at this session's member path by another client is not this session's.
+    let forged = name("forged");
+    let dir = zookeeper_client::CreateMode::Persistent.with_acls(zookeeper_client::Acls::anyone_all());
+    let eph = zookeeper_client::CreateMode::Ephemeral.with_acls(zookeeper_client::Acls::anyone_all());
+    let forged_dir = format!("{root}/groups/{}", forged.as_str());
+    futures::executor::block_on(raw.mkdir(&forged_dir, &dir)).unwrap();
+    futures::executor::block_on(raw.create(&format!("{forged_dir}/{}", s.as_str()), b"", &eph)).unwrap();
+    assert_eq!(groups(&b, &s), vec![g1.clone()], "ownership, not the path, decides");
+    // Joining again restores it.
+    b.join(&s, &g2).unwrap();
+    assert_eq!(groups(&b, &s), vec![g1.clone(), g2.clone()]);
+    b.close_session(&s).unwrap();
+}
+
 #[test]
 #[serial(zookeeper)]
 fn remaining_is_min_of_lease_and_negotiated_timeout() {

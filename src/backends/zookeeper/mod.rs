@@ -15,6 +15,9 @@
 //! min(lease duration, negotiated session timeout): ZooKeeper measures session timeouts with the
 //! ensemble's elapsed time, so no clock is compared with anything.
 //!
+//! Keep-alive reports the session's groups from the server (`getEphemerals` of `{root}/groups`,
+//! pipelined with its `sync`), so a member node deleted behind the session's back is not reported.
+//!
 //! The ZooKeeper client heartbeats by itself; a local watchdog therefore closes any session whose
 //! [`keep_alive`](LeaseBackend::keep_alive) was not called within its lease duration, so a stuck
 //! process never keeps its leases through the client's own pings. See `docs/backends/zookeeper.md`.
@@ -24,7 +27,7 @@ mod options;
 mod paths;
 mod watch;
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::fmt;
 use std::future::Future;
 use std::sync::{Arc, Weak};
@@ -103,6 +106,10 @@ struct ZkSession {
     client: Mutex<Option<Client>>,
     life: Mutex<Life>,
     leases: Mutex<Leases>,
+    /// Groups this session sent a join for and has not confirmedly left since (a superset of its
+    /// memberships). Only the fallback of a keep-alive whose membership read failed reports it;
+    /// otherwise keep-alive reports what the server has.
+    joined: Mutex<HashSet<Name>>,
     /// Releases of one session run one at a time.
     release_lock: Mutex<()>,
 }
@@ -696,6 +703,7 @@ impl LeaseBackend for ZookeeperBackend {
             client: Mutex::new(Some(client)),
             life: Mutex::new(Life { closed: false, deadline: t0 + lease_duration, lease_duration }),
             leases: Mutex::new(Leases::default()),
+            joined: Mutex::new(HashSet::new()),
             release_lock: Mutex::new(()),
         });
         inner.sessions.lock().insert(id.clone(), session);
@@ -724,17 +732,32 @@ impl LeaseBackend for ZookeeperBackend {
         let to_check: Vec<Name> =
             s.leases.lock().pending.iter().filter(|(_, n)| **n == 0).map(|(k, _)| k.clone()).collect();
         // One pipelined round trip: `sync` (through the leader, which checks the session) proves
-        // the session is alive; possibly-owned names are checked alongside.
+        // the session is alive; the session's member nodes are listed and possibly-owned names
+        // checked alongside. Each request is sent when its future is created, in this order, and
+        // ZooKeeper answers one session's requests in the order they were sent.
+        //
+        // Groups are reported from the server: `getEphemerals` (ZooKeeper 3.6+) lists the
+        // ephemeral nodes *owned by this ZooKeeper session* whose path starts with
+        // `{root}/groups`. Sent after the `sync`, it reads the server's tree after every request
+        // this session sent before the keep-alive, so: a join that returned is listed; a join
+        // whose reply was lost is listed exactly when its create was applied; a leave that
+        // returned is not listed; a member node deleted behind the session's back (another
+        // client, an operator) is not listed; and another session's nodes never are, even one
+        // forged at this session's path (ownership, not the path, decides). If that read alone
+        // fails, whether a membership survived is unknown, and unknown is not lost: the
+        // groups this session joined and has not confirmedly left are reported instead.
         let sync = client.sync(inner.paths.root());
+        let ephemerals = client.list_ephemerals(&inner.paths.groups_prefix());
         let checks: Vec<_> = to_check.iter().map(|n| client.get_data(&inner.paths.lease(n))).collect();
         let res = run_until(
             async move {
                 let synced = sync.await;
-                (synced, join_all(checks).await)
+                let ephemerals = ephemerals.await;
+                (synced, ephemerals, join_all(checks).await)
             },
             deadline,
         );
-        let (synced, checks) = match res {
+        let (synced, ephemerals, checks) = match res {
             Some(r) => r,
             None => {
                 return Err(
@@ -751,6 +774,33 @@ impl LeaseBackend for ZookeeperBackend {
             }
             return Err(f.into_error(&format!("keep-alive of session {session}"), inner.opts.query_timeout));
         }
+        let groups = match ephemerals {
+            Ok(paths) => {
+                let mut groups = BTreeSet::new();
+                for p in paths {
+                    match inner.paths.member_group(&p, session) {
+                        Some(g) => {
+                            groups.insert(g);
+                        }
+                        None => log::debug!("zookeeper session {session}: ignoring ephemeral node {p:?} in the groups"),
+                    }
+                }
+                groups
+            }
+            Err(e) => {
+                let f = Fail::Zk(e);
+                if f.is_session_end() {
+                    log::warn!("zookeeper session {session}: ZooKeeper reports it ended ({f:?})");
+                    s.shut();
+                    return Ok(KeepAlive::Expired);
+                }
+                log::info!(
+                    "zookeeper session {session}: cannot list its member nodes ({f:?}); reporting every group it \
+                     joined and did not leave (unknown is not lost)"
+                );
+                s.joined.lock().iter().cloned().collect()
+            }
+        };
         {
             let mut life = s.life.lock();
             if life.closed {
@@ -787,7 +837,7 @@ impl LeaseBackend for ZookeeperBackend {
         drop(l);
         owned.sort();
         let remaining = lease_duration.min(s.negotiated);
-        Ok(KeepAlive::Alive { remaining, owned })
+        Ok(KeepAlive::Alive { remaining, owned, groups: groups.into_iter().collect() })
     }
 
     fn close_session(&self, session: &SessionId) -> Result<()> {
@@ -980,6 +1030,8 @@ impl LeaseBackend for ZookeeperBackend {
         let deadline = inner.query_deadline();
         let path = inner.paths.member(group, session);
         let what = format!("join of group {group} by session {session}");
+        // Before the create is sent: from now on the membership may exist (see `joined`).
+        s.joined.lock().insert(group.clone());
         match inner.create_ephemeral(&client, &path, s.metadata.as_bytes(), CreateMode::Container, deadline) {
             Ok(Some(_)) => {
                 log::debug!("zookeeper session {session}: joined group {group}");
@@ -1020,6 +1072,7 @@ impl LeaseBackend for ZookeeperBackend {
         let what = format!("leave of group {group} by session {session}");
         match run_until(client.delete(&path, None), inner.query_deadline()) {
             Some(Ok(())) | Some(Err(ZkError::NoNode)) => {
+                s.joined.lock().remove(group);
                 log::debug!("zookeeper session {session}: left group {group}");
                 Ok(())
             }

@@ -38,6 +38,24 @@ impl Paths {
         format!("{}/groups/{group}/{session}", self.base)
     }
 
+    /// `{root}/groups`: the prefix (a plain string prefix on the server) of every member node,
+    /// for `getEphemerals`. It has no trailing `/` because the client rejects such paths; answers
+    /// are filtered with [`Paths::member_group`].
+    pub(crate) fn groups_prefix(&self) -> String {
+        format!("{}/groups", self.base)
+    }
+
+    /// The group of `path` when it is the member node of `session` (`{root}/groups/{group}/{session}`
+    /// with a valid group name); `None` for any other path.
+    pub(crate) fn member_group(&self, path: &str, session: &SessionId) -> Option<Name> {
+        let rest = path.strip_prefix(self.base.as_str())?.strip_prefix("/groups/")?;
+        let (group, child) = rest.split_once('/')?;
+        if child != session.as_str() {
+            return None;
+        }
+        Name::new(group).ok()
+    }
+
     pub(crate) fn session(&self, session: &SessionId) -> String {
         format!("{}/sessions/{session}", self.base)
     }
@@ -85,8 +103,31 @@ mod tests {
         let p = Paths::new("/");
         assert_eq!(p.lease(&n), "/leases/job");
         assert_eq!(p.root(), "/");
+        assert_eq!(p.groups_prefix(), "/groups");
         assert_eq!(parent("/a/b"), Some("/a"));
         assert_eq!(parent("/a"), None);
+    }
+
+    #[test]
+    fn member_group_parses_only_own_member_nodes() {
+        let s = SessionId::from_u64(0x1f);
+        let other = SessionId::from_u64(0x2f);
+        for root in ["/simba", "/"] {
+            let p = Paths::new(root);
+            let g = Name::new("g.1:x-y_z").unwrap();
+            assert!(p.member(&g, &s).starts_with(&p.groups_prefix()));
+            assert_eq!(p.member_group(&p.member(&g, &s), &s), Some(g.clone()), "{root}");
+            assert_eq!(p.member_group(&p.member(&g, &other), &s), None);
+            assert_eq!(p.member_group(&p.group(&g), &s), None);
+            assert_eq!(p.member_group(&p.lease(&g), &s), None);
+            assert_eq!(p.member_group(&p.session(&s), &s), None);
+            assert_eq!(p.member_group(&format!("{}/{s}/x", p.member(&g, &s)), &s), None);
+            assert_eq!(p.member_group(&format!("{}/groups/../{s}", p.root().trim_end_matches('/')), &s), None);
+        }
+        // A sibling root that shares the prefix is not ours.
+        let p = Paths::new("/simba");
+        assert_eq!(p.member_group(&format!("/simba2/groups/g/{s}"), &s), None);
+        assert_eq!(p.member_group(&format!("/simbagroups/g/{s}"), &s), None);
     }
 
     #[test]
