@@ -6,16 +6,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
-use simba::backend::{Acquire, Holder, KeepAlive, LeaseBackend, Member, SessionGrant};
-use simba::Token;
-use simba::{
-    ErrorKind, LossReason, MemoryBackend, Name, Session, SessionEvent, SessionId, SessionOptions, SessionState,
-};
+use simba::{ErrorKind, LossReason, Name, Session, SessionEvent, SessionOptions, SessionState};
+use support::forward::{Forward, Hook, Op};
 
-/// Wraps the memory backend; once switched, calls block until the process ends.
+mod support;
+
+/// Over the memory backend: once switched, calls block until the process ends.
 #[derive(Debug)]
-struct Hanging {
-    inner: MemoryBackend,
+struct Hang {
     keep_alive: AtomicBool,
     everything: AtomicBool,
     // Never sent on: `recv` blocks forever (the sender lives as long as the backend).
@@ -23,64 +21,20 @@ struct Hanging {
     never_rx: Receiver<()>,
 }
 
-impl Hanging {
-    fn new() -> Arc<Hanging> {
-        let (tx, rx) = crossbeam_channel::bounded(0);
-        Arc::new(Hanging {
-            inner: MemoryBackend::new(),
-            keep_alive: AtomicBool::new(false),
-            everything: AtomicBool::new(false),
-            _never_tx: tx,
-            never_rx: rx,
-        })
-    }
-    fn maybe_hang(&self, keep_alive: bool) {
+impl Hook for Hang {
+    fn before(&self, op: Op) {
+        let keep_alive = op == Op::KeepAlive;
         if self.everything.load(Ordering::SeqCst) || (keep_alive && self.keep_alive.load(Ordering::SeqCst)) {
             let _ = self.never_rx.recv();
         }
     }
 }
 
-impl LeaseBackend for Hanging {
-    fn kind(&self) -> &'static str {
-        "hanging"
-    }
-    fn open_session(&self, d: Duration, m: &str) -> simba::Result<SessionGrant> {
-        self.maybe_hang(false);
-        self.inner.open_session(d, m)
-    }
-    fn keep_alive(&self, s: &SessionId, d: Duration) -> simba::Result<KeepAlive> {
-        self.maybe_hang(true);
-        self.inner.keep_alive(s, d)
-    }
-    fn close_session(&self, s: &SessionId) -> simba::Result<()> {
-        self.maybe_hang(false);
-        self.inner.close_session(s)
-    }
-    fn acquire(&self, s: &SessionId, n: &Name) -> simba::Result<Acquire> {
-        self.maybe_hang(false);
-        self.inner.acquire(s, n)
-    }
-    fn release(&self, s: &SessionId, n: &Name, t: Token) -> simba::Result<()> {
-        self.maybe_hang(false);
-        self.inner.release(s, n, t)
-    }
-    fn holder(&self, n: &Name) -> simba::Result<Option<Holder>> {
-        self.maybe_hang(false);
-        self.inner.holder(n)
-    }
-    fn join(&self, s: &SessionId, g: &Name) -> simba::Result<()> {
-        self.maybe_hang(false);
-        self.inner.join(s, g)
-    }
-    fn leave(&self, s: &SessionId, g: &Name) -> simba::Result<()> {
-        self.maybe_hang(false);
-        self.inner.leave(s, g)
-    }
-    fn members(&self, g: &Name) -> simba::Result<Vec<Member>> {
-        self.maybe_hang(false);
-        self.inner.members(g)
-    }
+fn hanging() -> Arc<Forward<Hang>> {
+    let (tx, rx) = crossbeam_channel::bounded(0);
+    let hang =
+        Hang { keep_alive: AtomicBool::new(false), everything: AtomicBool::new(false), _never_tx: tx, never_rx: rx };
+    Forward::memory("hanging", hang)
 }
 
 fn options() -> SessionOptions {
@@ -96,7 +50,7 @@ const SLACK: Duration = Duration::from_millis(400);
 
 #[test]
 fn hung_keep_alive_never_delays_loss_detection() {
-    let backend = Hanging::new();
+    let backend = hanging();
     let session = Session::open(backend.clone(), options()).unwrap();
     let events = session.events();
     let lease = session.lock("job").unwrap();
@@ -104,7 +58,7 @@ fn hung_keep_alive_never_delays_loss_detection() {
     std::thread::sleep(Duration::from_millis(600));
     assert_eq!(lease.token().unwrap(), token, "renewals keep it");
 
-    backend.keep_alive.store(true, Ordering::SeqCst);
+    backend.hook.keep_alive.store(true, Ordering::SeqCst);
     let hung_at = Instant::now();
     // The local deadline can only move forward by a keep-alive sent before the hang; it is at most
     // one lease (minus drift) after the hang started.
@@ -135,10 +89,10 @@ fn hung_keep_alive_never_delays_loss_detection() {
 
 #[test]
 fn token_fails_at_the_deadline_even_before_any_event() {
-    let backend = Hanging::new();
+    let backend = hanging();
     let session = Session::open(backend.clone(), options()).unwrap();
     let lease = session.lock("job").unwrap();
-    backend.keep_alive.store(true, Ordering::SeqCst);
+    backend.hook.keep_alive.store(true, Ordering::SeqCst);
     let remaining = lease.remaining().expect("held");
     let deadline = Instant::now() + remaining;
     // token() judges against the deadline itself, so it flips exactly there.
@@ -152,10 +106,10 @@ fn token_fails_at_the_deadline_even_before_any_event() {
 
 #[test]
 fn hung_calls_are_abandoned_at_their_timeouts() {
-    let backend = Hanging::new();
+    let backend = hanging();
     let session = Session::open(backend.clone(), options()).unwrap();
     let held = session.lock("held").unwrap();
-    backend.everything.store(true, Ordering::SeqCst);
+    backend.hook.everything.store(true, Ordering::SeqCst);
     let qt = session.options().query_timeout();
 
     let start = Instant::now();
@@ -184,87 +138,43 @@ fn hung_calls_are_abandoned_at_their_timeouts() {
 
 #[test]
 fn opening_against_a_hung_backend_times_out() {
-    let backend = Hanging::new();
-    backend.everything.store(true, Ordering::SeqCst);
+    let backend = hanging();
+    backend.hook.everything.store(true, Ordering::SeqCst);
     let start = Instant::now();
     let e = Session::open(backend, options()).unwrap_err();
     assert_eq!(e.kind(), ErrorKind::Timeout);
     assert!(start.elapsed() < Duration::from_millis(250) + SLACK);
 }
 
-/// Wraps the memory backend with a chosen [`LeaseBackend::call_bound`], records the thread of
+/// Over the memory backend with a chosen [`LeaseBackend::call_bound`]: records the thread of
 /// every call, and can make acquires slower than the bound it claims.
-#[derive(Debug)]
-struct Recording {
-    inner: MemoryBackend,
-    bound: Option<Duration>,
+#[derive(Debug, Default)]
+struct Record {
     acquire_delay: parking_lot::Mutex<Duration>,
-    calls: parking_lot::Mutex<Vec<(&'static str, std::thread::ThreadId)>>,
+    calls: parking_lot::Mutex<Vec<(Op, std::thread::ThreadId)>>,
 }
 
-impl Recording {
-    fn new(bound: Option<Duration>) -> Arc<Recording> {
-        Arc::new(Recording {
-            inner: MemoryBackend::new(),
-            bound,
-            acquire_delay: parking_lot::Mutex::new(Duration::ZERO),
-            calls: parking_lot::Mutex::new(Vec::new()),
-        })
-    }
-    fn record(&self, what: &'static str) {
-        self.calls.lock().push((what, std::thread::current().id()));
-    }
-    /// Threads the calls named `what` ran on.
-    fn threads(&self, what: &str) -> Vec<std::thread::ThreadId> {
-        self.calls.lock().iter().filter(|(w, _)| *w == what).map(|(_, t)| *t).collect()
+impl Hook for Record {
+    fn before(&self, op: Op) {
+        self.calls.lock().push((op, std::thread::current().id()));
+        if op == Op::Acquire {
+            let delay = *self.acquire_delay.lock();
+            std::thread::sleep(delay);
+        }
     }
 }
 
-impl LeaseBackend for Recording {
-    fn kind(&self) -> &'static str {
-        "recording"
+impl Record {
+    /// Threads the calls `op` ran on.
+    fn threads(&self, op: Op) -> Vec<std::thread::ThreadId> {
+        self.calls.lock().iter().filter(|(o, _)| *o == op).map(|(_, t)| *t).collect()
     }
-    fn call_bound(&self) -> Option<Duration> {
-        self.bound
-    }
-    fn open_session(&self, d: Duration, m: &str) -> simba::Result<SessionGrant> {
-        self.record("open_session");
-        self.inner.open_session(d, m)
-    }
-    fn keep_alive(&self, s: &SessionId, d: Duration) -> simba::Result<KeepAlive> {
-        self.record("keep_alive");
-        self.inner.keep_alive(s, d)
-    }
-    fn close_session(&self, s: &SessionId) -> simba::Result<()> {
-        self.record("close_session");
-        self.inner.close_session(s)
-    }
-    fn acquire(&self, s: &SessionId, n: &Name) -> simba::Result<Acquire> {
-        self.record("acquire");
-        let delay = *self.acquire_delay.lock();
-        std::thread::sleep(delay);
-        self.inner.acquire(s, n)
-    }
-    fn release(&self, s: &SessionId, n: &Name, t: Token) -> simba::Result<()> {
-        self.record("release");
-        self.inner.release(s, n, t)
-    }
-    fn holder(&self, n: &Name) -> simba::Result<Option<Holder>> {
-        self.record("holder");
-        self.inner.holder(n)
-    }
-    fn join(&self, s: &SessionId, g: &Name) -> simba::Result<()> {
-        self.record("join");
-        self.inner.join(s, g)
-    }
-    fn leave(&self, s: &SessionId, g: &Name) -> simba::Result<()> {
-        self.record("leave");
-        self.inner.leave(s, g)
-    }
-    fn members(&self, g: &Name) -> simba::Result<Vec<Member>> {
-        self.record("members");
-        self.inner.members(g)
-    }
+}
+
+type Recording = Forward<Record>;
+
+fn recording(bound: Option<Duration>) -> Arc<Recording> {
+    Forward::memory_bounded("recording", bound, Record::default())
 }
 
 /// Runs the user-thread calls once: try_lock, lock, release, leader, join, members, leave, close.
@@ -283,33 +193,33 @@ fn user_calls(backend: Arc<Recording>) {
     session.close().unwrap();
 }
 
-const USER_CALLS: [&str; 7] = ["acquire", "release", "holder", "join", "members", "leave", "close_session"];
+const USER_CALLS: [Op; 7] = [Op::Acquire, Op::Release, Op::Holder, Op::Join, Op::Members, Op::Leave, Op::CloseSession];
 
 #[test]
 fn a_backend_that_bounds_its_calls_runs_user_calls_on_the_callers_thread() {
-    let backend = Recording::new(Some(Duration::from_millis(100)));
+    let backend = recording(Some(Duration::from_millis(100)));
     user_calls(backend.clone());
     let me = std::thread::current().id();
     for what in USER_CALLS {
-        let threads = backend.threads(what);
-        assert!(!threads.is_empty(), "no {what} call");
-        assert!(threads.iter().all(|t| *t == me), "{what} ran on another thread");
+        let threads = backend.hook.threads(what);
+        assert!(!threads.is_empty(), "no {what:?} call");
+        assert!(threads.iter().all(|t| *t == me), "{what:?} ran on another thread");
     }
     // Keep-alives never run on a user's thread (nor on the renewal thread's timer): on workers.
-    let keep_alives = backend.threads("keep_alive");
+    let keep_alives = backend.hook.threads(Op::KeepAlive);
     assert!(!keep_alives.is_empty(), "no keep-alive in 600 ms");
     assert!(keep_alives.iter().all(|t| *t != me));
 }
 
 #[test]
 fn a_backend_without_a_bound_runs_every_call_on_a_worker() {
-    let backend = Recording::new(None);
+    let backend = recording(None);
     user_calls(backend.clone());
     let me = std::thread::current().id();
-    for what in USER_CALLS.iter().chain(&["keep_alive", "open_session"]) {
-        let threads = backend.threads(what);
-        assert!(!threads.is_empty(), "no {what} call");
-        assert!(threads.iter().all(|t| *t != me), "{what} ran on the caller's thread");
+    for what in USER_CALLS.into_iter().chain([Op::KeepAlive, Op::OpenSession]) {
+        let threads = backend.hook.threads(what);
+        assert!(!threads.is_empty(), "no {what:?} call");
+        assert!(threads.iter().all(|t| *t != me), "{what:?} ran on the caller's thread");
     }
 }
 
@@ -317,24 +227,24 @@ fn a_backend_without_a_bound_runs_every_call_on_a_worker() {
 fn a_bound_longer_than_the_callers_time_runs_on_a_worker() {
     // The bound (1 h) exceeds the query timeout (250 ms) and every deadline here: the engine cannot
     // wait that long on the caller's thread, so the calls go to workers and are abandoned on time.
-    let backend = Recording::new(Some(Duration::from_secs(3600)));
+    let backend = recording(Some(Duration::from_secs(3600)));
     let session = Session::open(backend.clone(), options()).unwrap();
-    *backend.acquire_delay.lock() = Duration::from_secs(2);
+    *backend.hook.acquire_delay.lock() = Duration::from_secs(2);
     let qt = session.options().query_timeout();
     let start = Instant::now();
     let e = session.try_lock("slow").unwrap_err();
     assert_eq!(e.kind(), ErrorKind::Timeout, "{e}");
     assert!(start.elapsed() < qt + SLACK);
     let me = std::thread::current().id();
-    assert!(backend.threads("acquire").iter().all(|t| *t != me));
+    assert!(backend.hook.threads(Op::Acquire).iter().all(|t| *t != me));
     // A short lock_timeout also runs on a worker even with a bound that fits the query timeout.
-    let backend = Recording::new(Some(qt));
+    let backend = recording(Some(qt));
     let session = Session::open(backend.clone(), options()).unwrap();
-    *backend.acquire_delay.lock() = Duration::from_secs(2);
+    *backend.hook.acquire_delay.lock() = Duration::from_secs(2);
     let start = Instant::now();
     assert!(session.lock_timeout("slow", Duration::from_millis(50)).unwrap().is_none());
     assert!(start.elapsed() < Duration::from_millis(50) + SLACK);
-    assert!(backend.threads("acquire").iter().all(|t| *t != me));
+    assert!(backend.hook.threads(Op::Acquire).iter().all(|t| *t != me));
 }
 
 #[test]
@@ -342,12 +252,12 @@ fn an_inline_acquire_that_overruns_its_deadline_is_undone() {
     // The backend claims 50 ms but its acquire takes 600 ms, past the query timeout (250 ms): the
     // caller gets Timeout, exactly as from an abandoned worker call, and the term it took on the
     // backend is released rather than adopted.
-    let backend = Recording::new(Some(Duration::from_millis(50)));
+    let backend = recording(Some(Duration::from_millis(50)));
     let session = Session::open(backend.clone(), options()).unwrap();
-    *backend.acquire_delay.lock() = Duration::from_millis(600);
+    *backend.hook.acquire_delay.lock() = Duration::from_millis(600);
     let e = session.try_lock("late").unwrap_err();
     assert_eq!(e.kind(), ErrorKind::Timeout, "{e}");
-    assert_eq!(backend.threads("acquire"), vec![std::thread::current().id()]);
+    assert_eq!(backend.hook.threads(Op::Acquire), vec![std::thread::current().id()]);
     let name = Name::new("late").unwrap();
     // The undo is a background release: wait for it (generously), then the name is free.
     let until = Instant::now() + Duration::from_secs(10);
@@ -355,52 +265,25 @@ fn an_inline_acquire_that_overruns_its_deadline_is_undone() {
         assert!(Instant::now() < until, "the late term was never released");
         std::thread::sleep(Duration::from_millis(5));
     }
-    assert!(backend.threads("release").iter().all(|t| *t != std::thread::current().id()));
+    assert!(backend.hook.threads(Op::Release).iter().all(|t| *t != std::thread::current().id()));
     // Nothing of it is held locally, and the name can be taken again.
-    *backend.acquire_delay.lock() = Duration::ZERO;
+    *backend.hook.acquire_delay.lock() = Duration::ZERO;
     let lease = session.try_lock("late").unwrap().expect("free again");
     assert!(lease.token().is_ok());
 }
 
-/// The memory backend whose `leave` waits for the test to open a gate (one leave per message).
+/// Over the memory backend: `leave` waits for the test to open a gate (one leave per message).
 #[derive(Debug)]
-struct GatedLeave {
-    inner: MemoryBackend,
-    gate_tx: Sender<()>,
-    gate_rx: Receiver<()>,
+struct LeaveGate {
+    tx: Sender<()>,
+    rx: Receiver<()>,
 }
 
-impl LeaseBackend for GatedLeave {
-    fn kind(&self) -> &'static str {
-        "gated-leave"
-    }
-    fn open_session(&self, d: Duration, m: &str) -> simba::Result<SessionGrant> {
-        self.inner.open_session(d, m)
-    }
-    fn keep_alive(&self, s: &SessionId, d: Duration) -> simba::Result<KeepAlive> {
-        self.inner.keep_alive(s, d)
-    }
-    fn close_session(&self, s: &SessionId) -> simba::Result<()> {
-        self.inner.close_session(s)
-    }
-    fn acquire(&self, s: &SessionId, n: &Name) -> simba::Result<Acquire> {
-        self.inner.acquire(s, n)
-    }
-    fn release(&self, s: &SessionId, n: &Name, t: Token) -> simba::Result<()> {
-        self.inner.release(s, n, t)
-    }
-    fn holder(&self, n: &Name) -> simba::Result<Option<Holder>> {
-        self.inner.holder(n)
-    }
-    fn join(&self, s: &SessionId, g: &Name) -> simba::Result<()> {
-        self.inner.join(s, g)
-    }
-    fn leave(&self, s: &SessionId, g: &Name) -> simba::Result<()> {
-        let _ = self.gate_rx.recv_timeout(Duration::from_secs(30));
-        self.inner.leave(s, g)
-    }
-    fn members(&self, g: &Name) -> simba::Result<Vec<Member>> {
-        self.inner.members(g)
+impl Hook for LeaveGate {
+    fn before(&self, op: Op) {
+        if op == Op::Leave {
+            let _ = self.rx.recv_timeout(Duration::from_secs(30));
+        }
     }
 }
 
@@ -408,8 +291,8 @@ impl LeaseBackend for GatedLeave {
 /// re-join of the same group and undo it (simulation finding 3): the join waits for it.
 #[test]
 fn a_rejoin_waits_for_the_leave_in_flight() {
-    let (gate_tx, gate_rx) = crossbeam_channel::unbounded();
-    let backend = Arc::new(GatedLeave { inner: MemoryBackend::new(), gate_tx, gate_rx });
+    let (tx, rx) = crossbeam_channel::unbounded();
+    let backend = Forward::memory("gated-leave", LeaveGate { tx, rx });
     let session = Arc::new(Session::open(backend.clone(), options()).unwrap());
     let group = Name::new("workers").unwrap();
     let first = session.join(&group).unwrap();
@@ -435,11 +318,11 @@ fn a_rejoin_waits_for_the_leave_in_flight() {
         r
     });
     assert!(done_rx.recv_timeout(Duration::from_millis(300)).is_err(), "the re-join overtook the leave");
-    backend.gate_tx.send(()).unwrap();
+    backend.hook.tx.send(()).unwrap();
     done_rx.recv_timeout(Duration::from_secs(20)).expect("the re-join finishes once the leave returned");
     let membership = joiner.join().unwrap().unwrap();
     let members = session.members(&group).unwrap();
     assert_eq!(members.iter().map(|m| m.session.clone()).collect::<Vec<_>>(), vec![session.id().clone()]);
     drop(membership);
-    backend.gate_tx.send(()).unwrap();
+    backend.hook.tx.send(()).unwrap();
 }

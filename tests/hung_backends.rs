@@ -16,8 +16,7 @@ use std::time::{Duration, Instant};
 use simba::{ErrorKind, LeaseBackend, LossReason, Name, Session, SessionEvent, SessionOptions, SessionState};
 use support::proxy::Proxy;
 
-#[allow(unused_imports)]
-use on_thread::OnThread;
+use support::forward::{Forward, Hook, Op};
 
 const SLACK: Duration = Duration::from_millis(500);
 
@@ -151,16 +150,16 @@ fn user_calls_return_on_time(backend: Arc<OnThread>, hang: impl FnOnce(), expect
     // `lock` retries transient failures (a slow first connection on a loaded machine).
     let lease = session.lock(support::unique("hung")).unwrap();
     let me = std::thread::current().id();
-    assert_eq!(backend.ran_on_caller(me), expect_inline);
+    assert_eq!(backend.hook.ran_on_caller(me), expect_inline);
     hang();
-    backend.forget_threads();
+    backend.hook.forget();
 
     let start = Instant::now();
     let e = session.try_lock(support::unique("hung")).unwrap_err();
     let took = start.elapsed();
     assert!(matches!(e.kind(), ErrorKind::Timeout | ErrorKind::Unavailable), "{e}");
     assert!(took < qt + SLACK, "try_lock took {took:?} against a hung backend");
-    assert_eq!(backend.ran_on_caller(me), expect_inline, "where the acquire ran");
+    assert_eq!(backend.hook.ran_on_caller(me), expect_inline, "where the acquire ran");
 
     let start = Instant::now();
     let e = lease.release().unwrap_err();
@@ -179,88 +178,41 @@ fn user_calls_return_on_time(backend: Arc<OnThread>, hang: impl FnOnce(), expect
     assert!(start.elapsed() < Duration::from_millis(500), "dropping blocked on the hung backend");
 }
 
-mod on_thread {
-    use std::sync::Arc;
-    use std::thread::ThreadId;
-    use std::time::Duration;
+/// Records the threads acquires run on.
+#[derive(Debug, Default)]
+struct AcquireThreads(parking_lot::Mutex<Vec<std::thread::ThreadId>>);
 
-    use crossbeam_channel::Sender;
-    use parking_lot::Mutex;
-    use simba::backend::{Acquire, Capabilities, Holder, KeepAlive, Member, Notification, SessionGrant, Topic};
-    use simba::{LeaseBackend, Name, SessionId, Token};
-
-    /// Forwards every call to a real backend, `call_bound` included, and records the threads its
-    /// acquires, releases and member reads run on.
-    #[derive(Debug)]
-    pub struct OnThread {
-        inner: Arc<dyn LeaseBackend>,
-        threads: Mutex<Vec<ThreadId>>,
-    }
-
-    #[allow(dead_code)]
-    impl OnThread {
-        pub fn wrap(inner: Arc<dyn LeaseBackend>) -> Arc<OnThread> {
-            Arc::new(OnThread { inner, threads: Mutex::new(Vec::new()) })
-        }
-        fn record(&self) {
-            self.threads.lock().push(std::thread::current().id());
-        }
-        pub fn forget_threads(&self) {
-            self.threads.lock().clear();
-        }
-        /// True when every recorded call ran on `caller`, false when none did (panics when mixed
-        /// or none was recorded).
-        pub fn ran_on_caller(&self, caller: ThreadId) -> bool {
-            let t = self.threads.lock();
-            assert!(!t.is_empty(), "no call recorded");
-            let on = t.iter().filter(|x| **x == caller).count();
-            assert!(on == 0 || on == t.len(), "calls ran on mixed threads");
-            on == t.len()
+impl Hook for AcquireThreads {
+    fn before(&self, op: Op) {
+        if op == Op::Acquire {
+            self.0.lock().push(std::thread::current().id());
         }
     }
+}
 
-    impl LeaseBackend for OnThread {
-        fn kind(&self) -> &'static str {
-            self.inner.kind()
-        }
-        fn call_bound(&self) -> Option<Duration> {
-            self.inner.call_bound()
-        }
-        fn open_session(&self, d: Duration, m: &str) -> simba::Result<SessionGrant> {
-            self.inner.open_session(d, m)
-        }
-        fn keep_alive(&self, s: &SessionId, d: Duration) -> simba::Result<KeepAlive> {
-            self.inner.keep_alive(s, d)
-        }
-        fn close_session(&self, s: &SessionId) -> simba::Result<()> {
-            self.inner.close_session(s)
-        }
-        fn acquire(&self, s: &SessionId, n: &Name) -> simba::Result<Acquire> {
-            self.record();
-            self.inner.acquire(s, n)
-        }
-        fn release(&self, s: &SessionId, n: &Name, t: Token) -> simba::Result<()> {
-            self.inner.release(s, n, t)
-        }
-        fn holder(&self, n: &Name) -> simba::Result<Option<Holder>> {
-            self.inner.holder(n)
-        }
-        fn join(&self, s: &SessionId, g: &Name) -> simba::Result<()> {
-            self.inner.join(s, g)
-        }
-        fn leave(&self, s: &SessionId, g: &Name) -> simba::Result<()> {
-            self.inner.leave(s, g)
-        }
-        fn members(&self, g: &Name) -> simba::Result<Vec<Member>> {
-            self.inner.members(g)
-        }
-        fn capabilities(&self) -> Capabilities {
-            self.inner.capabilities()
-        }
-        fn watch(&self, topic: &Topic, notify: &Sender<Notification>) -> simba::Result<bool> {
-            self.inner.watch(topic, notify)
-        }
+#[allow(dead_code)]
+impl AcquireThreads {
+    fn forget(&self) {
+        self.0.lock().clear();
     }
+    /// True when every recorded acquire ran on `caller`, false when none did (panics when mixed
+    /// or none was recorded).
+    fn ran_on_caller(&self, caller: std::thread::ThreadId) -> bool {
+        let t = self.0.lock();
+        assert!(!t.is_empty(), "no call recorded");
+        let on = t.iter().filter(|x| **x == caller).count();
+        assert!(on == 0 || on == t.len(), "calls ran on mixed threads");
+        on == t.len()
+    }
+}
+
+/// A real backend (its call bound, capabilities and watches included) whose acquires' threads
+/// are recorded.
+type OnThread = Forward<AcquireThreads>;
+
+#[allow(dead_code)]
+fn on_thread(backend: Arc<dyn LeaseBackend>) -> Arc<OnThread> {
+    Forward::inheriting(backend, AcquireThreads::default())
 }
 
 #[cfg(feature = "postgres")]
@@ -290,7 +242,7 @@ fn postgres_paused_server_user_calls_are_abandoned_at_the_query_timeout() {
         }
     }
     let probe = backend.clone();
-    let wrapped = OnThread::wrap(backend);
+    let wrapped = on_thread(backend);
     let mut resume = Resume(Vec::new());
     user_calls_return_on_time(
         wrapped,
@@ -321,5 +273,5 @@ fn redis_stalled_connection_user_calls_run_inline_and_return_by_themselves() {
     let opts = RedisOptions::builder().query_timeout(Duration::from_millis(500)).build().unwrap();
     let backend = Arc::new(RedisBackend::connect(&url, opts).unwrap());
     assert_eq!(backend.call_bound(), Some(Duration::from_millis(500)));
-    user_calls_return_on_time(OnThread::wrap(backend), || proxy.stall(), true);
+    user_calls_return_on_time(on_thread(backend), || proxy.stall(), true);
 }

@@ -7,6 +7,7 @@
 use std::net::{TcpStream, ToSocketAddrs};
 use std::time::Duration;
 
+pub mod forward;
 pub mod proxy;
 pub mod server;
 #[cfg(any(feature = "postgres", feature = "mysql"))]

@@ -1,0 +1,121 @@
+//! A test backend that forwards every SPI call to another backend after a hook: the doubles that
+//! observe, delay or hang calls (engine_faults.rs, hung_backends.rs) write only their hook.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crossbeam_channel::Sender;
+use simba::backend::{
+    Acquire, Capabilities, Holder, KeepAlive, LeaseBackend, Member, Notification, SessionGrant, Topic,
+};
+use simba::{MemoryBackend, Name, SessionId, Token};
+
+/// The SPI call about to be forwarded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Op {
+    OpenSession,
+    KeepAlive,
+    CloseSession,
+    Acquire,
+    Release,
+    Holder,
+    Join,
+    Leave,
+    Members,
+    Watch,
+}
+
+/// Runs on the calling thread before each forwarded call.
+pub trait Hook: Send + Sync + fmt::Debug + 'static {
+    fn before(&self, op: Op);
+}
+
+/// Forwards to `inner` after `hook.before(op)`. Reports `kind`; `call_bound` and push
+/// capabilities are the inner backend's only when asked for ([`Forward::inheriting`]).
+#[derive(Debug)]
+pub struct Forward<H> {
+    pub inner: Arc<dyn LeaseBackend>,
+    pub hook: H,
+    kind: &'static str,
+    call_bound: Option<Duration>,
+    inherit: bool,
+}
+
+impl<H: Hook> Forward<H> {
+    /// Over a fresh memory backend, with no call bound and no push (candidates poll).
+    pub fn memory(kind: &'static str, hook: H) -> Arc<Forward<H>> {
+        Arc::new(Forward { inner: Arc::new(MemoryBackend::new()), hook, kind, call_bound: None, inherit: false })
+    }
+
+    /// Over a fresh memory backend, declaring `bound` as its call bound (no push).
+    pub fn memory_bounded(kind: &'static str, bound: Option<Duration>, hook: H) -> Arc<Forward<H>> {
+        Arc::new(Forward { inner: Arc::new(MemoryBackend::new()), hook, kind, call_bound: bound, inherit: false })
+    }
+
+    /// Over `inner`, with its kind, call bound, capabilities and watches.
+    pub fn inheriting(inner: Arc<dyn LeaseBackend>, hook: H) -> Arc<Forward<H>> {
+        let kind = inner.kind();
+        let call_bound = inner.call_bound();
+        Arc::new(Forward { inner, hook, kind, call_bound, inherit: true })
+    }
+}
+
+impl<H: Hook> LeaseBackend for Forward<H> {
+    fn kind(&self) -> &'static str {
+        self.kind
+    }
+    fn call_bound(&self) -> Option<Duration> {
+        self.call_bound
+    }
+    fn open_session(&self, d: Duration, m: &str) -> simba::Result<SessionGrant> {
+        self.hook.before(Op::OpenSession);
+        self.inner.open_session(d, m)
+    }
+    fn keep_alive(&self, s: &SessionId, d: Duration) -> simba::Result<KeepAlive> {
+        self.hook.before(Op::KeepAlive);
+        self.inner.keep_alive(s, d)
+    }
+    fn close_session(&self, s: &SessionId) -> simba::Result<()> {
+        self.hook.before(Op::CloseSession);
+        self.inner.close_session(s)
+    }
+    fn acquire(&self, s: &SessionId, n: &Name) -> simba::Result<Acquire> {
+        self.hook.before(Op::Acquire);
+        self.inner.acquire(s, n)
+    }
+    fn release(&self, s: &SessionId, n: &Name, t: Token) -> simba::Result<()> {
+        self.hook.before(Op::Release);
+        self.inner.release(s, n, t)
+    }
+    fn holder(&self, n: &Name) -> simba::Result<Option<Holder>> {
+        self.hook.before(Op::Holder);
+        self.inner.holder(n)
+    }
+    fn join(&self, s: &SessionId, g: &Name) -> simba::Result<()> {
+        self.hook.before(Op::Join);
+        self.inner.join(s, g)
+    }
+    fn leave(&self, s: &SessionId, g: &Name) -> simba::Result<()> {
+        self.hook.before(Op::Leave);
+        self.inner.leave(s, g)
+    }
+    fn members(&self, g: &Name) -> simba::Result<Vec<Member>> {
+        self.hook.before(Op::Members);
+        self.inner.members(g)
+    }
+    fn capabilities(&self) -> Capabilities {
+        if self.inherit {
+            self.inner.capabilities()
+        } else {
+            Capabilities::default()
+        }
+    }
+    fn watch(&self, topic: &Topic, notify: &Sender<Notification>) -> simba::Result<bool> {
+        if !self.inherit {
+            return Ok(false);
+        }
+        self.hook.before(Op::Watch);
+        self.inner.watch(topic, notify)
+    }
+}
