@@ -16,6 +16,8 @@ use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use simba::backend::CheckStatus;
+#[cfg(feature = "mysql")]
+use simba::backends::sql::queries::mysql::KEEP_ALIVE_PROCEDURE;
 use simba::backends::sql::{Dialect, SqlBackend, SqlOptions, PURGE_BATCH};
 use simba::{Acquire, ErrorKind, KeepAlive, LeaseBackend, Name, SessionId, Token};
 
@@ -27,6 +29,10 @@ trait Raw {
     fn session_exists(&mut self, session: &SessionId) -> bool;
     /// Membership rows of a session (alive or not).
     fn member_rows(&mut self, session: &SessionId) -> i64;
+    /// Inserts a membership row behind the backend's back (any text as the group name).
+    fn insert_member(&mut self, group: &str, session: &SessionId);
+    /// Deletes a membership row behind the backend's back; asserts it existed.
+    fn delete_member(&mut self, group: &str, session: &SessionId);
     /// In a connection set to an odd time zone: (the backend's "now" expression, expires_at - now
     /// of `session`).
     fn odd_zone_view(&mut self, session: &SessionId) -> (i64, Option<i64>);
@@ -192,6 +198,20 @@ mod pg {
                 .unwrap()
                 .get(0)
         }
+        fn insert_member(&mut self, group: &str, s: &SessionId) {
+            let n = self
+                .client
+                .execute("insert into simba_member (group_name, session_id) values ($1, $2)", &[&group, &s.as_str()])
+                .unwrap();
+            assert_eq!(n, 1);
+        }
+        fn delete_member(&mut self, group: &str, s: &SessionId) {
+            let n = self
+                .client
+                .execute("delete from simba_member where group_name = $1 and session_id = $2", &[&group, &s.as_str()])
+                .unwrap();
+            assert_eq!(n, 1, "membership ({group}, {s}) existed");
+        }
         fn odd_zone_view(&mut self, s: &SessionId) -> (i64, Option<i64>) {
             let mut c = Client::connect(&self.url, NoTls).unwrap();
             c.batch_execute("set time zone 'Pacific/Chatham'").unwrap();
@@ -303,6 +323,18 @@ mod my {
             let rows: Vec<Row> =
                 self.conn.exec("SELECT COUNT(*) FROM simba_member WHERE session_id = ?", (s.as_str(),)).unwrap();
             i(&rows[0], 0)
+        }
+        fn insert_member(&mut self, group: &str, s: &SessionId) {
+            self.conn
+                .exec_drop("INSERT INTO simba_member (group_name, session_id) VALUES (?, ?)", (group, s.as_str()))
+                .unwrap();
+            assert_eq!(self.conn.affected_rows(), 1);
+        }
+        fn delete_member(&mut self, group: &str, s: &SessionId) {
+            self.conn
+                .exec_drop("DELETE FROM simba_member WHERE group_name = ? AND session_id = ?", (group, s.as_str()))
+                .unwrap();
+            assert_eq!(self.conn.affected_rows(), 1, "membership ({group}, {s}) existed");
         }
         fn odd_zone_view(&mut self, s: &SessionId) -> (i64, Option<i64>) {
             let mut c = Conn::new(self.opts.clone()).unwrap();
@@ -838,17 +870,30 @@ mod cases {
         }
         let group = name(&format!("{p}-group"));
         direct.join(&s, &group).unwrap();
+        let mut groups: Vec<Name> = (0..50).map(|i| name(&format!("{p}-g{i}"))).collect();
+        for g in &groups {
+            direct.join(&s, g).unwrap();
+        }
+        groups.push(group.clone());
+        groups.sort();
         assert!(matches!(b.keep_alive(&s, LONG).unwrap(), KeepAlive::Alive { .. }), "warm-up");
         for i in 0..5 {
             let before = proxy.round_trips();
             let reply = b.keep_alive(&s, LONG).unwrap();
             let trips = proxy.round_trips() - before;
-            let KeepAlive::Alive { remaining, owned, .. } = reply else { panic!("expired") };
-            assert_eq!(trips, 1, "keep-alive {i} with {} leases took {trips} round trips", names.len());
+            let KeepAlive::Alive { remaining, owned, groups: got } = reply else { panic!("expired") };
+            assert_eq!(
+                trips,
+                1,
+                "keep-alive {i} with {} leases and {} groups took {trips} round trips",
+                names.len(),
+                groups.len()
+            );
             assert!(remaining > Duration::from_secs(5) && remaining <= LONG, "{remaining:?}");
             let mut want: Vec<(Name, Token)> = names.iter().map(|n| (n.clone(), Token::new(1).unwrap())).collect();
             want.sort();
             assert_eq!(owned, want, "every lease with its token, sorted");
+            assert_eq!(got, groups, "every group, sorted");
         }
         // A released lease is no longer owned.
         b.release(&s, &names[0], Token::new(1).unwrap()).unwrap();
@@ -873,7 +918,7 @@ mod cases {
         assert_eq!(b.keep_alive(&dead, LONG).unwrap(), KeepAlive::Expired, "never revives");
         let other = direct.open_session(LONG, "rtt-other").unwrap().id;
         assert_eq!(acquired(direct.acquire(&other, &lease).unwrap()), 2, "new term after expiry");
-        assert_eq!(fx.raw.member_rows(&s), 1, "the live session keeps its membership");
+        assert_eq!(fx.raw.member_rows(&s), 51, "the live session keeps its memberships");
         direct.close_session(&other).unwrap();
         b.close_session(&s).unwrap();
     }
@@ -925,6 +970,64 @@ mod cases {
         let one = Token::new(1).unwrap();
         assert_eq!(owned, vec![(names[0].clone(), one), (names[2].clone(), one)]);
         b.close_session(&s).unwrap();
+    }
+
+    /// The groups of a live session's keep-alive (panics when it reports the session expired).
+    pub fn groups_of(b: &SqlBackend, s: &SessionId) -> Vec<Name> {
+        match b.keep_alive(s, LONG).unwrap() {
+            KeepAlive::Alive { remaining, groups, .. } => {
+                assert!(remaining > Duration::from_secs(5), "{remaining:?}");
+                groups
+            }
+            KeepAlive::Expired => panic!("session {s} expired"),
+        }
+    }
+
+    /// The keep-alive reports the session's memberships as the database has them, sorted: what it
+    /// joined and did not leave, no longer a row deleted behind its back, a row inserted behind its
+    /// back, never another session's; a row with a group name that is no valid name is left out
+    /// without disturbing the renewal, the leases or the other groups.
+    pub fn keep_alive_reports_groups(fx: &mut Fx) {
+        let b = &fx.backend;
+        let p = support::unique("groups");
+        let g = |s: &str| name(&format!("{p}-{s}"));
+        let (g1, g2, g3, g4, upper) = (g("g1"), g("g2"), g("g3"), g("g4"), g("G1"));
+        let s = b.open_session(LONG, "groups").unwrap().id;
+        let other = b.open_session(LONG, "other").unwrap().id;
+        assert_eq!(groups_of(b, &s), Vec::<Name>::new(), "no membership yet");
+        b.join(&s, &g2).unwrap();
+        b.join(&s, &g1).unwrap();
+        b.join(&s, &g1).unwrap(); // idempotent: still one membership
+        b.join(&other, &g1).unwrap();
+        b.join(&other, &g3).unwrap();
+        assert_eq!(groups_of(b, &s), vec![g1.clone(), g2.clone()], "joined, sorted");
+        b.leave(&s, &g2).unwrap();
+        assert_eq!(groups_of(b, &s), vec![g1.clone()], "g2 left");
+        b.join(&s, &upper).unwrap();
+        assert_eq!(groups_of(b, &s), vec![upper.clone(), g1.clone()], "case-sensitive, byte order");
+
+        // Behind the backend's back.
+        fx.raw.delete_member(g1.as_str(), &s);
+        assert_eq!(groups_of(b, &s), vec![upper.clone()], "a deleted row is not reported");
+        fx.raw.insert_member(g4.as_str(), &s);
+        assert_eq!(groups_of(b, &s), vec![upper.clone(), g4.clone()], "an inserted row is reported");
+        let lease = g("lease");
+        assert_eq!(acquired(b.acquire(&s, &lease).unwrap()), 1);
+        fx.raw.insert_member(&format!("{p} grüppe €😀"), &s);
+        fx.raw.insert_member("", &s);
+        let KeepAlive::Alive { remaining, owned, groups } = b.keep_alive(&s, LONG).unwrap() else { panic!("expired") };
+        assert!(remaining > Duration::from_secs(5), "{remaining:?}");
+        assert_eq!(owned, vec![(lease.clone(), Token::new(1).unwrap())]);
+        assert_eq!(groups, vec![upper.clone(), g4.clone()], "rows with invalid group names are left out");
+        assert_eq!(fx.raw.member_rows(&s), 4, "and stay in the table");
+
+        // Another session's memberships are its own.
+        assert_eq!(groups_of(b, &other), vec![g1.clone(), g3.clone()]);
+        b.close_session(&s).unwrap();
+        assert_eq!(fx.raw.member_rows(&s), 0, "close deletes every membership row");
+        assert_eq!(groups_of(b, &other), vec![g1, g3], "untouched by the other session's close");
+        b.close_session(&other).unwrap();
+        assert_eq!(b.keep_alive(&other, LONG).unwrap(), KeepAlive::Expired);
     }
 
     /// A connection killed on the server is dropped from the pool (never reused) and the call is
@@ -1089,6 +1192,12 @@ macro_rules! dialect_tests {
 
             #[test]
             #[serial_test::serial($module)]
+            fn keep_alive_reports_groups() {
+                cases::keep_alive_reports_groups(&mut fx());
+            }
+
+            #[test]
+            #[serial_test::serial($module)]
             fn unreachable_server_is_unavailable() {
                 cases::unreachable_server_is_unavailable(&mut fx());
             }
@@ -1110,7 +1219,7 @@ fn mysql_keep_alive_without_the_procedure() {
     let mut iso = make_isolated(Dialect::Mysql, options(Duration::from_secs(5), false));
     let fx = &mut iso.fx;
     let mut admin = ::mysql::Conn::new(::mysql::Opts::from_url(&fx.url).unwrap()).unwrap();
-    admin.query_drop("DROP PROCEDURE simba_keep_alive_v1").unwrap();
+    admin.query_drop(format!("DROP PROCEDURE {KEEP_ALIVE_PROCEDURE}")).unwrap();
     let addr = addr_of(&fx.url);
     let proxy = rtt::CountingProxy::start(&addr);
     let opts = SqlOptions::builder().pool_size(1).auto_purge(false).build().unwrap();
@@ -1118,23 +1227,47 @@ fn mysql_keep_alive_without_the_procedure() {
     let schema = |b: &SqlBackend| b.check().into_iter().find(|c| c.name == "schema").unwrap();
     let warn = schema(&b);
     assert_eq!(warn.status, CheckStatus::Warn, "{warn:?}");
-    assert!(warn.detail.contains("simba_keep_alive_v1"), "{warn:?}");
+    assert!(warn.detail.contains(KEEP_ALIVE_PROCEDURE), "{warn:?}");
 
     let p = support::unique("noproc");
     let (lease, group) = (name(&format!("{p}-lease")), name(&format!("{p}-group")));
+    let (g1, g2, g3) = (name(&format!("{p}-g1")), name(&format!("{p}-g2")), name(&format!("{p}-g3")));
     let s = b.open_session(Duration::from_secs(10), "old schema").unwrap().id;
+    let other = b.open_session(Duration::from_secs(10), "other").unwrap().id;
+    b.join(&other, &g3).unwrap();
     assert_eq!(acquired(b.acquire(&s, &lease).unwrap()), 1);
     let one = Token::new(1).unwrap();
-    for i in 0..4 {
+    for i in 0..6 {
+        match i {
+            1 => b.join(&s, &g2).unwrap(),
+            2 => b.join(&s, &g1).unwrap(),
+            3 => b.leave(&s, &g2).unwrap(),
+            4 => fx.raw.delete_member(g1.as_str(), &s),
+            5 => fx.raw.insert_member(g2.as_str(), &s),
+            _ => {}
+        }
+        let want_groups = match i {
+            1 => vec![g2.clone()],
+            2 => vec![g1.clone(), g2.clone()],
+            3 => vec![g1.clone()],
+            5 => vec![g2.clone()],
+            _ => vec![],
+        };
         let before = proxy.round_trips();
-        let KeepAlive::Alive { owned, .. } = b.keep_alive(&s, Duration::from_secs(10)).unwrap() else {
+        let KeepAlive::Alive { owned, groups, .. } = b.keep_alive(&s, Duration::from_secs(10)).unwrap() else {
             panic!("expired")
         };
+        let trips = proxy.round_trips() - before;
         assert_eq!(owned, vec![(lease.clone(), one)]);
+        assert_eq!(groups, want_groups, "keep-alive {i}: the fallback reports the groups");
         if i > 0 {
-            assert_eq!(proxy.round_trips() - before, 2, "the fallback: UPDATE, then SELECT");
+            assert_eq!(trips, 2, "the fallback: UPDATE, then SELECT");
         }
     }
+    let KeepAlive::Alive { groups, .. } = b.keep_alive(&other, Duration::from_secs(10)).unwrap() else {
+        panic!("expired")
+    };
+    assert_eq!(groups, vec![g3.clone()], "only the session's own memberships");
     let short = Duration::from_millis(300);
     let dead = b.open_session(short, "old schema, dies").unwrap().id;
     b.join(&dead, &group).unwrap();
@@ -1145,11 +1278,63 @@ fn mysql_keep_alive_without_the_procedure() {
 
     b.init_schema().unwrap();
     assert_eq!(schema(&b).status, CheckStatus::Ok);
+    assert!(schema(&b).detail.contains(KEEP_ALIVE_PROCEDURE), "{:?}", schema(&b));
     assert!(matches!(b.keep_alive(&s, Duration::from_secs(10)).unwrap(), KeepAlive::Alive { .. }), "warm-up");
+    b.join(&s, &g1).unwrap();
     let before = proxy.round_trips();
-    let KeepAlive::Alive { owned, .. } = b.keep_alive(&s, Duration::from_secs(10)).unwrap() else { panic!("expired") };
+    let KeepAlive::Alive { owned, groups, .. } = b.keep_alive(&s, Duration::from_secs(10)).unwrap() else {
+        panic!("expired")
+    };
     assert_eq!(owned, vec![(lease.clone(), one)]);
+    assert_eq!(groups, vec![g1.clone(), g2.clone()], "the procedure reports the groups");
     assert_eq!(proxy.round_trips() - before, 1, "the procedure again after init_schema");
+    b.close_session(&s).unwrap();
+    b.close_session(&other).unwrap();
+}
+
+/// MySQL/MariaDB: a database upgraded from a version whose init script created only
+/// `simba_keep_alive_v1` (which returns no groups) is not enough: `check` warns about the new
+/// procedure, the keep-alive falls back (and still reports the groups) until the script runs
+/// again, and the old procedure is left in place for older clients.
+#[cfg(feature = "mysql")]
+#[test]
+#[serial_test::serial(mysql)]
+fn mysql_keep_alive_with_only_the_old_procedure() {
+    use ::mysql::prelude::Queryable;
+    let iso = make_isolated(Dialect::Mysql, options(Duration::from_secs(5), false));
+    let fx = &iso.fx;
+    let mut admin = ::mysql::Conn::new(::mysql::Opts::from_url(&fx.url).unwrap()).unwrap();
+    admin.query_drop(format!("DROP PROCEDURE {KEEP_ALIVE_PROCEDURE}")).unwrap();
+    // The shape of the old procedure: three columns, no groups.
+    admin
+        .query_drop(
+            "CREATE PROCEDURE simba_keep_alive_v1(IN p_session CHAR(32) CHARACTER SET ascii COLLATE ascii_bin, \
+             IN p_lease_ms BIGINT) MODIFIES SQL DATA SQL SECURITY INVOKER \
+             SELECT p_lease_ms, l.name, l.token FROM (SELECT 1 AS one) AS live \
+             LEFT JOIN simba_lease l ON l.session_id = p_session",
+        )
+        .unwrap();
+    let b = &fx.backend;
+    let schema = |b: &SqlBackend| b.check().into_iter().find(|c| c.name == "schema").unwrap();
+    let warn = schema(b);
+    assert_eq!(warn.status, CheckStatus::Warn, "{warn:?}");
+    assert!(warn.detail.contains(KEEP_ALIVE_PROCEDURE), "{warn:?}");
+    let group = name(&support::unique("oldproc"));
+    let s = b.open_session(Duration::from_secs(10), "upgraded").unwrap().id;
+    b.join(&s, &group).unwrap();
+    let KeepAlive::Alive { groups, .. } = b.keep_alive(&s, Duration::from_secs(10)).unwrap() else { panic!("expired") };
+    assert_eq!(groups, vec![group.clone()], "the fallback, not the old procedure");
+    b.init_schema().unwrap();
+    assert_eq!(schema(b).status, CheckStatus::Ok);
+    let KeepAlive::Alive { groups, .. } = b.keep_alive(&s, Duration::from_secs(10)).unwrap() else { panic!("expired") };
+    assert_eq!(groups, vec![group.clone()]);
+    let old: Vec<::mysql::Row> = admin
+        .query(
+            "SELECT routine_name FROM information_schema.routines WHERE routine_schema = DATABASE() \
+             AND routine_name = 'simba_keep_alive_v1'",
+        )
+        .unwrap();
+    assert_eq!(old.len(), 1, "the init script leaves the old procedure alone");
     b.close_session(&s).unwrap();
 }
 
@@ -1187,14 +1372,17 @@ fn mysql_keep_alive_without_execute_privilege() {
     assert_eq!(schema.status, CheckStatus::Warn, "{schema:?}");
 
     let lease = name(&support::unique("noexec"));
+    let group = name(&support::unique("noexec-group"));
     let s = b.open_session(Duration::from_secs(10), "no execute").unwrap().id;
     assert_eq!(acquired(b.acquire(&s, &lease).unwrap()), 1);
+    b.join(&s, &group).unwrap();
     for i in 0..3 {
         let before = proxy.round_trips();
-        let KeepAlive::Alive { owned, .. } = b.keep_alive(&s, Duration::from_secs(10)).unwrap() else {
+        let KeepAlive::Alive { owned, groups, .. } = b.keep_alive(&s, Duration::from_secs(10)).unwrap() else {
             panic!("expired")
         };
         assert_eq!(owned, vec![(lease.clone(), Token::new(1).unwrap())]);
+        assert_eq!(groups, vec![group.clone()]);
         if i > 0 {
             assert_eq!(proxy.round_trips() - before, 2, "the fallback: UPDATE, then SELECT");
         }

@@ -26,24 +26,28 @@ create table if not exists simba_member
     index idx_member_session (session_id)
 );
 
--- The keep-alive in one round trip (CALL simba_keep_alive_v1(session id, lease ms)): renews the
--- session, or deletes it and its memberships when it has expired, and returns one result set:
--- (remaining ms, lease name, token) per owned lease, one row with NULL name/token when it owns
--- none, no row when the session is expired or unknown. With autocommit every statement inside
--- commits on its own and reads a fresh snapshot, so the lease read sees every takeover that
--- committed before the renewal (exactly the two statements the keep-alive used to send).
+-- The keep-alive in one round trip (CALL simba_keep_alive_v2(session id, lease ms)): renews the
+-- session, or deletes it and its memberships when it has expired, and returns one result set of
+-- (remaining ms, lease name, token, group name) rows: one per owned lease (group name NULL) — one
+-- row with NULL name/token/group when it owns none — plus one per group the session is a member
+-- of (lease name and token NULL); no row when the session is expired or unknown. With autocommit
+-- every statement inside commits on its own and reads a fresh snapshot, so the final read sees
+-- every takeover, join and leave that committed before the renewal (exactly the two statements of
+-- the fallback, keep-alive.sql and keep-alive-read.sql).
 -- The name carries a version: a changed body gets a new name, so old and new clients can share a
--- database during a rolling upgrade. Needs MariaDB 10.1.3+ or MySQL 8.0.29+ (IF NOT EXISTS) and
--- the CREATE ROUTINE privilege; without it the backend falls back to two round trips.
+-- database during a rolling upgrade (simba_keep_alive_v1, which did not return the groups, is what
+-- older versions call; this script no longer creates it and never drops it: drop it by hand once
+-- no older client runs). Needs MariaDB 10.1.3+ or MySQL 8.0.29+ (IF NOT EXISTS) and the CREATE
+-- ROUTINE privilege; without it the backend falls back to two round trips.
 -- The mysql client needs the DELIMITER lines; simba schema apply reads them the same way.
 delimiter //
-create procedure if not exists simba_keep_alive_v1(
+create procedure if not exists simba_keep_alive_v2(
     in p_session  char(32) character set ascii collate ascii_bin,
     in p_lease_ms bigint
 )
     modifies sql data
     sql security invoker
-    comment 'Simba keep-alive in one round trip (sql/mysql/init-simba-mysql.sql)'
+    comment 'Simba keep-alive in one round trip, with the groups (sql/mysql/init-simba-mysql.sql)'
 begin
     declare v_remaining bigint default null;
     update simba_session
@@ -62,9 +66,14 @@ begin
         delete from simba_member
         where session_id = p_session;
     end if;
-    select v_remaining, l.name, l.token
+    select v_remaining, l.name, l.token, null
     from (select 1 as one) as live
     left join simba_lease l on l.session_id = p_session
-    where v_remaining is not null;
+    where v_remaining is not null
+    union all
+    select v_remaining, null, null, m.group_name
+    from simba_member m
+    where m.session_id = p_session
+      and v_remaining is not null;
 end//
 delimiter ;

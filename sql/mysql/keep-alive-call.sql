@@ -1,6 +1,8 @@
 -- The keep-alive in one round trip: the stored procedure of init-simba-mysql.sql renews the
--- session (or deletes it when expired) and returns what it owns.
+-- session (or deletes it when expired) and returns what it owns and the groups it is a member of.
 -- ? session id, ? lease duration (ms).
--- One result set: (remaining ms, lease name, token) per owned lease, one row with NULL name/token
--- when the session owns none, no row when it is expired or unknown.
-CALL simba_keep_alive_v1(?, ?)
+-- One result set of (remaining ms, lease name, token, group name) rows, like keep-alive-read.sql:
+-- one per owned lease (group name NULL) — one row with NULL name/token/group when the session
+-- owns none — plus one per membership (lease name and token NULL); no row when it is expired or
+-- unknown.
+CALL simba_keep_alive_v2(?, ?)

@@ -1,4 +1,4 @@
--- Fallback keep-alive, step 1 (only while the procedure simba_keep_alive_v1 of
+-- Fallback keep-alive, step 1 (only while the procedure simba_keep_alive_v2 of
 -- init-simba-mysql.sql is missing or not executable; see keep-alive-call.sql): one UPDATE renews
 -- the session and with it every lease and membership it holds.
 -- ? lease duration (ms), ? session id.

@@ -1,7 +1,9 @@
--- Whether the keep-alive procedure of init-simba-mysql.sql exists in the current database
--- (and this user can see it). 1 or 0.
+-- Whether the keep-alive procedure of init-simba-mysql.sql that this version calls
+-- (simba_keep_alive_v2; an older simba_keep_alive_v1 left by a previous version does not count)
+-- exists in the current database and this user can see it (information_schema lists a routine
+-- only to users with a privilege on it, e.g. EXECUTE). 1 or 0.
 SELECT COUNT(*)
 FROM information_schema.routines
 WHERE routine_schema = DATABASE()
   AND routine_type = 'PROCEDURE'
-  AND routine_name = 'simba_keep_alive_v1'
+  AND routine_name = 'simba_keep_alive_v2'

@@ -268,8 +268,39 @@ pub(crate) enum RawAcquire {
 /// A holder row: session id, token, remaining ms, metadata.
 pub(crate) type RawHolder = (String, i64, i64, String);
 
-/// A keep-alive reply: `None` when expired, else remaining ms and the owned `(name, token)` rows.
-pub(crate) type RawKeepAlive = Option<(i64, Vec<(String, i64)>)>;
+/// What a live session's keep-alive read, before conversion.
+#[derive(Debug, Default)]
+pub(crate) struct RawAlive {
+    /// The session's remaining time (ms).
+    pub(crate) remaining_ms: i64,
+    /// The owned `(lease name, token)` rows.
+    pub(crate) owned: Vec<(String, i64)>,
+    /// The group names of the session's membership rows.
+    pub(crate) groups: Vec<String>,
+}
+
+/// A keep-alive reply: `None` when expired.
+pub(crate) type RawKeepAlive = Option<RawAlive>;
+
+/// One row of a keep-alive result set — `(remaining ms, lease name, token, group name)`, the same
+/// shape on both dialects: a lease row has a name and a token, a membership row a group name, and
+/// a session owning nothing still yields one row of NULLs (for its remaining time) — added to
+/// `alive` (the first row also sets the remaining time).
+pub(crate) fn add_keep_alive_row(
+    alive: &mut Option<RawAlive>,
+    remaining_ms: i64,
+    lease: Option<String>,
+    token: Option<i64>,
+    group: Option<String>,
+) {
+    let alive = alive.get_or_insert_with(|| RawAlive { remaining_ms, ..RawAlive::default() });
+    if let (Some(name), Some(token)) = (lease, token) {
+        alive.owned.push((name, token));
+    }
+    if let Some(group) = group {
+        alive.groups.push(group);
+    }
+}
 
 /// The per-dialect statements. Every method is one bounded call (checkout + statements + retries).
 pub(crate) trait Driver: Send + Sync + 'static {
@@ -500,7 +531,7 @@ impl LeaseBackend for SqlBackend {
     fn keep_alive(&self, session: &SessionId, lease_duration: Duration) -> Result<KeepAlive> {
         let lease_ms = self.lease_ms(lease_duration)?;
         let reply = self.inner.driver.keep_alive(session, lease_ms)?;
-        let Some((remaining_ms, rows)) = reply else {
+        let Some(RawAlive { remaining_ms, owned: rows, groups: group_rows }) = reply else {
             self.inner.leases.lock().remove(session);
             debug!("simba {}: session {session} expired; deleted", self.inner.dialect);
             return Ok(KeepAlive::Expired);
@@ -523,9 +554,23 @@ impl LeaseBackend for SqlBackend {
             }
         }
         owned.sort();
+        let mut groups = Vec::with_capacity(group_rows.len());
+        for group in group_rows {
+            // A membership row whose group name is no valid name (someone else wrote it) is no
+            // group the client can hold: leaving it out never reports a membership lost.
+            match Name::new(&group) {
+                Ok(group) => groups.push(group),
+                Err(_) => warn!(
+                    "simba {}: session {session} is a member of a group with a corrupt name {group:?}; ignored",
+                    self.inner.dialect
+                ),
+            }
+        }
+        groups.sort();
+        groups.dedup();
         let remaining = Duration::from_millis(u64::try_from(remaining_ms).unwrap_or(0)).min(lease_duration);
         self.maybe_purge();
-        Ok(KeepAlive::Alive { remaining, owned })
+        Ok(KeepAlive::Alive { remaining, owned, groups })
     }
 
     fn close_session(&self, session: &SessionId) -> Result<()> {
@@ -625,10 +670,10 @@ impl LeaseBackend for SqlBackend {
                     CheckStatus::Ok,
                     match d {
                         Dialect::Postgres => "simba_session, simba_lease and simba_member exist".into(),
-                        Dialect::Mysql => {
-                            "simba_session, simba_lease, simba_member and the procedure simba_keep_alive_v1 exist"
-                                .into()
-                        }
+                        Dialect::Mysql => format!(
+                            "simba_session, simba_lease, simba_member and the procedure {} exist",
+                            queries::mysql::KEEP_ALIVE_PROCEDURE
+                        ),
                     },
                 )),
                 Ok(Some(routine)) => items.push(item(

@@ -9,11 +9,12 @@
 //! Rows are read as [`mysql::Row`] and converted column by column (`get_opt`), never with typed
 //! helpers that panic on an unexpected type.
 //!
-//! The keep-alive is one `CALL` of the schema's stored procedure (`simba_keep_alive_v1`, created by
-//! `init-simba-mysql.sql`): one round trip. While the procedure is missing (a schema created by an
-//! older version and not re-applied) or not executable by this user, it falls back to the
-//! statements it replaced (two round trips) and tries the procedure again every
-//! [`ROUTINE_RETRY`] or after [`init_schema`](Driver::init_schema).
+//! The keep-alive is one `CALL` of the schema's stored procedure (`simba_keep_alive_v2`, created by
+//! `init-simba-mysql.sql`), which returns the owned leases and the session's groups: one round
+//! trip. While the procedure is missing (a schema created by an older version and not re-applied,
+//! which may hold only the older `simba_keep_alive_v1`) or not executable by this user, it falls
+//! back to the statements it replaced (two round trips, same reply) and tries the procedure again
+//! every [`ROUTINE_RETRY`] or after [`init_schema`](Driver::init_schema).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -25,7 +26,7 @@ use parking_lot::Mutex;
 
 use super::pool::{Fail, SqlPool};
 use super::queries::mysql as q;
-use super::{redact_url, Driver, RawAcquire, RawHolder, RawKeepAlive, SqlOptions};
+use super::{add_keep_alive_row, redact_url, Driver, RawAcquire, RawHolder, RawKeepAlive, SqlOptions};
 use crate::error::{Error, Result};
 use crate::types::{Name, SessionId};
 
@@ -263,9 +264,10 @@ impl MyDriver {
     fn routine_unavailable(&self, e: &mysql::MySqlError) {
         let first = self.routine_missing.lock().replace(Instant::now()).is_none();
         let msg = format!(
-            "{KIND}: the keep-alive procedure simba_keep_alive_v1 is missing or not executable ({e}): keep-alives \
-             take two round trips instead of one; run `simba schema apply` or SqlBackend::init_schema() (needs \
-             the CREATE ROUTINE privilege; callers need EXECUTE)"
+            "{KIND}: the keep-alive procedure {} is missing or not executable ({e}): keep-alives take two round \
+             trips instead of one; run `simba schema apply` or SqlBackend::init_schema() (needs the CREATE \
+             ROUTINE privilege; callers need EXECUTE)",
+            q::KEEP_ALIVE_PROCEDURE
         );
         if first {
             warn!("simba {msg}");
@@ -278,8 +280,9 @@ impl MyDriver {
     /// when the session has expired).
     fn keep_alive_statements(c: &mut MyConn, id: &SessionId, lease_ms: i64, what: &str) -> Result<RawKeepAlive, Fail> {
         c.exec(q::KEEP_ALIVE, (lease_ms, id.as_str()), what)?;
-        // A separate statement: it sees every takeover that committed before the renewal.
-        let rows = c.rows(q::KEEP_ALIVE_READ, (id.as_str(),), what)?;
+        // A separate statement: it sees every takeover, join and leave that committed before the
+        // renewal.
+        let rows = c.rows(q::KEEP_ALIVE_READ, (id.as_str(), id.as_str()), what)?;
         if rows.is_empty() {
             c.exec(q::DELETE_EXPIRED_SESSION, (id.as_str(),), what)?;
             c.exec(q::DELETE_SESSION_MEMBERS, (id.as_str(),), what)?;
@@ -299,22 +302,15 @@ impl MyDriver {
     }
 }
 
-/// A keep-alive result set — `(remaining ms, name, token)` per owned lease, one row with NULL
-/// name and token when none is owned, no row when the session is not alive — as the raw reply.
+/// A keep-alive result set — `(remaining ms, lease name, token, group name)` per owned lease and
+/// per membership, one row of NULLs when there is neither, no row when the session is not alive —
+/// as the raw reply. A value of the wrong type (or a name that is not UTF-8) is a `Backend` error.
 fn keep_alive_reply(rows: &[Row], what: &str) -> Result<RawKeepAlive, Fail> {
-    let Some(first) = rows.first() else {
-        return Ok(None);
-    };
-    let remaining: i64 = col(first, 0, what)?;
-    let mut owned = Vec::with_capacity(rows.len());
+    let mut alive = None;
     for r in rows {
-        let name: Option<String> = col(r, 1, what)?;
-        let token: Option<i64> = col(r, 2, what)?;
-        if let (Some(name), Some(token)) = (name, token) {
-            owned.push((name, token));
-        }
+        add_keep_alive_row(&mut alive, col(r, 0, what)?, col(r, 1, what)?, col(r, 2, what)?, col(r, 3, what)?);
     }
-    Ok(Some((remaining, owned)))
+    Ok(alive)
 }
 
 /// The statements of an init script, as the `mysql` client reads it: comment lines dropped, a
@@ -369,12 +365,13 @@ impl Driver for MyDriver {
                     // cannot create it keeps the two-statement keep-alive instead of failing here.
                     Err(mysql::Error::MySqlError(e))
                         if creates_routine(s)
-                            && (code::ACCESS_DENIED.contains(&e.code) || (e.code == code::PARSE_ERROR && !c.mariadb)) =>
+                            && (code::ACCESS_DENIED.contains(&e.code)
+                                || (e.code == code::PARSE_ERROR && !c.mariadb)) =>
                     {
                         warn!(
-                            "simba {KIND}: cannot create the keep-alive procedure simba_keep_alive_v1 ({e}; MySQL needs \
-                             8.0.29 or later and the CREATE ROUTINE privilege): keep-alives take two round trips \
-                             instead of one"
+                            "simba {KIND}: cannot create the keep-alive procedure {} ({e}; MySQL needs 8.0.29 or \
+                             later and the CREATE ROUTINE privilege): keep-alives take two round trips instead of one",
+                            q::KEEP_ALIVE_PROCEDURE
                         );
                         routine_created = false;
                     }
@@ -565,7 +562,7 @@ impl Driver for MyDriver {
 
     fn missing_routine(&self) -> Result<Option<&'static str>> {
         let present = self.one_i64(q::ROUTINE_CHECK, "check the keep-alive procedure")?;
-        Ok((present == 0).then_some("simba_keep_alive_v1"))
+        Ok((present == 0).then_some(q::KEEP_ALIVE_PROCEDURE))
     }
 
     fn connection_ids(&self) -> Vec<u64> {
@@ -586,9 +583,21 @@ mod tests {
         assert!(s[..3].iter().all(|s| s.starts_with("create table if not exists simba_")), "{s:?}");
         assert!(s[..3].iter().all(|s| s.ends_with(')')), "{s:?}");
         assert!(creates_routine(&s[3]) && !creates_routine(&s[0]), "{}", s[3]);
-        assert!(s[3].contains("simba_keep_alive_v1") && s[3].ends_with("end"), "{}", s[3]);
+        assert!(s[3].contains(q::KEEP_ALIVE_PROCEDURE) && s[3].ends_with("end"), "{}", s[3]);
+        assert!(!s[3].contains("simba_keep_alive_v1"), "the old procedure is not recreated: {}", s[3]);
         assert!(s[3].matches(';').count() >= 4, "the body keeps its statements: {}", s[3]);
         assert!(!s.iter().any(|s| s.to_ascii_lowercase().contains("delimiter")), "{s:?}");
+    }
+
+    /// The procedure the keep-alive calls is the one the init script creates and `check` looks for.
+    #[test]
+    fn one_procedure_name_everywhere() {
+        let sql = |s: &str| s.lines().filter(|l| !l.trim_start().starts_with("--")).collect::<Vec<_>>().join("\n");
+        let call = format!("CALL {}(?, ?)", q::KEEP_ALIVE_PROCEDURE);
+        assert_eq!(sql(q::KEEP_ALIVE_CALL).trim(), call);
+        assert!(sql(q::ROUTINE_CHECK).contains(&format!("routine_name = '{}'", q::KEEP_ALIVE_PROCEDURE)));
+        let create = format!("create procedure if not exists {}(", q::KEEP_ALIVE_PROCEDURE);
+        assert!(sql(q::INIT_SIMBA_MYSQL).contains(&create));
     }
 
     #[test]

@@ -21,7 +21,7 @@ use postgres::{Client, Config, NoTls, Row, Statement};
 
 use super::pool::{Fail, SqlPool};
 use super::queries::postgres as q;
-use super::{redact_url, Driver, RawAcquire, RawHolder, RawKeepAlive, SqlOptions};
+use super::{add_keep_alive_row, redact_url, Driver, RawAcquire, RawHolder, RawKeepAlive, SqlOptions};
 use crate::error::{Error, Result};
 use crate::types::{Name, SessionId};
 
@@ -217,21 +217,20 @@ impl Driver for PgDriver {
         let what = format!("keep-alive of session {id}");
         self.pool.run(&what, |c| {
             // One statement, one round trip: renews (or deletes the expired session) and lists the
-            // owned leases, one row each; no row at all when the session is expired or unknown.
+            // owned leases and the memberships, one row each; no row at all when the session is
+            // expired or unknown.
             let rows = c.query(q::KEEP_ALIVE, &[&id.as_str(), &lease_ms], &what)?;
-            let Some(first) = rows.first() else {
-                return Ok(None);
-            };
-            let remaining: i64 = col(first, 0, &what)?;
-            let mut owned = Vec::with_capacity(rows.len());
+            let mut alive = None;
             for r in &rows {
-                let name: Option<String> = col(r, 1, &what)?;
-                let token: Option<i64> = col(r, 2, &what)?;
-                if let (Some(name), Some(token)) = (name, token) {
-                    owned.push((name, token));
-                }
+                add_keep_alive_row(
+                    &mut alive,
+                    col(r, 0, &what)?,
+                    col(r, 1, &what)?,
+                    col(r, 2, &what)?,
+                    col(r, 3, &what)?,
+                );
             }
-            Ok(Some((remaining, owned)))
+            Ok(alive)
         })
     }
 

@@ -22,7 +22,7 @@ pub mod postgres {
     /// `join.sql`: Adds a live session to a group (idempotent).
     pub const JOIN: &str = include_str!("../../../sql/postgres/join.sql");
     /// `keep-alive.sql`: The keep-alive in one statement: renews the session (or deletes it when
-    /// expired) and returns the leases it owns.
+    /// expired) and returns the leases it owns and the groups it is a member of.
     pub const KEEP_ALIVE: &str = include_str!("../../../sql/postgres/keep-alive.sql");
     /// `leave.sql`: Removes a session from a group (idempotent).
     pub const LEAVE: &str = include_str!("../../../sql/postgres/leave.sql");
@@ -68,10 +68,14 @@ pub mod mysql {
     /// `join.sql`: Adds a live session to a group (idempotent).
     pub const JOIN: &str = include_str!("../../../sql/mysql/join.sql");
     /// `keep-alive-call.sql`: The keep-alive in one round trip: calls the schema's procedure
-    /// `simba_keep_alive_v1`, which renews the session (or deletes it when expired) and returns the
-    /// leases it owns.
+    /// [`KEEP_ALIVE_PROCEDURE`], which renews the session (or deletes it when expired) and returns
+    /// the leases it owns and the groups it is a member of.
     pub const KEEP_ALIVE_CALL: &str = include_str!("../../../sql/mysql/keep-alive-call.sql");
-    /// `keep-alive-read.sql`: Fallback keep-alive step 2: the session's remaining time and the leases it owns.
+    /// The name of the stored procedure [`KEEP_ALIVE_CALL`] calls, created by
+    /// [`INIT_SIMBA_MYSQL`] and looked up by [`ROUTINE_CHECK`] (not SQL text: the name, for messages).
+    pub const KEEP_ALIVE_PROCEDURE: &str = "simba_keep_alive_v2";
+    /// `keep-alive-read.sql`: Fallback keep-alive step 2: the session's remaining time, the leases
+    /// it owns and the groups it is a member of.
     pub const KEEP_ALIVE_READ: &str = include_str!("../../../sql/mysql/keep-alive-read.sql");
     /// `keep-alive.sql`: Fallback keep-alive step 1 (no procedure): the UPDATE that renews a session.
     pub const KEEP_ALIVE: &str = include_str!("../../../sql/mysql/keep-alive.sql");
@@ -93,7 +97,7 @@ pub mod mysql {
     pub const RELEASE_SESSION_LEASES: &str = include_str!("../../../sql/mysql/release-session-leases.sql");
     /// `release.sql`: Frees a lease held by the session, keeping its token.
     pub const RELEASE: &str = include_str!("../../../sql/mysql/release.sql");
-    /// `routine-check.sql`: Whether the keep-alive procedure exists (1 or 0).
+    /// `routine-check.sql`: Whether the keep-alive procedure [`KEEP_ALIVE_PROCEDURE`] exists (1 or 0).
     pub const ROUTINE_CHECK: &str = include_str!("../../../sql/mysql/routine-check.sql");
     /// `schema-check.sql`: Counts the Simba tables present.
     pub const SCHEMA_CHECK: &str = include_str!("../../../sql/mysql/schema-check.sql");
