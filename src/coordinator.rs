@@ -25,6 +25,7 @@ use crate::types::{IntoName, Name, SessionId};
 
 /// What happened to a coordinator's sessions.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum CoordinatorEvent {
     /// A session was opened (the first, or a replacement).
     SessionOpened {

@@ -35,6 +35,7 @@ use crate::types::{IntoName, Name, SessionId, Token};
 /// Something that happened to a session. Sent in order on every receiver from
 /// [`Session::events`]; receivers that fall behind never slow the session down.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum SessionEvent {
     /// A lease is lost; its `token()` already fails.
     LeaseLost {

@@ -149,7 +149,7 @@ fn measure(config: &Config, t: &Target, sessions: usize, window: Duration) -> Be
                 SessionEvent::RenewalFailed { .. } => failed += 1,
                 SessionEvent::Expired => expired += 1,
                 SessionEvent::LeaseLost { .. } => lost += 1,
-                SessionEvent::Closed => {}
+                _ => {}
             }
         }
         held += n.leases.iter().filter(|l| l.is_held()).count();
