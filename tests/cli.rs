@@ -97,7 +97,12 @@ fn wait_output(child: Child, limit: Duration) -> (Output, Duration) {
         Ok(o) => (o.expect("wait for simba"), start.elapsed()),
         Err(_) => {
             let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), nix::sys::signal::Signal::SIGKILL);
-            panic!("simba (pid {pid}) did not exit within {limit:?}");
+            // What simba wrote until then (its command may still hold the pipe: do not wait long).
+            let err = match rx.recv_timeout(Duration::from_secs(5)) {
+                Ok(Ok(o)) => String::from_utf8_lossy(&o.stderr).into_owned(),
+                _ => "(stderr not available: the command still holds it)".to_string(),
+            };
+            panic!("simba (pid {pid}) did not exit within {limit:?}; its stderr:\n{err}");
         }
     }
 }
@@ -127,6 +132,7 @@ fn quit_and_user_signals_reach_the_command() {
         let dir = temp_dir("cli-signals");
         let ready = dir.join("ready");
         let mut child = simba(Some("memory://"))
+            .env("RUST_LOG", "debug")
             .args(["lock", "sig", "--", "sh", "-c"])
             .arg(format!("trap 'exit {exit}' {trap}; echo ready > {}; while :; do sleep 0.05; done", ready.display()))
             .stdout(Stdio::null())
@@ -137,6 +143,7 @@ fn quit_and_user_signals_reach_the_command() {
         nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), sig).unwrap();
         let (o, _) = wait_output(child, Duration::from_secs(20));
         assert_eq!(code(&o), exit, "{sig}: {}", stderr(&o));
+        let _ = fs::remove_dir_all(&dir);
     }
 }
 
