@@ -49,6 +49,8 @@ const OP_SYNC: i32 = 9;
 const OP_AUTH: i32 = 100;
 const OP_SET_WATCHES: i32 = 101;
 const OP_SET_WATCHES2: i32 = 105;
+/// `getEphemerals`: the keep-alive lists the session's member nodes.
+const OP_GET_EPHEMERALS: i32 = 103;
 
 impl Proxy {
     fn start(upstream: &str) -> Proxy {
@@ -379,7 +381,7 @@ fn long_connection_loss_expires_the_session_and_frees_its_leases() {
 
 #[test]
 #[serial(zookeeper)]
-fn keep_alive_sends_one_request_whatever_the_lease_count() {
+fn keep_alive_sends_the_same_two_requests_whatever_the_lease_count() {
     let lease = Duration::from_secs(10);
     let (_direct, proxied, proxy) = pair(Duration::from_secs(5));
     let s = proxied.open_session(lease, "").unwrap().id;
@@ -402,7 +404,11 @@ fn keep_alive_sends_one_request_whatever_the_lease_count() {
             .into_iter()
             .filter(|op| ![OP_PING, OP_AUTH, OP_SET_WATCHES, OP_SET_WATCHES2].contains(op))
             .collect();
-        assert_eq!(sent, vec![OP_SYNC], "keep-alive with {count} leases sent {sent:?}");
+        // The client queues both without waiting for the first reply; whether they leave in one
+        // segment depends on its writer task (on loopback the sync's reply sometimes comes back
+        // before the list is written, seen with a reply-counting proxy), so on the wire this is
+        // one round trip or two.
+        assert_eq!(sent, vec![OP_SYNC, OP_GET_EPHEMERALS], "keep-alive with {count} leases sent {sent:?}");
     }
     proxied.close_session(&s).unwrap();
 }
