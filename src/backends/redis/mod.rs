@@ -29,6 +29,7 @@ mod cluster;
 mod pool;
 mod port;
 mod reply;
+mod router;
 mod scripts;
 mod standalone;
 mod watch;
@@ -51,7 +52,7 @@ use crate::error::{Error, Result};
 use crate::options::DEFAULT_QUERY_TIMEOUT;
 use crate::types::{validate_metadata, Name, SessionId, Token};
 
-/// Default number of pooled connections (standalone) or cluster connections (Cluster).
+/// Default number of pooled connections (standalone), or of pooled connections to each node (Cluster).
 pub const DEFAULT_MAX_CONNECTIONS: usize = 8;
 
 /// What to do when the server's `maxmemory-policy` may evict Simba's keys (`allkeys-*` can evict
@@ -91,7 +92,9 @@ impl RedisOptions {
     pub fn builder() -> RedisOptionsBuilder {
         RedisOptionsBuilder::default()
     }
-    /// Bounds every call: connecting, writing, reading, and the `WAIT` of `wait_replicas`.
+    /// Bounds every call as a whole: waiting for a pooled connection, connecting, writing, reading,
+    /// the `WAIT` of `wait_replicas`, and on Cluster every script of one operation, slot map
+    /// re-reads and redirects ([`LeaseBackend::call_bound`] returns it).
     pub fn query_timeout(&self) -> Duration {
         self.query_timeout
     }
@@ -103,7 +106,7 @@ impl RedisOptions {
     pub fn eviction_check(&self) -> EvictionCheck {
         self.eviction_check
     }
-    /// Most connections open at once (standalone), or cluster connections (Cluster).
+    /// Most connections open at once (standalone), or to each node (Cluster).
     pub fn max_connections(&self) -> usize {
         self.max_connections
     }
@@ -140,8 +143,8 @@ impl RedisOptionsBuilder {
         self.eviction_check = Some(mode);
         self
     }
-    /// Most connections (standalone) or cluster connections (Cluster) open at once (default 8,
-    /// between 1 and 1024).
+    /// Most connections open at once (standalone), or to each node (Cluster) (default 8, between 1
+    /// and 1024).
     #[must_use]
     pub fn max_connections(mut self, n: usize) -> Self {
         self.max_connections = Some(n);
@@ -282,9 +285,19 @@ impl Inner {
         Instant::now() + self.options.query_timeout
     }
 
-    /// A deadline for best-effort clean-up after the main deadline was used up.
+    /// The deadline of a best-effort clean-up step (releasing a term the call will not report):
+    /// the call's own `deadline` while any of it is left, so the clean-up stays within the call's
+    /// bound. Only when the call already ran past its deadline — every I/O step ends by it, so the
+    /// calling thread itself was held up (scheduling, or a wrapper that delays replies) — does the
+    /// clean-up get half a query timeout from now: the call has overrun already, and releasing
+    /// the term at once frees the name for others sooner than the next renewal would.
     pub(crate) fn cleanup_deadline(&self, deadline: Instant) -> Instant {
-        deadline.max(Instant::now() + self.options.query_timeout / 2)
+        let now = Instant::now();
+        if deadline.saturating_duration_since(now) >= Duration::from_millis(1) {
+            deadline
+        } else {
+            now + self.options.query_timeout / 2
+        }
     }
 }
 
@@ -373,11 +386,19 @@ impl LeaseBackend for RedisBackend {
     }
 
     fn call_bound(&self) -> Option<Duration> {
-        // Standalone: every call runs against one deadline of `query_timeout` (pool checkout, connect,
-        // read and write timeouts). Cluster: a fresh cluster connection (made after every failed
-        // call) connects to and PINGs nodes one after another, each with its own timeout and
-        // regardless of that deadline, so a call can take several query timeouts: not bounded.
-        (!self.is_clustered()).then_some(self.inner.options.query_timeout)
+        // Every operation takes one deadline, `query_timeout` from its start, and carries it through
+        // every script it runs (Cluster: the session's slot, then one script per other slot, and
+        // `members`' one call per member). Both scripting ports give each blocking step only the
+        // time left before it: the wait for a pooled connection, a connect (a quarter of the time
+        // left: redis-rs applies the connect timeout again to each of up to four setup replies),
+        // and each command's write and read (its socket timeouts are set to the time left before
+        // every command: `EVALSHA`, `SCRIPT LOAD` on `NOSCRIPT`, `ASKING`, `WAIT`). Cluster routing
+        // is the backend's own (`router.rs`): re-reading the slot map after a failure or a `MOVED`,
+        // and following `MOVED`/`ASK` redirects, are such steps too. A step that would start with
+        // less than a millisecond left is not started. The one exception, a best-effort release
+        // after a reply the calling thread saw only after the deadline, only runs once the call
+        // has already overrun by scheduling (see `Inner::cleanup_deadline`).
+        Some(self.inner.options.query_timeout)
     }
 
     fn capabilities(&self) -> Capabilities {

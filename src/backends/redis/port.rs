@@ -5,21 +5,21 @@
 //! tests) slots in with [`super::RedisBackend::with_scripting`].
 
 use std::fmt;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use redis::cluster::{ClusterClient, ClusterClientBuilder, ClusterConnection};
-use redis::cluster_routing::{MultipleNodeRoutingInfo, Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
-use redis::{Client, Cmd, Connection, ConnectionInfo, ConnectionLike, IntoConnectionInfo, RedisError, Value};
+use redis::{Client, Cmd, Connection, ConnectionInfo, IntoConnectionInfo, RedisError, Value};
 
 use super::pool::Pool;
-use super::scripts::{LuaScript, SCRIPTS};
+use super::router::{addr_of, left, query, Router};
+use super::scripts::LuaScript;
 use crate::error::{Error, ErrorKind, Result};
 
 /// How the Redis backend runs its Lua scripts and the few plain commands it needs.
 ///
-/// Every call is bounded by `deadline`. On Redis Cluster every key of one call hashes to one slot
-/// and the call runs on that slot's master.
+/// Every call must return by its `deadline` (plus scheduling), whatever the servers do: the
+/// backend's [`call_bound`](crate::LeaseBackend::call_bound) (the query timeout) relies on it, and
+/// the engine then runs user calls on the caller's thread. On Redis Cluster every key of one call
+/// hashes to one slot and the call runs on that slot's master.
 pub trait RedisScripting: Send + Sync + fmt::Debug + 'static {
     /// `true` on Redis Cluster: the backend then splits each operation into one call per slot.
     fn is_clustered(&self) -> bool;
@@ -106,52 +106,32 @@ pub(crate) fn redact(url: &str) -> String {
     }
 }
 
-fn left(deadline: Instant, what: &str) -> Result<Duration> {
-    let left = deadline.saturating_duration_since(Instant::now());
-    if left < Duration::from_millis(1) {
-        Err(Error::unavailable(format!("{what}: query timeout reached before the call was sent")))
-    } else {
-        Ok(left)
-    }
-}
-
-fn invocation<'a>(script: &'a LuaScript, keys: &[String], args: &[String]) -> redis::ScriptInvocation<'a> {
-    let mut inv = script.script().prepare_invoke();
-    for k in keys {
-        inv.key(k);
-    }
-    for a in args {
-        inv.arg(a);
-    }
-    inv
-}
-
-fn set_timeouts(con: &impl ConnectionLikeTimeouts, t: Duration) -> redis::RedisResult<()> {
-    con.read_timeout(Some(t))?;
-    con.write_timeout(Some(t))
-}
-
-/// Read/write timeouts of both connection kinds.
-trait ConnectionLikeTimeouts {
-    fn read_timeout(&self, t: Option<Duration>) -> redis::RedisResult<()>;
-    fn write_timeout(&self, t: Option<Duration>) -> redis::RedisResult<()>;
-}
-
-impl ConnectionLikeTimeouts for Connection {
-    fn read_timeout(&self, t: Option<Duration>) -> redis::RedisResult<()> {
-        self.set_read_timeout(t)
-    }
-    fn write_timeout(&self, t: Option<Duration>) -> redis::RedisResult<()> {
-        self.set_write_timeout(t)
-    }
-}
-
-impl ConnectionLikeTimeouts for ClusterConnection {
-    fn read_timeout(&self, t: Option<Duration>) -> redis::RedisResult<()> {
-        self.set_read_timeout(t)
-    }
-    fn write_timeout(&self, t: Option<Duration>) -> redis::RedisResult<()> {
-        self.set_write_timeout(t)
+/// `EVALSHA` of `script` (after `ASKING` when `asking`), loading the script and trying again on
+/// `NOSCRIPT`. Every command gets only the time left before `deadline`.
+fn run_script(
+    con: &mut Connection,
+    script: &LuaScript,
+    keys: &[String],
+    args: &[String],
+    asking: bool,
+    deadline: Instant,
+) -> redis::RedisResult<Value> {
+    let mut cmd = redis::cmd("EVALSHA");
+    cmd.arg(script.sha()).arg(keys.len()).arg(keys).arg(args);
+    let send = |con: &mut Connection| {
+        if asking {
+            query(con, &redis::cmd("ASKING"), deadline)?;
+        }
+        query(con, &cmd, deadline)
+    };
+    match send(con) {
+        Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
+            let mut load = redis::cmd("SCRIPT");
+            load.arg("LOAD").arg(script.code());
+            query(con, &load, deadline)?;
+            send(con)
+        }
+        other => other,
     }
 }
 
@@ -159,7 +139,7 @@ impl ConnectionLikeTimeouts for ClusterConnection {
 /// `CLIENT SETINFO`). It applies its connect timeout to the TCP connect and then again to each of
 /// those replies, reading every one even after one timed out (against a stalled server a connect
 /// with timeout `t` took 2 × `t`), so a connect gets this share of the time left to stay within it.
-const SETUP_REPLIES: u32 = 4;
+pub(crate) const SETUP_REPLIES: u32 = 4;
 
 /// Scripts on one Redis server (standalone, or the primary of a replicated pair) through a small
 /// pool of connections. A connection that saw an I/O error or timeout is closed, never reused.
@@ -196,9 +176,8 @@ impl StandaloneScripting {
                     .map_err(|e| map_err(e, format!("cannot connect to redis at {}", self.target)))
             })?;
             let reused = con.reused();
-            let t = left(deadline, what)?;
-            let result = set_timeouts(&*con, t).and_then(|()| f(&mut con, deadline));
-            match result {
+            left(deadline, what)?;
+            match f(&mut con, deadline) {
                 Ok(v) => return Ok(v),
                 Err(e) => {
                     // An idle pooled connection the server closed (restart, idle timeout) fails at
@@ -231,8 +210,7 @@ impl RedisScripting for StandaloneScripting {
     }
 
     fn eval(&self, script: &LuaScript, keys: &[String], args: &[String], deadline: Instant) -> Result<Value> {
-        let inv = invocation(script, keys, args);
-        self.run(deadline, script.name(), |con, _| inv.invoke::<Value>(con))
+        self.run(deadline, script.name(), |con, deadline| run_script(con, script, keys, args, false, deadline))
     }
 
     fn eval_and_wait(
@@ -243,9 +221,8 @@ impl RedisScripting for StandaloneScripting {
         replicas: u32,
         deadline: Instant,
     ) -> Result<(Value, u32)> {
-        let inv = invocation(script, keys, args);
         self.run(deadline, script.name(), |con, deadline| {
-            let value = inv.invoke::<Value>(con)?;
+            let value = run_script(con, script, keys, args, false, deadline)?;
             // WAIT gives up before the deadline so its reply still arrives in time: Redis checks
             // blocked clients' timeouts only every 100 ms (hz 10).
             let t = deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(2));
@@ -258,7 +235,7 @@ impl RedisScripting for StandaloneScripting {
     }
 
     fn on_masters(&self, cmd: &Cmd, deadline: Instant) -> Result<Vec<(String, Value)>> {
-        let v = self.run(deadline, "command", |con, _| con.req_command(cmd).and_then(Value::extract_error))?;
+        let v = self.run(deadline, "command", |con, deadline| query(con, cmd, deadline))?;
         Ok(vec![(self.target.clone(), v)])
     }
 
@@ -271,33 +248,38 @@ impl RedisScripting for StandaloneScripting {
     }
 }
 
-/// Scripts on Redis Cluster: every call runs on the master of one hash slot (explicit slot
-/// routing; the scripts are pre-loaded on every master and re-loaded on `NOSCRIPT`). A cluster
-/// connection that saw a transport error is discarded, so the next one reads a fresh slot map.
+/// Scripts on Redis Cluster: every call runs on the master of one hash slot, over plain
+/// connections to the nodes (one small pool per node), following `MOVED`/`ASK` redirects. Every
+/// blocking step of a call — reading the slot map, waiting for a pooled connection, connecting,
+/// each command — gets only the time left before the call's deadline, so a call ends by its
+/// deadline however many nodes stop answering. A connection that saw a transport error is closed
+/// and the slot map is re-read by the next call; scripts are loaded on a node on `NOSCRIPT`.
 pub struct ClusteredScripting {
-    client: ClusterClient,
-    pool: Pool<ClusterConnection>,
+    router: Router,
     nodes: Vec<ConnectionInfo>,
     target: String,
-    loaded: AtomicBool,
 }
 
 impl ClusteredScripting {
     /// Prepares connections to the cluster reachable through `nodes` (`redis://host:port` or
-    /// `host:port`, optionally with credentials), at most `max_connections` cluster connections at
-    /// a time. `query_timeout` bounds connecting to a node. No I/O happens here.
+    /// `host:port`, optionally with credentials), at most `max_connections` connections to each
+    /// node at a time. Nodes the cluster announces are reached with the first node's settings
+    /// (credentials, TLS). No I/O happens here. `query_timeout` is not used (every call carries
+    /// its own deadline); it is kept for compatibility.
     ///
     /// # Errors
-    /// `InvalidConfig` when `nodes` is empty or a node address cannot be parsed.
+    /// `InvalidConfig` when `nodes` is empty or a node address cannot be parsed or is not TCP.
     pub fn new<S: AsRef<str>>(
         nodes: &[S],
         max_connections: usize,
         query_timeout: Duration,
     ) -> Result<ClusteredScripting> {
+        let _ = query_timeout;
         if nodes.is_empty() {
             return Err(Error::config("redis cluster: at least one node address is required"));
         }
         let mut infos = Vec::new();
+        let mut seeds = Vec::new();
         let mut shown = Vec::new();
         for n in nodes {
             let n = n.as_ref().trim();
@@ -305,70 +287,15 @@ impl ClusteredScripting {
             let info = url.as_str().into_connection_info().map_err(|e| {
                 Error::config(format!("invalid redis cluster node {}: {e}", redact(&url))).with_source(e)
             })?;
+            let addr = addr_of(&info)
+                .ok_or_else(|| Error::config(format!("redis cluster node {} is not a TCP address", redact(&url))))?;
             shown.push(redact(&url));
+            seeds.push((addr, info.clone()));
             infos.push(info);
         }
         let target = format!("redis cluster [{}]", shown.join(", "));
-        let client = ClusterClientBuilder::new(infos.clone())
-            .connection_timeout(query_timeout.min(Duration::from_secs(1)))
-            .response_timeout(query_timeout)
-            // One retry follows a MOVED/ASK redirect; anything else fails the call and the
-            // connection is replaced.
-            .retries(1)
-            .min_retry_wait(5)
-            .max_retry_wait(50)
-            .build()
-            .map_err(|e| Error::config(format!("invalid {target}: {e}")).with_source(e))?;
-        Ok(ClusteredScripting {
-            client,
-            pool: Pool::new(max_connections),
-            nodes: infos,
-            target,
-            loaded: AtomicBool::new(false),
-        })
+        Ok(ClusteredScripting { router: Router::new(seeds, max_connections), nodes: infos, target })
     }
-
-    fn run<T>(
-        &self,
-        deadline: Instant,
-        what: &str,
-        f: impl FnOnce(&mut ClusterConnection) -> redis::RedisResult<T>,
-    ) -> Result<T> {
-        let mut con = self.pool.get(deadline, &self.target, |_| {
-            self.client.get_connection().map_err(|e| map_err(e, format!("cannot connect to {}", self.target)))
-        })?;
-        let t = left(deadline, what)?;
-        // The driver retries a timed-out call once: each attempt gets half of the time left.
-        let result = set_timeouts(&*con, (t / 2).max(Duration::from_millis(1))).and_then(|()| {
-            if !self.loaded.load(Ordering::Acquire) {
-                load_scripts(&mut con)?;
-                self.loaded.store(true, Ordering::Release);
-            }
-            f(&mut con)
-        });
-        match result {
-            Ok(v) => Ok(v),
-            Err(e) => {
-                // Any failure may come from a stale slot map or a broken node connection: the next
-                // call starts from a fresh cluster connection.
-                con.discard();
-                Err(map_err(e, format!("redis {what} on {}", self.target)))
-            }
-        }
-    }
-}
-
-fn all_masters() -> RoutingInfo {
-    RoutingInfo::MultiNode((MultipleNodeRoutingInfo::AllMasters, None))
-}
-
-fn load_scripts(con: &mut ClusterConnection) -> redis::RedisResult<()> {
-    for s in SCRIPTS.clustered() {
-        let mut cmd = redis::cmd("SCRIPT");
-        cmd.arg("LOAD").arg(s.code());
-        con.route_command(&cmd, all_masters())?;
-    }
-    Ok(())
 }
 
 impl fmt::Debug for ClusteredScripting {
@@ -386,35 +313,19 @@ impl RedisScripting for ClusteredScripting {
         let Some(first) = keys.first() else {
             return Err(Error::backend(format!("redis cluster: script {} called without keys", script.name())));
         };
-        let slot = redis::cluster_routing::Slot::for_key(first.as_bytes());
-        if let Some(other) = keys.iter().find(|k| redis::cluster_routing::Slot::for_key(k.as_bytes()) != slot) {
+        let slot = super::router::slot_of(first.as_bytes());
+        if let Some(other) = keys.iter().find(|k| super::router::slot_of(k.as_bytes()) != slot) {
             return Err(Error::backend(format!(
                 "redis cluster: script {} would span slots ({first} and {other})",
                 script.name()
             )));
         }
-        let route =
-            RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(Route::with_slot(slot, SlotAddr::Master)));
-        let mut cmd = redis::cmd("EVALSHA");
-        cmd.arg(script.sha()).arg(keys.len()).arg(keys).arg(args);
-        self.run(deadline, script.name(), |con| match con.route_command(&cmd, route.clone()) {
-            Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
-                load_scripts(con)?;
-                con.route_command(&cmd, route)
-            }
-            other => other,
-        })
+        self.router
+            .on_slot(slot, deadline, script.name(), |con, asking| run_script(con, script, keys, args, asking, deadline))
     }
 
     fn on_masters(&self, cmd: &Cmd, deadline: Instant) -> Result<Vec<(String, Value)>> {
-        let v = self.run(deadline, "command", |con| con.route_command(cmd, all_masters()))?;
-        match v {
-            Value::Map(entries) => Ok(entries
-                .into_iter()
-                .map(|(addr, v)| (super::reply::string(&addr).unwrap_or_else(|| format!("{addr:?}")), v))
-                .collect()),
-            other => Ok(vec![(self.target.clone(), other)]),
-        }
+        self.router.on_masters(cmd, deadline, "command")
     }
 
     fn subscriber_endpoints(&self) -> Vec<ConnectionInfo> {

@@ -120,7 +120,8 @@ pub(crate) struct Scripts {
 }
 
 impl Scripts {
-    /// The scripts the Cluster deployment runs (pre-loaded on every master).
+    /// The scripts the Cluster deployment runs (each loaded on a node by its first `NOSCRIPT`).
+    #[cfg(test)]
     pub(crate) fn clustered(&self) -> [&LuaScript; 14] {
         [
             &self.open_session,
