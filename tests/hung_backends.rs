@@ -4,11 +4,18 @@
 //! and `Expired` events arrive by then (plus scheduling slack), whatever the driver does. User calls
 //! return by the query timeout too: on a worker the caller abandons (PostgreSQL, which does not
 //! bound its calls), or on the caller's own thread because the driver's timeouts end the call
-//! (Redis standalone, which declares `call_bound`).
+//! (Redis standalone and Redis Cluster, which declare `call_bound`). Redis Cluster runs on a
+//! private cluster whose every node is frozen (`SIGSTOP`: connections are accepted, nothing
+//! answers), since a proxy in front of the shared cluster would be bypassed by the node addresses
+//! the cluster announces.
 
 #![cfg(any(feature = "postgres", feature = "mysql", feature = "redis"))]
 
 mod support;
+
+#[cfg(feature = "redis")]
+#[path = "redis_private_cluster.rs"]
+mod private_cluster;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -139,6 +146,18 @@ fn redis_stalled_connection_does_not_delay_loss_detection() {
     let opts = RedisOptions::builder().query_timeout(Duration::from_millis(500)).build().unwrap();
     let backend = Arc::new(RedisBackend::connect(&url, opts).unwrap());
     loss_is_on_time(backend, || proxy.stall());
+}
+
+#[cfg(feature = "redis")]
+#[test]
+#[serial_test::serial(redis)]
+fn redis_cluster_frozen_nodes_do_not_delay_loss_detection() {
+    use simba::backends::redis::{RedisBackend, RedisOptions};
+    // Every node is resumed and killed when `cluster` is dropped, also when the test fails.
+    let cluster = private_cluster::PrivateCluster::start(3, 0);
+    let opts = RedisOptions::builder().query_timeout(Duration::from_millis(500)).build().unwrap();
+    let backend = Arc::new(RedisBackend::connect(&cluster.url(), opts).unwrap());
+    loss_is_on_time(backend, || cluster.freeze());
 }
 
 /// How long a user call took against the hung backend, and whether its SPI call ran on the
@@ -274,4 +293,23 @@ fn redis_stalled_connection_user_calls_run_inline_and_return_by_themselves() {
     let backend = Arc::new(RedisBackend::connect(&url, opts).unwrap());
     assert_eq!(backend.call_bound(), Some(Duration::from_millis(500)));
     user_calls_return_on_time(on_thread(backend), || proxy.stall(), true);
+}
+
+#[cfg(feature = "redis")]
+#[test]
+#[serial_test::serial(redis)]
+fn redis_cluster_frozen_nodes_user_calls_run_inline_and_return_by_themselves() {
+    // Redis Cluster carries one deadline through every script of an operation and gives every
+    // step (slot map re-read, connect, each command, redirects) only the time left, so user calls
+    // run on the caller's thread; against frozen nodes they end by themselves within the query
+    // timeout: the first on a pooled connection's read timeout, the later ones while re-reading
+    // the slot map and connecting afresh to frozen nodes.
+    use simba::backends::redis::{RedisBackend, RedisOptions};
+    // Every node is resumed and killed when `cluster` is dropped, also when the test fails.
+    let cluster = private_cluster::PrivateCluster::start(3, 0);
+    let opts = RedisOptions::builder().query_timeout(Duration::from_millis(500)).build().unwrap();
+    let backend = Arc::new(RedisBackend::connect(&cluster.url(), opts).unwrap());
+    assert!(backend.is_clustered());
+    assert_eq!(backend.call_bound(), Some(Duration::from_millis(500)));
+    user_calls_return_on_time(on_thread(backend), || cluster.freeze(), true);
 }

@@ -1076,3 +1076,233 @@ fn a_failing_slot_gives_up_its_leases_but_keeps_listing_its_groups() {
     assert_eq!(groups(&b, &sid), vec![elsewhere.clone()]);
     b.close_session(&sid).unwrap();
 }
+
+// Private clusters (never the shared one): a frozen node, a slot migrating between nodes, a
+// replica taking over. The backend's own routing must keep every call within its query timeout.
+
+#[path = "redis_private_cluster.rs"]
+mod private_cluster;
+
+use private_cluster::{PrivateCluster, Ranges};
+
+fn slot_number(key: &str) -> u16 {
+    let slot = Slot::for_key(key);
+    (0..16384u16).find(|s| Slot::new(*s) == Some(slot)).unwrap()
+}
+
+fn session_key(sid: &SessionId) -> String {
+    format!("simba:session:{{{sid}}}")
+}
+
+fn private_backend(c: &PrivateCluster, query_timeout: Duration) -> RedisBackend {
+    init_log();
+    RedisBackend::connect(&c.url(), RedisOptions::builder().query_timeout(query_timeout).build().unwrap()).unwrap()
+}
+
+/// The port of the master serving `key`.
+fn port_of(c: &PrivateCluster, key: &str) -> u16 {
+    c.master_of(slot_number(key)).port
+}
+
+/// A new name whose key (by `key`) is served by the master on `port`.
+fn name_on(ranges: &Ranges, port: u16, prefix: &str, key: fn(&Name) -> String) -> Name {
+    loop {
+        let n = name(prefix);
+        let s = slot_number(&key(&n));
+        if ranges.iter().any(|r| (r.0..=r.1).contains(&s) && r.2 == port) {
+            return n;
+        }
+    }
+}
+
+/// Runs `f`, asserting it returned within `bound`.
+fn within<T>(what: &str, bound: Duration, f: impl FnOnce() -> T) -> T {
+    let start = Instant::now();
+    let r = f();
+    let took = start.elapsed();
+    assert!(took < bound, "{what} took {took:?}, more than {bound:?}");
+    r
+}
+
+#[test]
+#[serial(redis_cluster)]
+fn every_call_ends_within_the_query_timeout_while_a_node_is_frozen() {
+    let c = PrivateCluster::start(3, 0);
+    let qt = Duration::from_millis(500);
+    // The query timeout plus scheduling on a loaded machine; the driver's own cluster connection
+    // took several query timeouts here (a fresh connection PINGs node after node).
+    let bound = qt + Duration::from_millis(300);
+    let b = private_backend(&c, qt);
+    let d = Duration::from_secs(30);
+    let sid = b.open_session(d, "").unwrap().id;
+    let ranges = private_cluster::slots(&c.masters[0]).unwrap();
+    let home = port_of(&c, &session_key(&sid));
+    let frozen = c.masters.iter().find(|m| m.port != home).unwrap();
+    let other = c.masters.iter().find(|m| m.port != home && m.port != frozen.port).unwrap().port;
+    let l_frozen = name_on(&ranges, frozen.port, "frozen", lease_key);
+    let l_other = name_on(&ranges, other, "other", lease_key);
+    let g_frozen = name_on(&ranges, frozen.port, "frozen-g", group_key);
+    let g_home = name_on(&ranges, home, "home-g", group_key);
+    let t_frozen = token(b.acquire(&sid, &l_frozen));
+    let t_other = token(b.acquire(&sid, &l_other));
+    b.join(&sid, &g_frozen).unwrap();
+    // A member of a group on the session's node whose own session lives on the frozen node.
+    let sid2 = loop {
+        let s = b.open_session(d, "").unwrap().id;
+        if port_of(&c, &session_key(&s)) == frozen.port {
+            break s;
+        }
+        b.close_session(&s).unwrap();
+    };
+    b.join(&sid2, &g_home).unwrap();
+    assert_eq!(owned(&b, &sid, d).len(), 2);
+
+    // Frozen (SIGSTOP): its connections stay open and new ones are accepted; nothing answers.
+    // Dropping `c` resumes it, also when an assertion fails.
+    frozen.pause();
+    let unavailable = |what: &str, r: Result<(), Error>| {
+        let e = r.expect_err(what);
+        assert_eq!(e.kind(), ErrorKind::Unavailable, "{what}: {e}");
+    };
+    // The renewal's follow-up to the frozen node.
+    unavailable("keep_alive", within("keep_alive", bound, || b.keep_alive(&sid, d).map(drop)));
+    // Two scripts: the session's slot answers, the lease's slot does not.
+    let new_frozen = name_on(&ranges, frozen.port, "frozen-new", lease_key);
+    unavailable("acquire", within("acquire", bound, || b.acquire(&sid, &new_frozen).map(drop)));
+    // Other nodes serve on: the slot map is re-read from a node that did not fail.
+    let new_other = name_on(&ranges, other, "other-new", lease_key);
+    let t_new = within("acquire elsewhere", bound, || token(b.acquire(&sid, &new_other)));
+    unavailable("release", within("release", bound, || b.release(&sid, &l_frozen, t_frozen)));
+    unavailable("holder", within("holder", bound, || b.holder(&l_frozen).map(drop)));
+    let h = within("holder elsewhere", bound, || b.holder(&l_other)).unwrap().unwrap();
+    assert_eq!((h.session, h.token), (sid.clone(), t_other));
+    let g_new = name_on(&ranges, frozen.port, "frozen-g-new", group_key);
+    unavailable("join", within("join", bound, || b.join(&sid, &g_new)));
+    unavailable("leave", within("leave", bound, || b.leave(&sid, &g_frozen)));
+    // The group's node answers, the member's session node does not.
+    unavailable("members", within("members", bound, || b.members(&g_home).map(drop)));
+    unavailable("close", within("close", bound, || b.close_session(&sid)));
+    // Once the node answers again, everything works again: a repeated close finishes.
+    frozen.resume();
+    assert!(eventually(Duration::from_secs(5), || b.close_session(&sid).is_ok()), "close did not finish");
+    for (l, t) in [(&l_frozen, t_frozen), (&l_other, t_other), (&new_other, t_new)] {
+        let other_session = b.open_session(d, "").unwrap().id;
+        assert_eq!(token(b.acquire(&other_session, l)).get(), t.get() + 1, "{l}");
+    }
+    let members = b.members(&g_home).unwrap();
+    assert_eq!(members.iter().map(|m| m.session.clone()).collect::<Vec<_>>(), vec![sid2]);
+}
+
+#[test]
+#[serial(redis_cluster)]
+fn calls_follow_ask_and_moved_redirects_while_a_slot_migrates() {
+    let c = PrivateCluster::start(2, 0);
+    let qt = Duration::from_secs(1);
+    let b = private_backend(&c, qt);
+    let d = Duration::from_secs(30);
+    let sid = b.open_session(d, "").unwrap().id;
+    let session_slot = slot_number(&session_key(&sid));
+    let l = loop {
+        let n = name("migrating");
+        if slot_number(&lease_key(&n)) != session_slot {
+            break n;
+        }
+    };
+    let s = slot_number(&lease_key(&l));
+    let from = c.master_of(s);
+    let to = c.masters.iter().find(|m| m.port != from.port).unwrap();
+    let (from_id, to_id) = (c.id(from), c.id(to));
+    let t = token(b.acquire(&sid, &l));
+    let l2 = loop {
+        let n = name("migrating-2");
+        if Slot::for_key(lease_key(&n)) == Slot::for_key(lease_key(&l)) {
+            break n;
+        }
+    };
+
+    // The slot starts moving: keys that are not on `from` any more (or yet) are asked for on `to`.
+    to.cmd(&["CLUSTER", "SETSLOT", &s.to_string(), "IMPORTING", &from_id]);
+    from.cmd(&["CLUSTER", "SETSLOT", &s.to_string(), "MIGRATING", &to_id]);
+    let t2 = within("acquire (ASK)", qt, || token(b.acquire(&sid, &l2)));
+    assert_eq!(to.cmd(&["CLUSTER", "COUNTKEYSINSLOT", &s.to_string()]), "1", "the new lease is on the importing node");
+    assert_eq!(from.cmd(&["CLUSTER", "COUNTKEYSINSLOT", &s.to_string()]), "1");
+    // A renewal follow-up naming keys on both nodes gets TRYAGAIN: a retryable failure.
+    let e = within("keep_alive (TRYAGAIN)", qt, || b.keep_alive(&sid, d)).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Unavailable, "{e}");
+
+    // The slot has moved; the backend's slot map still names `from`, which answers MOVED.
+    from.cmd(&["MIGRATE", "127.0.0.1", &to.port.to_string(), "", "0", "5000", "KEYS", &lease_key(&l)]);
+    for n in [to, from] {
+        n.cmd(&["CLUSTER", "SETSLOT", &s.to_string(), "NODE", &to_id]);
+    }
+    let mut got = within("keep_alive (MOVED)", qt, || owned(&b, &sid, d));
+    got.sort();
+    let mut want = vec![(l.clone(), t), (l2.clone(), t2)];
+    want.sort();
+    assert_eq!(got, want);
+    let h = within("holder", qt, || b.holder(&l)).unwrap().unwrap();
+    assert_eq!((h.session, h.token), (sid.clone(), t));
+    within("release", qt, || b.release(&sid, &l, t)).unwrap();
+    let other = b.open_session(d, "").unwrap().id;
+    assert_eq!(within("acquire", qt, || token(b.acquire(&other, &l))).get(), t.get() + 1);
+    b.close_session(&sid).unwrap();
+    b.close_session(&other).unwrap();
+}
+
+#[test]
+#[serial(redis_cluster)]
+fn renewals_follow_a_manual_failover_within_the_query_timeout() {
+    let c = PrivateCluster::start(1, 1);
+    let qt = Duration::from_secs(1);
+    let bound = qt + Duration::from_millis(300);
+    let b = private_backend(&c, qt);
+    let d = Duration::from_secs(3);
+    let sid = b.open_session(d, "").unwrap().id;
+    let l = name("failover");
+    let t = token(b.acquire(&sid, &l));
+    let (master, replica) = (&c.masters[0], &c.replicas[0]);
+    assert!(eventually(Duration::from_secs(10), || master.replicated(1)), "the replica did not catch up");
+
+    // Renew throughout, like the renewal thread would; every renewal ends within the query timeout.
+    let stop = Arc::new(AtomicBool::new(false));
+    let renewer = {
+        let (b, sid, stop, l) = (b.clone(), sid.clone(), stop.clone(), l.clone());
+        thread::spawn(move || {
+            let mut last_ok = Instant::now();
+            let (mut longest_gap, mut errors) = (Duration::ZERO, 0);
+            while !stop.load(Ordering::SeqCst) {
+                match within("keep_alive", bound, || b.keep_alive(&sid, d)) {
+                    Ok(KeepAlive::Alive { owned, .. }) => {
+                        assert_eq!(owned, vec![(l.clone(), t)]);
+                        longest_gap = longest_gap.max(last_ok.elapsed());
+                        last_ok = Instant::now();
+                    }
+                    Ok(KeepAlive::Expired) => panic!("the session expired"),
+                    Err(e) => {
+                        assert!(e.is_retryable(), "{e}");
+                        errors += 1;
+                    }
+                }
+                thread::sleep(Duration::from_millis(100));
+            }
+            (longest_gap.max(last_ok.elapsed()), errors)
+        })
+    };
+    thread::sleep(Duration::from_millis(300));
+    // Coordinated: the master pauses writes until the replica caught up, then they swap roles.
+    replica.cmd(&["CLUSTER", "FAILOVER"]);
+    let role = |n: &private_cluster::PrivateRedis, r: &str| n.try_cmd(&["ROLE"]).is_some_and(|x| x.starts_with(r));
+    assert!(eventually(Duration::from_secs(15), || role(replica, "master")), "the replica was not promoted");
+    assert!(eventually(Duration::from_secs(15), || role(master, "slave")), "the old master was not demoted");
+    // The backend's slot map still names the old master, which now answers MOVED.
+    thread::sleep(Duration::from_secs(1));
+    stop.store(true, Ordering::SeqCst);
+    let (gap, errors) = renewer.join().unwrap();
+    eprintln!("manual failover: longest renewal gap {gap:?}, {errors} failed renewals");
+    assert!(gap < d, "the session went {gap:?} without a successful renewal");
+    let h = within("holder", bound, || b.holder(&l)).unwrap().unwrap();
+    assert_eq!((h.session, h.token), (sid.clone(), t));
+    within("release", bound, || b.release(&sid, &l, t)).unwrap();
+    let other = b.open_session(d, "").unwrap().id;
+    assert_eq!(within("acquire", bound, || token(b.acquire(&other, &l))).get(), t.get() + 1);
+}
