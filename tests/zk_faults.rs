@@ -381,7 +381,7 @@ fn long_connection_loss_expires_the_session_and_frees_its_leases() {
 
 #[test]
 #[serial(zookeeper)]
-fn keep_alive_sends_the_same_two_requests_whatever_the_lease_count() {
+fn keep_alive_sends_the_same_requests_whatever_the_lease_count() {
     let lease = Duration::from_secs(10);
     let (_direct, proxied, proxy) = pair(Duration::from_secs(5));
     let s = proxied.open_session(lease, "").unwrap().id;
@@ -404,12 +404,33 @@ fn keep_alive_sends_the_same_two_requests_whatever_the_lease_count() {
             .into_iter()
             .filter(|op| ![OP_PING, OP_AUTH, OP_SET_WATCHES, OP_SET_WATCHES2].contains(op))
             .collect();
-        // The client queues both without waiting for the first reply; whether they leave in one
-        // segment depends on its writer task (on loopback the sync's reply sometimes comes back
-        // before the list is written, seen with a reply-counting proxy), so on the wire this is
-        // one round trip or two.
-        assert_eq!(sent, vec![OP_SYNC, OP_GET_EPHEMERALS], "keep-alive with {count} leases sent {sent:?}");
+        // Without a group only the `sync`: one request, one round trip.
+        assert_eq!(sent, vec![OP_SYNC], "keep-alive with {count} leases sent {sent:?}");
     }
+    // A member also lists its member nodes. The client queues both without waiting for the first
+    // reply; whether they leave in one segment depends on its writer task (on loopback the sync's
+    // reply sometimes comes back before the list is written, seen with a reply-counting proxy).
+    proxied.join(&s, &name("g")).unwrap();
+    proxy.take_opcodes();
+    let KeepAlive::Alive { groups, .. } = proxied.keep_alive(&s, lease).unwrap() else { panic!("expired") };
+    assert_eq!(groups, vec![name("g")]);
+    let sent: Vec<i32> = proxy
+        .take_opcodes()
+        .into_iter()
+        .filter(|op| ![OP_PING, OP_AUTH, OP_SET_WATCHES, OP_SET_WATCHES2].contains(op))
+        .collect();
+    assert_eq!(sent, vec![OP_SYNC, OP_GET_EPHEMERALS], "keep-alive of a member sent {sent:?}");
+    // Left (confirmed): back to the `sync` alone.
+    proxied.leave(&s, &name("g")).unwrap();
+    proxy.take_opcodes();
+    let KeepAlive::Alive { groups, .. } = proxied.keep_alive(&s, lease).unwrap() else { panic!("expired") };
+    assert!(groups.is_empty());
+    let sent: Vec<i32> = proxy
+        .take_opcodes()
+        .into_iter()
+        .filter(|op| ![OP_PING, OP_AUTH, OP_SET_WATCHES, OP_SET_WATCHES2].contains(op))
+        .collect();
+    assert_eq!(sent, vec![OP_SYNC], "keep-alive after leaving sent {sent:?}");
     proxied.close_session(&s).unwrap();
 }
 

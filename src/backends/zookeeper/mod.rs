@@ -746,13 +746,22 @@ impl LeaseBackend for ZookeeperBackend {
         // forged at this session's path (ownership, not the path, decides). If that read alone
         // fails, whether a membership survived is unknown, and unknown is not lost: the
         // groups this session joined and has not confirmedly left are reported instead.
+        //
+        // A session that never joined a group (or confirmedly left them all: `joined` is filled
+        // before a join's create is sent and emptied only by a confirmed leave) has no member
+        // node, so the list is sent only when `joined` is not empty: a session that only holds
+        // leases keeps its keep-alive to the one `sync` (the client's writer may flush a second
+        // request separately, i.e. two round trips on the wire).
         let sync = client.sync(inner.paths.root());
-        let ephemerals = client.list_ephemerals(&inner.paths.groups_prefix());
+        let ephemerals = (!s.joined.lock().is_empty()).then(|| client.list_ephemerals(&inner.paths.groups_prefix()));
         let checks: Vec<_> = to_check.iter().map(|n| client.get_data(&inner.paths.lease(n))).collect();
         let res = run_until(
             async move {
                 let synced = sync.await;
-                let ephemerals = ephemerals.await;
+                let ephemerals = match ephemerals {
+                    Some(list) => Some(list.await),
+                    None => None,
+                };
                 (synced, ephemerals, join_all(checks).await)
             },
             deadline,
@@ -775,7 +784,8 @@ impl LeaseBackend for ZookeeperBackend {
             return Err(f.into_error(&format!("keep-alive of session {session}"), inner.opts.query_timeout));
         }
         let groups = match ephemerals {
-            Ok(paths) => {
+            None => BTreeSet::new(),
+            Some(Ok(paths)) => {
                 let mut groups = BTreeSet::new();
                 for p in paths {
                     match inner.paths.member_group(&p, session) {
@@ -787,7 +797,7 @@ impl LeaseBackend for ZookeeperBackend {
                 }
                 groups
             }
-            Err(e) => {
+            Some(Err(e)) => {
                 let f = Fail::Zk(e);
                 if f.is_session_end() {
                     log::warn!("zookeeper session {session}: ZooKeeper reports it ended ({f:?})");
