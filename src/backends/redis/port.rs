@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use redis::{Client, Cmd, Connection, ConnectionInfo, IntoConnectionInfo, RedisError, Value};
 
-use super::pool::Pool;
+use super::pool::{Pool, Pooled};
 use super::router::{addr_of, left, query, Router};
 use super::scripts::LuaScript;
 use crate::error::{Error, ErrorKind, Result};
@@ -69,6 +69,28 @@ pub trait RedisScripting: Send + Sync + fmt::Debug + 'static {
 /// flight, or the socket is broken.
 pub(crate) fn must_discard(e: &RedisError) -> bool {
     e.is_io_error() || e.is_timeout() || e.is_connection_dropped() || e.kind() == redis::ErrorKind::Parse
+}
+
+/// After `e` on `con`: closes the connection when it is broken (otherwise it goes back to the
+/// pool), and says whether to run the call once more on a fresh one — an idle pooled connection
+/// the server closed (restart, idle timeout) fails at once, and every script is safe to run twice.
+pub(crate) fn retry_on_fresh(
+    con: Pooled<'_, Connection>,
+    e: &RedisError,
+    retried: &mut bool,
+    what: &str,
+    target: &str,
+) -> bool {
+    let stale = con.reused() && e.is_connection_dropped() && !e.is_timeout();
+    if must_discard(e) {
+        con.discard();
+    }
+    if stale && !*retried {
+        *retried = true;
+        log::debug!("redis {what} on {target}: pooled connection was closed ({e}); retrying");
+        return true;
+    }
+    false
 }
 
 /// Maps a driver error to the crate's error, keeping it as the source.
@@ -175,20 +197,11 @@ impl StandaloneScripting {
                     .get_connection_with_timeout((t / SETUP_REPLIES).max(Duration::from_millis(1)))
                     .map_err(|e| map_err(e, format!("cannot connect to redis at {}", self.target)))
             })?;
-            let reused = con.reused();
             left(deadline, what)?;
             match f(&mut con, deadline) {
                 Ok(v) => return Ok(v),
                 Err(e) => {
-                    // An idle pooled connection the server closed (restart, idle timeout) fails at
-                    // once: retry once on a fresh one. Every script is safe to run twice.
-                    let stale = reused && e.is_connection_dropped() && !e.is_timeout();
-                    if must_discard(&e) {
-                        con.discard();
-                    }
-                    if stale && !retried {
-                        retried = true;
-                        log::debug!("redis {what} on {}: pooled connection was closed ({e}); retrying", self.target);
+                    if retry_on_fresh(con, &e, &mut retried, what, &self.target) {
                         continue;
                     }
                     return Err(map_err(e, format!("redis {what} on {}", self.target)));

@@ -26,7 +26,7 @@ use parking_lot::Mutex;
 use redis::{Client, Cmd, Connection, ConnectionAddr, ConnectionInfo, ConnectionLike, RedisError, Value};
 
 use super::pool::Pool;
-use super::port::{map_err, must_discard, SETUP_REPLIES};
+use super::port::{map_err, must_discard, retry_on_fresh, SETUP_REPLIES};
 use crate::error::{Error, Result};
 
 /// Redirects one call follows before it gives up (a slot moving twice while one call runs is
@@ -275,17 +275,10 @@ impl Router {
                     },
                 )
             })?;
-            let reused = con.reused();
             match f(&mut con) {
                 Ok(v) => return Ok(Outcome::Done(v)),
                 Err(e) => {
-                    let stale = reused && e.is_connection_dropped() && !e.is_timeout();
-                    if must_discard(&e) {
-                        con.discard();
-                    }
-                    if stale && !retried {
-                        retried = true;
-                        log::debug!("redis {what} on {}: pooled connection was closed ({e}); retrying", node.addr);
+                    if retry_on_fresh(con, &e, &mut retried, what, &node.addr) {
                         continue;
                     }
                     return match self.judge(node, e, what) {
