@@ -509,18 +509,7 @@ impl SessionInner {
                     });
                 }
                 Output::Rejoin { group } => self.dispatch_rejoin(group),
-                Output::LeaveStray { group } => {
-                    let session = Arc::downgrade(self);
-                    let (backend, id) = (self.backend.clone(), self.id.clone());
-                    exec::spawn(move || {
-                        if let Err(err) = backend.leave(&id, &group) {
-                            log::debug!("session {id}: leave of stray membership '{group}' failed: {err}");
-                        }
-                        if let Some(s) = session.upgrade() {
-                            s.apply(|e| (e.end_leave(&group, Instant::now()), Vec::new()));
-                        }
-                    });
-                }
+                Output::LeaveStray { group } => self.spawn_leave(group),
                 Output::LeaseLost { .. }
                 | Output::RenewalFailed { .. }
                 | Output::Closed
@@ -1133,31 +1122,37 @@ impl SessionInner {
             }
             e.begin_leave(group);
         }
-        let backend = self.backend.clone();
-        let id = self.id.clone();
-        let g = group.clone();
-        let session = Arc::downgrade(self);
-        // Runs wherever the call runs, and ends the leave only when the backend call returned,
-        // even after its caller stopped waiting.
-        let call = move |b: &dyn LeaseBackend| {
+        if wait {
+            bounded_call(&self.backend, self.timing.query_timeout, self.leave_call(group))
+        } else {
+            self.spawn_leave(group.clone());
+            Ok(())
+        }
+    }
+
+    /// The backend call of a leave the engine counted in flight (`begin_leave`): it ends the
+    /// leave only when the backend call returned, wherever it runs and even after its caller
+    /// stopped waiting.
+    fn leave_call(self: &Arc<Self>, group: &Name) -> impl FnOnce(&dyn LeaseBackend) -> Result<()> + Send + 'static {
+        let (id, g, session) = (self.id.clone(), group.clone(), Arc::downgrade(self));
+        move |b: &dyn LeaseBackend| {
             let r = b.leave(&id, &g);
             if let Some(s) = session.upgrade() {
                 s.apply(|e| (e.end_leave(&g, Instant::now()), Vec::new()));
             }
             r
-        };
-        if wait {
-            bounded_call(&backend, self.timing.query_timeout, call)
-        } else {
-            let id = self.id.clone();
-            let g = group.clone();
-            exec::spawn(move || {
-                if let Err(err) = call(&*backend) {
-                    log::debug!("session {id}: leave '{g}' failed: {err}");
-                }
-            });
-            Ok(())
         }
+    }
+
+    /// A leave nobody waits for (a dropped membership, a stray), on a worker.
+    fn spawn_leave(self: &Arc<Self>, group: Name) {
+        let call = self.leave_call(&group);
+        let (backend, id) = (self.backend.clone(), self.id.clone());
+        exec::spawn(move || {
+            if let Err(err) = call(&*backend) {
+                log::debug!("session {id}: leave '{group}' failed: {err}");
+            }
+        });
     }
 
     /// True while the session is alive and holds `group` without a known loss.
