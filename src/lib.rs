@@ -37,6 +37,7 @@ pub mod election;
 pub mod engine;
 mod error;
 mod exec;
+pub mod fence;
 pub mod group;
 mod lease;
 pub mod memory;
