@@ -63,14 +63,14 @@ fn hash_tag(key: &[u8]) -> Option<&[u8]> {
 ///
 /// The body runs only when the token was accepted and sees its own `KEYS` and `ARGV` (the fence
 /// key and the token are removed before it runs); its return value is returned by
-/// [`invoke`](Script::invoke). Build it once (the SHA is computed once) and reuse it.
+/// [`Invocation::invoke`]. Build it once (the SHA is computed once) and reuse it.
 ///
 /// ```no_run
 /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// # let token = simba::Token::new(7).unwrap();
 /// # let mut con = redis::Client::open("redis://127.0.0.1/")?.get_connection()?;
 /// let append = simba::fence::redis::Script::new("return redis.call('RPUSH', KEYS[1], ARGV[1])");
-/// let len: u64 = append.invoke(&mut con, "jobs", token, &["{jobs}:log"], "entry")?;
+/// let len: u64 = append.prepare("jobs", token).key("{jobs}:log").arg("entry").invoke(&mut con)?;
 /// # Ok(()) }
 /// ```
 #[derive(Clone, Debug)]
@@ -88,38 +88,66 @@ impl Script {
         Script { script: ::redis::Script::new(&code) }
     }
 
-    /// Runs the script for `resource` with `token`: the body gets `keys` as `KEYS` and `args`
-    /// (anything `redis` can send: a value, a tuple, a slice) as `ARGV`.
+    /// An invocation for `resource` with `token`; add the body's keys and arguments, then
+    /// [`invoke`](Invocation::invoke) it.
+    pub fn prepare(&self, resource: impl IntoName, token: Token) -> Invocation<'_> {
+        let (inv, resource, error) = match resource_name(resource) {
+            Ok(r) => {
+                let mut inv = self.script.key(key_of(&r));
+                inv.arg(token.get());
+                (inv, Some(r), None)
+            }
+            Err(e) => (self.script.prepare_invoke(), None, Some(e.to_string())),
+        };
+        Invocation { inv, resource, token, error }
+    }
+}
+
+/// A prepared run of a fenced [`Script`] (its keys and arguments), like `redis::ScriptInvocation`.
+pub struct Invocation<'a> {
+    inv: ::redis::ScriptInvocation<'a>,
+    resource: Option<Name>,
+    token: Token,
+    /// The first input error, reported by `invoke` before any I/O.
+    error: Option<String>,
+}
+
+impl Invocation<'_> {
+    /// Adds a key for the body (`KEYS[1]`, `KEYS[2]`, …). It must carry the resource's hash tag
+    /// `{resource}`, else [`invoke`](Invocation::invoke) fails before any I/O.
+    pub fn key(&mut self, key: &str) -> &mut Self {
+        if let (Some(r), None) = (&self.resource, &self.error) {
+            if hash_tag(key.as_bytes()) != Some(r.as_str().as_bytes()) {
+                self.error = Some(format!(
+                    "key '{key}' is not fenced by resource '{r}': its hash tag must be {{{r}}} \
+                     (e.g. '{{{r}}}:data'), so it lives in the slot of the fence key {}",
+                    key_of(r)
+                ));
+            }
+        }
+        self.inv.key(key);
+        self
+    }
+
+    /// Adds an argument for the body (`ARGV[1]`, …; a tuple or slice adds several).
+    pub fn arg(&mut self, arg: impl ToRedisArgs) -> &mut Self {
+        self.inv.arg(arg);
+        self
+    }
+
+    /// Runs the script: the fence check, then the body when the token is accepted.
     ///
     /// # Errors
     /// [`FenceError::Stale`] with `seen` when a larger token was recorded (the body did not run);
     /// [`FenceError::Invalid`] before any I/O for a bad resource name or a key without the
     /// resource's hash tag `{resource}`; [`FenceError::Database`] for a Redis error (the body's
     /// own errors included, with Redis's words).
-    pub fn invoke<T: FromRedisValue>(
-        &self,
-        con: &mut dyn ConnectionLike,
-        resource: impl IntoName,
-        token: Token,
-        keys: &[&str],
-        args: impl ToRedisArgs,
-    ) -> Result<T, FenceError> {
-        let resource = resource_name(resource)?;
-        for key in keys {
-            if hash_tag(key.as_bytes()) != Some(resource.as_str().as_bytes()) {
-                return Err(FenceError::invalid(format!(
-                    "key '{key}' is not fenced by resource '{resource}': its hash tag must be {{{resource}}} \
-                     (e.g. '{{{resource}}}:data'), so it lives in the slot of the fence key {}",
-                    key_of(&resource)
-                )));
-            }
+    pub fn invoke<T: FromRedisValue>(&self, con: &mut dyn ConnectionLike) -> Result<T, FenceError> {
+        match (&self.error, &self.resource) {
+            (None, Some(resource)) => self.inv.invoke(con).map_err(|e| error(resource, self.token, e)),
+            (Some(e), _) => Err(FenceError::invalid(e.clone())),
+            (None, None) => Err(FenceError::invalid("fence resource: missing")),
         }
-        let mut inv = self.script.key(key_of(&resource));
-        for key in keys {
-            inv.key(*key);
-        }
-        inv.arg(token.get()).arg(args);
-        inv.invoke(con).map_err(|e| error(&resource, token, e))
     }
 }
 
@@ -128,17 +156,16 @@ impl Script {
 /// which check and write in one step.
 ///
 /// # Errors
-/// As [`Script::invoke`].
+/// As [`Invocation::invoke`].
 pub fn check(con: &mut dyn ConnectionLike, resource: impl IntoName, token: Token) -> Result<(), FenceError> {
-    let no_args: &[&str] = &[];
-    CHECK.invoke::<i64>(con, resource, token, &[], no_args).map(drop)
+    CHECK.prepare(resource, token).invoke::<i64>(con).map(drop)
 }
 
 /// `SET key value` when `token` is accepted for `resource` (`key` must carry the hash tag
 /// `{resource}`).
 ///
 /// # Errors
-/// As [`Script::invoke`].
+/// As [`Invocation::invoke`].
 pub fn set(
     con: &mut dyn ConnectionLike,
     resource: impl IntoName,
@@ -146,14 +173,14 @@ pub fn set(
     key: &str,
     value: impl ToRedisArgs,
 ) -> Result<(), FenceError> {
-    SET.invoke::<()>(con, resource, token, &[key], value)
+    SET.prepare(resource, token).key(key).arg(value).invoke(con)
 }
 
 /// `HSET key field value …` when `token` is accepted for `resource` (`key` must carry the hash
 /// tag `{resource}`); returns the number of fields added.
 ///
 /// # Errors
-/// As [`Script::invoke`]; [`FenceError::Invalid`] for no fields.
+/// As [`Invocation::invoke`]; [`FenceError::Invalid`] for no fields.
 pub fn hset<F: ToRedisArgs, V: ToRedisArgs>(
     con: &mut dyn ConnectionLike,
     resource: impl IntoName,
@@ -164,7 +191,7 @@ pub fn hset<F: ToRedisArgs, V: ToRedisArgs>(
     if fields.is_empty() {
         return Err(FenceError::invalid(format!("fenced HSET of '{key}' needs at least one field")));
     }
-    HSET.invoke(con, resource, token, &[key], fields)
+    HSET.prepare(resource, token).key(key).arg(fields).invoke(con)
 }
 
 /// The largest token recorded for `resource`, `None` before the first.

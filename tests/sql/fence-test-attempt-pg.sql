@@ -1,0 +1,1 @@
+insert into simba_fence_test_attempt (resource, attempt, token) values ($1, $2, $3)

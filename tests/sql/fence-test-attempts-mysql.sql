@@ -1,0 +1,1 @@
+select attempt from simba_fence_test_attempt where resource = ? order by attempt

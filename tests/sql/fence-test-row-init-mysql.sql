@@ -1,0 +1,1 @@
+insert into simba_fence_test_row (resource, body) values (?, '')

@@ -1,0 +1,1 @@
+select token from simba_fence where resource = ?
