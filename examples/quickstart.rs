@@ -6,24 +6,28 @@
 //!
 //! Run: `cargo run --example quickstart`
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread;
 use std::time::Duration;
 
+use simba::fence::{self, FenceError};
 use simba::{ElectionEvent, MemoryBackend, Session, SessionOptions, Token};
 
-/// A resource that rejects writes carrying a token smaller than the largest it has seen.
-struct FencedStore {
-    highest: AtomicU64,
-}
-
-impl FencedStore {
-    fn write(&self, who: &str, token: Token) -> bool {
-        let prev = self.highest.fetch_max(token.get(), Ordering::SeqCst);
-        let ok = token.get() >= prev;
-        println!("  {who} writes with token {token}: {}", if ok { "accepted" } else { "REJECTED (stale)" });
-        ok
+/// A write to a fenced resource: the fence refuses a token smaller than the largest it has seen.
+/// (`fence::Memory` keeps the largest token in memory; a real resource would use
+/// `simba::fence::postgres`, `mysql` or `redis`, which check and write in one step.)
+fn write(fence: &fence::Memory, resource: &str, who: &str, token: Token) -> simba::Result<bool> {
+    match fence.check(resource, token) {
+        Ok(()) => {
+            println!("  {who} writes '{resource}' with token {token}: accepted");
+            Ok(true)
+        }
+        Err(FenceError::Stale { seen, .. }) => {
+            let seen = seen.map(|s| s.to_string()).unwrap_or_default();
+            println!("  {who} writes '{resource}' with token {token}: REJECTED (stale: it has seen {seen})");
+            Ok(false)
+        }
+        Err(e) => Err(e.into()),
     }
 }
 
@@ -35,7 +39,7 @@ fn main() -> simba::Result<()> {
         .build()?;
 
     println!("1. Three nodes take the lock 'report' in turn:");
-    let store = Arc::new(FencedStore { highest: AtomicU64::new(0) });
+    let store = Arc::new(fence::Memory::new());
     let nodes: Vec<_> = (1..=3)
         .map(|i| {
             let (backend, options, store) =
@@ -47,7 +51,7 @@ fn main() -> simba::Result<()> {
                     println!("node-{i} holds 'report' (token {})", lease.token()?);
                     thread::sleep(Duration::from_millis(50));
                     // Ask for the token right before each write: it fails once the lease may be lost.
-                    store.write(&format!("node-{i}"), lease.token()?);
+                    write(&store, "report", &format!("node-{i}"), lease.token()?)?;
                     lease.release()?;
                 }
                 session.close()
@@ -80,10 +84,11 @@ fn main() -> simba::Result<()> {
             println!("  node-b event: Elected {{ token: {token} }}");
         }
     }
-    let jobs = FencedStore { highest: AtomicU64::new(0) };
-    jobs.write("node-a", stale);
-    jobs.write("node-b", t2);
-    jobs.write("node-a (stale, e.g. after a long GC pause)", stale);
+    let jobs = fence::Memory::new();
+    write(&jobs, "jobs", "node-a", stale)?;
+    write(&jobs, "jobs", "node-b", t2)?;
+    let late = write(&jobs, "jobs", "node-a (stale, e.g. after a long GC pause)", stale)?;
+    assert!(!late, "the fence must refuse the old leader's token");
 
     println!("\n3. Group membership:");
     let watch = b.watch_members("workers")?;

@@ -2,8 +2,10 @@
 //!
 //! For every network backend compiled in, a child process (this binary, re-executed) takes a lock
 //! and reads its token; the test pauses it with SIGSTOP; another session takes over with a larger
-//! token and writes to a fenced PostgreSQL table; the child is resumed and tries its write with the
-//! token it read before the pause: the table rejects it, and the child's `token()` fails.
+//! token and writes, through `simba::fence`, to a PostgreSQL table (`fence::postgres::check` in
+//! the write's transaction) and a Redis key (`fence::redis::set`); the child is resumed and tries
+//! the same writes with the token it read before the pause: both fences reject them (the
+//! PostgreSQL write is rolled back, the Redis value is untouched), and the child's `token()` fails.
 //!
 //! This test binary has its own `main` (harness = false) so that it can act as the child.
 
@@ -14,14 +16,14 @@ use std::time::Duration;
 
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
-use simba::{LeaseBackend, Session, SessionOptions};
+use simba::fence::FenceError;
+use simba::{LeaseBackend, Session, SessionOptions, Token};
 
 mod support;
 
-const FENCE_CREATE: &str = include_str!("sql/fence-create.sql");
-const FENCE_INIT: &str = include_str!("sql/fence-init.sql");
-const FENCE_WRITE: &str = include_str!("sql/fence-write.sql");
-const FENCE_READ: &str = include_str!("sql/fence-read.sql");
+const ATTEMPT_INSERT: &str = include_str!("sql/fence-test-attempt-pg.sql");
+const ATTEMPTS: &str = include_str!("sql/fence-test-attempts-pg.sql");
+const TABLES: &str = include_str!("sql/fence-test-create-pg.sql");
 
 fn pg_url() -> String {
     support::env_or("SIMBA_TEST_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432/test")
@@ -57,7 +59,6 @@ fn backend(kind: &str) -> Arc<dyn LeaseBackend> {
             b.init_schema().unwrap();
             Arc::new(b)
         }
-        #[cfg(feature = "redis")]
         "redis" => {
             use simba::backends::redis::{RedisBackend, RedisOptions};
             let url = support::env_or("SIMBA_TEST_REDIS_URL", "redis://127.0.0.1:6379");
@@ -79,15 +80,50 @@ fn backend(kind: &str) -> Arc<dyn LeaseBackend> {
     }
 }
 
-fn fence_client() -> postgres::Client {
-    let mut c = postgres::Client::connect(&pg_url(), postgres::NoTls)
-        .unwrap_or_else(|e| panic!("PostgreSQL at {}: {e} (run `scripts/services up`)", pg_url()));
-    c.batch_execute(FENCE_CREATE).unwrap();
-    c
+fn redis_url() -> String {
+    support::env_or("SIMBA_TEST_REDIS_URL", "redis://127.0.0.1:6379")
 }
 
-fn fenced_write(c: &mut postgres::Client, resource: &str, token: u64) -> bool {
-    c.execute(FENCE_WRITE, &[&resource, &(token as i64)]).unwrap() == 1
+/// The fenced resources: a PostgreSQL table and a Redis key.
+struct Resources {
+    pg: postgres::Client,
+    redis: redis::Connection,
+}
+
+impl Resources {
+    fn connect() -> Resources {
+        let mut pg = postgres::Client::connect(&pg_url(), postgres::NoTls)
+            .unwrap_or_else(|e| panic!("PostgreSQL at {}: {e} (run `scripts/services up`)", pg_url()));
+        simba::fence::postgres::init(&mut pg).unwrap();
+        pg.batch_execute(TABLES).unwrap();
+        let redis = redis::Client::open(redis_url().as_str())
+            .and_then(|c| c.get_connection_with_timeout(Duration::from_secs(2)))
+            .unwrap_or_else(|e| panic!("Redis at {}: {e} (run `scripts/services up`)", redis_url()));
+        Resources { pg, redis }
+    }
+
+    /// The write of holder `who` (1 = the paused one, 2 = the new one) to both resources, each
+    /// through its fence: "accepted" or "rejected" per resource.
+    fn write(&mut self, name: &str, who: i64, token: Token) -> (String, String) {
+        // The write first, then the check: a stale check must roll the write back.
+        let mut tx = self.pg.transaction().unwrap();
+        tx.execute(ATTEMPT_INSERT, &[&name, &who, &(token.get() as i64)]).unwrap();
+        let pg = match simba::fence::postgres::check(&mut tx, name, token) {
+            Ok(()) => {
+                tx.commit().unwrap();
+                "accepted"
+            }
+            Err(FenceError::Stale { .. }) => "rejected", // dropping tx rolls it back
+            Err(e) => panic!("PostgreSQL fence: {}", simba::display_chain(&e)),
+        };
+        let key = format!("{{{name}}}:value");
+        let redis = match simba::fence::redis::set(&mut self.redis, name, token, &key, who) {
+            Ok(()) => "accepted",
+            Err(FenceError::Stale { .. }) => "rejected",
+            Err(e) => panic!("Redis fence: {}", simba::display_chain(&e)),
+        };
+        (pg.to_string(), redis.to_string())
+    }
 }
 
 /// The child: take the lock, report the token, wait for "WRITE" (sent after the pause), write with
@@ -96,22 +132,22 @@ fn child(kind: &str, name: &str) {
     let session = Session::open(backend(kind), options()).unwrap();
     let lease = session.lock(name).unwrap();
     let token = lease.token().unwrap();
-    let mut fence = fence_client();
+    let mut resources = Resources::connect();
     println!("HELD {token}");
     std::io::stdout().flush().unwrap();
     let mut line = String::new();
     std::io::stdin().read_line(&mut line).unwrap();
     assert_eq!(line.trim(), "WRITE");
-    let accepted = fenced_write(&mut fence, name, token.get());
-    println!("WRITE {}", if accepted { "accepted" } else { "rejected" });
+    let (pg, redis) = resources.write(name, 1, token);
+    println!("POSTGRES {pg}");
+    println!("REDIS {redis}");
     println!("TOKEN {}", if lease.token().is_ok() { "ok" } else { "err" });
     std::io::stdout().flush().unwrap();
 }
 
 fn paused_holder_is_fenced(kind: &str) {
     let name = support::unique(&format!("fence-{kind}"));
-    let mut fence = fence_client();
-    fence.execute(FENCE_INIT, &[&name]).unwrap();
+    let mut resources = Resources::connect();
     let exe = std::env::current_exe().unwrap();
     let mut child = Command::new(exe)
         .env("SIMBA_FENCE_CHILD", kind)
@@ -133,20 +169,26 @@ fn paused_holder_is_fenced(kind: &str) {
         .lock_timeout(name.as_str(), Duration::from_secs(20))
         .unwrap()
         .unwrap_or_else(|| panic!("{kind}: no takeover while the holder was paused"));
-    let t2 = lease.token().unwrap().get();
-    assert!(t2 > t1, "{kind}: takeover token {t2} not > {t1}");
-    assert!(fenced_write(&mut fence, &name, t2), "{kind}: the new holder's write was rejected");
+    let t2 = lease.token().unwrap();
+    assert!(t2.get() > t1, "{kind}: takeover token {t2} not > {t1}");
+    let accepted = ("accepted".to_string(), "accepted".to_string());
+    assert_eq!(resources.write(&name, 2, t2), accepted, "{kind}: the new holder's writes");
     kill(pid, Signal::SIGCONT).unwrap();
     writeln!(stdin, "WRITE").unwrap();
     let mut rest = String::new();
-    for _ in 0..2 {
+    for _ in 0..3 {
         out.read_line(&mut rest).unwrap();
     }
     let status = child.wait().unwrap();
     assert!(status.success(), "{kind}: child failed: {status}");
-    assert_eq!(rest, "WRITE rejected\nTOKEN err\n", "{kind}");
-    let stored: i64 = fence.query_one(FENCE_READ, &[&name]).unwrap().get(0);
-    assert_eq!(stored as u64, t2, "{kind}");
+    assert_eq!(rest, "POSTGRES rejected\nREDIS rejected\nTOKEN err\n", "{kind}");
+    // The new holder keeps writing in its term; only its writes landed.
+    assert_eq!(resources.write(&name, 3, t2), accepted, "{kind}: the same term keeps writing");
+    let landed: Vec<i64> = resources.pg.query(ATTEMPTS, &[&name]).unwrap().iter().map(|r| r.get(0)).collect();
+    assert_eq!(landed, vec![2, 3], "{kind}: the paused holder's PostgreSQL write was rolled back");
+    let value: i64 = redis::cmd("GET").arg(format!("{{{name}}}:value")).query(&mut resources.redis).unwrap();
+    assert_eq!(value, 3, "{kind}: the Redis value is the new holder's");
+    assert_eq!(simba::fence::redis::seen(&mut resources.redis, name.as_str()).unwrap(), Some(t2));
     lease.release().unwrap();
     session.close().unwrap();
 }
@@ -161,9 +203,7 @@ fn main() {
     if cfg!(feature = "mysql") {
         kinds.push("mysql");
     }
-    if cfg!(feature = "redis") {
-        kinds.push("redis");
-    }
+    kinds.push("redis");
     if cfg!(feature = "zookeeper") {
         kinds.push("zookeeper");
     }

@@ -1,1 +1,0 @@
-SELECT token FROM simba_fence_test WHERE resource = $1
