@@ -3,6 +3,8 @@
 //! See `docs/cli.md` for the commands, the output formats and the exit codes.
 #![forbid(unsafe_code)]
 
+#[path = "simba/fence.rs"]
+mod fence;
 #[path = "simba/supervise.rs"]
 mod supervise;
 
@@ -124,6 +126,11 @@ enum Cmd {
     Purge,
     /// Check the backend: reachability, schema, eviction policy, ACLs, clock
     Check,
+    /// Fencing on the resource side: check a token against a PostgreSQL/MySQL/Redis fence
+    Fence {
+        #[command(subcommand)]
+        action: fence::FenceAction,
+    },
 }
 
 #[derive(Args, Debug)]
@@ -160,6 +167,9 @@ enum SchemaAction {
         /// Dialect to print without a URL
         #[arg(long, value_enum)]
         dialect: Option<Dialect>,
+        /// Print the simba_fence table of `simba fence check` / simba::fence instead
+        #[arg(long)]
+        fence: bool,
     },
     /// Create the tables if they do not exist (idempotent)
     Apply,
@@ -294,6 +304,7 @@ fn command_name(cmd: &Cmd) -> &'static str {
         Cmd::Schema { .. } => "schema",
         Cmd::Purge => "purge",
         Cmd::Check => "check",
+        Cmd::Fence { .. } => "fence",
     }
 }
 
@@ -334,7 +345,10 @@ fn config(cli: &Cli) -> Result<Config, Fail> {
 }
 
 fn run(cli: &Cli, out: &Out, signals: &Signals) -> Result<u8, Fail> {
-    if let Cmd::Schema { action: SchemaAction::Print { dialect: Some(d) } } = &cli.command {
+    if let Cmd::Schema { action: SchemaAction::Print { dialect, fence: true } } = &cli.command {
+        return fence::schema_print(cli, out, *dialect);
+    }
+    if let Cmd::Schema { action: SchemaAction::Print { dialect: Some(d), .. } } = &cli.command {
         return Ok(schema_print(out, *d));
     }
     if !matches!(cli.command, Cmd::Lock(_) | Cmd::Elect(_) | Cmd::Join(_)) {
@@ -363,6 +377,7 @@ fn run(cli: &Cli, out: &Out, signals: &Signals) -> Result<u8, Fail> {
         Cmd::Schema { action: SchemaAction::Apply } => schema_apply(&config, out),
         Cmd::Purge => purge(&config, out),
         Cmd::Check => check(&config, out),
+        Cmd::Fence { action } => fence::run(&config, cli, out, action),
     }
 }
 
