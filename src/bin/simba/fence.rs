@@ -36,18 +36,7 @@ pub fn run(config: &Config, cli: &Cli, out: &Out, action: &FenceAction) -> Resul
     // Validate the name before any I/O.
     simba::Name::new(resource)?;
     let url = cli.url.clone().unwrap_or_default();
-    let timeout = config.query_timeout();
-    let result = match config.backend_kind() {
-        #[cfg(feature = "postgres")]
-        BackendKind::Postgres => postgres_check(&url, timeout, resource, token),
-        #[cfg(feature = "mysql")]
-        BackendKind::Mysql => mysql_check(&url, timeout, resource, token),
-        #[cfg(feature = "redis")]
-        BackendKind::Redis => redis_check(&url, timeout, resource, token),
-        #[cfg(feature = "redis")]
-        BackendKind::RedisCluster => cluster_check(&url, config, timeout, resource, token),
-        other => return Err(unsupported(other)),
-    }?;
+    let result = check_at(config, &url, config.query_timeout(), resource, token)?;
     let redacted = config.redacted_url().unwrap_or_default().to_string();
     match result {
         Ok(()) => {
@@ -77,6 +66,30 @@ pub fn run(config: &Config, cli: &Cli, out: &Out, action: &FenceAction) -> Resul
         }
         Err(e @ FenceError::Invalid { .. }) => Err(Fail::new(code::CONFIG, "config", display_chain(&e))),
         Err(e) => Err(Fail::new(code::UNAVAILABLE, "unavailable", format!("{}{}", display_chain(&e), hint(&e)))),
+    }
+}
+
+/// The check at the fence of the configured database.
+fn check_at(
+    config: &Config,
+    url: &str,
+    timeout: Duration,
+    resource: &str,
+    token: Token,
+) -> Result<Result<(), FenceError>, Fail> {
+    match config.backend_kind() {
+        #[cfg(feature = "postgres")]
+        BackendKind::Postgres => postgres_check(url, timeout, resource, token),
+        #[cfg(feature = "mysql")]
+        BackendKind::Mysql => mysql_check(url, timeout, resource, token),
+        #[cfg(feature = "redis")]
+        BackendKind::Redis => redis_check(url, timeout, resource, token),
+        #[cfg(feature = "redis")]
+        BackendKind::RedisCluster => cluster_check(url, config, timeout, resource, token),
+        other => {
+            let _ = (url, timeout, resource, token);
+            Err(unsupported(other))
+        }
     }
 }
 
@@ -114,6 +127,7 @@ fn hint(e: &FenceError) -> &'static str {
     ""
 }
 
+#[cfg(any(feature = "postgres", feature = "mysql", feature = "redis"))]
 fn cannot_connect(what: &str, e: impl std::fmt::Display) -> Fail {
     Fail::new(code::UNAVAILABLE, "unavailable", format!("cannot connect to {what}: {e}"))
 }
