@@ -2,7 +2,7 @@
 //! interleaved tokens (only non-decreasing tokens land, a stale write never lands, the same term
 //! keeps writing), `SET`/`HSET`, and a user script's keys.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, LazyLock, Mutex};
 use std::thread;
 use std::time::Duration;
@@ -13,6 +13,10 @@ use simba::fence::{self, FenceError};
 use simba::Token;
 
 mod support;
+#[path = "fence/tokens.rs"]
+mod tokens;
+
+use tokens::Tokens;
 
 const THREADS: u64 = 4;
 const ATTEMPTS: u64 = 50;
@@ -73,16 +77,9 @@ fn concurrent_writers(mode: Mode) {
                 (term.clone(), results.clone(), resource.clone(), log.clone(), last.clone());
             thread::spawn(move || {
                 let mut con = connect(mode);
-                let mut mine = vec![1u64];
+                let mut tokens = Tokens::new(term, i);
                 for n in 0..ATTEMPTS {
-                    // Interleave: a new term, the current term (shared with other writers), or a
-                    // token of this writer's from two attempts ago (often stale by now).
-                    let token = match (n * 5 + i * 3) % 3 {
-                        0 => term.fetch_add(1, Ordering::SeqCst) + 1,
-                        1 => term.load(Ordering::SeqCst),
-                        _ => mine[mine.len().saturating_sub(2)],
-                    };
-                    mine.push(token);
+                    let token = tokens.pick(n);
                     let attempt = i * 1000 + n;
                     let r = LOG
                         .prepare(&resource, t(token))
@@ -179,38 +176,25 @@ fn corrupt_fence_key_is_an_error(mode: Mode) {
     assert!(matches!(fence::redis::seen(&mut *con, &resource), Err(FenceError::Invalid { .. })));
 }
 
-#[test]
-#[serial(redis)]
-fn redis_concurrent_writers() {
-    concurrent_writers(Mode::Standalone);
+/// Each case on standalone Redis and on the Cluster, serial per server.
+macro_rules! both_modes {
+    ($($case:ident: $standalone:ident, $cluster:ident;)*) => {$(
+        #[test]
+        #[serial(redis)]
+        fn $standalone() {
+            $case(Mode::Standalone);
+        }
+
+        #[test]
+        #[serial(redis_cluster)]
+        fn $cluster() {
+            $case(Mode::Cluster);
+        }
+    )*};
 }
 
-#[test]
-#[serial(redis_cluster)]
-fn redis_cluster_concurrent_writers() {
-    concurrent_writers(Mode::Cluster);
-}
-
-#[test]
-#[serial(redis)]
-fn redis_set_and_hset() {
-    set_and_hset(Mode::Standalone);
-}
-
-#[test]
-#[serial(redis_cluster)]
-fn redis_cluster_set_and_hset() {
-    set_and_hset(Mode::Cluster);
-}
-
-#[test]
-#[serial(redis)]
-fn redis_corrupt_fence_key() {
-    corrupt_fence_key_is_an_error(Mode::Standalone);
-}
-
-#[test]
-#[serial(redis_cluster)]
-fn redis_cluster_corrupt_fence_key() {
-    corrupt_fence_key_is_an_error(Mode::Cluster);
+both_modes! {
+    concurrent_writers: redis_concurrent_writers, redis_cluster_concurrent_writers;
+    set_and_hset: redis_set_and_hset, redis_cluster_set_and_hset;
+    corrupt_fence_key_is_an_error: redis_corrupt_fence_key, redis_cluster_corrupt_fence_key;
 }

@@ -7,7 +7,7 @@
 //! stale attempt's row 1 must be rolled back); the order rows, written under the fence lock, are
 //! in commit order and their tokens never go down; the fence holds the largest committed token.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 use std::thread;
 
@@ -16,6 +16,10 @@ use simba::fence::{self, FenceError};
 use simba::Token;
 
 mod support;
+#[path = "fence/tokens.rs"]
+mod tokens;
+
+use tokens::Tokens;
 
 const THREADS: u64 = 4;
 const ATTEMPTS: u64 = 30;
@@ -276,16 +280,9 @@ fn concurrent_writers<D: Db>(form: Form, iso: Iso) {
             let (term, results, resource) = (term.clone(), results.clone(), resource.clone());
             thread::spawn(move || {
                 let mut db = D::connect();
-                let mut mine = vec![1u64];
+                let mut tokens = Tokens::new(term, i);
                 for n in 0..ATTEMPTS {
-                    // Interleave: a new term, the current term (the same term as other writers),
-                    // or a token of this writer's from two attempts ago (often stale by now).
-                    let token = match (n * 5 + i * 3) % 3 {
-                        0 => term.fetch_add(1, Ordering::SeqCst) + 1,
-                        1 => term.load(Ordering::SeqCst),
-                        _ => mine[mine.len().saturating_sub(2)],
-                    };
-                    mine.push(token);
+                    let token = tokens.pick(n);
                     let attempt = (i * 1000 + n) as i64;
                     let o = run(&mut db, form, iso, &resource, attempt, t(token));
                     results.lock().unwrap().push((attempt, token, o));
@@ -345,52 +342,26 @@ fn concurrent_writers<D: Db>(form: Form, iso: Iso) {
     assert!(stale > 0 && accepted.len() > 1, "{stale} stale, {} accepted", accepted.len());
 }
 
-#[test]
-#[serial(postgres)]
-fn postgres_table_read_committed() {
-    concurrent_writers::<pg::Pg>(Form::Table, Iso::ReadCommitted);
+/// One test per backend, form and isolation level, serial per server.
+macro_rules! concurrent_writers_tests {
+    ($($name:ident: $db:ty, $server:ident, $form:ident, $iso:ident;)*) => {$(
+        #[test]
+        #[serial($server)]
+        fn $name() {
+            concurrent_writers::<$db>(Form::$form, Iso::$iso);
+        }
+    )*};
 }
 
-#[test]
-#[serial(postgres)]
-fn postgres_table_repeatable_read() {
-    concurrent_writers::<pg::Pg>(Form::Table, Iso::RepeatableRead);
-}
-
-#[test]
-#[serial(postgres)]
-fn postgres_row_read_committed() {
-    concurrent_writers::<pg::Pg>(Form::Row, Iso::ReadCommitted);
-}
-
-#[test]
-#[serial(postgres)]
-fn postgres_row_repeatable_read() {
-    concurrent_writers::<pg::Pg>(Form::Row, Iso::RepeatableRead);
-}
-
-#[test]
-#[serial(mysql)]
-fn mysql_table_read_committed() {
-    concurrent_writers::<my::My>(Form::Table, Iso::ReadCommitted);
-}
-
-#[test]
-#[serial(mysql)]
-fn mysql_table_repeatable_read() {
-    concurrent_writers::<my::My>(Form::Table, Iso::RepeatableRead);
-}
-
-#[test]
-#[serial(mysql)]
-fn mysql_row_read_committed() {
-    concurrent_writers::<my::My>(Form::Row, Iso::ReadCommitted);
-}
-
-#[test]
-#[serial(mysql)]
-fn mysql_row_repeatable_read() {
-    concurrent_writers::<my::My>(Form::Row, Iso::RepeatableRead);
+concurrent_writers_tests! {
+    postgres_table_read_committed: pg::Pg, postgres, Table, ReadCommitted;
+    postgres_table_repeatable_read: pg::Pg, postgres, Table, RepeatableRead;
+    postgres_row_read_committed: pg::Pg, postgres, Row, ReadCommitted;
+    postgres_row_repeatable_read: pg::Pg, postgres, Row, RepeatableRead;
+    mysql_table_read_committed: my::My, mysql, Table, ReadCommitted;
+    mysql_table_repeatable_read: my::My, mysql, Table, RepeatableRead;
+    mysql_row_read_committed: my::My, mysql, Row, ReadCommitted;
+    mysql_row_repeatable_read: my::My, mysql, Row, RepeatableRead;
 }
 
 #[test]
