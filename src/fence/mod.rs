@@ -14,9 +14,9 @@
 //! separate write lets a new holder slip in between):
 //!
 //! - `fence::postgres` / `fence::mysql` (features `postgres` / `mysql`): a `simba_fence(resource,
-//!   token)` table ([`postgres::INIT_SQL`](self::postgres) etc.) and a `check` that runs inside the
-//!   caller's own transaction, so the write and the check commit or roll back together; plus
-//!   `update_row`, the one-statement form for a row that carries its own `fence_token` column.
+//!   token)` table (its SQL: `INIT_SQL` in each module) and a `check` that runs inside the caller's
+//!   own transaction, so the write and the check commit or roll back together; plus `update_row`,
+//!   the one-statement form for a row that carries its own `fence_token` column.
 //! - `fence::redis` (feature `redis`): Lua scripts that check the token and perform the write
 //!   (`SET`, `HSET`, or your own script's body) in one script run; Cluster-safe because every key
 //!   involved carries the resource's hash tag `{resource}`.
