@@ -740,3 +740,86 @@ fn acquire_remaining_never_outlives_the_watchdog_deadline() {
     }
     b.close_session(&s).unwrap();
 }
+
+#[test]
+#[serial(zookeeper)]
+fn lease_node_deleted_behind_the_sessions_back_is_not_reported() {
+    let root = fresh_root();
+    let b = backend_at(&root, ZookeeperOptions::default());
+    let s = b.open_session(Duration::from_secs(5), "").unwrap().id;
+    let (kept, lost) = (name("kept"), name("lost"));
+    let tk = acquired_long(&b, &s, &kept);
+    let tl = acquired_long(&b, &s, &lost);
+    let keep = |b: &ZookeeperBackend| match b.keep_alive(&s, Duration::from_secs(5)).unwrap() {
+        KeepAlive::Alive { owned, .. } => owned,
+        KeepAlive::Expired => panic!("session {s} expired"),
+    };
+    let mut both = vec![(kept.clone(), tk), (lost.clone(), tl)];
+    both.sort();
+    assert_eq!(keep(&b), both);
+    // Another ZooKeeper client (an operator, a shared identity) deletes one lease node.
+    let raw = raw_client();
+    futures::executor::block_on(raw.delete(&format!("{root}/leases/{}", lost.as_str()), None)).unwrap();
+    assert_eq!(keep(&b), vec![(kept.clone(), tk)], "the deleted lease is lost, not reported from memory");
+    // A rival takes it with a larger token; the old holder never reports it again.
+    let r = b.open_session(Duration::from_secs(5), "").unwrap().id;
+    let tr = acquired_long(&b, &r, &lost);
+    assert!(tr > tl, "{tr} after {tl}");
+    assert_eq!(keep(&b), vec![(kept.clone(), tk)]);
+    assert_eq!(b.acquire(&s, &lost).unwrap(), Acquire::Busy);
+    // Releasing the lost term is a no-op that never deletes the rival's node.
+    b.release(&s, &lost, tl).unwrap();
+    assert_eq!(b.holder(&lost).unwrap().map(|h| (h.session, h.token)), Some((r.clone(), tr)));
+    b.close_session(&s).unwrap();
+    b.close_session(&r).unwrap();
+}
+
+#[test]
+#[serial(zookeeper)]
+fn holder_whose_node_is_deleted_loses_the_lease_at_its_next_renewal() {
+    use simba::{Session, SessionEvent, SessionOptions};
+    let root = fresh_root();
+    let b = std::sync::Arc::new(backend_at(&root, ZookeeperOptions::default()));
+    let renew = Duration::from_millis(300);
+    let query = Duration::from_secs(1);
+    let opts = SessionOptions::builder()
+        .lease_duration(Duration::from_secs(6))
+        .renew_interval(renew)
+        .query_timeout(query)
+        .build()
+        .unwrap();
+    let holder = Session::open(b.clone(), opts.clone()).unwrap();
+    let events = holder.events();
+    let lease = holder.lock("deleted").unwrap();
+    let t1 = lease.token().unwrap();
+    let raw = raw_client();
+    futures::executor::block_on(raw.delete(&format!("{root}/leases/deleted"), None)).unwrap();
+    let deleted = Instant::now();
+    // The next keep-alive (at most one renew interval away) reports the loss, bounded by its own
+    // query timeout.
+    let bound = renew + query + Duration::from_millis(500);
+    let lost = loop {
+        let left = bound.checked_sub(deleted.elapsed()).unwrap_or_else(|| {
+            panic!("no LeaseLost within {bound:?} of the delete; token() still says {:?}", lease.token())
+        });
+        match events.recv_timeout(left) {
+            Ok(SessionEvent::LeaseLost { name, token, .. }) => break (name, token),
+            Ok(_) => {}
+            Err(_) => panic!("no LeaseLost within {bound:?} of the delete; token() says {:?}", lease.token()),
+        }
+    };
+    assert_eq!(lost.0.as_str(), "deleted");
+    assert_eq!(lost.1, t1);
+    assert_eq!(lease.token().unwrap_err().kind(), ErrorKind::LeaseLost);
+    assert_eq!(holder.state(), simba::SessionState::Active, "only the lease is lost, not the session");
+    // A rival takes it: never two holders.
+    let rival = Session::open(b.clone(), opts).unwrap();
+    let taken = rival.try_lock("deleted").unwrap().expect("free after the delete");
+    let t2 = taken.token().unwrap();
+    assert!(t2 > t1, "{t2} after {t1}");
+    assert!(lease.token().is_err(), "two holders");
+    drop(taken);
+    drop(lease);
+    rival.close().unwrap();
+    holder.close().unwrap();
+}

@@ -404,10 +404,27 @@ fn keep_alive_sends_the_same_requests_whatever_the_lease_count() {
             .into_iter()
             .filter(|op| ![OP_PING, OP_AUTH, OP_SET_WATCHES, OP_SET_WATCHES2].contains(op))
             .collect();
-        // Without a group only the `sync`: one request, one round trip.
-        assert_eq!(sent, vec![OP_SYNC], "keep-alive with {count} leases sent {sent:?}");
+        // Without a lease or a group only the `sync`: one request, one round trip. With leases
+        // the session's nodes are listed too (ownership checked on the server), one request
+        // whatever their number.
+        let expected = if count == 0 { vec![OP_SYNC] } else { vec![OP_SYNC, OP_GET_EPHEMERALS] };
+        assert_eq!(sent, expected, "keep-alive with {count} leases sent {sent:?}");
     }
-    // A member also lists its member nodes. The client queues both without waiting for the first
+    // Released (confirmed): back to the `sync` alone.
+    let KeepAlive::Alive { owned, .. } = proxied.keep_alive(&s, lease).unwrap() else { panic!("expired") };
+    for (n, t) in owned {
+        proxied.release(&s, &n, t).unwrap();
+    }
+    proxy.take_opcodes();
+    let KeepAlive::Alive { owned, .. } = proxied.keep_alive(&s, lease).unwrap() else { panic!("expired") };
+    assert!(owned.is_empty());
+    let sent: Vec<i32> = proxy
+        .take_opcodes()
+        .into_iter()
+        .filter(|op| ![OP_PING, OP_AUTH, OP_SET_WATCHES, OP_SET_WATCHES2].contains(op))
+        .collect();
+    assert_eq!(sent, vec![OP_SYNC], "keep-alive after releasing every lease sent {sent:?}");
+    // A member also lists its nodes. The client queues both without waiting for the first
     // reply; whether they leave in one segment depends on its writer task (on loopback the sync's
     // reply sometimes comes back before the list is written, seen with a reply-counting proxy).
     proxied.join(&s, &name("g")).unwrap();

@@ -15,8 +15,9 @@
 //! min(lease duration, negotiated session timeout): ZooKeeper measures session timeouts with the
 //! ensemble's elapsed time, so no clock is compared with anything.
 //!
-//! Keep-alive reports the session's groups from the server (`getEphemerals` of `{root}/groups`,
-//! pipelined with its `sync`), so a member node deleted behind the session's back is not reported.
+//! Keep-alive reports the session's leases and groups from the server (`getEphemerals` of
+//! `{root}`, pipelined with its `sync`), so a lease or member node deleted behind the session's
+//! back is reported lost at the next renewal, never from memory.
 //!
 //! The ZooKeeper client heartbeats by itself; a local watchdog therefore closes any session whose
 //! [`keep_alive`](LeaseBackend::keep_alive) was not called within its lease duration, so a stuck
@@ -731,29 +732,35 @@ impl LeaseBackend for ZookeeperBackend {
         let deadline = t0 + inner.opts.query_timeout;
         let to_check: Vec<Name> =
             s.leases.lock().pending.iter().filter(|(_, n)| **n == 0).map(|(k, _)| k.clone()).collect();
+        // The leases this session holds as far as it knows, taken before the list is sent: only
+        // these can be found missing by this keep-alive (a lease acquired meanwhile is newer than
+        // the list's answer and stays reported).
+        let held: Vec<(Name, Token)> = s.leases.lock().known.iter().map(|(n, t)| (n.clone(), *t)).collect();
         // One pipelined round trip: `sync` (through the leader, which checks the session) proves
-        // the session is alive; the session's member nodes are listed and possibly-owned names
+        // the session is alive; the session's own nodes are listed and possibly-owned names
         // checked alongside. Each request is sent when its future is created, in this order, and
         // ZooKeeper answers one session's requests in the order they were sent.
         //
-        // Groups are reported from the server: `getEphemerals` (ZooKeeper 3.6+) lists the
-        // ephemeral nodes *owned by this ZooKeeper session* whose path starts with
-        // `{root}/groups`. Sent after the `sync`, it reads the server's tree after every request
-        // this session sent before the keep-alive, so: a join that returned is listed; a join
-        // whose reply was lost is listed exactly when its create was applied; a leave that
-        // returned is not listed; a member node deleted behind the session's back (another
-        // client, an operator) is not listed; and another session's nodes never are, even one
-        // forged at this session's path (ownership, not the path, decides). If that read alone
-        // fails, whether a membership survived is unknown, and unknown is not lost: the
-        // groups this session joined and has not confirmedly left are reported instead.
+        // Leases and groups are reported from the server: `getEphemerals` (ZooKeeper 3.6+) lists
+        // the ephemeral nodes *owned by this ZooKeeper session* whose path starts with `{root}`.
+        // Sent after the `sync`, it reads the server's tree after every request this session
+        // sent before the keep-alive, so: an acquire or join that returned is listed; one whose
+        // reply was lost is listed exactly when its create was applied; a release or leave that
+        // returned is not listed; a lease or member node deleted behind the session's back
+        // (another client, an operator, a shared identity) is not listed, so the lease is
+        // reported lost and the membership re-joined; and another session's nodes never are,
+        // even one forged at this session's path (ownership, not the path, decides). If that
+        // read alone fails, what survived is unknown, and unknown is not lost: the leases this
+        // session created and the groups it joined and has not confirmedly left are reported.
         //
-        // A session that never joined a group (or confirmedly left them all: `joined` is filled
-        // before a join's create is sent and emptied only by a confirmed leave) has no member
-        // node, so the list is sent only when `joined` is not empty: a session that only holds
-        // leases keeps its keep-alive to the one `sync` (the client's writer may flush a second
-        // request separately, i.e. two round trips on the wire).
+        // A session that holds no lease and never joined a group (or confirmedly left them all:
+        // `joined` is filled before a join's create is sent and emptied only by a confirmed
+        // leave) has nothing to list, so it sends the `sync` alone. Otherwise the list follows it
+        // without waiting for its reply (the client's writer may flush the second request
+        // separately, i.e. two round trips on the wire).
+        let list = !held.is_empty() || !s.joined.lock().is_empty();
         let sync = client.sync(inner.paths.root());
-        let ephemerals = (!s.joined.lock().is_empty()).then(|| client.list_ephemerals(&inner.paths.groups_prefix()));
+        let ephemerals = list.then(|| client.list_ephemerals(inner.paths.ephemerals_prefix()));
         let checks: Vec<_> = to_check.iter().map(|n| client.get_data(&inner.paths.lease(n))).collect();
         let res = run_until(
             async move {
@@ -783,19 +790,21 @@ impl LeaseBackend for ZookeeperBackend {
             }
             return Err(f.into_error(&format!("keep-alive of session {session}"), inner.opts.query_timeout));
         }
-        let groups = match ephemerals {
-            None => BTreeSet::new(),
+        // What the server lists: (groups, lease names); `None` when the list failed (unknown).
+        let listed: Option<(BTreeSet<Name>, HashSet<Name>)> = match ephemerals {
+            None => Some(Default::default()),
             Some(Ok(paths)) => {
-                let mut groups = BTreeSet::new();
+                let (mut groups, mut leases) = (BTreeSet::new(), HashSet::new());
                 for p in paths {
-                    match inner.paths.member_group(&p, session) {
-                        Some(g) => {
-                            groups.insert(g);
-                        }
-                        None => log::debug!("zookeeper session {session}: ignoring ephemeral node {p:?} in the groups"),
+                    if let Some(g) = inner.paths.member_group(&p, session) {
+                        groups.insert(g);
+                    } else if let Some(n) = inner.paths.lease_name(&p) {
+                        leases.insert(n);
+                    } else if p != inner.paths.session(session) {
+                        log::debug!("zookeeper session {session}: ignoring its ephemeral node {p:?}");
                     }
                 }
-                groups
+                Some((groups, leases))
             }
             Some(Err(e)) => {
                 let f = Fail::Zk(e);
@@ -805,10 +814,10 @@ impl LeaseBackend for ZookeeperBackend {
                     return Ok(KeepAlive::Expired);
                 }
                 log::info!(
-                    "zookeeper session {session}: cannot list its member nodes ({f:?}); reporting every group it \
-                     joined and did not leave (unknown is not lost)"
+                    "zookeeper session {session}: cannot list its nodes ({f:?}); reporting every lease it created \
+                     and every group it joined and did not leave (unknown is not lost)"
                 );
-                s.joined.lock().iter().cloned().collect()
+                None
             }
         };
         {
@@ -843,9 +852,26 @@ impl LeaseBackend for ZookeeperBackend {
                 Err(e) => log::debug!("zookeeper session {session}: cannot check possibly owned lease {name}: {e}"),
             }
         }
+        if let Some((_, leases)) = &listed {
+            for (name, token) in held {
+                // Still the same term in memory (not released or re-acquired meanwhile), and its
+                // node is no longer this session's on the server: lost.
+                if !leases.contains(&name) && l.known.get(&name) == Some(&token) {
+                    log::warn!(
+                        "zookeeper session {session}: the node of lease {name} (token {token}) is gone from the \
+                         server (deleted by another client); reporting the lease lost"
+                    );
+                    l.known.remove(&name);
+                }
+            }
+        }
         let mut owned: Vec<(Name, Token)> = l.known.iter().map(|(n, t)| (n.clone(), *t)).collect();
         drop(l);
         owned.sort();
+        let groups = match listed {
+            Some((groups, _)) => groups,
+            None => s.joined.lock().iter().cloned().collect(),
+        };
         let remaining = lease_duration.min(s.negotiated);
         Ok(KeepAlive::Alive { remaining, owned, groups: groups.into_iter().collect() })
     }

@@ -38,11 +38,22 @@ impl Paths {
         format!("{}/groups/{group}/{session}", self.base)
     }
 
-    /// `{root}/groups`: the prefix (a plain string prefix on the server) of every member node,
-    /// for `getEphemerals`. It has no trailing `/` because the client rejects such paths; answers
-    /// are filtered with [`Paths::member_group`].
-    pub(crate) fn groups_prefix(&self) -> String {
-        format!("{}/groups", self.base)
+    /// The prefix (a plain string prefix on the server) of every node the backend creates, for
+    /// `getEphemerals`: the root itself (`/` for the root `/`). It has no trailing `/` because the
+    /// client rejects such paths, so a sibling root sharing the prefix is listed too; answers are
+    /// filtered with [`Paths::member_group`] and [`Paths::lease_name`].
+    pub(crate) fn ephemerals_prefix(&self) -> &str {
+        self.root()
+    }
+
+    /// The lease name of `path` when it is a lease node (`{root}/leases/{name}` with a valid
+    /// name); `None` for any other path.
+    pub(crate) fn lease_name(&self, path: &str) -> Option<Name> {
+        let name = path.strip_prefix(self.base.as_str())?.strip_prefix("/leases/")?;
+        if name.contains('/') {
+            return None;
+        }
+        Name::new(name).ok()
     }
 
     /// The group of `path` when it is the member node of `session` (`{root}/groups/{group}/{session}`
@@ -103,7 +114,7 @@ mod tests {
         let p = Paths::new("/");
         assert_eq!(p.lease(&n), "/leases/job");
         assert_eq!(p.root(), "/");
-        assert_eq!(p.groups_prefix(), "/groups");
+        assert_eq!(p.ephemerals_prefix(), "/");
         assert_eq!(parent("/a/b"), Some("/a"));
         assert_eq!(parent("/a"), None);
     }
@@ -115,7 +126,12 @@ mod tests {
         for root in ["/simba", "/"] {
             let p = Paths::new(root);
             let g = Name::new("g.1:x-y_z").unwrap();
-            assert!(p.member(&g, &s).starts_with(&p.groups_prefix()));
+            assert!(p.member(&g, &s).starts_with(p.ephemerals_prefix()));
+            assert!(p.lease(&g).starts_with(p.ephemerals_prefix()));
+            assert_eq!(p.lease_name(&p.lease(&g)), Some(g.clone()), "{root}");
+            assert_eq!(p.lease_name(&p.member(&g, &s)), None);
+            assert_eq!(p.lease_name(&p.session(&s)), None);
+            assert_eq!(p.lease_name(&format!("{}/x", p.lease(&g))), None);
             assert_eq!(p.member_group(&p.member(&g, &s), &s), Some(g.clone()), "{root}");
             assert_eq!(p.member_group(&p.member(&g, &other), &s), None);
             assert_eq!(p.member_group(&p.group(&g), &s), None);
@@ -128,6 +144,8 @@ mod tests {
         let p = Paths::new("/simba");
         assert_eq!(p.member_group(&format!("/simba2/groups/g/{s}"), &s), None);
         assert_eq!(p.member_group(&format!("/simbagroups/g/{s}"), &s), None);
+        assert_eq!(p.lease_name("/simba2/leases/x"), None);
+        assert_eq!(p.lease_name("/simba/leases/.."), None);
     }
 
     #[test]
