@@ -28,6 +28,8 @@ enum Mode {
     DropReplies,
     /// Accept new connections and never answer (existing ones keep their mode until cut).
     Blackhole,
+    /// Accept new connections and close them at once (a server that is down or restarting).
+    Refuse,
 }
 
 struct ProxyShared {
@@ -36,6 +38,8 @@ struct ProxyShared {
     conns: Mutex<Vec<TcpStream>>,
     /// Op codes of the requests clients sent (connect handshakes excluded).
     opcodes: Mutex<Vec<i32>>,
+    /// When each connection was accepted (the client's connection attempts).
+    accepted: Mutex<Vec<Instant>>,
     stop: AtomicBool,
 }
 
@@ -62,6 +66,7 @@ impl Proxy {
             mode: Mutex::new(Mode::Normal),
             conns: Mutex::new(Vec::new()),
             opcodes: Mutex::new(Vec::new()),
+            accepted: Mutex::new(Vec::new()),
             stop: AtomicBool::new(false),
         });
         let s = Arc::clone(&shared);
@@ -87,6 +92,11 @@ impl Proxy {
         }
     }
 
+    /// The connection attempts since `since`, as offsets from it.
+    fn attempts_since(&self, since: Instant) -> Vec<Duration> {
+        self.shared.accepted.lock().iter().filter(|t| **t >= since).map(|t| t.duration_since(since)).collect()
+    }
+
     fn take_opcodes(&self) -> Vec<i32> {
         std::mem::take(&mut *self.shared.opcodes.lock())
     }
@@ -102,7 +112,12 @@ impl Drop for Proxy {
 fn handle(s: &Arc<ProxyShared>, client: TcpStream) {
     let _ = client.set_nonblocking(false);
     let _ = client.set_nodelay(true);
+    s.accepted.lock().push(Instant::now());
     let mode = *s.mode.lock();
+    if mode == Mode::Refuse {
+        let _ = client.shutdown(Shutdown::Both);
+        return;
+    }
     if mode == Mode::Blackhole {
         if let Ok(c) = client.try_clone() {
             s.conns.lock().push(c);
@@ -483,5 +498,45 @@ fn possibly_owned_lease_is_released_by_its_token_before_any_keep_alive() {
         KeepAlive::Alive { owned, .. } => assert_eq!(owned, vec![]),
         KeepAlive::Expired => panic!("session expired"),
     }
+    proxied.close_session(&s).unwrap();
+}
+
+#[test]
+#[serial(zookeeper)]
+fn reconnects_within_the_lease_once_the_server_is_back() {
+    // A server that is unreachable for 7 s (connections refused, as during a restart) and back
+    // well within the 12 s lease: the client must reconnect to the same session before the lease
+    // runs out, so the session and its lease survive with the same token.
+    let lease = Duration::from_secs(12);
+    let (direct, proxied, proxy) = pair(Duration::from_millis(500));
+    let s = proxied.open_session(lease, "").unwrap().id;
+    let n = name("kept");
+    let t = token(proxied.acquire(&s, &n));
+    assert!(matches!(proxied.keep_alive(&s, lease).unwrap(), KeepAlive::Alive { .. }));
+    let renewed = Instant::now();
+    proxy.set_mode(Mode::Refuse);
+    proxy.cut();
+    thread::sleep(Duration::from_secs(7));
+    proxy.set_mode(Mode::Normal);
+    let back = renewed.elapsed();
+    let bound = lease - Duration::from_secs(1);
+    let owned = loop {
+        match proxied.keep_alive(&s, lease) {
+            Ok(KeepAlive::Alive { owned, .. }) => break owned,
+            Ok(KeepAlive::Expired) => panic!("session expired although the server was back after {back:?}"),
+            Err(e) => {
+                assert!(e.is_retryable(), "{e:?}");
+                assert!(
+                    renewed.elapsed() < bound,
+                    "not reconnected {bound:?} after the last renewal (server back after {back:?}, lease \
+                     {lease:?}); the client's connection attempts, from the last renewal: {:?}",
+                    proxy.attempts_since(renewed)
+                );
+                thread::sleep(Duration::from_millis(50));
+            }
+        }
+    };
+    assert_eq!(owned, vec![(n.clone(), t)], "the lease did not survive the outage");
+    assert_eq!(direct.holder(&n).unwrap().map(|h| (h.session, h.token)), Some((s.clone(), t)));
     proxied.close_session(&s).unwrap();
 }

@@ -61,6 +61,8 @@ use crate::types::{validate_metadata, Name, SessionId, Token};
 /// Longest the watchdog sleeps between checks (it is woken early when a session opens or the
 /// backend is dropped).
 const WATCHDOG_MAX_SLEEP: Duration = Duration::from_secs(1);
+/// Entries of the connect string the clients get (each host repeated; see [`connect_string`]).
+const CONNECT_STRING_ENTRIES: usize = 20;
 /// Attempts of a create whose parent keeps vanishing (container reaping) or whose node keeps
 /// changing between `create` and `getData`.
 const CREATE_ATTEMPTS: usize = 4;
@@ -76,6 +78,8 @@ pub struct ZookeeperBackend {
 
 struct Inner {
     hosts: String,
+    /// What the clients connect to: `hosts` with each host repeated (see [`connect_string`]).
+    connect_string: String,
     opts: ZookeeperOptions,
     paths: Paths,
     acls: Vec<Acl>,
@@ -308,6 +312,7 @@ impl ZookeeperBackend {
             Watches::start().map_err(|e| Error::backend("cannot start the ZooKeeper watch thread").with_source(e))?;
         let inner = Arc::new(Inner {
             hosts: hosts.to_string(),
+            connect_string: connect_string(hosts),
             paths: Paths::new(&options.root),
             opts: options,
             acls,
@@ -395,6 +400,29 @@ fn parse_url(url: &str) -> Result<(String, Option<String>)> {
     Ok((hosts.to_string(), root))
 }
 
+/// The connect string given to the clients: `hosts` with each host repeated until there are at
+/// least [`CONNECT_STRING_ENTRIES`] entries (`a:1,b:2` → `a:1,b:2,a:1,b:2,…`).
+///
+/// Why: after a connection loss the client reconnects by itself, cycling through its entries; it
+/// waits `50 ms × position` (+ jitter) before each entry of a cycle, but before the *first* entry
+/// of every cycle `min(1 s, entries × 100 ms) × 2^(cycle - 1)`, without a cap but the session's
+/// expiry, and it has no setting for that. With one entry every attempt is the first of a cycle, so
+/// the waits double from 0.1 s (0.1, 0.2, … 6.4 s): a server back after 7 s was retried only at
+/// ~12.7 s, after a 12 s lease (`tests/zk_faults.rs`, `reconnects_within_the_lease_once_the_server_is_back`
+/// recorded the attempts at 0, 0.15, 0.4, 0.8, 1.7, 3.3 and 6.6 s). With 20 entries the
+/// client tries again at most ~1 s after the previous attempt during the first ~10 s of an
+/// outage (a cycle: 1 s, then 50, 100, … 950 ms), at most ~2 s during the next ~11 s, and so on.
+/// Repeated entries are the same server: ZooKeeper does not care which entry reconnected.
+fn connect_string(hosts: &str) -> String {
+    let list: Vec<&str> = hosts.split(',').collect();
+    let repeat = CONNECT_STRING_ENTRIES.div_ceil(list.len().max(1));
+    let mut out = Vec::with_capacity(repeat * list.len());
+    for _ in 0..repeat {
+        out.extend_from_slice(&list);
+    }
+    out.join(",")
+}
+
 /// Whether an ACL entry lets every client change nodes (`world:anyone` with more than read).
 fn writable_by_anyone(a: &Acl) -> bool {
     use zookeeper_client::Permission;
@@ -472,8 +500,8 @@ impl Inner {
             c = c.with_sasl(sasl.clone());
         }
         let connecting = match &self.tls {
-            Some(tls) => Either::Left(c.with_tls(tls.clone()).secure_connect(&self.hosts)),
-            None => Either::Right(c.connect(&self.hosts)),
+            Some(tls) => Either::Left(c.with_tls(tls.clone()).secure_connect(&self.connect_string)),
+            None => Either::Right(c.connect(&self.connect_string)),
         };
         match run_until(connecting, deadline) {
             Some(Ok(client)) => Ok(client),
@@ -1349,6 +1377,13 @@ mod tests {
         assert!(validate_hosts("a:1,b:2").is_ok());
         assert!(validate_hosts("a:1,").is_err());
         assert!(validate_hosts("a:0").is_err());
+        let one = connect_string("a:1");
+        assert_eq!(one.split(',').count(), CONNECT_STRING_ENTRIES);
+        assert!(one.split(',').all(|h| h == "a:1"), "{one}");
+        let three = connect_string("a:1,b:2,c:3");
+        assert_eq!(three.split(',').count(), 21);
+        assert!(three.starts_with("a:1,b:2,c:3,a:1,b:2,c:3,"), "{three}");
+        assert_eq!(connect_string(&vec!["h:1"; 25].join(",")).split(',').count(), 25);
     }
 
     #[test]
