@@ -823,3 +823,52 @@ fn holder_whose_node_is_deleted_loses_the_lease_at_its_next_renewal() {
     rival.close().unwrap();
     holder.close().unwrap();
 }
+
+#[test]
+#[serial(zookeeper)]
+fn denied_identity_fails_at_once_and_check_says_the_same() {
+    use simba::{Session, SessionOptions};
+    // The root belongs to one digest identity (creator-all); a backend with the wrong password
+    // for the same user is denied: ZooKeeper accepts any digest credentials and denies by ACL.
+    let (root, _raw) = fresh_root_with_open_parent();
+    let owner = backend_at(
+        &root,
+        ZookeeperOptions::default().auth(ZookeeperAuth::digest("simba", "right").unwrap()).acl(AclMode::CreatorAll),
+    );
+    let s = owner.open_session(LEASE, "").unwrap().id;
+    let wrong = std::sync::Arc::new(backend_at(
+        &root,
+        ZookeeperOptions::default()
+            .auth(ZookeeperAuth::digest("simba", "wrong").unwrap())
+            .acl(AclMode::CreatorAll)
+            .query_timeout(Duration::from_secs(20)),
+    ));
+    let started = Instant::now();
+    let long = Duration::from_secs(20);
+    let opts = SessionOptions::builder().lease_duration(long).query_timeout(long).build().unwrap();
+    let e = Session::open(wrong.clone(), opts).map(|_| ()).unwrap_err();
+    assert!(started.elapsed() < Duration::from_secs(5), "not at once: {:?}", started.elapsed());
+    assert_eq!(e.kind(), ErrorKind::Backend, "{e}");
+    let shown = simba::display_chain(&e);
+    for words in ["denied", "digest user simba", "SIMBA_ZOOKEEPER_AUTH", "not authorized"] {
+        assert!(shown.contains(words), "{words:?} missing: {shown}");
+    }
+    // `check` shows the same denial (a probe of what opening a session and acquiring need).
+    let items = wrong.check();
+    let access = items.iter().find(|c| c.name == "access").unwrap_or_else(|| panic!("no access item: {items:?}"));
+    assert_eq!(access.status, CheckStatus::Fail, "{access:?}");
+    for words in ["denied", "digest user simba", "SIMBA_ZOOKEEPER_AUTH", "not authorized"] {
+        assert!(access.detail.contains(words), "{words:?} missing: {access:?}");
+    }
+    // The owner's identity passes the probe, which leaves no node behind.
+    let items = owner.check();
+    let access = items.iter().find(|c| c.name == "access").unwrap_or_else(|| panic!("no access item: {items:?}"));
+    assert_eq!(access.status, CheckStatus::Ok, "{access:?}");
+    let raw = zookeeper_client::Client::connector().with_auth("digest", b"simba:right");
+    let raw = futures::executor::block_on(raw.connect(&hosts_and_root().0)).unwrap();
+    for dir in ["sessions", "leases"] {
+        let children = futures::executor::block_on(raw.list_children(&format!("{root}/{dir}"))).unwrap();
+        assert!(children.iter().all(|c| !c.contains("check")), "{dir}: {children:?}");
+    }
+    owner.close_session(&s).unwrap();
+}

@@ -80,6 +80,8 @@ struct Inner {
     hosts: String,
     /// What the clients connect to: `hosts` with each host repeated (see [`connect_string`]).
     connect_string: String,
+    /// The backend's identity for messages ([`describe_identity`]).
+    who: String,
     opts: ZookeeperOptions,
     paths: Paths,
     acls: Vec<Acl>,
@@ -167,10 +169,10 @@ impl Fail {
         }
     }
 
-    fn into_error(self, what: &str, timeout: Duration) -> Error {
+    fn into_error(self, what: &str, timeout: Duration, who: &str) -> Error {
         match self {
             Fail::Timeout => Error::unavailable(format!("ZooKeeper {what} did not complete within {timeout:?}")),
-            Fail::Zk(e) => zk_error(e, what),
+            Fail::Zk(e) => zk_error(e, what, who),
         }
     }
 }
@@ -191,21 +193,60 @@ fn is_transient(e: &ZkError) -> bool {
     )
 }
 
-/// Maps a client error to ours, with the client error as source.
-fn zk_error(e: ZkError, what: &str) -> Error {
+/// Maps a client error to ours, with the client error as source; `who` describes the backend's
+/// identity (see [`describe_identity`]) for denials.
+fn zk_error(e: ZkError, what: &str, who: &str) -> Error {
     let kind = match &e {
         e if is_transient(e) => ErrorKind::Unavailable,
         ZkError::SessionExpired | ZkError::ClientClosed | ZkError::SessionMoved => ErrorKind::SessionExpired,
         _ => ErrorKind::Backend,
     };
     let msg = match &e {
-        ZkError::NoAuth | ZkError::InvalidAcl | ZkError::AuthFailed => {
-            format!("ZooKeeper denied {what}: check the backend's auth info and the ACL of the node and its parents")
+        ZkError::NoAuth => format!(
+            "ZooKeeper denied {what} to the backend's identity ({who}): the ACL of the node or of its parent \
+             does not grant it; check the credentials (ZookeeperOptions::auth / SIMBA_ZOOKEEPER_AUTH, \
+             ZookeeperOptions::sasl / SIMBA_ZOOKEEPER_SASL) and the ACLs under the root (retrying cannot help)"
+        ),
+        ZkError::InvalidAcl => format!(
+            "ZooKeeper rejected the ACL of {what} for the backend's identity ({who}): creator-all and auth ACL \
+             entries need an identity the server authenticated; check SIMBA_ZOOKEEPER_ACL and the credentials"
+        ),
+        ZkError::AuthFailed => {
+            format!("ZooKeeper rejected the backend's authentication ({who}) during {what}; {AUTH_FAILED_HINT}")
         }
         ZkError::BadArguments(_) => format!("ZooKeeper rejected the arguments of {what}"),
         _ => format!("ZooKeeper {what} failed"),
     };
     Error::new(kind, msg).with_source(e)
+}
+
+/// What to check when the server rejects the backend's authentication.
+const AUTH_FAILED_HINT: &str = "check the SASL user and password (ZookeeperOptions::sasl / SIMBA_ZOOKEEPER_SASL) \
+     against the server's JAAS configuration and the auth info (ZookeeperOptions::auth / SIMBA_ZOOKEEPER_AUTH) \
+     against its auth providers (retrying cannot help)";
+
+/// The backend's identity as the server sees it, for messages: e.g. `digest user simba`, `SASL
+/// user simba`, or anonymous. Never the credentials.
+fn describe_identity(opts: &ZookeeperOptions) -> String {
+    let mut parts: Vec<String> = opts
+        .auth
+        .iter()
+        .map(|a| match a.scheme() {
+            "digest" => {
+                let creds = String::from_utf8_lossy(a.credentials());
+                format!("digest user {}", creds.split(':').next().unwrap_or_default())
+            }
+            scheme => format!("auth scheme {scheme}"),
+        })
+        .collect();
+    if let Some(sasl) = &opts.sasl {
+        parts.push(format!("SASL user {}", sasl.user()));
+    }
+    if parts.is_empty() {
+        "no credentials: anonymous, only world:anyone entries apply".into()
+    } else {
+        parts.join(" + ")
+    }
 }
 
 fn token_of(czxid: i64, what: &str) -> Result<Token> {
@@ -313,6 +354,7 @@ impl ZookeeperBackend {
         let inner = Arc::new(Inner {
             hosts: hosts.to_string(),
             connect_string: connect_string(hosts),
+            who: describe_identity(&options),
             paths: Paths::new(&options.root),
             opts: options,
             acls,
@@ -457,6 +499,16 @@ fn validate_hosts(hosts: &str) -> Result<()> {
 }
 
 impl Inner {
+    /// [`zk_error`] naming this backend's identity.
+    fn zk_error(&self, e: ZkError, what: &str) -> Error {
+        zk_error(e, what, &self.who)
+    }
+
+    /// [`Fail::into_error`] naming this backend's identity.
+    fn fail(&self, f: Fail, what: &str, timeout: Duration) -> Error {
+        f.into_error(what, timeout, &self.who)
+    }
+
     fn query_deadline(&self) -> Instant {
         Instant::now() + self.opts.query_timeout
     }
@@ -483,9 +535,9 @@ impl Inner {
             deadline,
         );
         match res {
-            None => Err(Fail::Timeout.into_error(what, self.opts.query_timeout)),
+            None => Err(self.fail(Fail::Timeout, what, self.opts.query_timeout)),
             Some(Err(ZkError::NoNode)) => Ok(None),
-            Some(Err(e)) => Err(zk_error(e, what)),
+            Some(Err(e)) => Err(self.zk_error(e, what)),
             Some(Ok(v)) => Ok(Some(v)),
         }
     }
@@ -508,9 +560,11 @@ impl Inner {
             Some(Err(ZkError::BadArguments(_))) => {
                 Err(Error::config(format!("invalid ZooKeeper connect string {:?}", self.hosts)))
             }
-            Some(Err(ZkError::AuthFailed)) => {
-                Err(Error::backend(format!("ZooKeeper at {} rejected the backend's auth info", self.hosts)))
-            }
+            Some(Err(e @ ZkError::AuthFailed)) => Err(Error::backend(format!(
+                "ZooKeeper at {} rejected the backend's authentication ({}); {AUTH_FAILED_HINT}",
+                self.hosts, self.who
+            ))
+            .with_source(e)),
             Some(Err(e)) => {
                 Err(Error::unavailable(format!("cannot open a ZooKeeper session at {}", self.hosts)).with_source(e))
             }
@@ -619,6 +673,44 @@ impl Inner {
         Err(Fail::Timeout)
     }
 
+    /// `check`'s probe of what opening a session and acquiring a lease need: it creates and deletes
+    /// an ephemeral node in `{root}/sessions` and in `{root}/leases` (creating those when missing,
+    /// as the first session would), so a denial shows the same words as the failing operation.
+    /// The probe nodes are `#check-{reader session}`: `#` is outside the name alphabet, so they
+    /// never collide with a session or a lease, and `holder` never sees them.
+    fn access_item(&self, client: &Client, deadline: Instant) -> CheckItem {
+        let reader = SessionId::from_u64(client.session_id().0 as u64);
+        let fail = |e: Error| CheckItem {
+            name: "access".into(),
+            status: CheckStatus::Fail,
+            detail: crate::error::display_chain(&e),
+        };
+        for dir in [self.paths.sessions_dir(), self.paths.leases_dir()] {
+            let path = format!("{dir}/#check-{reader}");
+            let what = format!("create of probe node {path}");
+            // `Ok(None)`: a leftover of this reader session (a probe whose delete was lost).
+            if let Err(f) = self.create_ephemeral(client, &path, b"", CreateMode::Persistent, deadline) {
+                return fail(self.fail(f, &what, self.opts.query_timeout));
+            }
+            let what = format!("delete of probe node {path}");
+            match run_until(client.delete(&path, None), deadline) {
+                Some(Ok(())) | Some(Err(ZkError::NoNode)) => {}
+                Some(Err(e)) => return fail(self.zk_error(e, &what)),
+                None => return fail(self.fail(Fail::Timeout, &what, self.opts.query_timeout)),
+            }
+        }
+        CheckItem {
+            name: "access".into(),
+            status: CheckStatus::Ok,
+            detail: format!(
+                "the backend's identity ({}) can create and delete its nodes in {} and {}",
+                self.who,
+                self.paths.sessions_dir(),
+                self.paths.leases_dir()
+            ),
+        }
+    }
+
     /// Waits until `state` reports the end of the session, up to `deadline`.
     fn wait_terminated(state: &StateWatcher, deadline: Instant) -> bool {
         let mut w = state.clone();
@@ -720,7 +812,7 @@ impl LeaseBackend for ZookeeperBackend {
             Ok(_) => {}
             Err(f) => {
                 drop(client);
-                return Err(f.into_error(&format!("create of session node {path}"), inner.opts.connection_timeout));
+                return Err(inner.fail(f, &format!("create of session node {path}"), inner.opts.connection_timeout));
             }
         }
         let session = Arc::new(ZkSession {
@@ -804,9 +896,11 @@ impl LeaseBackend for ZookeeperBackend {
         let (synced, ephemerals, checks) = match res {
             Some(r) => r,
             None => {
-                return Err(
-                    Fail::Timeout.into_error(&format!("keep-alive of session {session}"), inner.opts.query_timeout)
-                )
+                return Err(inner.fail(
+                    Fail::Timeout,
+                    &format!("keep-alive of session {session}"),
+                    inner.opts.query_timeout,
+                ))
             }
         };
         if let Err(e) = synced {
@@ -816,7 +910,7 @@ impl LeaseBackend for ZookeeperBackend {
                 s.shut();
                 return Ok(KeepAlive::Expired);
             }
-            return Err(f.into_error(&format!("keep-alive of session {session}"), inner.opts.query_timeout));
+            return Err(inner.fail(f, &format!("keep-alive of session {session}"), inner.opts.query_timeout));
         }
         // What the server lists: (groups, lease names); `None` when the list failed (unknown).
         let listed: Option<(BTreeSet<Name>, HashSet<Name>)> = match ephemerals {
@@ -965,7 +1059,7 @@ impl LeaseBackend for ZookeeperBackend {
                 if unknown {
                     log::info!("zookeeper session {session}: outcome of acquiring lease {name} unknown; the next keep-alive checks it");
                 }
-                Err(f.into_error(&format!("acquire of lease {name} by session {session}"), inner.opts.query_timeout))
+                Err(inner.fail(f, &format!("acquire of lease {name} by session {session}"), inner.opts.query_timeout))
             }
         }
     }
@@ -1011,7 +1105,7 @@ impl LeaseBackend for ZookeeperBackend {
             None
         } else {
             match run_until(client.get_data(&path), deadline) {
-                None => return Err(Fail::Timeout.into_error(&what, inner.opts.query_timeout)),
+                None => return Err(inner.fail(Fail::Timeout, &what, inner.opts.query_timeout)),
                 Some(Ok((_, stat))) if stat.ephemeral_owner == s.zk_id && stat.czxid == token.get() as i64 => {
                     Some(stat.version)
                 }
@@ -1021,7 +1115,7 @@ impl LeaseBackend for ZookeeperBackend {
                     s.leases.lock().pending.remove(name);
                     return Ok(());
                 }
-                Some(Err(e)) => return Err(Fail::Zk(e).into_error(&what, inner.opts.query_timeout)),
+                Some(Err(e)) => return Err(inner.fail(Fail::Zk(e), &what, inner.opts.query_timeout)),
             }
         };
         match run_until(client.delete(&path, version), deadline) {
@@ -1049,9 +1143,9 @@ impl LeaseBackend for ZookeeperBackend {
                         }
                     }
                 }
-                Err(f.into_error(&what, inner.opts.query_timeout))
+                Err(inner.fail(f, &what, inner.opts.query_timeout))
             }
-            None => Err(Fail::Timeout.into_error(&what, inner.opts.query_timeout)),
+            None => Err(inner.fail(Fail::Timeout, &what, inner.opts.query_timeout)),
         }
     }
 
@@ -1073,10 +1167,10 @@ impl LeaseBackend for ZookeeperBackend {
         let token = token_of(stat.czxid, name.as_str())?;
         let spath = inner.paths.session(&sid);
         let (remaining, metadata) = match run_until(client.get_data(&spath), deadline) {
-            None => return Err(Fail::Timeout.into_error(&what, inner.opts.query_timeout)),
+            None => return Err(inner.fail(Fail::Timeout, &what, inner.opts.query_timeout)),
             // The holder's session ended after we read the lease: its node is gone too.
             Some(Err(ZkError::NoNode)) => return Ok(None),
-            Some(Err(e)) => return Err(zk_error(e, &format!("read of session node {spath}"))),
+            Some(Err(e)) => return Err(inner.zk_error(e, &format!("read of session node {spath}"))),
             Some(Ok((data, _))) => decode_session(&data),
         };
         let remaining = match (inner.session(&sid), remaining) {
@@ -1109,15 +1203,15 @@ impl LeaseBackend for ZookeeperBackend {
                 Some(Err(ZkError::NoNode)) => {
                     Err(Error::unavailable(format!("member node {path} vanished during {what}; retry")))
                 }
-                Some(Err(e)) => Err(zk_error(e, &what)),
-                None => Err(Fail::Timeout.into_error(&what, inner.opts.query_timeout)),
+                Some(Err(e)) => Err(inner.zk_error(e, &what)),
+                None => Err(inner.fail(Fail::Timeout, &what, inner.opts.query_timeout)),
             },
             Err(f) => {
                 if f.is_session_end() {
                     s.shut();
                     return Err(Error::session_expired(session));
                 }
-                Err(f.into_error(&what, inner.opts.query_timeout))
+                Err(inner.fail(f, &what, inner.opts.query_timeout))
             }
         }
     }
@@ -1146,9 +1240,9 @@ impl LeaseBackend for ZookeeperBackend {
                     s.shut();
                     return Ok(());
                 }
-                Err(f.into_error(&what, inner.opts.query_timeout))
+                Err(inner.fail(f, &what, inner.opts.query_timeout))
             }
-            None => Err(Fail::Timeout.into_error(&what, inner.opts.query_timeout)),
+            None => Err(inner.fail(Fail::Timeout, &what, inner.opts.query_timeout)),
         }
     }
 
@@ -1176,7 +1270,7 @@ impl LeaseBackend for ZookeeperBackend {
         let reads: Vec<_> = ids.iter().map(|id| client.get_data(&inner.paths.member(group, id))).collect();
         let datas = match run_until(join_all(reads), deadline) {
             Some(d) => d,
-            None => return Err(Fail::Timeout.into_error(&what, inner.opts.query_timeout)),
+            None => return Err(inner.fail(Fail::Timeout, &what, inner.opts.query_timeout)),
         };
         let mut members = Vec::with_capacity(ids.len());
         for (id, r) in ids.into_iter().zip(datas) {
@@ -1185,7 +1279,7 @@ impl LeaseBackend for ZookeeperBackend {
                     members.push(Member { session: id, metadata: String::from_utf8_lossy(&data).into_owned() })
                 }
                 Err(ZkError::NoNode) => {} // left (or its session ended) meanwhile
-                Err(e) => return Err(zk_error(e, &what)),
+                Err(e) => return Err(inner.zk_error(e, &what)),
             }
         }
         members.sort();
@@ -1220,7 +1314,7 @@ impl LeaseBackend for ZookeeperBackend {
         };
         let fail = |f: Fail| {
             inner.watches.fire(topic);
-            Err(f.into_error(&what, inner.opts.query_timeout))
+            Err(inner.fail(f, &what, inner.opts.query_timeout))
         };
         match topic {
             Topic::Lease(_) => match run_until(client.check_and_watch_stat(&path), deadline) {
@@ -1310,7 +1404,7 @@ impl LeaseBackend for ZookeeperBackend {
             Some(Err(e)) => CheckItem {
                 name: "acl".into(),
                 status: CheckStatus::Fail,
-                detail: format!("cannot read the ACL of {root}: {e}"),
+                detail: crate::error::display_chain(&inner.zk_error(e, &format!("read of the ACL of {root}"))),
             },
             Some(Ok((acls, _))) => {
                 let open = acls.iter().any(writable_by_anyone);
@@ -1333,6 +1427,7 @@ impl LeaseBackend for ZookeeperBackend {
             }
         };
         items.push(acl_item);
+        items.push(inner.access_item(&client, deadline));
         items.push(CheckItem {
             name: "transport".into(),
             status: CheckStatus::Ok,
@@ -1388,9 +1483,10 @@ mod tests {
 
     #[test]
     fn error_kinds() {
-        assert_eq!(zk_error(ZkError::ConnectionLoss, "x").kind(), ErrorKind::Unavailable);
-        assert_eq!(zk_error(ZkError::SessionExpired, "x").kind(), ErrorKind::SessionExpired);
-        let e = zk_error(ZkError::NoAuth, "create of /a");
+        assert_eq!(zk_error(ZkError::ConnectionLoss, "x", "me").kind(), ErrorKind::Unavailable);
+        assert_eq!(zk_error(ZkError::SessionExpired, "x", "me").kind(), ErrorKind::SessionExpired);
+        let e = zk_error(ZkError::NoAuth, "create of /a", "digest user u");
+        assert!(e.to_string().contains("(digest user u)"), "{e}");
         assert_eq!(e.kind(), ErrorKind::Backend);
         assert!(e.to_string().contains("denied create of /a"), "{e}");
         assert!(!e.to_string().contains("not authorized"), "Display must not repeat the source: {e}");

@@ -67,6 +67,16 @@ impl Paths {
         Name::new(group).ok()
     }
 
+    /// `{root}/sessions`, the parent of every session node.
+    pub(crate) fn sessions_dir(&self) -> String {
+        format!("{}/sessions", self.base)
+    }
+
+    /// `{root}/leases`, the parent of every lease node.
+    pub(crate) fn leases_dir(&self) -> String {
+        format!("{}/leases", self.base)
+    }
+
     pub(crate) fn session(&self, session: &SessionId) -> String {
         format!("{}/sessions/{session}", self.base)
     }
@@ -111,7 +121,10 @@ mod tests {
         assert_eq!(p.member(&n, &s), "/simba/groups/job/000000000000001f");
         assert_eq!(p.session(&s), "/simba/sessions/000000000000001f");
         assert_eq!(p.root(), "/simba");
+        assert_eq!(parent(&p.session(&s)), Some(p.sessions_dir().as_str()));
+        assert_eq!(parent(&p.lease(&n)), Some(p.leases_dir().as_str()));
         let p = Paths::new("/");
+        assert_eq!(p.leases_dir(), "/leases");
         assert_eq!(p.lease(&n), "/leases/job");
         assert_eq!(p.root(), "/");
         assert_eq!(p.ephemerals_prefix(), "/");
