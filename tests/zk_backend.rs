@@ -872,3 +872,26 @@ fn denied_identity_fails_at_once_and_check_says_the_same() {
     }
     owner.close_session(&s).unwrap();
 }
+
+#[test]
+#[serial(zookeeper)]
+fn holder_remaining_is_known_here_and_an_upper_bound_elsewhere() {
+    // The shared server's minSessionTimeout is 500 ms: a 400 ms lease negotiates 500 ms, so a
+    // holder whose process died keeps its node up to 500 ms (plus the server's expiry tick) after
+    // its last ping, while a live one whose renewals stop is closed by its watchdog after 400 ms.
+    let b = backend();
+    let elsewhere = backend_at(b.root(), ZookeeperOptions::default());
+    let lease = Duration::from_millis(400);
+    let s = b.open_session(lease, "").unwrap().id;
+    let n = name("bound");
+    let t = acquired_long(&b, &s, &n);
+    // Another process cannot know when the holder last renewed: it reports the bound, the longer
+    // of the two.
+    let h = elsewhere.holder(&n).unwrap().expect("held");
+    assert_eq!((h.session.clone(), h.token), (s.clone(), t));
+    assert!(h.remaining >= Duration::from_millis(500), "not an upper bound: {:?}", h.remaining);
+    // This process knows: at most the lease, counted from the last renewal.
+    let here = b.holder(&n).unwrap().expect("held");
+    assert!(here.remaining <= lease, "{:?}", here.remaining);
+    b.close_session(&s).unwrap();
+}

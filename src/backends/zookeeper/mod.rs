@@ -8,7 +8,7 @@
 //! | `{root}/leases/{name}` | ephemeral | the holder's session id; holder = `ephemeralOwner`, **token = `czxid`** |
 //! | `{root}/groups/{group}` | container | reaped by the server once empty |
 //! | `{root}/groups/{group}/{sessionId}` | ephemeral | the member's metadata |
-//! | `{root}/sessions/{sessionId}` | ephemeral | `"{remaining_ms}\n{metadata}"`, read by `holder` |
+//! | `{root}/sessions/{sessionId}` | ephemeral | `"{bound_ms}\n{metadata}"`, read by `holder` (an upper bound on the remaining time) |
 //!
 //! Tokens are `czxid`s: zxids are global, so a new term always gets a larger token, even after
 //! the parent was deleted or the container reaped (not contiguous). Remaining times are
@@ -806,7 +806,10 @@ impl LeaseBackend for ZookeeperBackend {
         let id = SessionId::from_u64(client.session_id().0 as u64);
         let negotiated = client.session_timeout();
         let remaining = lease_duration.min(negotiated);
-        let data = encode_session(remaining, metadata);
+        // What `holder` reports to other processes: the longest this session's nodes can outlive
+        // a renewal that is never followed by another (the watchdog closes the session after the
+        // lease duration; a dead process's session ends after the negotiated timeout).
+        let data = encode_session(lease_duration.max(negotiated), metadata);
         let path = inner.paths.session(&id);
         match inner.create_ephemeral(&client, &path, &data, CreateMode::Persistent, deadline) {
             Ok(_) => {}
@@ -1149,6 +1152,14 @@ impl LeaseBackend for ZookeeperBackend {
         }
     }
 
+    /// `remaining` is what this backend can know. For a holder session of this backend it is
+    /// exact: the time left before the session's deadline (its last renewal plus the lease
+    /// duration, when the watchdog closes it). For a session of another process it is **an upper
+    /// bound**, `max(lease duration, negotiated session timeout)`, written in the session's node
+    /// when it opened: ZooKeeper does not tell clients when a session was last renewed or when it
+    /// expires (its leader tracks that internally; only the `dump` four-letter command on the
+    /// leader shows expiry times, as wall-clock times, and it is off by default), so a holder
+    /// that died a moment ago is reported with the full bound. See `docs/backends/zookeeper.md`.
     fn holder(&self, name: &Name) -> Result<Option<Holder>> {
         let inner = &self.inner;
         let deadline = inner.query_deadline();

@@ -90,9 +90,9 @@ pub(crate) fn parent(path: &str) -> Option<&str> {
     }
 }
 
-/// Data of `{root}/sessions/{sid}`: `"{remaining_ms}\n{metadata}"`, where `remaining_ms` is
-/// min(lease duration, negotiated session timeout), so `holder` can report it for sessions of
-/// other processes.
+/// Data of `{root}/sessions/{sid}`: `"{bound_ms}\n{metadata}"`, where `bound_ms` is max(lease
+/// duration, negotiated session timeout): the longest the session can outlive its last renewal,
+/// which `holder` reports for sessions of other processes (it cannot know their last renewal).
 pub(crate) fn encode_session(remaining: Duration, metadata: &str) -> Vec<u8> {
     format!("{}\n{metadata}", remaining.as_millis()).into_bytes()
 }
