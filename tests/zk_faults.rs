@@ -100,6 +100,15 @@ impl Proxy {
     fn take_opcodes(&self) -> Vec<i32> {
         std::mem::take(&mut *self.shared.opcodes.lock())
     }
+
+    /// The op codes of the requests sent since the last call, without the client's own
+    /// housekeeping (pings, auth and watch re-registration on reconnect).
+    fn take_requests(&self) -> Vec<i32> {
+        self.take_opcodes()
+            .into_iter()
+            .filter(|op| ![OP_PING, OP_AUTH, OP_SET_WATCHES, OP_SET_WATCHES2].contains(op))
+            .collect()
+    }
 }
 
 impl Drop for Proxy {
@@ -414,11 +423,7 @@ fn keep_alive_sends_the_same_requests_whatever_the_lease_count() {
             KeepAlive::Expired => panic!(),
         };
         assert_eq!(owned.len(), count);
-        let sent: Vec<i32> = proxy
-            .take_opcodes()
-            .into_iter()
-            .filter(|op| ![OP_PING, OP_AUTH, OP_SET_WATCHES, OP_SET_WATCHES2].contains(op))
-            .collect();
+        let sent: Vec<i32> = proxy.take_requests();
         // Without a lease or a group only the `sync`: one request, one round trip. With leases
         // the session's nodes are listed too (ownership checked on the server), one request
         // whatever their number.
@@ -433,11 +438,7 @@ fn keep_alive_sends_the_same_requests_whatever_the_lease_count() {
     proxy.take_opcodes();
     let KeepAlive::Alive { owned, .. } = proxied.keep_alive(&s, lease).unwrap() else { panic!("expired") };
     assert!(owned.is_empty());
-    let sent: Vec<i32> = proxy
-        .take_opcodes()
-        .into_iter()
-        .filter(|op| ![OP_PING, OP_AUTH, OP_SET_WATCHES, OP_SET_WATCHES2].contains(op))
-        .collect();
+    let sent: Vec<i32> = proxy.take_requests();
     assert_eq!(sent, vec![OP_SYNC], "keep-alive after releasing every lease sent {sent:?}");
     // A member also lists its nodes. The client queues both without waiting for the first
     // reply; whether they leave in one segment depends on its writer task (on loopback the sync's
@@ -446,22 +447,14 @@ fn keep_alive_sends_the_same_requests_whatever_the_lease_count() {
     proxy.take_opcodes();
     let KeepAlive::Alive { groups, .. } = proxied.keep_alive(&s, lease).unwrap() else { panic!("expired") };
     assert_eq!(groups, vec![name("g")]);
-    let sent: Vec<i32> = proxy
-        .take_opcodes()
-        .into_iter()
-        .filter(|op| ![OP_PING, OP_AUTH, OP_SET_WATCHES, OP_SET_WATCHES2].contains(op))
-        .collect();
+    let sent: Vec<i32> = proxy.take_requests();
     assert_eq!(sent, vec![OP_SYNC, OP_GET_EPHEMERALS], "keep-alive of a member sent {sent:?}");
     // Left (confirmed): back to the `sync` alone.
     proxied.leave(&s, &name("g")).unwrap();
     proxy.take_opcodes();
     let KeepAlive::Alive { groups, .. } = proxied.keep_alive(&s, lease).unwrap() else { panic!("expired") };
     assert!(groups.is_empty());
-    let sent: Vec<i32> = proxy
-        .take_opcodes()
-        .into_iter()
-        .filter(|op| ![OP_PING, OP_AUTH, OP_SET_WATCHES, OP_SET_WATCHES2].contains(op))
-        .collect();
+    let sent: Vec<i32> = proxy.take_requests();
     assert_eq!(sent, vec![OP_SYNC], "keep-alive after leaving sent {sent:?}");
     proxied.close_session(&s).unwrap();
 }

@@ -224,6 +224,36 @@ pub fn connected_sessions(port: u16) -> Vec<u64> {
         .collect()
 }
 
+/// Waits until `session` renews with a keep-alive sent after `down` (the instant its server went
+/// away): the client reconnected. Meanwhile the session must stay active and `lease` keep
+/// `token`; `what` says what happened at `down`, for the failure message.
+pub fn assert_renewed_after(
+    session: &simba::Session,
+    lease: &simba::Lease,
+    token: simba::Token,
+    down: Instant,
+    what: &str,
+) {
+    let lease_duration = session.options().lease_duration();
+    loop {
+        assert_eq!(
+            session.state(),
+            simba::SessionState::Active,
+            "session {} ended {:?} after {what} (lease {lease_duration:?})",
+            session.id(),
+            down.elapsed()
+        );
+        assert_eq!(lease.token().unwrap(), token, "lease {} lost or changed after {what}", lease.name());
+        // The remaining time exceeds what is left of a renewal sent before `down`.
+        let renewed_after_down = lease_duration.saturating_sub(down.elapsed()) + Duration::from_millis(200);
+        if session.remaining().is_some_and(|r| r > renewed_after_down) {
+            return;
+        }
+        assert!(down.elapsed() < lease_duration + Duration::from_secs(2), "neither a renewal nor an expiry");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 /// A private 3-server ZooKeeper ensemble on loopback, for tests that stop members (never the
 /// shared ensemble of `scripts/services`).
 pub struct PrivateEnsemble {
