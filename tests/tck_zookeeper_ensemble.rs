@@ -39,8 +39,17 @@ fn backend() -> ZookeeperBackend {
     })
 }
 
+/// 2 s leases (the TCK's default is 1 s): the client drops a connection that is silent for 2/5 of
+/// the session timeout, and with three JVMs on a loaded 2-core machine 400 ms of silence was seen
+/// (an acquire failed with "no response from connection in 400ms"); 800 ms leaves room.
 fn harness() -> simba::tck::Harness {
-    simba::tck::Harness::new(Arc::new(backend()))
+    let options = simba::SessionOptions::builder()
+        .lease_duration(Duration::from_secs(2))
+        .renew_interval(Duration::from_millis(500))
+        .query_timeout(Duration::from_secs(1))
+        .build()
+        .unwrap();
+    simba::tck::Harness::new(Arc::new(backend())).with_options(options)
 }
 
 mod tck {
