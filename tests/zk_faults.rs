@@ -40,6 +40,10 @@ struct ProxyShared {
     opcodes: Mutex<Vec<i32>>,
     /// When each connection was accepted (the client's connection attempts).
     accepted: Mutex<Vec<Instant>>,
+    /// The op code of each request in flight, by xid.
+    xid_ops: Mutex<std::collections::HashMap<i32, i32>>,
+    /// Replies to requests of this op code get an error (`OPERATIONTIMEOUT`) instead of their answer.
+    fail_op: Mutex<Option<i32>>,
     stop: AtomicBool,
 }
 
@@ -67,6 +71,8 @@ impl Proxy {
             conns: Mutex::new(Vec::new()),
             opcodes: Mutex::new(Vec::new()),
             accepted: Mutex::new(Vec::new()),
+            xid_ops: Mutex::new(std::collections::HashMap::new()),
+            fail_op: Mutex::new(None),
             stop: AtomicBool::new(false),
         });
         let s = Arc::clone(&shared);
@@ -79,6 +85,11 @@ impl Proxy {
             }
         });
         Proxy { addr, shared }
+    }
+
+    /// Makes every reply to requests of op code `op` an error (`None`: none).
+    fn fail_replies_to(&self, op: Option<i32>) {
+        *self.shared.fail_op.lock() = op;
     }
 
     fn set_mode(&self, m: Mode) {
@@ -167,7 +178,10 @@ fn pump_requests(s: &ProxyShared, mut from: TcpStream, mut to: TcpStream) {
             if first {
                 first = false; // the connect request has no request header
             } else if len >= 8 {
-                s.opcodes.lock().push(i32::from_be_bytes([pending[8], pending[9], pending[10], pending[11]]));
+                let xid = i32::from_be_bytes([pending[4], pending[5], pending[6], pending[7]]);
+                let op = i32::from_be_bytes([pending[8], pending[9], pending[10], pending[11]]);
+                s.opcodes.lock().push(op);
+                s.xid_ops.lock().insert(xid, op);
             }
             pending.drain(..4 + len);
         }
@@ -181,16 +195,39 @@ fn pump_requests(s: &ProxyShared, mut from: TcpStream, mut to: TcpStream) {
 
 fn pump_replies(s: &ProxyShared, mut from: TcpStream, mut to: TcpStream) {
     let mut buf = [0u8; 64 * 1024];
-    loop {
+    let mut pending: Vec<u8> = Vec::new();
+    let mut first = true;
+    'pump: loop {
         let n = match from.read(&mut buf) {
             Ok(0) | Err(_) => break,
             Ok(n) => n,
         };
-        if *s.mode.lock() != Mode::Normal {
-            continue;
-        }
-        if to.write_all(&buf[..n]).is_err() {
-            break;
+        pending.extend_from_slice(&buf[..n]);
+        // Whole frames: `len`, then (after the connect response) `xid`, `zxid`, `err`, body.
+        while pending.len() >= 4 {
+            let len = i32::from_be_bytes([pending[0], pending[1], pending[2], pending[3]]) as usize;
+            if pending.len() < 4 + len {
+                break;
+            }
+            let mut frame: Vec<u8> = pending.drain(..4 + len).collect();
+            if first {
+                first = false;
+            } else if len >= 16 {
+                let xid = i32::from_be_bytes([frame[4], frame[5], frame[6], frame[7]]);
+                let op = s.xid_ops.lock().remove(&xid);
+                if op.is_some() && op == *s.fail_op.lock() {
+                    // OPERATIONTIMEOUT: the request's outcome is not reported (a transient error).
+                    frame[16..20].copy_from_slice(&(-7i32).to_be_bytes());
+                    frame.truncate(20);
+                    frame[0..4].copy_from_slice(&16i32.to_be_bytes());
+                }
+            }
+            if *s.mode.lock() != Mode::Normal {
+                continue;
+            }
+            if to.write_all(&frame).is_err() {
+                break 'pump;
+            }
         }
     }
     let _ = to.shutdown(Shutdown::Both);
@@ -531,5 +568,36 @@ fn reconnects_within_the_lease_once_the_server_is_back() {
     };
     assert_eq!(owned, vec![(n.clone(), t)], "the lease did not survive the outage");
     assert_eq!(direct.holder(&n).unwrap().map(|h| (h.session, h.token)), Some((s.clone(), t)));
+    proxied.close_session(&s).unwrap();
+}
+
+#[test]
+#[serial(zookeeper)]
+fn a_failed_ownership_list_reports_what_the_session_holds_unknown_is_not_lost() {
+    let lease = Duration::from_secs(10);
+    let (direct, proxied, proxy) = pair(Duration::from_secs(2));
+    let s = proxied.open_session(lease, "").unwrap().id;
+    let (n, g) = (name("kept"), name("g"));
+    let t = token(proxied.acquire(&s, &n));
+    proxied.join(&s, &g).unwrap();
+    // The list of the session's nodes fails (a transient error) while the `sync` succeeds:
+    // whether the lease and the membership survived is unknown, and unknown is not lost.
+    proxy.fail_replies_to(Some(OP_GET_EPHEMERALS));
+    match proxied.keep_alive(&s, lease).unwrap() {
+        KeepAlive::Alive { owned, groups, .. } => {
+            assert_eq!(owned, vec![(n.clone(), t)]);
+            assert_eq!(groups, vec![g.clone()]);
+        }
+        KeepAlive::Expired => panic!("session expired"),
+    }
+    // Even when the node is really gone: only an answer from the server says so.
+    let raw = futures::executor::block_on(zookeeper_client::Client::connect(&hosts_and_root().0)).unwrap();
+    futures::executor::block_on(raw.delete(&format!("{}/leases/kept", direct.root()), None)).unwrap();
+    let KeepAlive::Alive { owned, .. } = proxied.keep_alive(&s, lease).unwrap() else { panic!("expired") };
+    assert_eq!(owned, vec![(n.clone(), t)], "reported lost without an answer");
+    proxy.fail_replies_to(None);
+    let KeepAlive::Alive { owned, groups, .. } = proxied.keep_alive(&s, lease).unwrap() else { panic!("expired") };
+    assert!(owned.is_empty(), "the server's answer reports the deleted lease lost: {owned:?}");
+    assert_eq!(groups, vec![g]);
     proxied.close_session(&s).unwrap();
 }
