@@ -740,3 +740,158 @@ fn acquire_remaining_never_outlives_the_watchdog_deadline() {
     }
     b.close_session(&s).unwrap();
 }
+
+#[test]
+#[serial(zookeeper)]
+fn lease_node_deleted_behind_the_sessions_back_is_not_reported() {
+    let root = fresh_root();
+    let b = backend_at(&root, ZookeeperOptions::default());
+    let s = b.open_session(Duration::from_secs(5), "").unwrap().id;
+    let (kept, lost) = (name("kept"), name("lost"));
+    let tk = acquired_long(&b, &s, &kept);
+    let tl = acquired_long(&b, &s, &lost);
+    let keep = |b: &ZookeeperBackend| match b.keep_alive(&s, Duration::from_secs(5)).unwrap() {
+        KeepAlive::Alive { owned, .. } => owned,
+        KeepAlive::Expired => panic!("session {s} expired"),
+    };
+    let mut both = vec![(kept.clone(), tk), (lost.clone(), tl)];
+    both.sort();
+    assert_eq!(keep(&b), both);
+    // Another ZooKeeper client (an operator, a shared identity) deletes one lease node.
+    let raw = raw_client();
+    futures::executor::block_on(raw.delete(&format!("{root}/leases/{}", lost.as_str()), None)).unwrap();
+    assert_eq!(keep(&b), vec![(kept.clone(), tk)], "the deleted lease is lost, not reported from memory");
+    // A rival takes it with a larger token; the old holder never reports it again.
+    let r = b.open_session(Duration::from_secs(5), "").unwrap().id;
+    let tr = acquired_long(&b, &r, &lost);
+    assert!(tr > tl, "{tr} after {tl}");
+    assert_eq!(keep(&b), vec![(kept.clone(), tk)]);
+    assert_eq!(b.acquire(&s, &lost).unwrap(), Acquire::Busy);
+    // Releasing the lost term is a no-op that never deletes the rival's node.
+    b.release(&s, &lost, tl).unwrap();
+    assert_eq!(b.holder(&lost).unwrap().map(|h| (h.session, h.token)), Some((r.clone(), tr)));
+    b.close_session(&s).unwrap();
+    b.close_session(&r).unwrap();
+}
+
+#[test]
+#[serial(zookeeper)]
+fn holder_whose_node_is_deleted_loses_the_lease_at_its_next_renewal() {
+    use simba::{Session, SessionEvent, SessionOptions};
+    let root = fresh_root();
+    let b = std::sync::Arc::new(backend_at(&root, ZookeeperOptions::default()));
+    let renew = Duration::from_millis(300);
+    let query = Duration::from_secs(1);
+    let opts = SessionOptions::builder()
+        .lease_duration(Duration::from_secs(6))
+        .renew_interval(renew)
+        .query_timeout(query)
+        .build()
+        .unwrap();
+    let holder = Session::open(b.clone(), opts.clone()).unwrap();
+    let events = holder.events();
+    let lease = holder.lock("deleted").unwrap();
+    let t1 = lease.token().unwrap();
+    let raw = raw_client();
+    futures::executor::block_on(raw.delete(&format!("{root}/leases/deleted"), None)).unwrap();
+    let deleted = Instant::now();
+    // The next keep-alive (at most one renew interval away) reports the loss, bounded by its own
+    // query timeout.
+    let bound = renew + query + Duration::from_millis(500);
+    let lost = loop {
+        let left = bound.checked_sub(deleted.elapsed()).unwrap_or_else(|| {
+            panic!("no LeaseLost within {bound:?} of the delete; token() still says {:?}", lease.token())
+        });
+        match events.recv_timeout(left) {
+            Ok(SessionEvent::LeaseLost { name, token, .. }) => break (name, token),
+            Ok(_) => {}
+            Err(_) => panic!("no LeaseLost within {bound:?} of the delete; token() says {:?}", lease.token()),
+        }
+    };
+    assert_eq!(lost.0.as_str(), "deleted");
+    assert_eq!(lost.1, t1);
+    assert_eq!(lease.token().unwrap_err().kind(), ErrorKind::LeaseLost);
+    assert_eq!(holder.state(), simba::SessionState::Active, "only the lease is lost, not the session");
+    // A rival takes it: never two holders.
+    let rival = Session::open(b.clone(), opts).unwrap();
+    let taken = rival.try_lock("deleted").unwrap().expect("free after the delete");
+    let t2 = taken.token().unwrap();
+    assert!(t2 > t1, "{t2} after {t1}");
+    assert!(lease.token().is_err(), "two holders");
+    drop(taken);
+    drop(lease);
+    rival.close().unwrap();
+    holder.close().unwrap();
+}
+
+#[test]
+#[serial(zookeeper)]
+fn denied_identity_fails_at_once_and_check_says_the_same() {
+    use simba::{Session, SessionOptions};
+    // The root belongs to one digest identity (creator-all); a backend with the wrong password
+    // for the same user is denied: ZooKeeper accepts any digest credentials and denies by ACL.
+    let (root, _raw) = fresh_root_with_open_parent();
+    let owner = backend_at(
+        &root,
+        ZookeeperOptions::default().auth(ZookeeperAuth::digest("simba", "right").unwrap()).acl(AclMode::CreatorAll),
+    );
+    let s = owner.open_session(LEASE, "").unwrap().id;
+    let wrong = std::sync::Arc::new(backend_at(
+        &root,
+        ZookeeperOptions::default()
+            .auth(ZookeeperAuth::digest("simba", "wrong").unwrap())
+            .acl(AclMode::CreatorAll)
+            .query_timeout(Duration::from_secs(20)),
+    ));
+    let started = Instant::now();
+    let long = Duration::from_secs(20);
+    let opts = SessionOptions::builder().lease_duration(long).query_timeout(long).build().unwrap();
+    let e = Session::open(wrong.clone(), opts).map(|_| ()).unwrap_err();
+    assert!(started.elapsed() < Duration::from_secs(5), "not at once: {:?}", started.elapsed());
+    assert_eq!(e.kind(), ErrorKind::Backend, "{e}");
+    let shown = simba::display_chain(&e);
+    for words in ["denied", "digest user simba", "SIMBA_ZOOKEEPER_AUTH", "not authorized"] {
+        assert!(shown.contains(words), "{words:?} missing: {shown}");
+    }
+    // `check` shows the same denial (a probe of what opening a session and acquiring need).
+    let items = wrong.check();
+    let access = items.iter().find(|c| c.name == "access").unwrap_or_else(|| panic!("no access item: {items:?}"));
+    assert_eq!(access.status, CheckStatus::Fail, "{access:?}");
+    for words in ["denied", "digest user simba", "SIMBA_ZOOKEEPER_AUTH", "not authorized"] {
+        assert!(access.detail.contains(words), "{words:?} missing: {access:?}");
+    }
+    // The owner's identity passes the probe, which leaves no node behind.
+    let items = owner.check();
+    let access = items.iter().find(|c| c.name == "access").unwrap_or_else(|| panic!("no access item: {items:?}"));
+    assert_eq!(access.status, CheckStatus::Ok, "{access:?}");
+    let raw = zookeeper_client::Client::connector().with_auth("digest", b"simba:right");
+    let raw = futures::executor::block_on(raw.connect(&hosts_and_root().0)).unwrap();
+    for dir in ["sessions", "leases"] {
+        let children = futures::executor::block_on(raw.list_children(&format!("{root}/{dir}"))).unwrap();
+        assert!(children.iter().all(|c| !c.contains("check")), "{dir}: {children:?}");
+    }
+    owner.close_session(&s).unwrap();
+}
+
+#[test]
+#[serial(zookeeper)]
+fn holder_remaining_is_known_here_and_an_upper_bound_elsewhere() {
+    // The shared server's minSessionTimeout is 500 ms: a 400 ms lease negotiates 500 ms, so a
+    // holder whose process died keeps its node up to 500 ms (plus the server's expiry tick) after
+    // its last ping, while a live one whose renewals stop is closed by its watchdog after 400 ms.
+    let b = backend();
+    let elsewhere = backend_at(b.root(), ZookeeperOptions::default());
+    let lease = Duration::from_millis(400);
+    let s = b.open_session(lease, "").unwrap().id;
+    let n = name("bound");
+    let t = acquired_long(&b, &s, &n);
+    // Another process cannot know when the holder last renewed: it reports the bound, the longer
+    // of the two.
+    let h = elsewhere.holder(&n).unwrap().expect("held");
+    assert_eq!((h.session.clone(), h.token), (s.clone(), t));
+    assert!(h.remaining >= Duration::from_millis(500), "not an upper bound: {:?}", h.remaining);
+    // This process knows: at most the lease, counted from the last renewal.
+    let here = b.holder(&n).unwrap().expect("held");
+    assert!(here.remaining <= lease, "{:?}", here.remaining);
+    b.close_session(&s).unwrap();
+}

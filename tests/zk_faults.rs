@@ -28,6 +28,8 @@ enum Mode {
     DropReplies,
     /// Accept new connections and never answer (existing ones keep their mode until cut).
     Blackhole,
+    /// Accept new connections and close them at once (a server that is down or restarting).
+    Refuse,
 }
 
 struct ProxyShared {
@@ -36,6 +38,12 @@ struct ProxyShared {
     conns: Mutex<Vec<TcpStream>>,
     /// Op codes of the requests clients sent (connect handshakes excluded).
     opcodes: Mutex<Vec<i32>>,
+    /// When each connection was accepted (the client's connection attempts).
+    accepted: Mutex<Vec<Instant>>,
+    /// The op code of each request in flight, by xid.
+    xid_ops: Mutex<std::collections::HashMap<i32, i32>>,
+    /// Replies to requests of this op code get an error (`OPERATIONTIMEOUT`) instead of their answer.
+    fail_op: Mutex<Option<i32>>,
     stop: AtomicBool,
 }
 
@@ -62,6 +70,9 @@ impl Proxy {
             mode: Mutex::new(Mode::Normal),
             conns: Mutex::new(Vec::new()),
             opcodes: Mutex::new(Vec::new()),
+            accepted: Mutex::new(Vec::new()),
+            xid_ops: Mutex::new(std::collections::HashMap::new()),
+            fail_op: Mutex::new(None),
             stop: AtomicBool::new(false),
         });
         let s = Arc::clone(&shared);
@@ -76,6 +87,11 @@ impl Proxy {
         Proxy { addr, shared }
     }
 
+    /// Makes every reply to requests of op code `op` an error (`None`: none).
+    fn fail_replies_to(&self, op: Option<i32>) {
+        *self.shared.fail_op.lock() = op;
+    }
+
     fn set_mode(&self, m: Mode) {
         *self.shared.mode.lock() = m;
     }
@@ -87,8 +103,22 @@ impl Proxy {
         }
     }
 
+    /// The connection attempts since `since`, as offsets from it.
+    fn attempts_since(&self, since: Instant) -> Vec<Duration> {
+        self.shared.accepted.lock().iter().filter(|t| **t >= since).map(|t| t.duration_since(since)).collect()
+    }
+
     fn take_opcodes(&self) -> Vec<i32> {
         std::mem::take(&mut *self.shared.opcodes.lock())
+    }
+
+    /// The op codes of the requests sent since the last call, without the client's own
+    /// housekeeping (pings, auth and watch re-registration on reconnect).
+    fn take_requests(&self) -> Vec<i32> {
+        self.take_opcodes()
+            .into_iter()
+            .filter(|op| ![OP_PING, OP_AUTH, OP_SET_WATCHES, OP_SET_WATCHES2].contains(op))
+            .collect()
     }
 }
 
@@ -102,7 +132,12 @@ impl Drop for Proxy {
 fn handle(s: &Arc<ProxyShared>, client: TcpStream) {
     let _ = client.set_nonblocking(false);
     let _ = client.set_nodelay(true);
+    s.accepted.lock().push(Instant::now());
     let mode = *s.mode.lock();
+    if mode == Mode::Refuse {
+        let _ = client.shutdown(Shutdown::Both);
+        return;
+    }
     if mode == Mode::Blackhole {
         if let Ok(c) = client.try_clone() {
             s.conns.lock().push(c);
@@ -143,7 +178,10 @@ fn pump_requests(s: &ProxyShared, mut from: TcpStream, mut to: TcpStream) {
             if first {
                 first = false; // the connect request has no request header
             } else if len >= 8 {
-                s.opcodes.lock().push(i32::from_be_bytes([pending[8], pending[9], pending[10], pending[11]]));
+                let xid = i32::from_be_bytes([pending[4], pending[5], pending[6], pending[7]]);
+                let op = i32::from_be_bytes([pending[8], pending[9], pending[10], pending[11]]);
+                s.opcodes.lock().push(op);
+                s.xid_ops.lock().insert(xid, op);
             }
             pending.drain(..4 + len);
         }
@@ -157,16 +195,39 @@ fn pump_requests(s: &ProxyShared, mut from: TcpStream, mut to: TcpStream) {
 
 fn pump_replies(s: &ProxyShared, mut from: TcpStream, mut to: TcpStream) {
     let mut buf = [0u8; 64 * 1024];
-    loop {
+    let mut pending: Vec<u8> = Vec::new();
+    let mut first = true;
+    'pump: loop {
         let n = match from.read(&mut buf) {
             Ok(0) | Err(_) => break,
             Ok(n) => n,
         };
-        if *s.mode.lock() != Mode::Normal {
-            continue;
-        }
-        if to.write_all(&buf[..n]).is_err() {
-            break;
+        pending.extend_from_slice(&buf[..n]);
+        // Whole frames: `len`, then (after the connect response) `xid`, `zxid`, `err`, body.
+        while pending.len() >= 4 {
+            let len = i32::from_be_bytes([pending[0], pending[1], pending[2], pending[3]]) as usize;
+            if pending.len() < 4 + len {
+                break;
+            }
+            let mut frame: Vec<u8> = pending.drain(..4 + len).collect();
+            if first {
+                first = false;
+            } else if len >= 16 {
+                let xid = i32::from_be_bytes([frame[4], frame[5], frame[6], frame[7]]);
+                let op = s.xid_ops.lock().remove(&xid);
+                if op.is_some() && op == *s.fail_op.lock() {
+                    // OPERATIONTIMEOUT: the request's outcome is not reported (a transient error).
+                    frame[16..20].copy_from_slice(&(-7i32).to_be_bytes());
+                    frame.truncate(20);
+                    frame[0..4].copy_from_slice(&16i32.to_be_bytes());
+                }
+            }
+            if *s.mode.lock() != Mode::Normal {
+                continue;
+            }
+            if to.write_all(&frame).is_err() {
+                break 'pump;
+            }
         }
     }
     let _ = to.shutdown(Shutdown::Both);
@@ -399,37 +460,38 @@ fn keep_alive_sends_the_same_requests_whatever_the_lease_count() {
             KeepAlive::Expired => panic!(),
         };
         assert_eq!(owned.len(), count);
-        let sent: Vec<i32> = proxy
-            .take_opcodes()
-            .into_iter()
-            .filter(|op| ![OP_PING, OP_AUTH, OP_SET_WATCHES, OP_SET_WATCHES2].contains(op))
-            .collect();
-        // Without a group only the `sync`: one request, one round trip.
-        assert_eq!(sent, vec![OP_SYNC], "keep-alive with {count} leases sent {sent:?}");
+        let sent: Vec<i32> = proxy.take_requests();
+        // Without a lease or a group only the `sync`: one request, one round trip. With leases
+        // the session's nodes are listed too (ownership checked on the server), one request
+        // whatever their number.
+        let expected = if count == 0 { vec![OP_SYNC] } else { vec![OP_SYNC, OP_GET_EPHEMERALS] };
+        assert_eq!(sent, expected, "keep-alive with {count} leases sent {sent:?}");
     }
-    // A member also lists its member nodes. The client queues both without waiting for the first
+    // Released (confirmed): back to the `sync` alone.
+    let KeepAlive::Alive { owned, .. } = proxied.keep_alive(&s, lease).unwrap() else { panic!("expired") };
+    for (n, t) in owned {
+        proxied.release(&s, &n, t).unwrap();
+    }
+    proxy.take_opcodes();
+    let KeepAlive::Alive { owned, .. } = proxied.keep_alive(&s, lease).unwrap() else { panic!("expired") };
+    assert!(owned.is_empty());
+    let sent: Vec<i32> = proxy.take_requests();
+    assert_eq!(sent, vec![OP_SYNC], "keep-alive after releasing every lease sent {sent:?}");
+    // A member also lists its nodes. The client queues both without waiting for the first
     // reply; whether they leave in one segment depends on its writer task (on loopback the sync's
     // reply sometimes comes back before the list is written, seen with a reply-counting proxy).
     proxied.join(&s, &name("g")).unwrap();
     proxy.take_opcodes();
     let KeepAlive::Alive { groups, .. } = proxied.keep_alive(&s, lease).unwrap() else { panic!("expired") };
     assert_eq!(groups, vec![name("g")]);
-    let sent: Vec<i32> = proxy
-        .take_opcodes()
-        .into_iter()
-        .filter(|op| ![OP_PING, OP_AUTH, OP_SET_WATCHES, OP_SET_WATCHES2].contains(op))
-        .collect();
+    let sent: Vec<i32> = proxy.take_requests();
     assert_eq!(sent, vec![OP_SYNC, OP_GET_EPHEMERALS], "keep-alive of a member sent {sent:?}");
     // Left (confirmed): back to the `sync` alone.
     proxied.leave(&s, &name("g")).unwrap();
     proxy.take_opcodes();
     let KeepAlive::Alive { groups, .. } = proxied.keep_alive(&s, lease).unwrap() else { panic!("expired") };
     assert!(groups.is_empty());
-    let sent: Vec<i32> = proxy
-        .take_opcodes()
-        .into_iter()
-        .filter(|op| ![OP_PING, OP_AUTH, OP_SET_WATCHES, OP_SET_WATCHES2].contains(op))
-        .collect();
+    let sent: Vec<i32> = proxy.take_requests();
     assert_eq!(sent, vec![OP_SYNC], "keep-alive after leaving sent {sent:?}");
     proxied.close_session(&s).unwrap();
 }
@@ -466,5 +528,76 @@ fn possibly_owned_lease_is_released_by_its_token_before_any_keep_alive() {
         KeepAlive::Alive { owned, .. } => assert_eq!(owned, vec![]),
         KeepAlive::Expired => panic!("session expired"),
     }
+    proxied.close_session(&s).unwrap();
+}
+
+#[test]
+#[serial(zookeeper)]
+fn reconnects_within_the_lease_once_the_server_is_back() {
+    // A server that is unreachable for 7 s (connections refused, as during a restart) and back
+    // well within the 12 s lease: the client must reconnect to the same session before the lease
+    // runs out, so the session and its lease survive with the same token.
+    let lease = Duration::from_secs(12);
+    let (direct, proxied, proxy) = pair(Duration::from_millis(500));
+    let s = proxied.open_session(lease, "").unwrap().id;
+    let n = name("kept");
+    let t = token(proxied.acquire(&s, &n));
+    assert!(matches!(proxied.keep_alive(&s, lease).unwrap(), KeepAlive::Alive { .. }));
+    let renewed = Instant::now();
+    proxy.set_mode(Mode::Refuse);
+    proxy.cut();
+    thread::sleep(Duration::from_secs(7));
+    proxy.set_mode(Mode::Normal);
+    let back = renewed.elapsed();
+    let bound = lease - Duration::from_secs(1);
+    let owned = loop {
+        match proxied.keep_alive(&s, lease) {
+            Ok(KeepAlive::Alive { owned, .. }) => break owned,
+            Ok(KeepAlive::Expired) => panic!("session expired although the server was back after {back:?}"),
+            Err(e) => {
+                assert!(e.is_retryable(), "{e:?}");
+                assert!(
+                    renewed.elapsed() < bound,
+                    "not reconnected {bound:?} after the last renewal (server back after {back:?}, lease \
+                     {lease:?}); the client's connection attempts, from the last renewal: {:?}",
+                    proxy.attempts_since(renewed)
+                );
+                thread::sleep(Duration::from_millis(50));
+            }
+        }
+    };
+    assert_eq!(owned, vec![(n.clone(), t)], "the lease did not survive the outage");
+    assert_eq!(direct.holder(&n).unwrap().map(|h| (h.session, h.token)), Some((s.clone(), t)));
+    proxied.close_session(&s).unwrap();
+}
+
+#[test]
+#[serial(zookeeper)]
+fn a_failed_ownership_list_reports_what_the_session_holds_unknown_is_not_lost() {
+    let lease = Duration::from_secs(10);
+    let (direct, proxied, proxy) = pair(Duration::from_secs(2));
+    let s = proxied.open_session(lease, "").unwrap().id;
+    let (n, g) = (name("kept"), name("g"));
+    let t = token(proxied.acquire(&s, &n));
+    proxied.join(&s, &g).unwrap();
+    // The list of the session's nodes fails (a transient error) while the `sync` succeeds:
+    // whether the lease and the membership survived is unknown, and unknown is not lost.
+    proxy.fail_replies_to(Some(OP_GET_EPHEMERALS));
+    match proxied.keep_alive(&s, lease).unwrap() {
+        KeepAlive::Alive { owned, groups, .. } => {
+            assert_eq!(owned, vec![(n.clone(), t)]);
+            assert_eq!(groups, vec![g.clone()]);
+        }
+        KeepAlive::Expired => panic!("session expired"),
+    }
+    // Even when the node is really gone: only an answer from the server says so.
+    let raw = futures::executor::block_on(zookeeper_client::Client::connect(&hosts_and_root().0)).unwrap();
+    futures::executor::block_on(raw.delete(&format!("{}/leases/kept", direct.root()), None)).unwrap();
+    let KeepAlive::Alive { owned, .. } = proxied.keep_alive(&s, lease).unwrap() else { panic!("expired") };
+    assert_eq!(owned, vec![(n.clone(), t)], "reported lost without an answer");
+    proxy.fail_replies_to(None);
+    let KeepAlive::Alive { owned, groups, .. } = proxied.keep_alive(&s, lease).unwrap() else { panic!("expired") };
+    assert!(owned.is_empty(), "the server's answer reports the deleted lease lost: {owned:?}");
+    assert_eq!(groups, vec![g]);
     proxied.close_session(&s).unwrap();
 }

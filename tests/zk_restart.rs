@@ -12,12 +12,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use simba::backends::zookeeper::{ZookeeperBackend, ZookeeperOptions};
-use simba::{Coordinator, CoordinatorEvent, Session, SessionOptions, SessionState};
+use simba::{Coordinator, CoordinatorEvent, Session, SessionOptions};
 use support::zk::PrivateZk;
 
 fn options() -> SessionOptions {
     SessionOptions::builder()
-        .lease_duration(Duration::from_secs(8))
+        .lease_duration(Duration::from_secs(12))
         .renew_interval(Duration::from_millis(500))
         .query_timeout(Duration::from_secs(1))
         .build()
@@ -33,49 +33,33 @@ fn zookeeper_restarts() {
     let lease = session.lock("restart-lease").unwrap();
     let t1 = lease.token().unwrap();
 
-    // A restart shorter than the session timeout. The client reconnects to the same ZooKeeper
-    // session with its own backoff; then a renewal restores the full remaining time and the lease
-    // keeps its token. If it does not reconnect before the local deadline, the session must expire
-    // cleanly (lease lost, never silently kept). Either way no other outcome is allowed.
-    // (Observed: isolated runs always reconnect; in full-suite runs the client sometimes stayed
-    // disconnected — an open finding, see the closing notes.)
+    // A restart shorter than the lease: down for 6.5 s, then the JVM's start-up. The client
+    // reconnects to the same ZooKeeper session (the backend repeats the host in the connect
+    // string so that the client retries about every second; with the host once its waits doubled
+    // to 6.4 s and more, so this restart, back at ~7.5 s, was retried only at ~12.7 s and the
+    // session expired although the server was back in time — also what full-suite runs, where
+    // the JVM restarts slowly, showed): a renewal then restores the full remaining time and the
+    // lease keeps its token. Expiry is not accepted.
+    let lease_duration = options().lease_duration();
     zk.stop();
+    let down = Instant::now();
+    std::thread::sleep(Duration::from_millis(6500));
     zk.launch();
-    let before = session.remaining().expect("alive after the restart");
-    let until = Instant::now() + options().lease_duration() + Duration::from_secs(5);
-    let survived = loop {
-        assert!(Instant::now() < until, "neither a renewal nor an expiry after the restart");
-        if session.remaining().is_some_and(|r| r > before + Duration::from_millis(300)) {
-            break true;
-        }
-        if session.state() == SessionState::Expired {
-            break false;
-        }
-        match lease.token() {
-            Ok(t) => assert_eq!(t, t1),
-            Err(_) => assert_eq!(session.state(), SessionState::Expired, "lease lost while the session lives"),
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    };
-    let next = if survived {
-        assert_eq!(lease.token().unwrap(), t1, "the lease changed across a short restart");
-        lease.release().unwrap();
-        let again = session.lock("restart-lease").unwrap();
-        let t = again.token().unwrap();
-        drop(again);
-        session.close().unwrap();
-        t
-    } else {
-        assert!(lease.token().is_err(), "an expired session still reports its lease");
-        drop(lease);
-        drop(session);
-        let fresh = Session::open(backend.clone(), options()).unwrap();
-        let l = fresh.lock_timeout("restart-lease", Duration::from_secs(30)).unwrap().expect("lease after expiry");
-        let t = l.token().unwrap();
-        drop(l);
-        let _ = fresh.close();
-        t
-    };
+    let back = down.elapsed();
+    let allowed = lease_duration - Duration::from_secs(2);
+    assert!(
+        back < allowed,
+        "the private ZooKeeper took {back:?} to restart, more than this test allows ({allowed:?} of the \
+         {lease_duration:?} lease): the machine is overloaded"
+    );
+    let what = format!("a restart of {back:?}");
+    support::zk::assert_renewed_after(&session, &lease, t1, down, &what);
+    assert_eq!(lease.token().unwrap(), t1, "the lease changed across a short restart");
+    lease.release().unwrap();
+    let again = session.lock("restart-lease").unwrap();
+    let next = again.token().unwrap();
+    drop(again);
+    session.close().unwrap();
     assert!(next > t1, "zxids not durable across the restart: {next} after {t1}");
 
     // An outage longer than the lease: the session expires; a coordinator recovers afterwards.

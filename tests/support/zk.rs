@@ -15,10 +15,20 @@ const NETTY_EXTRA: &[&str] = &["/usr/share/java/netty-codec.jar", "/usr/share/ja
 /// How to start a private ZooKeeper.
 #[derive(Default, Clone)]
 pub struct ZkConfig {
+    /// Member of an ensemble: this server's id (1-based) and every member's ports.
+    pub ensemble: Option<(usize, Vec<MemberPorts>)>,
     /// Serve TLS on a second port (`secureClientPort`) with these PEM files (Netty factory).
     pub tls: Option<ZkTlsFiles>,
     /// Enable SASL DIGEST-MD5 with these users (`user`, `password`).
     pub sasl_users: Vec<(String, String)>,
+}
+
+/// The ports of one ensemble member.
+#[derive(Clone, Copy, Debug)]
+pub struct MemberPorts {
+    pub client: u16,
+    pub quorum: u16,
+    pub election: u16,
 }
 
 /// Server-side TLS files and whether client certificates are required.
@@ -54,16 +64,32 @@ impl PrivateZk {
 
     /// Starts a private ZooKeeper with `config`.
     pub fn start_with(label: &str, config: ZkConfig) -> PrivateZk {
+        let mut zk = PrivateZk::configure(label, config);
+        zk.launch();
+        zk
+    }
+
+    /// Writes the configuration of a private ZooKeeper in a fresh directory; starts nothing.
+    fn configure(label: &str, config: ZkConfig) -> PrivateZk {
         let dir = std::env::temp_dir().join(super::unique(label));
         std::fs::create_dir_all(dir.join("data")).unwrap();
-        let port = free_port();
+        let port = match &config.ensemble {
+            Some((id, members)) => members[id - 1].client,
+            None => free_port(),
+        };
         let secure_port = config.tls.as_ref().map(|_| free_port());
         let mut cfg = format!(
             "tickTime=250\ninitLimit=40\nsyncLimit=20\ndataDir={}\nclientPort={port}\nclientPortAddress=127.0.0.1\n\
              minSessionTimeout=500\nmaxSessionTimeout=60000\nmaxClientCnxns=0\nadmin.enableServer=false\n\
-             4lw.commands.whitelist=srvr\n",
+             4lw.commands.whitelist=srvr,cons\n",
             dir.join("data").display()
         );
+        if let Some((id, members)) = &config.ensemble {
+            for (i, m) in members.iter().enumerate() {
+                cfg.push_str(&format!("server.{}=127.0.0.1:{}:{}\n", i + 1, m.quorum, m.election));
+            }
+            std::fs::write(dir.join("data").join("myid"), format!("{id}\n")).unwrap();
+        }
         if let Some(p) = secure_port {
             cfg.push_str(&format!("secureClientPort={p}\nsecureClientPortAddress=127.0.0.1\n"));
         }
@@ -77,13 +103,18 @@ impl PrivateZk {
             );
             std::fs::write(dir.join("jaas.conf"), jaas).unwrap();
         }
-        let mut zk = PrivateZk { proc: ServerProcess::new(dir), port, secure_port, config };
-        zk.launch();
-        zk
+        PrivateZk { proc: ServerProcess::new(dir), port, secure_port, config }
     }
 
     /// Starts (or restarts) the process and waits until it serves.
     pub fn launch(&mut self) {
+        self.spawn();
+        self.wait_ready();
+    }
+
+    /// Starts (or restarts) the process without waiting (an ensemble member serves only once a
+    /// quorum runs).
+    pub fn spawn(&mut self) {
         assert!(Path::new(JAR).exists(), "{JAR} missing: run `scripts/services up zookeeper`");
         let mut cp = JAR.to_string();
         for j in NETTY_EXTRA {
@@ -116,6 +147,10 @@ impl PrivateZk {
             .spawn()
             .expect("java");
         self.proc.running(child);
+    }
+
+    /// Waits until the server serves clients (up to 60 s).
+    pub fn wait_ready(&self) {
         let deadline = Instant::now() + Duration::from_secs(60);
         while !self.ready() {
             assert!(
@@ -129,12 +164,24 @@ impl PrivateZk {
     }
 
     fn ready(&self) -> bool {
-        use std::io::{Read, Write};
-        let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", self.port)) else { return false };
-        let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
-        let mut out = String::new();
-        let plain = s.write_all(b"srvr").is_ok() && s.read_to_string(&mut out).is_ok() && out.contains("Mode:");
+        let plain = self.four_letters("srvr").is_some_and(|out| out.contains("Mode:"));
         plain && self.secure_port.is_none_or(|p| std::net::TcpStream::connect(("127.0.0.1", p)).is_ok())
+    }
+
+    /// The answer to a four-letter command (`srvr`, `cons`), `None` when the server does not answer.
+    pub fn four_letters(&self, cmd: &str) -> Option<String> {
+        four_letters(self.port, cmd)
+    }
+
+    /// `leader`, `follower` or `standalone` (from `srvr`), `None` while not serving.
+    pub fn mode(&self) -> Option<String> {
+        let out = self.four_letters("srvr")?;
+        out.lines().find_map(|l| l.strip_prefix("Mode: ")).map(|m| m.trim().to_string())
+    }
+
+    /// The ids of the ZooKeeper sessions connected to this server (from `cons`).
+    pub fn connected_sessions(&self) -> Vec<u64> {
+        connected_sessions(self.port)
     }
 
     /// Stops the process gracefully.
@@ -150,6 +197,104 @@ impl PrivateZk {
     /// `127.0.0.1:<TLS port>`.
     pub fn secure_hosts(&self) -> String {
         format!("127.0.0.1:{}", self.secure_port.expect("TLS not configured"))
+    }
+}
+
+/// The answer of the ZooKeeper on `127.0.0.1:port` to a four-letter command.
+pub fn four_letters(port: u16, cmd: &str) -> Option<String> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
+    let mut out = String::new();
+    s.write_all(cmd.as_bytes()).ok()?;
+    s.read_to_string(&mut out).ok()?;
+    Some(out)
+}
+
+/// The ids of the sessions connected to the ZooKeeper on `127.0.0.1:port` (its `cons` answer:
+/// `…(…,sid=0x1000…,…)` per connection; the `cons` connection itself has none).
+pub fn connected_sessions(port: u16) -> Vec<u64> {
+    let out = four_letters(port, "cons").unwrap_or_default();
+    out.split("sid=0x")
+        .skip(1)
+        .filter_map(|rest| {
+            let hex: String = rest.chars().take_while(char::is_ascii_hexdigit).collect();
+            u64::from_str_radix(&hex, 16).ok()
+        })
+        .collect()
+}
+
+/// Waits until `session` renews with a keep-alive sent after `down` (the instant its server went
+/// away): the client reconnected. Meanwhile the session must stay active and `lease` keep
+/// `token`; `what` says what happened at `down`, for the failure message.
+pub fn assert_renewed_after(
+    session: &simba::Session,
+    lease: &simba::Lease,
+    token: simba::Token,
+    down: Instant,
+    what: &str,
+) {
+    let lease_duration = session.options().lease_duration();
+    loop {
+        assert_eq!(
+            session.state(),
+            simba::SessionState::Active,
+            "session {} ended {:?} after {what} (lease {lease_duration:?})",
+            session.id(),
+            down.elapsed()
+        );
+        assert_eq!(lease.token().unwrap(), token, "lease {} lost or changed after {what}", lease.name());
+        // The remaining time exceeds what is left of a renewal sent before `down`.
+        let renewed_after_down = lease_duration.saturating_sub(down.elapsed()) + Duration::from_millis(200);
+        if session.remaining().is_some_and(|r| r > renewed_after_down) {
+            return;
+        }
+        assert!(down.elapsed() < lease_duration + Duration::from_secs(2), "neither a renewal nor an expiry");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// A private 3-server ZooKeeper ensemble on loopback, for tests that stop members (never the
+/// shared ensemble of `scripts/services`).
+pub struct PrivateEnsemble {
+    pub members: Vec<PrivateZk>,
+}
+
+impl PrivateEnsemble {
+    /// Starts three members and waits until each serves (a leader is elected).
+    pub fn start(label: &str) -> PrivateEnsemble {
+        let ports: Vec<MemberPorts> =
+            (0..3).map(|_| MemberPorts { client: free_port(), quorum: free_port(), election: free_port() }).collect();
+        let mut members: Vec<PrivateZk> = (1..=3)
+            .map(|id| {
+                PrivateZk::configure(label, ZkConfig { ensemble: Some((id, ports.clone())), ..ZkConfig::default() })
+            })
+            .collect();
+        for m in &mut members {
+            m.spawn();
+        }
+        for m in &members {
+            m.wait_ready();
+        }
+        PrivateEnsemble { members }
+    }
+
+    /// `zookeeper://127.0.0.1:a,127.0.0.1:b,127.0.0.1:c/simba`.
+    pub fn url(&self) -> String {
+        let hosts: Vec<String> = self.members.iter().map(|m| format!("127.0.0.1:{}", m.port)).collect();
+        format!("zookeeper://{}/simba", hosts.join(","))
+    }
+
+    /// The index of the current leader, waiting up to 60 s for one.
+    pub fn leader(&self) -> usize {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Some(i) = self.members.iter().position(|m| m.mode().as_deref() == Some("leader")) {
+                return i;
+            }
+            assert!(Instant::now() < deadline, "no ZooKeeper leader within 60 s");
+            std::thread::sleep(Duration::from_millis(100));
+        }
     }
 }
 

@@ -8,15 +8,16 @@
 //! | `{root}/leases/{name}` | ephemeral | the holder's session id; holder = `ephemeralOwner`, **token = `czxid`** |
 //! | `{root}/groups/{group}` | container | reaped by the server once empty |
 //! | `{root}/groups/{group}/{sessionId}` | ephemeral | the member's metadata |
-//! | `{root}/sessions/{sessionId}` | ephemeral | `"{remaining_ms}\n{metadata}"`, read by `holder` |
+//! | `{root}/sessions/{sessionId}` | ephemeral | `"{bound_ms}\n{metadata}"`, read by `holder` (an upper bound on the remaining time) |
 //!
 //! Tokens are `czxid`s: zxids are global, so a new term always gets a larger token, even after
 //! the parent was deleted or the container reaped (not contiguous). Remaining times are
 //! min(lease duration, negotiated session timeout): ZooKeeper measures session timeouts with the
 //! ensemble's elapsed time, so no clock is compared with anything.
 //!
-//! Keep-alive reports the session's groups from the server (`getEphemerals` of `{root}/groups`,
-//! pipelined with its `sync`), so a member node deleted behind the session's back is not reported.
+//! Keep-alive reports the session's leases and groups from the server (`getEphemerals` of
+//! `{root}`, pipelined with its `sync`), so a lease or member node deleted behind the session's
+//! back is reported lost at the next renewal, never from memory.
 //!
 //! The ZooKeeper client heartbeats by itself; a local watchdog therefore closes any session whose
 //! [`keep_alive`](LeaseBackend::keep_alive) was not called within its lease duration, so a stuck
@@ -60,6 +61,8 @@ use crate::types::{validate_metadata, Name, SessionId, Token};
 /// Longest the watchdog sleeps between checks (it is woken early when a session opens or the
 /// backend is dropped).
 const WATCHDOG_MAX_SLEEP: Duration = Duration::from_secs(1);
+/// Entries of the connect string the clients get (each host repeated; see [`connect_string`]).
+const CONNECT_STRING_ENTRIES: usize = 20;
 /// Attempts of a create whose parent keeps vanishing (container reaping) or whose node keeps
 /// changing between `create` and `getData`.
 const CREATE_ATTEMPTS: usize = 4;
@@ -75,6 +78,10 @@ pub struct ZookeeperBackend {
 
 struct Inner {
     hosts: String,
+    /// What the clients connect to: `hosts` with each host repeated (see [`connect_string`]).
+    connect_string: String,
+    /// The backend's identity for messages ([`describe_identity`]).
+    who: String,
     opts: ZookeeperOptions,
     paths: Paths,
     acls: Vec<Acl>,
@@ -162,10 +169,10 @@ impl Fail {
         }
     }
 
-    fn into_error(self, what: &str, timeout: Duration) -> Error {
+    fn into_error(self, what: &str, timeout: Duration, who: &str) -> Error {
         match self {
             Fail::Timeout => Error::unavailable(format!("ZooKeeper {what} did not complete within {timeout:?}")),
-            Fail::Zk(e) => zk_error(e, what),
+            Fail::Zk(e) => zk_error(e, what, who),
         }
     }
 }
@@ -186,21 +193,60 @@ fn is_transient(e: &ZkError) -> bool {
     )
 }
 
-/// Maps a client error to ours, with the client error as source.
-fn zk_error(e: ZkError, what: &str) -> Error {
+/// Maps a client error to ours, with the client error as source; `who` describes the backend's
+/// identity (see [`describe_identity`]) for denials.
+fn zk_error(e: ZkError, what: &str, who: &str) -> Error {
     let kind = match &e {
         e if is_transient(e) => ErrorKind::Unavailable,
         ZkError::SessionExpired | ZkError::ClientClosed | ZkError::SessionMoved => ErrorKind::SessionExpired,
         _ => ErrorKind::Backend,
     };
     let msg = match &e {
-        ZkError::NoAuth | ZkError::InvalidAcl | ZkError::AuthFailed => {
-            format!("ZooKeeper denied {what}: check the backend's auth info and the ACL of the node and its parents")
+        ZkError::NoAuth => format!(
+            "ZooKeeper denied {what} to the backend's identity ({who}): the ACL of the node or of its parent \
+             does not grant it; check the credentials (ZookeeperOptions::auth / SIMBA_ZOOKEEPER_AUTH, \
+             ZookeeperOptions::sasl / SIMBA_ZOOKEEPER_SASL) and the ACLs under the root (retrying cannot help)"
+        ),
+        ZkError::InvalidAcl => format!(
+            "ZooKeeper rejected the ACL of {what} for the backend's identity ({who}): creator-all and auth ACL \
+             entries need an identity the server authenticated; check SIMBA_ZOOKEEPER_ACL and the credentials"
+        ),
+        ZkError::AuthFailed => {
+            format!("ZooKeeper rejected the backend's authentication ({who}) during {what}; {AUTH_FAILED_HINT}")
         }
         ZkError::BadArguments(_) => format!("ZooKeeper rejected the arguments of {what}"),
         _ => format!("ZooKeeper {what} failed"),
     };
     Error::new(kind, msg).with_source(e)
+}
+
+/// What to check when the server rejects the backend's authentication.
+const AUTH_FAILED_HINT: &str = "check the SASL user and password (ZookeeperOptions::sasl / SIMBA_ZOOKEEPER_SASL) \
+     against the server's JAAS configuration and the auth info (ZookeeperOptions::auth / SIMBA_ZOOKEEPER_AUTH) \
+     against its auth providers (retrying cannot help)";
+
+/// The backend's identity as the server sees it, for messages: e.g. `digest user simba`, `SASL
+/// user simba`, or anonymous. Never the credentials.
+fn describe_identity(opts: &ZookeeperOptions) -> String {
+    let mut parts: Vec<String> = opts
+        .auth
+        .iter()
+        .map(|a| match a.scheme() {
+            "digest" => {
+                let creds = String::from_utf8_lossy(a.credentials());
+                format!("digest user {}", creds.split(':').next().unwrap_or_default())
+            }
+            scheme => format!("auth scheme {scheme}"),
+        })
+        .collect();
+    if let Some(sasl) = &opts.sasl {
+        parts.push(format!("SASL user {}", sasl.user()));
+    }
+    if parts.is_empty() {
+        "no credentials: anonymous, only world:anyone entries apply".into()
+    } else {
+        parts.join(" + ")
+    }
 }
 
 fn token_of(czxid: i64, what: &str) -> Result<Token> {
@@ -307,6 +353,8 @@ impl ZookeeperBackend {
             Watches::start().map_err(|e| Error::backend("cannot start the ZooKeeper watch thread").with_source(e))?;
         let inner = Arc::new(Inner {
             hosts: hosts.to_string(),
+            connect_string: connect_string(hosts),
+            who: describe_identity(&options),
             paths: Paths::new(&options.root),
             opts: options,
             acls,
@@ -394,6 +442,29 @@ fn parse_url(url: &str) -> Result<(String, Option<String>)> {
     Ok((hosts.to_string(), root))
 }
 
+/// The connect string given to the clients: `hosts` with each host repeated until there are at
+/// least [`CONNECT_STRING_ENTRIES`] entries (`a:1,b:2` → `a:1,b:2,a:1,b:2,…`).
+///
+/// Why: after a connection loss the client reconnects by itself, cycling through its entries; it
+/// waits `50 ms × position` (+ jitter) before each entry of a cycle, but before the *first* entry
+/// of every cycle `min(1 s, entries × 100 ms) × 2^(cycle - 1)`, without a cap but the session's
+/// expiry, and it has no setting for that. With one entry every attempt is the first of a cycle, so
+/// the waits double from 0.1 s (0.1, 0.2, … 6.4 s): a server back after 7 s was retried only at
+/// ~12.7 s, after a 12 s lease (`tests/zk_faults.rs`, `reconnects_within_the_lease_once_the_server_is_back`
+/// recorded the attempts at 0, 0.15, 0.4, 0.8, 1.7, 3.3 and 6.6 s). With 20 entries the
+/// client tries again at most ~1 s after the previous attempt during the first ~10 s of an
+/// outage (a cycle: 1 s, then 50, 100, … 950 ms), at most ~2 s during the next ~11 s, and so on.
+/// Repeated entries are the same server: ZooKeeper does not care which entry reconnected.
+fn connect_string(hosts: &str) -> String {
+    let list: Vec<&str> = hosts.split(',').collect();
+    let repeat = CONNECT_STRING_ENTRIES.div_ceil(list.len().max(1));
+    let mut out = Vec::with_capacity(repeat * list.len());
+    for _ in 0..repeat {
+        out.extend_from_slice(&list);
+    }
+    out.join(",")
+}
+
 /// Whether an ACL entry lets every client change nodes (`world:anyone` with more than read).
 fn writable_by_anyone(a: &Acl) -> bool {
     use zookeeper_client::Permission;
@@ -428,6 +499,16 @@ fn validate_hosts(hosts: &str) -> Result<()> {
 }
 
 impl Inner {
+    /// [`zk_error`] naming this backend's identity.
+    fn zk_error(&self, e: ZkError, what: &str) -> Error {
+        zk_error(e, what, &self.who)
+    }
+
+    /// [`Fail::into_error`] naming this backend's identity.
+    fn fail(&self, f: Fail, what: &str, timeout: Duration) -> Error {
+        f.into_error(what, timeout, &self.who)
+    }
+
     fn query_deadline(&self) -> Instant {
         Instant::now() + self.opts.query_timeout
     }
@@ -454,9 +535,9 @@ impl Inner {
             deadline,
         );
         match res {
-            None => Err(Fail::Timeout.into_error(what, self.opts.query_timeout)),
+            None => Err(self.fail(Fail::Timeout, what, self.opts.query_timeout)),
             Some(Err(ZkError::NoNode)) => Ok(None),
-            Some(Err(e)) => Err(zk_error(e, what)),
+            Some(Err(e)) => Err(self.zk_error(e, what)),
             Some(Ok(v)) => Ok(Some(v)),
         }
     }
@@ -471,17 +552,19 @@ impl Inner {
             c = c.with_sasl(sasl.clone());
         }
         let connecting = match &self.tls {
-            Some(tls) => Either::Left(c.with_tls(tls.clone()).secure_connect(&self.hosts)),
-            None => Either::Right(c.connect(&self.hosts)),
+            Some(tls) => Either::Left(c.with_tls(tls.clone()).secure_connect(&self.connect_string)),
+            None => Either::Right(c.connect(&self.connect_string)),
         };
         match run_until(connecting, deadline) {
             Some(Ok(client)) => Ok(client),
             Some(Err(ZkError::BadArguments(_))) => {
                 Err(Error::config(format!("invalid ZooKeeper connect string {:?}", self.hosts)))
             }
-            Some(Err(ZkError::AuthFailed)) => {
-                Err(Error::backend(format!("ZooKeeper at {} rejected the backend's auth info", self.hosts)))
-            }
+            Some(Err(e @ ZkError::AuthFailed)) => Err(Error::backend(format!(
+                "ZooKeeper at {} rejected the backend's authentication ({}); {AUTH_FAILED_HINT}",
+                self.hosts, self.who
+            ))
+            .with_source(e)),
             Some(Err(e)) => {
                 Err(Error::unavailable(format!("cannot open a ZooKeeper session at {}", self.hosts)).with_source(e))
             }
@@ -590,6 +673,44 @@ impl Inner {
         Err(Fail::Timeout)
     }
 
+    /// `check`'s probe of what opening a session and acquiring a lease need: it creates and deletes
+    /// an ephemeral node in `{root}/sessions` and in `{root}/leases` (creating those when missing,
+    /// as the first session would), so a denial shows the same words as the failing operation.
+    /// The probe nodes are `#check-{reader session}`: `#` is outside the name alphabet, so they
+    /// never collide with a session or a lease, and `holder` never sees them.
+    fn access_item(&self, client: &Client, deadline: Instant) -> CheckItem {
+        let reader = SessionId::from_u64(client.session_id().0 as u64);
+        let fail = |e: Error| CheckItem {
+            name: "access".into(),
+            status: CheckStatus::Fail,
+            detail: crate::error::display_chain(&e),
+        };
+        for dir in [self.paths.sessions_dir(), self.paths.leases_dir()] {
+            let path = format!("{dir}/#check-{reader}");
+            let what = format!("create of probe node {path}");
+            // `Ok(None)`: a leftover of this reader session (a probe whose delete was lost).
+            if let Err(f) = self.create_ephemeral(client, &path, b"", CreateMode::Persistent, deadline) {
+                return fail(self.fail(f, &what, self.opts.query_timeout));
+            }
+            let what = format!("delete of probe node {path}");
+            match run_until(client.delete(&path, None), deadline) {
+                Some(Ok(())) | Some(Err(ZkError::NoNode)) => {}
+                Some(Err(e)) => return fail(self.zk_error(e, &what)),
+                None => return fail(self.fail(Fail::Timeout, &what, self.opts.query_timeout)),
+            }
+        }
+        CheckItem {
+            name: "access".into(),
+            status: CheckStatus::Ok,
+            detail: format!(
+                "the backend's identity ({}) can create and delete its nodes in {} and {}",
+                self.who,
+                self.paths.sessions_dir(),
+                self.paths.leases_dir()
+            ),
+        }
+    }
+
     /// Waits until `state` reports the end of the session, up to `deadline`.
     fn wait_terminated(state: &StateWatcher, deadline: Instant) -> bool {
         let mut w = state.clone();
@@ -685,13 +806,16 @@ impl LeaseBackend for ZookeeperBackend {
         let id = SessionId::from_u64(client.session_id().0 as u64);
         let negotiated = client.session_timeout();
         let remaining = lease_duration.min(negotiated);
-        let data = encode_session(remaining, metadata);
+        // What `holder` reports to other processes: the longest this session's nodes can outlive
+        // a renewal that is never followed by another (the watchdog closes the session after the
+        // lease duration; a dead process's session ends after the negotiated timeout).
+        let data = encode_session(lease_duration.max(negotiated), metadata);
         let path = inner.paths.session(&id);
         match inner.create_ephemeral(&client, &path, &data, CreateMode::Persistent, deadline) {
             Ok(_) => {}
             Err(f) => {
                 drop(client);
-                return Err(f.into_error(&format!("create of session node {path}"), inner.opts.connection_timeout));
+                return Err(inner.fail(f, &format!("create of session node {path}"), inner.opts.connection_timeout));
             }
         }
         let session = Arc::new(ZkSession {
@@ -731,29 +855,35 @@ impl LeaseBackend for ZookeeperBackend {
         let deadline = t0 + inner.opts.query_timeout;
         let to_check: Vec<Name> =
             s.leases.lock().pending.iter().filter(|(_, n)| **n == 0).map(|(k, _)| k.clone()).collect();
+        // The leases this session holds as far as it knows, taken before the list is sent: only
+        // these can be found missing by this keep-alive (a lease acquired meanwhile is newer than
+        // the list's answer and stays reported).
+        let held: Vec<(Name, Token)> = s.leases.lock().known.iter().map(|(n, t)| (n.clone(), *t)).collect();
         // One pipelined round trip: `sync` (through the leader, which checks the session) proves
-        // the session is alive; the session's member nodes are listed and possibly-owned names
+        // the session is alive; the session's own nodes are listed and possibly-owned names
         // checked alongside. Each request is sent when its future is created, in this order, and
         // ZooKeeper answers one session's requests in the order they were sent.
         //
-        // Groups are reported from the server: `getEphemerals` (ZooKeeper 3.6+) lists the
-        // ephemeral nodes *owned by this ZooKeeper session* whose path starts with
-        // `{root}/groups`. Sent after the `sync`, it reads the server's tree after every request
-        // this session sent before the keep-alive, so: a join that returned is listed; a join
-        // whose reply was lost is listed exactly when its create was applied; a leave that
-        // returned is not listed; a member node deleted behind the session's back (another
-        // client, an operator) is not listed; and another session's nodes never are, even one
-        // forged at this session's path (ownership, not the path, decides). If that read alone
-        // fails, whether a membership survived is unknown, and unknown is not lost: the
-        // groups this session joined and has not confirmedly left are reported instead.
+        // Leases and groups are reported from the server: `getEphemerals` (ZooKeeper 3.6+) lists
+        // the ephemeral nodes *owned by this ZooKeeper session* whose path starts with `{root}`.
+        // Sent after the `sync`, it reads the server's tree after every request this session
+        // sent before the keep-alive, so: an acquire or join that returned is listed; one whose
+        // reply was lost is listed exactly when its create was applied; a release or leave that
+        // returned is not listed; a lease or member node deleted behind the session's back
+        // (another client, an operator, a shared identity) is not listed, so the lease is
+        // reported lost and the membership re-joined; and another session's nodes never are,
+        // even one forged at this session's path (ownership, not the path, decides). If that
+        // read alone fails, what survived is unknown, and unknown is not lost: the leases this
+        // session created and the groups it joined and has not confirmedly left are reported.
         //
-        // A session that never joined a group (or confirmedly left them all: `joined` is filled
-        // before a join's create is sent and emptied only by a confirmed leave) has no member
-        // node, so the list is sent only when `joined` is not empty: a session that only holds
-        // leases keeps its keep-alive to the one `sync` (the client's writer may flush a second
-        // request separately, i.e. two round trips on the wire).
+        // A session that holds no lease and never joined a group (or confirmedly left them all:
+        // `joined` is filled before a join's create is sent and emptied only by a confirmed
+        // leave) has nothing to list, so it sends the `sync` alone. Otherwise the list follows it
+        // without waiting for its reply (the client's writer may flush the second request
+        // separately, i.e. two round trips on the wire).
+        let list = !held.is_empty() || !s.joined.lock().is_empty();
         let sync = client.sync(inner.paths.root());
-        let ephemerals = (!s.joined.lock().is_empty()).then(|| client.list_ephemerals(&inner.paths.groups_prefix()));
+        let ephemerals = list.then(|| client.list_ephemerals(inner.paths.ephemerals_prefix()));
         let checks: Vec<_> = to_check.iter().map(|n| client.get_data(&inner.paths.lease(n))).collect();
         let res = run_until(
             async move {
@@ -769,9 +899,11 @@ impl LeaseBackend for ZookeeperBackend {
         let (synced, ephemerals, checks) = match res {
             Some(r) => r,
             None => {
-                return Err(
-                    Fail::Timeout.into_error(&format!("keep-alive of session {session}"), inner.opts.query_timeout)
-                )
+                return Err(inner.fail(
+                    Fail::Timeout,
+                    &format!("keep-alive of session {session}"),
+                    inner.opts.query_timeout,
+                ))
             }
         };
         if let Err(e) = synced {
@@ -781,21 +913,23 @@ impl LeaseBackend for ZookeeperBackend {
                 s.shut();
                 return Ok(KeepAlive::Expired);
             }
-            return Err(f.into_error(&format!("keep-alive of session {session}"), inner.opts.query_timeout));
+            return Err(inner.fail(f, &format!("keep-alive of session {session}"), inner.opts.query_timeout));
         }
-        let groups = match ephemerals {
-            None => BTreeSet::new(),
+        // What the server lists: (groups, lease names); `None` when the list failed (unknown).
+        let listed: Option<(BTreeSet<Name>, HashSet<Name>)> = match ephemerals {
+            None => Some(Default::default()),
             Some(Ok(paths)) => {
-                let mut groups = BTreeSet::new();
+                let (mut groups, mut leases) = (BTreeSet::new(), HashSet::new());
                 for p in paths {
-                    match inner.paths.member_group(&p, session) {
-                        Some(g) => {
-                            groups.insert(g);
-                        }
-                        None => log::debug!("zookeeper session {session}: ignoring ephemeral node {p:?} in the groups"),
+                    if let Some(g) = inner.paths.member_group(&p, session) {
+                        groups.insert(g);
+                    } else if let Some(n) = inner.paths.lease_name(&p) {
+                        leases.insert(n);
+                    } else if p != inner.paths.session(session) {
+                        log::debug!("zookeeper session {session}: ignoring its ephemeral node {p:?}");
                     }
                 }
-                groups
+                Some((groups, leases))
             }
             Some(Err(e)) => {
                 let f = Fail::Zk(e);
@@ -805,10 +939,10 @@ impl LeaseBackend for ZookeeperBackend {
                     return Ok(KeepAlive::Expired);
                 }
                 log::info!(
-                    "zookeeper session {session}: cannot list its member nodes ({f:?}); reporting every group it \
-                     joined and did not leave (unknown is not lost)"
+                    "zookeeper session {session}: cannot list its nodes ({f:?}); reporting every lease it created \
+                     and every group it joined and did not leave (unknown is not lost)"
                 );
-                s.joined.lock().iter().cloned().collect()
+                None
             }
         };
         {
@@ -843,9 +977,26 @@ impl LeaseBackend for ZookeeperBackend {
                 Err(e) => log::debug!("zookeeper session {session}: cannot check possibly owned lease {name}: {e}"),
             }
         }
+        if let Some((_, leases)) = &listed {
+            for (name, token) in held {
+                // Still the same term in memory (not released or re-acquired meanwhile), and its
+                // node is no longer this session's on the server: lost.
+                if !leases.contains(&name) && l.known.get(&name) == Some(&token) {
+                    log::warn!(
+                        "zookeeper session {session}: the node of lease {name} (token {token}) is gone from the \
+                         server (deleted by another client); reporting the lease lost"
+                    );
+                    l.known.remove(&name);
+                }
+            }
+        }
         let mut owned: Vec<(Name, Token)> = l.known.iter().map(|(n, t)| (n.clone(), *t)).collect();
         drop(l);
         owned.sort();
+        let groups = match listed {
+            Some((groups, _)) => groups,
+            None => s.joined.lock().iter().cloned().collect(),
+        };
         let remaining = lease_duration.min(s.negotiated);
         Ok(KeepAlive::Alive { remaining, owned, groups: groups.into_iter().collect() })
     }
@@ -911,7 +1062,7 @@ impl LeaseBackend for ZookeeperBackend {
                 if unknown {
                     log::info!("zookeeper session {session}: outcome of acquiring lease {name} unknown; the next keep-alive checks it");
                 }
-                Err(f.into_error(&format!("acquire of lease {name} by session {session}"), inner.opts.query_timeout))
+                Err(inner.fail(f, &format!("acquire of lease {name} by session {session}"), inner.opts.query_timeout))
             }
         }
     }
@@ -957,7 +1108,7 @@ impl LeaseBackend for ZookeeperBackend {
             None
         } else {
             match run_until(client.get_data(&path), deadline) {
-                None => return Err(Fail::Timeout.into_error(&what, inner.opts.query_timeout)),
+                None => return Err(inner.fail(Fail::Timeout, &what, inner.opts.query_timeout)),
                 Some(Ok((_, stat))) if stat.ephemeral_owner == s.zk_id && stat.czxid == token.get() as i64 => {
                     Some(stat.version)
                 }
@@ -967,7 +1118,7 @@ impl LeaseBackend for ZookeeperBackend {
                     s.leases.lock().pending.remove(name);
                     return Ok(());
                 }
-                Some(Err(e)) => return Err(Fail::Zk(e).into_error(&what, inner.opts.query_timeout)),
+                Some(Err(e)) => return Err(inner.fail(Fail::Zk(e), &what, inner.opts.query_timeout)),
             }
         };
         match run_until(client.delete(&path, version), deadline) {
@@ -995,12 +1146,20 @@ impl LeaseBackend for ZookeeperBackend {
                         }
                     }
                 }
-                Err(f.into_error(&what, inner.opts.query_timeout))
+                Err(inner.fail(f, &what, inner.opts.query_timeout))
             }
-            None => Err(Fail::Timeout.into_error(&what, inner.opts.query_timeout)),
+            None => Err(inner.fail(Fail::Timeout, &what, inner.opts.query_timeout)),
         }
     }
 
+    /// `remaining` is what this backend can know. For a holder session of this backend it is
+    /// exact: the time left before the session's deadline (its last renewal plus the lease
+    /// duration, when the watchdog closes it). For a session of another process it is **an upper
+    /// bound**, `max(lease duration, negotiated session timeout)`, written in the session's node
+    /// when it opened: ZooKeeper does not tell clients when a session was last renewed or when it
+    /// expires (its leader tracks that internally; only the `dump` four-letter command on the
+    /// leader shows expiry times, as wall-clock times, and it is off by default), so a holder
+    /// that died a moment ago is reported with the full bound. See `docs/backends/zookeeper.md`.
     fn holder(&self, name: &Name) -> Result<Option<Holder>> {
         let inner = &self.inner;
         let deadline = inner.query_deadline();
@@ -1019,10 +1178,10 @@ impl LeaseBackend for ZookeeperBackend {
         let token = token_of(stat.czxid, name.as_str())?;
         let spath = inner.paths.session(&sid);
         let (remaining, metadata) = match run_until(client.get_data(&spath), deadline) {
-            None => return Err(Fail::Timeout.into_error(&what, inner.opts.query_timeout)),
+            None => return Err(inner.fail(Fail::Timeout, &what, inner.opts.query_timeout)),
             // The holder's session ended after we read the lease: its node is gone too.
             Some(Err(ZkError::NoNode)) => return Ok(None),
-            Some(Err(e)) => return Err(zk_error(e, &format!("read of session node {spath}"))),
+            Some(Err(e)) => return Err(inner.zk_error(e, &format!("read of session node {spath}"))),
             Some(Ok((data, _))) => decode_session(&data),
         };
         let remaining = match (inner.session(&sid), remaining) {
@@ -1055,15 +1214,15 @@ impl LeaseBackend for ZookeeperBackend {
                 Some(Err(ZkError::NoNode)) => {
                     Err(Error::unavailable(format!("member node {path} vanished during {what}; retry")))
                 }
-                Some(Err(e)) => Err(zk_error(e, &what)),
-                None => Err(Fail::Timeout.into_error(&what, inner.opts.query_timeout)),
+                Some(Err(e)) => Err(inner.zk_error(e, &what)),
+                None => Err(inner.fail(Fail::Timeout, &what, inner.opts.query_timeout)),
             },
             Err(f) => {
                 if f.is_session_end() {
                     s.shut();
                     return Err(Error::session_expired(session));
                 }
-                Err(f.into_error(&what, inner.opts.query_timeout))
+                Err(inner.fail(f, &what, inner.opts.query_timeout))
             }
         }
     }
@@ -1092,9 +1251,9 @@ impl LeaseBackend for ZookeeperBackend {
                     s.shut();
                     return Ok(());
                 }
-                Err(f.into_error(&what, inner.opts.query_timeout))
+                Err(inner.fail(f, &what, inner.opts.query_timeout))
             }
-            None => Err(Fail::Timeout.into_error(&what, inner.opts.query_timeout)),
+            None => Err(inner.fail(Fail::Timeout, &what, inner.opts.query_timeout)),
         }
     }
 
@@ -1122,7 +1281,7 @@ impl LeaseBackend for ZookeeperBackend {
         let reads: Vec<_> = ids.iter().map(|id| client.get_data(&inner.paths.member(group, id))).collect();
         let datas = match run_until(join_all(reads), deadline) {
             Some(d) => d,
-            None => return Err(Fail::Timeout.into_error(&what, inner.opts.query_timeout)),
+            None => return Err(inner.fail(Fail::Timeout, &what, inner.opts.query_timeout)),
         };
         let mut members = Vec::with_capacity(ids.len());
         for (id, r) in ids.into_iter().zip(datas) {
@@ -1131,7 +1290,7 @@ impl LeaseBackend for ZookeeperBackend {
                     members.push(Member { session: id, metadata: String::from_utf8_lossy(&data).into_owned() })
                 }
                 Err(ZkError::NoNode) => {} // left (or its session ended) meanwhile
-                Err(e) => return Err(zk_error(e, &what)),
+                Err(e) => return Err(inner.zk_error(e, &what)),
             }
         }
         members.sort();
@@ -1166,7 +1325,7 @@ impl LeaseBackend for ZookeeperBackend {
         };
         let fail = |f: Fail| {
             inner.watches.fire(topic);
-            Err(f.into_error(&what, inner.opts.query_timeout))
+            Err(inner.fail(f, &what, inner.opts.query_timeout))
         };
         match topic {
             Topic::Lease(_) => match run_until(client.check_and_watch_stat(&path), deadline) {
@@ -1256,7 +1415,7 @@ impl LeaseBackend for ZookeeperBackend {
             Some(Err(e)) => CheckItem {
                 name: "acl".into(),
                 status: CheckStatus::Fail,
-                detail: format!("cannot read the ACL of {root}: {e}"),
+                detail: crate::error::display_chain(&inner.zk_error(e, &format!("read of the ACL of {root}"))),
             },
             Some(Ok((acls, _))) => {
                 let open = acls.iter().any(writable_by_anyone);
@@ -1279,6 +1438,7 @@ impl LeaseBackend for ZookeeperBackend {
             }
         };
         items.push(acl_item);
+        items.push(inner.access_item(&client, deadline));
         items.push(CheckItem {
             name: "transport".into(),
             status: CheckStatus::Ok,
@@ -1323,13 +1483,21 @@ mod tests {
         assert!(validate_hosts("a:1,b:2").is_ok());
         assert!(validate_hosts("a:1,").is_err());
         assert!(validate_hosts("a:0").is_err());
+        let one = connect_string("a:1");
+        assert_eq!(one.split(',').count(), CONNECT_STRING_ENTRIES);
+        assert!(one.split(',').all(|h| h == "a:1"), "{one}");
+        let three = connect_string("a:1,b:2,c:3");
+        assert_eq!(three.split(',').count(), 21);
+        assert!(three.starts_with("a:1,b:2,c:3,a:1,b:2,c:3,"), "{three}");
+        assert_eq!(connect_string(&vec!["h:1"; 25].join(",")).split(',').count(), 25);
     }
 
     #[test]
     fn error_kinds() {
-        assert_eq!(zk_error(ZkError::ConnectionLoss, "x").kind(), ErrorKind::Unavailable);
-        assert_eq!(zk_error(ZkError::SessionExpired, "x").kind(), ErrorKind::SessionExpired);
-        let e = zk_error(ZkError::NoAuth, "create of /a");
+        assert_eq!(zk_error(ZkError::ConnectionLoss, "x", "me").kind(), ErrorKind::Unavailable);
+        assert_eq!(zk_error(ZkError::SessionExpired, "x", "me").kind(), ErrorKind::SessionExpired);
+        let e = zk_error(ZkError::NoAuth, "create of /a", "digest user u");
+        assert!(e.to_string().contains("(digest user u)"), "{e}");
         assert_eq!(e.kind(), ErrorKind::Backend);
         assert!(e.to_string().contains("denied create of /a"), "{e}");
         assert!(!e.to_string().contains("not authorized"), "Display must not repeat the source: {e}");

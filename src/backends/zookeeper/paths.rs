@@ -38,11 +38,22 @@ impl Paths {
         format!("{}/groups/{group}/{session}", self.base)
     }
 
-    /// `{root}/groups`: the prefix (a plain string prefix on the server) of every member node,
-    /// for `getEphemerals`. It has no trailing `/` because the client rejects such paths; answers
-    /// are filtered with [`Paths::member_group`].
-    pub(crate) fn groups_prefix(&self) -> String {
-        format!("{}/groups", self.base)
+    /// The prefix (a plain string prefix on the server) of every node the backend creates, for
+    /// `getEphemerals`: the root itself (`/` for the root `/`). It has no trailing `/` because the
+    /// client rejects such paths, so a sibling root sharing the prefix is listed too; answers are
+    /// filtered with [`Paths::member_group`] and [`Paths::lease_name`].
+    pub(crate) fn ephemerals_prefix(&self) -> &str {
+        self.root()
+    }
+
+    /// The lease name of `path` when it is a lease node (`{root}/leases/{name}` with a valid
+    /// name); `None` for any other path.
+    pub(crate) fn lease_name(&self, path: &str) -> Option<Name> {
+        let name = path.strip_prefix(self.base.as_str())?.strip_prefix("/leases/")?;
+        if name.contains('/') {
+            return None;
+        }
+        Name::new(name).ok()
     }
 
     /// The group of `path` when it is the member node of `session` (`{root}/groups/{group}/{session}`
@@ -54,6 +65,16 @@ impl Paths {
             return None;
         }
         Name::new(group).ok()
+    }
+
+    /// `{root}/sessions`, the parent of every session node.
+    pub(crate) fn sessions_dir(&self) -> String {
+        format!("{}/sessions", self.base)
+    }
+
+    /// `{root}/leases`, the parent of every lease node.
+    pub(crate) fn leases_dir(&self) -> String {
+        format!("{}/leases", self.base)
     }
 
     pub(crate) fn session(&self, session: &SessionId) -> String {
@@ -69,9 +90,9 @@ pub(crate) fn parent(path: &str) -> Option<&str> {
     }
 }
 
-/// Data of `{root}/sessions/{sid}`: `"{remaining_ms}\n{metadata}"`, where `remaining_ms` is
-/// min(lease duration, negotiated session timeout), so `holder` can report it for sessions of
-/// other processes.
+/// Data of `{root}/sessions/{sid}`: `"{bound_ms}\n{metadata}"`, where `bound_ms` is max(lease
+/// duration, negotiated session timeout): the longest the session can outlive its last renewal,
+/// which `holder` reports for sessions of other processes (it cannot know their last renewal).
 pub(crate) fn encode_session(remaining: Duration, metadata: &str) -> Vec<u8> {
     format!("{}\n{metadata}", remaining.as_millis()).into_bytes()
 }
@@ -100,10 +121,13 @@ mod tests {
         assert_eq!(p.member(&n, &s), "/simba/groups/job/000000000000001f");
         assert_eq!(p.session(&s), "/simba/sessions/000000000000001f");
         assert_eq!(p.root(), "/simba");
+        assert_eq!(parent(&p.session(&s)), Some(p.sessions_dir().as_str()));
+        assert_eq!(parent(&p.lease(&n)), Some(p.leases_dir().as_str()));
         let p = Paths::new("/");
+        assert_eq!(p.leases_dir(), "/leases");
         assert_eq!(p.lease(&n), "/leases/job");
         assert_eq!(p.root(), "/");
-        assert_eq!(p.groups_prefix(), "/groups");
+        assert_eq!(p.ephemerals_prefix(), "/");
         assert_eq!(parent("/a/b"), Some("/a"));
         assert_eq!(parent("/a"), None);
     }
@@ -115,7 +139,12 @@ mod tests {
         for root in ["/simba", "/"] {
             let p = Paths::new(root);
             let g = Name::new("g.1:x-y_z").unwrap();
-            assert!(p.member(&g, &s).starts_with(&p.groups_prefix()));
+            assert!(p.member(&g, &s).starts_with(p.ephemerals_prefix()));
+            assert!(p.lease(&g).starts_with(p.ephemerals_prefix()));
+            assert_eq!(p.lease_name(&p.lease(&g)), Some(g.clone()), "{root}");
+            assert_eq!(p.lease_name(&p.member(&g, &s)), None);
+            assert_eq!(p.lease_name(&p.session(&s)), None);
+            assert_eq!(p.lease_name(&format!("{}/x", p.lease(&g))), None);
             assert_eq!(p.member_group(&p.member(&g, &s), &s), Some(g.clone()), "{root}");
             assert_eq!(p.member_group(&p.member(&g, &other), &s), None);
             assert_eq!(p.member_group(&p.group(&g), &s), None);
@@ -128,6 +157,8 @@ mod tests {
         let p = Paths::new("/simba");
         assert_eq!(p.member_group(&format!("/simba2/groups/g/{s}"), &s), None);
         assert_eq!(p.member_group(&format!("/simbagroups/g/{s}"), &s), None);
+        assert_eq!(p.lease_name("/simba2/leases/x"), None);
+        assert_eq!(p.lease_name("/simba/leases/.."), None);
     }
 
     #[test]
