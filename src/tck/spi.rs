@@ -256,28 +256,38 @@ pub(super) fn release_of_another_term_is_noop(h: &Harness) {
 
 /// Rule 4: tokens never reset — not by release, expiry, close or purge. The purge must have done
 /// its work: it deletes the expired session (count ≥ 1), or reports 0 on a backend whose server
-/// expires sessions itself ([`Harness::with_native_expiry`]).
+/// expires sessions itself ([`Harness::with_native_expiry`]). Another client of a shared server
+/// may purge the session first; a count of 0 is therefore tried again (bounded) before it fails.
 pub(super) fn token_never_resets(h: &Harness) {
     let l = h.name("l");
-    let a = h.raw_session("");
-    let t1 = acquired(h.backend.acquire(&a, &l), "acquire");
-    thread::sleep(h.past_expiry());
-    // The first call after the expiry: nothing of this case swept the session before.
-    let purged = h.backend.purge_expired().unwrap();
-    if h.native_expiry {
-        assert_eq!(purged, 0, "a backend declared to expire sessions natively purged {purged} sessions");
-    } else {
-        assert!(
-            purged >= 1,
-            "purge_expired deleted nothing although this case's session had expired (a backend whose server \
-             deletes expired sessions itself declares it with Harness::with_native_expiry; another client \
-             purging the same server at this instant would also explain it)"
-        );
+    let mut last = None;
+    let mut purged_one = false;
+    for _ in 0..4 {
+        let a = h.raw_session("");
+        let t1 = acquired(h.backend.acquire(&a, &l), "acquire");
+        assert!(last.is_none_or(|t| t1 > t), "{t1} not > {last:?} after an expiry and purge");
+        thread::sleep(h.past_expiry());
+        // The first call after the expiry: nothing of this case swept the session before.
+        let purged = h.backend.purge_expired().unwrap();
+        assert_eq!(h.backend.keep_alive(&a, h.lease()).unwrap(), KeepAlive::Expired);
+        last = Some(t1);
+        if h.native_expiry {
+            assert_eq!(purged, 0, "a backend declared to expire sessions natively purged {purged} sessions");
+            break;
+        }
+        if purged >= 1 {
+            purged_one = true;
+            break;
+        }
     }
-    assert_eq!(h.backend.keep_alive(&a, h.lease()).unwrap(), KeepAlive::Expired);
+    assert!(
+        h.native_expiry || purged_one,
+        "purge_expired deleted nothing in 4 tries although this case's session had expired each time (a \
+         backend whose server deletes expired sessions itself declares it with Harness::with_native_expiry)"
+    );
     let b = h.raw_session("");
     let t2 = acquired(h.backend.acquire(&b, &l), "after expiry and purge");
-    assert!(t2 > t1, "{t2} not > {t1}");
+    assert!(last.is_some_and(|t1| t2 > t1), "{t2} not > {last:?}");
     h.backend.close_session(&b).unwrap();
     let c = h.raw_session("");
     let t3 = acquired(h.backend.acquire(&c, &l), "after close");
