@@ -226,13 +226,7 @@ pub(super) fn token_exclusive_over_real_time(h: &Harness) {
 /// (1.5 s, `renew_interval / 4`, from the release call to the waiter holding the lease). On a
 /// backend that polls, the waiter gets the lease by its retries.
 pub(super) fn lock_waiter_wakes_on_release(h: &Harness, claimed: bool) {
-    #[allow(clippy::expect_used)]
-    let options = SessionOptions::builder()
-        .lease_duration(Duration::from_secs(12))
-        .renew_interval(Duration::from_secs(6))
-        .query_timeout(Duration::from_secs(1))
-        .build()
-        .expect("valid TCK options");
+    let options = super::options(Duration::from_secs(12), Duration::from_secs(6));
     let bound = options.renew_interval() / 4;
     let spy = Spy::new(h.backend.clone());
     let a = h.session_on(h.backend.clone(), options.clone());

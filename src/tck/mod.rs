@@ -62,13 +62,7 @@ impl Harness {
     /// # Panics
     /// Never for these constants (they are valid options).
     pub fn new(backend: Arc<dyn LeaseBackend>) -> Harness {
-        #[allow(clippy::expect_used)]
-        let options = SessionOptions::builder()
-            .lease_duration(Duration::from_secs(1))
-            .renew_interval(Duration::from_millis(250))
-            .query_timeout(Duration::from_secs(1))
-            .build()
-            .expect("valid TCK options");
+        let options = options(Duration::from_secs(1), Duration::from_millis(250));
         let r: u64 = rand::random();
         Harness { backend, options, prefix: format!("tck-{r:012x}"), native_expiry: false }
     }
@@ -170,6 +164,22 @@ impl Harness {
 
     fn patience(&self) -> Duration {
         self.lease() * 8 + Duration::from_secs(5)
+    }
+}
+
+/// Session options with `lease` and `renew` and a 1 s query timeout.
+///
+/// # Panics
+/// When the pair is invalid (a TCK bug: `renew` must be at most `lease / 2`).
+fn options(lease: Duration, renew: Duration) -> SessionOptions {
+    let built = SessionOptions::builder()
+        .lease_duration(lease)
+        .renew_interval(renew)
+        .query_timeout(Duration::from_secs(1))
+        .build();
+    match built {
+        Ok(o) => o,
+        Err(e) => panic!("TCK bug: {e}"),
     }
 }
 
