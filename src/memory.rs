@@ -68,14 +68,18 @@ struct State {
 
 impl State {
     /// Removes every session expired at `now`, freeing its leases and memberships.
-    fn sweep(&mut self, now: Duration, out: &mut Vec<Notification>) {
+    /// Removes the sessions expired at `now`; returns how many.
+    fn sweep(&mut self, now: Duration, out: &mut Vec<Notification>) -> usize {
+        let mut swept = 0;
         while let Some((expires, sid)) = self.by_expiry.first().cloned() {
             if expires > now {
                 break;
             }
             self.by_expiry.remove(&(expires, sid.clone()));
             self.remove_session(&sid, out);
+            swept += 1;
         }
+        swept
     }
 
     fn remove_session(&mut self, sid: &SessionId, out: &mut Vec<Notification>) {
@@ -146,12 +150,17 @@ impl MemoryBackend {
 
     /// Runs `f` on the swept state, then delivers the notifications it produced (outside the lock).
     fn with_state<T>(&self, f: impl FnOnce(&mut State, Duration, &mut Vec<Notification>) -> T) -> T {
+        self.with_swept_state(|st, now, notes, _| f(st, now, notes))
+    }
+
+    /// As `with_state`; `f` is also told how many expired sessions the sweep before it removed.
+    fn with_swept_state<T>(&self, f: impl FnOnce(&mut State, Duration, &mut Vec<Notification>, usize) -> T) -> T {
         let now = self.clock.now();
         let mut notes = Vec::new();
         let (value, deliveries) = {
             let mut st = self.state.lock();
-            st.sweep(now, &mut notes);
-            let value = f(&mut st, now, &mut notes);
+            let swept = st.sweep(now, &mut notes);
+            let value = f(&mut st, now, &mut notes, swept);
             let deliveries: Vec<_> = notes.iter().flat_map(|n| st.take_watchers(n)).collect();
             (value, deliveries)
         };
@@ -333,12 +342,8 @@ impl LeaseBackend for MemoryBackend {
     }
 
     fn purge_expired(&self) -> Result<usize> {
-        // Sweeping happens on every call; report what a sweep now removes.
-        self.with_state(|st, now, notes| {
-            let before = st.sessions.len();
-            st.sweep(now, notes);
-            Ok(before - st.sessions.len())
-        })
+        // Sweeping happens on every call; report what this call's sweep removed.
+        self.with_swept_state(|_, _, _, swept| Ok(swept))
     }
 
     fn check(&self) -> Vec<CheckItem> {

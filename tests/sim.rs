@@ -5,9 +5,14 @@
 //! Every assertion is deterministic: a run depends only on its seed and scenario. Scale the big
 //! sweeps with `SIMBA_SIM_SEEDS` (default 1500 per model); replay one seed with
 //! `SIMBA_SIM_SCENARIO=<name> SIMBA_SIM_SEED=<seed> cargo test --test sim replay -- --nocapture`.
+//!
+//! The big "no violation" sweeps start at a seed offset that rotates daily (days since the Unix
+//! epoch × 100,000), so CI explores new seeds every day; every sweep prints its seed range and
+//! `SIMBA_SIM_SEED_OFFSET=<n>` reruns a day's sweeps (`0` gives the fixed seeds of before). Every
+//! sweep asserts that each fault class its scenario enables fired at least once.
 
 use std::ops::Range;
-use std::time::Instant;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use simba::sim::{self, BrokenRule, Invariant, Premise, Scenario, Sweep};
 
@@ -16,10 +21,33 @@ fn seeds() -> u64 {
     std::env::var("SIMBA_SIM_SEEDS").ok().and_then(|v| v.parse().ok()).unwrap_or(1500)
 }
 
+/// The offset of the rotating sweeps: `SIMBA_SIM_SEED_OFFSET`, or days since the Unix epoch ×
+/// 100,000.
+fn seed_offset() -> u64 {
+    if let Some(v) = std::env::var("SIMBA_SIM_SEED_OFFSET").ok().filter(|v| !v.is_empty()) {
+        return v.parse().unwrap_or_else(|_| panic!("SIMBA_SIM_SEED_OFFSET={v:?} is not a number"));
+    }
+    let since = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
+    since.as_secs() / 86_400 * 100_000
+}
+
+/// `seeds` moved by the rotating offset (for the sweeps that must find nothing).
+fn rotated(seeds: Range<u64>) -> Range<u64> {
+    let o = seed_offset();
+    seeds.start + o..seeds.end + o
+}
+
 fn sweep(sc: &Scenario, seeds: Range<u64>) -> Sweep {
     let started = Instant::now();
+    println!(
+        "[{}] seeds {seeds:?} (SIMBA_SIM_SEED_OFFSET={} reruns the rotating sweeps of this run)",
+        sc.name,
+        seed_offset()
+    );
     let s = sim::sweep(sc, seeds);
-    println!("[{}] {} in {:.2?}", sc.name, s.summary(3), started.elapsed());
+    println!("[{}] {} in {:.2?}; {}", sc.name, s.summary(3), started.elapsed(), s.stats.fired);
+    let unfired = s.stats.fired.unfired(sc);
+    assert!(unfired.is_empty(), "[{}] faults that never fired over {} seeds: {unfired:?}", sc.name, s.seeds);
     s
 }
 
@@ -44,22 +72,22 @@ fn assert_clean(sc: &Scenario, seeds: Range<u64>) {
 /// (releases are term-scoped and a released term is never adopted again).
 #[test]
 fn memory_engine_has_no_violation() {
-    assert_clean(&Scenario::memory(), 0..seeds());
-    assert_clean(&Scenario::memory().harsh(), 0..seeds() / 3);
+    assert_clean(&Scenario::memory(), rotated(0..seeds()));
+    assert_clean(&Scenario::memory().harsh(), rotated(0..seeds() / 3));
 }
 
 /// With the proposed fix emulated, late releases included: no violation.
 #[test]
 fn memory_with_proposed_fix_has_no_violation() {
-    assert_clean(&Scenario::memory().with_proposed_fix(), 10_000..10_000 + seeds() / 2);
-    assert_clean(&Scenario::memory().with_proposed_fix().harsh(), 0..seeds() / 3);
+    assert_clean(&Scenario::memory().with_proposed_fix(), rotated(10_000..10_000 + seeds() / 2));
+    assert_clean(&Scenario::memory().with_proposed_fix().harsh(), rotated(0..seeds() / 3));
 }
 
 /// The Redis Cluster model (3 nodes, per-node clocks, late script delivery), proposed fix emulated.
 #[test]
 fn cluster_with_proposed_fix_has_no_violation() {
-    assert_clean(&Scenario::cluster().with_proposed_fix(), 0..seeds());
-    assert_clean(&Scenario::cluster().with_proposed_fix().harsh(), 0..seeds() / 3);
+    assert_clean(&Scenario::cluster().with_proposed_fix(), rotated(0..seeds()));
+    assert_clean(&Scenario::cluster().with_proposed_fix().harsh(), rotated(0..seeds() / 3));
 }
 
 // ----- known findings: the simulation reproduces them (flip to "no violation" once fixed) -----
@@ -116,13 +144,13 @@ fn finding_cluster_abandoned_term_released_after_readoption() {
 #[test]
 fn memory_groups_without_late_leaves_have_no_violation() {
     let sc = Scenario::memory().with_groups().without_late_releases();
-    let s = sweep(&sc, 0..seeds() / 3);
+    let s = sweep(&sc, rotated(0..seeds() / 3));
     assert!(s.failures.is_empty(), "{}\n{}", s.summary(10), first_failure(&sc, &s));
     assert!(s.stats.joins > s.seeds * 5 && s.stats.members_reads > s.seeds * 50, "{}", s.summary(0));
     assert!(s.stats.late_joins > 0, "no join landed after its caller gave up: {}", s.summary(0));
     assert_eq!(s.stats.truncated, 0);
     // All three workloads at once, harsh faults, every proposed fix.
-    assert_clean(&sc.with_push().with_elections().with_proposed_fix().harsh(), 0..seeds() / 10);
+    assert_clean(&sc.with_push().with_elections().with_proposed_fix().harsh(), rotated(0..seeds() / 10));
 }
 
 /// Finding 3 (fixed): a leave still on its way lands after the same session joined the group
@@ -141,11 +169,11 @@ fn finding_late_leave_undoes_a_rejoin() {
     let what = "a leave delivered after its call ended undoing a re-join (reports ignored)";
     assert_finding_of(&broken, 0..600, what, Invariant::MemberListed);
     let sc = Scenario::memory().with_groups();
-    let s = sweep(&sc, 0..seeds());
+    let s = sweep(&sc, rotated(0..seeds()));
     assert!(s.failures.is_empty(), "{}\n{}", s.summary(10), first_failure(&sc, &s));
     assert!(s.stats.memberships_lost > 0, "no late leave was detected: {}", s.summary(0));
     assert!(s.stats.strays_left > 0, "no late join was left again: {}", s.summary(0));
-    assert_clean(&Scenario::memory().with_groups().with_old_join(), 0..seeds() / 3);
+    assert_clean(&Scenario::memory().with_groups().with_old_join(), rotated(0..seeds() / 3));
 }
 
 /// Pushed release notifications through the network (delayed, lost, cut): candidates wake at once
@@ -154,13 +182,13 @@ fn finding_late_leave_undoes_a_rejoin() {
 #[test]
 fn memory_push_has_no_violation() {
     let sc = Scenario::memory().with_push();
-    let s = sweep(&sc, 0..seeds() / 2);
+    let s = sweep(&sc, rotated(0..seeds() / 2));
     assert!(s.failures.is_empty(), "{}\n{}", s.summary(10), first_failure(&sc, &s));
     let st = &s.stats;
     assert!(st.notifications_lost > 0, "no notification was lost: {}", s.summary(0));
     assert!(st.handoffs_push > 0 && st.handoffs_retry > 0, "hand-offs by push and by retry: {}", s.summary(0));
     assert_eq!(st.truncated, 0);
-    assert_clean(&Scenario::memory().with_push().harsh(), 0..seeds() / 5);
+    assert_clean(&Scenario::memory().with_push().harsh(), rotated(0..seeds() / 5));
 }
 
 /// Elections: campaigns (late attempt replies adopted by their send instant, resigns, push),
@@ -168,10 +196,10 @@ fn memory_push_has_no_violation() {
 #[test]
 fn memory_elections_have_no_violation() {
     let sc = Scenario::memory().with_elections().with_push();
-    let s = sweep(&sc, 0..seeds() / 3);
+    let s = sweep(&sc, rotated(0..seeds() / 3));
     assert!(s.failures.is_empty(), "{}\n{}", s.summary(10), first_failure(&sc, &s));
     assert!(s.stats.elected > s.seeds && s.stats.leader_reads > s.seeds * 10, "{}", s.summary(0));
-    assert_clean(&Scenario::memory().with_elections().harsh(), 0..seeds() / 5);
+    assert_clean(&Scenario::memory().with_elections().harsh(), rotated(0..seeds() / 5));
 }
 
 /// Finding 4 (fixed): a campaign attempt the renewal thread stopped waiting for (after the query
@@ -396,4 +424,34 @@ fn explore() {
             println!("  seed {seed} (broken {broken:?}): {}", v[0]);
         }
     }
+}
+
+/// The fault check itself: with nothing fired, every fault class a scenario enables is named
+/// (client stalls only for the Cluster model, premise breakers only when enabled).
+#[test]
+fn faults_that_never_fired_are_named() {
+    let none = sim::FaultsFired::default();
+    let memory = [
+        "lost requests",
+        "lost replies",
+        "slow messages",
+        "hung calls",
+        "partitions",
+        "pauses",
+        "drift within the bound",
+        "late releases",
+    ];
+    assert_eq!(none.unfired(&Scenario::memory()), memory);
+    assert!(none.unfired(&Scenario::cluster()).contains(&"client stalls"));
+    assert!(!none.unfired(&Scenario::memory().without_late_releases()).contains(&"late releases"));
+    for (sc, class) in [
+        (Scenario::memory().with_data_loss(), "data loss"),
+        (Scenario::memory().with_clock_jumps(), "clock jumps"),
+        (Scenario::memory().with_drift_beyond(), "drift beyond the bound"),
+    ] {
+        assert!(none.unfired(&sc).contains(&class), "{}", sc.name);
+    }
+    // One real run of the harsh scenario fires the common faults.
+    let fired = sim::run(3, &Scenario::cluster().harsh()).stats.fired;
+    assert!(fired.lost_requests + fired.lost_replies + fired.slow_messages > 0, "{fired}");
 }

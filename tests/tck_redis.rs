@@ -14,7 +14,7 @@ fn harness() -> simba::tck::Harness {
     let options = RedisOptions::builder().query_timeout(Duration::from_secs(1)).build().unwrap();
     let backend = RedisBackend::connect(&url, options)
         .unwrap_or_else(|e| panic!("cannot connect to Redis at {url}: {e} (run `scripts/services up redis`)"));
-    simba::tck::Harness::new(std::sync::Arc::new(backend))
+    simba::tck::Harness::new(std::sync::Arc::new(backend)).with_native_expiry()
 }
 
 mod tck {

@@ -19,7 +19,7 @@ fn harness() -> simba::tck::Harness {
         panic!("cannot connect to Redis Cluster at {url}: {e} (run `scripts/services up redis-cluster`)")
     });
     assert!(backend.is_clustered());
-    simba::tck::Harness::new(std::sync::Arc::new(backend))
+    simba::tck::Harness::new(std::sync::Arc::new(backend)).with_native_expiry()
 }
 
 mod tck {

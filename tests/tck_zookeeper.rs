@@ -12,7 +12,7 @@ fn harness() -> simba::tck::Harness {
     support::require_tcp("ZooKeeper", hosts.split(',').next().unwrap_or_default());
     let backend = ZookeeperBackend::from_url(&url, ZookeeperOptions::default())
         .unwrap_or_else(|e| panic!("cannot connect to ZooKeeper at {url}: {e} (run `scripts/services up zookeeper`)"));
-    simba::tck::Harness::new(std::sync::Arc::new(backend))
+    simba::tck::Harness::new(std::sync::Arc::new(backend)).with_native_expiry()
 }
 
 mod tck {

@@ -464,6 +464,100 @@ pub struct Stats {
     pub elected: u64,
     /// Elections: `leader()` reads evaluated by the backend.
     pub leader_reads: u64,
+    /// How often each injected fault class fired.
+    pub fired: FaultsFired,
+}
+
+/// How often each fault class fired (summed over a sweep): a sweep that claims to exercise a
+/// fault checks that it really happened ([`FaultsFired::unfired`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FaultsFired {
+    /// Requests lost on their way to a node.
+    pub lost_requests: u64,
+    /// Replies lost on their way back (applied on the server).
+    pub lost_replies: u64,
+    /// Slow messages (up to 1.2 lease durations).
+    pub slow_messages: u64,
+    /// Hung calls (returning up to 3 lease durations late).
+    pub hung_calls: u64,
+    /// Partitions started.
+    pub partitions: u64,
+    /// Client process pauses started.
+    pub pauses: u64,
+    /// Client stalls between the scripts of one Cluster call.
+    pub client_stalls: u64,
+    /// Clocks (clients' and nodes') running at a rate other than 1, within `drift`.
+    pub drifting_clocks: u64,
+    /// Releases and leaves applied after their call ended.
+    pub late_releases: u64,
+    /// Nodes running faster than `drift` allows.
+    pub drift_beyond: u64,
+    /// Backend clock jumps.
+    pub clock_jumps: u64,
+    /// Backend data losses.
+    pub data_losses: u64,
+}
+
+impl FaultsFired {
+    fn add(&mut self, o: &FaultsFired) {
+        self.lost_requests += o.lost_requests;
+        self.lost_replies += o.lost_replies;
+        self.slow_messages += o.slow_messages;
+        self.hung_calls += o.hung_calls;
+        self.partitions += o.partitions;
+        self.pauses += o.pauses;
+        self.client_stalls += o.client_stalls;
+        self.drifting_clocks += o.drifting_clocks;
+        self.late_releases += o.late_releases;
+        self.drift_beyond += o.drift_beyond;
+        self.clock_jumps += o.clock_jumps;
+        self.data_losses += o.data_losses;
+    }
+
+    /// The fault classes `scenario` enables that never fired (client stalls only apply to the
+    /// Cluster model, whose calls are several scripts).
+    pub fn unfired(&self, scenario: &Scenario) -> Vec<&'static str> {
+        let f = scenario.faults;
+        let cluster = matches!(scenario.model, Model::Cluster { .. });
+        let classes = [
+            (f.message_loss, self.lost_requests, "lost requests"),
+            (f.message_loss, self.lost_replies, "lost replies"),
+            (f.slow_messages, self.slow_messages, "slow messages"),
+            (f.slow_messages, self.hung_calls, "hung calls"),
+            (f.partitions, self.partitions, "partitions"),
+            (f.pauses, self.pauses, "pauses"),
+            (f.client_stalls && cluster, self.client_stalls, "client stalls"),
+            (f.drift_within, self.drifting_clocks, "drift within the bound"),
+            (f.late_releases, self.late_releases, "late releases"),
+            (f.drift_beyond, self.drift_beyond, "drift beyond the bound"),
+            (f.clock_jumps, self.clock_jumps, "clock jumps"),
+            (f.data_loss, self.data_losses, "data loss"),
+        ];
+        classes.iter().filter(|(on, n, _)| *on && *n == 0).map(|(_, _, name)| *name).collect()
+    }
+}
+
+impl fmt::Display for FaultsFired {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "faults fired: {} lost requests, {} lost replies, {} slow messages, {} hung calls, {} partitions, {} \
+             pauses, {} client stalls, {} drifting clocks, {} late releases, {} fast nodes, {} clock jumps, {} data \
+             losses",
+            self.lost_requests,
+            self.lost_replies,
+            self.slow_messages,
+            self.hung_calls,
+            self.partitions,
+            self.pauses,
+            self.client_stalls,
+            self.drifting_clocks,
+            self.late_releases,
+            self.drift_beyond,
+            self.clock_jumps,
+            self.data_losses
+        )
+    }
 }
 
 impl Stats {
@@ -492,6 +586,7 @@ impl Stats {
         self.handoff_wait_retry_ns += o.handoff_wait_retry_ns;
         self.elected += o.elected;
         self.leader_reads += o.leader_reads;
+        self.fired.add(&o.fired);
     }
 
     /// The group, push and election counters, when any is non-zero.

@@ -613,6 +613,9 @@ impl World {
             w.init_groups(c);
             w.init_elections(c);
         }
+        let drifting = w.clients.iter().map(|c| c.clock.rate).chain(w.nodes.iter().map(|n| n.clock.rate));
+        w.stats.fired.drifting_clocks = drifting.filter(|r| *r != 1.0).count() as u64;
+        w.stats.fired.drift_beyond = u64::from(f.drift_beyond);
         let ppm = |r: f64| ((r - 1.0) * 1e6).round() as i64;
         let client_ppm = w.clients.iter().map(|c| ppm(c.clock.rate)).collect();
         let node_ppm = w.nodes.iter().map(|n| ppm(n.clock.rate)).collect();
@@ -701,6 +704,7 @@ impl World {
 
     fn delay(&mut self) -> u64 {
         if self.net.slow > 0.0 && self.rng.random_bool(self.net.slow) {
+            self.stats.fired.slow_messages += 1;
             self.rng.random_range(self.lease / 20..self.lease * 6 / 5)
         } else {
             self.rng.random_range(MS / 10..4 * MS)
@@ -741,10 +745,13 @@ impl World {
             }
             Ev::ToNode { c, node, call, step, req, late_after } => {
                 self.group_op_arrived(&req);
-                if late_after.is_some_and(|t| self.now > t) && !self.sc.faults.late_releases {
-                    // Without late releases a release never takes effect after its call ended.
-                    self.stats.dropped += 1;
-                    return;
+                if late_after.is_some_and(|t| self.now > t) {
+                    if !self.sc.faults.late_releases {
+                        // Without late releases a release never takes effect after its call ended.
+                        self.stats.dropped += 1;
+                        return;
+                    }
+                    self.stats.fired.late_releases += 1;
                 }
                 self.at_node(c, node, call, step, *req)
             }
@@ -775,17 +782,20 @@ impl World {
                 self.step(c);
             }
             Ev::Pause { c, dur } => {
+                self.stats.fired.pauses += 1;
                 let until = self.now + dur;
                 let cl = &mut self.clients[c];
                 cl.paused_until = cl.paused_until.max(until);
                 self.record(Event::Pause { client: c as u8, until });
             }
             Ev::Partition { c, node, dur } => {
+                self.stats.fired.partitions += 1;
                 let until = self.now + dur;
                 self.net.partitions.push((c, node, self.now, until));
                 self.record(Event::Partition { client: c as u8, node: node.map(|n| n as u8), until });
             }
             Ev::Jump { node, by } => {
+                self.stats.fired.clock_jumps += 1;
                 self.nodes[node].clock.jump(self.now, by);
                 self.broken.insert(Premise::ClockJump);
                 self.record(Event::ClockJump { node: node as u8, by_ns: by });
@@ -795,6 +805,7 @@ impl World {
                 self.step(c);
             }
             Ev::DataLoss { node } => {
+                self.stats.fired.data_losses += 1;
                 self.nodes[node].lose_data();
                 if let Some(m) = &mut self.mem {
                     m.backend = MemoryBackend::with_clock(m.clock.clone());
@@ -810,6 +821,7 @@ impl World {
     fn send(&mut self, c: usize, node: usize, call: u64, step: u32, req: Req) {
         self.stats.messages += 1;
         let lost = self.net.loss_req > 0.0 && self.rng.random_bool(self.net.loss_req);
+        self.stats.fired.lost_requests += u64::from(lost);
         if lost || self.net.cut(c, node, self.now) {
             self.stats.dropped += 1;
             return;
@@ -835,6 +847,7 @@ impl World {
         self.stats.messages += 1;
         // Applied on the server, reply lost.
         let lost = self.net.loss_rep > 0.0 && self.rng.random_bool(self.net.loss_rep);
+        self.stats.fired.lost_replies += u64::from(lost);
         if lost || self.net.cut(c, node, self.now) {
             self.stats.dropped += 1;
             return;
@@ -965,6 +978,7 @@ impl World {
         self.next_call += 1;
         let bound = if self.net.hang > 0.0 && self.rng.random_bool(self.net.hang) {
             // A hung driver call: returns (with an error) long after the query timeout.
+            self.stats.fired.hung_calls += 1;
             self.rng.random_range(self.lease..self.lease * 3)
         } else {
             let qt = ns(self.timing.query_timeout);
@@ -1597,6 +1611,7 @@ impl World {
 
     fn stall(&mut self) -> u64 {
         if self.net.stall > 0.0 && self.rng.random_bool(self.net.stall) {
+            self.stats.fired.client_stalls += 1;
             self.rng.random_range(self.lease / 20..self.lease * 3 / 2)
         } else {
             0

@@ -1,0 +1,104 @@
+//! A backend that forwards every call to the backend under test while a case watches or holds
+//! some of them: it counts `Busy` acquire replies (so a case knows a waiter is waiting) and can
+//! hang keep-alives (so a session stops renewing while its process goes on).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crossbeam_channel::Sender;
+use parking_lot::{Condvar, Mutex};
+
+use super::*;
+use crate::backend::{Capabilities, CheckItem, Holder, Member, Notification, SessionGrant, Topic};
+
+/// Forwards to `inner`, reporting its kind, call bound, capabilities and watches.
+#[derive(Debug)]
+pub(super) struct Spy {
+    inner: Arc<dyn LeaseBackend>,
+    busy: AtomicU64,
+    hung: Mutex<bool>,
+    unhung: Condvar,
+}
+
+/// Keep-alives hang while this lives; dropping it lets them (and any hung one) go on.
+pub(super) struct Hang<'a>(&'a Spy);
+
+impl Drop for Hang<'_> {
+    fn drop(&mut self) {
+        *self.0.hung.lock() = false;
+        self.0.unhung.notify_all();
+    }
+}
+
+impl Spy {
+    pub(super) fn new(inner: Arc<dyn LeaseBackend>) -> Arc<Spy> {
+        Arc::new(Spy { inner, busy: AtomicU64::new(0), hung: Mutex::new(false), unhung: Condvar::new() })
+    }
+
+    /// `Busy` replies to acquires so far.
+    pub(super) fn busy_replies(&self) -> u64 {
+        self.busy.load(Ordering::SeqCst)
+    }
+
+    /// From now on every keep-alive waits, before it reaches the backend, until the guard drops.
+    pub(super) fn hang_keep_alives(&self) -> Hang<'_> {
+        *self.hung.lock() = true;
+        Hang(self)
+    }
+}
+
+impl LeaseBackend for Spy {
+    fn kind(&self) -> &'static str {
+        self.inner.kind()
+    }
+    fn open_session(&self, d: Duration, m: &str) -> crate::Result<SessionGrant> {
+        self.inner.open_session(d, m)
+    }
+    fn keep_alive(&self, s: &SessionId, d: Duration) -> crate::Result<KeepAlive> {
+        let mut hung = self.hung.lock();
+        while *hung {
+            self.unhung.wait(&mut hung);
+        }
+        drop(hung);
+        self.inner.keep_alive(s, d)
+    }
+    fn close_session(&self, s: &SessionId) -> crate::Result<()> {
+        self.inner.close_session(s)
+    }
+    fn acquire(&self, s: &SessionId, n: &Name) -> crate::Result<Acquire> {
+        let r = self.inner.acquire(s, n);
+        if matches!(r, Ok(Acquire::Busy)) {
+            self.busy.fetch_add(1, Ordering::SeqCst);
+        }
+        r
+    }
+    fn release(&self, s: &SessionId, n: &Name, t: Token) -> crate::Result<()> {
+        self.inner.release(s, n, t)
+    }
+    fn holder(&self, n: &Name) -> crate::Result<Option<Holder>> {
+        self.inner.holder(n)
+    }
+    fn join(&self, s: &SessionId, g: &Name) -> crate::Result<()> {
+        self.inner.join(s, g)
+    }
+    fn leave(&self, s: &SessionId, g: &Name) -> crate::Result<()> {
+        self.inner.leave(s, g)
+    }
+    fn members(&self, g: &Name) -> crate::Result<Vec<Member>> {
+        self.inner.members(g)
+    }
+    fn call_bound(&self) -> Option<Duration> {
+        self.inner.call_bound()
+    }
+    fn capabilities(&self) -> Capabilities {
+        self.inner.capabilities()
+    }
+    fn watch(&self, topic: &Topic, notify: &Sender<Notification>) -> crate::Result<bool> {
+        self.inner.watch(topic, notify)
+    }
+    fn purge_expired(&self) -> crate::Result<usize> {
+        self.inner.purge_expired()
+    }
+    fn check(&self) -> Vec<CheckItem> {
+        self.inner.check()
+    }
+}
