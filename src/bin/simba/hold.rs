@@ -502,7 +502,8 @@ impl Run<'_> {
                 log::info!("forwarded {signal} to the command (pid {pid})");
             }
         };
-        supervise::run(command, env, env_remove, self.grace, self.signals, lost, &notify, out.json).map_err(|e| {
+        let job = supervise::Job { cmd: command, env, env_remove, grace: self.grace, json: out.json };
+        supervise::run(&job, self.signals, lost, &notify).map_err(|e| {
             let code = if e.not_found { code::NOT_FOUND } else { code::CANNOT_EXECUTE };
             Fail::new(code, "command", e.message)
         })

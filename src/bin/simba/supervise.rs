@@ -255,22 +255,33 @@ pub fn exit_code(status: &ExitStatus) -> i32 {
     }
 }
 
-/// Runs `cmd` with `env` added (and `env_remove` removed) in its own process group and waits for
-/// it. Every [`POLL`] it asks `lost()`; once that returns a reason the group gets SIGTERM and,
-/// after `grace`, SIGKILL. Signals received by simba are forwarded to the group.
+/// The command to supervise and how.
+pub struct Job<'a> {
+    /// The program and its arguments.
+    pub cmd: &'a [OsString],
+    /// Variables added to its environment.
+    pub env: &'a [(&'a str, String)],
+    /// Variables removed from its environment.
+    pub env_remove: &'a [&'a str],
+    /// Time between SIGTERM and SIGKILL.
+    pub grace: Duration,
+    /// The watcher's messages as JSON lines.
+    pub json: bool,
+}
+
+/// Runs `job.cmd` with `job.env` added (and `job.env_remove` removed) in its own process group and
+/// waits for it. Every [`POLL`] it asks `lost()`; once that returns a reason the group gets SIGTERM
+/// and, after the grace period, SIGKILL. Signals received by simba are forwarded to the group.
 ///
 /// # Errors
 /// When the command cannot be started.
 pub fn run(
-    cmd: &[OsString],
-    env: &[(&str, String)],
-    env_remove: &[&str],
-    grace: Duration,
+    job: &Job<'_>,
     signals: &Signals,
     lost: &dyn Fn() -> Option<String>,
     notify: &dyn Fn(Notice<'_>),
-    json: bool,
 ) -> Result<Outcome, SpawnError> {
+    let (cmd, grace) = (job.cmd, job.grace);
     let Some(program) = cmd.first() else {
         return Err(SpawnError { not_found: true, message: "no command given after --".into() });
     };
@@ -278,10 +289,10 @@ pub fn run(
         .map_err(|e| SpawnError { not_found: false, message: format!("cannot find the simba executable: {e}") })?;
     let mut command = Command::new(&me);
     command.arg(TRAMPOLINE).arg(std::process::id().to_string()).arg("--").args(cmd).process_group(0);
-    for k in env_remove {
+    for k in job.env_remove {
         command.env_remove(k);
     }
-    for (k, v) in env {
+    for (k, v) in job.env {
         command.env(k, v);
     }
     let mut child = command.spawn().map_err(|e| SpawnError {
@@ -292,7 +303,7 @@ pub fn run(
     let group = Pid::from_raw(i32::try_from(pid).unwrap_or(i32::MAX));
     log::debug!("started {} as pid {pid}", program.to_string_lossy());
     notify(Notice::Started { pid });
-    let watcher = Watcher::start(&me, pid, grace, json);
+    let watcher = Watcher::start(&me, pid, grace, job.json);
     let (exit_tx, exit_rx) = unbounded();
     thread::Builder::new()
         .name("simba-child-wait".into())
