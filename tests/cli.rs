@@ -972,25 +972,19 @@ fn a_wait_survives_a_stop_longer_than_the_lease(url: &str) {
 /// `--timeout 0s` on a free lock is one attempt, and it succeeds.
 #[allow(dead_code)]
 fn a_zero_timeout_takes_a_free_lock(url: &str) {
+    zero_timeout_on_a_free_name(url, "lock");
+}
+
+/// `simba SUB NAME --timeout 0s` on a free name: one attempt, and it succeeds.
+#[allow(dead_code)]
+fn zero_timeout_on_a_free_name(url: &str, sub: &str) {
     let name = support::unique("cli-zero");
     let o = run({
         let mut c = simba(Some(url));
-        c.args(["lock", &name, "--timeout", "0s", "--", "true"]);
+        c.args([sub, &name, "--timeout", "0s", "--", "true"]);
         c
     });
-    assert_eq!(code(&o), 0, "{}", stderr(&o));
-}
-
-/// `--timeout 0s` on a free election is one attempt, and it succeeds.
-#[allow(dead_code)]
-fn a_zero_timeout_wins_a_free_election(url: &str) {
-    let name = support::unique("cli-zero-elect");
-    let o = run({
-        let mut c = simba(Some(url));
-        c.args(["elect", &name, "--timeout", "0s", "--", "true"]);
-        c
-    });
-    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert_eq!(code(&o), 0, "{sub}: {}", stderr(&o));
 }
 
 /// A command that cannot be started is `spawn_failed`, found before the lock is taken: the lock's
