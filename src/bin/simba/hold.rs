@@ -267,7 +267,7 @@ impl Wait<'_> {
         self.out.progress(
             "new_session",
             &format!(
-                "session {expired} ended while waiting for {} '{}' ({why}); opened session {} and kept waiting",
+                "the session ended while waiting for {} '{}' ({why}); opened session {} and kept waiting",
                 self.what,
                 self.name,
                 self.session.id()
