@@ -365,12 +365,7 @@ fn schema_print() {
 #[cfg(feature = "redis")]
 #[test]
 fn unreachable_backend_exits_69_without_the_password() {
-    let o = run({
-        let mut c = simba(Some("redis://default:hunter2@127.0.0.1:1"));
-        c.args(["--query-timeout", "300ms", "leader", "x"]);
-        c
-    });
-    assert_eq!(code(&o), 69, "{}", stderr(&o));
+    let o = leader_at_a_closed_port("redis://default:hunter2@127.0.0.1:1");
     assert!(!stderr(&o).contains("hunter2"), "{}", stderr(&o));
     let o = run({
         let mut c = simba(Some("redis://default:hunter2@127.0.0.1:1"));
@@ -497,16 +492,24 @@ fn flags_and_variables_parse_alike() {
     assert_eq!(stdout(&o).trim(), "nobody-here: no members");
 }
 
-#[cfg(feature = "zookeeper")]
-#[test]
-fn a_wrong_zookeeper_port_says_why() {
+/// `leader` against `url`, whose port 1 is closed: exit 69, and the message says what a TCP
+/// connection says (not just "timeout").
+#[allow(dead_code)]
+fn leader_at_a_closed_port(url: &str) -> Output {
     let o = run({
-        let mut c = simba(Some("zookeeper://127.0.0.1:1/simba-test"));
-        c.args(["--query-timeout", "500ms", "leader", "x"]);
+        let mut c = simba(Some(url));
+        c.args(["--query-timeout", "300ms", "leader", "x"]);
         c
     });
     assert_eq!(code(&o), 69, "{}", stderr(&o));
     assert!(stderr(&o).contains("127.0.0.1:1: connection refused"), "{}", stderr(&o));
+    o
+}
+
+#[cfg(feature = "zookeeper")]
+#[test]
+fn a_wrong_zookeeper_port_says_why() {
+    leader_at_a_closed_port("zookeeper://127.0.0.1:1/simba-test");
 }
 
 // ------------------------------------------------------------------ real servers (multi-process)
