@@ -978,16 +978,42 @@ fn a_zero_timeout_takes_a_free_lock(url: &str) {
     zero_timeout_on_a_free_name(url, "lock");
 }
 
-/// `simba SUB NAME --timeout 0s` on a free name: one attempt, and it succeeds.
+/// `--timeout 0s` on a free election is one attempt, and it wins (needs `wait_elected` to make at
+/// least one attempt whatever the deadline).
+#[allow(dead_code)]
+fn a_zero_timeout_wins_a_free_election(url: &str) {
+    zero_timeout_on_a_free_name(url, "elect");
+}
+
+/// `simba SUB NAME --timeout 0s` on a free name: one attempt, and it succeeds; on a held name the
+/// one attempt finds the holder and gives up (exit 75).
 #[allow(dead_code)]
 fn zero_timeout_on_a_free_name(url: &str, sub: &str) {
     let name = support::unique("cli-zero");
-    let o = run({
+    let zero = || {
         let mut c = simba(Some(url));
-        c.args([sub, &name, "--timeout", "0s", "--", "true"]);
-        c
-    });
+        c.args(["--json", sub, &name, "--timeout", "0s", "--", "true"]);
+        run(c)
+    };
+    let o = zero();
     assert_eq!(code(&o), 0, "{sub}: {}", stderr(&o));
+    let dir = temp_dir("cli-zero");
+    let sidf = dir.join("sid");
+    let mut holder = simba(Some(url))
+        .args([sub, &name, "--", "sh", "-c"])
+        .arg(format!("echo $SIMBA_SESSION > {}; exec sleep 30", sidf.display()))
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let sid = wait_for_file(&sidf, &mut holder);
+    let o = zero();
+    assert_eq!(code(&o), 75, "{sub}: {}", stderr(&o));
+    assert_eq!(json_result(&o)["outcome"], "timeout");
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(holder.id() as i32), nix::sys::signal::Signal::SIGTERM).unwrap();
+    let _ = wait_output(holder, Duration::from_secs(20));
+    assert!(stderr(&o).contains(sid.trim()), "{sub}: the holder is not named: {}", stderr(&o));
+    let _ = fs::remove_dir_all(&dir);
 }
 
 /// A command that cannot be started is `spawn_failed`, found before the lock is taken: the lock's
@@ -1094,7 +1120,7 @@ macro_rules! backend_tests {
 
             backend_tests!(@tests $m, mutual_exclusion_and_increasing_tokens, timeout_names_the_holder_and_sigterm_is_forwarded,
                 elect_takes_turns, join_and_members, a_killed_simba_takes_its_command_down, a_zero_timeout_takes_a_free_lock,
-                a_command_typo_never_takes_the_lock, an_interrupted_wait_ends_with_a_json_result $(, $extra)*);
+                a_zero_timeout_wins_a_free_election, a_command_typo_never_takes_the_lock, an_interrupted_wait_ends_with_a_json_result $(, $extra)*);
         }
     };
     (@tests $m:ident $(, $t:ident)*) => {

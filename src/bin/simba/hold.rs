@@ -14,11 +14,11 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{select, unbounded};
+use crossbeam_channel::{select, unbounded, Receiver};
 use nix::sys::signal::Signal;
 use serde_json::{json, Value};
 use simba::backend::{Holder, LeaseBackend, Topic};
-use simba::{display_chain, Config, Election, ErrorKind, Lease, Session, SessionId};
+use simba::{display_chain, Config, Election, ElectionEvent, ErrorKind, Lease, Session, SessionId};
 
 use crate::out::{code, Fail, Out};
 use crate::supervise::{self, Notice, Outcome, Signals};
@@ -127,6 +127,13 @@ struct Wait<'a> {
     backend: Arc<dyn LeaseBackend>,
     session: Session,
     election: Option<Election>,
+    /// The election's events: its first attempt's outcome shows there.
+    events: Option<Receiver<ElectionEvent>>,
+    /// The first attempt's outcome is known (a lock attempt returns it; a campaign attempt shows
+    /// it as an event). Until then `--timeout` does not end the wait...
+    answered: bool,
+    /// ... unless the first attempt's own bound (the query timeout) passed.
+    first_by: Instant,
     last_seen: Option<(SessionId, u64)>,
     last_error: Option<String>,
     /// The last error reported (digits removed) and when.
@@ -261,7 +268,9 @@ impl Wait<'_> {
         drop(self.election.take());
         drop(old);
         if self.what == ELECT {
-            self.election = Some(self.session.campaign(&self.lease)?);
+            let e = self.session.campaign(&self.lease)?;
+            self.events = Some(e.events());
+            self.election = Some(e);
         }
         self.last_seen = None;
         self.out.progress(
@@ -277,23 +286,44 @@ impl Wait<'_> {
         Ok(())
     }
 
+    /// When `--timeout` ends the wait: never before the first attempt answered (or its bound
+    /// passed), so `--timeout 0s` is one attempt.
+    fn give_up_at(&self) -> Option<Instant> {
+        if self.answered {
+            self.deadline
+        } else {
+            self.deadline.map(|d| d.max(self.first_by))
+        }
+    }
+
     /// One attempt: `Ok(Some)` when taken, `Ok(None)` when busy or failed transiently.
     fn attempt(&mut self) -> Result<Option<Held>, Ended> {
         let r = match &self.election {
             Some(e) => {
                 let now = Instant::now();
-                let until = self.deadline.map_or(now + ELECTION_SLICE, |d| d.min(now + ELECTION_SLICE));
-                match e.wait_elected_deadline(until) {
+                let until = self.give_up_at().map_or(now + ELECTION_SLICE, |d| d.min(now + ELECTION_SLICE));
+                let r = e.wait_elected_deadline(until);
+                if let Some(events) = &self.events {
+                    let attempted = |ev: ElectionEvent| matches!(ev, ElectionEvent::LeaderChanged { .. });
+                    self.answered |= events.try_iter().any(attempted);
+                }
+                match r {
                     Ok(_) => return Ok(self.election.take().map(Held::Election)),
                     Err(err) if err.is_timeout() => {
                         let leader = e.leader().ok().flatten();
+                        // Another live leader: the attempt is busy, whenever it runs.
+                        self.answered |= leader.as_ref().is_some_and(|h| &h.session != self.session.id());
                         self.show_holder(leader);
                         return Ok(None);
                     }
                     Err(err) => Err(err),
                 }
             }
-            None => self.session.try_lock(&self.lease).map(|l| l.map(Held::Lease)),
+            None => {
+                let r = self.session.try_lock(&self.lease).map(|l| l.map(Held::Lease));
+                self.answered = true;
+                r
+            }
         };
         match r {
             Ok(Some(h)) => Ok(Some(h)),
@@ -339,14 +369,14 @@ impl Wait<'_> {
                 return Ok((self.session, held));
             }
             let now = Instant::now();
-            if self.deadline.is_some_and(|d| now >= d) {
+            if self.give_up_at().is_some_and(|d| now >= d) {
                 return Err(self.timed_out());
             }
             if self.election.is_some() {
                 continue;
             }
             let jitter = retry.mul_f64(rand::random::<f64>() / 2.0);
-            let pause = self.deadline.map_or(retry + jitter, |d| (retry + jitter).min(d - now));
+            let pause = self.give_up_at().map_or(retry + jitter, |d| (retry + jitter).min(d - now));
             select! {
                 recv(wake_rx) -> _ => while wake_rx.try_recv().is_ok() {},
                 recv(self.signals.receiver()) -> sig => {
@@ -385,6 +415,7 @@ pub fn lock(config: &Config, out: &Out, signals: &Signals, a: &LockArgs, elect: 
     let (backend, session) = open_session(config)?;
     let start = Instant::now();
     let election = if elect { Some(session.campaign(&lease)?) } else { None };
+    let events = election.as_ref().map(Election::events);
     let wait = Wait {
         config,
         out,
@@ -397,6 +428,10 @@ pub fn lock(config: &Config, out: &Out, signals: &Signals, a: &LockArgs, elect: 
         backend,
         session,
         election,
+        events,
+        answered: false,
+        // A campaign attempt is bounded by the query timeout; a little more for its dispatch.
+        first_by: start + config.query_timeout() + ELECTION_SLICE,
         last_seen: None,
         last_error: None,
         reported: None,
