@@ -610,7 +610,12 @@ pub fn parse_duration(what: &str, value: &str) -> Result<Duration> {
     })
 }
 
-fn parse_drift(what: &str, value: &str) -> Result<f64> {
+/// Parses a drift like `0.01` or `1%` (a fraction, or a percentage with `%`); `SIMBA_DRIFT` and
+/// the CLI's `--drift` both use it.
+///
+/// # Errors
+/// `InvalidConfig` naming `what` and the value.
+pub fn parse_drift(what: &str, value: &str) -> Result<f64> {
     let v = value.trim();
     let parsed = match v.strip_suffix('%') {
         Some(p) => p.trim().parse::<f64>().map(|x| x / 100.0),

@@ -365,12 +365,7 @@ fn schema_print() {
 #[cfg(feature = "redis")]
 #[test]
 fn unreachable_backend_exits_69_without_the_password() {
-    let o = run({
-        let mut c = simba(Some("redis://default:hunter2@127.0.0.1:1"));
-        c.args(["--query-timeout", "300ms", "leader", "x"]);
-        c
-    });
-    assert_eq!(code(&o), 69, "{}", stderr(&o));
+    let o = leader_at_a_closed_port("redis://default:hunter2@127.0.0.1:1");
     assert!(!stderr(&o).contains("hunter2"), "{}", stderr(&o));
     let o = run({
         let mut c = simba(Some("redis://default:hunter2@127.0.0.1:1"));
@@ -379,6 +374,142 @@ fn unreachable_backend_exits_69_without_the_password() {
     });
     assert_eq!(code(&o), 1);
     assert!(stdout(&o).contains("fail") && !stdout(&o).contains("hunter2"), "{}", stdout(&o));
+}
+
+/// `--json` is a contract: every line simba writes is JSON, log lines and configuration warnings
+/// included (`warning` events); usage errors too; `name` names the lock, election or group.
+#[test]
+fn json_mode_writes_only_json() {
+    let all_json = |o: &Output| {
+        for l in stderr(o).lines().chain(stdout(o).lines()) {
+            serde_json::from_str::<Value>(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}"));
+        }
+    };
+    let o = run({
+        let mut c = simba(Some("memory://"));
+        c.env("RUST_LOG", "debug").env("SIMBA_NO_SUCH_SETTING", "1");
+        c.args(["--json", "lock", "j", "--", "true"]);
+        c
+    });
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    all_json(&o);
+    assert!(
+        stderr(&o).lines().any(|l| l.contains(r#""event":"warning""#) && l.contains("SIMBA_NO_SUCH_SETTING")),
+        "{}",
+        stderr(&o)
+    );
+    assert!(stderr(&o).lines().any(|l| l.contains(r#""event":"log""#)), "{}", stderr(&o));
+    for args in [&["--json", "lock", "x"][..], &["--json", "lock", "x", "echo", "hi"], &["--json", "nonsense"]] {
+        let o = run({
+            let mut c = simba(Some("memory://"));
+            c.args(args);
+            c
+        });
+        assert_eq!(code(&o), 2, "{args:?}: {}", stderr(&o));
+        all_json(&o);
+        let v = json_result(&o);
+        assert_eq!(v["error"]["kind"], "usage", "{v}");
+        assert_eq!(v["exit_code"], 2, "{v}");
+    }
+    let o = run({
+        let mut c = simba(Some("memory://"));
+        c.args(["--json", "join", "g", "--", "true"]);
+        c
+    });
+    all_json(&o);
+    assert_eq!(json_result(&o)["name"], "g");
+    let o = run({
+        let mut c = simba(Some("memory://"));
+        c.args(["--json", "members", "g"]);
+        c
+    });
+    assert_eq!(json_result(&o)["name"], "g");
+    // A command that cannot be started is its own outcome, before any lock is taken.
+    let o = run({
+        let mut c = simba(Some("memory://"));
+        c.args(["--json", "lock", "x", "--", "/nonexistent/simba-test-command"]);
+        c
+    });
+    assert_eq!(code(&o), 127);
+    all_json(&o);
+    assert_eq!(json_result(&o)["outcome"], "spawn_failed");
+}
+
+/// Flags and variables parse alike, and the common mistakes get a hint.
+#[test]
+fn flags_and_variables_parse_alike() {
+    let leader = |env: &[(&str, &str)], args: &[&str]| {
+        let mut c = simba(Some("memory://"));
+        for (k, v) in env {
+            c.env(k, v);
+        }
+        c.args(args).args(["leader", "x"]);
+        run(c)
+    };
+    for d in ["5%", "0.05"] {
+        let o = leader(&[], &["--drift", d]);
+        assert_eq!(code(&o), 0, "--drift {d}: {}", stderr(&o));
+        let o = leader(&[("SIMBA_DRIFT", d)], &[]);
+        assert_eq!(code(&o), 0, "SIMBA_DRIFT={d}: {}", stderr(&o));
+    }
+    let o = leader(&[], &["--drift", "5x"]);
+    assert_eq!(code(&o), 2, "{}", stderr(&o));
+    assert!(stderr(&o).contains("a percentage like 1%"), "{}", stderr(&o));
+    let o = leader(&[("SIMBA_DRIFT", "5x")], &[]);
+    assert_eq!(code(&o), 78, "{}", stderr(&o));
+    assert!(stderr(&o).contains("a percentage like 1%"), "{}", stderr(&o));
+
+    let o = run({
+        let mut c = simba(Some("memory://"));
+        c.args(["lock", "x", "echo", "hi"]);
+        c
+    });
+    assert_eq!(code(&o), 2);
+    assert!(stderr(&o).contains("simba lock x -- echo hi"), "{}", stderr(&o));
+
+    let o = run({
+        let mut c = simba(None);
+        c.args(["--url", "", "leader", "x"]);
+        c
+    });
+    assert_eq!(code(&o), 78, "{}", stderr(&o));
+    assert!(stderr(&o).contains("--url is empty"), "{}", stderr(&o));
+
+    let o = run({
+        let mut c = simba(Some("postgres://postgres@127.0.0.1:1/test"));
+        c.args(["schema", "print", "--dialect", "mysql"]);
+        c
+    });
+    assert_eq!(code(&o), 78, "{}", stderr(&o));
+    assert!(stderr(&o).contains("--dialect mysql contradicts"), "{}", stderr(&o));
+
+    let o = run({
+        let mut c = simba(Some("memory://"));
+        c.args(["members", "nobody-here"]);
+        c
+    });
+    assert_eq!(code(&o), 0);
+    assert_eq!(stdout(&o).trim(), "nobody-here: no members");
+}
+
+/// `leader` against `url`, whose port 1 is closed: exit 69, and the message says what a TCP
+/// connection says (not just "timeout").
+#[allow(dead_code)]
+fn leader_at_a_closed_port(url: &str) -> Output {
+    let o = run({
+        let mut c = simba(Some(url));
+        c.args(["--query-timeout", "300ms", "leader", "x"]);
+        c
+    });
+    assert_eq!(code(&o), 69, "{}", stderr(&o));
+    assert!(stderr(&o).contains("127.0.0.1:1: connection refused"), "{}", stderr(&o));
+    o
+}
+
+#[cfg(feature = "zookeeper")]
+#[test]
+fn a_wrong_zookeeper_port_says_why() {
+    leader_at_a_closed_port("zookeeper://127.0.0.1:1/simba-test");
 }
 
 // ------------------------------------------------------------------ real servers (multi-process)
@@ -679,7 +810,300 @@ fn join_and_members(url: &str) {
         c.args(["members", &group]);
         c
     });
-    assert_eq!(stdout(&o).trim(), "", "members left behind");
+    assert_eq!(stdout(&o).trim(), format!("{group}: no members"), "members left behind");
+}
+
+/// Reads a child's stderr line by line on a thread: the lines so far, and a wait for a line.
+#[allow(dead_code)]
+struct Lines {
+    rx: crossbeam_channel::Receiver<String>,
+    seen: Vec<String>,
+}
+
+#[allow(dead_code)]
+impl Lines {
+    fn of(child: &mut Child) -> Lines {
+        let err = child.stderr.take().expect("stderr piped");
+        let (tx, rx) = crossbeam_channel::unbounded();
+        thread::spawn(move || {
+            use std::io::BufRead;
+            for line in std::io::BufReader::new(err).lines() {
+                let Ok(line) = line else { return };
+                if tx.send(line).is_err() {
+                    return;
+                }
+            }
+        });
+        Lines { rx, seen: Vec::new() }
+    }
+
+    /// Waits (at most 60 s, a safety net) for a line containing `needle`; panics with the lines
+    /// seen when stderr ends first.
+    fn wait_for(&mut self, needle: &str) -> String {
+        loop {
+            match self.rx.recv_timeout(Duration::from_secs(60)) {
+                Ok(line) => {
+                    self.seen.push(line.clone());
+                    if line.contains(needle) {
+                        return line;
+                    }
+                }
+                Err(_) => panic!("no line with {needle:?} on stderr; lines:\n{}", self.seen.join("\n")),
+            }
+        }
+    }
+
+    /// Every line until stderr closes.
+    fn rest(mut self) -> Vec<String> {
+        while let Ok(line) = self.rx.recv_timeout(Duration::from_secs(60)) {
+            self.seen.push(line);
+        }
+        self.seen
+    }
+}
+
+/// True once `pid` no longer runs (gone, or a zombie nobody reaped yet).
+#[allow(dead_code)]
+fn process_gone(pid: i32) -> bool {
+    match fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(stat) => stat.rsplit_once(')').is_some_and(|(_, rest)| rest.trim_start().starts_with(['Z', 'X'])),
+    }
+}
+
+/// `simba` dies by SIGKILL while its command runs: the command gets SIGTERM (pdeath signal and
+/// the watcher), and one that ignores SIGTERM is killed after the grace period.
+#[allow(dead_code)]
+fn a_killed_simba_takes_its_command_down(url: &str) {
+    use nix::sys::signal::{kill, killpg, Signal};
+    use nix::unistd::Pid;
+    for ignore_term in [false, true] {
+        let name = support::unique("cli-orphan");
+        let dir = temp_dir("cli-orphan");
+        let (pidf, termf) = (dir.join("pid"), dir.join("term"));
+        let script = if ignore_term {
+            format!("trap '' TERM; echo $$ > {pid}; exec sleep 120", pid = pidf.display())
+        } else {
+            format!(
+                "trap 'echo term > {term}; exit 0' TERM; echo $$ > {pid}; while :; do sleep 0.05; done",
+                term = termf.display(),
+                pid = pidf.display()
+            )
+        };
+        let mut child = simba(Some(url))
+            .args(["lock", &name, "--grace", "1s", "--", "sh", "-c", &script])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let pid: i32 = wait_for_file(&pidf, &mut child).trim().parse().unwrap();
+        kill(Pid::from_raw(child.id() as i32), Signal::SIGKILL).unwrap();
+        child.wait().unwrap();
+        // Safety net only: the assertions are on what the command saw, not on speed.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !process_gone(pid) && Instant::now() < deadline {
+            thread::sleep(Duration::from_millis(20));
+        }
+        let gone = process_gone(pid);
+        if !gone {
+            let _ = killpg(Pid::from_raw(pid), Signal::SIGKILL);
+        }
+        assert!(gone, "the command (pid {pid}, ignoring SIGTERM: {ignore_term}) outlived the killed simba");
+        if !ignore_term {
+            assert_eq!(
+                fs::read_to_string(&termf).unwrap_or_default().trim(),
+                "term",
+                "the command did not get SIGTERM"
+            );
+        }
+        let _ = fs::remove_dir_all(&dir);
+    }
+}
+
+/// A SIGSTOP longer than the lease while *waiting* is no loss: simba opens a new session, keeps
+/// waiting and runs the command once the lock (leadership) is free.
+#[allow(dead_code)]
+fn a_wait_survives_a_stop_longer_than_the_lease(url: &str) {
+    use nix::sys::signal::{kill, Signal};
+    use nix::unistd::Pid;
+    for sub in ["lock", "elect"] {
+        let name = support::unique("cli-stop");
+        let dir = temp_dir("cli-stop");
+        let (ready, release, ran) = (dir.join("ready"), dir.join("release"), dir.join("ran"));
+        let mut holder = simba(Some(url))
+            .args([sub, &name, "--", "sh", "-c"])
+            .arg(format!(
+                "echo $SIMBA_SESSION > {ready}; while [ ! -e {release} ]; do sleep 0.05; done",
+                ready = ready.display(),
+                release = release.display()
+            ))
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        wait_for_file(&ready, &mut holder);
+        let mut waiter = simba(Some(url))
+            .args(["--json", sub, &name, "--", "sh", "-c"])
+            .arg(format!("echo $SIMBA_SESSION > {}", ran.display()))
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut lines = Lines::of(&mut waiter);
+        lines.wait_for(r#""event":"waiting""#);
+        let wpid = Pid::from_raw(waiter.id() as i32);
+        kill(wpid, Signal::SIGSTOP).unwrap();
+        // Stopped for longer than the 2 s lease: the session's local deadline passes meanwhile.
+        thread::sleep(Duration::from_secs(3));
+        kill(wpid, Signal::SIGCONT).unwrap();
+        let line = lines.wait_for(r#""event":"new_session""#);
+        let ev: Value = serde_json::from_str(&line).unwrap();
+        assert!(ran.metadata().is_err(), "the command ran while the lock was held");
+        fs::write(&release, "").unwrap();
+        let (o, _) = wait_output(holder, Duration::from_secs(30));
+        assert_eq!(code(&o), 0, "holder: {}", stderr(&o));
+        let (o, _) = wait_output(waiter, Duration::from_secs(30));
+        let rest = lines.rest();
+        assert_eq!(code(&o), 0, "{sub} waiter: {}", rest.join("\n"));
+        assert_eq!(fs::read_to_string(&ran).unwrap().trim(), ev["session"].as_str().unwrap(), "{line}");
+        assert_ne!(ev["session"], ev["expired_session"], "{line}");
+        assert_eq!(json_result(&o)["outcome"], "exited");
+        let _ = fs::remove_dir_all(&dir);
+    }
+}
+
+/// `--timeout 0s` on a free lock is one attempt, and it succeeds.
+#[allow(dead_code)]
+fn a_zero_timeout_takes_a_free_lock(url: &str) {
+    zero_timeout_on_a_free_name(url, "lock");
+}
+
+/// `--timeout 0s` on a free election is one attempt, and it wins (needs `wait_elected` to make at
+/// least one attempt whatever the deadline).
+#[allow(dead_code)]
+fn a_zero_timeout_wins_a_free_election(url: &str) {
+    zero_timeout_on_a_free_name(url, "elect");
+}
+
+/// `simba SUB NAME --timeout 0s` on a free name: one attempt, and it succeeds; on a held name the
+/// one attempt finds the holder and gives up (exit 75).
+#[allow(dead_code)]
+fn zero_timeout_on_a_free_name(url: &str, sub: &str) {
+    let name = support::unique("cli-zero");
+    let zero = || {
+        let mut c = simba(Some(url));
+        c.args(["--json", sub, &name, "--timeout", "0s", "--", "true"]);
+        run(c)
+    };
+    let o = zero();
+    assert_eq!(code(&o), 0, "{sub}: {}", stderr(&o));
+    let dir = temp_dir("cli-zero");
+    let sidf = dir.join("sid");
+    let mut holder = simba(Some(url))
+        .args([sub, &name, "--", "sh", "-c"])
+        .arg(format!("echo $SIMBA_SESSION > {}; exec sleep 30", sidf.display()))
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let sid = wait_for_file(&sidf, &mut holder);
+    let o = zero();
+    assert_eq!(code(&o), 75, "{sub}: {}", stderr(&o));
+    assert_eq!(json_result(&o)["outcome"], "timeout");
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(holder.id() as i32), nix::sys::signal::Signal::SIGTERM).unwrap();
+    let _ = wait_output(holder, Duration::from_secs(20));
+    assert!(stderr(&o).contains(sid.trim()), "{sub}: the holder is not named: {}", stderr(&o));
+    let _ = fs::remove_dir_all(&dir);
+}
+
+/// A command that cannot be started is `spawn_failed`, found before the lock is taken: the lock's
+/// token does not move. A command that exits 127 by itself is `exited`.
+#[allow(dead_code)]
+fn a_command_typo_never_takes_the_lock(url: &str) {
+    let name = support::unique("cli-typo");
+    let lock = |cmd: &[&str]| {
+        let mut c = simba(Some(url));
+        c.args(["--json", "lock", &name, "--"]).args(cmd);
+        run(c)
+    };
+    let o = lock(&["true"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let first = json_result(&o)["token"].as_u64().unwrap();
+    let o = lock(&["/nonexistent/simba-typo"]);
+    assert_eq!(code(&o), 127, "{}", stderr(&o));
+    let v = json_result(&o);
+    assert_eq!(v["outcome"], "spawn_failed", "{v}");
+    let o = lock(&["simba-no-such-command-anywhere"]);
+    assert_eq!(code(&o), 127, "{}", stderr(&o));
+    assert_eq!(json_result(&o)["outcome"], "spawn_failed");
+    let o = lock(&["sh", "-c", "exit 127"]);
+    assert_eq!(code(&o), 127, "{}", stderr(&o));
+    let v = json_result(&o);
+    assert_eq!(v["outcome"], "exited", "{v}");
+    // ZooKeeper tokens come from the ensemble's transaction ids: they grow, but not one by one.
+    if !url.starts_with("zookeeper") {
+        assert_eq!(v["token"].as_u64().unwrap(), first + 1, "a command typo consumed a token: {v}");
+    }
+}
+
+/// `--json`: a wait interrupted by a signal still ends with a result line.
+#[allow(dead_code)]
+fn an_interrupted_wait_ends_with_a_json_result(url: &str) {
+    let name = support::unique("cli-int");
+    let dir = temp_dir("cli-int");
+    let ready = dir.join("ready");
+    let mut holder = simba(Some(url))
+        .args(["lock", &name, "--", "sh", "-c"])
+        .arg(format!("echo > {}; exec sleep 30", ready.display()))
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_for_file(&ready, &mut holder);
+    let mut waiter = simba(Some(url))
+        .args(["--json", "lock", &name, "--", "true"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = Lines::of(&mut waiter);
+    lines.wait_for(r#""event":"waiting""#);
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(waiter.id() as i32), nix::sys::signal::Signal::SIGINT).unwrap();
+    let (o, _) = wait_output(waiter, Duration::from_secs(20));
+    assert_eq!(code(&o), 130);
+    for l in lines.rest() {
+        serde_json::from_str::<Value>(&l).unwrap_or_else(|e| panic!("stderr line not JSON ({e}): {l}"));
+    }
+    let v = json_result(&o);
+    assert_eq!(v["outcome"], "interrupted", "{v}");
+    assert_eq!(v["signal"], "SIGINT", "{v}");
+    assert_eq!(v["exit_code"], 130, "{v}");
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(holder.id() as i32), nix::sys::signal::Signal::SIGTERM).unwrap();
+    let _ = wait_output(holder, Duration::from_secs(20));
+    let _ = fs::remove_dir_all(&dir);
+}
+
+/// Redis `WAIT` for a replica that does not exist: every acquire takes the whole query timeout
+/// and fails. simba lets each attempt run to its bound and reports the real error (not a
+/// timeout), and never names its own session as the holder it waits for.
+#[cfg(feature = "redis")]
+#[test]
+#[serial_test::serial(redis)]
+fn a_slow_failing_acquire_reports_its_own_error() {
+    let url = support::env_or("SIMBA_TEST_REDIS_URL", "redis://127.0.0.1:6379");
+    prepare(&url);
+    let name = support::unique("cli-wait-replicas");
+    let marker = support::unique("me");
+    let o = run({
+        let mut c = simba(Some(&url));
+        c.env("SIMBA_REDIS_WAIT_REPLICAS", "1");
+        c.args(["--metadata", &marker, "lock", &name, "--timeout", "2s", "--", "true"]);
+        c
+    });
+    let err = stderr(&o);
+    assert_eq!(code(&o), 69, "{err}");
+    assert!(err.contains("of 1 redis replicas acknowledged"), "{err}");
+    assert!(!err.contains(&marker), "simba named itself as the holder: {err}");
 }
 
 macro_rules! backend_tests {
@@ -695,7 +1119,8 @@ macro_rules! backend_tests {
             }
 
             backend_tests!(@tests $m, mutual_exclusion_and_increasing_tokens, timeout_names_the_holder_and_sigterm_is_forwarded,
-                elect_takes_turns, join_and_members $(, $extra)*);
+                elect_takes_turns, join_and_members, a_killed_simba_takes_its_command_down, a_zero_timeout_takes_a_free_lock,
+                a_zero_timeout_wins_a_free_election, a_command_typo_never_takes_the_lock, an_interrupted_wait_ends_with_a_json_result $(, $extra)*);
         }
     };
     (@tests $m:ident $(, $t:ident)*) => {
@@ -719,7 +1144,8 @@ backend_tests!(
     lost_lease_terminates_the_command,
     lost_leadership_terminates_the_command,
     lost_membership_terminates_the_command,
-    a_command_ignoring_sigterm_is_killed
+    a_command_ignoring_sigterm_is_killed,
+    a_wait_survives_a_stop_longer_than_the_lease
 );
 backend_tests!(
     postgres,
@@ -729,7 +1155,8 @@ backend_tests!(
     lost_lease_terminates_the_command,
     lost_leadership_terminates_the_command,
     lost_membership_terminates_the_command,
-    a_command_ignoring_sigterm_is_killed
+    a_command_ignoring_sigterm_is_killed,
+    a_wait_survives_a_stop_longer_than_the_lease
 );
 backend_tests!(
     mysql,
@@ -739,6 +1166,7 @@ backend_tests!(
     lost_lease_terminates_the_command,
     lost_leadership_terminates_the_command,
     lost_membership_terminates_the_command,
-    a_command_ignoring_sigterm_is_killed
+    a_command_ignoring_sigterm_is_killed,
+    a_wait_survives_a_stop_longer_than_the_lease
 );
 backend_tests!(zookeeper, "zookeeper", "SIMBA_TEST_ZOOKEEPER_URL", "zookeeper://127.0.0.1:2181/simba-test");

@@ -7,17 +7,27 @@
 //! signals in the main thread before any other thread exists (so every thread inherits the mask)
 //! and a dedicated thread receives them with `sigwait`. A spawned process inherits that mask (the
 //! standard library keeps it, and resetting it in the child needs the `unsafe` `pre_exec`), so the
-//! command is started through a trampoline: simba re-executes itself as `simba __exec -- CMD…`,
+//! command is started through a trampoline: simba re-executes itself as `simba __exec PID -- CMD…`,
 //! which unblocks the signals and `exec`s CMD in the same process (same pid and process group).
+//!
+//! simba itself may die without a chance to clean up (SIGKILL, the OOM killer, `timeout -s KILL`,
+//! systemd's `KillMode=process`). The command must not keep running unnoticed without the lock:
+//! the trampoline asks the kernel for a SIGTERM when simba dies (`PR_SET_PDEATHSIG`, Linux), and
+//! a tiny watcher process (`simba __watch PGID GRACE_MS`, in its own process group) holds a pipe
+//! from simba: when the pipe closes without simba's "done", the watcher sends SIGTERM to the
+//! command's process group and SIGKILL after the grace period.
 
-use std::ffi::OsString;
-use std::io;
+use std::ffi::{OsStr, OsString};
+use std::io::{self, Read, Write};
+use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
-use std::process::{Command, ExitStatus};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{after, never, select, unbounded, Receiver};
+use nix::errno::Errno;
 use nix::sys::signal::{killpg, SigSet, Signal};
 use nix::unistd::Pid;
 
@@ -27,6 +37,9 @@ const POLL: Duration = Duration::from_millis(50);
 
 /// The hidden first argument that makes simba act as the exec trampoline.
 pub const TRAMPOLINE: &str = "__exec";
+
+/// The hidden first argument that makes simba act as the watcher of its own death.
+pub const WATCHER: &str = "__watch";
 
 /// The signals simba blocks, receives and forwards: those whose default action would end simba
 /// (and with it the supervision and the session) and that commands commonly act on — stop,
@@ -42,17 +55,32 @@ fn handled() -> SigSet {
     set
 }
 
-/// The trampoline: `args` is `-- CMD ARGS…`. Unblocks the signals simba blocked and replaces this
-/// process with CMD; returns only when that fails, with the exit code (127 not found, 126 other).
+/// The trampoline: `args` is `PARENT_PID -- CMD ARGS…`. Arranges a SIGTERM for itself when simba
+/// (its parent) dies, unblocks the signals simba blocked and replaces this process with CMD;
+/// returns only when that fails, with the exit code (127 not found, 126 other).
 pub fn trampoline(mut args: impl Iterator<Item = OsString>) -> u8 {
-    let first = args.next();
-    let (program, rest) = match (first.as_deref().and_then(|a| a.to_str()), args.next()) {
-        (Some("--"), Some(p)) => (p, args),
+    let parent = args.next().and_then(|p| p.to_str().and_then(|p| p.parse::<i32>().ok()));
+    let sep = args.next();
+    let (parent, program, rest) = match (parent, sep.as_deref().and_then(|a| a.to_str()), args.next()) {
+        (Some(parent), Some("--"), Some(p)) => (parent, p, args),
         _ => {
-            eprintln!("simba: internal: usage: simba {TRAMPOLINE} -- CMD [ARGS…]");
+            eprintln!("simba: internal: usage: simba {TRAMPOLINE} PARENT_PID -- CMD [ARGS…]");
             return 70;
         }
     };
+    #[cfg(target_os = "linux")]
+    {
+        // Survives the exec (except into a set-user-ID program); sent when simba's thread that
+        // started us ends, which is the main thread, which ends only with simba.
+        if let Err(e) = nix::sys::prctl::set_pdeathsig(Signal::SIGTERM) {
+            eprintln!("simba: cannot ask for SIGTERM on simba's death: {e} (the watcher still sends it)");
+        }
+    }
+    if nix::unistd::getppid().as_raw() != parent {
+        // simba died before the death signal was armed: do not start the command at all.
+        eprintln!("simba: simba (pid {parent}) died before the command started; not starting it");
+        return 128 + Signal::SIGTERM as u8;
+    }
     if let Err(e) = handled().thread_unblock() {
         eprintln!("simba: cannot unblock signals for the command: {e}");
         return 126;
@@ -64,6 +92,56 @@ pub fn trampoline(mut args: impl Iterator<Item = OsString>) -> u8 {
     } else {
         126
     }
+}
+
+/// The watcher: `args` is `PGID GRACE_MS JSON(0|1)`. Reads its stdin (a pipe from simba) until
+/// it ends: a byte means simba finished normally (nothing to do); the end of the pipe without one
+/// means simba died, and the process group `PGID` gets SIGTERM, then SIGKILL after the grace
+/// period. It keeps the signals simba blocked blocked, so signals meant for simba (or its process
+/// group) leave it alone.
+pub fn watcher(mut args: impl Iterator<Item = OsString>) -> u8 {
+    let mut num = || args.next().and_then(|a| a.to_str().and_then(|a| a.parse::<u64>().ok()));
+    let (Some(pgid), Some(grace_ms), Some(json)) = (num(), num(), num()) else {
+        eprintln!("simba: internal: usage: simba {WATCHER} PGID GRACE_MS JSON");
+        return 70;
+    };
+    let Ok(pgid) = i32::try_from(pgid) else { return 70 };
+    let mut byte = [0u8; 1];
+    let simba_died = loop {
+        match io::stdin().read(&mut byte) {
+            Ok(0) => break true,
+            Ok(_) => break false,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(_) => break true,
+        }
+    };
+    if !simba_died {
+        return 0;
+    }
+    let group = Pid::from_raw(pgid);
+    let say = |event: &str, text: String| {
+        let line = if json == 1 {
+            serde_json::json!({"event": event, "pid": pgid, "message": text}).to_string()
+        } else {
+            format!("simba: {text}")
+        };
+        let _ = writeln!(io::stderr(), "{line}");
+    };
+    if killpg(group, Signal::SIGTERM) == Err(Errno::ESRCH) {
+        return 0;
+    }
+    say("orphaned", format!("simba died while the command ran: sent SIGTERM to the command (pid {pgid})"));
+    let deadline = Instant::now() + Duration::from_millis(grace_ms);
+    while Instant::now() < deadline {
+        if killpg(group, None) == Err(Errno::ESRCH) {
+            return 0;
+        }
+        thread::sleep(POLL);
+    }
+    if killpg(group, Signal::SIGKILL).is_ok() {
+        say("kill", format!("the command (pid {pgid}) outlived simba by {grace_ms} ms: sent SIGKILL"));
+    }
+    0
 }
 
 /// The signals simba receives and forwards.
@@ -133,6 +211,41 @@ pub struct SpawnError {
     pub message: String,
 }
 
+/// Finds `program` as `exec` will (a path when it contains `/`, else the first executable file
+/// of that name in `PATH`), so that a typo is reported before any lock is taken.
+///
+/// # Errors
+/// `not_found` when there is no such file; otherwise when it is not an executable file.
+pub fn resolve(program: &OsStr) -> Result<PathBuf, SpawnError> {
+    let shown = program.to_string_lossy();
+    let executable = |p: &Path| p.metadata().is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0);
+    if program.as_encoded_bytes().contains(&b'/') {
+        let p = Path::new(program);
+        return match p.metadata() {
+            Err(e) => Err(SpawnError {
+                not_found: e.kind() == io::ErrorKind::NotFound,
+                message: format!("cannot run {shown}: {e}"),
+            }),
+            Ok(_) if executable(p) => Ok(p.to_path_buf()),
+            Ok(m) if m.is_dir() => {
+                Err(SpawnError { not_found: false, message: format!("cannot run {shown}: it is a directory") })
+            }
+            Ok(_) => Err(SpawnError {
+                not_found: false,
+                message: format!("cannot run {shown}: not executable (chmod +x, or name its interpreter)"),
+            }),
+        };
+    }
+    if program.is_empty() {
+        return Err(SpawnError { not_found: true, message: "the command after -- is empty".into() });
+    }
+    let path = std::env::var_os("PATH").unwrap_or_else(|| "/usr/local/bin:/usr/bin:/bin".into());
+    std::env::split_paths(&path).map(|dir| dir.join(program)).find(|p| executable(p)).ok_or_else(|| SpawnError {
+        not_found: true,
+        message: format!("cannot run {shown}: command not found in PATH"),
+    })
+}
+
 /// The exit code of a finished child: its code, or 128 + the signal that killed it.
 pub fn exit_code(status: &ExitStatus) -> i32 {
     match (status.code(), status.signal()) {
@@ -142,32 +255,44 @@ pub fn exit_code(status: &ExitStatus) -> i32 {
     }
 }
 
-/// Runs `cmd` with `env` added (and `env_remove` removed) in its own process group and waits for
-/// it. Every [`POLL`] it asks `lost()`; once that returns a reason the group gets SIGTERM and,
-/// after `grace`, SIGKILL. Signals received by simba are forwarded to the group.
+/// The command to supervise and how.
+pub struct Job<'a> {
+    /// The program and its arguments.
+    pub cmd: &'a [OsString],
+    /// Variables added to its environment.
+    pub env: &'a [(&'a str, String)],
+    /// Variables removed from its environment.
+    pub env_remove: &'a [&'a str],
+    /// Time between SIGTERM and SIGKILL.
+    pub grace: Duration,
+    /// The watcher's messages as JSON lines.
+    pub json: bool,
+}
+
+/// Runs `job.cmd` with `job.env` added (and `job.env_remove` removed) in its own process group and
+/// waits for it. Every [`POLL`] it asks `lost()`; once that returns a reason the group gets SIGTERM
+/// and, after the grace period, SIGKILL. Signals received by simba are forwarded to the group.
 ///
 /// # Errors
 /// When the command cannot be started.
 pub fn run(
-    cmd: &[OsString],
-    env: &[(&str, String)],
-    env_remove: &[&str],
-    grace: Duration,
+    job: &Job<'_>,
     signals: &Signals,
     lost: &dyn Fn() -> Option<String>,
     notify: &dyn Fn(Notice<'_>),
 ) -> Result<Outcome, SpawnError> {
+    let (cmd, grace) = (job.cmd, job.grace);
     let Some(program) = cmd.first() else {
         return Err(SpawnError { not_found: true, message: "no command given after --".into() });
     };
     let me = std::env::current_exe()
         .map_err(|e| SpawnError { not_found: false, message: format!("cannot find the simba executable: {e}") })?;
-    let mut command = Command::new(me);
-    command.arg(TRAMPOLINE).arg("--").args(cmd).process_group(0);
-    for k in env_remove {
+    let mut command = Command::new(&me);
+    command.arg(TRAMPOLINE).arg(std::process::id().to_string()).arg("--").args(cmd).process_group(0);
+    for k in job.env_remove {
         command.env_remove(k);
     }
-    for (k, v) in env {
+    for (k, v) in job.env {
         command.env(k, v);
     }
     let mut child = command.spawn().map_err(|e| SpawnError {
@@ -178,6 +303,7 @@ pub fn run(
     let group = Pid::from_raw(i32::try_from(pid).unwrap_or(i32::MAX));
     log::debug!("started {} as pid {pid}", program.to_string_lossy());
     notify(Notice::Started { pid });
+    let watcher = Watcher::start(&me, pid, grace, job.json);
     let (exit_tx, exit_rx) = unbounded();
     thread::Builder::new()
         .name("simba-child-wait".into())
@@ -208,6 +334,7 @@ pub fn run(
                     }
                     Err(_) => None,
                 };
+                watcher.done();
                 return Ok(match (lost_reason, status) {
                     (Some(reason), status) => Outcome::Lost { reason, status },
                     (None, Some(s)) => Outcome::Exited(s),
@@ -234,6 +361,49 @@ pub fn run(
                 kill_at = Some(Instant::now() + grace);
                 lost_reason = Some(reason);
             }
+        }
+    }
+}
+
+/// simba's side of the watcher: the write end of its stdin.
+struct Watcher {
+    child: Option<(Child, ChildStdin)>,
+}
+
+impl Watcher {
+    /// Starts `simba __watch` for the process group `pgid`. When it cannot start, the pdeath
+    /// signal alone remains (SIGTERM without the SIGKILL escalation): logged.
+    fn start(me: &Path, pgid: u32, grace: Duration, json: bool) -> Watcher {
+        let grace_ms = u64::try_from(grace.as_millis()).unwrap_or(u64::MAX);
+        let spawned = Command::new(me)
+            .arg(WATCHER)
+            .arg(pgid.to_string())
+            .arg(grace_ms.to_string())
+            .arg(if json { "1" } else { "0" })
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .process_group(0)
+            .spawn();
+        match spawned {
+            Ok(mut child) => match child.stdin.take() {
+                Some(stdin) => Watcher { child: Some((child, stdin)) },
+                None => Watcher { child: None },
+            },
+            Err(e) => {
+                log::warn!("cannot start the watcher that stops the command if simba dies: {e}");
+                Watcher { child: None }
+            }
+        }
+    }
+
+    /// Tells the watcher that simba finished normally, and reaps it.
+    fn done(self) {
+        if let Some((mut child, mut stdin)) = self.child {
+            if let Err(e) = stdin.write_all(b"x") {
+                log::debug!("telling the watcher simba is done failed: {e}");
+            }
+            drop(stdin);
+            let _ = child.wait();
         }
     }
 }
