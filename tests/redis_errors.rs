@@ -285,3 +285,68 @@ fn simba_check_says_what_the_server_said() {
     assert_ne!(code, 0, "{out}");
     assert!(out.contains(NOAUTH) && out.contains(PUT_IT_IN_THE_URL), "{out}");
 }
+
+#[test]
+#[serial(redis_errors)]
+fn an_acl_user_with_the_documented_rights_runs_everything() {
+    init_log();
+    // docs/backends/redis.md: ACL SETUSER simba on >secret ~simba:* &simba:* +@read +@write
+    // +@scripting +@pubsub +@connection +info +config|get +time +wait +cluster|slots +cluster|info
+    let rules = [
+        "~simba:*",
+        "&simba:*",
+        "+@read",
+        "+@write",
+        "+@scripting",
+        "+@pubsub",
+        "+@connection",
+        "+info",
+        "+config|get",
+        "+time",
+        "+wait",
+        "+cluster|slots",
+        "+cluster|info",
+    ];
+    let pw = format!(">{ALICE_PW}");
+    let mut args = vec!["--requirepass", ADMIN_PW, "--user", "simba", "on", &pw];
+    args.extend(rules);
+    let r = PrivateRedis::start(&args);
+    let b = RedisBackend::connect(&format!("redis://simba:{ALICE_PW}@127.0.0.1:{}", r.port), options()).unwrap();
+    let items = b.check();
+    assert!(items.iter().all(|i| i.status != CheckStatus::Fail), "{items:?}");
+    assert!(items.iter().any(|i| i.name == "maxmemory-policy" && i.status == CheckStatus::Ok), "{items:?}");
+    let (l, g) = (Name::new(support::unique("acl")).unwrap(), Name::new(support::unique("acl-g")).unwrap());
+    let (s1, s2) = (
+        b.open_session(Duration::from_secs(5), "one").unwrap().id,
+        b.open_session(Duration::from_secs(5), "").unwrap().id,
+    );
+    let t = match b.acquire(&s1, &l).unwrap() {
+        simba::Acquire::Acquired { token, .. } => token,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(b.acquire(&s2, &l).unwrap(), simba::Acquire::Busy);
+    assert_eq!(b.holder(&l).unwrap().unwrap().metadata, "one");
+    let (tx, rx) = crossbeam_channel::unbounded();
+    b.watch(&Topic::Lease(l.clone()), &tx).unwrap();
+    assert_eq!(
+        rx.recv_timeout(Duration::from_secs(5)).unwrap(),
+        simba::Notification::Released(l.clone()),
+        "subscribed"
+    );
+    b.watch(&Topic::Lease(l.clone()), &tx).unwrap();
+    b.release(&s1, &l, t).unwrap();
+    assert_eq!(rx.recv_timeout(Duration::from_secs(5)).unwrap(), simba::Notification::Released(l.clone()), "pushed");
+    assert!(matches!(b.acquire(&s2, &l).unwrap(), simba::Acquire::Acquired { .. }));
+    b.join(&s1, &g).unwrap();
+    assert_eq!(b.members(&g).unwrap().len(), 1);
+    assert!(matches!(b.keep_alive(&s1, Duration::from_secs(5)).unwrap(), simba::KeepAlive::Alive { .. }));
+    b.leave(&s1, &g).unwrap();
+    b.close_session(&s1).unwrap();
+    b.close_session(&s2).unwrap();
+    // With wait_replicas the acquire runs WAIT (no replica here: the documented refusal).
+    let o = RedisOptions::builder().query_timeout(Duration::from_secs(1)).wait_replicas(1).build().unwrap();
+    let w = RedisBackend::connect(&format!("redis://simba:{ALICE_PW}@127.0.0.1:{}", r.port), o).unwrap();
+    let s = w.open_session(Duration::from_secs(5), "").unwrap().id;
+    let err = w.acquire(&s, &Name::new(support::unique("acl-w")).unwrap()).unwrap_err();
+    assert!(err.to_string().contains("replicas acknowledged"), "{err}");
+}

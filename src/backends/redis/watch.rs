@@ -114,16 +114,13 @@ impl Watchers {
         Ok(true)
     }
 
-    fn set_up(&self, up: bool) {
+    /// The connection is down: registrations wait (or fail) until it is up again.
+    fn disconnected(&self) {
         let mut state = self.state.lock();
-        state.up = up;
-        if !up {
-            state.subscribed.clear();
-            state.idle.clear();
-            state.pending.clear();
-        }
-        drop(state);
-        self.changed.notify_all();
+        state.up = false;
+        state.subscribed.clear();
+        state.idle.clear();
+        state.pending.clear();
     }
 
     /// A message arrived on `topic`'s channel.
@@ -141,10 +138,13 @@ impl Watchers {
         }
     }
 
-    /// Wakes every watcher (after a reconnect: messages may have been missed meanwhile).
-    fn fire_all(&self) {
+    /// The connection is up (again): accepts registrations and wakes every watcher registered
+    /// before, since messages may have been missed while it was down. One step under the lock, so
+    /// a registration accepted now is not woken for nothing.
+    fn connected(&self) {
         let all: Vec<_> = {
             let mut state = self.state.lock();
+            state.up = true;
             let now = Instant::now();
             let all: Vec<_> = state.registry.drain().collect();
             let State { subscribed, idle, .. } = &mut *state;
@@ -153,6 +153,7 @@ impl Watchers {
             }
             all
         };
+        self.changed.notify_all();
         for (topic, waiting) in all {
             for s in waiting.senders {
                 let _ = s.try_send(notification(&topic));
@@ -319,7 +320,7 @@ fn run(weak: &Weak<Watchers>, endpoints: &[ConnectionInfo], timeout: Duration, t
             }
             Err(e) => {
                 if let Some(w) = weak.upgrade() {
-                    w.set_up(false);
+                    w.disconnected();
                 } else {
                     return;
                 }
@@ -411,8 +412,7 @@ fn subscribe(
     // while the connection was down.
     let Some(w) = weak.upgrade() else { return Ok(Stop::BackendDropped) };
     subscribe(&mut sub, &w, &w.registered_topics()).map_err(io)?;
-    w.set_up(true);
-    w.fire_all();
+    w.connected();
     drop(w);
     connected();
     let mut last_traffic = Instant::now();
@@ -478,7 +478,7 @@ mod tests {
     #[test]
     fn registrations_are_one_shot_and_deduplicated() {
         let w = Watchers::new();
-        w.set_up(true);
+        w.connected();
         let (tx, rx) = crossbeam_channel::unbounded();
         let topic = lease("a");
         let far = Instant::now() + Duration::from_secs(1);
@@ -490,14 +490,14 @@ mod tests {
         assert!(rx.try_recv().is_err());
         w.fire(&topic);
         assert!(rx.try_recv().is_err());
-        w.set_up(false);
+        w.disconnected();
         assert!(w.register(&topic, &tx, Instant::now()).is_err());
     }
 
     #[test]
     fn only_registered_topics_are_subscribed_and_idle_ones_leave_after_the_linger() {
         let w = Watchers::new();
-        w.set_up(true);
+        w.connected();
         let (tx, rx) = crossbeam_channel::unbounded();
         let (a, b) = (lease("a"), lease("b"));
         let t0 = Instant::now();
@@ -534,7 +534,7 @@ mod tests {
     #[test]
     fn stale_registrations_are_notified_and_forgotten() {
         let w = Watchers::new();
-        w.set_up(true);
+        w.connected();
         let (tx, rx) = crossbeam_channel::unbounded();
         let a = lease("a");
         let t0 = Instant::now();
