@@ -268,10 +268,8 @@ impl Router {
         loop {
             left(deadline, what)?;
             let mut con = node.pool.get(deadline, &node.addr, |t| {
-                connect(&node.client, t, &format!("cannot connect to redis cluster node {}", node.addr)).map_err(|e| {
-                    self.failed(node);
-                    e
-                })
+                connect(&node.client, t, &format!("cannot connect to redis cluster node {}", node.addr))
+                    .inspect_err(|_| self.failed(node))
             })?;
             match f(&mut con) {
                 Ok(v) => return Ok(Outcome::Done(v)),

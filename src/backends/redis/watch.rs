@@ -133,8 +133,8 @@ impl Watchers {
             }
             senders
         };
-        for s in senders.into_iter().flat_map(|w| w.senders) {
-            let _ = s.try_send(notification(topic));
+        if let Some(waiting) = senders {
+            notify(topic, waiting.senders);
         }
     }
 
@@ -155,9 +155,7 @@ impl Watchers {
         };
         self.changed.notify_all();
         for (topic, waiting) in all {
-            for s in waiting.senders {
-                let _ = s.try_send(notification(&topic));
-            }
+            notify(&topic, waiting.senders);
         }
     }
 
@@ -217,9 +215,7 @@ impl Watchers {
             }
         }
         for (topic, senders) in woken {
-            for s in senders {
-                let _ = s.try_send(notification(topic));
-            }
+            notify(topic, senders);
         }
     }
 
@@ -231,6 +227,14 @@ impl Watchers {
     #[cfg(test)]
     fn registered(&self) -> usize {
         self.state.lock().registry.values().map(|w| w.senders.len()).sum()
+    }
+}
+
+/// Sends each of `senders` the notification of `topic` (never blocking: a full or closed channel
+/// has been told enough).
+fn notify(topic: &Topic, senders: Vec<Sender<Notification>>) {
+    for s in senders {
+        let _ = s.try_send(notification(topic));
     }
 }
 
@@ -426,9 +430,7 @@ fn subscribe(
         }
         let changes = w.changes(now, sweep);
         for (topic, senders) in changes.stale {
-            for s in senders {
-                let _ = s.try_send(notification(&topic));
-            }
+            notify(&topic, senders);
         }
         if !changes.subscribe.is_empty() || !changes.unsubscribe.is_empty() {
             subscribe(&mut sub, &w, &changes.subscribe).map_err(io)?;
@@ -539,7 +541,7 @@ mod tests {
         let a = lease("a");
         let t0 = Instant::now();
         w.register(&a, &tx, t0).unwrap();
-        w.confirmed(&[a.clone()]);
+        w.confirmed(std::slice::from_ref(&a));
         assert!(rx.try_recv().is_ok());
         w.register(&a, &tx, t0).unwrap();
         assert!(w.changes(t0 + STALE / 2, true).stale.is_empty());
