@@ -148,6 +148,10 @@ fn refused_credentials_fail_at_once_in_the_servers_words() {
     // An unknown ACL user: Redis answers as for a wrong password (it does not tell which).
     assert_says(&refused(&url(&format!("nobody:{ALICE_PW}@"))), ErrorKind::Backend, &[WRONGPASS, FIX_THE_URL]);
     assert_says(&refused(&url(&format!("alice:{WRONG_PW}@"))), ErrorKind::Backend, &[WRONGPASS, FIX_THE_URL]);
+    // A password for a server that has none (the shared one).
+    let host = standalone_host();
+    let err = refused(&format!("redis://:{WRONG_PW}@{host}"));
+    assert_says(&err, ErrorKind::Backend, &["called without any password configured", FIX_THE_URL]);
 
     let b = RedisBackend::connect(&url(&format!("alice:{ALICE_PW}@")), options()).unwrap();
     let sid = b.open_session(Duration::from_secs(5), "").unwrap().id;

@@ -110,13 +110,14 @@ pub(crate) fn refusal_hint(e: &RedisError) -> Option<&'static str> {
             "the ACL user may not run a command or touch a key or channel simba needs: grant it \
              the commands, simba:* keys and simba:* channels listed in docs/backends/redis.md",
         ),
-        _ if e.kind() == redis::ErrorKind::AuthenticationFailed => Some(
-            "the server refused the credentials in the URL: fix redis://user:password@host:port \
-             (redis://:password@host:port for the default user, none when the server has no password)",
-        ),
+        _ if e.kind() == redis::ErrorKind::AuthenticationFailed => Some(AUTH_REFUSED),
         _ => None,
     }
 }
+
+/// What to change when the server refused the `AUTH` of the URL's credentials.
+const AUTH_REFUSED: &str = "the server refused the credentials in the URL: fix redis://user:password@host:port \
+     (redis://:password@host:port for the default user, none when the server has no password)";
 
 /// The server's own words for a server error (`WRONGPASS invalid username-password pair …`),
 /// the driver's description for anything else.
@@ -141,8 +142,11 @@ pub(crate) fn connect(client: &Client, left: Duration, context: &str) -> Result<
         Ok(con) => Ok(con),
         Err(e) if e.kind() == redis::ErrorKind::AuthenticationFailed => {
             let left = deadline.saturating_duration_since(Instant::now());
+            // Any answer to AUTH but OK is a refusal, whatever its code (`ERR AUTH <password>
+            // called without any password configured…` when the server has none).
             let refusal = refused_auth(client.get_connection_info(), share(left)).unwrap_or(e);
-            Err(map_err(refusal, context))
+            let hint = refusal_hint(&refusal).unwrap_or(AUTH_REFUSED);
+            Err(Error::backend(format!("{context}: redis refused: {}; {hint}", server_words(&refusal))))
         }
         Err(e) => Err(map_err(e, context)),
     }
