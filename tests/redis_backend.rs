@@ -11,7 +11,7 @@
 mod private;
 mod support;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -316,6 +316,13 @@ fn release_and_membership_changes_are_pushed() {
     assert!(b.watch(&Topic::Lease(l.clone()), &tx).unwrap());
     assert!(b.watch(&Topic::Lease(l.clone()), &tx).unwrap(), "registering twice is allowed");
     assert!(b.watch(&Topic::Group(g.clone()), &tx).unwrap());
+    // Subscribing the channels notifies each registration once (a release may have come before
+    // the subscription): both, in either order, the lease's once although registered twice.
+    let confirmed: HashSet<Notification> =
+        [rx.recv_timeout(Duration::from_secs(3)).unwrap(), rx.recv_timeout(Duration::from_secs(3)).unwrap()].into();
+    assert_eq!(confirmed, [Notification::Released(l.clone()), Notification::MembersChanged(g.clone())].into());
+    assert!(b.watch(&Topic::Lease(l.clone()), &tx).unwrap());
+    assert!(b.watch(&Topic::Group(g.clone()), &tx).unwrap());
     let released = Instant::now();
     b.release(&holder, &l, t).unwrap();
     assert_eq!(rx.recv_timeout(Duration::from_secs(3)).unwrap(), Notification::Released(l.clone()));
@@ -358,6 +365,9 @@ fn the_pubsub_connection_recovers_from_a_server_restart() {
     let b = connect(&r.url(), options());
     let l = name("reconnect");
     let (tx, rx) = crossbeam_channel::unbounded();
+    assert!(b.watch(&Topic::Lease(l.clone()), &tx).unwrap());
+    // The subscription notifies the registration once; registered again, it waits for messages.
+    assert_eq!(rx.recv_timeout(Duration::from_secs(5)).unwrap(), Notification::Released(l.clone()));
     assert!(b.watch(&Topic::Lease(l.clone()), &tx).unwrap());
     r.restart();
     // Messages may have been missed while it was down: every watcher gets a hint.

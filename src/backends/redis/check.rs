@@ -49,6 +49,17 @@ fn policy_problem(addr: &str, policy: &str) -> String {
 pub(crate) fn startup(inner: &Inner) -> Result<()> {
     let target = inner.scripting.target();
     inner.scripting.on_masters(&redis::cmd("PING"), inner.deadline())?;
+    if !inner.scripting.is_clustered() {
+        match cluster_enabled(inner) {
+            Ok(Some(addr)) => return Err(Error::config(cluster_node_problem(&addr))),
+            Ok(None) => {}
+            Err(e) if e.kind() == ErrorKind::Unavailable => return Err(e),
+            Err(e) => log::warn!(
+                "cannot read INFO cluster of {target} ({e}); if it is a Redis Cluster node, connect with \
+                 redis+cluster://host:port,… (a plain connection fails every operation that spans slots)"
+            ),
+        }
+    }
     match config_get(inner, "maxmemory-policy", inner.deadline()) {
         Ok(policies) => {
             for (addr, policy) in policies {
@@ -79,6 +90,28 @@ pub(crate) fn startup(inner: &Inner) -> Result<()> {
     }
 }
 
+/// `INFO cluster` on a standalone connection: `Some(address)` when the server is a Redis Cluster
+/// node (`cluster_enabled:1`), where a plain connection would fail every multi-key script with
+/// `CROSSSLOT`.
+fn cluster_enabled(inner: &Inner) -> Result<Option<String>> {
+    let mut cmd = redis::cmd("INFO");
+    cmd.arg("cluster");
+    let replies = inner.scripting.on_masters(&cmd, inner.deadline())?;
+    Ok(replies
+        .into_iter()
+        .find(|(_, v)| string(v).and_then(|i| info_field(&i, "cluster_enabled")).as_deref() == Some("1"))
+        .map(|(addr, _)| addr))
+}
+
+fn cluster_node_problem(addr: &str) -> String {
+    let hosts = addr.split_once("://").map_or(addr, |(_, rest)| rest);
+    format!(
+        "{addr} is a Redis Cluster node (INFO cluster: cluster_enabled:1): use redis+cluster://{hosts} (add more \
+         nodes after commas) to connect to the cluster; a plain redis:// connection fails every operation whose \
+         keys span hash slots (CROSSSLOT)"
+    )
+}
+
 fn item(name: &str, status: CheckStatus, detail: impl Into<String>) -> CheckItem {
     CheckItem { name: name.to_string(), status, detail: detail.into() }
 }
@@ -99,6 +132,14 @@ pub(crate) fn check(inner: &Inner) -> Vec<CheckItem> {
             items.push(item("reachable", CheckStatus::Fail, format!("{target}: {}", crate::display_chain(&e))));
             return items;
         }
+    }
+
+    if !inner.scripting.is_clustered() {
+        items.push(match cluster_enabled(inner) {
+            Ok(Some(addr)) => item("mode", CheckStatus::Fail, cluster_node_problem(&addr)),
+            Ok(None) => item("mode", CheckStatus::Ok, format!("{target}: standalone server (cluster_enabled:0)")),
+            Err(e) => item("mode", CheckStatus::Warn, format!("cannot read INFO cluster ({e})")),
+        });
     }
 
     match config_get(inner, "maxmemory-policy", inner.deadline()) {

@@ -93,9 +93,89 @@ pub(crate) fn retry_on_fresh(
     false
 }
 
-/// Maps a driver error to the crate's error, keeping it as the source.
+/// What the user must change when the server refused the credentials or a permission: `None`
+/// for any other error. These never heal by retrying, so they fail at once (`Backend`).
+pub(crate) fn refusal_hint(e: &RedisError) -> Option<&'static str> {
+    match e.code() {
+        Some("NOAUTH") => Some(
+            "the server requires a password: put it in the URL (redis://:password@host:port, or \
+             redis://user:password@host:port for an ACL user; redis+cluster://user:password@host:port,… on Cluster)",
+        ),
+        Some("WRONGPASS") => Some(
+            "the user name or password in the URL is wrong, or the ACL user is unknown or disabled: \
+             fix redis://user:password@host:port (redis://:password@host:port for the default user; \
+             redis+cluster://user:password@host:port,… on Cluster)",
+        ),
+        Some("NOPERM") => Some(
+            "the ACL user may not run a command or touch a key or channel simba needs: grant it \
+             the commands, simba:* keys and simba:* channels listed in docs/backends/redis.md",
+        ),
+        _ if e.kind() == redis::ErrorKind::AuthenticationFailed => Some(AUTH_REFUSED),
+        _ => None,
+    }
+}
+
+/// What to change when the server refused the `AUTH` of the URL's credentials.
+const AUTH_REFUSED: &str = "the server refused the credentials in the URL: fix redis://user:password@host:port \
+     (redis://:password@host:port for the default user, none when the server has no password)";
+
+/// The server's own words for a server error (`WRONGPASS invalid username-password pair …`),
+/// the driver's description for anything else.
+pub(crate) fn server_words(e: &RedisError) -> String {
+    match (e.code(), e.detail()) {
+        (Some(code), Some(detail)) => format!("{code} {detail}"),
+        _ => e.to_string(),
+    }
+}
+
+/// Opens a connection to `client`'s server within `left`. redis-rs replaces the server's answer
+/// to a refused `AUTH` with its own "Password authentication failed"; the server's words are
+/// then read again with one `AUTH` on a connection without credentials (only on that failure),
+/// so the error says what Redis said.
+///
+/// # Errors
+/// As [`map_err`]: a refusal is `Backend` (permanent), a transport failure `Unavailable`.
+pub(crate) fn connect(client: &Client, left: Duration, context: &str) -> Result<Connection> {
+    let deadline = Instant::now() + left;
+    let share = |left: Duration| (left / SETUP_REPLIES).max(Duration::from_millis(1));
+    match client.get_connection_with_timeout(share(left)) {
+        Ok(con) => Ok(con),
+        Err(e) if e.kind() == redis::ErrorKind::AuthenticationFailed => {
+            let left = deadline.saturating_duration_since(Instant::now());
+            // Any answer to AUTH but OK is a refusal, whatever its code (`ERR AUTH <password>
+            // called without any password configured…` when the server has none).
+            let refusal = refused_auth(client.get_connection_info(), share(left)).unwrap_or(e);
+            let hint = refusal_hint(&refusal).unwrap_or(AUTH_REFUSED);
+            Err(Error::backend(format!("{context}: redis refused: {}; {hint}", server_words(&refusal))))
+        }
+        Err(e) => Err(map_err(e, context)),
+    }
+}
+
+/// The server's reply to the `AUTH` of `info`, sent on a connection without credentials.
+fn refused_auth(info: &ConnectionInfo, timeout: Duration) -> Option<RedisError> {
+    let settings = info.redis_settings();
+    let password = settings.password()?;
+    let bare = info.clone().set_redis_settings(redis::RedisConnectionInfo::default());
+    let mut con = Client::open(bare).ok()?.get_connection_with_timeout(timeout).ok()?;
+    con.set_read_timeout(Some(timeout)).ok()?;
+    con.set_write_timeout(Some(timeout)).ok()?;
+    let mut auth = redis::cmd("AUTH");
+    if let Some(user) = settings.username() {
+        auth.arg(user);
+    }
+    auth.arg(password);
+    auth.query::<Value>(&mut con).err().filter(|e| e.code().is_some())
+}
+
+/// Maps a driver error to the crate's error, keeping it as the source. A refusal (credentials,
+/// ACL permissions) is `Backend` with the server's words and what to change, without the source
+/// (whose text it already holds).
 pub(crate) fn map_err(e: RedisError, context: impl fmt::Display) -> Error {
     use redis::ServerErrorKind as S;
+    if let Some(hint) = refusal_hint(&e) {
+        return Error::backend(format!("{context}: redis refused: {}; {hint}", server_words(&e)));
+    }
     let transient = match e.kind() {
         redis::ErrorKind::Io | redis::ErrorKind::ClusterConnectionNotFound | redis::ErrorKind::Parse => true,
         redis::ErrorKind::Server(
@@ -193,9 +273,7 @@ impl StandaloneScripting {
         let mut retried = false;
         loop {
             let mut con = self.pool.get(deadline, &self.target, |t| {
-                self.client
-                    .get_connection_with_timeout((t / SETUP_REPLIES).max(Duration::from_millis(1)))
-                    .map_err(|e| map_err(e, format!("cannot connect to redis at {}", self.target)))
+                connect(&self.client, t, &format!("cannot connect to redis at {}", self.target))
             })?;
             left(deadline, what)?;
             match f(&mut con, deadline) {

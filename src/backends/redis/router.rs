@@ -26,8 +26,8 @@ use parking_lot::Mutex;
 use redis::{Client, Cmd, Connection, ConnectionAddr, ConnectionInfo, ConnectionLike, RedisError, Value};
 
 use super::pool::Pool;
-use super::port::{map_err, must_discard, retry_on_fresh, SETUP_REPLIES};
-use crate::error::{Error, Result};
+use super::port::{connect, map_err, must_discard, retry_on_fresh};
+use crate::error::{Error, ErrorKind, Result};
 
 /// Redirects one call follows before it gives up (a slot moving twice while one call runs is
 /// already unusual; more means the nodes disagree and the call fails `Unavailable`).
@@ -268,12 +268,8 @@ impl Router {
         loop {
             left(deadline, what)?;
             let mut con = node.pool.get(deadline, &node.addr, |t| {
-                node.client.get_connection_with_timeout((t / SETUP_REPLIES).max(Duration::from_millis(1))).map_err(
-                    |e| {
-                        self.failed(node);
-                        map_err(e, format!("cannot connect to redis cluster node {}", node.addr))
-                    },
-                )
+                connect(&node.client, t, &format!("cannot connect to redis cluster node {}", node.addr))
+                    .inspect_err(|_| self.failed(node))
             })?;
             match f(&mut con) {
                 Ok(v) => return Ok(Outcome::Done(v)),
@@ -455,6 +451,9 @@ impl Router {
                     }
                 },
                 Ok(Outcome::Redirect { error, .. }) => last_error = Some(error),
+                // A refusal (credentials, ACL) or a server that is no cluster node does not heal
+                // by asking another node or by retrying: it fails at once, in the server's words.
+                Err(e) if e.kind() == ErrorKind::Backend => return Err(not_a_cluster(&node.addr, e)),
                 Err(e) => last_error = Some(e),
             }
         }
@@ -466,6 +465,19 @@ impl Router {
             Some(last) => e.with_source(last),
             None => e,
         })
+    }
+}
+
+/// `e` from `CLUSTER SLOTS` on `addr`; when the server has cluster support disabled (a standalone
+/// server given as a cluster node), an `InvalidConfig` saying which URL to use instead.
+fn not_a_cluster(addr: &str, e: Error) -> Error {
+    if e.to_string().contains("cluster support disabled") {
+        Error::config(format!(
+            "redis at {addr} is not a Redis Cluster node (it answered: ERR This instance has cluster support \
+             disabled): use redis://{addr} to connect to a standalone server"
+        ))
+    } else {
+        e
     }
 }
 

@@ -190,10 +190,6 @@ pub(crate) mod keys {
     pub(crate) fn group(name: &str) -> String {
         format!("simba:group:{{{name}}}")
     }
-    /// Pattern of the release channels.
-    pub(crate) const LEASE_CHANNELS: &str = "simba:lease:*";
-    /// Pattern of the membership channels.
-    pub(crate) const GROUP_CHANNELS: &str = "simba:group:*";
 
     /// The name inside the braces of a channel or key, e.g. `simba:lease:{job}` → `job`.
     pub(crate) fn tag(key: &str) -> Option<&str> {
