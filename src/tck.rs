@@ -682,6 +682,24 @@ pub fn try_lock_and_timeout_when_held(h: &Harness) {
     b.close().unwrap();
 }
 
+/// A zero (or passed) timeout makes one attempt, as crossbeam's `recv_timeout(ZERO)` tries once:
+/// on a free lock it acquires, on every backend however long its round trip.
+pub fn zero_timeout_on_a_free_lock_acquires(h: &Harness) {
+    let s = h.session();
+    let l = h.name("zero");
+    let lease = s.lock_timeout(&l, Duration::ZERO).unwrap().expect("one attempt on a free lock");
+    assert!(lease.is_held());
+    let l2 = h.name("passed");
+    let lease2 = s.lock_deadline(&l2, Instant::now()).unwrap().expect("one attempt on a free lock");
+    assert!(lease2.is_held());
+    let e = s.campaign(h.name("elect")).unwrap();
+    // Leadership may take the campaign's first attempt; a zero wait then only looks once.
+    let t = e.wait_elected(h.patience()).unwrap();
+    assert_eq!(e.wait_elected(Duration::ZERO).unwrap(), t);
+    drop((lease, lease2, e));
+    s.close().unwrap();
+}
+
 /// A waiter in `lock` gets the lease after the holder releases it, with a larger token.
 pub fn lock_waits_for_release(h: &Harness) {
     let (a, b) = (h.session(), Arc::new(h.session()));
@@ -875,10 +893,11 @@ pub fn leader_work_stops_on_loss(h: &Harness) {
     let e = a.campaign(&l).unwrap();
     let (tx, rx) = crossbeam_channel::unbounded();
     let task = e.run_while_leader(Schedule::Every(Duration::from_millis(20)), move |ctx| {
-        let _ = tx.send((ctx.token(), ctx.is_cancelled()));
+        let _ = tx.send((ctx.granted_token(), ctx.is_cancelled(), ctx.token().is_ok()));
     });
-    let (token, cancelled) = rx.recv_timeout(h.patience()).expect("work ran");
+    let (token, cancelled, checked) = rx.recv_timeout(h.patience()).expect("work ran");
     assert!(!cancelled);
+    assert!(checked, "the context's token is valid while leading");
     assert_eq!(e.token().unwrap(), token);
     h.backend.close_session(a.id()).unwrap();
     assert!(eventually(h.patience(), || !e.is_leader()));
@@ -1019,6 +1038,7 @@ macro_rules! tck_suite {
                 invalid_names_rejected,
                 lock_guard_token_until_release,
                 try_lock_and_timeout_when_held,
+                zero_timeout_on_a_free_lock_acquires,
                 lock_waits_for_release,
                 drop_releases_lease,
                 lock_is_not_reentrant,
