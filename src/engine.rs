@@ -157,6 +157,16 @@ pub enum LossReason {
     SessionClosed,
 }
 
+impl std::fmt::Display for SessionState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            SessionState::Active => "active",
+            SessionState::Expired => "expired",
+            SessionState::Closed => "closed",
+        })
+    }
+}
+
 impl std::fmt::Display for LossReason {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {

@@ -367,7 +367,10 @@ impl SessionInner {
             None => {
                 return Err(Error::new(
                     ErrorKind::Timeout,
-                    format!("{kind}: opening a session took longer than the query timeout {:?}", timing.query_timeout),
+                    format!(
+                        "{kind}: opening a session took longer than the query timeout {}",
+                        humantime::format_duration(timing.query_timeout)
+                    ),
                 ))
             }
         };
@@ -721,7 +724,10 @@ impl SessionInner {
             Some(r) => self.finish_acquire(name, sent, epoch, r, None),
             None => Err(Error::new(
                 ErrorKind::Timeout,
-                format!("acquire of '{name}' did not answer within {:?}", self.timing.query_timeout),
+                format!(
+                    "acquire of '{name}' did not answer within {}",
+                    humantime::format_duration(self.timing.query_timeout)
+                ),
             )),
         }
     }
@@ -924,12 +930,12 @@ impl SessionInner {
             let took = started.elapsed();
             if took > self.timing.query_timeout {
                 log::warn!(
-                    "session {}: {} release of '{}' took {:?}, longer than the query timeout {:?}",
+                    "session {}: {} release of '{}' took {}, longer than the query timeout {}",
                     self.id,
                     self.backend.kind(),
                     name,
-                    took,
-                    self.timing.query_timeout
+                    humantime::format_duration(took),
+                    humantime::format_duration(self.timing.query_timeout)
                 );
             }
             let confirmed = r.is_ok();
@@ -950,8 +956,8 @@ impl SessionInner {
             Err(_) => Err(Error::new(
                 ErrorKind::Timeout,
                 format!(
-                    "release of '{name}' did not finish within {:?}; it goes on in the background",
-                    self.timing.query_timeout
+                    "release of '{name}' did not finish within {}; it goes on in the background",
+                    humantime::format_duration(self.timing.query_timeout)
                 ),
             )),
         }
@@ -1320,7 +1326,10 @@ pub(crate) fn bounded_call<T: Send + 'static>(
     let kind = backend.kind();
     match exec::call_until(Instant::now() + timeout, move || f(&*b), |_| {}) {
         Some(r) => r,
-        None => Err(Error::new(ErrorKind::Timeout, format!("{kind} did not answer within {timeout:?}"))),
+        None => Err(Error::new(
+            ErrorKind::Timeout,
+            format!("{kind} did not answer within {}", humantime::format_duration(timeout)),
+        )),
     }
 }
 
@@ -1344,7 +1353,7 @@ fn renewal_thread(weak: Weak<SessionInner>, wake: Receiver<Wake>, notify: Receiv
             (e.next_wakeup(), out)
         });
         let Some(mut next) = next else {
-            log::debug!("session {}: renewal thread stops ({:?})", inner.id, inner.state());
+            log::debug!("session {}: renewal thread stops ({})", inner.id, inner.state());
             return;
         };
         if let Some(c) = inner.run_campaigns(now) {

@@ -226,3 +226,31 @@ fn leader_changed_for_this_node_reports_its_remaining_time() {
         }
     }
 }
+
+#[test]
+fn join_waiting_for_a_slow_leave_returns_within_one_query_timeout() {
+    // Finding 7: the wait for the session's own leave in flight and the join call each had a
+    // query timeout of their own (2 × query_timeout in all). The leave is let go part-way through
+    // the join's bound; the join call itself hangs.
+    let backend = Forward::memory("slow-leave", Gate::new());
+    let session = Session::open(backend.clone(), options()).unwrap();
+    let qt = session.options().query_timeout();
+    backend.hook.hold(Op::Leave);
+    drop(session.join("h").unwrap());
+    assert_eq!(backend.hook.entered.recv_timeout(PATIENCE), Ok(Op::Leave), "the leave of 'h' is in flight");
+    backend.hook.pass(Op::Leave);
+    backend.hook.hang(Op::Join);
+    let start = Instant::now();
+    let b = backend.clone();
+    let opener = thread::spawn(move || {
+        // Part-way through the join's one bound (this only positions the leave's end; the
+        // assertion below holds however late this thread runs).
+        thread::sleep(qt * 4 / 5);
+        b.hook.open();
+    });
+    let err = session.join("h").unwrap_err();
+    let took = start.elapsed();
+    opener.join().unwrap();
+    assert!(matches!(err.kind(), ErrorKind::Timeout | ErrorKind::Unavailable), "{err}");
+    assert!(took < qt + Duration::from_millis(250), "join took {took:?}, more than one query timeout {qt:?}");
+}
