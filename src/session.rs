@@ -1026,11 +1026,13 @@ impl SessionInner {
     /// engine transition ends the campaign, revokes the election and gives up its term, so no
     /// other handle can adopt that term in between (finding 1 of issue #14).
     pub(crate) fn resign(self: &Arc<Self>, name: &Name, wait: bool) -> Result<()> {
-        let token = self.apply_logged(|e, logs| {
-            let Some(slot) = self.campaigns.lock().remove(name) else { return (None, Vec::new()) };
+        let (token, slot) = self.apply_logged(|e, logs| {
+            let Some(slot) = self.campaigns.lock().remove(name) else { return ((None, None), Vec::new()) };
             let leading = slot.election.resigned(logs);
-            (e.stop_campaign(name, leading), Vec::new())
+            ((e.stop_campaign(name, leading), Some(slot)), Vec::new())
         });
+        // Dropped with no lock held (the election's last reference may own the backend).
+        drop(slot);
         match token {
             Some(t) => {
                 log::debug!("session {}: resigned '{}', releasing token {}", self.id, name, t);
