@@ -77,26 +77,6 @@ impl Timing {
         Ok(Timing { lease_duration, renew_interval, drift, query_timeout })
     }
 
-    /// How long the backend keeps the session without renewal.
-    pub fn lease_duration(&self) -> Duration {
-        self.lease_duration
-    }
-
-    /// Time between keep-alives.
-    pub fn renew_interval(&self) -> Duration {
-        self.renew_interval
-    }
-
-    /// Allowed clock-rate difference.
-    pub fn drift(&self) -> f64 {
-        self.drift
-    }
-
-    /// A call in flight longer than this is abandoned.
-    pub fn query_timeout(&self) -> Duration {
-        self.query_timeout
-    }
-
     /// The local deadline implied by a call sent at `sent` that returned `remaining`. Never
     /// panics: a drift outside `[0, 1)` (only possible within the crate) counts as "no time", a
     /// deadline beyond what an `Instant` holds as far in the future.
@@ -838,6 +818,18 @@ mod tests {
     fn ms(v: u64) -> Duration {
         Duration::from_millis(v)
     }
+    /// A session opened at `t0` with 10 s remaining.
+    fn fresh() -> (Instant, Engine) {
+        let t0 = Instant::now();
+        (t0, Engine::new(timing(), t0, Duration::from_secs(10)))
+    }
+    /// One acquire of `a` sent and answered at `at` with `token` and 10 s remaining.
+    fn one_acquire(e: &mut Engine, a: &Name, token: u64, at: Instant) -> Adoption {
+        let epoch = e.begin_acquire(a);
+        let r = e.on_acquired(a, t(token), at, Duration::from_secs(10), at, epoch);
+        e.end_acquire(a);
+        r
+    }
     fn alive(remaining: Duration, owned: &[(&str, u64)]) -> KeepAliveResult {
         KeepAliveResult::Reply(KeepAlive::Alive {
             remaining,
@@ -1113,8 +1105,7 @@ mod tests {
     fn resign_racing_an_adoption_cannot_free_a_held_term() {
         // Finding 1: a resign gives up L:T locally, another handle adopts T (idempotent acquire),
         // then the resign's release of T is sent: the adopted term must not stay held.
-        let t0 = Instant::now();
-        let mut e = Engine::new(timing(), t0, Duration::from_secs(10));
+        let (t0, mut e) = fresh();
         let a = n("a");
         assert_eq!(e.on_acquired(&a, t(5), t0, Duration::from_secs(10), t0, 0), Adoption::Adopted);
         assert_eq!(e.on_release(&a), Some(t(5)));
@@ -1128,8 +1119,7 @@ mod tests {
     #[test]
     fn a_keep_alive_reply_after_the_local_deadline_does_not_revive_the_session() {
         // Finding 2: a retry sent at D - 200 ms whose Alive is applied at D + 20 ms.
-        let t0 = Instant::now();
-        let mut e = Engine::new(timing(), t0, Duration::from_secs(10));
+        let (t0, mut e) = fresh();
         let d = e.deadline();
         let out = e.on_keep_alive(d - ms(200), d + ms(20), alive(Duration::from_secs(10), &[]));
         assert_eq!(out, vec![Output::Expired]);
@@ -1139,8 +1129,7 @@ mod tests {
 
     #[test]
     fn a_keep_alive_reply_never_extends_a_lease_past_its_own_deadline() {
-        let t0 = Instant::now();
-        let mut e = Engine::new(timing(), t0, Duration::from_secs(10));
+        let (t0, mut e) = fresh();
         let a = n("a");
         // A short grant: the lease's own deadline is t0 + 990 ms.
         assert_eq!(e.on_acquired(&a, t(1), t0, ms(1_000), t0, 0), Adoption::Adopted);
@@ -1161,28 +1150,22 @@ mod tests {
         // Finding 9: after a deadline loss the backend may still count the term ours; a re-lock
         // answering that same term must not hand it to a second handle (dropping the old handle
         // would release it under the new one).
-        let t0 = Instant::now();
-        let mut e = Engine::new(timing(), t0, Duration::from_secs(10));
+        let (t0, mut e) = fresh();
         let a = n("a");
         assert_eq!(e.on_acquired(&a, t(1), t0, ms(1_000), t0, 0), Adoption::Adopted);
         let out = e.poll(t0 + ms(990));
         assert_eq!(out, vec![Output::LeaseLost { name: a.clone(), token: t(1), reason: LossReason::Deadline }]);
-        let epoch = e.begin_acquire(&a);
         let now = t0 + ms(1_000);
-        assert_eq!(e.on_acquired(&a, t(1), now, Duration::from_secs(10), now, epoch), Adoption::GivenUp);
-        e.end_acquire(&a);
+        assert_eq!(one_acquire(&mut e, &a, 1, now), Adoption::GivenUp);
         // A new term is adopted.
-        let epoch = e.begin_acquire(&a);
-        assert_eq!(e.on_acquired(&a, t(2), now, Duration::from_secs(10), now, epoch), Adoption::Adopted);
-        e.end_acquire(&a);
+        assert_eq!(one_acquire(&mut e, &a, 2, now), Adoption::Adopted);
     }
 
     #[test]
     fn two_acquires_answering_the_same_term_adopt_it_once() {
         // Two callers' acquires (two threads' lock(), or a lock() and a campaign attempt) both
         // answered by the idempotent backend with term 3: only the first becomes a handle.
-        let t0 = Instant::now();
-        let mut e = Engine::new(timing(), t0, Duration::from_secs(10));
+        let (t0, mut e) = fresh();
         let a = n("a");
         let first = e.begin_acquire(&a);
         let second = e.begin_acquire(&a);
@@ -1210,20 +1193,16 @@ mod tests {
     fn a_released_term_being_landed_is_reported_as_given_up_not_as_someone_elses() {
         // Finding 9: try_lock said "held by another" when only this session's own release of the
         // term was still landing.
-        let t0 = Instant::now();
-        let mut e = Engine::new(timing(), t0, Duration::from_secs(10));
+        let (t0, mut e) = fresh();
         let a = n("a");
         e.begin_release(&a, t(5));
         e.end_release(&a);
-        let epoch = e.begin_acquire(&a);
-        assert_eq!(e.on_acquired(&a, t(5), t0, Duration::from_secs(10), t0, epoch), Adoption::GivenUp);
-        e.end_acquire(&a);
+        assert_eq!(one_acquire(&mut e, &a, 5, t0), Adoption::GivenUp);
     }
 
     #[test]
     fn a_campaign_cannot_start_while_a_lock_of_the_name_is_in_flight() {
-        let t0 = Instant::now();
-        let mut e = Engine::new(timing(), t0, Duration::from_secs(10));
+        let (t0, mut e) = fresh();
         let a = n("a");
         let epoch = e.begin_acquire(&a);
         assert_eq!(e.start_campaign(&a, t0), Err(CampaignConflict::Acquiring));
@@ -1239,8 +1218,7 @@ mod tests {
 
     #[test]
     fn an_attempt_answering_after_its_campaign_ended_is_undone() {
-        let t0 = Instant::now();
-        let mut e = Engine::new(timing(), t0, Duration::from_secs(10));
+        let (t0, mut e) = fresh();
         let a = n("a");
         e.start_campaign(&a, t0).unwrap();
         let epoch = e.begin_acquire(&a);
@@ -1252,8 +1230,7 @@ mod tests {
 
     #[test]
     fn resign_gives_up_the_held_term_in_the_same_transition() {
-        let t0 = Instant::now();
-        let mut e = Engine::new(timing(), t0, Duration::from_secs(10));
+        let (t0, mut e) = fresh();
         let a = n("a");
         e.start_campaign(&a, t0).unwrap();
         let epoch = e.begin_acquire(&a);
@@ -1263,9 +1240,7 @@ mod tests {
         assert_eq!(e.token(&a, t0), None);
         assert!(e.releasing(&a));
         // A lock racing the resign finds the term given up.
-        let epoch = e.begin_acquire(&a);
-        assert_eq!(e.on_acquired(&a, t(4), t0, Duration::from_secs(10), t0, epoch), Adoption::GivenUp);
-        e.end_acquire(&a);
+        assert_eq!(one_acquire(&mut e, &a, 4, t0), Adoption::GivenUp);
         e.end_confirmed_release(&a, t(4));
         // After a deadline loss the election's term is still released on resign.
         e.start_campaign(&a, t0).unwrap();
@@ -1275,8 +1250,7 @@ mod tests {
 
     #[test]
     fn unconfirmed_releases_are_forgotten_once_a_later_keep_alive_shows_them_gone() {
-        let t0 = Instant::now();
-        let mut e = Engine::new(timing(), t0, Duration::from_secs(10));
+        let (t0, mut e) = fresh();
         for i in 0..50 {
             let a = n(&format!("n{i}"));
             e.begin_release(&a, t(5));
