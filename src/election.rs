@@ -89,6 +89,8 @@ struct ElectionState {
     last_leader: Option<(SessionId, Token)>,
     resigned: bool,
     ended: Option<LossReason>,
+    /// Campaign attempts answered (on any session): a wait gives the first one its own bound.
+    attempts: u64,
 }
 
 pub(crate) struct ElectionShared {
@@ -132,6 +134,7 @@ impl ElectionShared {
                 last_leader: None,
                 resigned: false,
                 ended: None,
+                attempts: 0,
             }),
             cond: Condvar::new(),
             subscribers: Mutex::new(Vec::new()),
@@ -226,6 +229,12 @@ impl ElectionShared {
         self.cond.notify_all();
     }
 
+    /// A campaign attempt was answered (whatever its outcome).
+    pub(crate) fn attempt_done(&self) {
+        self.st.lock().attempts += 1;
+        self.cond.notify_all();
+    }
+
     pub(crate) fn observe(&self, holder: Holder) {
         let mut st = self.st.lock();
         Self::report_leader(&mut st, holder, |ev| self.emit(ev));
@@ -275,8 +284,12 @@ impl ElectionShared {
     }
 
     /// Waits until this node leads, or `deadline` (`None`: forever) passes. A term lost before
-    /// its revoke reached the election (`LeaseLost`) is not the end: the campaign goes on.
+    /// its revoke reached the election (`LeaseLost`) is not the end: the campaign goes on. Until
+    /// the campaign's first attempt has answered, the wait lasts at least that attempt's own bound
+    /// (the query timeout), however short the deadline: at least one attempt, whatever the
+    /// deadline.
     fn wait_elected_until(&self, deadline: Option<Instant>) -> Result<Token> {
+        let first_bound = later(Instant::now(), self.query_timeout);
         loop {
             match self.token() {
                 Ok(t) => return Ok(t),
@@ -287,6 +300,7 @@ impl ElectionShared {
             if st.resigned {
                 return Err(Error::new(ErrorKind::Closed, format!("election '{}' was resigned", self.name)));
             }
+            let deadline = if st.attempts == 0 { deadline.map(|d| d.max(first_bound)) } else { deadline };
             // Leading a term whose local deadline passed: its revoke follows as soon as the renewal
             // thread sees the deadline; look again shortly rather than wait for a notification.
             let until = if st.leading.is_some() { Some(later(Instant::now(), LOSS_RECHECK)) } else { None };
@@ -358,8 +372,10 @@ impl Election {
     }
 
     /// Waits until this node leads, at most `timeout` (`Duration::MAX`: forever); returns the
-    /// term's token. Leadership is checked at least once whatever the timeout (a zero timeout
-    /// returns the token if leading now); the campaign's attempts run in the background.
+    /// term's token. At least one campaign attempt counts, whatever the timeout: until the
+    /// campaign's first attempt has answered, the wait lasts up to that attempt's own bound (the
+    /// query timeout), so `Duration::ZERO` on a fresh campaign for a free name returns its token;
+    /// later the timeout is the bound.
     ///
     /// # Errors
     /// `Timeout`; `SessionExpired`/`Closed` when the session ended (non-durable elections);

@@ -1116,6 +1116,7 @@ impl SessionInner {
                 }
                 Err(err) => log::debug!("session {id}: campaign attempt for '{name}' failed: {err}"),
             }
+            election.attempt_done();
             if let Some(slot) = inner.campaigns.lock().get_mut(&name) {
                 slot.in_flight = None;
                 slot.next_attempt = if std::mem::take(&mut slot.woken) {

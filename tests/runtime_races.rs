@@ -254,3 +254,21 @@ fn join_waiting_for_a_slow_leave_returns_within_one_query_timeout() {
     assert!(matches!(err.kind(), ErrorKind::Timeout | ErrorKind::Unavailable), "{err}");
     assert!(took < qt + Duration::from_millis(250), "join took {took:?}, more than one query timeout {qt:?}");
 }
+
+#[test]
+fn zero_wait_elected_on_a_free_election_waits_for_the_first_attempt() {
+    // Issue #20 item 3, for elections: a zero wait on a fresh campaign for a free name gives the
+    // campaign's first attempt its own bound instead of failing before it answered.
+    let backend = Forward::memory("unbounded", Gate::new());
+    backend.hook.hold(Op::Acquire);
+    let session = Session::open(backend.clone(), options()).unwrap();
+    let election = session.campaign("e").unwrap();
+    let b = backend.clone();
+    let opener = thread::spawn(move || {
+        assert_eq!(b.hook.entered.recv_timeout(PATIENCE), Ok(Op::Acquire));
+        b.hook.open();
+    });
+    let token = election.wait_elected(Duration::ZERO).expect("the first attempt wins the free election");
+    opener.join().unwrap();
+    assert_eq!(election.token().unwrap(), token);
+}
