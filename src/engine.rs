@@ -1119,7 +1119,7 @@ mod tests {
     #[test]
     fn a_keep_alive_reply_after_the_local_deadline_does_not_revive_the_session() {
         // Finding 2: a retry sent at D - 200 ms whose Alive is applied at D + 20 ms.
-        let (t0, mut e) = fresh();
+        let (_, mut e) = fresh();
         let d = e.deadline();
         let out = e.on_keep_alive(d - ms(200), d + ms(20), alive(Duration::from_secs(10), &[]));
         assert_eq!(out, vec![Output::Expired]);
