@@ -151,7 +151,7 @@ impl Coordinator {
     /// its own expiry; the coordinator does not replace it).
     ///
     /// # Errors
-    /// As [`Session::open`](crate::Session::open)(crate::Session::open).
+    /// As [`Session::open`](crate::Session::open).
     pub fn open_session(&self) -> Result<crate::Session> {
         crate::Session::open(self.inner.backend.clone(), self.inner.options.clone())
     }

@@ -10,9 +10,9 @@ use crossbeam_channel::{unbounded, Receiver, Sender};
 use parking_lot::{Condvar, Mutex};
 
 use crate::backend::{Holder, LeaseBackend};
-use crate::engine::LossReason;
+use crate::engine::{deadline_after, later, LossReason};
 use crate::error::{Error, ErrorKind, Result};
-use crate::session::{bounded_call, SessionInner};
+use crate::session::{bounded_call, Logs, SessionInner};
 use crate::types::{Name, SessionId, Token};
 
 /// The current leader of an election: the holder of its lease (session, token, metadata,
@@ -30,6 +30,17 @@ pub enum RevokeReason {
     SessionClosed,
     /// [`Election::resign`] (or dropping the handle).
     Resigned,
+}
+
+impl fmt::Display for RevokeReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            RevokeReason::Lost => "the lease was lost",
+            RevokeReason::SessionExpired => "the session expired",
+            RevokeReason::SessionClosed => "the session was closed",
+            RevokeReason::Resigned => "resigned",
+        })
+    }
 }
 
 impl From<LossReason> for RevokeReason {
@@ -78,6 +89,8 @@ struct ElectionState {
     last_leader: Option<(SessionId, Token)>,
     resigned: bool,
     ended: Option<LossReason>,
+    /// Campaign attempts answered (on any session): a wait gives the first one its own bound.
+    attempts: u64,
 }
 
 pub(crate) struct ElectionShared {
@@ -121,6 +134,7 @@ impl ElectionShared {
                 last_leader: None,
                 resigned: false,
                 ended: None,
+                attempts: 0,
             }),
             cond: Condvar::new(),
             subscribers: Mutex::new(Vec::new()),
@@ -151,73 +165,88 @@ impl ElectionShared {
         self.st.lock().leading.is_some()
     }
 
-    pub(crate) fn elected(&self, token: Token, session: &SessionId, metadata: &str) {
+    /// The session adopted `token` for this campaign (called in the engine transition that
+    /// adopted it, under the engine lock: never after the session's end or a resign).
+    pub(crate) fn elected(
+        &self,
+        token: Token,
+        remaining: Duration,
+        session: &SessionId,
+        metadata: &str,
+        logs: &mut Logs,
+    ) {
         let mut st = self.st.lock();
-        if st.resigned || st.leading == Some(token) || st.session_id.as_ref() != Some(session) {
+        if st.resigned || st.ended.is_some() || st.leading == Some(token) || st.session_id.as_ref() != Some(session) {
             return;
         }
         st.leading = Some(token);
         st.cancel = Arc::new(AtomicBool::new(false));
-        log::info!("session {session}: elected leader of '{}' (token {token})", self.name);
+        logs.push(log::Level::Info, format!("session {session}: elected leader of '{}' (token {token})", self.name));
         self.emit(ElectionEvent::Elected { token });
-        if st.last_leader.as_ref() != Some(&(session.clone(), token)) {
-            st.last_leader = Some((session.clone(), token));
-            self.emit(ElectionEvent::LeaderChanged {
-                leader: Holder {
-                    session: session.clone(),
-                    token,
-                    remaining: Duration::ZERO,
-                    metadata: metadata.to_string(),
-                },
-            });
-        }
+        let holder = Holder { session: session.clone(), token, remaining, metadata: metadata.to_string() };
+        Self::report_leader(&mut st, holder, |ev| self.emit(ev));
         self.cond.notify_all();
     }
 
-    fn revoke_locked(&self, st: &mut ElectionState, token: Token, reason: RevokeReason) {
+    /// Reports `holder` as the leader unless a newer (or the same) term was already reported:
+    /// tokens only grow, so an older observation arriving late never moves the leader backwards.
+    fn report_leader(st: &mut ElectionState, holder: Holder, emit: impl FnOnce(ElectionEvent)) {
+        if st.last_leader.as_ref().is_some_and(|(_, t)| *t >= holder.token) {
+            return;
+        }
+        st.last_leader = Some((holder.session.clone(), holder.token));
+        emit(ElectionEvent::LeaderChanged { leader: holder });
+    }
+
+    fn revoke_locked(&self, st: &mut ElectionState, token: Token, reason: RevokeReason, logs: &mut Logs) {
         if st.leading != Some(token) {
             return;
         }
         st.leading = None;
         st.cancel.store(true, Ordering::SeqCst);
-        log::warn!("{:?}: leadership of '{}' (token {token}) revoked: {reason:?}", st.session_id, self.name);
+        // A resign is the application's own doing: info; every other end is a warning.
+        let level = if reason == RevokeReason::Resigned { log::Level::Info } else { log::Level::Warn };
+        let session = st.session_id.as_ref().map_or_else(|| "(no session)".to_string(), |s| format!("session {s}"));
+        logs.push(level, format!("{session}: leadership of '{}' (token {token}) ended: {reason}", self.name));
         self.emit(ElectionEvent::Revoked { token, reason });
         self.cond.notify_all();
     }
 
-    pub(crate) fn revoked(&self, token: Token, reason: LossReason) {
+    pub(crate) fn revoked(&self, token: Token, reason: LossReason, logs: &mut Logs) {
         let mut st = self.st.lock();
-        self.revoke_locked(&mut st, token, reason.into());
+        self.revoke_locked(&mut st, token, reason.into(), logs);
     }
 
-    pub(crate) fn session_ended(&self, session: &SessionId, reason: LossReason) {
+    pub(crate) fn session_ended(&self, session: &SessionId, reason: LossReason, logs: &mut Logs) {
         let mut st = self.st.lock();
         if st.session_id.as_ref() != Some(session) {
             return;
         }
         if let Some(t) = st.leading {
-            self.revoke_locked(&mut st, t, reason.into());
+            self.revoke_locked(&mut st, t, reason.into(), logs);
         }
         st.ended = Some(reason);
         self.cond.notify_all();
     }
 
+    /// A campaign attempt was answered (whatever its outcome).
+    pub(crate) fn attempt_done(&self) {
+        self.st.lock().attempts += 1;
+        self.cond.notify_all();
+    }
+
     pub(crate) fn observe(&self, holder: Holder) {
         let mut st = self.st.lock();
-        let key = (holder.session.clone(), holder.token);
-        if st.last_leader.as_ref() != Some(&key) {
-            st.last_leader = Some(key);
-            self.emit(ElectionEvent::LeaderChanged { leader: holder });
-        }
+        Self::report_leader(&mut st, holder, |ev| self.emit(ev));
     }
 
     /// Marks the election resigned; returns the token to release, if leading.
-    pub(crate) fn resigned(&self) -> Option<Token> {
+    pub(crate) fn resigned(&self, logs: &mut Logs) -> Option<Token> {
         let mut st = self.st.lock();
         st.resigned = true;
         let t = st.leading;
         if let Some(t) = t {
-            self.revoke_locked(&mut st, t, RevokeReason::Resigned);
+            self.revoke_locked(&mut st, t, RevokeReason::Resigned, logs);
         }
         self.cond.notify_all();
         t
@@ -254,21 +283,39 @@ impl ElectionShared {
         self.st.lock().cancel.clone()
     }
 
-    fn wait_elected_until(&self, deadline: Instant) -> Result<Token> {
+    /// Waits until this node leads, or `deadline` (`None`: forever) passes. A term lost before
+    /// its revoke reached the election (`LeaseLost`) is not the end: the campaign goes on. Until
+    /// the campaign's first attempt has answered, the wait lasts at least that attempt's own bound
+    /// (the query timeout), however short the deadline: at least one attempt, whatever the
+    /// deadline.
+    fn wait_elected_until(&self, deadline: Option<Instant>) -> Result<Token> {
+        let first_bound = later(Instant::now(), self.query_timeout);
         loop {
             match self.token() {
                 Ok(t) => return Ok(t),
-                Err(e) if e.kind() != ErrorKind::NotLeader => return Err(e),
+                Err(e) if e.kind() != ErrorKind::NotLeader && e.kind() != ErrorKind::LeaseLost => return Err(e),
                 Err(_) => {}
             }
             let mut st = self.st.lock();
             if st.resigned {
                 return Err(Error::new(ErrorKind::Closed, format!("election '{}' was resigned", self.name)));
             }
-            if st.leading.is_some() {
-                continue;
-            }
-            if self.cond.wait_until(&mut st, deadline).timed_out() {
+            let deadline = if st.attempts == 0 { deadline.map(|d| d.max(first_bound)) } else { deadline };
+            // Leading a term whose local deadline passed: its revoke follows as soon as the renewal
+            // thread sees the deadline; look again shortly rather than wait for a notification.
+            let until = if st.leading.is_some() { Some(later(Instant::now(), LOSS_RECHECK)) } else { None };
+            let until = match (deadline, until) {
+                (Some(d), Some(u)) => Some(d.min(u)),
+                (d, u) => d.or(u),
+            };
+            let timed_out = match until {
+                Some(u) => self.cond.wait_until(&mut st, u).timed_out(),
+                None => {
+                    self.cond.wait(&mut st);
+                    false
+                }
+            };
+            if timed_out && deadline.is_some_and(|d| Instant::now() >= d) {
                 drop(st);
                 return self.token().map_err(|_| {
                     Error::new(ErrorKind::Timeout, format!("not elected leader of '{}' in time", self.name))
@@ -277,6 +324,9 @@ impl ElectionShared {
         }
     }
 }
+
+/// How often a waiter looks again at a term whose local deadline passed before its revoke came.
+const LOSS_RECHECK: Duration = Duration::from_millis(20);
 
 /// A campaign for leadership of one name, contending in the background until resigned or its
 /// session ends. Created by `Session::campaign` (ends with the session) or
@@ -321,12 +371,17 @@ impl Election {
         self.shared.token()
     }
 
-    /// Waits until this node leads, at most `timeout`; returns the term's token.
+    /// Waits until this node leads, at most `timeout` (`Duration::MAX`: forever); returns the
+    /// term's token. At least one campaign attempt counts, whatever the timeout: until the
+    /// campaign's first attempt has answered, the wait lasts up to that attempt's own bound (the
+    /// query timeout), so `Duration::ZERO` on a fresh campaign for a free name returns its token;
+    /// later the timeout is the bound.
     ///
     /// # Errors
-    /// `Timeout`; `SessionExpired`/`Closed` when the session ended (non-durable elections).
+    /// `Timeout`; `SessionExpired`/`Closed` when the session ended (non-durable elections);
+    /// `Closed` when the election was resigned.
     pub fn wait_elected(&self, timeout: Duration) -> Result<Token> {
-        self.shared.wait_elected_until(Instant::now() + timeout)
+        self.shared.wait_elected_until(deadline_after(Instant::now(), timeout))
     }
 
     /// Waits until this node leads or `deadline` passes.
@@ -334,7 +389,7 @@ impl Election {
     /// # Errors
     /// As [`wait_elected`](Election::wait_elected).
     pub fn wait_elected_deadline(&self, deadline: Instant) -> Result<Token> {
-        self.shared.wait_elected_until(deadline)
+        self.shared.wait_elected_until(Some(deadline))
     }
 
     /// Who leads now, asked of the backend (works the same on every node, leader or not).
@@ -387,7 +442,9 @@ fn resign_shared(shared: &Arc<ElectionShared>, wait: bool) -> Result<()> {
     match session {
         Some(s) => s.resign(&shared.name, wait),
         None => {
-            shared.resigned();
+            let mut logs = Logs::default();
+            shared.resigned(&mut logs);
+            logs.write();
             Ok(())
         }
     }
@@ -425,8 +482,27 @@ impl fmt::Debug for LeaderContext {
 }
 
 impl LeaderContext {
-    /// The term's fencing token: pass it to the resource you write.
-    pub fn token(&self) -> Token {
+    /// The term's fencing token, checked like [`Election::token`]: call it before each write and
+    /// pass the token to the resource.
+    ///
+    /// # Errors
+    /// `LeaseLost` once this term may be over (lost, past its local deadline, or a newer term
+    /// leads), or the task was stopped; otherwise the election's error (`NotLeader`,
+    /// `SessionExpired`/`Closed`).
+    pub fn token(&self) -> Result<Token> {
+        let current = self.shared.token()?;
+        if current != self.token || self.cancel.load(Ordering::SeqCst) || self.stop.load(Ordering::SeqCst) {
+            return Err(Error::new(
+                ErrorKind::LeaseLost,
+                format!("the term of '{}' with token {} is over", self.shared.name, self.token),
+            ));
+        }
+        Ok(current)
+    }
+
+    /// The token this term was granted with, whether or not it is still held (for logs; use
+    /// [`token`](LeaderContext::token) to guard writes).
+    pub fn granted_token(&self) -> Token {
         self.token
     }
 
@@ -440,7 +516,7 @@ impl LeaderContext {
 
     /// Sleeps up to `d`, waking early on cancellation; returns true if still leading afterwards.
     pub fn sleep(&self, d: Duration) -> bool {
-        let deadline = Instant::now() + d;
+        let deadline = later(Instant::now(), d);
         while !self.is_cancelled() {
             let now = Instant::now();
             if now >= deadline {
@@ -482,9 +558,11 @@ impl LeaderTask {
                 if shared.is_resigned() {
                     return;
                 }
-                let token = match shared.wait_elected_until(Instant::now() + Duration::from_millis(200)) {
+                let token = match shared.wait_elected_until(Some(later(Instant::now(), Duration::from_millis(200)))) {
                     Ok(t) => t,
-                    Err(e) if e.kind() == ErrorKind::Timeout || e.kind() == ErrorKind::NotLeader => continue,
+                    Err(e) if matches!(e.kind(), ErrorKind::Timeout | ErrorKind::NotLeader | ErrorKind::LeaseLost) => {
+                        continue
+                    }
                     Err(e) if shared.is_durable() && e.kind() != ErrorKind::Closed => {
                         drop(shared);
                         thread::sleep(Duration::from_millis(50));
@@ -530,5 +608,60 @@ impl LeaderTask {
 impl Drop for LeaderTask {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::SeqCst);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::memory::MemoryBackend;
+    use crate::options::SessionOptions;
+    use crate::session::Session;
+
+    fn holder(session: u64, token: u64) -> Holder {
+        Holder {
+            session: SessionId::from_u64(session),
+            token: Token::new(token).unwrap(),
+            remaining: Duration::from_secs(1),
+            metadata: String::new(),
+        }
+    }
+
+    #[test]
+    fn observe_never_reports_leaders_going_backwards() {
+        // Finding 9: a Busy attempt's holder() read, made outside any lock, can land after a newer
+        // leader was already reported.
+        let shared =
+            ElectionShared::new(Name::new("e").unwrap(), Arc::new(MemoryBackend::new()), Duration::ZERO, false);
+        let (tx, rx) = unbounded();
+        shared.subscribers.lock().push(tx);
+        shared.observe(holder(2, 5));
+        shared.observe(holder(1, 4));
+        shared.observe(holder(3, 6));
+        let seen: Vec<u64> = rx
+            .try_iter()
+            .map(|e| match e {
+                ElectionEvent::LeaderChanged { leader } => leader.token.get(),
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(seen, vec![5, 6]);
+    }
+
+    #[test]
+    fn wait_elected_keeps_waiting_when_the_term_is_lost_before_its_revoke() {
+        // Finding 3: between a term's loss (token() fails: LeaseLost) and its Revoked, a waiter
+        // took the loss as terminal, and a non-durable LeaderTask exited for good.
+        let options = SessionOptions::builder().lease_duration(Duration::from_secs(4)).build().unwrap();
+        let session = Session::open(Arc::new(MemoryBackend::new()), options).unwrap();
+        let election = session.campaign("e").unwrap();
+        election.wait_elected(Duration::from_secs(10)).unwrap();
+        // The engine drops the term without the revoke having reached the election yet.
+        let name = Name::new("e").unwrap();
+        let inner = election.shared.st.lock().session.upgrade().unwrap();
+        inner.engine_for_test().on_release(&name);
+        assert_eq!(election.token().unwrap_err().kind(), ErrorKind::LeaseLost);
+        let r = election.shared.wait_elected_until(Some(Instant::now() + Duration::from_millis(100)));
+        assert_eq!(r.unwrap_err().kind(), ErrorKind::Timeout, "a loss is not the end of the election");
     }
 }

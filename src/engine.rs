@@ -19,24 +19,26 @@
 
 mod groups;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use crate::backend::KeepAlive;
+use crate::error::{Error, Result};
 use crate::options::SessionOptions;
 use crate::types::{Name, Token};
 
-/// The engine's timing, copied from [`SessionOptions`].
+/// The engine's timing, copied from [`SessionOptions`] (validated there) or built with
+/// [`Timing::new`], which validates it the same way.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Timing {
     /// How long the backend keeps the session without renewal.
-    pub lease_duration: Duration,
+    pub(crate) lease_duration: Duration,
     /// Time between keep-alives.
-    pub renew_interval: Duration,
-    /// Allowed clock-rate difference.
-    pub drift: f64,
+    pub(crate) renew_interval: Duration,
+    /// Allowed clock-rate difference, in `[0, 1)`.
+    pub(crate) drift: f64,
     /// A call in flight longer than this is abandoned.
-    pub query_timeout: Duration,
+    pub(crate) query_timeout: Duration,
 }
 
 impl From<&SessionOptions> for Timing {
@@ -51,18 +53,64 @@ impl From<&SessionOptions> for Timing {
 }
 
 impl Timing {
-    /// The local deadline implied by a call sent at `sent` that returned `remaining`.
+    /// A timing with these settings.
+    ///
+    /// # Errors
+    /// `InvalidConfig` when `drift` is not a number in `[0, 1)`, or `lease_duration`,
+    /// `renew_interval` or `query_timeout` is zero.
+    pub fn new(
+        lease_duration: Duration,
+        renew_interval: Duration,
+        drift: f64,
+        query_timeout: Duration,
+    ) -> Result<Timing> {
+        if !(0.0..1.0).contains(&drift) {
+            return Err(Error::config(format!("drift must be a number in [0, 1), got {drift}")));
+        }
+        for (what, d) in
+            [("lease_duration", lease_duration), ("renew_interval", renew_interval), ("query_timeout", query_timeout)]
+        {
+            if d.is_zero() {
+                return Err(Error::config(format!("{what} must be more than zero")));
+            }
+        }
+        Ok(Timing { lease_duration, renew_interval, drift, query_timeout })
+    }
+
+    /// The local deadline implied by a call sent at `sent` that returned `remaining`. Never
+    /// panics: a drift outside `[0, 1)` (only possible within the crate) counts as "no time", a
+    /// deadline beyond what an `Instant` holds as far in the future.
     pub fn deadline(&self, sent: Instant, remaining: Duration) -> Instant {
         let remaining = remaining.min(self.lease_duration);
-        sent + remaining.mul_f64(1.0 - self.drift)
+        let factor = 1.0 - self.drift;
+        let usable = if (0.0..=1.0).contains(&factor) {
+            Duration::try_from_secs_f64(remaining.as_secs_f64() * factor).unwrap_or(remaining)
+        } else {
+            Duration::ZERO
+        };
+        later(sent, usable)
     }
 
     /// Backoff before retrying a failed keep-alive.
     pub fn retry_backoff(&self, failures: u32) -> Duration {
         let base = (self.renew_interval / 4).max(Duration::from_millis(10));
         let factor = 1u32 << failures.min(3);
-        (base * factor).min(self.renew_interval)
+        base.saturating_mul(factor).min(self.renew_interval)
     }
+}
+
+/// `t + d`, or a far-future instant when that is beyond what an `Instant` holds (`Duration::MAX`
+/// means "forever").
+pub(crate) fn later(t: Instant, d: Duration) -> Instant {
+    t.checked_add(d).or_else(|| t.checked_add(FOREVER)).unwrap_or(t)
+}
+
+/// What "forever" is when an `Instant` must be computed: about 136 years.
+const FOREVER: Duration = Duration::from_secs(u32::MAX as u64);
+
+/// `t + d` when it is representable, `None` ("forever") otherwise.
+pub(crate) fn deadline_after(t: Instant, d: Duration) -> Option<Instant> {
+    t.checked_add(d)
 }
 
 /// Lifecycle of a session, as the client sees it.
@@ -87,6 +135,27 @@ pub enum LossReason {
     SessionExpired,
     /// The session was closed.
     SessionClosed,
+}
+
+impl std::fmt::Display for SessionState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            SessionState::Active => "active",
+            SessionState::Expired => "expired",
+            SessionState::Closed => "closed",
+        })
+    }
+}
+
+impl std::fmt::Display for LossReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            LossReason::NotOwned => "no longer owned on the backend",
+            LossReason::Deadline => "its local deadline passed",
+            LossReason::SessionExpired => "the session expired",
+            LossReason::SessionClosed => "the session was closed",
+        })
+    }
 }
 
 /// An instruction or report from the engine.
@@ -168,6 +237,31 @@ pub enum Adoption {
     Kept,
     /// Not adopted: the session is no longer alive (the backend frees the term with it).
     SessionEnded,
+    /// Not adopted: a term this session gave up (released, or lost) — a release of it may still
+    /// land. Release it (again) on the backend, like [`Undo`](Adoption::Undo); the name is not
+    /// held by anyone else, only not free yet.
+    GivenUp,
+}
+
+/// Why a campaign cannot start (see [`Engine::start_campaign`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CampaignConflict {
+    /// The session holds the name (a lease).
+    Held,
+    /// The session already campaigns for the name.
+    Campaigning,
+    /// A lock of the name is in flight (its term would be adopted twice).
+    Acquiring,
+}
+
+/// A term this session gave up and must never adopt again while a release of it may land.
+#[derive(Debug, Clone, Copy)]
+struct Released {
+    token: Token,
+    /// Set (to a keep-alive reply's instant) once no operation on the name was in flight; a
+    /// keep-alive *sent* after it that does not report the term proves the term gone on the
+    /// backend, and the entry is forgotten.
+    settled: Option<Instant>,
 }
 
 /// Result of a keep-alive, as fed to [`Engine::on_keep_alive`].
@@ -189,8 +283,12 @@ pub struct Engine {
     pending: HashMap<Name, u32>,
     /// Per name: (release epoch, releases in flight).
     releases: HashMap<Name, (u64, u32)>,
-    /// Per name: the newest term this session asked the backend to release. Never adopted again.
-    released: HashMap<Name, Token>,
+    /// Per name: the newest term this session asked the backend to release, or lost. Never
+    /// adopted again.
+    released: HashMap<Name, Released>,
+    /// Names this session campaigns for: an acquire answered for a campaign is adopted only
+    /// while its name is in here (and then the session leads that term).
+    campaigns: HashSet<Name>,
     ka_in_flight: Option<Instant>,
     next_keep_alive: Instant,
     failures: u32,
@@ -208,8 +306,9 @@ impl Engine {
             pending: HashMap::new(),
             releases: HashMap::new(),
             released: HashMap::new(),
+            campaigns: HashSet::new(),
             ka_in_flight: None,
-            next_keep_alive: sent + timing.renew_interval,
+            next_keep_alive: later(sent, timing.renew_interval),
             failures: 0,
             groups: groups::Groups::default(),
         }
@@ -332,9 +431,14 @@ impl Engine {
     /// Records that a release of the term `token` of `name` is being sent. Any acquire in flight
     /// will not be adopted, and no reply carrying this token (or an older one) ever will be: the
     /// release may land on the backend at any later time.
+    ///
+    /// A held entry of that term (or an older one) is dropped: a term being released is not held,
+    /// whichever handle adopted it (finding 1 of issue #14).
     pub fn begin_release(&mut self, name: &Name, token: Token) {
-        let released = self.released.entry(name.clone()).or_insert(token);
-        *released = (*released).max(token);
+        self.give_up(name, token);
+        if self.leases.get(name).is_some_and(|l| l.token <= token) {
+            self.leases.remove(name);
+        }
         *self.pending.entry(name.clone()).or_insert(0) += 1;
         let r = self.releases.entry(name.clone()).or_insert((0, 0));
         r.0 += 1;
@@ -359,13 +463,87 @@ impl Engine {
     /// every distinct name) unless a newer term's release or another operation on it is in flight.
     pub fn end_confirmed_release(&mut self, name: &Name, token: Token) {
         self.end_release(name);
-        if self.pending(name) == 0 && self.released.get(name) == Some(&token) {
+        if self.pending(name) == 0 && self.released.get(name).is_some_and(|r| r.token == token) {
             self.released.remove(name);
         }
     }
 
+    /// Remembers that `token` of `name` was given up: never adopted again.
+    fn give_up(&mut self, name: &Name, token: Token) {
+        let r = self.released.entry(name.clone()).or_insert(Released { token, settled: None });
+        r.token = r.token.max(token);
+        r.settled = None;
+    }
+
+    /// Number of acquires of `name` in flight.
+    fn acquiring(&self, name: &Name) -> u32 {
+        self.pending(name).saturating_sub(self.releases.get(name).map_or(0, |r| r.1))
+    }
+
+    /// Starts a campaign for `name`: from now on its attempts' terms are adopted (see
+    /// [`on_campaign_acquired`](Engine::on_campaign_acquired)) and a lock of the name is refused.
+    ///
+    /// # Errors
+    /// The conflict when the session holds the name, already campaigns for it, or a lock of it is
+    /// in flight.
+    pub fn start_campaign(&mut self, name: &Name, now: Instant) -> std::result::Result<(), CampaignConflict> {
+        if self.campaigns.contains(name) {
+            return Err(CampaignConflict::Campaigning);
+        }
+        if self.token(name, now).is_some() {
+            return Err(CampaignConflict::Held);
+        }
+        if self.acquiring(name) > 0 {
+            return Err(CampaignConflict::Acquiring);
+        }
+        self.campaigns.insert(name.clone());
+        Ok(())
+    }
+
+    /// True while the session campaigns for `name`.
+    pub fn is_campaigning(&self, name: &Name) -> bool {
+        self.campaigns.contains(name)
+    }
+
+    /// Ends the campaign for `name` (a resign), in one transition with the release of its term:
+    /// the held term (or `leading`, the term the election led, when it is no longer held) is
+    /// given up and counted as a release in flight. Returns the term to release on the backend
+    /// (then call [`end_release`](Engine::end_release) or
+    /// [`end_confirmed_release`](Engine::end_confirmed_release)).
+    pub fn stop_campaign(&mut self, name: &Name, leading: Option<Token>) -> Option<Token> {
+        if !self.campaigns.remove(name) {
+            return None;
+        }
+        let token = self.leases.get(name).map(|l| l.token).or(leading)?;
+        self.begin_release(name, token);
+        Some(token)
+    }
+
+    /// Like [`on_acquired`](Engine::on_acquired), for a campaign attempt: adopted — the session
+    /// now leads the term — only while the campaign goes on; an attempt answering after its
+    /// campaign ended is undone.
+    pub fn on_campaign_acquired(
+        &mut self,
+        name: &Name,
+        token: Token,
+        sent: Instant,
+        remaining: Duration,
+        now: Instant,
+        epoch: u64,
+    ) -> Adoption {
+        if self.is_alive(now) && !self.campaigns.contains(name) {
+            return if self.leases.get(name).is_some_and(|l| l.token == token) {
+                Adoption::Kept
+            } else {
+                Adoption::Undo
+            };
+        }
+        self.on_acquired(name, token, sent, remaining, now, epoch)
+    }
+
     /// Number of names whose released terms are remembered (bounded by the names with a release
-    /// not confirmed by the backend, or with operations in flight).
+    /// not confirmed by the backend, or with operations in flight, until a keep-alive shows the
+    /// term gone).
     pub fn remembered_releases(&self) -> usize {
         self.released.len()
     }
@@ -394,7 +572,9 @@ impl Engine {
         epoch: u64,
     ) -> Adoption {
         match self.judge_acquired(name, token, sent, remaining, now, epoch) {
-            Adoption::Undo if self.leases.get(name).is_some_and(|l| l.token == token) => Adoption::Kept,
+            Adoption::Undo | Adoption::GivenUp if self.leases.get(name).is_some_and(|l| l.token == token) => {
+                Adoption::Kept
+            }
             other => other,
         }
     }
@@ -411,12 +591,12 @@ impl Engine {
         if !self.is_alive(now) {
             return Adoption::SessionEnded;
         }
+        if self.released.get(name).is_some_and(|r| token <= r.token) {
+            // A term this session already gave up: a release of it may still land.
+            return Adoption::GivenUp;
+        }
         let epoch_now = self.releases.get(name).map_or(0, |r| r.0);
         if epoch_now != epoch || self.releasing(name) {
-            return Adoption::Undo;
-        }
-        if self.released.get(name).is_some_and(|r| token <= *r) {
-            // A term this session already gave up: a release of it may still land.
             return Adoption::Undo;
         }
         let deadline = self.timing.deadline(sent, remaining);
@@ -425,8 +605,12 @@ impl Engine {
         }
         if let Some(existing) = self.leases.get_mut(name) {
             if existing.token == token {
-                existing.deadline = existing.deadline.max(deadline);
-                return Adoption::Adopted;
+                // Another caller's acquire answered the same term first: it holds it; this
+                // reply only confirms it (never a second handle of one term).
+                if now < existing.deadline {
+                    existing.deadline = existing.deadline.max(deadline);
+                }
+                return Adoption::Kept;
             }
         }
         self.leases.insert(name.clone(), LeaseEntry { token, deadline, established: now });
@@ -480,11 +664,13 @@ impl Engine {
             self.leases.iter().filter(|(_, l)| now >= l.deadline).map(|(n, _)| n.clone()).collect();
         for name in overdue {
             if let Some(l) = self.leases.remove(&name) {
+                // The backend may still count the term ours: never adopt it into a new handle.
+                self.give_up(&name, l.token);
                 out.push(Output::LeaseLost { name, token: l.token, reason: LossReason::Deadline });
             }
         }
         if let Some(sent) = self.ka_in_flight {
-            if now >= sent + self.timing.query_timeout {
+            if now >= later(sent, self.timing.query_timeout) {
                 self.ka_in_flight = None;
                 out.extend(self.keep_alive_failed(now));
             }
@@ -496,6 +682,28 @@ impl Engine {
         out
     }
 
+    /// Forgets given-up terms a keep-alive sent after every operation on their name ended no
+    /// longer reports (gone on the backend: no reply can carry them again), and marks the rest
+    /// settled once nothing is in flight on their name. Keeps the map bounded by the names with
+    /// recent activity.
+    fn forget_settled_releases(&mut self, sent: Instant, now: Instant, owned: &HashMap<&Name, Token>) {
+        let pending = &self.pending;
+        self.released.retain(|name, r| {
+            if pending.contains_key(name) {
+                r.settled = None;
+                return true;
+            }
+            match r.settled {
+                Some(at) if at < sent => owned.get(name).is_some_and(|t| *t <= r.token),
+                Some(_) => true,
+                None => {
+                    r.settled = Some(now);
+                    true
+                }
+            }
+        });
+    }
+
     /// When the engine next needs a [`poll`](Engine::poll), at the latest.
     pub fn next_wakeup(&self) -> Option<Instant> {
         if self.state != SessionState::Active {
@@ -503,7 +711,7 @@ impl Engine {
         }
         let mut t = self.deadline;
         if let Some(sent) = self.ka_in_flight {
-            t = t.min(sent + self.timing.query_timeout);
+            t = t.min(later(sent, self.timing.query_timeout));
         } else {
             t = t.min(self.next_keep_alive);
         }
@@ -515,7 +723,7 @@ impl Engine {
 
     fn keep_alive_failed(&mut self, now: Instant) -> Vec<Output> {
         self.failures += 1;
-        self.next_keep_alive = now + self.timing.retry_backoff(self.failures - 1);
+        self.next_keep_alive = later(now, self.timing.retry_backoff(self.failures - 1));
         vec![Output::RenewalFailed { failures: self.failures }]
     }
 
@@ -540,14 +748,15 @@ impl Engine {
             KeepAliveResult::Reply(KeepAlive::Expired) => self.expire(),
             KeepAliveResult::Reply(KeepAlive::Alive { remaining, owned, groups }) => {
                 let mut out = Vec::new();
-                let deadline = self.timing.deadline(sent, remaining);
-                if now >= self.deadline.max(deadline) {
-                    // Too late to be of use: the session may have expired meanwhile.
+                if now >= self.deadline {
+                    // Expiry is terminal: the session already counts as expired (token() failed,
+                    // lock() said so); a late success never revives it (finding 2 of issue #14).
                     return self.expire();
                 }
+                let deadline = self.timing.deadline(sent, remaining);
                 if current {
                     self.failures = 0;
-                    self.next_keep_alive = sent + self.timing.renew_interval;
+                    self.next_keep_alive = later(sent, self.timing.renew_interval);
                 }
                 self.deadline = self.deadline.max(deadline);
                 let owned: HashMap<&Name, Token> = owned.iter().map(|(n, t)| (n, *t)).collect();
@@ -556,17 +765,24 @@ impl Engine {
                 let mut lost = Vec::new();
                 for name in judged {
                     let Some(entry) = self.leases.get_mut(&name) else { continue };
+                    if now >= entry.deadline {
+                        // Its own deadline passed: lost, whatever the reply says.
+                        lost.push((name, LossReason::Deadline));
+                        continue;
+                    }
                     match owned.get(&name) {
                         Some(t) if *t == entry.token => entry.deadline = entry.deadline.max(deadline),
-                        _ => lost.push(name),
+                        _ => lost.push((name, LossReason::NotOwned)),
                     }
                 }
-                lost.sort();
-                for name in lost {
+                lost.sort_by(|a, b| a.0.cmp(&b.0));
+                for (name, reason) in lost {
                     if let Some(l) = self.leases.remove(&name) {
-                        out.push(Output::LeaseLost { name, token: l.token, reason: LossReason::NotOwned });
+                        self.give_up(&name, l.token);
+                        out.push(Output::LeaseLost { name, token: l.token, reason });
                     }
                 }
+                self.forget_settled_releases(sent, now, &owned);
                 let mut strays: Vec<(&Name, Token)> = owned
                     .iter()
                     .map(|(n, t)| (*n, *t))
@@ -601,6 +817,18 @@ mod tests {
     }
     fn ms(v: u64) -> Duration {
         Duration::from_millis(v)
+    }
+    /// A session opened at `t0` with 10 s remaining.
+    fn fresh() -> (Instant, Engine) {
+        let t0 = Instant::now();
+        (t0, Engine::new(timing(), t0, Duration::from_secs(10)))
+    }
+    /// One acquire of `a` sent and answered at `at` with `token` and 10 s remaining.
+    fn one_acquire(e: &mut Engine, a: &Name, token: u64, at: Instant) -> Adoption {
+        let epoch = e.begin_acquire(a);
+        let r = e.on_acquired(a, t(token), at, Duration::from_secs(10), at, epoch);
+        e.end_acquire(a);
+        r
     }
     fn alive(remaining: Duration, owned: &[(&str, u64)]) -> KeepAliveResult {
         KeepAliveResult::Reply(KeepAlive::Alive {
@@ -806,8 +1034,8 @@ mod tests {
         e.begin_release(&a, t(5));
         e.end_release(&a);
         let epoch = e.begin_acquire(&a);
-        assert_eq!(e.on_acquired(&a, t(5), t0, Duration::from_secs(10), t0, epoch), Adoption::Undo);
-        assert_eq!(e.on_acquired(&a, t(4), t0, Duration::from_secs(10), t0, epoch), Adoption::Undo);
+        assert_eq!(e.on_acquired(&a, t(5), t0, Duration::from_secs(10), t0, epoch), Adoption::GivenUp);
+        assert_eq!(e.on_acquired(&a, t(4), t0, Duration::from_secs(10), t0, epoch), Adoption::GivenUp);
         assert_eq!(e.on_acquired(&a, t(6), t0, Duration::from_secs(10), t0, epoch), Adoption::Adopted);
         e.end_acquire(&a);
     }
@@ -834,7 +1062,7 @@ mod tests {
         e.begin_release(&a, t(7));
         e.end_confirmed_release(&a, t(7));
         assert_eq!(e.remembered_releases(), 1, "an acquire is still in flight");
-        assert_eq!(e.on_acquired(&a, t(7), t0, Duration::from_secs(10), t0, epoch), Adoption::Undo);
+        assert_eq!(e.on_acquired(&a, t(7), t0, Duration::from_secs(10), t0, epoch), Adoption::GivenUp);
         e.end_acquire(&a);
         e.begin_release(&a, t(7));
         e.end_confirmed_release(&a, t(7));
@@ -871,5 +1099,183 @@ mod tests {
         // Remaining above the lease duration is capped.
         let e = Engine::new(timing(), t0, Duration::from_secs(100));
         assert_eq!(e.deadline(), t0 + ms(9_900));
+    }
+
+    #[test]
+    fn resign_racing_an_adoption_cannot_free_a_held_term() {
+        // Finding 1: a resign gives up L:T locally, another handle adopts T (idempotent acquire),
+        // then the resign's release of T is sent: the adopted term must not stay held.
+        let (t0, mut e) = fresh();
+        let a = n("a");
+        assert_eq!(e.on_acquired(&a, t(5), t0, Duration::from_secs(10), t0, 0), Adoption::Adopted);
+        assert_eq!(e.on_release(&a), Some(t(5)));
+        let epoch = e.begin_acquire(&a);
+        assert_eq!(e.on_acquired(&a, t(5), t0, Duration::from_secs(10), t0 + ms(1), epoch), Adoption::Adopted);
+        e.begin_release(&a, t(5));
+        assert_eq!(e.token(&a, t0 + ms(2)), None, "a term being released is not held");
+        e.end_acquire(&a);
+    }
+
+    #[test]
+    fn a_keep_alive_reply_after_the_local_deadline_does_not_revive_the_session() {
+        // Finding 2: a retry sent at D - 200 ms whose Alive is applied at D + 20 ms.
+        let (_, mut e) = fresh();
+        let d = e.deadline();
+        let out = e.on_keep_alive(d - ms(200), d + ms(20), alive(Duration::from_secs(10), &[]));
+        assert_eq!(out, vec![Output::Expired]);
+        assert_eq!(e.state(), SessionState::Expired);
+        assert!(!e.is_alive(d + ms(21)));
+    }
+
+    #[test]
+    fn a_keep_alive_reply_never_extends_a_lease_past_its_own_deadline() {
+        let (t0, mut e) = fresh();
+        let a = n("a");
+        // A short grant: the lease's own deadline is t0 + 990 ms.
+        assert_eq!(e.on_acquired(&a, t(1), t0, ms(1_000), t0, 0), Adoption::Adopted);
+        let out = e.on_keep_alive(t0 + ms(900), t0 + ms(1_000), alive(Duration::from_secs(10), &[("a", 1)]));
+        assert_eq!(
+            out,
+            vec![
+                Output::LeaseLost { name: a.clone(), token: t(1), reason: LossReason::Deadline },
+                // Still ours on the backend, no longer held: released.
+                Output::ReleaseStray { name: a.clone(), token: t(1) },
+            ]
+        );
+        assert_eq!(e.token(&a, t0 + ms(1_000)), None);
+    }
+
+    #[test]
+    fn a_term_lost_at_its_deadline_is_not_adopted_into_a_second_lease() {
+        // Finding 9: after a deadline loss the backend may still count the term ours; a re-lock
+        // answering that same term must not hand it to a second handle (dropping the old handle
+        // would release it under the new one).
+        let (t0, mut e) = fresh();
+        let a = n("a");
+        assert_eq!(e.on_acquired(&a, t(1), t0, ms(1_000), t0, 0), Adoption::Adopted);
+        let out = e.poll(t0 + ms(990));
+        assert_eq!(out, vec![Output::LeaseLost { name: a.clone(), token: t(1), reason: LossReason::Deadline }]);
+        let now = t0 + ms(1_000);
+        assert_eq!(one_acquire(&mut e, &a, 1, now), Adoption::GivenUp);
+        // A new term is adopted.
+        assert_eq!(one_acquire(&mut e, &a, 2, now), Adoption::Adopted);
+    }
+
+    #[test]
+    fn two_acquires_answering_the_same_term_adopt_it_once() {
+        // Two callers' acquires (two threads' lock(), or a lock() and a campaign attempt) both
+        // answered by the idempotent backend with term 3: only the first becomes a handle.
+        let (t0, mut e) = fresh();
+        let a = n("a");
+        let first = e.begin_acquire(&a);
+        let second = e.begin_acquire(&a);
+        assert_eq!(e.on_acquired(&a, t(3), t0, Duration::from_secs(10), t0, first), Adoption::Adopted);
+        assert_eq!(e.on_acquired(&a, t(3), t0, Duration::from_secs(10), t0, second), Adoption::Kept);
+        assert_eq!(e.token(&a, t0), Some(t(3)));
+    }
+
+    #[test]
+    fn timing_with_a_drift_of_one_or_more_or_nan_never_panics() {
+        for drift in [1.0, 1.5, f64::NAN, -0.5, f64::INFINITY] {
+            let mut tm = timing();
+            tm.drift = drift;
+            let t0 = Instant::now();
+            let d = tm.deadline(t0, Duration::from_secs(10));
+            assert!(d <= t0 + Duration::from_secs(10), "drift {drift}");
+        }
+        let mut tm = timing();
+        tm.lease_duration = Duration::MAX;
+        let t0 = Instant::now();
+        assert!(tm.deadline(t0, Duration::MAX) > t0 + Duration::from_secs(1_000_000));
+    }
+
+    #[test]
+    fn a_released_term_being_landed_is_reported_as_given_up_not_as_someone_elses() {
+        // Finding 9: try_lock said "held by another" when only this session's own release of the
+        // term was still landing.
+        let (t0, mut e) = fresh();
+        let a = n("a");
+        e.begin_release(&a, t(5));
+        e.end_release(&a);
+        assert_eq!(one_acquire(&mut e, &a, 5, t0), Adoption::GivenUp);
+    }
+
+    #[test]
+    fn a_campaign_cannot_start_while_a_lock_of_the_name_is_in_flight() {
+        let (t0, mut e) = fresh();
+        let a = n("a");
+        let epoch = e.begin_acquire(&a);
+        assert_eq!(e.start_campaign(&a, t0), Err(CampaignConflict::Acquiring));
+        assert_eq!(e.on_acquired(&a, t(1), t0, Duration::from_secs(10), t0, epoch), Adoption::Adopted);
+        e.end_acquire(&a);
+        assert_eq!(e.start_campaign(&a, t0), Err(CampaignConflict::Held));
+        assert_eq!(e.start_campaign(&n("b"), t0), Ok(()));
+        assert_eq!(e.start_campaign(&n("b"), t0), Err(CampaignConflict::Campaigning));
+        // A release in flight does not block a campaign (its attempts wait for it).
+        e.begin_release(&n("c"), t(1));
+        assert_eq!(e.start_campaign(&n("c"), t0), Ok(()));
+    }
+
+    #[test]
+    fn an_attempt_answering_after_its_campaign_ended_is_undone() {
+        let (t0, mut e) = fresh();
+        let a = n("a");
+        e.start_campaign(&a, t0).unwrap();
+        let epoch = e.begin_acquire(&a);
+        assert_eq!(e.stop_campaign(&a, None), None, "nothing held yet");
+        assert_eq!(e.on_campaign_acquired(&a, t(1), t0, Duration::from_secs(10), t0, epoch), Adoption::Undo);
+        e.end_acquire(&a);
+        assert_eq!(e.token(&a, t0), None);
+    }
+
+    #[test]
+    fn resign_gives_up_the_held_term_in_the_same_transition() {
+        let (t0, mut e) = fresh();
+        let a = n("a");
+        e.start_campaign(&a, t0).unwrap();
+        let epoch = e.begin_acquire(&a);
+        assert_eq!(e.on_campaign_acquired(&a, t(4), t0, Duration::from_secs(10), t0, epoch), Adoption::Adopted);
+        e.end_acquire(&a);
+        assert_eq!(e.stop_campaign(&a, Some(t(4))), Some(t(4)));
+        assert_eq!(e.token(&a, t0), None);
+        assert!(e.releasing(&a));
+        // A lock racing the resign finds the term given up.
+        assert_eq!(one_acquire(&mut e, &a, 4, t0), Adoption::GivenUp);
+        e.end_confirmed_release(&a, t(4));
+        // After a deadline loss the election's term is still released on resign.
+        e.start_campaign(&a, t0).unwrap();
+        assert_eq!(e.stop_campaign(&a, Some(t(3))), Some(t(3)));
+        e.end_release(&a);
+    }
+
+    #[test]
+    fn unconfirmed_releases_are_forgotten_once_a_later_keep_alive_shows_them_gone() {
+        let (t0, mut e) = fresh();
+        for i in 0..50 {
+            let a = n(&format!("n{i}"));
+            e.begin_release(&a, t(5));
+            e.end_release(&a);
+        }
+        e.begin_release(&n("still"), t(2));
+        e.end_release(&n("still"));
+        assert_eq!(e.remembered_releases(), 51);
+        // The first keep-alive after they ended marks them settled; one sent after that which no
+        // longer lists them forgets them. A term still listed stays remembered (it is a stray).
+        e.on_keep_alive(t0 + ms(1), t0 + ms(2), alive(Duration::from_secs(10), &[("still", 2)]));
+        assert_eq!(e.remembered_releases(), 51);
+        let out = e.on_keep_alive(t0 + ms(3), t0 + ms(4), alive(Duration::from_secs(10), &[("still", 2)]));
+        assert_eq!(out, vec![Output::ReleaseStray { name: n("still"), token: t(2) }]);
+        assert_eq!(e.remembered_releases(), 1);
+    }
+
+    #[test]
+    fn bad_timings_are_refused_with_a_clear_error() {
+        let s = Duration::from_secs(1);
+        for drift in [1.0, -0.1, f64::NAN] {
+            let err = Timing::new(s, s, drift, s).unwrap_err();
+            assert!(err.to_string().contains("drift"), "{err}");
+        }
+        assert!(Timing::new(Duration::ZERO, s, 0.01, s).is_err());
+        assert!(Timing::new(s, s, 0.01, s).is_ok());
     }
 }

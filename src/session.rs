@@ -10,7 +10,9 @@
 //!   the engine's next wake-up (the timer, independent of I/O), dispatches keep-alives and campaign
 //!   attempts, and stops when the session ends or every handle is gone;
 //! - events go out through unbounded channels while the engine lock is held (so they stay in order);
-//!   sending never blocks and no user code runs under any internal lock.
+//!   sending never blocks. Log records decided under a lock are queued ([`Logs`]) and written
+//!   after every internal lock is released, so no user code — the application's logger
+//!   included — runs under any internal lock.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -24,7 +26,10 @@ use parking_lot::{Condvar, Mutex, MutexGuard};
 
 use crate::backend::{Acquire, KeepAlive, LeaseBackend, Member, Notification, Topic};
 use crate::election::{Election, ElectionShared, Leader};
-use crate::engine::{Adoption, Engine, KeepAliveResult, LossReason, Output, SessionState, Timing};
+use crate::engine::{
+    deadline_after, later, Adoption, CampaignConflict, Engine, KeepAliveResult, LossReason, Output, SessionState,
+    Timing,
+};
 use crate::error::{Error, ErrorKind, Result};
 use crate::exec;
 use crate::group::{self, MemberWatch, Membership, MembershipShared};
@@ -71,6 +76,25 @@ pub enum SessionEvent {
 
 pub(crate) enum Wake {
     Poke,
+}
+
+/// Log records decided under an internal lock, written once every lock is released (the
+/// application's logger may call back into the session: it must never run under a lock).
+#[derive(Default)]
+#[must_use = "write the records once the locks are released"]
+pub(crate) struct Logs(Vec<(log::Level, String)>);
+
+impl Logs {
+    pub(crate) fn push(&mut self, level: log::Level, message: String) {
+        self.0.push((level, message));
+    }
+
+    /// Writes the records; call it with no internal lock held.
+    pub(crate) fn write(self) {
+        for (level, message) in self.0 {
+            log::log!(level, "{message}");
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -184,11 +208,12 @@ impl Session {
 
     /// Takes the lease `name`, waiting as long as it takes (wakes at once on a pushed release,
     /// otherwise retries every `renew_interval / 2` plus jitter). Transient backend failures are
-    /// retried.
+    /// retried; each attempt is bounded by the query timeout.
     ///
     /// # Errors
     /// `InvalidName`; `SessionExpired`/`Closed` when the session ends while waiting;
-    /// `AlreadyHeld` when this session already holds it; `Backend` for non-transient failures.
+    /// `AlreadyHeld` when this session already holds or campaigns for `name` (or another thread's
+    /// lock of it won the same term); `Backend` for non-transient failures.
     pub fn lock(&self, name: impl IntoName) -> Result<Lease> {
         let name = name.into_name()?;
         match self.inner.lock_until(&name, None)? {
@@ -201,25 +226,35 @@ impl Session {
     ///
     /// # Errors
     /// `InvalidName`; `SessionExpired`/`Closed`; `AlreadyHeld`; `Timeout` when the backend did not
-    /// answer within the query timeout; the backend's error otherwise (`Unavailable` when the
-    /// backend's own timeout ended the call, on a backend that declares
+    /// answer within the query timeout; `Unavailable` when this session's own release of the
+    /// term the backend answered with has not landed yet (retry); the backend's error otherwise
+    /// (`Unavailable` when the backend's own timeout ended the call, on a backend that declares
     /// [`call_bound`](LeaseBackend::call_bound)).
     pub fn try_lock(&self, name: impl IntoName) -> Result<Option<Lease>> {
         let name = name.into_name()?;
-        let deadline = Instant::now() + self.inner.timing.query_timeout;
-        self.inner.attempt_lock(&name, deadline)
+        let bound = later(Instant::now(), self.inner.timing.query_timeout);
+        self.inner.attempt_lock(&name, bound)
     }
 
     /// Like [`lock`](Session::lock), giving up after `timeout` with `Ok(None)`.
+    ///
+    /// At least one attempt is made whatever the timeout (`Duration::ZERO` tries once, as
+    /// crossbeam's `recv_timeout(ZERO)` does); every attempt, the first included, runs to its own
+    /// bound, the query timeout, so a call returns by `timeout` plus at most one query timeout.
+    /// Later attempts are sent only before the timeout ends. `Duration::MAX` waits forever.
     ///
     /// # Errors
     /// As [`lock`](Session::lock).
     pub fn lock_timeout(&self, name: impl IntoName, timeout: Duration) -> Result<Option<Lease>> {
         let name = name.into_name()?;
-        self.inner.lock_until(&name, Some(Instant::now() + timeout))
+        self.inner.lock_until(&name, deadline_after(Instant::now(), timeout))
     }
 
     /// Like [`lock`](Session::lock), giving up at `deadline` with `Ok(None)`.
+    ///
+    /// At least one attempt is made, even when `deadline` has passed; each attempt is bounded by
+    /// the query timeout (not cut at `deadline`), and none is sent after `deadline`: the call
+    /// returns by `deadline` plus at most one query timeout.
     ///
     /// # Errors
     /// As [`lock`](Session::lock).
@@ -288,7 +323,8 @@ impl Session {
 
     /// Closes the session: stops renewal, gives up every lease, campaign and membership (their
     /// `token()` fails at once), and deletes the session on the backend, which releases its leases
-    /// and memberships. Idempotent.
+    /// and memberships. It takes the session, so it runs once; dropping the handle instead closes
+    /// it in the background.
     ///
     /// # Errors
     /// `Timeout` or the backend's error when the backend close failed; the session is closed
@@ -331,7 +367,10 @@ impl SessionInner {
             None => {
                 return Err(Error::new(
                     ErrorKind::Timeout,
-                    format!("{kind}: opening a session took longer than the query timeout {:?}", timing.query_timeout),
+                    format!(
+                        "{kind}: opening a session took longer than the query timeout {}",
+                        humantime::format_duration(timing.query_timeout)
+                    ),
                 ))
             }
         };
@@ -367,6 +406,13 @@ impl SessionInner {
             return Err(Error::new(ErrorKind::Unavailable, "cannot start the renewal thread").with_source(e));
         }
         Ok(inner)
+    }
+
+    /// The engine, for in-crate tests that force an engine state the runtime would reach only
+    /// through a race.
+    #[cfg(test)]
+    pub(crate) fn engine_for_test(&self) -> MutexGuard<'_, Engine> {
+        self.engine.lock()
     }
 
     pub(crate) fn state(&self) -> SessionState {
@@ -414,42 +460,55 @@ impl SessionInner {
     }
 
     /// Runs `f` on the engine and carries out its outputs. Events are emitted under the lock (in
-    /// order, non-blocking); backend calls are dispatched after it is released.
+    /// order, non-blocking); log records are written and backend calls dispatched after it is
+    /// released.
     pub(crate) fn apply<T>(self: &Arc<Self>, f: impl FnOnce(&mut Engine) -> (T, Vec<Output>)) -> T {
+        self.apply_logged(|e, _| f(e))
+    }
+
+    /// Like [`apply`](SessionInner::apply), for a transition that decides log records too.
+    fn apply_logged<T>(self: &Arc<Self>, f: impl FnOnce(&mut Engine, &mut Logs) -> (T, Vec<Output>)) -> T {
+        let mut logs = Logs::default();
         let mut e = self.engine.lock();
-        let (value, outputs) = f(&mut e);
-        let actions = self.handle_outputs(&mut e, outputs);
+        let (value, outputs) = f(&mut e, &mut logs);
+        let actions = self.handle_outputs(&mut e, outputs, &mut logs);
         self.cond.notify_all();
         drop(e);
+        logs.write();
         self.run_actions(actions);
         value
     }
 
-    fn handle_outputs(self: &Arc<Self>, e: &mut MutexGuard<'_, Engine>, outputs: Vec<Output>) -> Vec<Output> {
+    fn handle_outputs(
+        self: &Arc<Self>,
+        e: &mut MutexGuard<'_, Engine>,
+        outputs: Vec<Output>,
+        logs: &mut Logs,
+    ) -> Vec<Output> {
+        use log::Level::{Debug, Info, Warn};
+        let id = &self.id;
         let mut actions = Vec::new();
         for o in outputs {
             match o {
                 Output::SendKeepAlive { .. } => actions.push(o),
                 Output::LeaseLost { name, token, reason } => {
-                    log::warn!("session {}: lease '{}' (token {}) lost: {:?}", self.id, name, token, reason);
+                    logs.push(Warn, format!("session {id}: lease '{name}' (token {token}) lost: {reason}"));
                     self.emit(SessionEvent::LeaseLost { name: name.clone(), token, reason });
                     if let Some(slot) = self.campaigns.lock().get_mut(&name) {
-                        slot.election.revoked(token, reason);
+                        slot.election.revoked(token, reason, logs);
                         slot.next_attempt = Instant::now();
                     }
                 }
                 Output::Expired => {
-                    log::warn!("session {} expired", self.id);
+                    logs.push(Warn, format!("session {id} expired"));
                     self.emit(SessionEvent::Expired);
-                    self.end(SessionState::Expired);
+                    self.end(SessionState::Expired, logs);
                     actions.push(Output::Expired);
                 }
                 Output::ReleaseStray { name, token } => {
-                    log::info!(
-                        "session {}: releasing '{}' (token {}), owned on the backend but not held",
-                        self.id,
-                        name,
-                        token
+                    logs.push(
+                        Info,
+                        format!("session {id}: releasing '{name}' (token {token}), owned on the backend but not held"),
                     );
                     e.begin_release(&name, token);
                     actions.push(Output::ReleaseStray { name, token });
@@ -458,22 +517,25 @@ impl SessionInner {
                     self.emit(SessionEvent::RenewalFailed { failures });
                 }
                 Output::MembershipLost { group } => {
-                    log::warn!("session {}: membership of '{}' is missing on the backend; re-joining", self.id, group);
+                    logs.push(
+                        Warn,
+                        format!("session {id}: membership of '{group}' is missing on the backend; re-joining"),
+                    );
                     self.emit(SessionEvent::MembershipLost { group });
                 }
                 Output::MembershipRestored { group } => {
-                    log::info!("session {}: membership of '{}' restored", self.id, group);
+                    logs.push(Info, format!("session {id}: membership of '{group}' restored"));
                     self.emit(SessionEvent::MembershipRestored { group });
                 }
                 Output::Rejoin { .. } => actions.push(o),
                 Output::LeaveStray { ref group } => {
-                    log::info!("session {}: leaving '{}', listed on the backend but not held", self.id, group);
+                    logs.push(Info, format!("session {id}: leaving '{group}', listed on the backend but not held"));
                     actions.push(o);
                 }
                 Output::Closed => {
-                    log::debug!("session {} closing", self.id);
+                    logs.push(Debug, format!("session {id} closing"));
                     self.emit(SessionEvent::Closed);
-                    self.end(SessionState::Closed);
+                    self.end(SessionState::Closed, logs);
                 }
             }
         }
@@ -482,11 +544,11 @@ impl SessionInner {
 
     /// Marks the session ended: wakes waiters, ends campaigns and memberships (called under the
     /// engine lock, after the terminal events were emitted).
-    fn end(&self, state: SessionState) {
+    fn end(&self, state: SessionState, logs: &mut Logs) {
         self.ended_tx.lock().take();
         let reason = if state == SessionState::Closed { LossReason::SessionClosed } else { LossReason::SessionExpired };
         for slot in self.campaigns.lock().values() {
-            slot.election.session_ended(&self.id, reason);
+            slot.election.session_ended(&self.id, reason, logs);
         }
         for m in self.memberships.lock().values() {
             m.session_ended(&self.id);
@@ -592,9 +654,11 @@ impl SessionInner {
         bounded_call(&self.backend, self.timing.query_timeout, f)
     }
 
-    /// One attempt to acquire `name` and adopt the term, waiting at most until `deadline`.
-    pub(crate) fn attempt_lock(self: &Arc<Self>, name: &Name, deadline: Instant) -> Result<Option<Lease>> {
-        match self.attempt_acquire(name, deadline)? {
+    /// One attempt to acquire `name` and adopt the term, waiting at most until `bound` (the
+    /// attempt's own bound: a previous release of the name still in flight and the acquire call
+    /// itself both end by it).
+    pub(crate) fn attempt_lock(self: &Arc<Self>, name: &Name, bound: Instant) -> Result<Option<Lease>> {
+        match self.attempt_acquire(name, bound)? {
             Some(token) => Ok(Some(Lease::new(self.clone(), name.clone(), token))),
             None => Ok(None),
         }
@@ -610,7 +674,7 @@ impl SessionInner {
                 if let Some(err) = self.dead_error(&e, now) {
                     return Err(err);
                 }
-                if e.token(name, now).is_some() || self.campaigns.lock().contains_key(name) {
+                if e.token(name, now).is_some() || e.is_campaigning(name) {
                     return Err(Error::new(
                         ErrorKind::AlreadyHeld,
                         format!("session {} already holds or campaigns for '{name}'", self.id),
@@ -629,7 +693,7 @@ impl SessionInner {
             e.begin_acquire(name)
         };
         let sent = Instant::now();
-        let call_deadline = deadline.min(sent + self.timing.query_timeout).max(sent);
+        let call_deadline = deadline.min(later(sent, self.timing.query_timeout)).max(sent);
         let reply = if inline(self.call_bound, call_deadline - sent) {
             // The backend returns by itself within the caller's time: call it on this thread. A
             // reply after the deadline (the backend overran its bound) is handled exactly like a
@@ -657,49 +721,92 @@ impl SessionInner {
             )
         };
         match reply {
-            Some(r) => self.finish_acquire(name, sent, epoch, r),
+            Some(r) => self.finish_acquire(name, sent, epoch, r, None),
             None => Err(Error::new(
                 ErrorKind::Timeout,
-                format!("acquire of '{name}' did not answer within {:?}", self.timing.query_timeout),
+                format!(
+                    "acquire of '{name}' did not answer within {}",
+                    humantime::format_duration(self.timing.query_timeout)
+                ),
             )),
         }
     }
 
-    /// Adopts (or undoes) an acquire reply, and ends the operation.
+    /// Adopts (or undoes) an acquire reply, and ends the operation, in one engine transition. For
+    /// a campaign attempt (`campaign`), adoption is election: the election learns it in the same
+    /// transition, so it can never lead a term the session no longer holds.
     pub(crate) fn finish_acquire(
         self: &Arc<Self>,
         name: &Name,
         sent: Instant,
         epoch: u64,
         reply: Result<Acquire>,
+        campaign: Option<&Arc<ElectionShared>>,
     ) -> Result<Option<Token>> {
+        use log::Level::{Debug, Info};
+        let id = &self.id;
         let mut undo = None;
-        let result = self.apply(|e| {
+        let result = self.apply_logged(|e, logs| {
+            let now = Instant::now();
             let r = match reply {
                 Ok(Acquire::Acquired { token, remaining }) => {
-                    match e.on_acquired(name, token, sent, remaining, Instant::now(), epoch) {
+                    let adoption = if campaign.is_some() {
+                        e.on_campaign_acquired(name, token, sent, remaining, now, epoch)
+                    } else {
+                        e.on_acquired(name, token, sent, remaining, now, epoch)
+                    };
+                    match adoption {
                         Adoption::Adopted => {
-                            log::debug!("session {}: acquired '{}' (token {})", self.id, name, token);
+                            logs.push(Debug, format!("session {id}: acquired '{name}' (token {token})"));
+                            if let Some(election) = campaign {
+                                let remaining = e.remaining(name, now).unwrap_or_default();
+                                election.elected(token, remaining, id, self.options.metadata(), logs);
+                            }
                             Ok(Some(token))
                         }
-                        // Confirms the very term this session holds (an older campaign attempt):
-                        // releasing it would end the term the session leads with (finding 4).
+                        // Confirms the very term this session holds (an older campaign attempt,
+                        // another thread's lock that won it first): releasing it would end the
+                        // held term (finding 4); a second handle of it would too.
                         Adoption::Kept => {
-                            log::debug!(
-                                "session {}: a late acquire reply of '{}' confirms the held term {}; keeping it",
-                                self.id,
-                                name,
-                                token
+                            logs.push(
+                                Debug,
+                                format!(
+                                    "session {id}: a late acquire reply of '{name}' confirms the held term {token}"
+                                ),
                             );
-                            Ok(None)
+                            if campaign.is_some() {
+                                Ok(None)
+                            } else {
+                                Err(Error::new(
+                                    ErrorKind::AlreadyHeld,
+                                    format!(
+                                        "session {id} already holds '{name}' (token {token}) through another handle"
+                                    ),
+                                ))
+                            }
                         }
                         Adoption::Undo => {
                             e.begin_release(name, token);
                             undo = Some(token);
+                            logs.push(
+                                Info,
+                                format!(
+                                    "session {id}: acquire of '{name}' (token {token}) came too late or raced a \
+                                     release; undoing it"
+                                ),
+                            );
                             Ok(None)
                         }
+                        Adoption::GivenUp => {
+                            e.begin_release(name, token);
+                            undo = Some(token);
+                            Err(Error::unavailable(format!(
+                                "'{name}' (token {token}) was given up by this session (released or lost) and its \
+                                 release has not landed on the backend yet; retry"
+                            )))
+                        }
                         Adoption::SessionEnded => {
-                            Err(self.dead_error(e, Instant::now()).unwrap_or_else(|| Error::session_expired(&self.id)))
+                            Err(self.dead_error(e, now).unwrap_or_else(|| Error::session_expired(&self.id)))
                         }
                     }
                 }
@@ -710,12 +817,6 @@ impl SessionInner {
             (r, Vec::new())
         });
         if let Some(token) = undo {
-            log::info!(
-                "session {}: acquire of '{}' (token {}) came too late or raced a release; undoing it",
-                self.id,
-                name,
-                token
-            );
             self.dispatch_release(name.clone(), token, None);
         }
         result
@@ -746,45 +847,44 @@ impl SessionInner {
         }
     }
 
+    /// Attempts to take `name` until `deadline` (`None`: forever). The first attempt is always
+    /// made; every attempt runs to its own bound (the query timeout) and none is sent after the
+    /// deadline, so this returns by the deadline plus at most one bounded call.
     pub(crate) fn lock_until(self: &Arc<Self>, name: &Name, deadline: Option<Instant>) -> Result<Option<Lease>> {
         let push = self.backend.capabilities().push_release;
         let (tx, rx) = unbounded::<Notification>();
+        let qt = self.timing.query_timeout;
+        // Time left before the caller's deadline, at most a query timeout (for the watches).
+        let left = |now: Instant| deadline.map_or(qt, |d| d.saturating_duration_since(now).min(qt));
+        let watch = |budget: Duration| {
+            if push && !budget.is_zero() {
+                let topic = Topic::Lease(name.clone());
+                let t = tx.clone();
+                let _ = bounded_call(&self.backend, budget, move |b| b.watch(&topic, &t));
+            }
+        };
         let mut first = true;
         loop {
             let now = Instant::now();
-            if let Some(d) = deadline {
-                if now >= d && !first {
-                    return Ok(None);
-                }
+            if !first && deadline.is_some_and(|d| now >= d) {
+                return Ok(None);
             }
-            let first_attempt = std::mem::take(&mut first);
-            if push && first_attempt {
+            if std::mem::take(&mut first) {
                 // Register before the attempt so a release right after it is not missed (later
                 // rounds registered after their busy attempt).
-                let topic = Topic::Lease(name.clone());
-                let t = tx.clone();
-                let _ = self.bounded(move |b| b.watch(&topic, &t));
+                watch(left(now));
             }
-            // Without a deadline each attempt may take a whole query timeout, counted from its send
-            // (after the watch registration), so that it can run on this thread where it may.
-            let now = Instant::now();
-            let attempt_deadline = deadline.unwrap_or(now + self.timing.query_timeout).max(now);
-            match self.attempt_lock(name, attempt_deadline) {
+            let bound = later(Instant::now(), qt);
+            match self.attempt_lock(name, bound) {
                 Ok(Some(lease)) => return Ok(Some(lease)),
-                Ok(None) => {
-                    if push {
-                        // Watch again: a one-shot watch may have fired for an instant the lease was free.
-                        let topic = Topic::Lease(name.clone());
-                        let t = tx.clone();
-                        let _ = self.bounded(move |b| b.watch(&topic, &t));
-                    }
-                }
+                // Watch again: a one-shot watch may have fired for an instant the lease was free.
+                Ok(None) => watch(left(Instant::now())),
                 Err(err) if err.is_retryable() => {
                     log::debug!("session {}: lock '{}' attempt failed, retrying: {}", self.id, name, err);
                 }
                 Err(err) => return Err(err),
             }
-            let mut wait = self.timing.renew_interval / 2 + jitter(self.timing.renew_interval / 4);
+            let mut wait = self.retry_delay();
             if let Some(d) = deadline {
                 wait = wait.min(d.saturating_duration_since(Instant::now()));
             }
@@ -810,6 +910,12 @@ impl SessionInner {
             (held, Vec::new())
         });
         log::debug!("session {}: releasing '{}' (token {}, held: {})", self.id, name, token, held);
+        self.perform_release(name, token, wait)
+    }
+
+    /// Releases the term `token` of `name` on the backend (the engine already counted the release
+    /// in flight); waits for the result up to the query timeout when `wait` is true.
+    fn perform_release(self: &Arc<Self>, name: &Name, token: Token, wait: bool) -> Result<()> {
         if !wait {
             self.dispatch_release(name.clone(), token, None);
             return Ok(());
@@ -824,12 +930,12 @@ impl SessionInner {
             let took = started.elapsed();
             if took > self.timing.query_timeout {
                 log::warn!(
-                    "session {}: {} release of '{}' took {:?}, longer than the query timeout {:?}",
+                    "session {}: {} release of '{}' took {}, longer than the query timeout {}",
                     self.id,
                     self.backend.kind(),
                     name,
-                    took,
-                    self.timing.query_timeout
+                    humantime::format_duration(took),
+                    humantime::format_duration(self.timing.query_timeout)
                 );
             }
             let confirmed = r.is_ok();
@@ -850,8 +956,8 @@ impl SessionInner {
             Err(_) => Err(Error::new(
                 ErrorKind::Timeout,
                 format!(
-                    "release of '{name}' did not finish within {:?}; it goes on in the background",
-                    self.timing.query_timeout
+                    "release of '{name}' did not finish within {}; it goes on in the background",
+                    humantime::format_duration(self.timing.query_timeout)
                 ),
             )),
         }
@@ -887,19 +993,19 @@ impl SessionInner {
     pub(crate) fn attach_campaign(self: &Arc<Self>, election: &Arc<ElectionShared>) -> Result<()> {
         let name = election.name().clone();
         {
-            let e = self.engine.lock();
-            if let Some(err) = self.dead_error(&e, Instant::now()) {
+            let mut e = self.engine.lock();
+            let now = Instant::now();
+            if let Some(err) = self.dead_error(&e, now) {
                 return Err(err);
             }
-            if e.token(&name, Instant::now()).is_some() {
-                return Err(Error::new(ErrorKind::AlreadyHeld, format!("session {} already holds '{name}'", self.id)));
-            }
             let mut c = self.campaigns.lock();
-            if c.contains_key(&name) {
-                return Err(Error::new(
-                    ErrorKind::AlreadyHeld,
-                    format!("session {} already campaigns for '{name}'", self.id),
-                ));
+            if let Err(conflict) = e.start_campaign(&name, now) {
+                let why = match conflict {
+                    CampaignConflict::Held => "already holds",
+                    CampaignConflict::Campaigning => "already campaigns for",
+                    CampaignConflict::Acquiring => "has a lock in flight for",
+                };
+                return Err(Error::new(ErrorKind::AlreadyHeld, format!("session {} {why} '{name}'", self.id)));
             }
             election.attach(Arc::downgrade(self), self.id.clone());
             c.insert(
@@ -916,26 +1022,23 @@ impl SessionInner {
         Ok(())
     }
 
-    /// Stops campaigning for `name` and releases it if held; waits up to the query timeout.
+    /// Stops campaigning for `name` and releases it if held; waits up to the query timeout. One
+    /// engine transition ends the campaign, revokes the election and gives up its term, so no
+    /// other handle can adopt that term in between (finding 1 of issue #14).
     pub(crate) fn resign(self: &Arc<Self>, name: &Name, wait: bool) -> Result<()> {
-        let removed = self.campaigns.lock().remove(name);
-        let Some(slot) = removed else { return Ok(()) };
-        let token = slot.election.resigned();
+        let (token, slot) = self.apply_logged(|e, logs| {
+            let Some(slot) = self.campaigns.lock().remove(name) else { return ((None, None), Vec::new()) };
+            let leading = slot.election.resigned(logs);
+            ((e.stop_campaign(name, leading), Some(slot)), Vec::new())
+        });
+        // Dropped with no lock held (the election's last reference may own the backend).
+        drop(slot);
         match token {
-            Some(t) => self.release_lease(name, t, wait),
-            None => {
-                // Not leading. An attempt in flight releases its term when it finds the campaign
-                // gone; drop anything adopted meanwhile locally, and release it on the backend.
-                let held = self.apply(|e| (e.on_release(name), Vec::new()));
-                if let Some(token) = held {
-                    self.apply(|e| {
-                        e.begin_release(name, token);
-                        ((), Vec::new())
-                    });
-                    self.dispatch_release(name.clone(), token, None);
-                }
-                Ok(())
+            Some(t) => {
+                log::debug!("session {}: resigned '{}', releasing token {}", self.id, name, t);
+                self.perform_release(name, t, wait)
             }
+            None => Ok(()),
         }
     }
 
@@ -946,11 +1049,11 @@ impl SessionInner {
             let mut c = self.campaigns.lock();
             for (name, slot) in c.iter_mut() {
                 if let Some(sent) = slot.in_flight {
-                    if now >= sent + self.timing.query_timeout {
+                    if now >= later(sent, self.timing.query_timeout) {
                         // Abandon a hung attempt; its late reply is still adopted or undone.
                         slot.in_flight = None;
                     } else {
-                        next = min_opt(next, sent + self.timing.query_timeout);
+                        next = min_opt(next, later(sent, self.timing.query_timeout));
                         continue;
                     }
                 }
@@ -978,7 +1081,7 @@ impl SessionInner {
                 drop(e);
                 if let Some(slot) = self.campaigns.lock().get_mut(&name) {
                     slot.in_flight = None;
-                    slot.next_attempt = Instant::now() + Duration::from_millis(10);
+                    slot.next_attempt = later(Instant::now(), Duration::from_millis(10));
                 }
                 return;
             }
@@ -1004,15 +1107,8 @@ impl SessionInner {
             }
             let observed = if busy { backend.holder(&name).ok().flatten() } else { None };
             let Some(inner) = weak.upgrade() else { return };
-            match inner.finish_acquire(&name, sent, epoch, reply) {
-                Ok(Some(token)) => {
-                    let wanted = inner.campaigns.lock().contains_key(&name) && !election.is_resigned();
-                    if wanted {
-                        election.elected(token, &id, inner.options.metadata());
-                    } else {
-                        let _ = inner.release_lease(&name, token, false);
-                    }
-                }
+            match inner.finish_acquire(&name, sent, epoch, reply, Some(&election)) {
+                Ok(Some(_)) => {}
                 Ok(None) => {
                     if let Some(h) = observed {
                         election.observe(h);
@@ -1020,10 +1116,14 @@ impl SessionInner {
                 }
                 Err(err) => log::debug!("session {id}: campaign attempt for '{name}' failed: {err}"),
             }
+            election.attempt_done();
             if let Some(slot) = inner.campaigns.lock().get_mut(&name) {
                 slot.in_flight = None;
-                slot.next_attempt =
-                    if std::mem::take(&mut slot.woken) { Instant::now() } else { Instant::now() + inner.retry_delay() };
+                slot.next_attempt = if std::mem::take(&mut slot.woken) {
+                    Instant::now()
+                } else {
+                    later(Instant::now(), inner.retry_delay())
+                };
             }
             inner.poke();
         });
@@ -1049,12 +1149,12 @@ impl SessionInner {
 
     pub(crate) fn attach_membership(self: &Arc<Self>, m: &Arc<MembershipShared>) -> Result<()> {
         let group = m.group().clone();
+        let deadline = later(Instant::now(), self.timing.query_timeout);
         {
             let mut e = self.engine.lock();
             // A leave of the group still in flight could land after this join and undo it
             // (simulation finding 3): wait for it (one that lands even later is caught by the
             // keep-alives' group reports and re-joined).
-            let deadline = Instant::now() + self.timing.query_timeout;
             while e.leaving(&group) {
                 if self.cond.wait_until(&mut e, deadline).timed_out() && e.leaving(&group) {
                     return Err(Error::unavailable(format!(
@@ -1094,7 +1194,9 @@ impl SessionInner {
             }
             r
         };
-        match self.bounded(call) {
+        // One bound for the whole join: the wait for a leave above and the call share it.
+        let budget = deadline.saturating_duration_since(Instant::now());
+        match bounded_call(&self.backend, budget, call) {
             Ok(()) => {
                 m.attach(Arc::downgrade(self), self.id.clone());
                 log::debug!("session {}: joined '{}'", self.id, group);
@@ -1227,7 +1329,10 @@ pub(crate) fn bounded_call<T: Send + 'static>(
     let kind = backend.kind();
     match exec::call_until(Instant::now() + timeout, move || f(&*b), |_| {}) {
         Some(r) => r,
-        None => Err(Error::new(ErrorKind::Timeout, format!("{kind} did not answer within {timeout:?}"))),
+        None => Err(Error::new(
+            ErrorKind::Timeout,
+            format!("{kind} did not answer within {}", humantime::format_duration(timeout)),
+        )),
     }
 }
 
@@ -1251,7 +1356,7 @@ fn renewal_thread(weak: Weak<SessionInner>, wake: Receiver<Wake>, notify: Receiv
             (e.next_wakeup(), out)
         });
         let Some(mut next) = next else {
-            log::debug!("session {}: renewal thread stops ({:?})", inner.id, inner.state());
+            log::debug!("session {}: renewal thread stops ({})", inner.id, inner.state());
             return;
         };
         if let Some(c) = inner.run_campaigns(now) {

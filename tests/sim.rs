@@ -202,17 +202,18 @@ fn memory_elections_have_no_violation() {
     assert_clean(&Scenario::memory().with_elections().harsh(), rotated(0..seeds() / 5));
 }
 
-/// Finding 4 (fixed): a campaign attempt the renewal thread stopped waiting for (after the query
-/// timeout) returns after a newer attempt made the session leader, carrying that very term (the
-/// backend's acquire is idempotent); `Engine::on_acquired` says `Undo` (the reply came too late to
-/// be of use, or a release of the name overlapped it) and `finish_acquire` released that term —
-/// the one the session leads with, while its `token()` still succeeded: another candidate took the
-/// lease and both tokens were valid at once. `finish_acquire` now keeps a reply confirming the held
-/// term; `+oldUndo` emulates it before the fix, to show the simulation still sees it.
+/// Finding 4 (fixed twice): a campaign attempt the renewal thread stopped waiting for (after the
+/// query timeout) returns after a newer attempt made the session leader, carrying that very term
+/// (the backend's acquire is idempotent); `Engine::on_acquired` says `Undo` (the reply came too
+/// late to be of use, or a release of the name overlapped it) and `finish_acquire` released that
+/// term — the one the session leads with, while its `token()` still succeeded: another candidate
+/// took the lease and both tokens were valid at once. `finish_acquire` keeps a reply confirming the
+/// held term; and since issue #14 `Engine::begin_release` drops the held entry of the term it
+/// releases, so even the old driver (`+oldUndo`) can no longer leave a term held that it releases:
+/// the scenario is clean.
 #[test]
-fn finding_campaign_undo_releases_the_led_term() {
-    let what = "a late campaign reply undone by releasing the term the session leads with (before the fix)";
-    assert_finding(&Scenario::memory().with_elections().with_old_undo(), 100..360, what);
+fn campaign_undo_of_the_led_term_no_longer_leaves_it_held() {
+    assert_clean(&Scenario::memory().with_elections().with_old_undo(), 100..360);
 }
 
 // ----- premise-breaking faults: the checker sees the violation, and only explained ones -----

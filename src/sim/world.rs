@@ -1237,7 +1237,7 @@ impl World {
                         Adoption::Adopted => adopted = Some(token),
                         // The fix of finding 4: a reply confirming the held term is kept (`+oldUndo`: released).
                         Adoption::Kept if !self.sc.old_undo => {}
-                        Adoption::Kept | Adoption::Undo => {
+                        Adoption::Kept | Adoption::Undo | Adoption::GivenUp => {
                             e.begin_release(&name, token);
                             undo = Some(token);
                         }

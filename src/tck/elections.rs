@@ -93,18 +93,19 @@ pub(super) fn leader_work_stops_on_loss(h: &Harness) {
     let e = a.campaign(&l).unwrap();
     let (tx, rx) = crossbeam_channel::unbounded();
     let task = e.run_while_leader(Schedule::Every(Duration::from_millis(20)), move |ctx| {
-        let _ = tx.send((ctx.token(), ctx.is_cancelled()));
+        let _ = tx.send((ctx.granted_token(), ctx.is_cancelled(), ctx.token().is_ok()));
     });
     let (ctx_tx, ctx_rx) = crossbeam_channel::unbounded();
     let watcher = e.run_while_leader(Schedule::OncePerTerm, move |ctx| {
-        let _ = ctx_tx.send((ctx.token(), false));
+        let _ = ctx_tx.send((ctx.granted_token(), false));
         while !ctx.is_cancelled() {
             thread::sleep(Duration::from_millis(2));
         }
-        let _ = ctx_tx.send((ctx.token(), true));
+        let _ = ctx_tx.send((ctx.granted_token(), true));
     });
-    let (token, cancelled) = rx.recv_timeout(h.patience()).expect("work ran");
+    let (token, cancelled, checked) = rx.recv_timeout(h.patience()).expect("work ran");
     assert!(!cancelled);
+    assert!(checked, "the context's token is valid while leading");
     assert_eq!(e.token().unwrap(), token);
     assert_eq!(ctx_rx.recv_timeout(h.patience()).expect("long work started"), (token, false));
     // Renewals go on: the running work is not cancelled while the node leads.

@@ -53,6 +53,24 @@ pub(super) fn try_lock_and_timeout_when_held(h: &Harness) {
     b.close().unwrap();
 }
 
+/// A zero (or passed) timeout makes one attempt, as crossbeam's `recv_timeout(ZERO)` tries once:
+/// on a free lock it acquires, on every backend however long its round trip.
+pub(super) fn zero_timeout_on_a_free_lock_acquires(h: &Harness) {
+    let s = h.session();
+    let l = h.name("zero");
+    let lease = s.lock_timeout(&l, Duration::ZERO).unwrap().expect("one attempt on a free lock");
+    assert!(lease.is_held());
+    let l2 = h.name("passed");
+    let lease2 = s.lock_deadline(&l2, Instant::now()).unwrap().expect("one attempt on a free lock");
+    assert!(lease2.is_held());
+    // A zero wait on a fresh campaign for a free election waits for its first attempt.
+    let e = s.campaign(h.name("elect")).unwrap();
+    let t = e.wait_elected(Duration::ZERO).expect("the first attempt wins a free election");
+    assert_eq!(e.token().unwrap(), t);
+    drop((lease, lease2, e));
+    s.close().unwrap();
+}
+
 /// A waiter in `lock` gets the lease after the holder releases it, with a larger token.
 pub(super) fn lock_waits_for_release(h: &Harness) {
     let (a, b) = (h.session(), Arc::new(h.session()));

@@ -374,6 +374,7 @@ macro_rules! __tck_case_list {
                 invalid_names_rejected,
                 lock_guard_token_until_release,
                 try_lock_and_timeout_when_held,
+                zero_timeout_on_a_free_lock_acquires,
                 lock_waits_for_release,
                 drop_releases_lease,
                 lock_is_not_reentrant,

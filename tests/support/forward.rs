@@ -53,6 +53,12 @@ impl<H: Hook> Forward<H> {
         Arc::new(Forward { inner: Arc::new(MemoryBackend::new()), hook, kind, call_bound: bound, inherit: false })
     }
 
+    /// Over a fresh memory backend with its push capabilities and watches, but no call bound
+    /// (every user call runs on a worker the caller abandons at its deadline).
+    pub fn pushing(kind: &'static str, hook: H) -> Arc<Forward<H>> {
+        Arc::new(Forward { inner: Arc::new(MemoryBackend::new()), hook, kind, call_bound: None, inherit: true })
+    }
+
     /// Over `inner`, with its kind, call bound, capabilities and watches.
     pub fn inheriting(inner: Arc<dyn LeaseBackend>, hook: H) -> Arc<Forward<H>> {
         let kind = inner.kind();

@@ -99,10 +99,11 @@ impl World {
                 if self.now < self.clients[c].camp_next {
                     return;
                 }
-                // attach_campaign: the session must be alive and not hold the name.
+                // attach_campaign: the session must be alive, and the engine starts the campaign
+                // (refused while the session holds the name or a lock of it is in flight).
                 let now = self.inst(c);
-                let e = &self.clients[c].sessions[si].engine;
-                if !e.is_alive(now) || e.token(&self.names[0], now).is_some() {
+                let e = &mut self.clients[c].sessions[si].engine;
+                if !e.is_alive(now) || e.start_campaign(&self.names[0], now).is_err() {
                     self.clients[c].camp_next = self.now + self.lease / 4;
                     return;
                 }
@@ -218,11 +219,12 @@ impl World {
             let e = &mut self.clients[c].sessions[si].engine;
             if let Res::Acquired { token, remaining } = res {
                 let sent = if self.sc.broken_rule == Some(BrokenRule::DeadlineFromReplyInstant) { now } else { sent };
-                match e.on_acquired(&name, token, sent, remaining, now, epoch) {
+                // An attempt is adopted (elected) only while its campaign goes on in the engine.
+                match e.on_campaign_acquired(&name, token, sent, remaining, now, epoch) {
                     Adoption::Adopted => adopted = Some(token),
                     // The fix of finding 4: a reply confirming the held term is kept (`+oldUndo`: released).
                     Adoption::Kept if !self.sc.old_undo => {}
-                    Adoption::Kept | Adoption::Undo => {
+                    Adoption::Kept | Adoption::Undo | Adoption::GivenUp => {
                         e.begin_release(&name, token);
                         undo = Some(token);
                     }
@@ -320,16 +322,11 @@ impl World {
         let name = self.names[0].clone();
         let label = self.clients[c].sessions[si].label;
         self.record(Event::Resigned { client: c as u8, sess: label, name: name.clone() });
-        match cp.leading {
-            // release_lease: the backend call is the same whether the caller waits or not.
-            Some(token) => self.release(c, si, 0, token),
-            None => {
-                let e = &mut self.clients[c].sessions[si].engine;
-                if let Some(token) = e.on_release(&name) {
-                    e.begin_release(&name, token);
-                    self.release_call(c, si, 0, token);
-                }
-            }
+        // One engine transition ends the campaign and gives up its term (held, or the one the
+        // election led); the backend call is the same whether the caller waits or not.
+        let e = &mut self.clients[c].sessions[si].engine;
+        if let Some(token) = e.stop_campaign(&name, cp.leading) {
+            self.release_call(c, si, 0, token);
         }
         let d = self.rng.random_range(0..self.lease);
         self.clients[c].camp_next = self.now + d;

@@ -1,0 +1,274 @@
+//! The session runtime's races and deadline rules (issue #14), each forced deterministically with
+//! a per-call hook backend (`support::forward`): a gate holds chosen SPI calls until the test
+//! lets them go, so "a lock's acquire is in flight while ..." is a fact, not a hope.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{unbounded, Receiver, Sender};
+use simba::{ElectionEvent, ErrorKind, MemoryBackend, Schedule, Session, SessionOptions};
+use support::forward::{Forward, Hook, Op};
+
+mod support;
+
+/// Generous bound for things that happen at once; only reached when a test fails.
+const PATIENCE: Duration = Duration::from_secs(10);
+
+/// Holds every call of the ops in `held` until the test sends on `open` (one message, one call);
+/// reports each held call on `entered` before it blocks. Calls of the ops in `hung` block until
+/// the process ends.
+#[derive(Debug)]
+struct Gate {
+    held: Mutex<Vec<Op>>,
+    hung: Mutex<Vec<Op>>,
+    entered_tx: Sender<Op>,
+    entered: Receiver<Op>,
+    open_tx: Sender<()>,
+    open_rx: Receiver<()>,
+    _never_tx: Sender<()>,
+    never_rx: Receiver<()>,
+}
+
+impl Gate {
+    fn new() -> Gate {
+        let (entered_tx, entered) = unbounded();
+        let (open_tx, open_rx) = unbounded();
+        let (_never_tx, never_rx) = unbounded();
+        Gate {
+            held: Mutex::new(Vec::new()),
+            hung: Mutex::new(Vec::new()),
+            entered_tx,
+            entered,
+            open_tx,
+            open_rx,
+            _never_tx,
+            never_rx,
+        }
+    }
+    fn hang(&self, op: Op) {
+        self.hung.lock().unwrap().push(op);
+    }
+    fn hold(&self, op: Op) {
+        self.held.lock().unwrap().push(op);
+    }
+    fn pass(&self, op: Op) {
+        self.held.lock().unwrap().retain(|o| *o != op);
+    }
+    fn open(&self) {
+        self.open_tx.send(()).unwrap();
+    }
+}
+
+impl Hook for Gate {
+    fn before(&self, op: Op) {
+        if self.hung.lock().unwrap().contains(&op) {
+            let _ = self.never_rx.recv();
+        }
+        if self.held.lock().unwrap().contains(&op) {
+            let _ = self.entered_tx.send(op);
+            let _ = self.open_rx.recv();
+        }
+    }
+}
+
+fn options() -> SessionOptions {
+    SessionOptions::builder()
+        .lease_duration(Duration::from_secs(4))
+        .renew_interval(Duration::from_millis(500))
+        .build()
+        .unwrap()
+}
+
+fn memory_session() -> Session {
+    Session::open(Arc::new(MemoryBackend::new()), options()).unwrap()
+}
+
+#[test]
+fn campaign_while_a_lock_of_the_name_is_in_flight_is_refused() {
+    // Finding 3: a concurrent lock() and campaign() on one name both adopted the same term.
+    let backend = Forward::memory("gated", Gate::new());
+    let session = Arc::new(Session::open(backend.clone(), options()).unwrap());
+    backend.hook.hold(Op::Acquire);
+    let s = session.clone();
+    let locker = thread::spawn(move || s.lock("x"));
+    assert_eq!(backend.hook.entered.recv_timeout(PATIENCE), Ok(Op::Acquire), "lock's acquire is in flight");
+    backend.hook.pass(Op::Acquire);
+    let campaign = session.campaign("x");
+    let err = campaign.as_ref().err().map(|e| e.kind());
+    backend.hook.open();
+    let lease = locker.join().unwrap().expect("the lock takes the free name");
+    if let Ok(election) = &campaign {
+        let _ = election.wait_elected(Duration::from_secs(2));
+        panic!(
+            "campaign accepted while a lock was in flight: lease held {}, election leading {}",
+            lease.is_held(),
+            election.is_leader()
+        );
+    }
+    assert_eq!(err, Some(ErrorKind::AlreadyHeld));
+    assert!(lease.is_held());
+}
+
+#[test]
+fn zero_timeout_on_a_free_lock_acquires_on_a_backend_without_a_call_bound() {
+    // Issue #20 item 3: a zero timeout means one attempt, as crossbeam's recv_timeout(ZERO).
+    // The acquire runs on a worker (no call bound) and answers only after the caller waited for
+    // it: it is let go by another thread once it is in flight.
+    let backend = Forward::memory("unbounded", Gate::new());
+    backend.hook.hold(Op::Acquire);
+    let session = Session::open(backend.clone(), options()).unwrap();
+    let b = backend.clone();
+    let opener = thread::spawn(move || {
+        for _ in 0..2 {
+            assert_eq!(b.hook.entered.recv_timeout(PATIENCE), Ok(Op::Acquire));
+            b.hook.open();
+        }
+    });
+    let lease = session.lock_timeout("x", Duration::ZERO).unwrap().expect("one attempt on a free lock");
+    assert!(lease.is_held());
+    let lease2 = session.lock_deadline("y", Instant::now()).unwrap().expect("one attempt on a free lock");
+    assert!(lease2.is_held());
+    opener.join().unwrap();
+}
+
+#[test]
+fn a_hanging_watch_registration_does_not_cost_the_first_attempt_its_term() {
+    // Finding 7: the watch was bounded by the query timeout, not the caller's deadline, and the
+    // attempt sent after it was cut at the (passed) deadline: it took the lease, gave up waiting,
+    // and released it again (a token bump for nothing).
+    // The acquire answers only once the caller waits for it (let go by another thread).
+    let backend = Forward::pushing("hung-watch", Gate::new());
+    backend.hook.hang(Op::Watch);
+    backend.hook.hold(Op::Acquire);
+    let session = Session::open(backend.clone(), options()).unwrap();
+    let b = backend.clone();
+    let opener = thread::spawn(move || {
+        assert_eq!(b.hook.entered.recv_timeout(PATIENCE), Ok(Op::Acquire));
+        b.hook.open();
+    });
+    let lease = session
+        .lock_deadline("x", Instant::now() + Duration::from_millis(50))
+        .unwrap()
+        .expect("the first attempt runs to its own bound");
+    opener.join().unwrap();
+    backend.hook.pass(Op::Acquire);
+    let first = lease.token().unwrap();
+    lease.release().unwrap();
+    let next = session.try_lock("x").unwrap().expect("free after the release");
+    assert_eq!(next.token().unwrap().get(), first.get() + 1, "no term was taken and released in between");
+}
+
+#[test]
+fn lock_timeout_of_duration_max_waits_forever_without_panicking() {
+    let session = memory_session();
+    let lease = session.lock_timeout("x", Duration::MAX).unwrap().expect("free");
+    assert!(lease.is_held());
+}
+
+#[test]
+fn wait_elected_of_duration_max_waits_forever_without_panicking() {
+    let session = memory_session();
+    let election = session.campaign("e").unwrap();
+    let token = election.wait_elected(Duration::MAX).unwrap();
+    assert_eq!(election.token().unwrap(), token);
+}
+
+/// Sets its flag when dropped while its thread panics.
+struct PanicFlag(Arc<AtomicBool>);
+
+impl Drop for PanicFlag {
+    fn drop(&mut self) {
+        if thread::panicking() {
+            self.0.store(true, Ordering::SeqCst);
+        }
+    }
+}
+
+#[test]
+fn a_leader_task_every_duration_max_keeps_its_thread() {
+    let session = memory_session();
+    let election = session.campaign("e").unwrap();
+    let panicked = Arc::new(AtomicBool::new(false));
+    let guard = PanicFlag(panicked.clone());
+    let (tx, rx) = unbounded();
+    let task = election.run_while_leader(Schedule::Every(Duration::MAX), move |ctx| {
+        let _keep = &guard;
+        let _ = tx.send(ctx.is_cancelled());
+    });
+    assert_eq!(rx.recv_timeout(PATIENCE), Ok(false), "the work ran once, leading");
+    election.resign().unwrap();
+    task.stop();
+    assert!(!panicked.load(Ordering::SeqCst), "the leader task's thread panicked");
+}
+
+#[test]
+fn leader_changed_for_this_node_reports_its_remaining_time() {
+    // Finding 9: the node's own LeaderChanged said `remaining: 0`.
+    let backend = Forward::memory("gated", Gate::new());
+    backend.hook.hold(Op::Acquire);
+    let session = Session::open(backend.clone(), options()).unwrap();
+    let election = session.campaign("e").unwrap();
+    let events = election.events();
+    assert_eq!(backend.hook.entered.recv_timeout(PATIENCE), Ok(Op::Acquire));
+    backend.hook.pass(Op::Acquire);
+    backend.hook.open();
+    loop {
+        match events.recv_timeout(PATIENCE).expect("LeaderChanged for this node") {
+            ElectionEvent::LeaderChanged { leader } => {
+                assert_eq!(&leader.session, session.id());
+                assert!(leader.remaining > Duration::from_secs(1), "remaining {:?}", leader.remaining);
+                break;
+            }
+            ElectionEvent::Elected { .. } => {}
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn join_waiting_for_a_slow_leave_returns_within_one_query_timeout() {
+    // Finding 7: the wait for the session's own leave in flight and the join call each had a
+    // query timeout of their own (2 × query_timeout in all). The leave is let go part-way through
+    // the join's bound; the join call itself hangs.
+    let backend = Forward::memory("slow-leave", Gate::new());
+    let session = Session::open(backend.clone(), options()).unwrap();
+    let qt = session.options().query_timeout();
+    backend.hook.hold(Op::Leave);
+    drop(session.join("h").unwrap());
+    assert_eq!(backend.hook.entered.recv_timeout(PATIENCE), Ok(Op::Leave), "the leave of 'h' is in flight");
+    backend.hook.pass(Op::Leave);
+    backend.hook.hang(Op::Join);
+    let start = Instant::now();
+    let b = backend.clone();
+    let opener = thread::spawn(move || {
+        // Part-way through the join's one bound (this only positions the leave's end; the
+        // assertion below holds however late this thread runs).
+        thread::sleep(qt * 4 / 5);
+        b.hook.open();
+    });
+    let err = session.join("h").unwrap_err();
+    let took = start.elapsed();
+    opener.join().unwrap();
+    assert!(matches!(err.kind(), ErrorKind::Timeout | ErrorKind::Unavailable), "{err}");
+    assert!(took < qt + Duration::from_millis(250), "join took {took:?}, more than one query timeout {qt:?}");
+}
+
+#[test]
+fn zero_wait_elected_on_a_free_election_waits_for_the_first_attempt() {
+    // Issue #20 item 3, for elections: a zero wait on a fresh campaign for a free name gives the
+    // campaign's first attempt its own bound instead of failing before it answered.
+    let backend = Forward::memory("unbounded", Gate::new());
+    backend.hook.hold(Op::Acquire);
+    let session = Session::open(backend.clone(), options()).unwrap();
+    let election = session.campaign("e").unwrap();
+    let b = backend.clone();
+    let opener = thread::spawn(move || {
+        assert_eq!(b.hook.entered.recv_timeout(PATIENCE), Ok(Op::Acquire));
+        b.hook.open();
+    });
+    let token = election.wait_elected(Duration::ZERO).expect("the first attempt wins the free election");
+    opener.join().unwrap();
+    assert_eq!(election.token().unwrap(), token);
+}
