@@ -300,3 +300,34 @@ fn drop_during_replacement_closes_the_new_session() {
     let members = fwd.inner.members(&group).unwrap();
     assert!(members.is_empty(), "a session of the dropped coordinator still holds the group: {members:?}");
 }
+
+/// Finding 6: `Duration::MAX` means "wait forever", it must not overflow the deadline.
+#[test]
+fn lock_timeout_of_duration_max_waits_forever_instead_of_panicking() {
+    let fwd = backend();
+    let coordinator = Coordinator::start(fwd.clone(), options()).unwrap();
+    let lease = coordinator.lock_timeout(name("max"), Duration::MAX).unwrap().expect("a free lease");
+    assert!(lease.token().is_ok());
+    drop(lease);
+    coordinator.close().unwrap();
+}
+
+/// The coordinator's `lock_deadline` (the session's lock loop): gives up at the deadline while
+/// another session holds the lease, and takes it once free.
+#[test]
+fn lock_deadline_gives_up_at_the_deadline_and_takes_a_free_lease() {
+    let fwd = backend();
+    let coordinator = Coordinator::start(fwd.clone(), options()).unwrap();
+    let other = coordinator.open_session().unwrap();
+    let n = name("deadline");
+    let held = other.lock(&n).unwrap();
+    let deadline = Instant::now() + Duration::from_millis(100);
+    assert!(coordinator.lock_deadline(&n, deadline).unwrap().is_none());
+    assert!(Instant::now() >= deadline);
+    held.release().unwrap();
+    let lease = coordinator.lock_deadline(&n, Instant::now() + Duration::from_secs(10)).unwrap().expect("free");
+    assert!(lease.token().is_ok());
+    assert!(coordinator.try_lock(&n).unwrap_err().kind() == simba::ErrorKind::AlreadyHeld);
+    drop(lease);
+    coordinator.close().unwrap();
+}
