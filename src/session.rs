@@ -306,6 +306,7 @@ impl Drop for Session {
 
 impl SessionInner {
     pub(crate) fn open(backend: Arc<dyn LeaseBackend>, options: SessionOptions) -> Result<Arc<SessionInner>> {
+        exec::admit(options.worker_threads());
         let timing = Timing::from(&options);
         let sent = Instant::now();
         let b = backend.clone();
