@@ -261,15 +261,18 @@ mod tests {
     }
 
     /// A gate that hung jobs wait on; opened when dropped.
-    struct Gate(Option<crossbeam_channel::Sender<()>>, crossbeam_channel::Receiver<()>);
+    struct Gate {
+        _open_on_drop: crossbeam_channel::Sender<()>,
+        wait: crossbeam_channel::Receiver<()>,
+    }
 
     impl Gate {
         fn new() -> Gate {
             let (tx, rx) = bounded(0);
-            Gate(Some(tx), rx)
+            Gate { _open_on_drop: tx, wait: rx }
         }
         fn waiter(&self) -> impl FnOnce() + Send + 'static {
-            let rx = self.1.clone();
+            let rx = self.wait.clone();
             move || {
                 let _ = rx.recv();
             }

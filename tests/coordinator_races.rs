@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::Receiver;
 use parking_lot::Mutex;
-use simba::{Coordinator, CoordinatorEvent, LeaseBackend, Name, SessionId, SessionOptions};
+use simba::{Coordinator, CoordinatorEvent, Name, SessionId, SessionOptions};
 use support::forward::{Forward, Hook, Op};
 
 /// Runs a one-shot action before the first forwarded call of `op` once armed.
@@ -118,6 +118,24 @@ fn opened_besides(events: &[CoordinatorEvent], first: &SessionId) -> Vec<Session
             _ => None,
         })
         .collect()
+}
+
+/// Once the coordinator is gone (its events end), the replacement it was opening is not alive on
+/// the backend and nothing of it holds `group`.
+fn nothing_outlives_the_coordinator(
+    fwd: &Forward<Trap>,
+    events: &Receiver<CoordinatorEvent>,
+    expired: &SessionId,
+    group: &Name,
+) {
+    let opened = opened_besides(&all_events(events), expired);
+    assert!(fwd.hook.fired.load(Ordering::SeqCst), "the replacement was never opened");
+    for s in &opened {
+        assert!(!alive_on_backend(fwd, s), "session {s}, opened while the coordinator closed, is still alive");
+    }
+    no_session_left(fwd);
+    let members = fwd.inner.members(group).unwrap();
+    assert!(members.is_empty(), "a session of the closed coordinator still holds the group: {members:?}");
 }
 
 /// The test's private memory backend holds no session any more (the replacement may have been
@@ -268,14 +286,7 @@ fn close_during_replacement_closes_the_new_session() {
     let current = slot.lock().as_ref().map(|c| expire_current(&fwd, c)).unwrap();
     let result = closed_rx.recv_timeout(Duration::from_secs(10)).expect("close did not return");
     result.unwrap();
-    assert!(fwd.hook.fired.load(Ordering::SeqCst), "the replacement was never opened");
-    let opened = opened_besides(&all_events(&events), &current);
-    for s in &opened {
-        assert!(!alive_on_backend(&fwd, s), "session {s}, opened during close(), is alive after close() returned");
-    }
-    no_session_left(&fwd);
-    let members = fwd.inner.members(&group).unwrap();
-    assert!(members.is_empty(), "a session of the closed coordinator still holds the group: {members:?}");
+    nothing_outlives_the_coordinator(&fwd, &events, &current, &group);
 }
 
 /// (d) Dropping the coordinator while a replacement session is being opened: the new session is
@@ -291,14 +302,7 @@ fn drop_during_replacement_closes_the_new_session() {
     let to_drop = slot.clone();
     fwd.hook.arm(Op::OpenSession, move || drop(to_drop.lock().take()));
     let current = slot.lock().as_ref().map(|c| expire_current(&fwd, c)).unwrap();
-    let opened = opened_besides(&all_events(&events), &current);
-    assert!(fwd.hook.fired.load(Ordering::SeqCst), "the replacement was never opened");
-    for s in &opened {
-        assert!(!alive_on_backend(&fwd, s), "session {s}, opened while the coordinator was dropped, is still alive");
-    }
-    no_session_left(&fwd);
-    let members = fwd.inner.members(&group).unwrap();
-    assert!(members.is_empty(), "a session of the dropped coordinator still holds the group: {members:?}");
+    nothing_outlives_the_coordinator(&fwd, &events, &current, &group);
 }
 
 /// Finding 6: `Duration::MAX` means "wait forever", it must not overflow the deadline.

@@ -14,10 +14,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, Sender};
 use parking_lot::Mutex;
 use serial_test::serial;
-use simba::{
-    Config, Coordinator, CoordinatorEvent, ErrorKind, LossReason, Name, Session, SessionEvent, SessionOptions,
-    SessionState,
-};
+use simba::{Config, Coordinator, CoordinatorEvent, ErrorKind, Name, Session, SessionOptions};
 use support::forward::{Forward, Hook, Op};
 
 const WORKERS: usize = 4;
@@ -137,18 +134,7 @@ fn exhausted_pool_fails_user_calls_at_once_and_loss_detection_is_unaffected() {
     assert!(text.contains("worker pool is exhausted"), "{text}");
     assert!(text.contains("worker_threads") && text.contains("SIMBA_WORKER_THREADS"), "{text}");
     assert!(workers() <= WORKERS, "{} worker threads (limit {WORKERS})", workers());
-    let mut got = Vec::new();
-    while got.len() < 2 {
-        match events.recv_deadline(latest_deadline + Duration::from_millis(500)) {
-            Ok(SessionEvent::RenewalFailed { .. }) => {}
-            Ok(ev) => got.push(ev),
-            Err(_) => panic!("loss not detected by the local deadline; events so far: {got:?}"),
-        }
-    }
-    assert_eq!(got[0], SessionEvent::LeaseLost { name, token, reason: LossReason::SessionExpired });
-    assert_eq!(got[1], SessionEvent::Expired);
-    assert_eq!(lease.token().unwrap_err().kind(), ErrorKind::LeaseLost);
-    assert_eq!(session.state(), SessionState::Expired);
+    support::assert_lost_by(&session, &events, &lease, (name, token), latest_deadline + Duration::from_millis(500));
     drop(lease);
     drop(session);
     fwd.hook.open_gate();
