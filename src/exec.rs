@@ -353,7 +353,11 @@ mod tests {
         let gate = Gate::new();
         for _ in 0..2 {
             let wait = gate.waiter();
-            assert!(call_until_on(&p, Instant::now(), move || Ok(wait()), |_| {}).is_none());
+            let hung = move || {
+                wait();
+                Ok(())
+            };
+            assert!(call_until_on(&p, Instant::now(), hung, |_| {}).is_none());
         }
         until(&p, |(workers, idle, _)| workers == 2 && idle == 0);
         let refused = call_until_on(&p, Instant::now() + Duration::from_secs(60), || Ok(()), |_| {});

@@ -17,10 +17,12 @@ use parking_lot::Mutex;
 use simba::{Coordinator, CoordinatorEvent, Name, SessionId, SessionOptions};
 use support::forward::{Forward, Hook, Op};
 
+type Action = Box<dyn FnOnce() + Send>;
+
 /// Runs a one-shot action before the first forwarded call of `op` once armed.
 #[derive(Default)]
 struct Trap {
-    armed: Mutex<Option<(Op, Box<dyn FnOnce() + Send>)>>,
+    armed: Mutex<Option<(Op, Action)>>,
     fired: AtomicBool,
 }
 
@@ -191,7 +193,7 @@ fn leave_during_rejoin_does_not_leave_the_new_session_in_the_group() {
 /// in the unchanged coordinator.
 struct TrapLogger;
 
-type LogTrap = Option<(String, Box<dyn FnOnce() + Send>)>;
+type LogTrap = Option<(String, Action)>;
 static LOG_TRAP: Mutex<LogTrap> = Mutex::new(None);
 
 impl log::Log for TrapLogger {
