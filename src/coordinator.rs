@@ -172,7 +172,11 @@ impl CoordInner {
                 if let Err(e) = &r {
                     log::warn!("coordinator: {} failed on session {}, retrying: {e}", item.describe(), s.id);
                 }
-                let _ = self.wake.send(());
+                // The application's attach hands over at once; the supervisor's own retries wait
+                // for its next pass (a backend that keeps failing is not hammered).
+                if !retry {
+                    let _ = self.wake.send(());
+                }
                 Ok(())
             }
             Verdict::Detach => {
