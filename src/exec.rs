@@ -359,7 +359,7 @@ mod tests {
             };
             assert!(call_until_on(&p, Instant::now(), hung, |_| {}).is_none());
         }
-        until(&p, |(workers, idle, _)| workers == 2 && idle == 0);
+        until(&p, |(workers, idle, queued)| workers == 2 && idle == 0 && queued == 0);
         let refused = call_until_on(&p, Instant::now() + Duration::from_secs(60), || Ok(()), |_| {});
         let err = refused.expect("refused at once").unwrap_err();
         assert_eq!(err.kind(), ErrorKind::Unavailable);
