@@ -9,6 +9,7 @@
 mod support;
 
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
@@ -50,6 +51,17 @@ impl Hook for Hang {
         {
             let _ = self.wait.recv();
         }
+    }
+}
+
+/// Opens the gate and waits until every call into `fwd` has returned (no job holds the backend
+/// any more), so the next test starts with every worker free.
+fn drain(fwd: Arc<Forward<Hang>>) {
+    fwd.hook.open_gate();
+    let until = Instant::now() + Duration::from_secs(10);
+    while Arc::strong_count(&fwd) > 1 {
+        assert!(Instant::now() < until, "calls into the backend still running 10 s after the gate opened");
+        std::thread::sleep(Duration::from_millis(5));
     }
 }
 
@@ -100,7 +112,7 @@ fn reopen_loop_against_a_hanging_backend_parks_at_most_the_worker_limit() {
         assert!(workers() <= WORKERS, "{} worker threads after {failed} failed opens (limit {WORKERS})", workers());
     }
     drop(coordinator);
-    fwd.hook.open_gate();
+    drain(fwd);
 }
 
 /// Every worker parked in a hanging backend: a user call fails at once with `Unavailable`
@@ -137,7 +149,7 @@ fn exhausted_pool_fails_user_calls_at_once_and_loss_detection_is_unaffected() {
     support::assert_lost_by(&session, &events, &lease, (name, token), latest_deadline + Duration::from_millis(500));
     drop(lease);
     drop(session);
-    fwd.hook.open_gate();
+    drain(fwd);
 }
 
 #[test]
