@@ -66,6 +66,7 @@ pub const ENV_VARS: &[&str] = &[
     "SIMBA_RENEW_INTERVAL",
     "SIMBA_DRIFT",
     "SIMBA_QUERY_TIMEOUT",
+    "SIMBA_WORKER_THREADS",
     "SIMBA_METADATA",
     "SIMBA_PURGE_INTERVAL",
     "SIMBA_SQL_POOL_SIZE",
@@ -763,6 +764,9 @@ impl ConfigBuilder {
         if let Some(v) = get("SIMBA_QUERY_TIMEOUT") {
             b.session = b.session.query_timeout(parse_duration("SIMBA_QUERY_TIMEOUT", &v)?);
         }
+        if let Some(v) = get("SIMBA_WORKER_THREADS") {
+            b.session = b.session.worker_threads(parse_count("SIMBA_WORKER_THREADS", &v)? as usize);
+        }
         if let Some(v) = get("SIMBA_METADATA") {
             b.session = b.session.metadata(v);
         }
@@ -876,6 +880,14 @@ impl ConfigBuilder {
     #[must_use]
     pub fn query_timeout(mut self, d: Duration) -> Self {
         self.session = self.session.query_timeout(d);
+        self
+    }
+
+    /// The most worker threads running backend calls at once, process-wide (default 64; see
+    /// [`SessionOptionsBuilder::worker_threads`](crate::options::SessionOptionsBuilder::worker_threads)).
+    #[must_use]
+    pub fn worker_threads(mut self, n: usize) -> Self {
+        self.session = self.session.worker_threads(n);
         self
     }
 

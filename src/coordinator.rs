@@ -68,14 +68,76 @@ pub enum CoordinatorEvent {
     },
 }
 
+mod state;
+
+use state::{Durable, NoSession, Outcome, State, Verdict};
+
+type Sessions = State<Arc<SessionInner>, ElectionShared, MembershipShared>;
+
+impl Durable for ElectionShared {
+    fn ended(&self) -> bool {
+        self.is_resigned()
+    }
+}
+
+impl Durable for MembershipShared {
+    fn ended(&self) -> bool {
+        // Only durable memberships are the coordinator's to move.
+        self.is_left() || !self.is_durable()
+    }
+}
+
+/// A durable item the coordinator attaches to its sessions.
+trait Attach: Durable + Send + Sync + 'static {
+    fn attach_to(self: &Arc<Self>, s: &Arc<SessionInner>) -> Result<()>;
+    /// Undoes an attach that raced the application's resign/leave or the coordinator's close.
+    fn detach_from(self: &Arc<Self>, s: &Arc<SessionInner>);
+    fn registry(st: &mut Sessions) -> &mut state::Registry<Self>
+    where
+        Self: Sized;
+    fn describe(&self) -> String;
+}
+
+impl Attach for ElectionShared {
+    fn attach_to(self: &Arc<Self>, s: &Arc<SessionInner>) -> Result<()> {
+        s.attach_campaign(self)
+    }
+    fn detach_from(self: &Arc<Self>, s: &Arc<SessionInner>) {
+        s.detach_campaign(self);
+    }
+    fn registry(st: &mut Sessions) -> &mut state::Registry<Self> {
+        &mut st.elections
+    }
+    fn describe(&self) -> String {
+        format!("the campaign for '{}'", self.name())
+    }
+}
+
+impl Attach for MembershipShared {
+    fn attach_to(self: &Arc<Self>, s: &Arc<SessionInner>) -> Result<()> {
+        s.attach_membership(self)
+    }
+    fn detach_from(self: &Arc<Self>, s: &Arc<SessionInner>) {
+        s.detach_membership(self);
+    }
+    fn registry(st: &mut Sessions) -> &mut state::Registry<Self> {
+        &mut st.memberships
+    }
+    fn describe(&self) -> String {
+        format!("the membership of '{}'", self.group())
+    }
+}
+
 struct CoordInner {
     backend: Arc<dyn LeaseBackend>,
     options: SessionOptions,
-    current: Mutex<Option<Arc<SessionInner>>>,
-    elections: Mutex<Vec<Weak<ElectionShared>>>,
-    memberships: Mutex<Vec<Weak<MembershipShared>>>,
+    /// The one lock: every decision about sessions and re-attaches is one call on it.
+    state: Mutex<Sessions>,
     subscribers: Mutex<Vec<Sender<CoordinatorEvent>>>,
-    stop_tx: Mutex<Option<Sender<()>>>,
+    /// Wakes the supervisor (a re-attach handed over, or the coordinator closed).
+    wake: Sender<()>,
+    /// Dropped by the supervisor when it exits.
+    exited: Receiver<()>,
 }
 
 impl CoordInner {
@@ -84,28 +146,92 @@ impl CoordInner {
     }
 
     fn current(&self) -> Result<Arc<SessionInner>> {
-        self.current.lock().clone().ok_or_else(|| {
+        self.state.lock().session().map(|(s, _)| s).map_err(no_session)
+    }
+
+    /// Attaches `item` to the session of `generation` and performs the verdict. `Ok` when the
+    /// item is attached or handed to the supervisor.
+    fn attach<T: Attach>(&self, item: &Arc<T>, s: &Arc<SessionInner>, generation: u64, retry: bool) -> Result<()> {
+        let r = item.attach_to(s);
+        let outcome = match &r {
+            Ok(()) => Outcome::Attached,
+            Err(e) if s.state() != crate::SessionState::Active => {
+                log::debug!("coordinator: {} missed session {}: {e}", item.describe(), s.id);
+                Outcome::SessionGone
+            }
+            Err(_) => Outcome::Failed,
+        };
+        let verdict = {
+            let mut st = self.state.lock();
+            let (current, closed) = (st.current_generation(), st.is_closed());
+            T::registry(&mut st).end(item, generation, current, closed, outcome, retry)
+        };
+        match verdict {
+            Verdict::Done => Ok(()),
+            Verdict::Retry => {
+                if let Err(e) = &r {
+                    log::warn!("coordinator: {} failed on session {}, retrying: {e}", item.describe(), s.id);
+                }
+                // The application's attach hands over at once; the supervisor's own retries wait
+                // for its next pass (a backend that keeps failing is not hammered).
+                if !retry {
+                    let _ = self.wake.send(());
+                }
+                Ok(())
+            }
+            Verdict::Detach => {
+                item.detach_from(s);
+                if self.state.lock().is_closed() {
+                    Err(closed_error())
+                } else {
+                    Ok(())
+                }
+            }
+            Verdict::Dropped => match r {
+                Err(e) => Err(e),
+                Ok(()) => Err(closed_error()),
+            },
+        }
+    }
+
+    /// The application's own durable attach (campaign, join).
+    fn attach_new<T: Attach>(&self, item: &Arc<T>) -> Result<()> {
+        let (s, generation) = {
+            let mut st = self.state.lock();
+            let (s, g) = st.session().map_err(no_session)?;
+            T::registry(&mut st).begin(item, g);
+            (s, g)
+        };
+        self.attach(item, &s, generation, false)
+    }
+
+    /// Re-attaches a plan to the session of `generation` (on the supervisor).
+    fn reattach<T: Attach>(&self, plan: Vec<Arc<T>>, s: &Arc<SessionInner>, generation: u64) {
+        for item in plan {
+            if let Err(e) = self.attach(&item, s, generation, true) {
+                log::debug!("coordinator: {} not re-attached: {e}", item.describe());
+            }
+        }
+    }
+}
+
+fn no_session(why: NoSession) -> Error {
+    match why {
+        NoSession::Closed => closed_error(),
+        NoSession::Replacing => {
             Error::new(ErrorKind::Unavailable, "the coordinator's session expired and is being replaced")
-        })
+        }
     }
+}
 
-    fn live_elections(&self) -> Vec<Arc<ElectionShared>> {
-        let mut list = self.elections.lock();
-        list.retain(|w| w.upgrade().is_some_and(|e| !e.is_resigned()));
-        list.iter().filter_map(Weak::upgrade).collect()
-    }
-
-    fn live_memberships(&self) -> Vec<Arc<MembershipShared>> {
-        let mut list = self.memberships.lock();
-        list.retain(|w| w.upgrade().is_some_and(|m| !m.is_left()));
-        list.iter().filter_map(Weak::upgrade).filter(|m| m.is_durable()).collect()
-    }
+fn closed_error() -> Error {
+    Error::new(ErrorKind::Closed, "the coordinator is closed")
 }
 
 /// Owns a backend, session options and a self-healing current session. See the module docs.
 ///
-/// Dropping the coordinator closes its session in the background; [`close`](Coordinator::close)
-/// waits for it.
+/// Dropping the coordinator closes its session in the background (and a replacement being
+/// opened, as soon as it is); [`close`](Coordinator::close) waits for both.
 pub struct Coordinator {
     inner: Arc<CoordInner>,
 }
@@ -119,6 +245,11 @@ impl fmt::Debug for Coordinator {
     }
 }
 
+/// `start + timeout`, or `None` (forever) when that is past what an `Instant` can hold.
+fn deadline_after(timeout: Duration) -> Option<Instant> {
+    Instant::now().checked_add(timeout)
+}
+
 impl Coordinator {
     /// Opens the first session and starts the supervisor thread.
     ///
@@ -128,21 +259,26 @@ impl Coordinator {
         let first = SessionInner::open(backend.clone(), options.clone())?;
         let events = first.subscribe();
         let first_id = first.id.clone();
-        let (stop_tx, stop_rx) = crossbeam_channel::bounded::<()>(0);
+        let first_id_for_thread = first_id.clone();
+        let (wake_tx, wake_rx) = unbounded::<()>();
+        let (exited_tx, exited_rx) = crossbeam_channel::bounded::<()>(0);
         let inner = Arc::new(CoordInner {
             backend,
             options,
-            current: Mutex::new(Some(first)),
-            elections: Mutex::new(Vec::new()),
-            memberships: Mutex::new(Vec::new()),
+            state: Mutex::new(State::new(first.clone())),
             subscribers: Mutex::new(Vec::new()),
-            stop_tx: Mutex::new(Some(stop_tx)),
+            wake: wake_tx,
+            exited: exited_rx,
         });
         let weak = Arc::downgrade(&inner);
-        thread::Builder::new()
-            .name("simba-coordinator".into())
-            .spawn(move || supervise(weak, events, stop_rx))
-            .map_err(|e| Error::new(ErrorKind::Unavailable, "cannot start the coordinator thread").with_source(e))?;
+        let spawned = thread::Builder::new().name("simba-coordinator".into()).spawn(move || {
+            supervise(weak, (first_id_for_thread, events), wake_rx);
+            drop(exited_tx);
+        });
+        if let Err(e) = spawned {
+            let _ = first.close_and_wait();
+            return Err(Error::new(ErrorKind::Unavailable, "cannot start the coordinator thread").with_source(e));
+        }
         log::info!("coordinator started with session {first_id}");
         Ok(Coordinator { inner })
     }
@@ -165,67 +301,80 @@ impl Coordinator {
 
     /// The current session's id (`None` while a replacement is being opened).
     pub fn session_id(&self) -> Option<SessionId> {
-        self.inner.current.lock().as_ref().map(|s| s.id.clone())
+        self.inner.state.lock().current().map(|s| s.id.clone())
     }
 
     /// Campaigns for `name` durably: the election carries on across session expiry (with a new,
-    /// larger token after a re-election).
+    /// larger token after a re-election). When the session expires during the call, the
+    /// election goes to the replacement session like every other durable election.
     ///
     /// # Errors
-    /// `InvalidName`; `Unavailable` while the session is being replaced; `AlreadyHeld`.
+    /// `InvalidName`; `Unavailable` while the session is being replaced; `AlreadyHeld`;
+    /// `Closed` after [`close`](Coordinator::close).
     pub fn campaign(&self, name: impl IntoName) -> Result<Election> {
         let name = name.into_name()?;
-        let session = self.inner.current()?;
         let shared = ElectionShared::new(name, self.inner.backend.clone(), self.inner.options.query_timeout(), true);
-        session.attach_campaign(&shared)?;
-        self.inner.elections.lock().push(Arc::downgrade(&shared));
+        self.inner.attach_new(&shared)?;
         Ok(Election::new(shared))
     }
 
-    /// Joins `group` durably: the membership is re-created on every replacement session.
+    /// Joins `group` durably: the membership is re-created on every replacement session. When
+    /// the session expires during the call, the membership goes to the replacement session.
     ///
     /// # Errors
     /// `InvalidName`; `Unavailable` while the session is being replaced; `AlreadyHeld`; the
-    /// backend's error.
+    /// backend's error; `Closed` after [`close`](Coordinator::close).
     pub fn join(&self, group: impl IntoName) -> Result<Membership> {
         let group = group.into_name()?;
-        let session = self.inner.current()?;
         let shared = MembershipShared::new(group, true);
-        session.attach_membership(&shared)?;
-        self.inner.memberships.lock().push(Arc::downgrade(&shared));
+        self.inner.attach_new(&shared)?;
         Ok(Membership::new(shared))
     }
 
-    /// Takes a lease on the current session (leases end with their session; see
-    /// [`Session::lock`](crate::Session::lock)).
+    /// Takes a lease on the current session, waiting as long as it takes (leases end with
+    /// their session; see [`Session::lock`](crate::Session::lock)).
     ///
     /// # Errors
-    /// As [`Session::lock`](crate::Session::lock), plus `Unavailable` while the session is being replaced.
+    /// As [`Session::lock`](crate::Session::lock), plus `Unavailable` while the session is being
+    /// replaced and `Closed` after [`close`](Coordinator::close).
     pub fn lock(&self, name: impl IntoName) -> Result<Lease> {
         let name = name.into_name()?;
-        let s = self.inner.current()?;
-        s.lock_until(&name, None)?.ok_or_else(|| Error::new(ErrorKind::Timeout, format!("lock '{name}' gave up")))
+        self.inner
+            .current()?
+            .lock_until(&name, None)?
+            .ok_or_else(|| Error::new(ErrorKind::Timeout, format!("lock '{name}' gave up")))
     }
 
-    /// One attempt to take a lease on the current session.
+    /// One attempt to take a lease on the current session: `Ok(None)` when another live
+    /// session holds it.
     ///
     /// # Errors
-    /// As [`Session::try_lock`](crate::Session::try_lock).
+    /// As [`Session::try_lock`](crate::Session::try_lock), plus those of [`lock`](Coordinator::lock).
     pub fn try_lock(&self, name: impl IntoName) -> Result<Option<Lease>> {
         let name = name.into_name()?;
         let s = self.inner.current()?;
-        let deadline = Instant::now() + self.inner.options.query_timeout();
+        let deadline = deadline_after(self.inner.options.query_timeout())
+            .ok_or_else(|| Error::config("the query timeout is past what an Instant can hold"))?;
         s.attempt_lock(&name, deadline)
     }
 
-    /// Takes a lease on the current session, giving up after `timeout`.
+    /// Takes a lease on the current session, giving up after `timeout` with `Ok(None)`
+    /// (`Duration::MAX` waits forever).
     ///
     /// # Errors
-    /// As [`Session::lock_timeout`](crate::Session::lock_timeout).
+    /// As [`lock`](Coordinator::lock).
     pub fn lock_timeout(&self, name: impl IntoName, timeout: Duration) -> Result<Option<Lease>> {
         let name = name.into_name()?;
-        let s = self.inner.current()?;
-        s.lock_until(&name, Some(Instant::now() + timeout))
+        self.inner.current()?.lock_until(&name, deadline_after(timeout))
+    }
+
+    /// Takes a lease on the current session, giving up at `deadline` with `Ok(None)`.
+    ///
+    /// # Errors
+    /// As [`lock`](Coordinator::lock).
+    pub fn lock_deadline(&self, name: impl IntoName, deadline: Instant) -> Result<Option<Lease>> {
+        let name = name.into_name()?;
+        self.inner.current()?.lock_until(&name, Some(deadline))
     }
 
     /// The current leader of `name`.
@@ -255,56 +404,71 @@ impl Coordinator {
         Ok(group::watch(self.inner.backend.clone(), group, self.inner.options.clone(), None))
     }
 
-    /// Stops the supervisor and closes the current session (waiting up to the query timeout).
+    /// Stops the supervisor and closes the current session. A replacement session being
+    /// opened meanwhile is closed as soon as its open returns, and `close` waits for that too:
+    /// up to the query timeout for the close, plus up to twice the query timeout for a
+    /// replacement in flight.
     ///
     /// # Errors
-    /// As [`Session::close`](crate::Session::close).
+    /// As [`Session::close`](crate::Session::close); `Timeout` when the supervisor did not
+    /// finish a replacement in time (it closes the session it opens anyway).
     pub fn close(self) -> Result<()> {
-        self.inner.stop_tx.lock().take();
-        let current = self.inner.current.lock().take();
-        match current {
+        let current = self.inner.state.lock().close();
+        let _ = self.inner.wake.send(());
+        let r = match current {
             Some(s) => s.close_and_wait(),
             None => Ok(()),
+        };
+        let wait = self.inner.options.query_timeout().saturating_mul(2);
+        match self.inner.exited.recv_timeout(wait) {
+            Err(crossbeam_channel::RecvTimeoutError::Timeout) => r.and(Err(Error::new(
+                ErrorKind::Timeout,
+                format!("the coordinator's supervisor did not finish a session replacement within {wait:?}"),
+            ))),
+            _ => r,
         }
     }
 }
 
 impl Drop for Coordinator {
     fn drop(&mut self) {
-        self.inner.stop_tx.lock().take();
-        if let Some(s) = self.inner.current.lock().take() {
+        let current = self.inner.state.lock().close();
+        let _ = self.inner.wake.send(());
+        if let Some(s) = current {
             s.close_in_background();
         }
     }
 }
 
-fn supervise(weak: Weak<CoordInner>, first: Receiver<SessionEvent>, stop: Receiver<()>) {
+fn supervise(weak: Weak<CoordInner>, first: (SessionId, Receiver<SessionEvent>), wake: Receiver<()>) {
     let never = crossbeam_channel::never();
-    // `events` is `None` while there is no current session (a replacement is being opened).
-    let mut events = Some(first);
+    // `events` is `None` while there is no current session (a replacement is being opened);
+    // `watched` is the session they come from.
+    let (first_id, first_rx) = first;
+    let mut watched = Some(first_id);
+    let mut events = Some(first_rx);
     let mut lost: Option<(SessionId, Instant)> = None;
-    let mut pending_joins: Vec<Arc<MembershipShared>> = Vec::new();
     loop {
         let Some(coord) = weak.upgrade() else { return };
+        if coord.state.lock().is_closed() {
+            return;
+        }
         if events.is_none() {
             match SessionInner::open(coord.backend.clone(), coord.options.clone()) {
                 Ok(new) => {
-                    events = Some(new.subscribe());
-                    *coord.current.lock() = Some(new.clone());
+                    let rx = new.subscribe();
+                    let installed = coord.state.lock().install(new.clone());
+                    let Ok((generation, elections, memberships)) = installed else {
+                        // Closed while opening: the session must not outlive the coordinator.
+                        log::debug!("coordinator: closed while opening session {}; closing it", new.id);
+                        let _ = new.close_and_wait();
+                        return;
+                    };
+                    events = Some(rx);
+                    watched = Some(new.id.clone());
                     coord.emit(CoordinatorEvent::SessionOpened { session: new.id.clone() });
-                    for e in coord.live_elections() {
-                        if let Err(err) = new.attach_campaign(&e) {
-                            log::warn!("coordinator: cannot re-campaign for '{}': {err}", e.name());
-                        }
-                    }
-                    pending_joins = coord.live_memberships();
-                    pending_joins.retain(|m| match new.attach_membership(m) {
-                        Ok(()) => false,
-                        Err(err) => {
-                            log::warn!("coordinator: cannot re-join '{}', will retry: {err}", m.group());
-                            true
-                        }
-                    });
+                    coord.reattach(elections, &new, generation);
+                    coord.reattach(memberships, &new, generation);
                     if let Some((old, at)) = lost.take() {
                         log::info!("coordinator: session {old} replaced by {}", new.id);
                         coord.emit(CoordinatorEvent::Recovered { old, new: new.id.clone(), gap: at.elapsed() });
@@ -312,9 +476,21 @@ fn supervise(weak: Weak<CoordInner>, first: Receiver<SessionEvent>, stop: Receiv
                 }
                 Err(e) => coord.emit(CoordinatorEvent::OpenFailed { error: crate::error::display_chain(&e) }),
             }
-        } else if !pending_joins.is_empty() {
-            if let Ok(s) = coord.current() {
-                pending_joins.retain(|m| !m.is_left() && s.attach_membership(m).is_err());
+        } else {
+            // Hand-overs and retries, and items the application ended after their re-attach.
+            let due = {
+                let mut st = coord.state.lock();
+                st.session().ok().map(|(s, g)| {
+                    let plan = (st.elections.plan(g, true), st.memberships.plan(g, true));
+                    let ended = (st.elections.ended_on(g), st.memberships.ended_on(g));
+                    (s, g, plan, ended)
+                })
+            };
+            if let Some((s, g, (elections, memberships), (ended_e, ended_m))) = due {
+                coord.reattach(elections, &s, g);
+                coord.reattach(memberships, &s, g);
+                ended_e.iter().for_each(|e| e.detach_from(&s));
+                ended_m.iter().for_each(|m| m.detach_from(&s));
             }
         }
         let wait = coord.options.retry_interval() + jitter(coord.options.renew_interval() / 4);
@@ -324,7 +500,10 @@ fn supervise(weak: Weak<CoordInner>, first: Receiver<SessionEvent>, stop: Receiv
             recv(rx) -> ev => match ev {
                 Ok(SessionEvent::Expired) => {
                     let Some(coord) = weak.upgrade() else { return };
-                    let old = coord.current.lock().take();
+                    // The events are those of the current session (installed with them) unless
+                    // close() took it already.
+                    let id = watched.take();
+                    let old = coord.state.lock().lost(|s| Some(&s.id) == id.as_ref());
                     if let Some(old) = old {
                         log::warn!("coordinator: session {} expired; opening a replacement", old.id);
                         coord.emit(CoordinatorEvent::SessionLost { session: old.id.clone() });
@@ -332,7 +511,10 @@ fn supervise(weak: Weak<CoordInner>, first: Receiver<SessionEvent>, stop: Receiv
                     }
                     events = None;
                 }
-                Ok(SessionEvent::Closed) | Err(_) => return,
+                Ok(SessionEvent::Closed) | Err(_) => {
+                    // Closed by `close()`/drop (or every sender gone): nothing left to supervise.
+                    return;
+                }
                 Ok(SessionEvent::MembershipLost { group }) => {
                     forward(&weak, |session| CoordinatorEvent::MembershipLost { session, group });
                 }
@@ -341,7 +523,7 @@ fn supervise(weak: Weak<CoordInner>, first: Receiver<SessionEvent>, stop: Receiv
                 }
                 Ok(_) => {}
             },
-            recv(stop) -> _ => return,
+            recv(wake) -> m => if m.is_err() { return },
             default(wait) => {}
         }
     }
@@ -350,7 +532,7 @@ fn supervise(weak: Weak<CoordInner>, first: Receiver<SessionEvent>, stop: Receiv
 /// Emits an event about the current session (none while it is being replaced).
 fn forward(weak: &Weak<CoordInner>, make: impl FnOnce(SessionId) -> CoordinatorEvent) {
     let Some(coord) = weak.upgrade() else { return };
-    let session = coord.current.lock().as_ref().map(|s| s.id.clone());
+    let session = coord.state.lock().current().map(|s| s.id.clone());
     if let Some(session) = session {
         coord.emit(make(session));
     }

@@ -4,95 +4,210 @@
 //! against a paused server, which has no read timeout) then costs a parked worker thread, never a
 //! missed deadline.
 //!
-//! Workers are pooled: an idle worker is reused, a new one is started when none is idle, and a
-//! worker idle for a while exits.
+//! Workers are pooled and **bounded**: an idle worker is reused, a new one is started while fewer
+//! than the limit run, and a worker idle for a while exits. The limit is the process's (the pool
+//! is shared by every session): the largest
+//! [`worker_threads`](crate::options::SessionOptionsBuilder::worker_threads) of the sessions
+//! opened so far, [`DEFAULT_WORKER_THREADS`] before any. When every worker is busy (a backend
+//! that hangs parks one per call):
+//! - a call somebody waits for ([`call_until`]: user calls, opening a session) fails at once
+//!   with `Unavailable`, saying so — it would only wait for its deadline;
+//! - a call nobody waits for ([`spawn`]: keep-alives, campaign attempts, background releases and
+//!   leaves) is queued and runs when a worker is free. It is never dropped: the engine counts it
+//!   in flight until it returns. Loss detection does not wait for it (the renewal thread's timer
+//!   expires leases and the session at the local deadline).
+//!
+//! A worker thread that cannot be started leaves its job queued (never dropped) for the next
+//! worker; a waited-for call fails at once with `Unavailable` instead.
 
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::LazyLock;
+use std::sync::{Arc, LazyLock};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{bounded, unbounded, Receiver, RecvTimeoutError, Sender};
-use parking_lot::Mutex;
+use crossbeam_channel::bounded;
+use parking_lot::{Condvar, Mutex};
+
+use crate::error::{Error, ErrorKind, Result};
+use crate::options::DEFAULT_WORKER_THREADS;
 
 type Job = Box<dyn FnOnce() + Send + 'static>;
 
-struct Pool {
-    tx: Sender<Job>,
-    rx: Receiver<Job>,
-    /// Workers waiting for a job and not yet reserved by a submitter.
-    idle: AtomicUsize,
+/// Starts a worker thread running `run`; replaced in tests to make it fail.
+type Starter = fn(Box<dyn FnOnce() + Send + 'static>) -> std::io::Result<()>;
+
+fn start_thread(run: Box<dyn FnOnce() + Send + 'static>) -> std::io::Result<()> {
+    thread::Builder::new().name("simba-call".into()).spawn(run).map(|_| ())
 }
 
-static POOL: LazyLock<Pool> = LazyLock::new(|| {
-    let (tx, rx) = unbounded();
-    Pool { tx, rx, idle: AtomicUsize::new(0) }
-});
+#[derive(Default)]
+struct PoolState {
+    /// Jobs not yet taken by a worker, with their submission number.
+    queue: VecDeque<(u64, Job)>,
+    next_id: u64,
+    /// Worker threads alive (busy or idle), counting those being started.
+    workers: usize,
+    /// Workers waiting for a job.
+    idle: usize,
+}
 
-const IDLE_EXIT: Duration = Duration::from_secs(30);
+struct Pool {
+    st: Mutex<PoolState>,
+    cond: Condvar,
+    /// The largest limit asked for (0: none yet, the default applies).
+    limit: AtomicUsize,
+    idle_exit: Duration,
+    start: Starter,
+}
 
-fn worker(first: Job) {
-    first();
-    let pool = &*POOL;
-    loop {
-        pool.idle.fetch_add(1, Ordering::AcqRel);
+static POOL: LazyLock<Arc<Pool>> = LazyLock::new(|| Pool::new(Duration::from_secs(30), start_thread));
+
+/// How a submission may end when every worker is busy.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum WhenFull {
+    /// Queue the job (nobody waits for it; it must not be lost).
+    Queue,
+    /// Refuse it (its caller would only wait for its deadline).
+    Refuse,
+}
+
+/// Why a job was refused.
+enum Refused {
+    Exhausted(usize),
+    CannotStart(std::io::Error),
+}
+
+impl Pool {
+    fn new(idle_exit: Duration, start: Starter) -> Arc<Pool> {
+        Arc::new(Pool {
+            st: Mutex::new(PoolState::default()),
+            cond: Condvar::new(),
+            limit: AtomicUsize::new(0),
+            idle_exit,
+            start,
+        })
+    }
+
+    fn limit(&self) -> usize {
+        match self.limit.load(Ordering::Acquire) {
+            0 => DEFAULT_WORKER_THREADS,
+            n => n,
+        }
+    }
+
+    fn submit(self: &Arc<Self>, job: Job, when_full: WhenFull) -> std::result::Result<(), (Job, Refused)> {
+        let mut st = self.st.lock();
+        let id = st.next_id;
+        st.next_id += 1;
+        if st.idle > st.queue.len() {
+            st.queue.push_back((id, job));
+            self.cond.notify_one();
+            return Ok(());
+        }
+        let limit = self.limit();
+        if st.workers >= limit {
+            if when_full == WhenFull::Refuse {
+                return Err((job, Refused::Exhausted(limit)));
+            }
+            st.queue.push_back((id, job));
+            return Ok(());
+        }
+        // Queued before its worker starts (no other submission can take that worker): if the
+        // thread cannot start, the job waits for the next worker, or is refused.
+        st.workers += 1;
+        st.queue.push_back((id, job));
+        drop(st);
+        let Err(e) = self.start_worker() else { return Ok(()) };
+        if when_full == WhenFull::Queue {
+            log::error!("cannot start a simba worker thread (the call waits for a free worker): {e}");
+            return Ok(());
+        }
+        let mut st = self.st.lock();
+        let ours = st.queue.iter().position(|(i, _)| *i == id).and_then(|at| st.queue.remove(at));
+        match ours {
+            Some((_, job)) => Err((job, Refused::CannotStart(e))),
+            // A worker that finished its job took it meanwhile: it runs.
+            None => Ok(()),
+        }
+    }
+
+    /// Starts one worker (already counted in `workers`); uncounts it when it cannot start.
+    fn start_worker(self: &Arc<Self>) -> std::io::Result<()> {
+        let pool = self.clone();
+        let r = (self.start)(Box::new(move || pool.work()));
+        if r.is_err() {
+            self.st.lock().workers -= 1;
+        }
+        r
+    }
+
+    fn work(&self) {
+        let mut st = self.st.lock();
         loop {
-            match pool.rx.recv_timeout(IDLE_EXIT) {
-                Ok(job) => {
-                    job();
-                    break;
-                }
-                Err(RecvTimeoutError::Timeout) => {
-                    // Leave only if nobody reserved this worker meanwhile.
-                    let left = pool.idle.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1));
-                    if left.is_ok() {
-                        return;
-                    }
-                }
-                Err(RecvTimeoutError::Disconnected) => return,
+            if let Some((_, job)) = st.queue.pop_front() {
+                drop(st);
+                job();
+                st = self.st.lock();
+                continue;
+            }
+            st.idle += 1;
+            let timed_out = self.cond.wait_for(&mut st, self.idle_exit).timed_out();
+            st.idle -= 1;
+            if timed_out && st.queue.is_empty() {
+                st.workers -= 1;
+                return;
             }
         }
     }
+
+    /// `(workers, idle, queued)`.
+    #[cfg(test)]
+    fn counts(&self) -> (usize, usize, usize) {
+        let st = self.st.lock();
+        (st.workers, st.idle, st.queue.len())
+    }
 }
 
-/// Runs `job` on a pooled worker thread, without waiting.
+/// Raises the process's worker limit to at least `n` (a session opened with
+/// `worker_threads(n)`).
+pub(crate) fn admit(n: usize) {
+    POOL.limit.fetch_max(n, Ordering::AcqRel);
+}
+
+/// Runs `job` on a pooled worker thread, without waiting; queued while every worker is busy.
 pub(crate) fn spawn(job: impl FnOnce() + Send + 'static) {
-    let pool = &*POOL;
-    let reserved = pool.idle.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1)).is_ok();
-    let job: Job = Box::new(job);
-    if reserved {
-        if let Err(e) = pool.tx.send(job) {
-            // Cannot happen (the pool owns both ends); run the job on a fresh thread anyway.
-            start_worker(e.into_inner());
-        }
-    } else {
-        start_worker(job);
-    }
-}
-
-fn start_worker(job: Job) {
-    let spawned = thread::Builder::new().name("simba-call".into()).spawn(move || worker(job));
-    if let Err(e) = spawned {
-        log::error!("cannot start a simba worker thread: {e}");
-    }
+    // `Queue` never refuses.
+    let _ = POOL.submit(Box::new(job), WhenFull::Queue);
 }
 
 /// Runs `f` on a worker and waits for its result until `deadline`.
 ///
 /// Returns `None` when the deadline passed first; the call then goes on in its worker and its
-/// result is handed to `late` (e.g. to undo an acquire nobody waits for any more).
-pub(crate) fn call_until<T, F, L>(deadline: Instant, f: F, late: L) -> Option<T>
+/// result is handed to `late` (e.g. to undo an acquire nobody waits for any more). Returns
+/// `Some(Err(Unavailable))` at once, without running `f`, when every worker is busy or no worker
+/// thread can be started.
+pub(crate) fn call_until<T, F, L>(deadline: Instant, f: F, late: L) -> Option<Result<T>>
 where
     T: Send + 'static,
-    F: FnOnce() -> T + Send + 'static,
-    L: FnOnce(T) + Send + 'static,
+    F: FnOnce() -> Result<T> + Send + 'static,
+    L: FnOnce(Result<T>) + Send + 'static,
 {
-    let (tx, rx) = bounded::<T>(1);
+    call_until_on(&POOL, deadline, f, late)
+}
+
+fn call_until_on<T, F, L>(pool: &Arc<Pool>, deadline: Instant, f: F, late: L) -> Option<Result<T>>
+where
+    T: Send + 'static,
+    F: FnOnce() -> Result<T> + Send + 'static,
+    L: FnOnce(Result<T>) + Send + 'static,
+{
+    let (tx, rx) = bounded::<Result<T>>(1);
     // `waiting` is true while the caller still waits; the worker checks it under the same lock it
     // uses to hand the result over, so a result is either delivered or passed to `late`, never lost.
-    let slot = std::sync::Arc::new(Mutex::new(true));
+    let slot = Arc::new(Mutex::new(true));
     let worker_slot = slot.clone();
-    spawn(move || {
+    let job: Job = Box::new(move || {
         let value = f();
         let guard = worker_slot.lock();
         if *guard {
@@ -106,6 +221,21 @@ where
             late(value);
         }
     });
+    if let Err((_, why)) = pool.submit(job, WhenFull::Refuse) {
+        return Some(Err(match why {
+            Refused::Exhausted(n) => Error::new(
+                ErrorKind::Unavailable,
+                format!(
+                    "the worker pool is exhausted: all {n} worker threads are busy with backend calls that have not \
+                     returned (a hanging backend parks one per call); raise SessionOptions::worker_threads \
+                     (SIMBA_WORKER_THREADS) or use a backend that bounds its own calls"
+                ),
+            ),
+            Refused::CannotStart(e) => {
+                Error::new(ErrorKind::Unavailable, "cannot start a worker thread for the backend call").with_source(e)
+            }
+        }));
+    }
     match rx.recv_deadline(deadline) {
         Ok(v) => Some(v),
         Err(_) => {
@@ -123,64 +253,171 @@ where
 mod tests {
     use super::*;
     use std::sync::atomic::AtomicBool;
-    use std::sync::Arc;
+
+    fn pool(limit: usize) -> Arc<Pool> {
+        let p = Pool::new(Duration::from_secs(30), start_thread);
+        p.limit.store(limit, Ordering::SeqCst);
+        p
+    }
+
+    /// A gate that hung jobs wait on; opened when dropped.
+    struct Gate {
+        _open_on_drop: crossbeam_channel::Sender<()>,
+        wait: crossbeam_channel::Receiver<()>,
+    }
+
+    impl Gate {
+        fn new() -> Gate {
+            let (tx, rx) = bounded(0);
+            Gate { _open_on_drop: tx, wait: rx }
+        }
+        fn waiter(&self) -> impl FnOnce() + Send + 'static {
+            let rx = self.wait.clone();
+            move || {
+                let _ = rx.recv();
+            }
+        }
+    }
+
+    /// Waits until `cond` holds: the pool's own bookkeeping, reached without any timing assumption.
+    fn until(p: &Pool, cond: impl Fn((usize, usize, usize)) -> bool) {
+        let end = Instant::now() + Duration::from_secs(10);
+        while !cond(p.counts()) {
+            assert!(Instant::now() < end, "pool state {:?}", p.counts());
+            thread::sleep(Duration::from_millis(2));
+        }
+    }
 
     #[test]
     fn returns_result_in_time() {
-        let r = call_until(Instant::now() + Duration::from_secs(5), || 42, |_| {});
-        assert_eq!(r, Some(42));
+        let r = call_until(Instant::now() + Duration::from_secs(5), || Ok(42), |_| {});
+        assert_eq!(r.map(|r| r.unwrap()), Some(42));
     }
 
     #[test]
     fn abandons_a_hung_call_and_hands_its_late_result_over() {
+        let p = pool(4);
         let (release_tx, release_rx) = bounded::<()>(0);
         let late_seen = Arc::new(AtomicBool::new(false));
         let seen = late_seen.clone();
         let start = Instant::now();
-        let r = call_until(
+        let r = call_until_on(
+            &p,
             start + Duration::from_millis(50),
             move || {
                 let _ = release_rx.recv();
-                7
+                Ok(7)
             },
             move |v| {
-                assert_eq!(v, 7);
+                assert_eq!(v.unwrap(), 7);
                 seen.store(true, Ordering::SeqCst);
             },
         );
-        assert_eq!(r, None);
+        assert!(r.is_none());
         assert!(!late_seen.load(Ordering::SeqCst));
         drop(release_tx);
-        let until = Instant::now() + Duration::from_secs(10);
-        while !late_seen.load(Ordering::SeqCst) && Instant::now() < until {
-            thread::sleep(Duration::from_millis(5));
-        }
+        until(&p, |(_, idle, _)| idle == 1);
         assert!(late_seen.load(Ordering::SeqCst));
     }
 
     #[test]
-    fn many_concurrent_calls_each_get_a_worker() {
-        let (gate_tx, gate_rx) = bounded::<()>(0);
+    fn concurrent_calls_each_get_a_worker_up_to_the_limit() {
+        let p = pool(8);
+        let gate = Gate::new();
         let results: Vec<_> = (0..8)
             .map(|i| {
-                let rx = gate_rx.clone();
+                let (p, wait) = (p.clone(), gate.waiter());
                 thread::spawn(move || {
-                    call_until(
+                    call_until_on(
+                        &p,
                         Instant::now() + Duration::from_secs(10),
                         move || {
-                            let _ = rx.recv();
-                            i
+                            wait();
+                            Ok(i)
                         },
                         |_| {},
                     )
                 })
             })
             .collect();
-        thread::sleep(Duration::from_millis(50));
-        drop(gate_tx);
-        drop(gate_rx);
-        let mut got: Vec<_> = results.into_iter().map(|h| h.join().unwrap().unwrap()).collect();
+        until(&p, |(workers, idle, queued)| workers == 8 && idle == 0 && queued == 0);
+        drop(gate);
+        let mut got: Vec<_> = results.into_iter().map(|h| h.join().unwrap().unwrap().unwrap()).collect();
         got.sort();
         assert_eq!(got, (0..8).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn an_exhausted_pool_refuses_waited_calls_at_once_and_queues_the_others() {
+        let p = pool(2);
+        let gate = Gate::new();
+        for _ in 0..2 {
+            let wait = gate.waiter();
+            let hung = move || {
+                wait();
+                Ok(())
+            };
+            assert!(call_until_on(&p, Instant::now(), hung, |_| {}).is_none());
+        }
+        until(&p, |(workers, idle, queued)| workers == 2 && idle == 0 && queued == 0);
+        let refused = call_until_on(&p, Instant::now() + Duration::from_secs(60), || Ok(()), |_| {});
+        let err = refused.expect("refused at once").unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Unavailable);
+        assert!(err.to_string().contains("worker pool is exhausted: all 2 worker threads"), "{err}");
+        assert!(err.to_string().contains("worker_threads"), "{err}");
+        // A call nobody waits for is queued, not dropped and not given a third thread.
+        let ran = Arc::new(AtomicBool::new(false));
+        let r = ran.clone();
+        p.submit(Box::new(move || r.store(true, Ordering::SeqCst)), WhenFull::Queue).ok().unwrap();
+        assert_eq!(p.counts(), (2, 0, 1));
+        drop(gate);
+        until(&p, |(workers, idle, queued)| workers == 2 && idle == 2 && queued == 0);
+        assert!(ran.load(Ordering::SeqCst));
+    }
+
+    #[test]
+    fn a_job_whose_thread_cannot_start_stays_queued_for_the_next_worker() {
+        fn fail(_: Box<dyn FnOnce() + Send + 'static>) -> std::io::Result<()> {
+            Err(std::io::Error::other("no threads left"))
+        }
+        let failing = Pool::new(Duration::from_secs(30), fail);
+        let ran = Arc::new(AtomicBool::new(false));
+        let r = ran.clone();
+        failing.submit(Box::new(move || r.store(true, Ordering::SeqCst)), WhenFull::Queue).ok().unwrap();
+        // Not dropped (its pending count would leak), not counted as a worker.
+        assert_eq!(failing.counts(), (0, 0, 1));
+        let refused = call_until_on(&failing, Instant::now() + Duration::from_secs(60), || Ok(()), |_| {});
+        let err = refused.expect("refused at once").unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Unavailable);
+        assert_eq!(failing.counts(), (0, 0, 1));
+        // A worker that starts later runs it.
+        let p = Arc::new(Pool {
+            st: Mutex::new(std::mem::take(&mut *failing.st.lock())),
+            cond: Condvar::new(),
+            limit: AtomicUsize::new(1),
+            idle_exit: Duration::from_secs(30),
+            start: start_thread,
+        });
+        p.submit(Box::new(|| {}), WhenFull::Queue).ok().unwrap();
+        until(&p, |(_, idle, queued)| idle == 1 && queued == 0);
+        assert!(ran.load(Ordering::SeqCst));
+    }
+
+    #[test]
+    fn idle_workers_exit_and_the_pool_starts_new_ones() {
+        let p = Pool::new(Duration::from_millis(20), start_thread);
+        p.limit.store(2, Ordering::SeqCst);
+        assert_eq!(call_until_on(&p, Instant::now() + Duration::from_secs(10), || Ok(1), |_| {}).unwrap().unwrap(), 1);
+        until(&p, |(workers, _, _)| workers == 0);
+        assert_eq!(call_until_on(&p, Instant::now() + Duration::from_secs(10), || Ok(2), |_| {}).unwrap().unwrap(), 2);
+    }
+
+    #[test]
+    fn the_limit_is_the_largest_asked_for() {
+        let p = pool(0);
+        assert_eq!(p.limit(), DEFAULT_WORKER_THREADS);
+        p.limit.fetch_max(3, Ordering::SeqCst);
+        p.limit.fetch_max(2, Ordering::SeqCst);
+        assert_eq!(p.limit(), 3);
     }
 }

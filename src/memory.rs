@@ -43,6 +43,14 @@ impl Clock for MonotonicClock {
     }
 }
 
+/// Most watch registrations kept per topic (lease or group). A registration lasts until its
+/// topic next fires, and the backend cannot tell when its receiver is gone (a `lock_timeout`
+/// that returned registered a channel nobody reads), so a waiter looping on a lease that stays
+/// held would add one per call without bound. Past this many, the oldest registration is
+/// dropped: a waiter that still listens on it falls back to polling (every `renew_interval / 2`),
+/// as on a backend without push.
+pub const MAX_WATCHERS_PER_TOPIC: usize = 256;
+
 #[derive(Debug)]
 struct MemSession {
     expires: Duration,
@@ -148,6 +156,12 @@ impl MemoryBackend {
         MemoryBackend { state: Arc::new(Mutex::new(State::default())), clock }
     }
 
+    /// Watch registrations waiting for a notification, over every topic (for leak tests).
+    #[doc(hidden)]
+    pub fn watcher_count(&self) -> usize {
+        self.state.lock().watchers.values().map(Vec::len).sum()
+    }
+
     /// Runs `f` on the swept state, then delivers the notifications it produced (outside the lock).
     fn with_state<T>(&self, f: impl FnOnce(&mut State, Duration, &mut Vec<Notification>) -> T) -> T {
         self.with_swept_state(|st, now, notes, _| f(st, now, notes))
@@ -180,7 +194,7 @@ impl LeaseBackend for MemoryBackend {
     fn open_session(&self, lease_duration: Duration, metadata: &str) -> Result<SessionGrant> {
         self.with_state(|st, now, _| {
             let id = SessionId::random();
-            let expires = now + lease_duration;
+            let expires = now.saturating_add(lease_duration);
             st.sessions.insert(
                 id.clone(),
                 MemSession { expires, metadata: metadata.to_string(), leases: HashSet::new(), groups: HashSet::new() },
@@ -194,7 +208,7 @@ impl LeaseBackend for MemoryBackend {
         self.with_state(|st, now, _| {
             let Some(s) = st.sessions.get_mut(session) else { return Ok(KeepAlive::Expired) };
             let old = s.expires;
-            s.expires = now + lease_duration;
+            s.expires = now.saturating_add(lease_duration);
             let new = s.expires;
             let owned_names: Vec<Name> = s.leases.iter().cloned().collect();
             st.by_expiry.remove(&(old, session.clone()));
@@ -336,6 +350,9 @@ impl LeaseBackend for MemoryBackend {
             }
             let list = st.watchers.entry(topic.clone()).or_default();
             list.retain(|tx| !tx.same_channel(notify));
+            if list.len() >= MAX_WATCHERS_PER_TOPIC {
+                list.remove(0);
+            }
             list.push(notify.clone());
             Ok(true)
         })

@@ -14,6 +14,12 @@ pub const DEFAULT_DRIFT: f64 = 0.01;
 /// Default per-call timeout of backends constructed without configuration (= the default renew interval).
 pub const DEFAULT_QUERY_TIMEOUT: Duration = DEFAULT_RENEW_INTERVAL;
 
+/// Default most worker threads running backend calls at once, process-wide (see
+/// [`SessionOptionsBuilder::worker_threads`]).
+pub const DEFAULT_WORKER_THREADS: usize = 64;
+/// Largest accepted [`SessionOptionsBuilder::worker_threads`].
+pub const MAX_WORKER_THREADS: usize = 4096;
+
 /// How a session is renewed. Build with [`SessionOptions::builder`]; every value is validated by
 /// [`SessionOptionsBuilder::build`].
 #[derive(Debug, Clone, PartialEq)]
@@ -23,6 +29,7 @@ pub struct SessionOptions {
     drift: f64,
     query_timeout: Duration,
     metadata: String,
+    worker_threads: usize,
 }
 
 impl Default for SessionOptions {
@@ -33,6 +40,7 @@ impl Default for SessionOptions {
             drift: DEFAULT_DRIFT,
             query_timeout: DEFAULT_QUERY_TIMEOUT,
             metadata: String::new(),
+            worker_threads: DEFAULT_WORKER_THREADS,
         }
     }
 }
@@ -64,6 +72,11 @@ impl SessionOptions {
     pub fn metadata(&self) -> &str {
         &self.metadata
     }
+    /// The most worker threads the process's pool may run for backend calls (see
+    /// [`SessionOptionsBuilder::worker_threads`]).
+    pub fn worker_threads(&self) -> usize {
+        self.worker_threads
+    }
     /// Base time between campaign/lock attempts on backends that do not push releases.
     pub fn retry_interval(&self) -> Duration {
         self.renew_interval / 2
@@ -87,6 +100,7 @@ pub struct SessionOptionsBuilder {
     drift: Option<f64>,
     query_timeout: Option<Duration>,
     metadata: Option<String>,
+    worker_threads: Option<usize>,
 }
 
 impl SessionOptionsBuilder {
@@ -119,6 +133,23 @@ impl SessionOptionsBuilder {
     #[must_use]
     pub fn metadata(mut self, m: impl Into<String>) -> Self {
         self.metadata = Some(m.into());
+        self
+    }
+
+    /// The most worker threads running backend calls at once (default 64; 1 to 4096).
+    ///
+    /// Backend calls that may not run on the caller's thread (keep-alives, campaign attempts,
+    /// and every call of a backend that does not bound its own calls, see
+    /// [`LeaseBackend::call_bound`](crate::LeaseBackend::call_bound)) run on a pool of worker
+    /// threads shared by the whole process; a call that hangs parks its worker until it returns.
+    /// The pool runs at most the largest `worker_threads` of the sessions opened so far. When
+    /// every worker is busy, a call somebody waits for (`try_lock`, `join`, `members`, opening a
+    /// session, ...) fails at once with `Unavailable`, and calls nobody waits for (keep-alives,
+    /// background releases) queue; loss detection is not affected (leases and the session still
+    /// expire at the local deadline).
+    #[must_use]
+    pub fn worker_threads(mut self, n: usize) -> Self {
+        self.worker_threads = Some(n);
         self
     }
 
@@ -157,7 +188,18 @@ impl SessionOptionsBuilder {
         }
         let metadata = self.metadata.unwrap_or_default();
         validate_metadata(&metadata)?;
-        Ok(SessionOptions { lease_duration: lease, renew_interval: renew, drift, query_timeout, metadata })
+        let worker_threads = self.worker_threads.unwrap_or(DEFAULT_WORKER_THREADS);
+        if !(1..=MAX_WORKER_THREADS).contains(&worker_threads) {
+            return Err(Error::config(format!("worker_threads {worker_threads} must be in 1..={MAX_WORKER_THREADS}")));
+        }
+        Ok(SessionOptions {
+            lease_duration: lease,
+            renew_interval: renew,
+            drift,
+            query_timeout,
+            metadata,
+            worker_threads,
+        })
     }
 }
 

@@ -342,6 +342,7 @@ impl Drop for Session {
 
 impl SessionInner {
     pub(crate) fn open(backend: Arc<dyn LeaseBackend>, options: SessionOptions) -> Result<Arc<SessionInner>> {
+        exec::admit(options.worker_threads());
         let timing = Timing::from(&options);
         let sent = Instant::now();
         let b = backend.clone();
@@ -1300,6 +1301,42 @@ impl SessionInner {
                 log::warn!("session {id}: close failed (the backend frees it at expiry): {err}");
             }
         });
+    }
+
+    // ----- coordinator hooks (runtime-edges): undo a durable re-attach that raced the
+    // application's resign or leave. Each acts only on this very election or membership, never
+    // on another handle of the same name. -----
+
+    /// Stops `election`'s campaign on this session if it is the one campaigning here, and
+    /// releases its term if this session holds one (its resign went to the previous session).
+    pub(crate) fn detach_campaign(self: &Arc<Self>, election: &Arc<ElectionShared>) {
+        let name = election.name();
+        let removed = {
+            let mut c = self.campaigns.lock();
+            let ours = c.get(name).is_some_and(|slot| Arc::ptr_eq(&slot.election, election));
+            if ours {
+                c.remove(name)
+            } else {
+                None
+            }
+        };
+        if removed.is_none() {
+            return;
+        }
+        // With the slot gone, no lease or campaign of `name` but this election's can be held here.
+        let held = self.engine.lock().held().find(|(n, _)| *n == name).map(|(_, t)| t);
+        if let Some(token) = held {
+            let _ = self.release_lease(name, token, false);
+        }
+    }
+
+    /// Leaves `membership`'s group on this session if it is the membership held here.
+    pub(crate) fn detach_membership(self: &Arc<Self>, membership: &Arc<MembershipShared>) {
+        let group = membership.group();
+        let ours = self.memberships.lock().get(group).is_some_and(|m| Arc::ptr_eq(m, membership));
+        if ours {
+            let _ = self.leave(group, false);
+        }
     }
 }
 

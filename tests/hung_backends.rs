@@ -20,7 +20,7 @@ mod private_cluster;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use simba::{ErrorKind, LeaseBackend, LossReason, Name, Session, SessionEvent, SessionOptions, SessionState};
+use simba::{ErrorKind, LeaseBackend, Name, Session, SessionOptions};
 use support::proxy::Proxy;
 
 use support::forward::{Forward, Hook, Op};
@@ -48,18 +48,7 @@ fn loss_is_on_time(backend: Arc<dyn LeaseBackend>, hang: impl FnOnce()) {
     hang();
     // No renewal sent after this point can succeed, so the deadline is at most one lease away.
     let latest_deadline = Instant::now() + Duration::from_secs(1);
-    let mut got = Vec::new();
-    while got.len() < 2 {
-        match events.recv_deadline(latest_deadline + SLACK) {
-            Ok(SessionEvent::RenewalFailed { .. }) => {}
-            Ok(ev) => got.push(ev),
-            Err(_) => panic!("loss not detected by the local deadline; events so far: {got:?}"),
-        }
-    }
-    assert_eq!(got[0], SessionEvent::LeaseLost { name, token, reason: LossReason::SessionExpired });
-    assert_eq!(got[1], SessionEvent::Expired);
-    assert_eq!(lease.token().unwrap_err().kind(), ErrorKind::LeaseLost);
-    assert_eq!(session.state(), SessionState::Expired);
+    support::assert_lost_by(&session, &events, &lease, (name, token), latest_deadline + SLACK);
     let start = Instant::now();
     drop(lease);
     drop(session);

@@ -30,6 +30,31 @@ pub fn require_tcp(what: &str, addr: &str) {
     assert!(ok, "{what} is not reachable at {addr}: run `scripts/services up` (or set the test URL variable)");
 }
 
+/// Waits for the loss of `lease` (`name`, `token`) and then of its session, by `by`: the
+/// `LeaseLost { SessionExpired }` and `Expired` events (renewal failures aside), `token()`
+/// failing and the session expired.
+pub fn assert_lost_by(
+    session: &simba::Session,
+    events: &crossbeam_channel::Receiver<simba::SessionEvent>,
+    lease: &simba::Lease,
+    (name, token): (simba::Name, simba::Token),
+    by: std::time::Instant,
+) {
+    use simba::SessionEvent;
+    let mut got = Vec::new();
+    while got.len() < 2 {
+        match events.recv_deadline(by) {
+            Ok(SessionEvent::RenewalFailed { .. }) => {}
+            Ok(ev) => got.push(ev),
+            Err(_) => panic!("loss not detected by the local deadline; events so far: {got:?}"),
+        }
+    }
+    assert_eq!(got[0], SessionEvent::LeaseLost { name, token, reason: simba::LossReason::SessionExpired });
+    assert_eq!(got[1], SessionEvent::Expired);
+    assert_eq!(lease.token().unwrap_err().kind(), simba::ErrorKind::LeaseLost);
+    assert_eq!(session.state(), simba::SessionState::Expired);
+}
+
 /// A random prefix so concurrent and repeated runs never see each other's names.
 pub fn unique(prefix: &str) -> String {
     let r: u64 = rand::random();

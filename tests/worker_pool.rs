@@ -1,0 +1,172 @@
+//! The bounded worker pool (issue 14, finding 8): a backend whose calls hang parks at most
+//! `worker_threads` workers, whatever retries; once every worker is parked a waited-for call
+//! fails at once with `Unavailable`, and loss detection is unaffected.
+//!
+//! Every session of this binary asks for 4 workers (the pool is process-wide and runs the
+//! largest limit any session asked for), and the tests run one at a time. Workers are counted
+//! as the process's threads named `simba-call`.
+
+mod support;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, Sender};
+use parking_lot::Mutex;
+use serial_test::serial;
+use simba::{Config, Coordinator, CoordinatorEvent, ErrorKind, Name, Session, SessionOptions};
+use support::forward::{Forward, Hook, Op};
+
+const WORKERS: usize = 4;
+
+/// Once switched, the chosen calls block until the gate opens (at the end of the test).
+#[derive(Debug)]
+struct Hang {
+    open_session: AtomicBool,
+    everything: AtomicBool,
+    gate: Mutex<Option<Sender<()>>>,
+    wait: Receiver<()>,
+}
+
+impl Hang {
+    fn new() -> Hang {
+        let (tx, rx) = crossbeam_channel::bounded(0);
+        Hang {
+            open_session: AtomicBool::new(false),
+            everything: AtomicBool::new(false),
+            gate: Mutex::new(Some(tx)),
+            wait: rx,
+        }
+    }
+    /// Lets every parked call return.
+    fn open_gate(&self) {
+        self.gate.lock().take();
+    }
+}
+
+impl Hook for Hang {
+    fn before(&self, op: Op) {
+        if self.everything.load(Ordering::SeqCst) || (op == Op::OpenSession && self.open_session.load(Ordering::SeqCst))
+        {
+            let _ = self.wait.recv();
+        }
+    }
+}
+
+/// Opens the gate and waits until every call into `fwd` has returned (no job holds the backend
+/// any more), so the next test starts with every worker free.
+fn drain(fwd: Arc<Forward<Hang>>) {
+    fwd.hook.open_gate();
+    let until = Instant::now() + Duration::from_secs(10);
+    while Arc::strong_count(&fwd) > 1 {
+        assert!(Instant::now() < until, "calls into the backend still running 10 s after the gate opened");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// Threads of this process named `simba-call` (the pool's workers).
+fn workers() -> usize {
+    let Ok(dir) = std::fs::read_dir("/proc/self/task") else { panic!("/proc/self/task is not readable") };
+    dir.filter_map(|t| t.ok())
+        .filter(|t| std::fs::read_to_string(t.path().join("comm")).is_ok_and(|c| c.trim() == "simba-call"))
+        .count()
+}
+
+fn options(lease: Duration, renew: Duration, query: Duration) -> SessionOptions {
+    SessionOptions::builder()
+        .lease_duration(lease)
+        .renew_interval(renew)
+        .query_timeout(query)
+        .worker_threads(WORKERS)
+        .build()
+        .unwrap()
+}
+
+/// The coordinator's reopen loop against a backend whose `open_session` hangs: every retry used
+/// to park one more worker thread. Now at most the limit are parked, and the retries beyond it
+/// fail at once saying the pool is exhausted.
+#[test]
+#[serial]
+fn reopen_loop_against_a_hanging_backend_parks_at_most_the_worker_limit() {
+    let fwd = Forward::memory("hang-open", Hang::new());
+    let opts = options(Duration::from_secs(1), Duration::from_millis(100), Duration::from_millis(20));
+    let coordinator = Coordinator::start(fwd.clone(), opts).unwrap();
+    let events = coordinator.events();
+    fwd.hook.open_session.store(true, Ordering::SeqCst);
+    let id = coordinator.session_id().unwrap();
+    fwd.inner.close_session(&id).unwrap();
+    let (mut failed, mut exhausted) = (0, 0);
+    let until = Instant::now() + Duration::from_secs(20);
+    while failed < 3 * WORKERS || exhausted == 0 {
+        match events.recv_deadline(until) {
+            Ok(CoordinatorEvent::OpenFailed { error }) => {
+                failed += 1;
+                if error.contains("worker pool is exhausted") {
+                    exhausted += 1;
+                }
+            }
+            Ok(_) => {}
+            Err(_) => panic!("{failed} failed opens, {exhausted} for an exhausted pool, within 20 s"),
+        }
+        assert!(workers() <= WORKERS, "{} worker threads after {failed} failed opens (limit {WORKERS})", workers());
+    }
+    drop(coordinator);
+    drain(fwd);
+}
+
+/// Every worker parked in a hanging backend: a user call fails at once with `Unavailable`
+/// (naming the pool and how to raise it), and the lease and session are still lost at the local
+/// deadline, with their events.
+#[test]
+#[serial]
+fn exhausted_pool_fails_user_calls_at_once_and_loss_detection_is_unaffected() {
+    let fwd = Forward::memory("hang-all", Hang::new());
+    let opts = options(Duration::from_secs(1), Duration::from_millis(250), Duration::from_millis(200));
+    let session = Session::open(fwd.clone(), opts).unwrap();
+    let events = session.events();
+    let name = Name::new(support::unique("pool")).unwrap();
+    let lease = session.lock(&name).unwrap();
+    let token = lease.token().unwrap();
+    fwd.hook.everything.store(true, Ordering::SeqCst);
+    // No renewal sent after this point can succeed, so the deadline is at most one lease away.
+    let latest_deadline = Instant::now() + Duration::from_secs(1);
+    // Each call parks a worker (it times out) until the pool is exhausted.
+    let mut timeouts = 0;
+    let refused = loop {
+        let err = session.try_lock(support::unique("park")).unwrap_err();
+        match err.kind() {
+            ErrorKind::Timeout => timeouts += 1,
+            ErrorKind::Unavailable => break err,
+            k => panic!("unexpected {k:?}: {err}"),
+        }
+        assert!(timeouts <= WORKERS, "more than {WORKERS} calls parked a worker");
+    };
+    let text = refused.to_string();
+    assert!(text.contains("worker pool is exhausted"), "{text}");
+    assert!(text.contains("worker_threads") && text.contains("SIMBA_WORKER_THREADS"), "{text}");
+    assert!(workers() <= WORKERS, "{} worker threads (limit {WORKERS})", workers());
+    support::assert_lost_by(&session, &events, &lease, (name, token), latest_deadline + Duration::from_millis(500));
+    drop(lease);
+    drop(session);
+    drain(fwd);
+}
+
+#[test]
+fn worker_threads_is_configured_by_simba_worker_threads() {
+    let vars = |v: &'static str| {
+        move |name: &str| match name {
+            "SIMBA_URL" => Some("memory://".to_string()),
+            "SIMBA_WORKER_THREADS" => Some(v.to_string()),
+            _ => None,
+        }
+    };
+    let c = Config::from_vars(vars("16")).unwrap();
+    assert_eq!(c.session_options().worker_threads(), 16);
+    let e = Config::from_vars(vars("0")).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidConfig);
+    assert!(e.to_string().contains("worker_threads 0 must be in 1..=4096"), "{e}");
+    let e = Config::from_vars(vars("many")).unwrap_err();
+    assert!(e.to_string().contains("SIMBA_WORKER_THREADS=\"many\" is not a whole number"), "{e}");
+    assert_eq!(Config::from_url("memory://").unwrap().session_options().worker_threads(), 64);
+}
