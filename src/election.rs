@@ -438,7 +438,13 @@ impl Election {
 }
 
 fn resign_shared(shared: &Arc<ElectionShared>, wait: bool) -> Result<()> {
-    let session = shared.st.lock().session.upgrade();
+    // Marked resigned in the same section that reads the session: a coordinator re-attaching
+    // the election to a new session meanwhile sees it resigned and detaches it again.
+    let session = {
+        let mut st = shared.st.lock();
+        st.resigned = true;
+        st.session.upgrade()
+    };
     match session {
         Some(s) => s.resign(&shared.name, wait),
         None => {

@@ -1027,8 +1027,18 @@ impl SessionInner {
     /// engine transition ends the campaign, revokes the election and gives up its term, so no
     /// other handle can adopt that term in between (finding 1 of issue #14).
     pub(crate) fn resign(self: &Arc<Self>, name: &Name, wait: bool) -> Result<()> {
+        self.stop_campaign(name, None, wait)
+    }
+
+    /// Ends the campaign for `name` (only `election`'s, when given) in one engine transition:
+    /// the slot goes, the election is revoked, and the term it led or the session holds for
+    /// `name` is released.
+    fn stop_campaign(self: &Arc<Self>, name: &Name, election: Option<&Arc<ElectionShared>>, wait: bool) -> Result<()> {
         let (token, slot) = self.apply_logged(|e, logs| {
-            let Some(slot) = self.campaigns.lock().remove(name) else { return ((None, None), Vec::new()) };
+            let mut c = self.campaigns.lock();
+            let ours = c.get(name).is_some_and(|slot| election.is_none_or(|el| Arc::ptr_eq(&slot.election, el)));
+            let Some(slot) = ours.then(|| c.remove(name)).flatten() else { return ((None, None), Vec::new()) };
+            drop(c);
             let leading = slot.election.resigned(logs);
             ((e.stop_campaign(name, leading), Some(slot)), Vec::new())
         });
@@ -1308,26 +1318,10 @@ impl SessionInner {
     // on another handle of the same name. -----
 
     /// Stops `election`'s campaign on this session if it is the one campaigning here, and
-    /// releases its term if this session holds one (its resign went to the previous session).
+    /// releases its term if this session holds one (its resign went to the previous session):
+    /// the same one transition as [`resign`](Self::resign).
     pub(crate) fn detach_campaign(self: &Arc<Self>, election: &Arc<ElectionShared>) {
-        let name = election.name();
-        let removed = {
-            let mut c = self.campaigns.lock();
-            let ours = c.get(name).is_some_and(|slot| Arc::ptr_eq(&slot.election, election));
-            if ours {
-                c.remove(name)
-            } else {
-                None
-            }
-        };
-        if removed.is_none() {
-            return;
-        }
-        // With the slot gone, no lease or campaign of `name` but this election's can be held here.
-        let held = self.engine.lock().held().find(|(n, _)| *n == name).map(|(_, t)| t);
-        if let Some(token) = held {
-            let _ = self.release_lease(name, token, false);
-        }
+        let _ = self.stop_campaign(election.name(), Some(election), false);
     }
 
     /// Leaves `membership`'s group on this session if it is the membership held here.
