@@ -23,6 +23,7 @@ use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use crate::backend::KeepAlive;
+#[cfg(test)]
 use crate::error::{Error, Result};
 use crate::options::SessionOptions;
 use crate::types::{Name, Token};
@@ -58,6 +59,7 @@ impl Timing {
     /// # Errors
     /// `InvalidConfig` when `drift` is not a number in `[0, 1)`, or `lease_duration`,
     /// `renew_interval` or `query_timeout` is zero.
+    #[cfg(test)]
     pub fn new(
         lease_duration: Duration,
         renew_interval: Duration,
@@ -314,11 +316,6 @@ impl Engine {
         }
     }
 
-    /// The timing in force.
-    pub fn timing(&self) -> &Timing {
-        &self.timing
-    }
-
     /// The session state (as of the last input).
     pub fn state(&self) -> SessionState {
         self.state
@@ -544,6 +541,7 @@ impl Engine {
     /// Number of names whose released terms are remembered (bounded by the names with a release
     /// not confirmed by the backend, or with operations in flight, until a keep-alive shows the
     /// term gone).
+    #[cfg(test)]
     pub fn remembered_releases(&self) -> usize {
         self.released.len()
     }

@@ -34,7 +34,7 @@ pub mod backends;
 pub mod config;
 pub mod coordinator;
 pub mod election;
-pub mod engine;
+pub(crate) mod engine;
 mod error;
 mod exec;
 pub mod fence;
