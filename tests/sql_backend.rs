@@ -602,6 +602,9 @@ mod cases {
             match (&acq, still_owned) {
                 (Acquire::Acquired { token, .. }, false) => {
                     assert_eq!(token.get(), 2);
+                    // The takeover judged the holder expired; a renewal judged later (after the
+                    // lock, on the same clock) finds it expired too, never alive.
+                    assert_eq!(ka, KeepAlive::Expired, "iteration {i}: the rival took the lease of a live session");
                     taken += 1;
                 }
                 (Acquire::Busy, true) => renewed += 1,
@@ -924,10 +927,11 @@ mod cases {
     }
 
     /// A renewal that waits for a takeover's lock on its session row, while the session expires,
-    /// must not report the lease the takeover took (whatever the statement's snapshot or clock):
-    /// it reports the session expired (PostgreSQL: the clock is read after the lock) or alive
-    /// without that lease (MySQL: a fresh read after the renewal). Deterministic: the takeover
-    /// holds the lock from before the keep-alive starts until after the session has expired.
+    /// never revives it (rule 2): expiry is judged with database time read after the lock is
+    /// granted, so the keep-alive reports the session expired and deletes it — on PostgreSQL, and
+    /// on MySQL/MariaDB through the procedure and through the two-statement fallback alike.
+    /// Deterministic: the takeover holds the lock from before the keep-alive starts until after
+    /// the session has expired.
     pub fn renewal_waiting_for_a_takeover(fx: &mut Fx) {
         let b = &fx.backend;
         let lease_d = Duration::from_millis(400);
@@ -941,13 +945,8 @@ mod cases {
         let returned = Instant::now();
         let committed = takeover.join().unwrap();
         assert!(returned >= committed, "the keep-alive waited for the takeover's lock");
-        match &ka {
-            KeepAlive::Alive { owned, .. } => {
-                assert!(owned.iter().all(|(n, _)| *n != lease), "taken-over lease reported owned: {ka:?}");
-                assert_eq!(fx.dialect, Dialect::Mysql, "PostgreSQL judges the renewal after the lock: {ka:?}");
-            }
-            KeepAlive::Expired => assert!(!fx.raw.session_exists(&holder), "an expired keep-alive deletes it"),
-        }
+        assert_eq!(ka, KeepAlive::Expired, "a session that expired while its renewal waited is not revived");
+        assert!(!fx.raw.session_exists(&holder), "an expired keep-alive deletes it");
         let (sid, token) = fx.raw.lease_row(lease.as_str()).unwrap();
         assert_eq!((sid.trim(), token), (rival.as_str(), 2));
         b.close_session(&holder).unwrap();
@@ -1261,7 +1260,7 @@ fn mysql_keep_alive_without_the_procedure() {
         assert_eq!(owned, vec![(lease.clone(), one)]);
         assert_eq!(groups, want_groups, "keep-alive {i}: the fallback reports the groups");
         if i > 0 {
-            assert_eq!(trips, 2, "the fallback: UPDATE, then SELECT");
+            assert_eq!(trips, 5, "the fallback: BEGIN, lock, UPDATE, SELECT, COMMIT");
         }
     }
     let KeepAlive::Alive { groups, .. } = b.keep_alive(&other, Duration::from_secs(10)).unwrap() else {
@@ -1290,6 +1289,23 @@ fn mysql_keep_alive_without_the_procedure() {
     assert_eq!(proxy.round_trips() - before, 1, "the procedure again after init_schema");
     b.close_session(&s).unwrap();
     b.close_session(&other).unwrap();
+}
+
+/// MySQL/MariaDB: the two-statement keep-alive (no procedure) never revives a session that
+/// expired while its renewal waited for a takeover's lock either.
+#[cfg(feature = "mysql")]
+#[test]
+#[serial_test::serial(mysql)]
+fn mysql_renewal_waiting_for_a_takeover_without_the_procedure() {
+    use ::mysql::prelude::Queryable;
+    let mut iso = make_isolated(Dialect::Mysql, options(Duration::from_secs(5), false));
+    let mut admin = ::mysql::Conn::new(::mysql::Opts::from_url(&iso.fx.url).unwrap()).unwrap();
+    admin.query_drop(format!("DROP PROCEDURE {KEEP_ALIVE_PROCEDURE}")).unwrap();
+    for _ in 0..2 {
+        cases::renewal_waiting_for_a_takeover(&mut iso.fx);
+    }
+    let schema = iso.fx.backend.check().into_iter().find(|c| c.name == "schema").unwrap();
+    assert_eq!(schema.status, CheckStatus::Warn, "the fallback was used: {schema:?}");
 }
 
 /// MySQL/MariaDB: a database upgraded from a version whose init script created only
@@ -1384,7 +1400,7 @@ fn mysql_keep_alive_without_execute_privilege() {
         assert_eq!(owned, vec![(lease.clone(), Token::new(1).unwrap())]);
         assert_eq!(groups, vec![group.clone()]);
         if i > 0 {
-            assert_eq!(proxy.round_trips() - before, 2, "the fallback: UPDATE, then SELECT");
+            assert_eq!(proxy.round_trips() - before, 5, "the fallback: BEGIN, lock, UPDATE, SELECT, COMMIT");
         }
     }
     b.close_session(&s).unwrap();

@@ -681,7 +681,7 @@ impl LeaseBackend for SqlBackend {
                     CheckStatus::Warn,
                     format!(
                         "the tables exist, but the procedure {routine} is missing (or this user may not execute \
-                         it): keep-alives take two round trips instead of one; run `simba schema apply` or sql/{}/{} \
+                         it): keep-alives take five round trips instead of one; run `simba schema apply` or sql/{}/{} \
                          again (needs CREATE ROUTINE; the application user needs EXECUTE)",
                         d.name(),
                         d.init_script_name()

@@ -9,12 +9,15 @@
 //! Rows are read as [`mysql::Row`] and converted column by column (`get_opt`), never with typed
 //! helpers that panic on an unexpected type.
 //!
-//! The keep-alive is one `CALL` of the schema's stored procedure (`simba_keep_alive_v2`, created by
+//! The keep-alive is one `CALL` of the schema's stored procedure (`simba_keep_alive_v3`, created by
 //! `init-simba-mysql.sql`), which returns the owned leases and the session's groups: one round
 //! trip. While the procedure is missing (a schema created by an older version and not re-applied,
-//! which may hold only the older `simba_keep_alive_v1`) or not executable by this user, it falls
-//! back to the statements it replaced (two round trips, same reply) and tries the procedure again
-//! every [`ROUTINE_RETRY`] or after [`init_schema`](Driver::init_schema).
+//! which may hold only the older `simba_keep_alive_v2` or `_v1`) or not executable by this user, it
+//! falls back to the statements it replaced (one transaction, five round trips, same reply) and
+//! tries the procedure again every [`ROUTINE_RETRY`] or after [`init_schema`](Driver::init_schema).
+//! Both paths lock the session row first and judge expiry with a `NOW(3)` read by a later
+//! statement, after the lock is granted: a renewal that waited for a takeover never revives a
+//! session that expired meanwhile (MySQL 8 fixes `NOW()` at statement start).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -264,7 +267,7 @@ impl MyDriver {
     fn routine_unavailable(&self, e: &mysql::MySqlError) {
         let first = self.routine_missing.lock().replace(Instant::now()).is_none();
         let msg = format!(
-            "{KIND}: the keep-alive procedure {} is missing or not executable ({e}): keep-alives take two round \
+            "{KIND}: the keep-alive procedure {} is missing or not executable ({e}): keep-alives take five round \
              trips instead of one; run `simba schema apply` or SqlBackend::init_schema() (needs the CREATE \
              ROUTINE privilege; callers need EXECUTE)",
             q::KEEP_ALIVE_PROCEDURE
@@ -276,16 +279,24 @@ impl MyDriver {
         }
     }
 
-    /// The keep-alive as the separate statements the procedure replaces (two round trips; four
-    /// when the session has expired).
+    /// The keep-alive as the separate statements the procedure replaces, in one transaction: lock
+    /// the session row, renew it with a clock read after the lock, read what it owns (and delete
+    /// it when it has expired), commit. Five round trips (seven when the session has expired).
     fn keep_alive_statements(c: &mut MyConn, id: &SessionId, lease_ms: i64, what: &str) -> Result<RawKeepAlive, Fail> {
-        c.exec(q::KEEP_ALIVE, (lease_ms, id.as_str()), what)?;
-        // A separate statement: it sees every takeover, join and leave that committed before the
-        // renewal.
-        let rows = c.rows(q::KEEP_ALIVE_READ, (id.as_str(), id.as_str()), what)?;
+        let r = (|| -> Result<Vec<Row>, mysql::Error> {
+            let mut tx = c.conn.start_transaction(TxOpts::default())?;
+            tx.exec::<Row, _, _>(q::KEEP_ALIVE_LOCK, (id.as_str(),))?;
+            tx.exec_drop(q::KEEP_ALIVE, (lease_ms, id.as_str()))?;
+            let rows: Vec<Row> = tx.exec(q::KEEP_ALIVE_READ, (id.as_str(), id.as_str()))?;
+            if rows.is_empty() {
+                tx.exec_drop(q::DELETE_EXPIRED_SESSION, (id.as_str(),))?;
+                tx.exec_drop(q::DELETE_SESSION_MEMBERS, (id.as_str(),))?;
+            }
+            tx.commit()?;
+            Ok(rows)
+        })();
+        let rows = r.map_err(|e| fail(&mut c.broken, e, what))?;
         if rows.is_empty() {
-            c.exec(q::DELETE_EXPIRED_SESSION, (id.as_str(),), what)?;
-            c.exec(q::DELETE_SESSION_MEMBERS, (id.as_str(),), what)?;
             return Ok(None);
         }
         keep_alive_reply(&rows, what)
@@ -370,7 +381,7 @@ impl Driver for MyDriver {
                     {
                         warn!(
                             "simba {KIND}: cannot create the keep-alive procedure {} ({e}; MySQL needs 8.0.29 or \
-                             later and the CREATE ROUTINE privilege): keep-alives take two round trips instead of one",
+                             later and the CREATE ROUTINE privilege): keep-alives take five round trips instead of one",
                             q::KEEP_ALIVE_PROCEDURE
                         );
                         routine_created = false;
@@ -584,7 +595,8 @@ mod tests {
         assert!(s[..3].iter().all(|s| s.ends_with(')')), "{s:?}");
         assert!(creates_routine(&s[3]) && !creates_routine(&s[0]), "{}", s[3]);
         assert!(s[3].contains(q::KEEP_ALIVE_PROCEDURE) && s[3].ends_with("end"), "{}", s[3]);
-        assert!(!s[3].contains("simba_keep_alive_v1"), "the old procedure is not recreated: {}", s[3]);
+        assert!(!s[3].contains("simba_keep_alive_v1("), "the old procedure is not recreated: {}", s[3]);
+        assert!(!s[3].contains("simba_keep_alive_v2("), "the old procedure is not recreated: {}", s[3]);
         assert!(s[3].matches(';').count() >= 4, "the body keeps its statements: {}", s[3]);
         assert!(!s.iter().any(|s| s.to_ascii_lowercase().contains("delimiter")), "{s:?}");
     }

@@ -73,11 +73,14 @@ pub mod mysql {
     pub const KEEP_ALIVE_CALL: &str = include_str!("../../../sql/mysql/keep-alive-call.sql");
     /// The name of the stored procedure [`KEEP_ALIVE_CALL`] calls, created by
     /// [`INIT_SIMBA_MYSQL`] and looked up by [`ROUTINE_CHECK`] (not SQL text: the name, for messages).
-    pub const KEEP_ALIVE_PROCEDURE: &str = "simba_keep_alive_v2";
-    /// `keep-alive-read.sql`: Fallback keep-alive step 2: the session's remaining time, the leases
+    pub const KEEP_ALIVE_PROCEDURE: &str = "simba_keep_alive_v3";
+    /// `keep-alive-lock.sql`: Fallback keep-alive step 1 (no procedure): locks the session row
+    /// first, so that the renewal judges expiry with a clock read after the lock.
+    pub const KEEP_ALIVE_LOCK: &str = include_str!("../../../sql/mysql/keep-alive-lock.sql");
+    /// `keep-alive-read.sql`: Fallback keep-alive step 3: the session's remaining time, the leases
     /// it owns and the groups it is a member of.
     pub const KEEP_ALIVE_READ: &str = include_str!("../../../sql/mysql/keep-alive-read.sql");
-    /// `keep-alive.sql`: Fallback keep-alive step 1 (no procedure): the UPDATE that renews a session.
+    /// `keep-alive.sql`: Fallback keep-alive step 2 (no procedure): the UPDATE that renews a locked session.
     pub const KEEP_ALIVE: &str = include_str!("../../../sql/mysql/keep-alive.sql");
     /// `leave.sql`: Removes a session from a group (idempotent).
     pub const LEAVE: &str = include_str!("../../../sql/mysql/leave.sql");
