@@ -17,7 +17,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use simba::backend::CheckStatus;
 #[cfg(feature = "mysql")]
-use simba::backends::sql::queries::mysql::KEEP_ALIVE_PROCEDURE;
+use simba::backends::sql::queries::mysql::{ACQUIRE_PROCEDURE, KEEP_ALIVE_PROCEDURE};
 use simba::backends::sql::{Dialect, SqlBackend, SqlOptions, PURGE_BATCH};
 use simba::{Acquire, ErrorKind, KeepAlive, LeaseBackend, Name, SessionId, Token};
 
@@ -926,6 +926,48 @@ mod cases {
         b.close_session(&s).unwrap();
     }
 
+    /// An acquire is one round trip in every case — a new lease, a free one, one whose holder
+    /// expired (takeover), one this session already holds, a busy one, and an acquire by an
+    /// expired session — counted at the TCP level like the keep-alive (first call of each
+    /// statement warms the connection and prepares it; the counted ones reuse it).
+    pub fn acquire_is_one_round_trip(fx: &mut Fx) {
+        let addr = addr_of(&fx.url);
+        let proxy = rtt::CountingProxy::start(&addr);
+        let opts =
+            SqlOptions::builder().query_timeout(Duration::from_secs(5)).pool_size(1).auto_purge(false).build().unwrap();
+        let b = SqlBackend::from_url(&proxy.url(&fx.url, &addr), opts).unwrap();
+        let direct = &fx.backend;
+        let p = support::unique("acq-rtt");
+        let s = direct.open_session(LONG, "acq-rtt").unwrap().id;
+        let other = direct.open_session(LONG, "acq-rtt-other").unwrap().id;
+        assert_eq!(acquired(b.acquire(&s, &name(&format!("{p}-warm"))).unwrap()), 1, "warm-up");
+        let counted = |what: &str, f: &dyn Fn() -> Acquire| {
+            let before = proxy.round_trips();
+            let a = f();
+            let trips = proxy.round_trips() - before;
+            assert_eq!(trips, 1, "{what}: {trips} round trips ({a:?})");
+            a
+        };
+        let new = name(&format!("{p}-new"));
+        assert_eq!(acquired(counted("a new lease", &|| b.acquire(&s, &new).unwrap())), 1);
+        assert_eq!(acquired(counted("held by this session", &|| b.acquire(&s, &new).unwrap())), 1);
+        assert_eq!(counted("held by a live session", &|| b.acquire(&other, &new).unwrap()), Acquire::Busy);
+        direct.release(&s, &new, Token::new(1).unwrap()).unwrap();
+        assert_eq!(acquired(counted("a free lease", &|| b.acquire(&other, &new).unwrap())), 2);
+        let short = Duration::from_millis(300);
+        let dying = direct.open_session(short, "acq-rtt-dying").unwrap().id;
+        let taken = name(&format!("{p}-taken"));
+        assert_eq!(acquired(direct.acquire(&dying, &taken).unwrap()), 1);
+        thread::sleep(Duration::from_millis(600));
+        assert_eq!(acquired(counted("a takeover", &|| b.acquire(&s, &taken).unwrap())), 2);
+        let before = proxy.round_trips();
+        let err = b.acquire(&dying, &taken).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::SessionExpired, "{err:?}");
+        assert_eq!(proxy.round_trips() - before, 1, "an acquire by an expired session");
+        direct.close_session(&s).unwrap();
+        direct.close_session(&other).unwrap();
+    }
+
     /// A renewal that waits for a takeover's lock on its session row, while the session expires,
     /// never revives it (rule 2): expiry is judged with database time read after the lock is
     /// granted, so the keep-alive reports the session expired and deletes it — on PostgreSQL, and
@@ -1179,6 +1221,12 @@ macro_rules! dialect_tests {
 
             #[test]
             #[serial_test::serial($module)]
+            fn acquire_is_one_round_trip() {
+                cases::acquire_is_one_round_trip(&mut fx());
+            }
+
+            #[test]
+            #[serial_test::serial($module)]
             fn renewal_waiting_for_a_takeover() {
                 cases::renewal_waiting_for_a_takeover(&mut fx());
             }
@@ -1207,9 +1255,9 @@ macro_rules! dialect_tests {
 dialect_tests!(postgres, "postgres", Dialect::Postgres);
 dialect_tests!(mysql, "mysql", Dialect::Mysql);
 
-/// MySQL/MariaDB: a schema without the keep-alive procedure (made by an older version, or by a
-/// user without CREATE ROUTINE) keeps working with the two-statement keep-alive, `check` warns,
-/// and applying the schema again brings the one-round-trip keep-alive back.
+/// MySQL/MariaDB: a schema without the keep-alive and acquire procedures (made by an older
+/// version, or by a user without CREATE ROUTINE) keeps working with the separate statements,
+/// `check` warns, and applying the schema again brings the one-round-trip calls back.
 #[cfg(feature = "mysql")]
 #[test]
 #[serial_test::serial(mysql)]
@@ -1219,6 +1267,7 @@ fn mysql_keep_alive_without_the_procedure() {
     let fx = &mut iso.fx;
     let mut admin = ::mysql::Conn::new(::mysql::Opts::from_url(&fx.url).unwrap()).unwrap();
     admin.query_drop(format!("DROP PROCEDURE {KEEP_ALIVE_PROCEDURE}")).unwrap();
+    admin.query_drop(format!("DROP PROCEDURE {ACQUIRE_PROCEDURE}")).unwrap();
     let addr = addr_of(&fx.url);
     let proxy = rtt::CountingProxy::start(&addr);
     let opts = SqlOptions::builder().pool_size(1).auto_purge(false).build().unwrap();
@@ -1235,6 +1284,11 @@ fn mysql_keep_alive_without_the_procedure() {
     let other = b.open_session(Duration::from_secs(10), "other").unwrap().id;
     b.join(&other, &g3).unwrap();
     assert_eq!(acquired(b.acquire(&s, &lease).unwrap()), 1);
+    let before = proxy.round_trips();
+    assert_eq!(acquired(b.acquire(&s, &name(&format!("{p}-second"))).unwrap()), 1);
+    assert_eq!(proxy.round_trips() - before, 2, "the fallback acquire: read, then upsert");
+    b.release(&s, &name(&format!("{p}-second")), Token::new(1).unwrap()).unwrap();
+    assert_eq!(b.acquire(&other, &lease).unwrap(), Acquire::Busy);
     let one = Token::new(1).unwrap();
     for i in 0..6 {
         match i {
@@ -1287,25 +1341,32 @@ fn mysql_keep_alive_without_the_procedure() {
     assert_eq!(owned, vec![(lease.clone(), one)]);
     assert_eq!(groups, vec![g1.clone(), g2.clone()], "the procedure reports the groups");
     assert_eq!(proxy.round_trips() - before, 1, "the procedure again after init_schema");
+    let before = proxy.round_trips();
+    assert_eq!(acquired(b.acquire(&s, &name(&format!("{p}-third"))).unwrap()), 1);
+    assert_eq!(proxy.round_trips() - before, 1, "the acquire procedure again after init_schema");
     b.close_session(&s).unwrap();
     b.close_session(&other).unwrap();
 }
 
-/// MySQL/MariaDB: the two-statement keep-alive (no procedure) never revives a session that
-/// expired while its renewal waited for a takeover's lock either.
+/// MySQL/MariaDB without the procedures (the separate-statement keep-alive and acquire): the
+/// races of the procedure path hold there too — one winner among racing acquirers, a takeover
+/// racing a renewal, and a renewal waiting for a takeover's lock never revives the session.
 #[cfg(feature = "mysql")]
 #[test]
 #[serial_test::serial(mysql)]
-fn mysql_renewal_waiting_for_a_takeover_without_the_procedure() {
+fn mysql_races_without_the_procedures() {
     use ::mysql::prelude::Queryable;
     let mut iso = make_isolated(Dialect::Mysql, options(Duration::from_secs(5), false));
     let mut admin = ::mysql::Conn::new(::mysql::Opts::from_url(&iso.fx.url).unwrap()).unwrap();
     admin.query_drop(format!("DROP PROCEDURE {KEEP_ALIVE_PROCEDURE}")).unwrap();
+    admin.query_drop(format!("DROP PROCEDURE {ACQUIRE_PROCEDURE}")).unwrap();
     for _ in 0..2 {
         cases::renewal_waiting_for_a_takeover(&mut iso.fx);
     }
+    cases::racing_sessions_one_winner(&mut iso.fx);
+    cases::takeover_races_renewal(&mut iso.fx);
     let schema = iso.fx.backend.check().into_iter().find(|c| c.name == "schema").unwrap();
-    assert_eq!(schema.status, CheckStatus::Warn, "the fallback was used: {schema:?}");
+    assert_eq!(schema.status, CheckStatus::Warn, "the fallbacks were used: {schema:?}");
 }
 
 /// MySQL/MariaDB: a database upgraded from a version whose init script created only

@@ -222,11 +222,66 @@ impl r2d2::ManageConnection for MyManager {
     }
 }
 
+/// A stored procedure that saves round trips, and whether it is usable: when a call last found
+/// it missing or not executable (`None`: call it). The caller falls back to the statements it
+/// replaces meanwhile and tries again every [`ROUTINE_RETRY`] or after `init_schema`.
+struct Routine {
+    name: &'static str,
+    /// What the fallback costs, for the warning ("keep-alives take five round trips instead of one").
+    fallback: &'static str,
+    missing: Mutex<Option<Instant>>,
+}
+
+impl Routine {
+    fn new(name: &'static str, fallback: &'static str) -> Routine {
+        Routine { name, fallback, missing: Mutex::new(None) }
+    }
+
+    /// Whether to call the procedure (not known missing, or time to try again).
+    fn usable(&self) -> bool {
+        self.missing.lock().is_none_or(|since| since.elapsed() >= ROUTINE_RETRY)
+    }
+
+    /// The procedure answered: say so once if it had been missing.
+    fn answered(&self) {
+        if self.missing.lock().take().is_some() {
+            debug!("simba {KIND}: the procedure {} is back: {} take one round trip again", self.name, self.fallback);
+        }
+    }
+
+    /// The procedure could not be called: fall back for a while, and say so (once per outage).
+    fn unavailable(&self, e: &mysql::MySqlError) {
+        let first = self.missing.lock().replace(Instant::now()).is_none();
+        let msg = format!(
+            "{KIND}: the procedure {} is missing or not executable ({e}): {}; run `simba schema apply` or \
+             SqlBackend::init_schema() (needs the CREATE ROUTINE privilege; callers need EXECUTE)",
+            self.name, self.fallback
+        );
+        if first {
+            warn!("simba {msg}");
+        } else {
+            debug!("simba {msg}");
+        }
+    }
+
+    /// Whether `e` says the procedure is missing or this user may not execute it.
+    fn is_unavailable(e: &mysql::Error) -> Option<&mysql::MySqlError> {
+        match e {
+            mysql::Error::MySqlError(se)
+                if se.code == code::SP_DOES_NOT_EXIST || se.code == code::PROC_ACCESS_DENIED =>
+            {
+                Some(se)
+            }
+            _ => None,
+        }
+    }
+}
+
 pub(crate) struct MyDriver {
     pool: SqlPool<MyManager>,
     registry: Arc<Mutex<Vec<u64>>>,
-    /// When the keep-alive last found its procedure missing or not executable (`None`: use it).
-    routine_missing: Mutex<Option<Instant>>,
+    keep_alive_routine: Routine,
+    acquire_routine: Routine,
 }
 
 impl MyDriver {
@@ -255,28 +310,15 @@ impl MyDriver {
             execution_ms: u64::try_from(qt.as_millis()).unwrap_or(u64::MAX).max(1),
             registry: registry.clone(),
         };
-        Ok(MyDriver { pool: SqlPool::new(manager, options, KIND), registry, routine_missing: Mutex::new(None) })
-    }
-
-    /// Whether the keep-alive should call the procedure (not known missing, or time to try again).
-    fn use_routine(&self) -> bool {
-        self.routine_missing.lock().is_none_or(|since| since.elapsed() >= ROUTINE_RETRY)
-    }
-
-    /// The procedure could not be called: fall back for a while, and say so (once per outage).
-    fn routine_unavailable(&self, e: &mysql::MySqlError) {
-        let first = self.routine_missing.lock().replace(Instant::now()).is_none();
-        let msg = format!(
-            "{KIND}: the keep-alive procedure {} is missing or not executable ({e}): keep-alives take five round \
-             trips instead of one; run `simba schema apply` or SqlBackend::init_schema() (needs the CREATE \
-             ROUTINE privilege; callers need EXECUTE)",
-            q::KEEP_ALIVE_PROCEDURE
-        );
-        if first {
-            warn!("simba {msg}");
-        } else {
-            debug!("simba {msg}");
-        }
+        Ok(MyDriver {
+            pool: SqlPool::new(manager, options, KIND),
+            registry,
+            keep_alive_routine: Routine::new(
+                q::KEEP_ALIVE_PROCEDURE,
+                "keep-alives take five round trips instead of one",
+            ),
+            acquire_routine: Routine::new(q::ACQUIRE_PROCEDURE, "acquires take two round trips instead of one"),
+        })
     }
 
     /// The keep-alive as the separate statements the procedure replaces, in one transaction: lock
@@ -300,6 +342,42 @@ impl MyDriver {
             return Ok(None);
         }
         keep_alive_reply(&rows, what)
+    }
+
+    /// The acquire as the two statements the procedure replaces: a plain read, then (when the
+    /// lease looks takeable) the upsert; an upsert that did not take the row is classified by one
+    /// more read.
+    fn acquire_statements(c: &mut MyConn, id: &SessionId, name: &Name, what: &str) -> Result<RawAcquire, Fail> {
+        for round in 0..2 {
+            let rows = c.rows(q::ACQUIRE_OBSERVE, (name.as_str(), id.as_str()), what)?;
+            let Some(row) = rows.first() else {
+                return Ok(RawAcquire::Expired);
+            };
+            let remaining_ms: i64 = col(row, 0, what)?;
+            let holder: Option<String> = col(row, 1, what)?;
+            let token: Option<i64> = col(row, 2, what)?;
+            let holder_alive: i64 = col(row, 3, what)?;
+            if holder.as_deref() == Some(id.as_str()) {
+                if let Some(token) = token {
+                    return Ok(RawAcquire::Acquired { token, remaining_ms });
+                }
+            }
+            if holder_alive != 0 || round == 1 {
+                return Ok(RawAcquire::Busy);
+            }
+            let observed = holder.unwrap_or_default();
+            let (affected, last_id) = c.exec(
+                q::ACQUIRE,
+                (name.as_str(), observed.as_str(), id.as_str(), observed.as_str(), observed.as_str()),
+                what,
+            )?;
+            match (affected, i64::try_from(last_id)) {
+                (1, _) => return Ok(RawAcquire::Acquired { token: 1, remaining_ms }),
+                (2, Ok(token)) if token > 0 => return Ok(RawAcquire::Acquired { token, remaining_ms }),
+                _ => {}
+            }
+        }
+        Ok(RawAcquire::Busy)
     }
 
     fn one_i64(&self, sql: &'static str, what: &str) -> Result<i64> {
@@ -372,17 +450,20 @@ impl Driver for MyDriver {
             for s in &statements {
                 match c.conn.query_drop(s) {
                     Ok(()) => {}
-                    // The procedure only saves a round trip per keep-alive: a server or a user that
-                    // cannot create it keeps the two-statement keep-alive instead of failing here.
+                    // The procedures only save round trips: a server or a user that cannot create
+                    // them keeps the separate statements instead of failing here.
                     Err(mysql::Error::MySqlError(e))
                         if creates_routine(s)
                             && (code::ACCESS_DENIED.contains(&e.code)
                                 || (e.code == code::PARSE_ERROR && !c.mariadb)) =>
                     {
+                        let routine =
+                            [&self.keep_alive_routine, &self.acquire_routine].into_iter().find(|r| s.contains(r.name));
                         warn!(
-                            "simba {KIND}: cannot create the keep-alive procedure {} ({e}; MySQL needs 8.0.29 or \
-                             later and the CREATE ROUTINE privilege): keep-alives take five round trips instead of one",
-                            q::KEEP_ALIVE_PROCEDURE
+                            "simba {KIND}: cannot create the procedure {} ({e}; MySQL needs 8.0.29 or later and the \
+                             CREATE ROUTINE privilege): {}",
+                            routine.map_or("?", |r| r.name),
+                            routine.map_or("more round trips", |r| r.fallback)
                         );
                         routine_created = false;
                     }
@@ -392,7 +473,8 @@ impl Driver for MyDriver {
             Ok(routine_created)
         })?;
         if routine_created {
-            *self.routine_missing.lock() = None;
+            *self.keep_alive_routine.missing.lock() = None;
+            *self.acquire_routine.missing.lock() = None;
         }
         Ok(())
     }
@@ -416,20 +498,16 @@ impl Driver for MyDriver {
     fn keep_alive(&self, id: &SessionId, lease_ms: i64) -> Result<RawKeepAlive> {
         let what = format!("keep-alive of session {id}");
         self.pool.run(&what, |c| {
-            if self.use_routine() {
+            if self.keep_alive_routine.usable() {
                 match c.call_rows(q::KEEP_ALIVE_CALL, (id.as_str(), lease_ms)) {
                     Ok(rows) => {
-                        if self.routine_missing.lock().take().is_some() {
-                            debug!("simba {KIND}: the keep-alive procedure is back: one round trip per keep-alive");
-                        }
+                        self.keep_alive_routine.answered();
                         return keep_alive_reply(&rows, &what);
                     }
-                    Err(mysql::Error::MySqlError(e))
-                        if e.code == code::SP_DOES_NOT_EXIST || e.code == code::PROC_ACCESS_DENIED =>
-                    {
-                        self.routine_unavailable(&e);
-                    }
-                    Err(e) => return Err(fail(&mut c.broken, e, &what)),
+                    Err(e) => match Routine::is_unavailable(&e) {
+                        Some(se) => self.keep_alive_routine.unavailable(se),
+                        None => return Err(fail(&mut c.broken, e, &what)),
+                    },
                 }
             }
             MyDriver::keep_alive_statements(c, id, lease_ms, &what)
@@ -449,38 +527,28 @@ impl Driver for MyDriver {
     fn acquire(&self, id: &SessionId, name: &Name) -> Result<RawAcquire> {
         let what = format!("acquire '{name}' for session {id}");
         self.pool.run(&what, |c| {
-            // Round 0 observes and, when the lease looks takeable, runs the upsert; round 1 only
-            // classifies the outcome of an upsert that did not take the row.
-            for round in 0..2 {
-                let rows = c.rows(q::ACQUIRE_OBSERVE, (name.as_str(), id.as_str()), &what)?;
-                let Some(row) = rows.first() else {
-                    return Ok(RawAcquire::Expired);
-                };
-                let remaining_ms: i64 = col(row, 0, &what)?;
-                let holder: Option<String> = col(row, 1, &what)?;
-                let token: Option<i64> = col(row, 2, &what)?;
-                let holder_alive: i64 = col(row, 3, &what)?;
-                if holder.as_deref() == Some(id.as_str()) {
-                    if let Some(token) = token {
-                        return Ok(RawAcquire::Acquired { token, remaining_ms });
+            if self.acquire_routine.usable() {
+                match c.call_rows(q::ACQUIRE_CALL, (id.as_str(), name.as_str())) {
+                    Ok(rows) => {
+                        self.acquire_routine.answered();
+                        let Some(row) = rows.first() else {
+                            return Err(Fail::Stop(Error::backend(format!("{KIND}: {what}: no reply row"))));
+                        };
+                        let remaining_ms: Option<i64> = col(row, 0, &what)?;
+                        let token: Option<i64> = col(row, 1, &what)?;
+                        return Ok(match (remaining_ms, token) {
+                            (None, _) => RawAcquire::Expired,
+                            (Some(_), None) => RawAcquire::Busy,
+                            (Some(remaining_ms), Some(token)) => RawAcquire::Acquired { token, remaining_ms },
+                        });
                     }
-                }
-                if holder_alive != 0 || round == 1 {
-                    return Ok(RawAcquire::Busy);
-                }
-                let observed = holder.unwrap_or_default();
-                let (affected, last_id) = c.exec(
-                    q::ACQUIRE,
-                    (name.as_str(), observed.as_str(), id.as_str(), observed.as_str(), observed.as_str()),
-                    &what,
-                )?;
-                match (affected, i64::try_from(last_id)) {
-                    (1, _) => return Ok(RawAcquire::Acquired { token: 1, remaining_ms }),
-                    (2, Ok(token)) if token > 0 => return Ok(RawAcquire::Acquired { token, remaining_ms }),
-                    _ => {}
+                    Err(e) => match Routine::is_unavailable(&e) {
+                        Some(se) => self.acquire_routine.unavailable(se),
+                        None => return Err(fail(&mut c.broken, e, &what)),
+                    },
                 }
             }
-            Ok(RawAcquire::Busy)
+            MyDriver::acquire_statements(c, id, name, &what)
         })
     }
 
@@ -572,8 +640,12 @@ impl Driver for MyDriver {
     }
 
     fn missing_routine(&self) -> Result<Option<&'static str>> {
-        let present = self.one_i64(q::ROUTINE_CHECK, "check the keep-alive procedure")?;
-        Ok((present == 0).then_some(q::KEEP_ALIVE_PROCEDURE))
+        let what = "check the stored procedures";
+        let present: Vec<String> = self.pool.run(what, |c| {
+            let rows = c.rows(q::ROUTINE_CHECK, (), what)?;
+            rows.iter().map(|r| col(r, 0, what)).collect()
+        })?;
+        Ok([q::KEEP_ALIVE_PROCEDURE, q::ACQUIRE_PROCEDURE].into_iter().find(|p| !present.iter().any(|n| n == p)))
     }
 
     fn connection_ids(&self) -> Vec<u64> {
@@ -588,9 +660,10 @@ mod tests {
     use super::*;
 
     #[test]
-    fn init_script_splits_into_three_tables_and_the_procedure() {
+    fn init_script_splits_into_three_tables_and_the_procedures() {
         let s = script_statements(q::INIT_SIMBA_MYSQL);
-        assert_eq!(s.len(), 4, "{s:?}");
+        assert_eq!(s.len(), 5, "{s:?}");
+        assert!(creates_routine(&s[4]) && s[4].contains(q::ACQUIRE_PROCEDURE) && s[4].ends_with("end"), "{}", s[4]);
         assert!(s[..3].iter().all(|s| s.starts_with("create table if not exists simba_")), "{s:?}");
         assert!(s[..3].iter().all(|s| s.ends_with(')')), "{s:?}");
         assert!(creates_routine(&s[3]) && !creates_routine(&s[0]), "{}", s[3]);
@@ -601,15 +674,19 @@ mod tests {
         assert!(!s.iter().any(|s| s.to_ascii_lowercase().contains("delimiter")), "{s:?}");
     }
 
-    /// The procedure the keep-alive calls is the one the init script creates and `check` looks for.
+    /// The procedures the keep-alive and the acquire call are the ones the init script creates
+    /// and `check` looks for.
     #[test]
     fn one_procedure_name_everywhere() {
         let sql = |s: &str| s.lines().filter(|l| !l.trim_start().starts_with("--")).collect::<Vec<_>>().join("\n");
-        let call = format!("CALL {}(?, ?)", q::KEEP_ALIVE_PROCEDURE);
-        assert_eq!(sql(q::KEEP_ALIVE_CALL).trim(), call);
-        assert!(sql(q::ROUTINE_CHECK).contains(&format!("routine_name = '{}'", q::KEEP_ALIVE_PROCEDURE)));
-        let create = format!("create procedure if not exists {}(", q::KEEP_ALIVE_PROCEDURE);
-        assert!(sql(q::INIT_SIMBA_MYSQL).contains(&create));
+        for (procedure, call) in
+            [(q::KEEP_ALIVE_PROCEDURE, q::KEEP_ALIVE_CALL), (q::ACQUIRE_PROCEDURE, q::ACQUIRE_CALL)]
+        {
+            assert_eq!(sql(call).trim(), format!("CALL {procedure}(?, ?)"));
+            assert!(sql(q::ROUTINE_CHECK).contains(&format!("'{procedure}'")));
+            let create = format!("create procedure if not exists {procedure}(");
+            assert!(sql(q::INIT_SIMBA_MYSQL).contains(&create));
+        }
     }
 
     #[test]

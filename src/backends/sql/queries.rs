@@ -54,6 +54,12 @@ pub mod mysql {
     pub const ACQUIRE_OBSERVE: &str = include_str!("../../../sql/mysql/acquire-observe.sql");
     /// `acquire.sql`: Acquire: one upsert taking a free, own or expired-holder lease (token + 1 for a new term).
     pub const ACQUIRE: &str = include_str!("../../../sql/mysql/acquire.sql");
+    /// `acquire-call.sql`: The acquire in one round trip: calls the schema's procedure
+    /// [`ACQUIRE_PROCEDURE`], which runs [`ACQUIRE_OBSERVE`] and then [`ACQUIRE`] on the server.
+    pub const ACQUIRE_CALL: &str = include_str!("../../../sql/mysql/acquire-call.sql");
+    /// The name of the stored procedure [`ACQUIRE_CALL`] calls, created by [`INIT_SIMBA_MYSQL`] and
+    /// looked up by [`ROUTINE_CHECK`] (not SQL text: the name, for messages).
+    pub const ACQUIRE_PROCEDURE: &str = "simba_acquire_v1";
     /// `delete-expired-session.sql`: Fallback keep-alive on an expired session: deletes the session row.
     pub const DELETE_EXPIRED_SESSION: &str = include_str!("../../../sql/mysql/delete-expired-session.sql");
     /// `delete-session-members.sql`: Close step 3 and fallback expired keep-alive: deletes the session's memberships.
@@ -100,7 +106,8 @@ pub mod mysql {
     pub const RELEASE_SESSION_LEASES: &str = include_str!("../../../sql/mysql/release-session-leases.sql");
     /// `release.sql`: Frees a lease held by the session, keeping its token.
     pub const RELEASE: &str = include_str!("../../../sql/mysql/release.sql");
-    /// `routine-check.sql`: Whether the keep-alive procedure [`KEEP_ALIVE_PROCEDURE`] exists (1 or 0).
+    /// `routine-check.sql`: Which of the procedures [`KEEP_ALIVE_PROCEDURE`] and [`ACQUIRE_PROCEDURE`]
+    /// exist (their names, one row each).
     pub const ROUTINE_CHECK: &str = include_str!("../../../sql/mysql/routine-check.sql");
     /// `schema-check.sql`: Counts the Simba tables present.
     pub const SCHEMA_CHECK: &str = include_str!("../../../sql/mysql/schema-check.sql");
