@@ -72,6 +72,8 @@ pub(crate) struct MyConn {
     conn: mysql::Conn,
     broken: bool,
     mariadb: bool,
+    /// The server has `SKIP LOCKED` and `JSON_TABLE` (MySQL 8, MariaDB 10.6+).
+    skip_locked: bool,
     id: u64,
     registry: Arc<Mutex<Vec<u64>>>,
 }
@@ -181,22 +183,39 @@ pub(crate) struct MyManager {
     registry: Arc<Mutex<Vec<u64>>>,
 }
 
+/// What a server version string (`SELECT VERSION()`) tells: (MariaDB, has `SKIP LOCKED` and
+/// `JSON_TABLE`). MySQL has both from 8.0 (8.0.1 and 8.0.4, both before the first GA release,
+/// 8.0.11), MariaDB from 10.6.
+fn server_flavour(version: &str) -> (bool, bool) {
+    let mariadb = version.contains("MariaDB");
+    // MariaDB's handshake shows "5.5.5-" before its real version (not `VERSION()`, but be safe).
+    let version = if mariadb { version.strip_prefix("5.5.5-").unwrap_or(version) } else { version };
+    let mut parts = version.split(|c: char| !c.is_ascii_digit()).filter(|p| !p.is_empty()).map(|p| p.parse::<u32>());
+    let (major, minor) = match (parts.next(), parts.next()) {
+        (Some(Ok(major)), Some(Ok(minor))) => (major, minor),
+        _ => return (mariadb, false),
+    };
+    let skip_locked = if mariadb { (major, minor) >= (10, 6) } else { major >= 8 };
+    (mariadb, skip_locked)
+}
+
 impl MyManager {
-    /// Session settings of a new connection: UTC, lock wait and statement timeouts. Returns whether
-    /// the server is MariaDB.
-    fn prepare(&self, conn: &mut mysql::Conn) -> Result<bool, mysql::Error> {
+    /// Session settings of a new connection: autocommit on, UTC, lock wait and statement
+    /// timeouts. Returns what the server is (MariaDB, has `SKIP LOCKED`).
+    fn prepare(&self, conn: &mut mysql::Conn) -> Result<(bool, bool), mysql::Error> {
+        conn.query_drop(q::SESSION_AUTOCOMMIT)?;
         conn.query_drop(q::SESSION_TIME_ZONE)?;
         conn.exec_drop(q::SESSION_LOCK_WAIT_TIMEOUT, (self.lock_wait_secs,))?;
         let rows: Vec<Row> = conn.exec(q::SERVER_VERSION, ())?;
         let version: String =
             rows.first().and_then(|r| r.get_opt::<String, usize>(0)).and_then(|v| v.ok()).unwrap_or_default();
-        let mariadb = version.contains("MariaDB");
+        let (mariadb, skip_locked) = server_flavour(&version);
         if mariadb {
             conn.exec_drop(q::SESSION_STATEMENT_TIME_MARIADB, (self.statement_secs,))?;
         } else {
             conn.exec_drop(q::SESSION_EXECUTION_TIME_MYSQL, (self.execution_ms,))?;
         }
-        Ok(mariadb)
+        Ok((mariadb, skip_locked))
     }
 }
 
@@ -206,11 +225,11 @@ impl r2d2::ManageConnection for MyManager {
 
     fn connect(&self) -> Result<MyConn, mysql::Error> {
         let mut conn = mysql::Conn::new(self.opts.clone())?;
-        let mariadb = self.prepare(&mut conn)?;
+        let (mariadb, skip_locked) = self.prepare(&mut conn)?;
         let id = u64::from(conn.connection_id());
         self.registry.lock().push(id);
         debug!("simba {KIND}: new connection (server connection id {id})");
-        Ok(MyConn { conn, broken: false, mariadb, id, registry: self.registry.clone() })
+        Ok(MyConn { conn, broken: false, mariadb, skip_locked, id, registry: self.registry.clone() })
     }
 
     fn is_valid(&self, conn: &mut MyConn) -> Result<(), mysql::Error> {
@@ -389,6 +408,65 @@ impl MyDriver {
             }
         })
     }
+}
+
+/// One purge batch on a server with `SKIP LOCKED` (READ COMMITTED: no gap locks): locks the
+/// oldest expired sessions nobody else holds and deletes exactly those, with their memberships.
+/// It never waits for a row another transaction holds.
+fn purge_skip_locked(conn: &mut mysql::Conn, limit: u64) -> Result<usize, mysql::Error> {
+    let opts = TxOpts::default().set_isolation_level(Some(mysql::IsolationLevel::ReadCommitted));
+    let mut tx = conn.start_transaction(opts)?;
+    let rows: Vec<Row> = tx.exec(q::PURGE_SELECT_SKIP_LOCKED, (limit,))?;
+    let ids: Vec<String> = rows.iter().filter_map(|r| r.get_opt::<String, usize>(0).and_then(|v| v.ok())).collect();
+    if ids.is_empty() {
+        tx.commit()?;
+        return Ok(0);
+    }
+    let list = json_strings(&ids);
+    tx.exec_drop(q::PURGE_MEMBERS_LISTED, (list.as_str(),))?;
+    tx.exec_drop(q::PURGE_SESSIONS_LISTED, (list.as_str(),))?;
+    let n = tx.affected_rows();
+    tx.commit()?;
+    Ok(usize::try_from(n).unwrap_or(usize::MAX))
+}
+
+/// One purge batch on an older server (no `SKIP LOCKED`): locks the oldest expired sessions and
+/// deletes everything expired up to the newest of them (waits for rows others hold).
+fn purge_range(conn: &mut mysql::Conn, limit: u64) -> Result<usize, mysql::Error> {
+    let mut tx = conn.start_transaction(TxOpts::default())?;
+    let rows: Vec<Row> = tx.exec(q::PURGE_SELECT, (limit,))?;
+    let cutoff = rows.iter().filter_map(|r| r.get_opt::<i64, usize>(1).and_then(|v| v.ok())).max();
+    let Some(cutoff) = cutoff else {
+        tx.commit()?;
+        return Ok(0);
+    };
+    tx.exec_drop(q::PURGE_MEMBERS, (cutoff,))?;
+    tx.exec_drop(q::PURGE_SESSIONS, (cutoff, limit))?;
+    let n = tx.affected_rows();
+    tx.commit()?;
+    Ok(usize::try_from(n).unwrap_or(usize::MAX))
+}
+
+/// `values` as a JSON array of strings (a bound parameter of `JSON_TABLE`, never SQL text).
+fn json_strings(values: &[String]) -> String {
+    let mut out = String::from("[");
+    for (i, v) in values.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        out.push('"');
+        for ch in v.chars() {
+            match ch {
+                '"' => out.push_str("\\\""),
+                '\\' => out.push_str("\\\\"),
+                c if u32::from(c) < 0x20 => out.push_str(&format!("\\u{:04x}", u32::from(c))),
+                c => out.push(c),
+            }
+        }
+        out.push('"');
+    }
+    out.push(']');
+    out
 }
 
 /// A keep-alive result set — `(remaining ms, lease name, token, group name)` per owned lease and
@@ -602,20 +680,7 @@ impl Driver for MyDriver {
         let what = "purge expired sessions";
         let limit = u64::try_from(limit).unwrap_or(u64::MAX);
         self.pool.run(what, |c| {
-            let r = (|| -> Result<usize, mysql::Error> {
-                let mut tx = c.conn.start_transaction(TxOpts::default())?;
-                let rows: Vec<Row> = tx.exec(q::PURGE_SELECT, (limit,))?;
-                let cutoff = rows.iter().filter_map(|r| r.get_opt::<i64, usize>(1).and_then(|v| v.ok())).max();
-                let Some(cutoff) = cutoff else {
-                    tx.commit()?;
-                    return Ok(0);
-                };
-                tx.exec_drop(q::PURGE_MEMBERS, (cutoff,))?;
-                tx.exec_drop(q::PURGE_SESSIONS, (cutoff, limit))?;
-                let n = tx.affected_rows();
-                tx.commit()?;
-                Ok(usize::try_from(n).unwrap_or(usize::MAX))
-            })();
+            let r = if c.skip_locked { purge_skip_locked(&mut c.conn, limit) } else { purge_range(&mut c.conn, limit) };
             r.map_err(|e| fail(&mut c.broken, e, what))
         })
     }
@@ -687,6 +752,24 @@ mod tests {
             let create = format!("create procedure if not exists {procedure}(");
             assert!(sql(q::INIT_SIMBA_MYSQL).contains(&create));
         }
+    }
+
+    #[test]
+    fn server_flavours() {
+        assert_eq!(server_flavour("10.11.19-MariaDB-0+deb12u1"), (true, true));
+        assert_eq!(server_flavour("10.6.0-MariaDB"), (true, true));
+        assert_eq!(server_flavour("10.5.23-MariaDB-log"), (true, false));
+        assert_eq!(server_flavour("5.5.5-10.11.6-MariaDB"), (true, true));
+        assert_eq!(server_flavour("8.0.36"), (false, true));
+        assert_eq!(server_flavour("8.4.0-commercial"), (false, true));
+        assert_eq!(server_flavour("5.7.44-log"), (false, false));
+        assert_eq!(server_flavour(""), (false, false));
+    }
+
+    #[test]
+    fn json_lists_escape_every_value() {
+        assert_eq!(json_strings(&[]), "[]");
+        assert_eq!(json_strings(&["ab".into(), "c\"d\\e\u{1}".into()]), r#"["ab","c\"d\\e\u0001"]"#);
     }
 
     #[test]

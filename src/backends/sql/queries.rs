@@ -98,10 +98,18 @@ pub mod mysql {
     pub const OPEN_SESSION: &str = include_str!("../../../sql/mysql/open-session.sql");
     /// `purge-members.sql`: Purge step 2: deletes the memberships of the batch.
     pub const PURGE_MEMBERS: &str = include_str!("../../../sql/mysql/purge-members.sql");
+    /// `purge-members-listed.sql`: Purge step 2 (SKIP LOCKED servers): deletes the memberships of
+    /// the listed sessions (a JSON array).
+    pub const PURGE_MEMBERS_LISTED: &str = include_str!("../../../sql/mysql/purge-members-listed.sql");
     /// `purge-select.sql`: Purge step 1: locks a batch of expired sessions, oldest first.
     pub const PURGE_SELECT: &str = include_str!("../../../sql/mysql/purge-select.sql");
+    /// `purge-select-skip-locked.sql`: Purge step 1 (SKIP LOCKED servers): locks a batch of
+    /// expired sessions, oldest first, skipping rows others hold.
+    pub const PURGE_SELECT_SKIP_LOCKED: &str = include_str!("../../../sql/mysql/purge-select-skip-locked.sql");
     /// `purge-sessions.sql`: Purge step 3: deletes the sessions of the batch (lease rows stay).
     pub const PURGE_SESSIONS: &str = include_str!("../../../sql/mysql/purge-sessions.sql");
+    /// `purge-sessions-listed.sql`: Purge step 3 (SKIP LOCKED servers): deletes the listed sessions.
+    pub const PURGE_SESSIONS_LISTED: &str = include_str!("../../../sql/mysql/purge-sessions-listed.sql");
     /// `release-session-leases.sql`: Close step 2: releases every lease of the session, keeping tokens.
     pub const RELEASE_SESSION_LEASES: &str = include_str!("../../../sql/mysql/release-session-leases.sql");
     /// `release.sql`: Frees a lease held by the session, keeping its token.
@@ -115,6 +123,8 @@ pub mod mysql {
     pub const SERVER_VERSION: &str = include_str!("../../../sql/mysql/server-version.sql");
     /// `session-alive.sql`: Whether a session is alive.
     pub const SESSION_ALIVE: &str = include_str!("../../../sql/mysql/session-alive.sql");
+    /// `session-autocommit.sql`: Per-connection setting: autocommit on, whatever the server default.
+    pub const SESSION_AUTOCOMMIT: &str = include_str!("../../../sql/mysql/session-autocommit.sql");
     /// `session-execution-time-mysql.sql`: Per-connection setting (MySQL 8): SELECT timeout (milliseconds).
     pub const SESSION_EXECUTION_TIME_MYSQL: &str = include_str!("../../../sql/mysql/session-execution-time-mysql.sql");
     /// `session-lock-wait-timeout.sql`: Per-connection setting: row-lock wait timeout (seconds).
