@@ -27,7 +27,7 @@ use mysql::prelude::Queryable;
 use mysql::{Opts, OptsBuilder, Params, Row, TxOpts};
 use parking_lot::Mutex;
 
-use super::pool::{Fail, SqlPool};
+use super::pool::{ConnectFailure, ConnectHealth, Fail, SqlPool};
 use super::queries::mysql as q;
 use super::{add_keep_alive_row, redact_url, Driver, RawAcquire, RawHolder, RawKeepAlive, SqlOptions};
 use crate::error::{Error, Result};
@@ -61,6 +61,25 @@ mod code {
     pub const SP_DOES_NOT_EXIST: u16 = 1305;
     /// ER_PROCACCESS_DENIED_ERROR: no EXECUTE privilege on the procedure.
     pub const PROC_ACCESS_DENIED: u16 = 1370;
+    /// ER_ACCESS_DENIED_ERROR: wrong password or unknown user (the server does not say which);
+    /// ER_ACCESS_DENIED_NO_PASSWORD_ERROR (1698): the same when no password was sent.
+    pub const LOGIN_DENIED: [u16; 2] = [1045, 1698];
+    /// ER_DBACCESS_DENIED_ERROR: the user may not use the database.
+    pub const DB_ACCESS_DENIED: u16 = 1044;
+    /// ER_BAD_DB_ERROR: unknown database.
+    pub const UNKNOWN_DATABASE: u16 = 1049;
+    /// ER_HOST_IS_BLOCKED: too many failed connects from this host.
+    pub const HOST_BLOCKED: u16 = 1129;
+    /// ER_HOST_NOT_PRIVILEGED: this host may not connect.
+    pub const HOST_NOT_PRIVILEGED: u16 = 1130;
+    /// ER_NOT_SUPPORTED_AUTH_MODE: the account's authentication plugin is not supported by the client.
+    pub const AUTH_MODE: u16 = 1251;
+    /// ER_MUST_CHANGE_PASSWORD_LOGIN and ER_MUST_CHANGE_PASSWORD: the password has expired.
+    pub const PASSWORD_EXPIRED: [u16; 2] = [1862, 1820];
+    /// ER_ACCOUNT_HAS_BEEN_LOCKED (MySQL 3118, MariaDB 4151).
+    pub const ACCOUNT_LOCKED: [u16; 2] = [3118, 4151];
+    /// ER_SECURE_TRANSPORT_REQUIRED (MySQL 3159, MariaDB 4036? see `connect_failure`).
+    pub const SECURE_TRANSPORT_REQUIRED: u16 = 3159;
 }
 
 /// How long the keep-alive uses its two-statement fallback after finding the procedure missing or
@@ -175,8 +194,41 @@ fn col<T: mysql::prelude::FromValue>(row: &Row, idx: usize, what: &str) -> Resul
     }
 }
 
+/// Classifies a failed connect: the server's refusals that retrying cannot fix are permanent
+/// (with what to do, in the server's words: error number, SQLSTATE and message); network
+/// failures, a server shutting down and "too many connections" are retried within the query
+/// timeout.
+fn connect_failure(e: &mysql::Error, user: &str, database: &str) -> ConnectFailure {
+    let mysql::Error::MySqlError(se) = e else {
+        return ConnectFailure { permanent: false, text: crate::error::display_chain(e) };
+    };
+    let todo = match se.code {
+        c if code::LOGIN_DENIED.contains(&c) => format!(
+            "check the user name \"{user}\" and the password in the URL (the server answers the same for an \
+             unknown user, a wrong password and an account that requires TLS)"
+        ),
+        code::DB_ACCESS_DENIED => format!("grant user \"{user}\" access to database \"{database}\""),
+        code::UNKNOWN_DATABASE => format!("create the database \"{database}\" or fix the database name in the URL"),
+        code::HOST_BLOCKED => "unblock this host on the server (FLUSH HOSTS)".to_string(),
+        code::HOST_NOT_PRIVILEGED => format!("create user \"{user}\" for this client's host"),
+        code::AUTH_MODE => "use an authentication plugin the client supports (mysql_native_password, \
+                            caching_sha2_password) for this account"
+            .to_string(),
+        c if code::PASSWORD_EXPIRED.contains(&c) => format!("set a new password for user \"{user}\""),
+        c if code::ACCOUNT_LOCKED.contains(&c) => {
+            format!("unlock the account \"{user}\" (ALTER USER … ACCOUNT UNLOCK)")
+        }
+        code::SECURE_TRANSPORT_REQUIRED => "the server requires TLS (require_secure_transport); connect with TLS \
+                                            (ssl-mode in the URL) or allow plain connections"
+            .to_string(),
+        _ => return ConnectFailure { permanent: false, text: format!("the server refused the connection: {se}") },
+    };
+    ConnectFailure { permanent: true, text: format!("the server refused the connection: {se}: {todo}") }
+}
+
 pub(crate) struct MyManager {
     opts: Opts,
+    health: Arc<ConnectHealth>,
     lock_wait_secs: u64,
     statement_secs: f64,
     execution_ms: u64,
@@ -224,7 +276,16 @@ impl r2d2::ManageConnection for MyManager {
     type Error = mysql::Error;
 
     fn connect(&self) -> Result<MyConn, mysql::Error> {
-        let mut conn = mysql::Conn::new(self.opts.clone())?;
+        let mut conn = match mysql::Conn::new(self.opts.clone()) {
+            Ok(c) => c,
+            Err(e) => {
+                let user = self.opts.get_user().unwrap_or_default();
+                let database = self.opts.get_db_name().unwrap_or_default();
+                self.health.failed(KIND, connect_failure(&e, user, database));
+                return Err(e);
+            }
+        };
+        self.health.succeeded(KIND);
         let (mariadb, skip_locked) = self.prepare(&mut conn)?;
         let id = u64::from(conn.connection_id());
         self.registry.lock().push(id);
@@ -322,15 +383,17 @@ impl MyDriver {
             .stmt_cache_size(64)
             .into();
         let registry = Arc::new(Mutex::new(Vec::new()));
+        let health = Arc::new(ConnectHealth::default());
         let manager = MyManager {
             opts,
+            health: health.clone(),
             lock_wait_secs: qt.as_secs_f64().ceil().max(1.0) as u64,
             statement_secs: qt.as_secs_f64().max(0.001),
             execution_ms: u64::try_from(qt.as_millis()).unwrap_or(u64::MAX).max(1),
             registry: registry.clone(),
         };
         Ok(MyDriver {
-            pool: SqlPool::new(manager, options, KIND),
+            pool: SqlPool::new(manager, health, options, KIND),
             registry,
             keep_alive_routine: Routine::new(
                 q::KEEP_ALIVE_PROCEDURE,
