@@ -985,7 +985,7 @@ mod cases {
     /// A renewal that waits for a takeover's lock on its session row, while the session expires,
     /// never revives it (rule 2): expiry is judged with database time read after the lock is
     /// granted, so the keep-alive reports the session expired and deletes it — on PostgreSQL, and
-    /// on MySQL/MariaDB through the procedure and through the two-statement fallback alike.
+    /// on MySQL/MariaDB through the procedure and through the separate-statement fallback alike.
     /// Deterministic: the takeover holds the lock from before the keep-alive starts until after
     /// the session has expired.
     pub fn renewal_waiting_for_a_takeover(fx: &mut Fx) {
@@ -1430,7 +1430,7 @@ fn mysql_keep_alive_with_only_the_old_procedure() {
 }
 
 /// MySQL/MariaDB: an application user without EXECUTE on the keep-alive procedure (only the
-/// table privileges an older version needed) keeps working with the two-statement keep-alive,
+/// table privileges an older version needed) keeps working with the separate-statement keep-alive and acquire,
 /// and `check` says why.
 #[cfg(feature = "mysql")]
 #[test]

@@ -82,8 +82,8 @@ mod code {
     pub const SECURE_TRANSPORT_REQUIRED: u16 = 3159;
 }
 
-/// How long the keep-alive uses its two-statement fallback after finding the procedure missing or
-/// not executable, before trying the procedure again.
+/// How long the keep-alive or the acquire uses its separate-statement fallback after finding its
+/// procedure missing or not executable, before trying the procedure again.
 pub(crate) const ROUTINE_RETRY: Duration = Duration::from_secs(60);
 
 /// One pooled connection.
