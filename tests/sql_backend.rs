@@ -868,16 +868,23 @@ mod cases {
         b.close_session(&other).unwrap();
     }
 
+    /// A backend with a single connection and no background purge, through a round-trip counting
+    /// proxy (nothing but the test's own calls on that connection).
+    fn counted_backend(url: &str) -> (rtt::CountingProxy, SqlBackend) {
+        let addr = addr_of(url);
+        let proxy = rtt::CountingProxy::start(&addr);
+        let opts =
+            SqlOptions::builder().query_timeout(Duration::from_secs(5)).pool_size(1).auto_purge(false).build().unwrap();
+        let b = SqlBackend::from_url(&proxy.url(url, &addr), opts).unwrap();
+        (proxy, b)
+    }
+
     /// SPEC §10: a keep-alive is one round trip whatever the number of leases held, on the
     /// renewal path and on the expired path, counted at the TCP level by a proxy in front of the
     /// server for a backend with a single connection and no background purge (nothing else on the
     /// connection). The first keep-alive prepares the statement; the ones counted reuse it.
     pub fn keep_alive_is_one_round_trip(fx: &mut Fx) {
-        let addr = addr_of(&fx.url);
-        let proxy = rtt::CountingProxy::start(&addr);
-        let opts =
-            SqlOptions::builder().query_timeout(Duration::from_secs(5)).pool_size(1).auto_purge(false).build().unwrap();
-        let b = SqlBackend::from_url(&proxy.url(&fx.url, &addr), opts).unwrap();
+        let (proxy, b) = counted_backend(&fx.url);
         let direct = &fx.backend;
         let p = support::unique("rtt");
         let s = b.open_session(LONG, "rtt").unwrap().id;
@@ -945,11 +952,7 @@ mod cases {
     /// expired session — counted at the TCP level like the keep-alive (first call of each
     /// statement warms the connection and prepares it; the counted ones reuse it).
     pub fn acquire_is_one_round_trip(fx: &mut Fx) {
-        let addr = addr_of(&fx.url);
-        let proxy = rtt::CountingProxy::start(&addr);
-        let opts =
-            SqlOptions::builder().query_timeout(Duration::from_secs(5)).pool_size(1).auto_purge(false).build().unwrap();
-        let b = SqlBackend::from_url(&proxy.url(&fx.url, &addr), opts).unwrap();
+        let (proxy, b) = counted_backend(&fx.url);
         let direct = &fx.backend;
         let p = support::unique("acq-rtt");
         let s = direct.open_session(LONG, "acq-rtt").unwrap().id;
