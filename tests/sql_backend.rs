@@ -635,7 +635,9 @@ mod cases {
             // The database agrees with what the winner was told.
             let h = b.holder(&lease).unwrap().map(|h| h.session);
             if still_owned {
-                assert_eq!(h, Some(holder.clone()));
+                // The renewal's lease is short (120 ms): on a loaded machine it may have run out
+                // again before this read, but nobody else holds the lease.
+                assert!(h.is_none() || h == Some(holder.clone()), "iteration {i}: {h:?}");
             }
             if let Acquire::Acquired { token, .. } = acq {
                 assert_eq!(h, Some(rival.clone()));
