@@ -7,14 +7,12 @@
 
 mod support;
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use simba::backends::sql::{SqlBackend, SqlOptions};
 use simba::{Coordinator, CoordinatorEvent, LeaseBackend, Session, SessionOptions};
-use support::server::ServerProcess;
+use support::sql::{PrivateMariadb, PrivatePostgres};
 
 fn options() -> SessionOptions {
     SessionOptions::builder()
@@ -27,30 +25,6 @@ fn options() -> SessionOptions {
 
 fn sql_options() -> SqlOptions {
     SqlOptions::builder().query_timeout(Duration::from_millis(800)).build().unwrap()
-}
-
-fn run(cmd: &mut Command) {
-    let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
-    assert!(
-        out.status.success(),
-        "{cmd:?} failed: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-fn temp_dir(tag: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(support::unique(&format!("simba-restart-{tag}")));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
-fn wait_tcp(addr: &str, within: Duration) {
-    let deadline = Instant::now() + within;
-    while std::net::TcpStream::connect(addr).is_err() {
-        assert!(Instant::now() < deadline, "server at {addr} did not come up");
-        std::thread::sleep(Duration::from_millis(50));
-    }
 }
 
 /// The exercise shared by both databases: hold a lease across a short restart, then across a
@@ -95,70 +69,6 @@ fn survive_restarts(backend: Arc<dyn LeaseBackend>, mut restart: impl FnMut(Dura
 
 // ---------------------------------------------------------------- PostgreSQL
 
-struct PrivatePostgres {
-    dir: PathBuf,
-    port: u16,
-}
-
-const PG_BIN: &str = "/usr/lib/postgresql";
-
-fn pg_bin(tool: &str) -> PathBuf {
-    let ver = std::fs::read_dir(PG_BIN)
-        .unwrap_or_else(|e| panic!("{PG_BIN}: {e} (run `scripts/services up` to install PostgreSQL)"))
-        .filter_map(|e| e.ok())
-        .map(|e| e.file_name().to_string_lossy().to_string())
-        .max()
-        .expect("a PostgreSQL version");
-    Path::new(PG_BIN).join(ver).join("bin").join(tool)
-}
-
-impl PrivatePostgres {
-    fn start(port: u16) -> PrivatePostgres {
-        let dir = temp_dir("pg");
-        run(Command::new("chown").arg("-R").arg("postgres:postgres").arg(&dir));
-        run(Command::new("runuser")
-            .args(["-u", "postgres", "--"])
-            .arg(pg_bin("initdb"))
-            .args(["--auth=trust", "-U", "postgres", "-D"])
-            .arg(dir.join("data")));
-        let pg = PrivatePostgres { dir, port };
-        pg.ctl(&["start", "-w"]);
-        pg
-    }
-
-    fn ctl(&self, args: &[&str]) {
-        run(Command::new("runuser")
-            .args(["-u", "postgres", "--"])
-            .arg(pg_bin("pg_ctl"))
-            .arg("-D")
-            .arg(self.dir.join("data"))
-            .arg("-l")
-            .arg(self.dir.join("log"))
-            .arg("-o")
-            .arg(format!("-p {} -k {} -c listen_addresses=127.0.0.1", self.port, self.dir.display()))
-            .args(args));
-    }
-
-    fn url(&self) -> String {
-        format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
-    }
-}
-
-impl Drop for PrivatePostgres {
-    fn drop(&mut self) {
-        let _ = Command::new("runuser")
-            .args(["-u", "postgres", "--"])
-            .arg(pg_bin("pg_ctl"))
-            .arg("-D")
-            .arg(self.dir.join("data"))
-            .args(["stop", "-m", "immediate"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
 #[test]
 #[serial_test::serial(postgres_private)]
 fn postgres_restarts() {
@@ -177,56 +87,6 @@ fn postgres_restarts() {
 }
 
 // ---------------------------------------------------------------- MariaDB
-
-struct PrivateMariadb {
-    proc: ServerProcess,
-    port: u16,
-}
-
-impl PrivateMariadb {
-    fn start(port: u16) -> PrivateMariadb {
-        let dir = temp_dir("mariadb");
-        run(Command::new("mariadb-install-db")
-            .arg("--no-defaults")
-            .arg("--user=mysql")
-            .arg(format!("--datadir={}", dir.join("data").display()))
-            .arg("--auth-root-authentication-method=normal")
-            .arg("--skip-test-db")
-            .stdout(Stdio::null()));
-        run(Command::new("chown").arg("-R").arg("mysql:mysql").arg(&dir));
-        let mut m = PrivateMariadb { proc: ServerProcess::new(dir), port };
-        m.launch();
-        m
-    }
-
-    fn launch(&mut self) {
-        let child = Command::new("mariadbd")
-            .arg("--no-defaults")
-            .arg("--user=mysql")
-            .arg(format!("--datadir={}", self.proc.dir.join("data").display()))
-            .arg(format!("--socket={}", self.proc.dir.join("sock").display()))
-            .arg(format!("--pid-file={}", self.proc.dir.join("pid").display()))
-            .arg("--bind-address=127.0.0.1")
-            .arg(format!("--port={}", self.port))
-            .arg("--character-set-server=utf8mb4")
-            .arg("--collation-server=utf8mb4_bin")
-            .arg("--skip-log-bin")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("mariadbd");
-        self.proc.running(child);
-        wait_tcp(&format!("127.0.0.1:{}", self.port), Duration::from_secs(30));
-    }
-
-    fn stop(&mut self) {
-        self.proc.terminate();
-    }
-
-    fn url(&self) -> String {
-        format!("mysql://root@127.0.0.1:{}/mysql", self.port)
-    }
-}
 
 #[test]
 #[serial_test::serial(mariadb_private)]

@@ -1,5 +1,6 @@
--- Fallback keep-alive, step 2 (without the procedure of keep-alive-call.sql), after the renewal
--- (a separate statement, so it sees every takeover, join and leave that committed before it):
+-- Fallback keep-alive, step 3 (without the procedure of keep-alive-call.sql), after the renewal,
+-- in its transaction (the first consistent read of that transaction, taken after the session row's
+-- lock was granted, so it sees every takeover, join and leave that committed before the renewal):
 -- the session's remaining time (ms) with every lease it owns and every group it is a member of,
 -- as (remaining ms, lease name, token, group name) rows: one per owned lease (group name NULL) —
 -- one row with NULL name/token/group when it owns none — plus one per membership (lease name and

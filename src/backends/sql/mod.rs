@@ -671,8 +671,9 @@ impl LeaseBackend for SqlBackend {
                     match d {
                         Dialect::Postgres => "simba_session, simba_lease and simba_member exist".into(),
                         Dialect::Mysql => format!(
-                            "simba_session, simba_lease, simba_member and the procedure {} exist",
-                            queries::mysql::KEEP_ALIVE_PROCEDURE
+                            "simba_session, simba_lease, simba_member and the procedures {} and {} exist",
+                            queries::mysql::KEEP_ALIVE_PROCEDURE,
+                            queries::mysql::ACQUIRE_PROCEDURE
                         ),
                     },
                 )),
@@ -681,8 +682,9 @@ impl LeaseBackend for SqlBackend {
                     CheckStatus::Warn,
                     format!(
                         "the tables exist, but the procedure {routine} is missing (or this user may not execute \
-                         it): keep-alives take two round trips instead of one; run `simba schema apply` or sql/{}/{} \
-                         again (needs CREATE ROUTINE; the application user needs EXECUTE)",
+                         it): keep-alives (five round trips instead of one) or acquires (two instead of one) use \
+                         separate statements; run `simba schema apply` or sql/{}/{} again (needs CREATE ROUTINE; \
+                         the application user needs EXECUTE)",
                         d.name(),
                         d.init_script_name()
                     ),

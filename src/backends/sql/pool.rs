@@ -1,9 +1,11 @@
 //! The backend's own connection pool (r2d2) and the bounded call loop shared by both dialects.
 
 use std::fmt;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use log::{debug, warn};
+use log::{debug, info, warn};
+use parking_lot::Mutex;
 
 use super::SqlOptions;
 use crate::error::{Error, Result};
@@ -23,13 +25,78 @@ impl From<Error> for Fail {
     }
 }
 
-/// Logs connection failures instead of r2d2's default `error!` with no context.
+/// Why a new connection could not be opened, in the server's words, as the dialect classified it.
+pub(crate) struct ConnectFailure {
+    /// The server refused for a reason retrying cannot fix (wrong password, unknown database or
+    /// user, TLS required): calls fail at once instead of waiting out the query timeout.
+    pub(crate) permanent: bool,
+    /// What happened and, for a permanent failure, what to do (no password in it).
+    pub(crate) text: String,
+}
+
+/// What the pool's connection attempts have found, shared by the connection manager (which
+/// records every failed and successful connect, on r2d2's worker threads) and the call loop.
+#[derive(Default)]
+pub(crate) struct ConnectHealth {
+    state: Mutex<HealthState>,
+}
+
+#[derive(Default)]
+struct HealthState {
+    /// The latest connect failed permanently: its text (cleared by a success or a transient failure).
+    permanent: Option<String>,
+    /// The text of the latest failure, for the error of a call that ran out of time.
+    last: Option<String>,
+    /// The failure last logged at `warn` level: one warning per cause, not per retry.
+    warned: Option<String>,
+}
+
+impl ConnectHealth {
+    /// A connect failed: remember it, and warn unless this cause was the last one warned about.
+    pub(crate) fn failed(&self, kind: &str, failure: ConnectFailure) {
+        let mut st = self.state.lock();
+        let first = st.warned.as_deref() != Some(failure.text.as_str());
+        st.permanent = failure.permanent.then(|| failure.text.clone());
+        st.last = Some(failure.text.clone());
+        if first {
+            st.warned = Some(failure.text.clone());
+        }
+        drop(st);
+        if first {
+            warn!("simba {kind}: cannot open a database connection: {}", failure.text);
+        } else {
+            debug!("simba {kind}: cannot open a database connection (still): {}", failure.text);
+        }
+    }
+
+    /// A connect succeeded: forget the failures (and say so if one was warned about).
+    pub(crate) fn succeeded(&self, kind: &str) {
+        let mut st = self.state.lock();
+        let was = st.warned.take();
+        st.permanent = None;
+        st.last = None;
+        drop(st);
+        if was.is_some() {
+            info!("simba {kind}: database connections open again");
+        }
+    }
+
+    fn permanent(&self) -> Option<String> {
+        self.state.lock().permanent.clone()
+    }
+
+    fn last(&self) -> Option<String> {
+        self.state.lock().last.clone()
+    }
+}
+
+/// r2d2's own error callback: the manager has already logged the failure (once per cause).
 #[derive(Debug)]
 struct LogErrors(&'static str);
 
 impl<E: fmt::Display> r2d2::HandleError<E> for LogErrors {
     fn handle_error(&self, error: E) {
-        warn!("simba {}: cannot open a database connection: {error}", self.0);
+        debug!("simba {}: connection attempt failed: {error}", self.0);
     }
 }
 
@@ -38,10 +105,15 @@ pub(crate) struct SqlPool<M: r2d2::ManageConnection> {
     pool: r2d2::Pool<M>,
     timeout: Duration,
     kind: &'static str,
+    health: Arc<ConnectHealth>,
 }
 
 /// Attempts per call (first try + retries), all within one query timeout.
 const MAX_ATTEMPTS: u32 = 3;
+
+/// A call waiting for a connection looks at what the connection attempts found this often, so
+/// that a permanent failure ends it at once.
+const CHECKOUT_SLICE: Duration = Duration::from_millis(20);
 
 impl<M: r2d2::ManageConnection> SqlPool<M>
 where
@@ -49,7 +121,8 @@ where
 {
     /// A pool of at most `options.pool_size()` connections, opened on demand, never tested on
     /// checkout (a broken connection fails its call, is dropped and the call is retried).
-    pub(crate) fn new(manager: M, options: &SqlOptions, kind: &'static str) -> SqlPool<M> {
+    /// `health` is what `manager` records its connection attempts in.
+    pub(crate) fn new(manager: M, health: Arc<ConnectHealth>, options: &SqlOptions, kind: &'static str) -> SqlPool<M> {
         let pool = r2d2::Pool::builder()
             .max_size(options.pool_size())
             .min_idle(Some(0))
@@ -59,7 +132,34 @@ where
             .max_lifetime(Some(Duration::from_secs(1800)))
             .error_handler(Box::new(LogErrors(kind)))
             .build_unchecked(manager);
-        SqlPool { pool, timeout: options.query_timeout(), kind }
+        SqlPool { pool, timeout: options.query_timeout(), kind, health }
+    }
+
+    /// A pooled connection within `deadline`. Fails at once, in the server's words, when the
+    /// latest connection attempt failed permanently (nothing to wait for); otherwise waits for a
+    /// connection until the deadline (the pool keeps retrying network failures meanwhile).
+    fn checkout(&self, what: &str, deadline: Instant) -> Result<r2d2::PooledConnection<M>> {
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.pool.get_timeout(left.min(CHECKOUT_SLICE).max(Duration::from_millis(1))) {
+                Ok(conn) => return Ok(conn),
+                Err(e) => {
+                    if let Some(text) = self.health.permanent() {
+                        return Err(Error::backend(format!("{}: {what}: cannot connect: {text}", self.kind)));
+                    }
+                    if Instant::now() >= deadline {
+                        let msg = format!(
+                            "{}: {what}: no database connection within the query timeout ({:?})",
+                            self.kind, self.timeout
+                        );
+                        return Err(match self.health.last() {
+                            Some(last) => Error::unavailable(format!("{msg}: {last}")),
+                            None => Error::unavailable(msg).with_source(e),
+                        });
+                    }
+                }
+            }
+        }
     }
 
     /// Runs `f` on a pooled connection, retrying [`Fail::Retry`] failures while the query timeout
@@ -69,14 +169,7 @@ where
         let mut attempt = 0;
         loop {
             attempt += 1;
-            let wait = deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(1));
-            let mut conn = self.pool.get_timeout(wait).map_err(|e| {
-                Error::unavailable(format!(
-                    "{}: {what}: no database connection within the query timeout ({:?})",
-                    self.kind, self.timeout
-                ))
-                .with_source(e)
-            })?;
+            let mut conn = self.checkout(what, deadline)?;
             match f(&mut conn) {
                 Ok(v) => return Ok(v),
                 Err(Fail::Stop(e)) => return Err(e),

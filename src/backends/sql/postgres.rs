@@ -19,7 +19,7 @@ use postgres::error::SqlState;
 use postgres::types::ToSql;
 use postgres::{Client, Config, NoTls, Row, Statement};
 
-use super::pool::{Fail, SqlPool};
+use super::pool::{ConnectFailure, ConnectHealth, Fail, SqlPool};
 use super::queries::postgres as q;
 use super::{add_keep_alive_row, redact_url, Driver, RawAcquire, RawHolder, RawKeepAlive, SqlOptions};
 use crate::error::{Error, Result};
@@ -59,17 +59,22 @@ fn fail(conn_broken: &mut bool, e: postgres::Error, what: &str) -> Fail {
         return Fail::Retry(Error::unavailable(msg("connection failed")).with_source(e));
     };
     let code = code.clone();
+    // The server's words (message, SQLSTATE, detail, hint) as the source: the driver's own
+    // Display of a server error is only "db error".
+    let words = ServerWords(e.as_db_error().map_or_else(|| e.to_string(), server_words));
     if code == SqlState::T_R_DEADLOCK_DETECTED || code == SqlState::T_R_SERIALIZATION_FAILURE {
-        Fail::Retry(Error::unavailable(msg("transaction conflict")).with_source(e))
+        Fail::Retry(Error::unavailable(msg("transaction conflict")).with_source(words))
     } else if code == SqlState::QUERY_CANCELED || code == SqlState::LOCK_NOT_AVAILABLE {
-        Fail::Stop(Error::unavailable(msg("statement timed out (statement_timeout = query timeout)")).with_source(e))
+        Fail::Stop(
+            Error::unavailable(msg("statement timed out (statement_timeout = query timeout)")).with_source(words),
+        )
     } else if code == SqlState::UNDEFINED_TABLE {
         Fail::Stop(
             Error::backend(msg(
                 "the Simba tables are missing: run `simba schema apply`, SqlBackend::init_schema() or \
                  sql/postgres/init-simba-postgresql.sql once",
             ))
-            .with_source(e),
+            .with_source(words),
         )
     } else if code.code().starts_with("08")
         || code.code().starts_with("57P")
@@ -77,13 +82,25 @@ fn fail(conn_broken: &mut bool, e: postgres::Error, what: &str) -> Fail {
         || code == SqlState::IDLE_IN_TRANSACTION_SESSION_TIMEOUT
     {
         *conn_broken = true;
-        Fail::Retry(Error::unavailable(msg("connection lost")).with_source(e))
+        Fail::Retry(Error::unavailable(msg("connection lost")).with_source(words))
     } else if code == SqlState::READ_ONLY_SQL_TRANSACTION {
-        Fail::Stop(Error::unavailable(msg("the server is read-only (a standby?)")).with_source(e))
+        Fail::Stop(Error::unavailable(msg("the server is read-only (a standby?)")).with_source(words))
     } else {
-        Fail::Stop(Error::backend(msg("statement failed")).with_source(e))
+        Fail::Stop(Error::backend(msg("statement failed")).with_source(words))
     }
 }
+
+/// A server error in the server's own words (see [`server_words`]).
+#[derive(Debug)]
+struct ServerWords(String);
+
+impl std::fmt::Display for ServerWords {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for ServerWords {}
 
 impl PgConn {
     fn statement(&mut self, sql: &'static str, what: &str) -> Result<Statement, Fail> {
@@ -121,6 +138,73 @@ fn col<'a, T: postgres::types::FromSql<'a>>(row: &'a Row, idx: usize, what: &str
 pub(crate) struct PgManager {
     config: Config,
     registry: Arc<Mutex<Vec<u64>>>,
+    health: Arc<ConnectHealth>,
+}
+
+/// The server's own words for an error it sent: message, SQLSTATE, and its detail and hint.
+fn server_words(db: &postgres::error::DbError) -> String {
+    let mut out = format!("{} (SQLSTATE {})", db.message(), db.code().code());
+    if let Some(detail) = db.detail() {
+        out.push_str(&format!("; {detail}"));
+    }
+    if let Some(hint) = db.hint() {
+        out.push_str(&format!("; hint: {hint}"));
+    }
+    out
+}
+
+/// Classifies a failed connect: the server's refusals that retrying cannot fix are permanent
+/// (with what to do); anything else — refused or reset TCP, timeouts, a server starting up or
+/// shutting down, too many connections — is retried within the query timeout.
+fn connect_failure(e: &postgres::Error, user: &str, database: &str) -> ConnectFailure {
+    let Some(db) = e.as_db_error() else {
+        // sslmode=require: this build connects without TLS (`NoTls`), so the handshake fails
+        // whether or not the server offers TLS; the driver gives that error no public kind.
+        let tls = std::error::Error::source(e).is_some_and(|s| s.is::<postgres::tls::NoTlsError>())
+            || e.to_string().starts_with("error performing TLS handshake");
+        if tls {
+            return ConnectFailure {
+                permanent: true,
+                text: format!(
+                    "{}: the URL asks for TLS (sslmode=require), which this build does not support: use \
+                     sslmode=prefer or disable, or connect through a TLS-terminating proxy",
+                    crate::error::display_chain(e)
+                ),
+            };
+        }
+        // The driver's own configuration errors ("invalid configuration: password missing" when
+        // the server asks for a password the URL lacks) have no public kind: read its words.
+        if e.to_string().starts_with("invalid configuration") {
+            return ConnectFailure {
+                permanent: true,
+                text: format!(
+                    "{}: the server asks user \"{user}\" for a password: put it in the URL",
+                    crate::error::display_chain(e)
+                ),
+            };
+        }
+        return ConnectFailure { permanent: false, text: crate::error::display_chain(e) };
+    };
+    let words = server_words(db);
+    let code = db.code();
+    let todo = if *code == SqlState::INVALID_PASSWORD {
+        format!("check the password of user \"{user}\" in the URL")
+    } else if *code == SqlState::INVALID_AUTHORIZATION_SPECIFICATION && db.message().contains("no encryption") {
+        "the server accepts this login only over TLS, which this build does not support: allow a non-TLS \
+         (`host`) login in pg_hba.conf or connect through a TLS-terminating proxy"
+            .to_string()
+    } else if *code == SqlState::INVALID_AUTHORIZATION_SPECIFICATION && db.message().contains("does not exist") {
+        format!("create the role \"{user}\" (with LOGIN) or fix the user name in the URL")
+    } else if *code == SqlState::INVALID_AUTHORIZATION_SPECIFICATION {
+        "check pg_hba.conf and the user name in the URL".to_string()
+    } else if *code == SqlState::INVALID_CATALOG_NAME {
+        format!("create the database \"{database}\" or fix the database name in the URL")
+    } else if *code == SqlState::INSUFFICIENT_PRIVILEGE {
+        format!("grant CONNECT on database \"{database}\" to \"{user}\"")
+    } else {
+        return ConnectFailure { permanent: false, text: format!("the server refused the connection: {words}") };
+    };
+    ConnectFailure { permanent: true, text: format!("the server refused the connection: {words}: {todo}") }
 }
 
 impl r2d2::ManageConnection for PgManager {
@@ -128,7 +212,16 @@ impl r2d2::ManageConnection for PgManager {
     type Error = postgres::Error;
 
     fn connect(&self) -> Result<PgConn, postgres::Error> {
-        let mut client = self.config.connect(NoTls)?;
+        let mut client = match self.config.connect(NoTls) {
+            Ok(c) => c,
+            Err(e) => {
+                let user = self.config.get_user().unwrap_or_default();
+                let database = self.config.get_dbname().unwrap_or(user);
+                self.health.failed(KIND, connect_failure(&e, user, database));
+                return Err(e);
+            }
+        };
+        self.health.succeeded(KIND);
         let row = client.query_one(q::BACKEND_PID, &[])?;
         let pid: i64 = row.try_get(0)?;
         let pid = u64::try_from(pid).unwrap_or(0);
@@ -175,8 +268,9 @@ impl PgDriver {
             config.application_name("simba");
         }
         let registry = Arc::new(Mutex::new(Vec::new()));
-        let manager = PgManager { config, registry: registry.clone() };
-        Ok(PgDriver { pool: SqlPool::new(manager, options, KIND), registry })
+        let health = Arc::new(ConnectHealth::default());
+        let manager = PgManager { config, registry: registry.clone(), health: health.clone() };
+        Ok(PgDriver { pool: SqlPool::new(manager, health, options, KIND), registry })
     }
 }
 

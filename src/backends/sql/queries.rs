@@ -54,6 +54,12 @@ pub mod mysql {
     pub const ACQUIRE_OBSERVE: &str = include_str!("../../../sql/mysql/acquire-observe.sql");
     /// `acquire.sql`: Acquire: one upsert taking a free, own or expired-holder lease (token + 1 for a new term).
     pub const ACQUIRE: &str = include_str!("../../../sql/mysql/acquire.sql");
+    /// `acquire-call.sql`: The acquire in one round trip: calls the schema's procedure
+    /// [`ACQUIRE_PROCEDURE`], which runs [`ACQUIRE_OBSERVE`] and then [`ACQUIRE`] on the server.
+    pub const ACQUIRE_CALL: &str = include_str!("../../../sql/mysql/acquire-call.sql");
+    /// The name of the stored procedure [`ACQUIRE_CALL`] calls, created by [`INIT_SIMBA_MYSQL`] and
+    /// looked up by [`ROUTINE_CHECK`] (not SQL text: the name, for messages).
+    pub const ACQUIRE_PROCEDURE: &str = "simba_acquire_v1";
     /// `delete-expired-session.sql`: Fallback keep-alive on an expired session: deletes the session row.
     pub const DELETE_EXPIRED_SESSION: &str = include_str!("../../../sql/mysql/delete-expired-session.sql");
     /// `delete-session-members.sql`: Close step 3 and fallback expired keep-alive: deletes the session's memberships.
@@ -73,11 +79,14 @@ pub mod mysql {
     pub const KEEP_ALIVE_CALL: &str = include_str!("../../../sql/mysql/keep-alive-call.sql");
     /// The name of the stored procedure [`KEEP_ALIVE_CALL`] calls, created by
     /// [`INIT_SIMBA_MYSQL`] and looked up by [`ROUTINE_CHECK`] (not SQL text: the name, for messages).
-    pub const KEEP_ALIVE_PROCEDURE: &str = "simba_keep_alive_v2";
-    /// `keep-alive-read.sql`: Fallback keep-alive step 2: the session's remaining time, the leases
+    pub const KEEP_ALIVE_PROCEDURE: &str = "simba_keep_alive_v3";
+    /// `keep-alive-lock.sql`: Fallback keep-alive step 1 (no procedure): locks the session row
+    /// first, so that the renewal judges expiry with a clock read after the lock.
+    pub const KEEP_ALIVE_LOCK: &str = include_str!("../../../sql/mysql/keep-alive-lock.sql");
+    /// `keep-alive-read.sql`: Fallback keep-alive step 3: the session's remaining time, the leases
     /// it owns and the groups it is a member of.
     pub const KEEP_ALIVE_READ: &str = include_str!("../../../sql/mysql/keep-alive-read.sql");
-    /// `keep-alive.sql`: Fallback keep-alive step 1 (no procedure): the UPDATE that renews a session.
+    /// `keep-alive.sql`: Fallback keep-alive step 2 (no procedure): the UPDATE that renews a locked session.
     pub const KEEP_ALIVE: &str = include_str!("../../../sql/mysql/keep-alive.sql");
     /// `leave.sql`: Removes a session from a group (idempotent).
     pub const LEAVE: &str = include_str!("../../../sql/mysql/leave.sql");
@@ -89,15 +98,24 @@ pub mod mysql {
     pub const OPEN_SESSION: &str = include_str!("../../../sql/mysql/open-session.sql");
     /// `purge-members.sql`: Purge step 2: deletes the memberships of the batch.
     pub const PURGE_MEMBERS: &str = include_str!("../../../sql/mysql/purge-members.sql");
+    /// `purge-members-listed.sql`: Purge step 2 (SKIP LOCKED servers): deletes the memberships of
+    /// the listed sessions (a JSON array).
+    pub const PURGE_MEMBERS_LISTED: &str = include_str!("../../../sql/mysql/purge-members-listed.sql");
     /// `purge-select.sql`: Purge step 1: locks a batch of expired sessions, oldest first.
     pub const PURGE_SELECT: &str = include_str!("../../../sql/mysql/purge-select.sql");
+    /// `purge-select-skip-locked.sql`: Purge step 1 (SKIP LOCKED servers): locks a batch of
+    /// expired sessions, oldest first, skipping rows others hold.
+    pub const PURGE_SELECT_SKIP_LOCKED: &str = include_str!("../../../sql/mysql/purge-select-skip-locked.sql");
     /// `purge-sessions.sql`: Purge step 3: deletes the sessions of the batch (lease rows stay).
     pub const PURGE_SESSIONS: &str = include_str!("../../../sql/mysql/purge-sessions.sql");
+    /// `purge-sessions-listed.sql`: Purge step 3 (SKIP LOCKED servers): deletes the listed sessions.
+    pub const PURGE_SESSIONS_LISTED: &str = include_str!("../../../sql/mysql/purge-sessions-listed.sql");
     /// `release-session-leases.sql`: Close step 2: releases every lease of the session, keeping tokens.
     pub const RELEASE_SESSION_LEASES: &str = include_str!("../../../sql/mysql/release-session-leases.sql");
     /// `release.sql`: Frees a lease held by the session, keeping its token.
     pub const RELEASE: &str = include_str!("../../../sql/mysql/release.sql");
-    /// `routine-check.sql`: Whether the keep-alive procedure [`KEEP_ALIVE_PROCEDURE`] exists (1 or 0).
+    /// `routine-check.sql`: Which of the procedures [`KEEP_ALIVE_PROCEDURE`] and [`ACQUIRE_PROCEDURE`]
+    /// exist (their names, one row each).
     pub const ROUTINE_CHECK: &str = include_str!("../../../sql/mysql/routine-check.sql");
     /// `schema-check.sql`: Counts the Simba tables present.
     pub const SCHEMA_CHECK: &str = include_str!("../../../sql/mysql/schema-check.sql");
@@ -105,6 +123,8 @@ pub mod mysql {
     pub const SERVER_VERSION: &str = include_str!("../../../sql/mysql/server-version.sql");
     /// `session-alive.sql`: Whether a session is alive.
     pub const SESSION_ALIVE: &str = include_str!("../../../sql/mysql/session-alive.sql");
+    /// `session-autocommit.sql`: Per-connection setting: autocommit on, whatever the server default.
+    pub const SESSION_AUTOCOMMIT: &str = include_str!("../../../sql/mysql/session-autocommit.sql");
     /// `session-execution-time-mysql.sql`: Per-connection setting (MySQL 8): SELECT timeout (milliseconds).
     pub const SESSION_EXECUTION_TIME_MYSQL: &str = include_str!("../../../sql/mysql/session-execution-time-mysql.sql");
     /// `session-lock-wait-timeout.sql`: Per-connection setting: row-lock wait timeout (seconds).
