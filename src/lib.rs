@@ -43,6 +43,7 @@ mod lease;
 pub mod memory;
 pub mod options;
 pub mod session;
+#[cfg(feature = "sim")]
 pub mod sim;
 #[cfg(feature = "tck")]
 pub mod tck;
