@@ -125,6 +125,9 @@ pub(crate) struct SessionInner {
     ended_tx: Mutex<Option<Sender<()>>>,
     pub(crate) ended_rx: Receiver<()>,
     close_started: Mutex<bool>,
+    /// Why the last keep-alive failed, while they fail: a cause is warned about once, its
+    /// repeats go to debug (one warning per failing cause, not one per retry).
+    failing: Mutex<Option<String>>,
 }
 
 impl fmt::Debug for SessionInner {
@@ -396,6 +399,7 @@ impl SessionInner {
             ended_tx: Mutex::new(Some(ended_tx)),
             ended_rx,
             close_started: Mutex::new(false),
+            failing: Mutex::new(None),
         });
         log::debug!("session {} opened on {}", inner.id, inner.backend.kind());
         let weak = Arc::downgrade(&inner);
@@ -588,18 +592,32 @@ impl SessionInner {
         let id = self.id.clone();
         let lease = self.timing.lease_duration;
         exec::spawn(move || {
-            let result = match backend.keep_alive(&id, lease) {
-                Ok(r) => KeepAliveResult::Reply(r),
-                Err(err) if err.is_session_expired() => KeepAliveResult::Reply(KeepAlive::Expired),
-                Err(err) => {
-                    log::warn!("session {id}: keep-alive failed: {}", crate::error::display_chain(&err));
-                    KeepAliveResult::Failed
+            let (result, failure) = match backend.keep_alive(&id, lease) {
+                Ok(r) => (KeepAliveResult::Reply(r), None),
+                Err(err) if err.is_session_expired() => (KeepAliveResult::Reply(KeepAlive::Expired), None),
+                Err(err) => (KeepAliveResult::Failed, Some(crate::error::display_chain(&err))),
+            };
+            let Some(inner) = weak.upgrade() else { return };
+            // Decided under the lock, logged after it.
+            let (new_cause, recovered) = {
+                let mut failing = inner.failing.lock();
+                match failure {
+                    Some(cause) if failing.as_deref() == Some(cause.as_str()) => (None, false),
+                    Some(cause) => {
+                        *failing = Some(cause.clone());
+                        (Some(cause), false)
+                    }
+                    None => (None, failing.take().is_some()),
                 }
             };
-            if let Some(inner) = weak.upgrade() {
-                inner.apply(|e| ((), e.on_keep_alive(sent, Instant::now(), result)));
-                inner.poke();
+            match (&new_cause, &result) {
+                (Some(cause), _) => log::warn!("session {id}: keep-alive failed (retried; repeats at debug): {cause}"),
+                (None, KeepAliveResult::Failed) => log::debug!("session {id}: keep-alive failed again, same cause"),
+                _ if recovered => log::info!("session {id}: keep-alive succeeded again"),
+                _ => {}
             }
+            inner.apply(|e| ((), e.on_keep_alive(sent, Instant::now(), result)));
+            inner.poke();
         });
     }
 

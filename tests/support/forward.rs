@@ -29,6 +29,10 @@ pub enum Op {
 /// Runs on the calling thread before each forwarded call.
 pub trait Hook: Send + Sync + fmt::Debug + 'static {
     fn before(&self, op: Op);
+    /// After `before`: an error to answer instead of forwarding the call (none by default).
+    fn fail(&self, _op: Op) -> Option<simba::Error> {
+        None
+    }
 }
 
 /// Forwards to `inner` after `hook.before(op)`. Reports `kind`; `call_bound` and push
@@ -67,6 +71,13 @@ impl<H: Hook> Forward<H> {
     }
 }
 
+impl<H: Hook> Forward<H> {
+    fn enter(&self, op: Op) -> simba::Result<()> {
+        self.hook.before(op);
+        self.hook.fail(op).map_or(Ok(()), Err)
+    }
+}
+
 impl<H: Hook> LeaseBackend for Forward<H> {
     fn kind(&self) -> &'static str {
         self.kind
@@ -75,39 +86,39 @@ impl<H: Hook> LeaseBackend for Forward<H> {
         self.call_bound
     }
     fn open_session(&self, d: Duration, m: &str) -> simba::Result<SessionGrant> {
-        self.hook.before(Op::OpenSession);
+        self.enter(Op::OpenSession)?;
         self.inner.open_session(d, m)
     }
     fn keep_alive(&self, s: &SessionId, d: Duration) -> simba::Result<KeepAlive> {
-        self.hook.before(Op::KeepAlive);
+        self.enter(Op::KeepAlive)?;
         self.inner.keep_alive(s, d)
     }
     fn close_session(&self, s: &SessionId) -> simba::Result<()> {
-        self.hook.before(Op::CloseSession);
+        self.enter(Op::CloseSession)?;
         self.inner.close_session(s)
     }
     fn acquire(&self, s: &SessionId, n: &Name) -> simba::Result<Acquire> {
-        self.hook.before(Op::Acquire);
+        self.enter(Op::Acquire)?;
         self.inner.acquire(s, n)
     }
     fn release(&self, s: &SessionId, n: &Name, t: Token) -> simba::Result<()> {
-        self.hook.before(Op::Release);
+        self.enter(Op::Release)?;
         self.inner.release(s, n, t)
     }
     fn holder(&self, n: &Name) -> simba::Result<Option<Holder>> {
-        self.hook.before(Op::Holder);
+        self.enter(Op::Holder)?;
         self.inner.holder(n)
     }
     fn join(&self, s: &SessionId, g: &Name) -> simba::Result<()> {
-        self.hook.before(Op::Join);
+        self.enter(Op::Join)?;
         self.inner.join(s, g)
     }
     fn leave(&self, s: &SessionId, g: &Name) -> simba::Result<()> {
-        self.hook.before(Op::Leave);
+        self.enter(Op::Leave)?;
         self.inner.leave(s, g)
     }
     fn members(&self, g: &Name) -> simba::Result<Vec<Member>> {
-        self.hook.before(Op::Members);
+        self.enter(Op::Members)?;
         self.inner.members(g)
     }
     fn capabilities(&self) -> Capabilities {
@@ -121,7 +132,7 @@ impl<H: Hook> LeaseBackend for Forward<H> {
         if !self.inherit {
             return Ok(false);
         }
-        self.hook.before(Op::Watch);
+        self.enter(Op::Watch)?;
         self.inner.watch(topic, notify)
     }
 }
