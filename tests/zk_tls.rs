@@ -15,7 +15,7 @@ use simba::backend::{CheckItem, CheckStatus, LeaseBackend};
 use simba::backends::zookeeper::{ZookeeperBackend, ZookeeperOptions, ZookeeperTls};
 use simba::{Config, ErrorKind, Session, SessionOptions};
 
-/// The test PKI (`ca.pem`, `client.pem`, `client.key`, `other-ca.pem`, `other-ca.key`, …).
+/// The test PKI (`ca.pem`, `client.pem`, `client.key`, `other-ca.pem`, …).
 fn tls_dir() -> PathBuf {
     PathBuf::from(support::env_or("SIMBA_TEST_TLS_DIR", "/tmp/simba-services/tls"))
 }
@@ -67,20 +67,38 @@ fn transport(items: &[CheckItem]) -> &CheckItem {
     items.iter().find(|c| c.name == "transport").expect("a transport item")
 }
 
-/// The base64 lines of the client's private key: none may show anywhere.
-fn key_lines() -> Vec<String> {
+/// Pieces of the client's private key (the last 16 characters of each base64 line: the start of a
+/// PKCS#8 key is a fixed header, its end is random): none may show anywhere.
+fn key_pieces() -> Vec<String> {
     let pem = std::fs::read_to_string(file("client.key")).unwrap();
-    let lines: Vec<String> =
-        pem.lines().filter(|l| !l.starts_with("-----") && l.len() > 16).map(String::from).collect();
-    assert!(lines.len() > 5, "an RSA key in {}", file("client.key").display());
-    lines
+    let pieces: Vec<String> = pem
+        .lines()
+        .filter(|l| !l.starts_with("-----") && l.len() >= 32)
+        .map(|l| l[l.len() - 16..].to_string())
+        .collect();
+    assert!(!pieces.is_empty(), "a PEM key in {}", file("client.key").display());
+    pieces
 }
 
 fn assert_no_key(what: &str, text: &str) {
     assert!(!text.contains("-----BEGIN"), "{what} shows a PEM block: {text}");
-    for l in key_lines() {
-        assert!(!text.contains(&l[..16]), "{what} shows key material: {text}");
+    for p in key_pieces() {
+        assert!(!text.contains(&p), "{what} shows key material: {text}");
     }
+}
+
+/// A self-signed certificate and its key, made with openssl in a fresh directory (returned last).
+fn stranger() -> (PathBuf, PathBuf, PathBuf) {
+    let dir = std::env::temp_dir().join(support::unique("simba-zk-tls-stranger"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let out = std::process::Command::new("openssl")
+        .args(["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "k.pem", "-out", "c.pem"])
+        .args(["-days", "1", "-subj", "/CN=stranger"])
+        .current_dir(&dir)
+        .output()
+        .expect("the openssl command");
+    assert!(out.status.success(), "openssl: {}", String::from_utf8_lossy(&out.stderr));
+    (dir.join("c.pem"), dir.join("k.pem"), dir)
 }
 
 /// Every log record of this test binary (a capturing logger, installed once).
@@ -225,32 +243,9 @@ fn a_missing_client_certificate_is_refused() {
         &["no client certificate", "a client certificate is configured", "ssl.clientAuth=need"],
     );
     // A client certificate the server's CA did not sign is no better.
-    let dir = std::env::temp_dir().join(support::unique("simba-zk-tls-stranger"));
-    std::fs::create_dir_all(&dir).unwrap();
-    let run = |args: &[&str]| {
-        let out = std::process::Command::new("openssl").args(args).current_dir(&dir).output().expect("openssl");
-        assert!(out.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-    };
-    run(&[
-        "req",
-        "-x509",
-        "-newkey",
-        "rsa:2048",
-        "-nodes",
-        "-keyout",
-        "k.pem",
-        "-out",
-        "c.pem",
-        "-days",
-        "1",
-        "-subj",
-        "/CN=stranger",
-    ]);
-    let stranger = ZookeeperTls::from_ca_file(file("ca.pem"))
-        .unwrap()
-        .identity_files(dir.join("c.pem"), dir.join("k.pem"))
-        .unwrap();
-    refused("a client certificate of another CA", opts().tls(stranger), &["client certificate presented"]);
+    let (cert, key, dir) = stranger();
+    let foreign = ZookeeperTls::from_ca_file(file("ca.pem")).unwrap().identity_files(cert, key).unwrap();
+    refused("a client certificate of another CA", opts().tls(foreign), &["client certificate presented"]);
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
@@ -290,10 +285,9 @@ fn tls_files_are_checked_before_any_io_and_errors_name_them() {
     assert_no_key("swapped files error", &shown);
     // A key that is not the certificate's: refused when the client is built, before any I/O.
     let started = Instant::now();
-    let mismatched = ZookeeperTls::from_ca_file(file("ca.pem"))
-        .unwrap()
-        .identity_files(file("client.pem"), file("other-ca.key"))
-        .unwrap();
+    let (_, other_key, other_dir) = stranger();
+    let mismatched =
+        ZookeeperTls::from_ca_file(file("ca.pem")).unwrap().identity_files(file("client.pem"), &other_key).unwrap();
     let e = ZookeeperBackend::connect(unused, opts().connection_timeout(Duration::from_secs(20)).tls(mismatched))
         .unwrap_err();
     assert_eq!(e.kind(), ErrorKind::InvalidConfig, "{e}");
@@ -316,6 +310,7 @@ fn tls_files_are_checked_before_any_io_and_errors_name_them() {
     assert!(e.to_string().contains(damaged.to_str().unwrap()), "{e}");
     assert_no_key("URL error", &simba::display_chain(&e));
     std::fs::remove_dir_all(&dir).unwrap();
+    std::fs::remove_dir_all(&other_dir).unwrap();
 }
 
 /// `simba check` prints the transport and never the key (binary built with feature `cli`).
