@@ -378,10 +378,15 @@ impl ZookeeperBackend {
     }
 
     /// Connects using a URL `zookeeper://host1:2181,host2:2181/root`; the URL's path, when present,
-    /// replaces `options`' root.
+    /// replaces `options`' root. The query may turn TLS on with percent-encoded PEM file paths:
+    /// `?tls_ca=/etc/simba/ca.pem` (the CA of the servers' certificates), plus
+    /// `&tls_cert=…&tls_key=…` for a client certificate (like [`ZookeeperOptions::tls`] with
+    /// [`ZookeeperTls::from_ca_file`] and [`ZookeeperTls::identity_files`]).
     ///
     /// # Errors
-    /// `InvalidConfig` for a malformed URL; otherwise as [`ZookeeperBackend::connect`].
+    /// `InvalidConfig` for a malformed URL, an unknown query parameter, a TLS file that cannot be
+    /// read or parsed (naming it), or TLS set both in the URL and in `options`; otherwise as
+    /// [`ZookeeperBackend::connect`].
     pub fn from_url(url: &str, options: ZookeeperOptions) -> Result<ZookeeperBackend> {
         let (hosts, root, tls) = parse_url(url)?;
         let mut options = match root {
