@@ -578,7 +578,7 @@ fn parse_endpoint(raw: &str) -> Result<Endpoint> {
         BackendKind::RedisCluster if !path.is_empty() => {
             return Err(url_error(&redacted, "Redis Cluster has no databases: remove the path"))
         }
-        BackendKind::RedisCluster | BackendKind::Zookeeper if query.is_some() => {
+        BackendKind::RedisCluster if query.is_some() => {
             return Err(url_error(&redacted, format!("{}:// takes no query parameters", scheme)))
         }
         BackendKind::Postgres | BackendKind::Mysql if path.is_empty() => {
@@ -1555,12 +1555,23 @@ impl Config {
             }
             ZookeeperAcl::Auto | ZookeeperAcl::Open => AclMode::Open,
         });
-        if let Some(ca) = &self.zookeeper_tls_ca {
-            let mut tls = ZookeeperTls::from_ca_file(ca)?;
-            if let Some((cert, key)) = &self.zookeeper_tls_identity {
-                tls = tls.identity_files(cert, key)?;
+        // zookeeper://…?tls_ca=…&tls_cert=…&tls_key=… (parsed by the backend's module)
+        let url_query = self.endpoint.as_ref().and_then(|ep| ep.raw.0.split_once('?')).map(|(_, q)| q);
+        let url_tls = crate::backends::zookeeper::tls_from_url_query(url_query.unwrap_or_default())?;
+        match (url_tls, &self.zookeeper_tls_ca) {
+            (Some(_), Some(_)) => return Err(Error::config(
+                "ZooKeeper TLS is set twice: in the URL (tls_ca=…) and in SIMBA_ZOOKEEPER_TLS_CA/zookeeper_tls_ca; \
+                     keep one",
+            )),
+            (Some(tls), None) => o = o.tls(tls),
+            (None, Some(ca)) => {
+                let mut tls = ZookeeperTls::from_ca_file(ca)?;
+                if let Some((cert, key)) = &self.zookeeper_tls_identity {
+                    tls = tls.identity_files(cert, key)?;
+                }
+                o = o.tls(tls);
             }
-            o = o.tls(tls);
+            (None, None) => {}
         }
         if let Some(s) = &self.zookeeper_sasl {
             o = o.sasl(ZookeeperSasl::digest_md5(&s.user, &s.password.0)?);

@@ -154,6 +154,24 @@ fn sasl_digest_md5_identity_owns_the_nodes() {
         }
     }
     assert!(started.elapsed() < Duration::from_secs(10), "took {:?}", started.elapsed());
+    // The same through the configuration (SIMBA_ZOOKEEPER_SASL): the identity reads the node; a
+    // wrong password is refused without the password in the message.
+    let vars = |sasl: &'static str| {
+        let url = format!("zookeeper://{hosts}/simba-security");
+        move |k: &str| match k {
+            "SIMBA_URL" => Some(url.clone()),
+            "SIMBA_ZOOKEEPER_SASL" => Some(sasl.to_string()),
+            "SIMBA_ZOOKEEPER_CONNECTION_TIMEOUT" => Some("30s".to_string()),
+            _ => None,
+        }
+    };
+    let configured = simba::Config::from_vars(vars("simba:s3cret")).unwrap().connect().unwrap();
+    assert_eq!(configured.holder(&name).unwrap().unwrap().token, token);
+    let Err(e) = simba::Config::from_vars(vars("simba:wr0ng-pw")).unwrap().connect() else {
+        panic!("connected with a wrong SASL password")
+    };
+    let shown = simba::display_chain(&e);
+    assert!(shown.contains("rejected the backend's authentication") && !shown.contains("wr0ng-pw"), "{shown}");
     owner.close_session(&id).unwrap();
 }
 

@@ -48,6 +48,7 @@ pub use self::options::{
 };
 
 use self::exec::run_until;
+pub(crate) use self::options::tls_from_url_query;
 use self::options::SHARED_SESSION_TIMEOUT;
 use self::paths::{decode_session, encode_session, parent, Paths};
 use self::watch::Watches;
@@ -377,16 +378,29 @@ impl ZookeeperBackend {
     }
 
     /// Connects using a URL `zookeeper://host1:2181,host2:2181/root`; the URL's path, when present,
-    /// replaces `options`' root.
+    /// replaces `options`' root. The query may turn TLS on with percent-encoded PEM file paths:
+    /// `?tls_ca=/etc/simba/ca.pem` (the CA of the servers' certificates), plus
+    /// `&tls_cert=…&tls_key=…` for a client certificate (like [`ZookeeperOptions::tls`] with
+    /// [`ZookeeperTls::from_ca_file`] and [`ZookeeperTls::identity_files`]).
     ///
     /// # Errors
-    /// `InvalidConfig` for a malformed URL; otherwise as [`ZookeeperBackend::connect`].
+    /// `InvalidConfig` for a malformed URL, an unknown query parameter, a TLS file that cannot be
+    /// read or parsed (naming it), or TLS set both in the URL and in `options`; otherwise as
+    /// [`ZookeeperBackend::connect`].
     pub fn from_url(url: &str, options: ZookeeperOptions) -> Result<ZookeeperBackend> {
-        let (hosts, root) = parse_url(url)?;
-        let options = match root {
+        let (hosts, root, tls) = parse_url(url)?;
+        let mut options = match root {
             Some(r) => options.root(r),
             None => options,
         };
+        if let Some(tls) = tls {
+            if options.tls.is_some() {
+                return Err(Error::config(
+                    "ZooKeeper TLS is set twice: in the URL (tls_ca=…) and in ZookeeperOptions::tls; keep one",
+                ));
+            }
+            options = options.tls(tls);
+        }
         ZookeeperBackend::connect(&hosts, options)
     }
 
@@ -419,17 +433,22 @@ impl fmt::Debug for ZookeeperBackend {
     }
 }
 
-/// Parses `zookeeper://hosts[/root]` into hosts and an optional root.
-fn parse_url(url: &str) -> Result<(String, Option<String>)> {
+/// Parses `zookeeper://hosts[/root][?tls_ca=…&tls_cert=…&tls_key=…]` into hosts, an optional
+/// root and the TLS of the query (its files read and checked).
+fn parse_url(url: &str) -> Result<(String, Option<String>, Option<ZookeeperTls>)> {
+    let (url, query) = match url.split_once('?') {
+        Some((u, q)) => (u, Some(q)),
+        None => (url, None),
+    };
     let shown: String = url.chars().take(200).collect();
     let Some(rest) = url.strip_prefix("zookeeper://") else {
         return Err(Error::config(format!(
-            "invalid ZooKeeper URL {shown:?}: expected zookeeper://host:port[,host:port…][/root]"
+            "invalid ZooKeeper URL {shown:?}: expected zookeeper://host:port[,host:port…][/root][?tls_ca=PATH…]"
         )));
     };
-    if rest.contains(['?', '#', '@']) {
+    if rest.contains(['#', '@']) || query.is_some_and(|q| q.contains('#')) {
         return Err(Error::config(format!(
-            "invalid ZooKeeper URL {shown:?}: query, fragment and user info are not supported \
+            "invalid ZooKeeper URL {shown:?}: fragment and user info are not supported \
              (set auth with ZookeeperOptions::auth or SIMBA_ZOOKEEPER_AUTH)"
         )));
     }
@@ -439,7 +458,11 @@ fn parse_url(url: &str) -> Result<(String, Option<String>)> {
     };
     validate_hosts(hosts)?;
     let root = if root.is_empty() || root == "/" { None } else { Some(root.to_string()) };
-    Ok((hosts.to_string(), root))
+    let tls = match query {
+        Some(q) => tls_from_url_query(q)?,
+        None => None,
+    };
+    Ok((hosts.to_string(), root, tls))
 }
 
 /// The connect string given to the clients: `hosts` with each host repeated until there are at
@@ -565,13 +588,55 @@ impl Inner {
                 self.hosts, self.who
             ))
             .with_source(e)),
-            Some(Err(e)) => {
-                Err(Error::unavailable(format!("cannot open a ZooKeeper session at {}", self.hosts)).with_source(e))
-            }
-            None => Err(Error::unavailable(format!(
-                "cannot open a ZooKeeper session at {} within {:?}",
-                self.hosts, self.opts.connection_timeout
+            // Building the TLS client configuration failed before any I/O (e.g. a client key
+            // that does not belong to the certificate).
+            Some(Err(e @ ZkError::Custom(_))) if self.tls.is_some() => Err(Error::config(format!(
+                "the ZooKeeper TLS settings cannot be used: {e}; check that the client key belongs to the \
+                 client certificate (ZookeeperTls::identity_files / SIMBA_ZOOKEEPER_TLS_CERT and _KEY / tls_cert \
+                 and tls_key)"
             ))),
+            Some(Err(e)) => Err(Error::unavailable(format!(
+                "cannot open a ZooKeeper session at {} ({}); {}",
+                self.hosts,
+                self.transport(),
+                self.connect_hint()
+            ))
+            .with_source(e)),
+            None => Err(Error::unavailable(format!(
+                "cannot open a ZooKeeper session at {} within {:?} ({}); {}",
+                self.hosts,
+                self.opts.connection_timeout,
+                self.transport(),
+                self.connect_hint()
+            ))),
+        }
+    }
+
+    /// How the clients connect, for messages and `check`.
+    fn transport(&self) -> &'static str {
+        match &self.opts.tls {
+            Some(t) if t.has_identity() => "TLS, server certificate verified, client certificate presented",
+            Some(_) => "TLS, server certificate verified, no client certificate",
+            None => "plaintext TCP",
+        }
+    }
+
+    /// What to check when no session opens. The client library retries every failed connection
+    /// attempt (refused TCP connect, refused TLS handshake, connection closed by the server) until
+    /// the connection timeout and does not report why an attempt failed, so the message lists the
+    /// causes instead of naming one.
+    fn connect_hint(&self) -> &'static str {
+        if self.opts.tls.is_some() {
+            "check that the servers run and that every host is a TLS port (secureClientPort), that the CA \
+             (ZookeeperTls / SIMBA_ZOOKEEPER_TLS_CA / tls_ca) signed the server's certificate and that the \
+             certificate names the host as written (subject alternative name), and that a client \
+             certificate is configured (SIMBA_ZOOKEEPER_TLS_CERT and _KEY / tls_cert and tls_key) when the \
+             server requires one (ssl.clientAuth=need); the ZooKeeper client retries a refused TLS \
+             handshake until the connection timeout without reporting why it failed"
+        } else {
+            "check that the servers run and that the hosts are their plaintext client ports (clientPort): a \
+             TLS-only server (secureClientPort) closes plaintext connections, configure TLS for it \
+             (ZookeeperOptions::tls / SIMBA_ZOOKEEPER_TLS_CA / tls_ca=…)"
         }
     }
 
@@ -1442,10 +1507,18 @@ impl LeaseBackend for ZookeeperBackend {
         items.push(CheckItem {
             name: "transport".into(),
             status: CheckStatus::Ok,
+            // The reader session above is open, so a TLS handshake verified the server.
             detail: match &inner.opts.tls {
-                Some(t) if t.has_identity() => "TLS, server certificate verified, client certificate presented".into(),
-                Some(_) => "TLS, server certificate verified".into(),
-                None => "plaintext TCP (set ZookeeperOptions::tls for the servers' secureClientPort)".into(),
+                Some(_) => format!(
+                    "encrypted: {} (rustls, TLS 1.2/1.3; the server's certificate chains to the configured CA \
+                     and names the host)",
+                    inner.transport()
+                ),
+                None => format!(
+                    "not encrypted: {}, the server is not authenticated (set ZookeeperOptions::tls / \
+                     SIMBA_ZOOKEEPER_TLS_CA for the servers' secureClientPort)",
+                    inner.transport()
+                ),
             },
         });
         items.push(CheckItem {
@@ -1465,9 +1538,15 @@ mod tests {
 
     #[test]
     fn urls_and_hosts() {
-        let (h, r) = parse_url("zookeeper://127.0.0.1:2181,zk2:2182/simba-test").unwrap();
+        let (h, r, tls) = parse_url("zookeeper://127.0.0.1:2181,zk2:2182/simba-test").unwrap();
         assert_eq!(h, "127.0.0.1:2181,zk2:2182");
         assert_eq!(r.as_deref(), Some("/simba-test"));
+        assert!(tls.is_none());
+        // The query holds only the TLS files, checked when parsed.
+        let e = parse_url("zookeeper://a:1/r?tls_ca=/nonexistent/ca.pem").unwrap_err();
+        assert!(e.to_string().contains("/nonexistent/ca.pem"), "{e}");
+        let e = parse_url("zookeeper://a:1?tls_key=/k.pem").unwrap_err();
+        assert!(e.to_string().contains("tls_cert and tls_key"), "{e}");
         assert_eq!(parse_url("zookeeper://a:1").unwrap().1, None);
         assert_eq!(parse_url("zookeeper://a:1/").unwrap().1, None);
         for bad in [

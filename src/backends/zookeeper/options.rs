@@ -2,7 +2,7 @@
 //! [`AclEntry`], [`ZookeeperTls`], [`ZookeeperSasl`].
 
 use std::fmt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use base64::Engine as _;
@@ -266,7 +266,7 @@ impl ZookeeperTls {
     /// `InvalidConfig` when the PEM holds no usable CA certificate.
     pub fn from_pem(ca_pem: impl Into<String>) -> Result<ZookeeperTls> {
         let tls = ZookeeperTls { ca_pem: ca_pem.into(), identity: None };
-        tls.to_client_options()?;
+        tls.parse("", "")?;
         Ok(tls)
     }
 
@@ -275,7 +275,10 @@ impl ZookeeperTls {
     /// # Errors
     /// `InvalidConfig` when the file cannot be read or holds no usable CA certificate.
     pub fn from_ca_file(ca_path: impl AsRef<Path>) -> Result<ZookeeperTls> {
-        ZookeeperTls::from_pem(read_pem(ca_path.as_ref(), "CA")?)
+        let path = ca_path.as_ref();
+        let tls = ZookeeperTls { ca_pem: read_pem(path, "CA")?, identity: None };
+        tls.parse(&format!(" file {}", path.display()), "")?;
+        Ok(tls)
     }
 
     /// Presents the client certificate chain `cert_pem` with its private key `key_pem` (PKCS#8,
@@ -283,10 +286,8 @@ impl ZookeeperTls {
     ///
     /// # Errors
     /// `InvalidConfig` when either PEM holds no certificate or key.
-    pub fn identity_pem(mut self, cert_pem: impl Into<String>, key_pem: impl Into<String>) -> Result<ZookeeperTls> {
-        self.identity = Some((cert_pem.into(), key_pem.into()));
-        self.to_client_options()?;
-        Ok(self)
+    pub fn identity_pem(self, cert_pem: impl Into<String>, key_pem: impl Into<String>) -> Result<ZookeeperTls> {
+        self.set_identity(cert_pem.into(), key_pem.into(), "")
     }
 
     /// [`ZookeeperTls::identity_pem`] from PEM files.
@@ -294,9 +295,23 @@ impl ZookeeperTls {
     /// # Errors
     /// `InvalidConfig` when a file cannot be read or holds no certificate or key.
     pub fn identity_files(self, cert_path: impl AsRef<Path>, key_path: impl AsRef<Path>) -> Result<ZookeeperTls> {
-        let cert = read_pem(cert_path.as_ref(), "client certificate")?;
-        let key = read_pem(key_path.as_ref(), "client key")?;
-        self.identity_pem(cert, key)
+        let (cert_path, key_path) = (cert_path.as_ref(), key_path.as_ref());
+        let cert = read_pem(cert_path, "client certificate")?;
+        let key = read_pem(key_path, "client key")?;
+        self.set_identity(cert, key, &format!(" files {} and {}", cert_path.display(), key_path.display()))
+    }
+
+    /// Sets the identity and checks it; `from` says where the PEM came from, for errors.
+    fn set_identity(mut self, cert: String, key: String, from: &str) -> Result<ZookeeperTls> {
+        // The client library accepts a PEM without certificates here and fails only when connecting.
+        if !cert.contains("-----BEGIN CERTIFICATE-----") {
+            return Err(Error::config(format!(
+                "invalid ZooKeeper TLS client certificate{from}: no CERTIFICATE block; expected the PEM certificate chain"
+            )));
+        }
+        self.identity = Some((cert, key));
+        self.parse("", from)?;
+        Ok(self)
     }
 
     /// Whether a client certificate is presented.
@@ -305,12 +320,21 @@ impl ZookeeperTls {
     }
 
     pub(crate) fn to_client_options(&self) -> Result<TlsOptions> {
-        let bad = |what: &str, e: zookeeper_client::Error| {
-            Error::config(format!("invalid ZooKeeper TLS {what}: {e}; expected PEM text"))
+        self.parse("", "")
+    }
+
+    /// The client library's options; `ca_from` / `identity_from` say where the PEM came from in
+    /// errors (e.g. " file /etc/simba/ca.pem"). The client's own message never quotes the PEM.
+    fn parse(&self, ca_from: &str, identity_from: &str) -> Result<TlsOptions> {
+        let bad = |what: &str, from: &str, e: zookeeper_client::Error| {
+            Error::config(format!(
+                "invalid ZooKeeper TLS {what}{from}: {e}; expected PEM (CERTIFICATE blocks{})",
+                if what == "CA" { "" } else { ", and a PRIVATE KEY, RSA PRIVATE KEY or EC PRIVATE KEY block" }
+            ))
         };
-        let mut o = TlsOptions::default().with_pem_ca(&self.ca_pem).map_err(|e| bad("CA", e))?;
+        let mut o = TlsOptions::default().with_pem_ca(&self.ca_pem).map_err(|e| bad("CA", ca_from, e))?;
         if let Some((cert, key)) = &self.identity {
-            o = o.with_pem_identity(cert, key).map_err(|e| bad("client certificate or key", e))?;
+            o = o.with_pem_identity(cert, key).map_err(|e| bad("client certificate or key", identity_from, e))?;
         }
         Ok(o)
     }
@@ -322,6 +346,57 @@ impl fmt::Debug for ZookeeperTls {
             .field("ca", &"<pem>")
             .field("identity", &self.identity.as_ref().map(|_| "<cert + redacted key>"))
             .finish()
+    }
+}
+
+/// The query parameters a `zookeeper://` URL may carry: the TLS files, as percent-encoded paths.
+pub(crate) const URL_QUERY_KEYS: [&str; 3] = ["tls_ca", "tls_cert", "tls_key"];
+
+/// Parses the query of a `zookeeper://` URL (the text after `?`): `tls_ca=PATH` turns TLS on
+/// trusting that CA file, `tls_cert=PATH&tls_key=PATH` add a client certificate. Reads and checks
+/// the files. `None` when the query is empty.
+///
+/// # Errors
+/// `InvalidConfig` for an unknown or repeated key, a certificate without its key (or the reverse),
+/// a client certificate without `tls_ca`, or a file that cannot be read or parsed (naming it).
+pub(crate) fn tls_from_url_query(query: &str) -> Result<Option<ZookeeperTls>> {
+    let mut files: [Option<PathBuf>; 3] = [None, None, None];
+    for (k, v) in url::form_urlencoded::parse(query.as_bytes()) {
+        let Some(i) = URL_QUERY_KEYS.iter().position(|key| *key == k) else {
+            return Err(Error::config(format!(
+                "unknown ZooKeeper URL parameter {:?}: expected {}",
+                k.chars().take(64).collect::<String>(),
+                URL_QUERY_KEYS.join(", ")
+            )));
+        };
+        if v.is_empty() {
+            return Err(Error::config(format!("ZooKeeper URL parameter {k} needs a file path")));
+        }
+        if files[i].replace(PathBuf::from(v.as_ref())).is_some() {
+            return Err(Error::config(format!("ZooKeeper URL parameter {k} is given twice")));
+        }
+    }
+    let [ca, cert, key] = files;
+    let identity = match (cert, key) {
+        (Some(c), Some(k)) => Some((c, k)),
+        (None, None) => None,
+        _ => {
+            return Err(Error::config("a ZooKeeper TLS client identity needs both URL parameters tls_cert and tls_key"))
+        }
+    };
+    match (ca, identity) {
+        (None, None) => Ok(None),
+        (None, Some(_)) => Err(Error::config(
+            "a ZooKeeper TLS client certificate (tls_cert, tls_key) needs the CA that signs the servers' \
+             certificates (URL parameter tls_ca)",
+        )),
+        (Some(ca), identity) => {
+            let tls = ZookeeperTls::from_ca_file(&ca)?;
+            match identity {
+                Some((c, k)) => tls.identity_files(c, k).map(Some),
+                None => Ok(Some(tls)),
+            }
+        }
     }
 }
 
