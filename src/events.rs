@@ -147,14 +147,19 @@ mod tests {
         assert_eq!(clone.try_recv(), Ok(3));
     }
 
+    /// `CALLS` subscriptions, each dropped at once with no event sent, leave at most `BOUND`.
+    fn churn<E>(events: impl Fn() -> E, count: impl Fn() -> usize) {
+        for _ in 0..CALLS {
+            drop(events());
+        }
+        assert!(count() <= BOUND, "{} subscribers kept after {CALLS} dropped", count());
+    }
+
     #[test]
     fn session_subscribers_dropped_without_an_event_do_not_pile_up() {
         // Finding 8: an application calling events() per health check grew the list without bound.
         let session = Session::open(Arc::new(MemoryBackend::new()), options()).unwrap();
-        for _ in 0..CALLS {
-            drop(session.events());
-        }
-        assert!(session.subscriber_count() <= BOUND, "{} subscribers kept", session.subscriber_count());
+        churn(|| session.events(), || session.subscriber_count());
         session.close().unwrap();
     }
 
@@ -162,10 +167,7 @@ mod tests {
     fn election_subscribers_dropped_without_an_event_do_not_pile_up() {
         let session = Session::open(Arc::new(MemoryBackend::new()), options()).unwrap();
         let election = session.campaign("leak").unwrap();
-        for _ in 0..CALLS {
-            drop(election.events());
-        }
-        assert!(election.subscriber_count() <= BOUND, "{} subscribers kept", election.subscriber_count());
+        churn(|| election.events(), || election.subscriber_count());
         drop(election);
         session.close().unwrap();
     }
@@ -173,10 +175,7 @@ mod tests {
     #[test]
     fn coordinator_subscribers_dropped_without_an_event_do_not_pile_up() {
         let coordinator = Coordinator::start(Arc::new(MemoryBackend::new()), options()).unwrap();
-        for _ in 0..CALLS {
-            drop(coordinator.events());
-        }
-        assert!(coordinator.subscriber_count() <= BOUND, "{} subscribers kept", coordinator.subscriber_count());
+        churn(|| coordinator.events(), || coordinator.subscriber_count());
         coordinator.close().unwrap();
     }
 }
