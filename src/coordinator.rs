@@ -17,6 +17,7 @@ use parking_lot::Mutex;
 use crate::backend::{LeaseBackend, Member};
 use crate::election::{Election, ElectionShared, Leader};
 use crate::error::{Error, ErrorKind, Result};
+use crate::events::{Events, Subscribers};
 use crate::group::{self, MemberWatch, Membership, MembershipShared};
 use crate::lease::Lease;
 use crate::options::SessionOptions;
@@ -133,7 +134,7 @@ struct CoordInner {
     options: SessionOptions,
     /// The one lock: every decision about sessions and re-attaches is one call on it.
     state: Mutex<Sessions>,
-    subscribers: Mutex<Vec<Sender<CoordinatorEvent>>>,
+    subscribers: Subscribers<CoordinatorEvent>,
     /// Wakes the supervisor (a re-attach handed over, or the coordinator closed).
     wake: Sender<()>,
     /// Dropped by the supervisor when it exits.
@@ -142,7 +143,13 @@ struct CoordInner {
 
 impl CoordInner {
     fn emit(&self, ev: CoordinatorEvent) {
-        self.subscribers.lock().retain(|tx| tx.send(ev.clone()).is_ok());
+        self.subscribers.emit(&ev);
+    }
+
+    /// Entries in the subscriber list, dead ones included (for leak tests).
+    #[cfg(test)]
+    pub(crate) fn subscriber_count(&self) -> usize {
+        self.subscribers.len()
     }
 
     fn current(&self) -> Result<Arc<SessionInner>> {
@@ -266,7 +273,7 @@ impl Coordinator {
             backend,
             options,
             state: Mutex::new(State::new(first.clone())),
-            subscribers: Mutex::new(Vec::new()),
+            subscribers: Subscribers::new(),
             wake: wake_tx,
             exited: exited_rx,
         });
@@ -292,11 +299,29 @@ impl Coordinator {
         crate::Session::open(self.inner.backend.clone(), self.inner.options.clone())
     }
 
-    /// A new receiver of the coordinator's events.
-    pub fn events(&self) -> Receiver<CoordinatorEvent> {
-        let (tx, rx) = unbounded();
-        self.inner.subscribers.lock().push(tx);
-        rx
+    /// A new subscription to the coordinator's events (every event after this call, in order).
+    /// Dropping it unsubscribes (see [`Events`]).
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use std::time::Duration;
+    /// use simba::{Coordinator, MemoryBackend, SessionOptions};
+    ///
+    /// # fn main() -> simba::Result<()> {
+    /// let options = SessionOptions::builder().lease_duration(Duration::from_secs(2)).build()?;
+    /// let coordinator = Coordinator::start(Arc::new(MemoryBackend::new()), options)?;
+    /// let events = coordinator.events();
+    /// assert!(events.try_recv().is_err()); // no session lost yet
+    /// coordinator.close()
+    /// # }
+    /// ```
+    pub fn events(&self) -> Events<CoordinatorEvent> {
+        self.inner.subscribers.subscribe(None)
+    }
+
+    #[cfg(test)]
+    pub(crate) fn subscriber_count(&self) -> usize {
+        self.inner.subscriber_count()
     }
 
     /// The current session's id (`None` while a replacement is being opened).
@@ -440,7 +465,7 @@ impl Drop for Coordinator {
     }
 }
 
-fn supervise(weak: Weak<CoordInner>, first: (SessionId, Receiver<SessionEvent>), wake: Receiver<()>) {
+fn supervise(weak: Weak<CoordInner>, first: (SessionId, Events<SessionEvent>), wake: Receiver<()>) {
     let never = crossbeam_channel::never();
     // `events` is `None` while there is no current session (a replacement is being opened);
     // `watched` is the session they come from.
@@ -495,7 +520,7 @@ fn supervise(weak: Weak<CoordInner>, first: (SessionId, Receiver<SessionEvent>),
         }
         let wait = coord.options.retry_interval() + jitter(coord.options.renew_interval() / 4);
         drop(coord);
-        let rx = events.as_ref().unwrap_or(&never);
+        let rx = events.as_deref().unwrap_or(&never);
         select! {
             recv(rx) -> ev => match ev {
                 Ok(SessionEvent::Expired) => {

@@ -6,12 +6,12 @@ use std::sync::{Arc, Weak};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{unbounded, Receiver, Sender};
 use parking_lot::{Condvar, Mutex};
 
 use crate::backend::{Holder, LeaseBackend};
 use crate::engine::{deadline_after, later, LossReason};
 use crate::error::{Error, ErrorKind, Result};
+use crate::events::{Events, Subscribers};
 use crate::session::{bounded_call, Logs, SessionInner};
 use crate::types::{Name, SessionId, Token};
 
@@ -100,7 +100,7 @@ pub(crate) struct ElectionShared {
     durable: bool,
     st: Mutex<ElectionState>,
     cond: Condvar,
-    subscribers: Mutex<Vec<Sender<ElectionEvent>>>,
+    subscribers: Subscribers<ElectionEvent>,
 }
 
 impl fmt::Debug for ElectionShared {
@@ -137,7 +137,7 @@ impl ElectionShared {
                 attempts: 0,
             }),
             cond: Condvar::new(),
-            subscribers: Mutex::new(Vec::new()),
+            subscribers: Subscribers::new(),
         })
     }
 
@@ -146,7 +146,13 @@ impl ElectionShared {
     }
 
     fn emit(&self, ev: ElectionEvent) {
-        self.subscribers.lock().retain(|tx| tx.send(ev.clone()).is_ok());
+        self.subscribers.emit(&ev);
+    }
+
+    /// Entries in the subscriber list, dead ones included (for leak tests).
+    #[cfg(test)]
+    pub(crate) fn subscriber_count(&self) -> usize {
+        self.subscribers.len()
     }
 
     pub(crate) fn attach(&self, session: Weak<SessionInner>, id: SessionId) {
@@ -402,16 +408,36 @@ impl Election {
     }
 
     /// A new receiver of this election's events (`Elected`, `Revoked`, `LeaderChanged`, ...), in
-    /// order. If this node leads when called, the first event is its `Elected`.
-    pub fn events(&self) -> Receiver<ElectionEvent> {
-        let (tx, rx) = unbounded();
+    /// order. If this node leads when called, the first event is its `Elected`. Dropping it
+    /// unsubscribes (see [`Events`]).
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use std::time::Duration;
+    /// use simba::{ElectionEvent, MemoryBackend, Session, SessionOptions};
+    ///
+    /// # fn main() -> simba::Result<()> {
+    /// let options = SessionOptions::builder().lease_duration(Duration::from_secs(2)).build()?;
+    /// let session = Session::open(Arc::new(MemoryBackend::new()), options)?;
+    /// let election = session.campaign("scheduler")?;
+    /// let events = election.events();
+    /// let first = events.recv_timeout(Duration::from_secs(5));
+    /// assert!(matches!(first, Ok(ElectionEvent::Elected { .. })), "{first:?}");
+    /// # drop(election);
+    /// # session.close()
+    /// # }
+    /// ```
+    pub fn events(&self) -> Events<ElectionEvent> {
+        // Under the election's lock, so no event can come between the read and the push.
         let st = self.shared.st.lock();
-        if let Some(token) = st.leading {
-            let _ = tx.send(ElectionEvent::Elected { token });
-        }
-        self.shared.subscribers.lock().push(tx);
+        let events = self.shared.subscribers.subscribe(st.leading.map(|token| ElectionEvent::Elected { token }));
         drop(st);
-        rx
+        events
+    }
+
+    #[cfg(test)]
+    pub(crate) fn subscriber_count(&self) -> usize {
+        self.shared.subscriber_count()
     }
 
     /// Stops contending and gives up leadership (releasing the lease, waiting up to the query
@@ -639,8 +665,7 @@ mod tests {
         // leader was already reported.
         let shared =
             ElectionShared::new(Name::new("e").unwrap(), Arc::new(MemoryBackend::new()), Duration::ZERO, false);
-        let (tx, rx) = unbounded();
-        shared.subscribers.lock().push(tx);
+        let rx = shared.subscribers.subscribe(None);
         shared.observe(holder(2, 5));
         shared.observe(holder(1, 4));
         shared.observe(holder(3, 6));

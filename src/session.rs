@@ -31,6 +31,7 @@ use crate::engine::{
     Timing,
 };
 use crate::error::{Error, ErrorKind, Result};
+use crate::events::{Events, Subscribers};
 use crate::exec;
 use crate::group::{self, MemberWatch, Membership, MembershipShared};
 use crate::lease::Lease;
@@ -116,7 +117,7 @@ pub(crate) struct SessionInner {
     engine: Mutex<Engine>,
     /// Signalled whenever an operation ends or the state changes.
     cond: Condvar,
-    subscribers: Mutex<Vec<Sender<SessionEvent>>>,
+    subscribers: Subscribers<SessionEvent>,
     wake: Sender<Wake>,
     notify_tx: Sender<Notification>,
     campaigns: Mutex<HashMap<Name, CampaignSlot>>,
@@ -204,9 +205,31 @@ impl Session {
         e.is_alive(now).then(|| e.deadline().saturating_duration_since(now))
     }
 
-    /// A new receiver of this session's events (every receiver gets every later event).
-    pub fn events(&self) -> Receiver<SessionEvent> {
+    /// A new subscription to this session's events: every event after this call (the first is
+    /// `Expired` or `Closed` if the session already ended), in order. Dropping it unsubscribes;
+    /// taking one per health check and dropping it costs nothing that lasts.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use std::time::Duration;
+    /// use simba::{MemoryBackend, Session, SessionEvent, SessionOptions};
+    ///
+    /// # fn main() -> simba::Result<()> {
+    /// let options = SessionOptions::builder().lease_duration(Duration::from_secs(2)).build()?;
+    /// let session = Session::open(Arc::new(MemoryBackend::new()), options)?;
+    /// let events = session.events();
+    /// session.close()?;
+    /// assert_eq!(events.recv_timeout(Duration::from_secs(5)).ok(), Some(SessionEvent::Closed));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn events(&self) -> Events<SessionEvent> {
         self.inner.subscribe()
+    }
+
+    #[cfg(test)]
+    pub(crate) fn subscriber_count(&self) -> usize {
+        self.inner.subscriber_count()
     }
 
     /// Takes the lease `name`, waiting as long as it takes (wakes at once on a pushed release,
@@ -391,7 +414,7 @@ impl SessionInner {
             timing,
             engine: Mutex::new(engine),
             cond: Condvar::new(),
-            subscribers: Mutex::new(Vec::new()),
+            subscribers: Subscribers::new(),
             wake: wake_tx,
             notify_tx,
             campaigns: Mutex::new(HashMap::new()),
@@ -429,25 +452,27 @@ impl SessionInner {
         }
     }
 
-    pub(crate) fn subscribe(&self) -> Receiver<SessionEvent> {
-        let (tx, rx) = unbounded();
+    pub(crate) fn subscribe(&self) -> Events<SessionEvent> {
+        // Under the engine lock, so no event can come between the state read and the push.
         let e = self.engine.lock();
-        match e.state() {
-            SessionState::Expired => {
-                let _ = tx.send(SessionEvent::Expired);
-            }
-            SessionState::Closed => {
-                let _ = tx.send(SessionEvent::Closed);
-            }
-            SessionState::Active => {}
-        }
-        self.subscribers.lock().push(tx);
+        let initial = match e.state() {
+            SessionState::Expired => Some(SessionEvent::Expired),
+            SessionState::Closed => Some(SessionEvent::Closed),
+            SessionState::Active => None,
+        };
+        let events = self.subscribers.subscribe(initial);
         drop(e);
-        rx
+        events
     }
 
     fn emit(&self, ev: SessionEvent) {
-        self.subscribers.lock().retain(|tx| tx.send(ev.clone()).is_ok());
+        self.subscribers.emit(&ev);
+    }
+
+    /// Entries in the subscriber list, dead ones included (for leak tests).
+    #[cfg(test)]
+    pub(crate) fn subscriber_count(&self) -> usize {
+        self.subscribers.len()
     }
 
     pub(crate) fn poke(&self) {

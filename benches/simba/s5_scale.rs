@@ -7,8 +7,7 @@ use std::sync::atomic::Ordering;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::Receiver;
-use simba::{Lease, Session, SessionEvent, SessionOptions};
+use simba::{Events, Lease, Session, SessionEvent, SessionOptions};
 
 use crate::common::{err, fmt_rate, name, process_cpu, progress, thread_count, BenchResult, Counting, Report, Table};
 use crate::proxy::Proxy;
@@ -59,7 +58,7 @@ pub fn run(config: &Config, targets: &[Target], report: &mut Report) {
 
 struct Node {
     session: Session,
-    events: Receiver<SessionEvent>,
+    events: Events<SessionEvent>,
     leases: Vec<Lease>,
 }
 

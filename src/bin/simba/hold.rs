@@ -14,11 +14,11 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{select, unbounded, Receiver};
+use crossbeam_channel::{select, unbounded};
 use nix::sys::signal::Signal;
 use serde_json::{json, Value};
 use simba::backend::{Holder, LeaseBackend, Topic};
-use simba::{display_chain, Config, Election, ElectionEvent, ErrorKind, Lease, Session, SessionId};
+use simba::{display_chain, Config, Election, ElectionEvent, ErrorKind, Events, Lease, Session, SessionId};
 
 use crate::out::{code, Fail, Out};
 use crate::supervise::{self, Notice, Outcome, Signals};
@@ -128,7 +128,7 @@ struct Wait<'a> {
     session: Session,
     election: Option<Election>,
     /// The election's events: its first attempt's outcome shows there.
-    events: Option<Receiver<ElectionEvent>>,
+    events: Option<Events<ElectionEvent>>,
     /// The first attempt's outcome is known (a lock attempt returns it; a campaign attempt shows
     /// it as an event). Until then `--timeout` does not end the wait...
     answered: bool,
