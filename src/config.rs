@@ -424,10 +424,18 @@ fn sensitive_key(key: &str) -> bool {
     ["pass", "secret", "token", "auth", "key", "credential", "cert"].iter().any(|s| k.contains(s))
 }
 
-/// `raw` with the password and sensitive query values replaced by `***`. Works on text that is
-/// not a valid URL too (best effort, never shows what follows the first ':' of the userinfo).
+/// `raw` with its secrets replaced by `***`: the password of the URL's userinfo, the values of
+/// sensitive query parameters (`password`, `sslkey`, `token`, …) and, in a libpq-style
+/// `key=value` list, the values of sensitive keys. Works on text that is not a valid URL too
+/// (best effort, erring on hiding too much): the userinfo ends at the *last* `@`, so a password
+/// with an unencoded `/`, `?` or `@` is still hidden, and text without `://` shows only a
+/// scheme-like prefix. This is the one redaction helper of the crate: every backend, the
+/// configuration and the CLI show URLs through it.
 pub fn redact_url(raw: &str) -> String {
     let Some((scheme, rest)) = raw.split_once("://") else {
+        if raw.split_whitespace().next().is_some_and(|t| t.contains('=')) {
+            return redact_key_values(raw);
+        }
         // Without "://" there is no userinfo to find; show only a scheme-like prefix.
         return match raw.split_once(':') {
             Some((s, _)) if !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || "+-.".contains(c)) => {
@@ -436,24 +444,25 @@ pub fn redact_url(raw: &str) -> String {
             _ => "<unparsable URL>".to_string(),
         };
     };
-    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    let (authority, tail) = rest.split_at(end);
-    let authority = match authority.rfind('@') {
+    let (userinfo, rest) = match rest.rfind('@') {
         Some(at) => {
-            let (userinfo, hosts) = authority.split_at(at);
-            match userinfo.split_once(':') {
-                Some((user, _)) => format!("{user}:***{hosts}"),
-                None => format!("{userinfo}{hosts}"),
-            }
+            let (userinfo, hosts) = rest.split_at(at);
+            let userinfo = match userinfo.split_once(':') {
+                Some((user, _)) => format!("{user}:***"),
+                None => userinfo.to_string(),
+            };
+            (userinfo, hosts)
         }
-        None => authority.to_string(),
+        None => (String::new(), rest),
     };
+    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (hosts, tail) = rest.split_at(end);
     let (path, query) = match tail.split_once('?') {
         Some((p, q)) => (p, Some(q)),
         None => (tail, None),
     };
     let path = path.split('#').next().unwrap_or_default();
-    let mut out = format!("{scheme}://{authority}{path}");
+    let mut out = format!("{scheme}://{userinfo}{hosts}{path}");
     if let Some(q) = query {
         let q = q.split('#').next().unwrap_or_default();
         let parts: Vec<String> = q
@@ -467,6 +476,28 @@ pub fn redact_url(raw: &str) -> String {
         out.push_str(&parts.join("&"));
     }
     out
+}
+
+/// A libpq-style `key=value key2='quoted value'` list with the values of sensitive keys hidden
+/// (all of a quoted value, and, when a quote is not closed, everything after it).
+fn redact_key_values(raw: &str) -> String {
+    let mut in_secret_quote = false;
+    raw.split_whitespace()
+        .map(|word| {
+            if in_secret_quote {
+                in_secret_quote = !word.ends_with('\'');
+                return "***".to_string();
+            }
+            match word.split_once('=') {
+                Some((k, v)) if sensitive_key(k) => {
+                    in_secret_quote = v.starts_with('\'') && (v.len() == 1 || !v.ends_with('\''));
+                    format!("{k}=***")
+                }
+                _ => word.to_string(),
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 fn url_error(redacted: &str, why: impl fmt::Display) -> Error {
