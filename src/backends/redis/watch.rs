@@ -13,7 +13,6 @@ use crossbeam_channel::Sender;
 use parking_lot::{Condvar, Mutex};
 use redis::{Client, ConnectionInfo, Value};
 
-use super::port::redact;
 use super::scripts::keys;
 use crate::backend::{Notification, Topic};
 use crate::error::{Error, Result};
@@ -133,7 +132,8 @@ fn run(weak: &Weak<Watchers>, endpoints: &[ConnectionInfo], timeout: Duration, t
     let mut backoff = Duration::from_millis(50);
     loop {
         let info = &endpoints[next % endpoints.len()];
-        let shown = redact(&format!("{}", info.addr()));
+        // The address (host:port) carries no credentials: those are in `redis_settings`.
+        let shown = info.addr().to_string();
         match subscribe(weak, info, timeout) {
             Ok(Stop::BackendDropped) => {
                 log::debug!("redis pub/sub for {target}: backend dropped, subscriber thread stops");
