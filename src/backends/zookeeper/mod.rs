@@ -373,7 +373,7 @@ impl fmt::Debug for ZookeeperBackend {
 
 /// Parses `zookeeper://hosts[/root]` into hosts and an optional root.
 fn parse_url(url: &str) -> Result<(String, Option<String>)> {
-    let shown: String = url.chars().take(200).collect();
+    let shown: String = crate::config::redact_url(url).chars().take(200).collect();
     let Some(rest) = url.strip_prefix("zookeeper://") else {
         return Err(Error::config(format!(
             "invalid ZooKeeper URL {shown:?}: expected zookeeper://host:port[,host:port…][/root]"
@@ -404,6 +404,12 @@ fn writable_by_anyone(a: &Acl) -> bool {
 }
 
 fn validate_hosts(hosts: &str) -> Result<()> {
+    if hosts.contains('@') {
+        return Err(Error::config(
+            "invalid ZooKeeper hosts (not shown: they contain user info, which may hold a password): \
+             user:password@ is not supported in the connect string; set auth with ZookeeperOptions::auth",
+        ));
+    }
     let shown: String = hosts.chars().take(200).collect();
     let bad = |why: &str| {
         Err(Error::config(format!(
