@@ -777,3 +777,6 @@ mod tests {
         assert_eq!((o.query_timeout(), o.pool_size()), (Duration::from_secs(1), 2));
     }
 }
+
+#[cfg(test)]
+mod prop_tests;
