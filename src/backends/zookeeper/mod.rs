@@ -1341,3 +1341,6 @@ mod tests {
         assert!(!e.to_string().contains("not authorized"), "Display must not repeat the source: {e}");
     }
 }
+
+#[cfg(test)]
+mod prop_tests;
