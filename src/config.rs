@@ -432,26 +432,31 @@ fn sensitive_key(key: &str) -> bool {
 /// scheme-like prefix. This is the one redaction helper of the crate: every backend, the
 /// configuration and the CLI show URLs through it.
 pub fn redact_url(raw: &str) -> String {
-    let Some((scheme, rest)) = raw.split_once("://") else {
+    let is_scheme = |s: &str| !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || "+-.".contains(c));
+    // "…://…" is a URL unless what precedes "://" is a key=value list (an odd value).
+    let url = raw.split_once("://").filter(|(s, _)| !s.contains(|c: char| c == '=' || c.is_whitespace()));
+    let Some((scheme, rest)) = url else {
         if raw.split_whitespace().next().is_some_and(|t| t.contains('=')) {
             return redact_key_values(raw);
         }
         // Without "://" there is no userinfo to find; show only a scheme-like prefix.
         return match raw.split_once(':') {
-            Some((s, _)) if !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || "+-.".contains(c)) => {
-                format!("{}:…", shorten(s))
-            }
+            Some((s, _)) if is_scheme(s) => format!("{}:…", shorten(s)),
             _ => "<unparsable URL>".to_string(),
         };
     };
-    let (userinfo, rest) = match rest.rfind('@') {
-        Some(at) => {
-            let (userinfo, hosts) = rest.split_at(at);
-            let userinfo = match userinfo.split_once(':') {
-                Some((user, _)) => format!("{user}:***"),
-                None => userinfo.to_string(),
-            };
-            (userinfo, hosts)
+    // Up to the last '@' is user info when a ':' comes before any '/', '?' or '#' (everything
+    // after that ':' is hidden, so an unencoded '/', '?', '#' or '@' in a password is too) or
+    // when it is a plain user name; otherwise the '@' belongs to the path or query (whose
+    // sensitive values are hidden below).
+    let (userinfo, rest) = match rest.rfind('@').map(|at| rest.split_at(at)) {
+        Some((userinfo, hosts)) => {
+            let delim = userinfo.find(['/', '?', '#']);
+            match userinfo.split_once(':') {
+                Some((user, _)) if delim.is_none_or(|d| user.len() < d) => (format!("{user}:***"), hosts),
+                None if delim.is_none() => (userinfo.to_string(), hosts),
+                _ => (String::new(), rest),
+            }
         }
         None => (String::new(), rest),
     };
@@ -577,6 +582,15 @@ fn parse_endpoint(raw: &str) -> Result<Endpoint> {
         Some(at) => (Some(&authority[..at]), &authority[at + 1..]),
         None => (None, authority),
     };
+    if userinfo.is_none() && tail.contains('@') {
+        // The authority ends at the first '/' or '?', so `user:pa/ss@host` has its '@' here: what
+        // looks like a host, path or query would hold part of the password. Show none of it.
+        return Err(url_error(
+            &redacted,
+            "an '@' after the host: percent-encode '/', '?', '#' and '@' in the user name and password \
+             (%2F, %3F, %23, %40), and '@' anywhere else",
+        ));
+    }
     let (username, password) = match userinfo {
         None => (None, None),
         Some(ui) => {
