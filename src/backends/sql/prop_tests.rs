@@ -201,3 +201,30 @@ proptest! {
         }
     }
 }
+
+/// Live threads of SQL connection pools in this process (r2d2's default names, or ours).
+fn pool_threads() -> usize {
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else { return 0 };
+    tasks
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+        .filter(|name| name.starts_with("r2d2-worker") || name.starts_with("simba-sql-pool"))
+        .count()
+}
+
+/// A dropped backend's pool threads end at once, not at the pool's next maintenance tick (30 s
+/// later): a process that makes many backends (a property test making thousands) must not run
+/// out of threads. Found by `tests/parsers_prop.rs` with `PROPTEST_CASES=20000` (the process
+/// aborted: "failed to allocate an alternative stack"). No other unit test opens a SQL pool.
+#[test]
+fn a_dropped_backend_ends_its_pool_threads() {
+    let url = if cfg!(feature = "postgres") { "postgres://u@127.0.0.1:1/db" } else { "mysql://u@127.0.0.1:1/db" };
+    let before = pool_threads();
+    let b = SqlBackend::from_url(url, SqlOptions::default()).unwrap();
+    assert!(pool_threads() > before, "the pool has threads");
+    drop(b);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while pool_threads() > before && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(pool_threads(), before, "pool threads still alive 10 s after the backend was dropped");
+}
