@@ -124,7 +124,6 @@ fn is_clean(e: &Error) -> bool {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(256))]
 
     #[test]
     fn any_rows_decode_or_are_a_backend_error(rows in rows()) {
@@ -218,13 +217,18 @@ fn pool_threads() -> usize {
 #[test]
 fn a_dropped_backend_ends_its_pool_threads() {
     let url = if cfg!(feature = "postgres") { "postgres://u@127.0.0.1:1/db" } else { "mysql://u@127.0.0.1:1/db" };
+    // A thread's name is set by the thread itself once it runs: wait (bounded) for them to show.
+    let wait_for = |done: &dyn Fn() -> bool| {
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while !done() && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
     let before = pool_threads();
     let b = SqlBackend::from_url(url, SqlOptions::default()).unwrap();
+    wait_for(&|| pool_threads() > before);
     assert!(pool_threads() > before, "the pool has threads");
     drop(b);
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while pool_threads() > before && std::time::Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_for(&|| pool_threads() <= before);
     assert_eq!(pool_threads(), before, "pool threads still alive 10 s after the backend was dropped");
 }
