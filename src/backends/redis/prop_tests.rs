@@ -49,7 +49,6 @@ pub(crate) fn bulk(s: &str) -> Value {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(256))]
 
     #[test]
     fn reply_helpers_never_panic(v in value()) {

@@ -17,7 +17,6 @@ fn root() -> impl Strategy<Value = String> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(256))]
 
     #[test]
     fn any_session_node_data_decodes(data in proptest::collection::vec(any::<u8>(), 0..64)) {

@@ -21,7 +21,6 @@ fn slot_work((renew, groups): &(Vec<Name>, Vec<Name>)) -> SlotWork {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(256))]
 
     #[test]
     fn any_reply_decodes_or_is_a_backend_error(v in value(), work in work()) {

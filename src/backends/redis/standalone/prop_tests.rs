@@ -10,7 +10,6 @@ use crate::types::{Name, SessionId};
 use crate::ErrorKind;
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(256))]
 
     #[test]
     fn any_reply_decodes_or_is_a_backend_error(v in value()) {
