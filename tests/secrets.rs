@@ -62,16 +62,22 @@ fn capture() -> &'static Capture {
 
 /// What one test saw, labelled; checked at once by [`Seen::assert_clean`]. The log records
 /// counted are those logged since the `Seen` was made (the tests run serially).
-struct Seen(Vec<(String, String)>, usize);
+struct Seen {
+    texts: Vec<(String, String)>,
+    /// Where this test's log records start.
+    log_mark: usize,
+    /// Sessions opened on a real server (the tests assert the connected paths ran).
+    sessions: usize,
+}
 
 impl Seen {
     fn new() -> Seen {
-        let mark = capture().0.lock().map(|v| v.len()).unwrap_or_default();
-        Seen(Vec::new(), mark)
+        let log_mark = capture().0.lock().map(|v| v.len()).unwrap_or_default();
+        Seen { texts: Vec::new(), log_mark, sessions: 0 }
     }
 
     fn add(&mut self, what: impl Into<String>, text: impl Into<String>) {
-        self.0.push((what.into(), text.into()));
+        self.texts.push((what.into(), text.into()));
     }
 
     fn debug(&mut self, what: &str, v: &impl std::fmt::Debug) {
@@ -106,17 +112,17 @@ impl Seen {
 
     /// Fails naming every text that contains a secret, after adding this process's log.
     fn assert_clean(mut self) {
-        let log = capture().0.lock().map(|v| v[self.1.min(v.len())..].join("\n")).unwrap_or_default();
+        let log = capture().0.lock().map(|v| v[self.log_mark.min(v.len())..].join("\n")).unwrap_or_default();
         self.add("log records", log);
         let forms = [SECRET, SPECIAL, SPECIAL_ENCODED, "Yt3@r", "Yt3%40r"];
         let leaks: Vec<String> = self
-            .0
+            .texts
             .iter()
             .filter(|(_, text)| forms.iter().any(|s| text.contains(s)))
             .map(|(what, text)| format!("{what}: {text}"))
             .collect();
         assert!(leaks.is_empty(), "a secret was shown in {} place(s):\n{}", leaks.len(), leaks.join("\n---\n"));
-        assert!(self.0.len() > 2, "nothing was collected");
+        assert!(self.texts.len() > 2, "nothing was collected");
     }
 }
 
@@ -127,7 +133,7 @@ fn vars<'a>(pairs: &'a [(&'a str, &'a str)]) -> impl Fn(&str) -> Option<String> 
 /// A configuration from `SIMBA_*` pairs, with short timeouts; its builder's and its own `Debug`
 /// go into `seen`.
 fn config(seen: &mut Seen, pairs: &[(&str, &str)]) -> simba::Result<Config> {
-    let b = ConfigBuilder::from_vars(vars(pairs)).map(|b| b.query_timeout(Duration::from_secs(2)));
+    let b = ConfigBuilder::from_vars(vars(pairs)).map(|b| b.query_timeout(Duration::from_secs(1)));
     seen.result("ConfigBuilder", &b);
     let c = b.and_then(ConfigBuilder::build);
     seen.result("Config", &c);
@@ -144,6 +150,7 @@ fn exercise(seen: &mut Seen, what: &str, c: &Config) {
     let s = Session::open(b.clone(), c.session_options());
     seen.result(&format!("{what} session"), &s);
     let Ok(s) = s else { return };
+    seen.sessions += 1;
     let lease = s.lock(support::unique("secrets").as_str());
     seen.result(&format!("{what} lease"), &lease);
     if let Ok(l) = lease {
@@ -209,6 +216,7 @@ fn postgres_secrets_stay_secret() {
         seen.result("SqlBackend::postgres", &SqlBackend::postgres(&url, SqlOptions::default()));
         seen.result("SqlBackend::from_url", &SqlBackend::from_url(&url, SqlOptions::default()));
     }
+    assert!(seen.sessions >= 3, "only {} postgres sessions were opened", seen.sessions);
     seen.assert_clean();
 }
 
@@ -223,7 +231,8 @@ fn mysql_secrets_stay_secret() {
         let url = with_userinfo(&base, &format!("root:{pw}"));
         let c = config(&mut seen, &[("SIMBA_URL", &url)]).unwrap();
         exercise(&mut seen, "mysql (wrong password)", &c);
-        let b = SqlBackend::mysql(&url, SqlOptions::default()).unwrap();
+        let short = SqlOptions::builder().query_timeout(Duration::from_millis(500)).build().unwrap();
+        let b = SqlBackend::mysql(&url, short).unwrap();
         seen.debug("SqlBackend::mysql", &b);
         seen.result("mysql open_session", &b.open_session(Duration::from_secs(2), "m"));
         seen.result("mysql init_schema", &b.init_schema());
@@ -281,6 +290,7 @@ fn redis_secrets_stay_secret() {
         let _ = config(&mut seen, &[("SIMBA_URL", &url)]).map(|c| exercise(&mut seen, "redis (bad URL)", &c));
         seen.result("RedisBackend::connect", &RedisBackend::connect(&url, RedisOptions::default()));
     }
+    assert!(seen.sessions >= 1, "only {} redis sessions were opened", seen.sessions);
     seen.assert_clean();
 }
 
@@ -315,6 +325,7 @@ fn redis_cluster_secrets_stay_secret() {
         "RedisBackend::clustered (bad node)",
         &RedisBackend::clustered(&[format!("redis://u:{SECRET}@[::1")], RedisOptions::default()),
     );
+    assert!(seen.sessions >= 1, "only {} redis cluster sessions were opened", seen.sessions);
     seen.assert_clean();
 }
 
@@ -387,6 +398,7 @@ fn zookeeper_secrets_stay_secret() {
     ] {
         let _ = config(&mut seen, &pairs);
     }
+    assert!(seen.sessions >= 3, "only {} zookeeper sessions were opened", seen.sessions);
     seen.assert_clean();
 }
 
