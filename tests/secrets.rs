@@ -159,6 +159,15 @@ fn exercise(seen: &mut Seen, what: &str, c: &Config) {
     seen.result(&format!("{what} close"), &s.close());
 }
 
+/// Runs `url` through `Config` (built and, when it builds, exercised) and through `direct` (the
+/// backend's own constructors).
+fn try_url(seen: &mut Seen, what: &str, url: &str, direct: &dyn Fn(&mut Seen, &str)) {
+    if let Ok(c) = config(seen, &[("SIMBA_URL", url)]) {
+        exercise(seen, what, &c);
+    }
+    direct(seen, url);
+}
+
 fn url_of(var: &str, default: &str) -> String {
     support::env_or(var, default)
 }
@@ -212,9 +221,10 @@ fn postgres_secrets_stay_secret() {
         format!("host=127.0.0.1 user=simba password={SECRET} dbname"),
         format!("postgres://simba:{SECRET}@[::1/db"),
     ] {
-        let _ = config(&mut seen, &[("SIMBA_URL", &url)]).map(|c| exercise(&mut seen, "postgres (bad URL)", &c));
-        seen.result("SqlBackend::postgres", &SqlBackend::postgres(&url, SqlOptions::default()));
-        seen.result("SqlBackend::from_url", &SqlBackend::from_url(&url, SqlOptions::default()));
+        try_url(&mut seen, "postgres (bad URL)", &url, &|seen, url| {
+            seen.result("SqlBackend::postgres", &SqlBackend::postgres(url, SqlOptions::default()));
+            seen.result("SqlBackend::from_url", &SqlBackend::from_url(url, SqlOptions::default()));
+        });
     }
     assert!(seen.sessions >= 3, "only {} postgres sessions were opened", seen.sessions);
     seen.assert_clean();
@@ -249,9 +259,10 @@ fn mysql_secrets_stay_secret() {
         format!("mysql://simba:{SPECIAL}@127.0.0.1/db"),
         format!("mariadb://simba:{SECRET}@[::1/db"),
     ] {
-        let _ = config(&mut seen, &[("SIMBA_URL", &url)]).map(|c| exercise(&mut seen, "mysql (bad URL)", &c));
-        seen.result("SqlBackend::mysql", &SqlBackend::mysql(&url, SqlOptions::default()));
-        seen.result("SqlBackend::from_url", &SqlBackend::from_url(&url, SqlOptions::default()));
+        try_url(&mut seen, "mysql (bad URL)", &url, &|seen, url| {
+            seen.result("SqlBackend::mysql", &SqlBackend::mysql(url, SqlOptions::default()));
+            seen.result("SqlBackend::from_url", &SqlBackend::from_url(url, SqlOptions::default()));
+        });
     }
     seen.assert_clean();
 }
@@ -270,11 +281,9 @@ fn redis_secrets_stay_secret() {
         format!("simba-no-such-user:{SECRET}"),
         format!("simba-no-such-user:{SPECIAL_ENCODED}"),
     ] {
-        let url = with_userinfo(&base, &userinfo);
-        if let Ok(c) = config(&mut seen, &[("SIMBA_URL", &url)]) {
-            exercise(&mut seen, "redis", &c);
-        }
-        seen.result("RedisBackend::connect", &RedisBackend::connect(&url, RedisOptions::default()));
+        try_url(&mut seen, "redis", &with_userinfo(&base, &userinfo), &|seen, url| {
+            seen.result("RedisBackend::connect", &RedisBackend::connect(url, RedisOptions::default()))
+        });
     }
     let c = config(&mut seen, &[("SIMBA_URL", &format!("redis://u:{SECRET}@127.0.0.1:1"))]).unwrap();
     exercise(&mut seen, "redis (closed port)", &c);
@@ -287,8 +296,9 @@ fn redis_secrets_stay_secret() {
         format!("redis://u:{SECRET}@[::1"),
         format!("redis:u:{SECRET}@h"),
     ] {
-        let _ = config(&mut seen, &[("SIMBA_URL", &url)]).map(|c| exercise(&mut seen, "redis (bad URL)", &c));
-        seen.result("RedisBackend::connect", &RedisBackend::connect(&url, RedisOptions::default()));
+        try_url(&mut seen, "redis (bad URL)", &url, &|seen, url| {
+            seen.result("RedisBackend::connect", &RedisBackend::connect(url, RedisOptions::default()))
+        });
     }
     assert!(seen.sessions >= 1, "only {} redis sessions were opened", seen.sessions);
     seen.assert_clean();
@@ -319,7 +329,7 @@ fn redis_cluster_secrets_stay_secret() {
         format!("redis+cluster://u:{SECRET}@h1:1?x=1"),
         format!("rediss+cluster://u:{SECRET}@h1:1"),
     ] {
-        let _ = config(&mut seen, &[("SIMBA_URL", &url)]).map(|c| exercise(&mut seen, "cluster (bad URL)", &c));
+        try_url(&mut seen, "cluster (bad URL)", &url, &|_, _| {});
     }
     seen.result(
         "RedisBackend::clustered (bad node)",
