@@ -16,11 +16,15 @@ use crate::backend::{Acquire, KeepAlive, LeaseBackend};
 use crate::error::{Error, ErrorKind, Result};
 use crate::types::{Name, SessionId, Token};
 
+/// A keep-alive result as the driver reads it: remaining ms, owned `(name, token)` rows, group
+/// rows.
+type AliveRows = (i64, Vec<(String, i64)>, Vec<String>);
+
 /// What the scripted driver answers.
 #[derive(Debug, Clone, Default)]
 struct Rows {
-    /// `(remaining ms, owned (name, token) rows, group rows)`, `None`: expired.
-    keep_alive: Option<(i64, Vec<(String, i64)>, Vec<String>)>,
+    /// `None`: expired.
+    keep_alive: Option<AliveRows>,
     acquire: Option<(i64, i64)>,
     holder: Option<RawHolder>,
     members: Vec<(String, String)>,
