@@ -390,6 +390,30 @@ fn zookeeper_secrets_stay_secret() {
         "ZookeeperBackend::from_url (no scheme)",
         &ZookeeperBackend::from_url(&format!("zk:u:{SECRET}@h"), short),
     );
+    // TLS files that hold a secret but are no valid PEM: the errors name the files, never
+    // their content.
+    let dir = std::env::temp_dir().join(support::unique("simba-secrets-tls"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let pem = format!("-----BEGIN PRIVATE KEY-----\n{SECRET}\n-----END PRIVATE KEY-----\n");
+    let files: Vec<String> = ["ca.pem", "cert.pem", "key.pem"]
+        .iter()
+        .map(|f| {
+            let p = dir.join(f);
+            std::fs::write(&p, &pem).unwrap();
+            p.display().to_string()
+        })
+        .collect();
+    let _ = config(
+        &mut seen,
+        &[
+            ("SIMBA_URL", &url),
+            ("SIMBA_ZOOKEEPER_TLS_CA", &files[0]),
+            ("SIMBA_ZOOKEEPER_TLS_CERT", &files[1]),
+            ("SIMBA_ZOOKEEPER_TLS_KEY", &files[2]),
+        ],
+    )
+    .map(|c| exercise(&mut seen, "zookeeper (bad TLS files)", &c));
+    let _ = std::fs::remove_dir_all(&dir);
     // Bad values of the secret-bearing settings, and bad URLs.
     for pairs in [
         vec![("SIMBA_URL", url.as_str()), ("SIMBA_ZOOKEEPER_AUTH", "digest")],
