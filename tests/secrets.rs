@@ -419,6 +419,8 @@ fn zookeeper_secrets_stay_secret() {
         vec![("SIMBA_URL", url.as_str()), ("SIMBA_ZOOKEEPER_AUTH", "digest")],
         vec![("SIMBA_URL", url.as_str()), ("SIMBA_ZOOKEEPER_AUTH", "digest:Zq7pW9xK4mVs")],
         vec![("SIMBA_URL", url.as_str()), ("SIMBA_ZOOKEEPER_AUTH", "b@d:Zq7pW9xK4mVs")],
+        // Only a password, without `scheme:` (a likely mistake): it must not be shown as a scheme.
+        vec![("SIMBA_URL", url.as_str()), ("SIMBA_ZOOKEEPER_AUTH", "Yt3@r/9 k")],
         vec![("SIMBA_URL", url.as_str()), ("SIMBA_ZOOKEEPER_SASL", "Zq7pW9xK4mVs")],
         vec![("SIMBA_URL", url.as_str()), ("SIMBA_ZOOKEEPER_SASL", ":Zq7pW9xK4mVs")],
         vec![("SIMBA_URL", &in_url), ("SIMBA_ZOOKEEPER_AUTH", &auth)],
