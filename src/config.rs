@@ -838,7 +838,13 @@ impl ConfigBuilder {
             b.specific.insert((Family::Zookeeper, "SIMBA_ZOOKEEPER_ROOT"));
         }
         if let Some(v) = get("SIMBA_ZOOKEEPER_AUTH") {
-            let (scheme, creds) = v.split_once(':').unwrap_or((v.as_str(), ""));
+            // Without a ':' the value may be just a password: never echo it as a scheme.
+            let Some((scheme, creds)) = v.split_once(':') else {
+                return Err(Error::config(
+                    "invalid SIMBA_ZOOKEEPER_AUTH (the value is not shown): expected scheme:credentials, e.g. \
+                     digest:user:password",
+                ));
+            };
             b.zookeeper_auth = Some(zk_auth(scheme, creds, "SIMBA_ZOOKEEPER_AUTH")?);
             b.specific.insert((Family::Zookeeper, "SIMBA_ZOOKEEPER_AUTH"));
         }
