@@ -266,6 +266,24 @@ proptest! {
         }
     }
 
+    /// Whatever a secret-bearing setting holds, its secret part (everything after the first ':',
+    /// or all of it without one) shows neither in the configuration nor in its error.
+    #[test]
+    fn secret_settings_are_never_echoed(
+        var in proptest::sample::select(&["SIMBA_ZOOKEEPER_AUTH", "SIMBA_ZOOKEEPER_SASL"][..]),
+        prefix in "(digest:|[a-z@]{1,6}:|:)?([a-z]{1,6}:)?",
+        pw in password(),
+        url in proptest::sample::select(&["zookeeper://h:2181/r", "memory://"][..]),
+    ) {
+        let pw = pw.replace(':', "_");
+        let b = ConfigBuilder::from_vars(vars(vec![("SIMBA_URL", url.into()), (var, format!("{prefix}{pw}"))]));
+        let shown = match b.and_then(ConfigBuilder::build) {
+            Ok(c) => format!("{c:?} {:?}", c.warnings()),
+            Err(e) => format!("{} {e:?}", simba::display_chain(&e)),
+        };
+        prop_assert!(!shown.contains(&pw), "{}", shown);
+    }
+
     #[test]
     fn durations_round_trip(ms in 0u64..(1u64 << 40), spaces in " {0,2}") {
         let d = Duration::from_millis(ms);
