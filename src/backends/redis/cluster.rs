@@ -627,3 +627,6 @@ mod tests {
         }
     }
 }
+
+#[cfg(test)]
+mod prop_tests;

@@ -34,6 +34,9 @@ mod scripts;
 mod standalone;
 mod watch;
 
+#[cfg(test)]
+mod prop_tests;
+
 use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};

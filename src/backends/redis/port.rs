@@ -193,20 +193,7 @@ pub(crate) fn map_err(e: RedisError, context: impl fmt::Display) -> Error {
     Error::new(kind, format!("{context}: {detail}")).with_source(e)
 }
 
-/// Redacts the password of a URL-shaped string.
-pub(crate) fn redact(url: &str) -> String {
-    match url::Url::parse(url) {
-        Ok(mut u) if u.password().is_some() => {
-            let _ = u.set_password(Some("***"));
-            u.to_string()
-        }
-        Ok(_) => url.to_string(),
-        Err(_) => match url.rfind('@') {
-            Some(at) => format!("***@{}", &url[at + 1..]),
-            None => url.to_string(),
-        },
-    }
-}
+pub(crate) use crate::config::redact_url as redact;
 
 /// `EVALSHA` of `script` (after `ASKING` when `asking`), loading the script and trying again on
 /// `NOSCRIPT`. Every command gets only the time left before `deadline`.

@@ -325,3 +325,6 @@ mod tests {
         }
     }
 }
+
+#[cfg(test)]
+mod prop_tests;

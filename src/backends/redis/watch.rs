@@ -27,7 +27,7 @@ use crossbeam_channel::Sender;
 use parking_lot::{Condvar, Mutex};
 use redis::{Client, Cmd, Connection, ConnectionInfo, Msg, Value};
 
-use super::port::{map_err, redact};
+use super::port::map_err;
 use super::scripts::keys;
 use crate::backend::{Notification, Topic};
 use crate::error::{Error, Result};
@@ -316,7 +316,8 @@ fn run(weak: &Weak<Watchers>, endpoints: &[ConnectionInfo], timeout: Duration, t
     let mut warned = Warned::default();
     loop {
         let info = &endpoints[next % endpoints.len()];
-        let shown = redact(&format!("{}", info.addr()));
+        // The address (host:port) carries no credentials: those are in `redis_settings`.
+        let shown = info.addr().to_string();
         match subscribe(weak, info, timeout, &shown, &mut || warned.recovered(target, &shown)) {
             Ok(Stop::BackendDropped) => {
                 log::debug!("redis pub/sub for {target}: backend dropped, subscriber thread stops");

@@ -746,44 +746,7 @@ impl LeaseBackend for SqlBackend {
     }
 }
 
-/// `url` with any password (URL userinfo, `password` query parameter or `password=` key) replaced
-/// by `***`.
-pub fn redact_url(url: &str) -> String {
-    if url.contains("://") {
-        if let Ok(mut u) = url::Url::parse(url) {
-            if u.password().is_some() {
-                let _ = u.set_password(Some("***"));
-            }
-            let has_secret = u.query_pairs().any(|(k, _)| is_secret_key(&k));
-            if has_secret {
-                let pairs: Vec<(String, String)> = u
-                    .query_pairs()
-                    .map(|(k, v)| {
-                        let v = if is_secret_key(&k) { "***".to_string() } else { v.into_owned() };
-                        (k.into_owned(), v)
-                    })
-                    .collect();
-                u.query_pairs_mut().clear().extend_pairs(pairs);
-            }
-            return u.to_string();
-        }
-        // Unparseable: show the scheme only.
-        let scheme = url.split_once("://").map(|(s, _)| s).unwrap_or_default();
-        return format!("{scheme}://***");
-    }
-    // libpq key=value form.
-    url.split_whitespace()
-        .map(|kv| match kv.split_once('=') {
-            Some((k, _)) if is_secret_key(k) => format!("{k}=***"),
-            _ => kv.to_string(),
-        })
-        .collect::<Vec<_>>()
-        .join(" ")
-}
-
-fn is_secret_key(k: &str) -> bool {
-    k.eq_ignore_ascii_case("password") || k.eq_ignore_ascii_case("pass") || k.eq_ignore_ascii_case("passwd")
-}
+pub use crate::config::redact_url;
 
 #[cfg(test)]
 mod tests {
@@ -816,3 +779,6 @@ mod tests {
         assert_eq!((o.query_timeout(), o.pool_size()), (Duration::from_secs(1), 2));
     }
 }
+
+#[cfg(test)]
+mod prop_tests;

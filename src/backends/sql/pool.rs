@@ -100,6 +100,20 @@ impl<E: fmt::Display> r2d2::HandleError<E> for LogErrors {
     }
 }
 
+/// The threads that open connections and reap idle ones for one pool (r2d2's default count, 3).
+/// They end as soon as the pool is dropped: r2d2's default pool keeps them until its next reaper
+/// run, up to 30 s later, so a process that makes many backends ran out of threads.
+fn maintenance_threads() -> std::sync::Arc<scheduled_thread_pool::ScheduledThreadPool> {
+    use scheduled_thread_pool::{OnPoolDropBehavior, ScheduledThreadPool};
+    std::sync::Arc::new(
+        ScheduledThreadPool::builder()
+            .num_threads(3)
+            .thread_name_pattern("simba-sql-pool-{}")
+            .on_drop_behavior(OnPoolDropBehavior::DiscardPendingScheduled)
+            .build(),
+    )
+}
+
 /// A small pool whose every checkout is bounded by the query timeout.
 pub(crate) struct SqlPool<M: r2d2::ManageConnection> {
     pool: r2d2::Pool<M>,
@@ -131,6 +145,7 @@ where
             .idle_timeout(Some(Duration::from_secs(300)))
             .max_lifetime(Some(Duration::from_secs(1800)))
             .error_handler(Box::new(LogErrors(kind)))
+            .thread_pool(maintenance_threads())
             .build_unchecked(manager);
         SqlPool { pool, timeout: options.query_timeout(), kind, health }
     }

@@ -440,7 +440,7 @@ fn parse_url(url: &str) -> Result<(String, Option<String>, Option<ZookeeperTls>)
         Some((u, q)) => (u, Some(q)),
         None => (url, None),
     };
-    let shown: String = url.chars().take(200).collect();
+    let shown: String = crate::config::redact_url(url).chars().take(200).collect();
     let Some(rest) = url.strip_prefix("zookeeper://") else {
         return Err(Error::config(format!(
             "invalid ZooKeeper URL {shown:?}: expected zookeeper://host:port[,host:port…][/root][?tls_ca=PATH…]"
@@ -498,6 +498,12 @@ fn writable_by_anyone(a: &Acl) -> bool {
 }
 
 fn validate_hosts(hosts: &str) -> Result<()> {
+    if hosts.contains('@') {
+        return Err(Error::config(
+            "invalid ZooKeeper hosts (not shown: they contain user info, which may hold a password): \
+             user:password@ is not supported in the connect string; set auth with ZookeeperOptions::auth",
+        ));
+    }
     let shown: String = hosts.chars().take(200).collect();
     let bad = |why: &str| {
         Err(Error::config(format!(
@@ -1582,3 +1588,6 @@ mod tests {
         assert!(!e.to_string().contains("not authorized"), "Display must not repeat the source: {e}");
     }
 }
+
+#[cfg(test)]
+mod prop_tests;
