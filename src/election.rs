@@ -91,6 +91,8 @@ struct ElectionState {
     ended: Option<LossReason>,
     /// Campaign attempts answered (on any session): a wait gives the first one its own bound.
     attempts: u64,
+    /// Why the last answered attempt failed (kind and message), if it failed.
+    attempt_error: Option<(ErrorKind, String)>,
 }
 
 pub(crate) struct ElectionShared {
@@ -135,6 +137,7 @@ impl ElectionShared {
                 resigned: false,
                 ended: None,
                 attempts: 0,
+                attempt_error: None,
             }),
             cond: Condvar::new(),
             subscribers: Subscribers::new(),
@@ -235,9 +238,11 @@ impl ElectionShared {
         self.cond.notify_all();
     }
 
-    /// A campaign attempt was answered (whatever its outcome).
-    pub(crate) fn attempt_done(&self) {
-        self.st.lock().attempts += 1;
+    /// A campaign attempt was answered (whatever its outcome): `failed` is its error, if any.
+    pub(crate) fn attempt_done(&self, failed: Option<&Error>) {
+        let mut st = self.st.lock();
+        st.attempts += 1;
+        st.attempt_error = failed.map(|e| (e.kind(), crate::error::display_chain(e)));
         self.cond.notify_all();
     }
 
@@ -396,6 +401,15 @@ impl Election {
     /// As [`wait_elected`](Election::wait_elected).
     pub fn wait_elected_deadline(&self, deadline: Instant) -> Result<Token> {
         self.shared.wait_elected_until(Some(deadline))
+    }
+
+    /// Why the campaign's last answered attempt failed, if it failed (a busy attempt — someone
+    /// else leads — is not a failure). Campaign attempts run in the background and are retried;
+    /// this is how a caller that waits (e.g. `simba elect --timeout`) reports their real error,
+    /// such as "only 0 of 1 redis replicas acknowledged", instead of a bare timeout.
+    pub fn last_attempt_error(&self) -> Option<Error> {
+        let st = self.shared.st.lock();
+        st.attempt_error.as_ref().map(|(kind, msg)| Error::new(*kind, msg.clone()))
     }
 
     /// Who leads now, asked of the backend (works the same on every node, leader or not).

@@ -1161,16 +1161,20 @@ impl SessionInner {
             }
             let observed = if busy { backend.holder(&name).ok().flatten() } else { None };
             let Some(inner) = weak.upgrade() else { return };
-            match inner.finish_acquire(&name, sent, epoch, reply, Some(&election)) {
-                Ok(Some(_)) => {}
+            let failed = match inner.finish_acquire(&name, sent, epoch, reply, Some(&election)) {
+                Ok(Some(_)) => None,
                 Ok(None) => {
                     if let Some(h) = observed {
                         election.observe(h);
                     }
+                    None
                 }
-                Err(err) => log::debug!("session {id}: campaign attempt for '{name}' failed: {err}"),
-            }
-            election.attempt_done();
+                Err(err) => {
+                    log::debug!("session {id}: campaign attempt for '{name}' failed: {err}");
+                    Some(err)
+                }
+            };
+            election.attempt_done(failed.as_ref());
             if let Some(slot) = inner.campaigns.lock().get_mut(&name) {
                 slot.in_flight = None;
                 slot.next_attempt = if std::mem::take(&mut slot.woken) {

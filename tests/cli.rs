@@ -1104,6 +1104,17 @@ fn a_slow_failing_acquire_reports_its_own_error() {
     assert_eq!(code(&o), 69, "{err}");
     assert!(err.contains("of 1 redis replicas acknowledged"), "{err}");
     assert!(!err.contains(&marker), "simba named itself as the holder: {err}");
+    // The same for an election: its background attempts report their real error.
+    let o = run({
+        let mut c = simba(Some(&url));
+        c.env("SIMBA_REDIS_WAIT_REPLICAS", "1");
+        c.args(["--metadata", &marker, "elect", &name, "--timeout", "2s", "--", "true"]);
+        c
+    });
+    let err = stderr(&o);
+    assert_eq!(code(&o), 69, "elect: {err}");
+    assert!(err.contains("of 1 redis replicas acknowledged"), "elect: {err}");
+    assert!(!err.contains(&marker), "simba named itself as the leader: {err}");
 }
 
 macro_rules! backend_tests {

@@ -396,7 +396,7 @@ impl ZookeeperBackend {
         if let Some(tls) = tls {
             if options.tls.is_some() {
                 return Err(Error::config(
-                    "ZooKeeper TLS is set twice: in the URL (tls_ca=…) and in ZookeeperOptions::tls; keep one",
+                    "ZooKeeper TLS is set twice: in the URL (tls_ca=…) and in SIMBA_ZOOKEEPER_TLS_CA or ZookeeperOptions::tls; keep one",
                 ));
             }
             options = options.tls(tls);
@@ -501,7 +501,7 @@ fn validate_hosts(hosts: &str) -> Result<()> {
     if hosts.contains('@') {
         return Err(Error::config(
             "invalid ZooKeeper hosts (not shown: they contain user info, which may hold a password): \
-             user:password@ is not supported in the connect string; set auth with ZookeeperOptions::auth",
+             user:password@ is not supported in the connect string; set auth with SIMBA_ZOOKEEPER_AUTH (ZookeeperOptions::auth in code)",
         ));
     }
     let shown: String = hosts.chars().take(200).collect();

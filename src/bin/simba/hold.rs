@@ -310,6 +310,14 @@ impl Wait<'_> {
                 match r {
                     Ok(_) => return Ok(self.election.take().map(Held::Election)),
                     Err(err) if err.is_timeout() => {
+                        // The campaign's own attempts, bounded by the query timeout, report
+                        // their real error (e.g. too few replicas acknowledged).
+                        if let Some(failed) = e.last_attempt_error() {
+                            self.answered = true;
+                            self.show_error(&failed);
+                            return Ok(None);
+                        }
+                        self.last_error = None;
                         let leader = e.leader().ok().flatten();
                         // Another live leader: the attempt is busy, whenever it runs.
                         self.answered |= leader.as_ref().is_some_and(|h| &h.session != self.session.id());
