@@ -49,7 +49,7 @@ fn harness() -> simba::tck::Harness {
         .query_timeout(Duration::from_secs(1))
         .build()
         .unwrap();
-    simba::tck::Harness::new(Arc::new(backend())).with_options(options)
+    simba::tck::Harness::new(Arc::new(backend())).with_options(options).with_native_expiry()
 }
 
 mod tck {

@@ -23,7 +23,7 @@ fn harness() -> simba::tck::Harness {
     let backend = ZookeeperBackend::from_url(&url, ZookeeperOptions::default()).unwrap_or_else(|e| {
         panic!("cannot connect to the TLS-only ZooKeeper at {url}: {e} (run `scripts/services up zookeeper-tls`)")
     });
-    simba::tck::Harness::new(std::sync::Arc::new(backend))
+    simba::tck::Harness::new(std::sync::Arc::new(backend)).with_native_expiry()
 }
 
 mod tck {
