@@ -753,6 +753,15 @@ fn elect_takes_turns(url: &str) {
     let (o1, _) = wait_output(first, Duration::from_secs(30));
     let (o2, _) = wait_output(second, Duration::from_secs(30));
     assert_eq!((code(&o1), code(&o2)), (0, 0), "{} / {}", stderr(&o1), stderr(&o2));
+    for o in [&o1, &o2] {
+        let err = stderr(o);
+        // Issue #20 item 7: a normal elect resigns at the end, which is no warning, and no
+        // message shows Rust debug formatting.
+        assert!(
+            !err.contains("WARN") && !err.contains("SessionId(") && !err.contains("Some("),
+            "a normal elect ends without a warning: {err}"
+        );
+    }
     assert!(
         stderr(&o2).contains(&format!("waiting for leadership of '{name}' held by {first_sid}")),
         "{}",
