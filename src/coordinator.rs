@@ -21,7 +21,8 @@ use crate::events::{Events, Subscribers};
 use crate::group::{self, MemberWatch, Membership, MembershipShared};
 use crate::lease::Lease;
 use crate::options::SessionOptions;
-use crate::session::{bounded_call, jitter, SessionEvent, SessionInner};
+use crate::runtime::{bounded_call, jitter, SessionInner};
+use crate::session::SessionEvent;
 use crate::types::{IntoName, Name, SessionId};
 
 /// What happened to a coordinator's sessions.

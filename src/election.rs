@@ -9,10 +9,11 @@ use std::time::{Duration, Instant};
 use parking_lot::{Condvar, Mutex};
 
 use crate::backend::{Holder, LeaseBackend};
-use crate::engine::{deadline_after, later, LossReason};
+use crate::engine::{deadline_after, later};
 use crate::error::{Error, ErrorKind, Result};
 use crate::events::{Events, Subscribers};
-use crate::session::{bounded_call, Logs, SessionInner};
+use crate::runtime::{bounded_call, Logs, SessionInner};
+use crate::state::LossReason;
 use crate::types::{Name, SessionId, Token};
 
 /// The current leader of an election: the holder of its lease (session, token, metadata,

@@ -11,7 +11,7 @@ use parking_lot::Mutex;
 use crate::backend::{LeaseBackend, Member, Notification, Topic};
 use crate::error::Result;
 use crate::options::SessionOptions;
-use crate::session::{bounded_call, jitter, SessionInner};
+use crate::runtime::{bounded_call, jitter, SessionInner};
 use crate::types::{Name, SessionId};
 
 #[derive(Debug)]

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::error::Result;
-use crate::session::SessionInner;
+use crate::runtime::SessionInner;
 use crate::types::{Name, SessionId, Token};
 
 /// A held lease: the guard you consult before every write to the protected resource.

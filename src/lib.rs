@@ -37,15 +37,16 @@ pub mod election;
 pub(crate) mod engine;
 mod error;
 pub mod events;
-mod exec;
 pub mod fence;
 pub mod group;
 mod lease;
 pub mod memory;
 pub mod options;
+mod runtime;
 pub mod session;
 #[cfg(feature = "sim")]
 pub mod sim;
+mod state;
 #[cfg(feature = "tck")]
 pub mod tck;
 mod types;
@@ -54,7 +55,6 @@ pub use backend::{Acquire, Capabilities, Holder, KeepAlive, LeaseBackend, Member
 pub use config::{BackendKind, Config, ConfigBuilder, RedisEviction, ZookeeperAcl};
 pub use coordinator::{Coordinator, CoordinatorEvent};
 pub use election::{Election, ElectionEvent, Leader, LeaderContext, LeaderTask, RevokeReason, Schedule};
-pub use engine::{LossReason, SessionState};
 pub use error::{display_chain, Error, ErrorKind, Result};
 pub use events::Events;
 pub use group::{GroupChange, MemberWatch, Membership};
@@ -62,4 +62,5 @@ pub use lease::Lease;
 pub use memory::MemoryBackend;
 pub use options::SessionOptions;
 pub use session::{Session, SessionEvent};
+pub use state::{LossReason, SessionState};
 pub use types::{validate_metadata, IntoName, Name, SessionId, Token, MAX_METADATA_LEN, MAX_NAME_LEN};

@@ -1,7 +1,7 @@
 //! Section 1: uncontended acquire+release through the public API (`try_lock` + `release`) vs the
 //! SPI called directly on the caller's thread vs the raw primitive on the same server, in
 //! interleaved blocks so that the ratios are meaningful on a noisy machine. Also measures the
-//! engine's worker hand-off (what `src/exec.rs` does for every backend call) in isolation.
+//! engine's worker hand-off (what `src/runtime/pool.rs` does for every backend call) in isolation.
 
 use std::sync::Arc;
 use std::thread;
@@ -381,7 +381,7 @@ fn ping_pong(config: &Config) -> BenchResult<(Summary, Summary)> {
     Ok((Summary::of(&direct), Summary::of(&via)))
 }
 
-/// The engine's per-call hand-off, rebuilt from `src/exec.rs` (which is private): a pooled worker
+/// The engine's per-call hand-off, rebuilt from `src/runtime/pool.rs` (which is private): a pooled worker
 /// parked on a channel receives a boxed job, runs it, and hands the result back through a
 /// one-slot channel the caller waits on.
 fn handoff_table(config: &Config) -> BenchResult<Table> {
@@ -423,7 +423,7 @@ fn handoff_table(config: &Config) -> BenchResult<Table> {
     let i = Summary::of(&inline);
     let (direct, via_worker) = ping_pong(config)?;
     let mut t = Table::new(
-        "1b. Worker hand-off in isolation (the cost src/exec.rs adds to every backend call)",
+        "1b. Worker hand-off in isolation (the cost src/runtime/pool.rs adds to every backend call)",
         &["what", "p50", "p99", "mean"],
     );
     t.row(vec![
@@ -450,7 +450,7 @@ fn handoff_table(config: &Config) -> BenchResult<Table> {
          parking); the ping-pong rows measure it around a blocking round trip, as in real calls: while the worker \
          waits on its socket the caller parks, and waking a parked thread costs a futex wake-up plus scheduling (on \
          this VM, waking an idle vCPU). An API acquire+release makes two hand-offs (the acquire waits on \
-         `exec::call_until`, the release on its completion channel), so about 2 × (row 4 − row 3) is the floor of \
+         `pool::call_until`, the release on its completion channel), so about 2 × (row 4 − row 3) is the floor of \
          the \"API−SPI\" column above."
     ));
     Ok(t)

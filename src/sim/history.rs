@@ -7,7 +7,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use crate::engine::LossReason;
+use crate::state::LossReason;
 use crate::types::{Name, Token};
 
 /// One entry of the history: an [`Event`] at simulated real time `t` (ns since the run started).

@@ -6,7 +6,7 @@
 //!
 //! What runs:
 //! - **clients**: each runs the real [`Engine`](crate::engine::Engine) — the state machine the
-//!   renewal thread runs — driven the way `session.rs` drives it: keep-alives when the engine says,
+//!   renewal thread runs — driven the way `runtime/` drives it: keep-alives when the engine says,
 //!   acquires judged by their send instant (abandoned after the query timeout, late replies undone),
 //!   releases, stray releases, best-effort close after expiry, reopening a session after it ends;
 //!   with a random workload of locks held for random times;
@@ -16,7 +16,7 @@
 //!   follow-ups carrying the session's remaining minus the client-measured elapsed time, the
 //!   "no lease call after the session's remaining" and "a late acquire releases its term" rules;
 //! - **groups, pushed notifications, elections** (memory backend, per [`Scenario`]): memberships
-//!   joined, left and dropped as `session.rs`/`group.rs` do, `members` reads, `is_member()`
+//!   joined, left and dropped as `runtime/`/`group.rs` do, `members` reads, `is_member()`
 //!   sampled; one-shot `watch`es whose release notifications travel through the network and wake
 //!   candidates (a lost one leaves them to their periodic retry); campaigns for an election and
 //!   `leader()` reads (`world/groups.rs`, `world/push.rs`, `world/elections.rs`);
@@ -201,7 +201,7 @@ pub struct Scenario {
     pub proposed_fix: bool,
     /// Emulates `finish_acquire` before the fix of finding 4: an acquire reply the engine says to
     /// undo is released even when it is the very term the session holds (the driver otherwise
-    /// keeps it, as `session.rs` does now).
+    /// keeps it, as `runtime/` does now).
     pub old_undo: bool,
     /// Emulates the old SPI, whose release freed whatever term the session held (the design the
     /// late-release finding showed unsafe). Off by default: releases are term-scoped.

@@ -1,5 +1,5 @@
 //! The discrete-event world: clients (each the real [`Engine`] plus a driver doing what
-//! `session.rs` does), a network, backend nodes on virtual clocks, and the fault injector.
+//! `runtime/` does), a network, backend nodes on virtual clocks, and the fault injector.
 //!
 //! The group, push-notification and election drivers live in the submodules.
 
@@ -22,8 +22,9 @@ use super::{BrokenRule, Model, Premise, Scenario, Stats};
 use crossbeam_channel::{Receiver, Sender};
 
 use crate::backend::{Acquire, KeepAlive, LeaseBackend, Notification};
-use crate::engine::{Adoption, Engine, KeepAliveResult, Output, SessionState, Timing};
+use crate::engine::{Adoption, Engine, KeepAliveResult, Output, Timing};
 use crate::memory::MemoryBackend;
+use crate::state::SessionState;
 use crate::types::{Name, SessionId, Token};
 
 const MS: u64 = 1_000_000;
@@ -112,7 +113,7 @@ enum Ev {
         c: usize,
         call: u64,
     },
-    /// The caller stops waiting (`call_until` in `session.rs`).
+    /// The caller stops waiting (`call_until` in `runtime/`).
     GiveUp {
         c: usize,
         call: u64,
@@ -696,7 +697,7 @@ impl World {
         if self.clients[c].eager {
             self.rng.random_range(MS..self.lease / 20)
         } else {
-            // session.rs: renew_interval / 2 + jitter(renew_interval / 4)
+            // runtime/: renew_interval / 2 + jitter(renew_interval / 4)
             let r = ns(self.timing.renew_interval);
             r / 2 + self.rng.random_range(0..r / 4)
         }
@@ -1026,7 +1027,7 @@ impl World {
         id
     }
 
-    /// The worker returned `res`: feed it to the engine as `session.rs` does.
+    /// The worker returned `res`: feed it to the engine as `runtime/` does.
     fn complete(&mut self, id: u64, res: Res) {
         let Some(call) = self.calls.remove(&id) else { return };
         let c = call.c;
@@ -1071,7 +1072,7 @@ impl World {
                 if let Some(si) = call.si {
                     let n = self.names[name].clone();
                     let engine = &mut self.clients[c].sessions[si].engine;
-                    // As session.rs: a release the backend confirmed forgets the term; the old
+                    // As runtime/: a release the backend confirmed forgets the term; the old
                     // any-term release (`token` None) never confirms a particular term.
                     match (res, token) {
                         (Res::Done, Some(t)) => engine.end_confirmed_release(&n, t),
@@ -1165,7 +1166,7 @@ impl World {
 
     fn opened(&mut self, c: usize, id: u64, gave_up: bool, sent: Instant, res: Res) {
         if gave_up || self.clients[c].opening != Some(id) {
-            // session.rs: a session opened too late is closed at once.
+            // runtime/: a session opened too late is closed at once.
             if let Res::Opened { id: sid, sess, node, .. } = res {
                 self.start_call(c, None, Some(Target { id: sid, sess, node }), Kind::Close);
             }
@@ -1333,7 +1334,7 @@ impl World {
                         let d = self.rng.random_range(0..self.lease / 2);
                         self.clients[c].reopen_at = self.now + d;
                     }
-                    // session.rs: best-effort close after expiry.
+                    // runtime/: best-effort close after expiry.
                     self.start_call(c, Some(si), Some(target.clone()), Kind::Close);
                 }
                 Output::ReleaseStray { name, token } => {
@@ -1437,7 +1438,7 @@ impl World {
                 continue;
             }
             if e.releasing(&name) {
-                // session.rs waits for the release to finish; its end wakes this client again.
+                // runtime/ waits for the release to finish; its end wakes this client again.
                 self.clients[c].wants[k].next_try = now_t + MS;
                 continue;
             }

@@ -41,10 +41,10 @@ use std::time::{Duration, Instant};
 use crate::backend::{Acquire, KeepAlive, LeaseBackend, Notification, Topic};
 use crate::coordinator::{Coordinator, CoordinatorEvent};
 use crate::election::{ElectionEvent, RevokeReason, Schedule};
-use crate::engine::{LossReason, SessionState};
 use crate::error::ErrorKind;
 use crate::options::SessionOptions;
 use crate::session::{Session, SessionEvent};
+use crate::state::{LossReason, SessionState};
 use crate::types::{Name, SessionId, Token};
 
 /// What a TCK case needs: the backend under test and the session options to use.

@@ -1,4 +1,4 @@
-//! Elections, driven the way `session.rs` (`attach_campaign`, `run_campaigns`,
+//! Elections, driven the way `runtime/` (`attach_campaign`, `run_campaigns`,
 //! `dispatch_campaign_attempt`, `on_notification`, `resign`) and `election.rs` drive them: `lease-0`
 //! is the election; candidates campaign for it on their renewal thread, everyone reads `leader()`.
 //!
@@ -209,7 +209,7 @@ impl World {
             }
             return;
         }
-        // finish_acquire, as session.rs does it.
+        // finish_acquire, as runtime/ does it.
         let now = self.inst(c);
         let name = self.names[k].clone();
         let label = self.clients[c].sessions[si].label;

@@ -1,4 +1,4 @@
-//! Group membership, driven the way `session.rs` and `group.rs` drive it, against the real
+//! Group membership, driven the way `runtime/` and `group.rs` drive it, against the real
 //! `MemoryBackend::join/leave/members`:
 //!
 //! - `Session::join` → `attach_membership`: refused unless the engine is alive; waits (up to the
@@ -14,7 +14,7 @@
 //! - `Membership::is_member()` = active, not left, the session alive by its local deadline, and
 //!   the engine holding the group without a known loss (sampled after each step, and for every
 //!   client at the instant the backend evaluates a `members` read);
-//! - the engine's membership book (`engine/groups.rs`) is fed like `session.rs` feeds it: joins
+//! - the engine's membership book (`engine/groups.rs`) is fed like `runtime/` feeds it: joins
 //!   and leaves in flight, joins that returned to a waiting caller, abandoned joins; its outputs
 //!   re-join lost memberships (`Kind::Rejoin`) and leave strays (a background `Kind::Leave`);
 //! - `Session::members` reads, bounded, from every client.

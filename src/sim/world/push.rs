@@ -1,6 +1,6 @@
 //! Pushed release notifications: the real `MemoryBackend::watch` registrations, their one-shot
 //! notifications carried through the simulated network, and the candidates' reaction to them
-//! (`Session::lock` → `lock_until`, and campaign attempts), as `session.rs` does it.
+//! (`Session::lock` → `lock_until`, and campaign attempts), as `runtime/` does it.
 //!
 //! Each client registers its watches with one channel (the real code uses one per `lock` call and
 //! one per session for campaigns; a notification only matters to the name's waiting candidate, so

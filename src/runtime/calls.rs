@@ -1,0 +1,84 @@
+//! Bounded backend calls for a user's thread (inline when the backend bounds them itself, else on
+//! a pool worker), the deferred log records, and small timing helpers.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::{pool, SessionInner};
+use crate::backend::LeaseBackend;
+use crate::error::{Error, ErrorKind, Result};
+
+/// Log records decided under an internal lock, written once every lock is released (the
+/// application's logger may call back into the session: it must never run under a lock).
+#[derive(Default)]
+#[must_use = "write the records once the locks are released"]
+pub(crate) struct Logs(Vec<(log::Level, String)>);
+
+impl Logs {
+    pub(crate) fn push(&mut self, level: log::Level, message: String) {
+        self.0.push((level, message));
+    }
+
+    /// Writes the records; call it with no internal lock held.
+    pub(crate) fn write(self) {
+        for (level, message) in self.0 {
+            log::log!(level, "{message}");
+        }
+    }
+}
+impl SessionInner {
+    /// Runs a backend call for the user's thread, bounded by the query timeout (see [`bounded_call`]).
+    pub(crate) fn bounded<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&dyn LeaseBackend) -> Result<T> + Send + 'static,
+    ) -> Result<T> {
+        bounded_call(&self.backend, self.timing.query_timeout, f)
+    }
+    pub(super) fn retry_delay(&self) -> Duration {
+        self.timing.renew_interval / 2 + jitter(self.timing.renew_interval / 4)
+    }
+}
+
+/// Time the engine may spend between a caller's entry (where its deadline was set) and the backend
+/// call, without that costing the call its inline run: a bound equal to the query timeout still
+/// counts as fitting a `try_lock`'s query timeout.
+const INLINE_GRACE: Duration = Duration::from_millis(10);
+
+/// True when a call may run on the caller's thread: the backend bounds its calls itself
+/// (`call_bound`), within `budget`, the time the caller may wait.
+pub(super) fn inline(call_bound: Option<Duration>, budget: Duration) -> bool {
+    call_bound.is_some_and(|bound| bound <= budget + INLINE_GRACE)
+}
+
+/// Runs `f` and waits up to `timeout`: on this thread when the backend bounds its calls within
+/// `timeout` itself (its result is returned even if it overran), otherwise on a worker that is
+/// abandoned at `timeout`.
+pub(crate) fn bounded_call<T: Send + 'static>(
+    backend: &Arc<dyn LeaseBackend>,
+    timeout: Duration,
+    f: impl FnOnce(&dyn LeaseBackend) -> Result<T> + Send + 'static,
+) -> Result<T> {
+    if inline(backend.call_bound(), timeout) {
+        return f(&**backend);
+    }
+    let b = backend.clone();
+    let kind = backend.kind();
+    match pool::call_until(Instant::now() + timeout, move || f(&*b), |_| {}) {
+        Some(r) => r,
+        None => Err(Error::new(
+            ErrorKind::Timeout,
+            format!("{kind} did not answer within {}", humantime::format_duration(timeout)),
+        )),
+    }
+}
+
+pub(super) fn min_opt(a: Option<Instant>, b: Instant) -> Option<Instant> {
+    Some(a.map_or(b, |a| a.min(b)))
+}
+
+pub(crate) fn jitter(max: Duration) -> Duration {
+    if max.is_zero() {
+        return Duration::ZERO;
+    }
+    Duration::from_nanos(rand::random_range(0..max.as_nanos().min(u64::MAX as u128) as u64))
+}

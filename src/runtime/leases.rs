@@ -1,0 +1,378 @@
+//! Lease calls: lock attempts, adopting (or undoing) acquire replies, releases, tokens.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{select, unbounded, Sender};
+
+use super::calls::{bounded_call, inline};
+use super::{pool, SessionInner};
+use crate::backend::{Acquire, Notification, Topic};
+use crate::election::ElectionShared;
+use crate::engine::{later, Adoption};
+use crate::error::{Error, ErrorKind, Result};
+use crate::lease::Lease;
+use crate::types::{Name, Token};
+
+impl SessionInner {
+    /// Releases the term `token` of `name` on the backend (the caller already called
+    /// `begin_release`). When `done` is given, the result is sent there.
+    pub(super) fn dispatch_release(self: &Arc<Self>, name: Name, token: Token, done: Option<Sender<Result<()>>>) {
+        let weak = Arc::downgrade(self);
+        let backend = self.backend.clone();
+        let id = self.id.clone();
+        pool::spawn(move || {
+            let r = backend.release(&id, &name, token);
+            if let Err(err) = &r {
+                log::warn!("session {id}: release of '{name}' failed: {err}");
+            }
+            if let Some(inner) = weak.upgrade() {
+                let confirmed = r.is_ok();
+                inner.apply(|e| {
+                    if confirmed {
+                        e.end_confirmed_release(&name, token);
+                    } else {
+                        e.end_release(&name);
+                    }
+                    ((), Vec::new())
+                });
+            }
+            if let Some(tx) = done {
+                let _ = tx.send(r);
+            }
+        });
+    }
+    /// One attempt to acquire `name` and adopt the term, waiting at most until `bound` (the
+    /// attempt's own bound: a previous release of the name still in flight and the acquire call
+    /// itself both end by it).
+    pub(crate) fn attempt_lock(self: &Arc<Self>, name: &Name, bound: Instant) -> Result<Option<Lease>> {
+        match self.attempt_acquire(name, bound)? {
+            Some(token) => Ok(Some(Lease::new(self.clone(), name.clone(), token))),
+            None => Ok(None),
+        }
+    }
+
+    /// Sends one acquire and adopts its result. `Ok(None)`: held by someone else (or the reply
+    /// could not be adopted and was undone).
+    fn attempt_acquire(self: &Arc<Self>, name: &Name, deadline: Instant) -> Result<Option<Token>> {
+        let epoch = {
+            let mut e = self.engine.lock();
+            loop {
+                let now = Instant::now();
+                if let Some(err) = self.dead_error(&e, now) {
+                    return Err(err);
+                }
+                if e.token(name, now).is_some() || e.is_campaigning(name) {
+                    return Err(Error::new(
+                        ErrorKind::AlreadyHeld,
+                        format!("session {} already holds or campaigns for '{name}'", self.id),
+                    ));
+                }
+                if !e.releasing(name) {
+                    break;
+                }
+                if self.cond.wait_until(&mut e, deadline).timed_out() {
+                    return Err(Error::new(
+                        ErrorKind::Timeout,
+                        format!("lease '{name}': a previous release is still in flight"),
+                    ));
+                }
+            }
+            e.begin_acquire(name)
+        };
+        let sent = Instant::now();
+        let call_deadline = deadline.min(later(sent, self.timing.query_timeout)).max(sent);
+        let reply = if inline(self.call_bound, call_deadline - sent) {
+            // The backend returns by itself within the caller's time: call it on this thread. A
+            // reply after the deadline (the backend overran its bound) is handled exactly like a
+            // worker's late reply: nobody asked for the lease that late, so its term is undone.
+            let r = self.backend.acquire(&self.id, name);
+            if Instant::now() <= call_deadline {
+                Some(r)
+            } else {
+                self.undo_late_acquire(name, r);
+                None
+            }
+        } else {
+            let backend = self.backend.clone();
+            let (id, n) = (self.id.clone(), name.clone());
+            let weak = Arc::downgrade(self);
+            let late_name = name.clone();
+            pool::call_until(
+                call_deadline,
+                move || backend.acquire(&id, &n),
+                move |late: Result<Acquire>| {
+                    if let Some(inner) = weak.upgrade() {
+                        inner.undo_late_acquire(&late_name, late);
+                    }
+                },
+            )
+        };
+        match reply {
+            Some(r) => self.finish_acquire(name, sent, epoch, r, None),
+            None => Err(Error::new(
+                ErrorKind::Timeout,
+                format!(
+                    "acquire of '{name}' did not answer within {}",
+                    humantime::format_duration(self.timing.query_timeout)
+                ),
+            )),
+        }
+    }
+
+    /// Adopts (or undoes) an acquire reply, and ends the operation, in one engine transition. For
+    /// a campaign attempt (`campaign`), adoption is election: the election learns it in the same
+    /// transition, so it can never lead a term the session no longer holds.
+    pub(super) fn finish_acquire(
+        self: &Arc<Self>,
+        name: &Name,
+        sent: Instant,
+        epoch: u64,
+        reply: Result<Acquire>,
+        campaign: Option<&Arc<ElectionShared>>,
+    ) -> Result<Option<Token>> {
+        use log::Level::{Debug, Info};
+        let id = &self.id;
+        let mut undo = None;
+        let result = self.apply_logged(|e, logs| {
+            let now = Instant::now();
+            let r = match reply {
+                Ok(Acquire::Acquired { token, remaining }) => {
+                    let adoption = if campaign.is_some() {
+                        e.on_campaign_acquired(name, token, sent, remaining, now, epoch)
+                    } else {
+                        e.on_acquired(name, token, sent, remaining, now, epoch)
+                    };
+                    match adoption {
+                        Adoption::Adopted => {
+                            logs.push(Debug, format!("session {id}: acquired '{name}' (token {token})"));
+                            if let Some(election) = campaign {
+                                let remaining = e.remaining(name, now).unwrap_or_default();
+                                election.elected(token, remaining, id, self.options.metadata(), logs);
+                            }
+                            Ok(Some(token))
+                        }
+                        // Confirms the very term this session holds (an older campaign attempt,
+                        // another thread's lock that won it first): releasing it would end the
+                        // held term (finding 4); a second handle of it would too.
+                        Adoption::Kept => {
+                            logs.push(
+                                Debug,
+                                format!(
+                                    "session {id}: a late acquire reply of '{name}' confirms the held term {token}"
+                                ),
+                            );
+                            if campaign.is_some() {
+                                Ok(None)
+                            } else {
+                                Err(Error::new(
+                                    ErrorKind::AlreadyHeld,
+                                    format!(
+                                        "session {id} already holds '{name}' (token {token}) through another handle"
+                                    ),
+                                ))
+                            }
+                        }
+                        Adoption::Undo => {
+                            e.begin_release(name, token);
+                            undo = Some(token);
+                            logs.push(
+                                Info,
+                                format!(
+                                    "session {id}: acquire of '{name}' (token {token}) came too late or raced a \
+                                     release; undoing it"
+                                ),
+                            );
+                            Ok(None)
+                        }
+                        Adoption::GivenUp => {
+                            e.begin_release(name, token);
+                            undo = Some(token);
+                            Err(Error::unavailable(format!(
+                                "'{name}' (token {token}) was given up by this session (released or lost) and its \
+                                 release has not landed on the backend yet; retry"
+                            )))
+                        }
+                        Adoption::SessionEnded => {
+                            Err(self.dead_error(e, now).unwrap_or_else(|| Error::session_expired(&self.id)))
+                        }
+                    }
+                }
+                Ok(Acquire::Busy) => Ok(None),
+                Err(err) => Err(err),
+            };
+            e.end_acquire(name);
+            (r, Vec::new())
+        });
+        if let Some(token) = undo {
+            self.dispatch_release(name.clone(), token, None);
+        }
+        result
+    }
+
+    /// An acquire nobody waits for any more returned: end the operation and undo the term unless
+    /// this session holds that very term anyway.
+    fn undo_late_acquire(self: &Arc<Self>, name: &Name, reply: Result<Acquire>) {
+        let undo = self.apply(|e| {
+            e.end_acquire(name);
+            let undo = match reply {
+                Ok(Acquire::Acquired { token, .. }) if e.held().all(|(n, t)| n != name || t != token) => Some(token),
+                _ => None,
+            };
+            if let Some(token) = undo {
+                e.begin_release(name, token);
+            }
+            (undo, Vec::new())
+        });
+        if let Some(token) = undo {
+            log::info!(
+                "session {}: acquire of '{}' (token {}) answered after its caller gave up; releasing it",
+                self.id,
+                name,
+                token
+            );
+            self.dispatch_release(name.clone(), token, None);
+        }
+    }
+
+    /// Attempts to take `name` until `deadline` (`None`: forever). The first attempt is always
+    /// made; every attempt runs to its own bound (the query timeout) and none is sent after the
+    /// deadline, so this returns by the deadline plus at most one bounded call.
+    pub(crate) fn lock_until(self: &Arc<Self>, name: &Name, deadline: Option<Instant>) -> Result<Option<Lease>> {
+        let push = self.backend.capabilities().push_release;
+        let (tx, rx) = unbounded::<Notification>();
+        let qt = self.timing.query_timeout;
+        // Time left before the caller's deadline, at most a query timeout (for the watches).
+        let left = |now: Instant| deadline.map_or(qt, |d| d.saturating_duration_since(now).min(qt));
+        let watch = |budget: Duration| {
+            if push && !budget.is_zero() {
+                let topic = Topic::Lease(name.clone());
+                let t = tx.clone();
+                let _ = bounded_call(&self.backend, budget, move |b| b.watch(&topic, &t));
+            }
+        };
+        let mut first = true;
+        loop {
+            let now = Instant::now();
+            if !first && deadline.is_some_and(|d| now >= d) {
+                return Ok(None);
+            }
+            if std::mem::take(&mut first) {
+                // Register before the attempt so a release right after it is not missed (later
+                // rounds registered after their busy attempt).
+                watch(left(now));
+            }
+            let bound = later(Instant::now(), qt);
+            match self.attempt_lock(name, bound) {
+                Ok(Some(lease)) => return Ok(Some(lease)),
+                // Watch again: a one-shot watch may have fired for an instant the lease was free.
+                Ok(None) => watch(left(Instant::now())),
+                Err(err) if err.is_retryable() => {
+                    log::debug!("session {}: lock '{}' attempt failed, retrying: {}", self.id, name, err);
+                }
+                Err(err) => return Err(err),
+            }
+            let mut wait = self.retry_delay();
+            if let Some(d) = deadline {
+                wait = wait.min(d.saturating_duration_since(Instant::now()));
+            }
+            select! {
+                recv(rx) -> _ => { while rx.try_recv().is_ok() {} }
+                recv(self.ended_rx) -> _ => {}
+                default(wait) => {}
+            }
+        }
+    }
+
+    /// Called by [`Lease`]: gives up `name` locally at once and releases it on the backend. Waits
+    /// for the result up to the query timeout when `wait` is true.
+    pub(crate) fn release_lease(self: &Arc<Self>, name: &Name, token: Token, wait: bool) -> Result<()> {
+        let held = self.apply(|e| {
+            let held = e.token(name, Instant::now()) == Some(token) || e.held().any(|(n, t)| n == name && t == token);
+            if held {
+                e.on_release(name);
+            }
+            // Release on the backend even when lost locally: after a deadline loss the backend may
+            // still count it ours. A release of another term or by a non-holder is a no-op.
+            e.begin_release(name, token);
+            (held, Vec::new())
+        });
+        log::debug!("session {}: releasing '{}' (token {}, held: {})", self.id, name, token, held);
+        self.perform_release(name, token, wait)
+    }
+
+    /// Releases the term `token` of `name` on the backend (the engine already counted the release
+    /// in flight); waits for the result up to the query timeout when `wait` is true.
+    pub(super) fn perform_release(self: &Arc<Self>, name: &Name, token: Token, wait: bool) -> Result<()> {
+        if !wait {
+            self.dispatch_release(name.clone(), token, None);
+            return Ok(());
+        }
+        if inline(self.call_bound, self.timing.query_timeout) {
+            // The backend returns by itself within the query timeout: release on this thread.
+            let started = Instant::now();
+            let r = self.backend.release(&self.id, name, token);
+            if let Err(err) = &r {
+                log::warn!("session {}: release of '{}' failed: {}", self.id, name, err);
+            }
+            let took = started.elapsed();
+            if took > self.timing.query_timeout {
+                log::warn!(
+                    "session {}: {} release of '{}' took {}, longer than the query timeout {}",
+                    self.id,
+                    self.backend.kind(),
+                    name,
+                    humantime::format_duration(took),
+                    humantime::format_duration(self.timing.query_timeout)
+                );
+            }
+            let confirmed = r.is_ok();
+            self.apply(|e| {
+                if confirmed {
+                    e.end_confirmed_release(name, token);
+                } else {
+                    e.end_release(name);
+                }
+                ((), Vec::new())
+            });
+            return r;
+        }
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        self.dispatch_release(name.clone(), token, Some(tx));
+        match rx.recv_timeout(self.timing.query_timeout) {
+            Ok(r) => r,
+            Err(_) => Err(Error::new(
+                ErrorKind::Timeout,
+                format!(
+                    "release of '{name}' did not finish within {}; it goes on in the background",
+                    humantime::format_duration(self.timing.query_timeout)
+                ),
+            )),
+        }
+    }
+
+    /// The token of `name` if this session holds that term and it is valid now.
+    pub(crate) fn lease_token(&self, name: &Name, token: Token) -> Result<Token> {
+        let e = self.engine.lock();
+        let now = Instant::now();
+        match e.token(name, now) {
+            Some(t) if t == token => Ok(t),
+            _ => {
+                let why = match self.dead_error(&e, now) {
+                    Some(err) => err.to_string(),
+                    None => "lost, released or past its local deadline".to_string(),
+                };
+                Err(Error::new(
+                    ErrorKind::LeaseLost,
+                    format!("lease '{name}' (token {token}) is no longer held: {why}"),
+                ))
+            }
+        }
+    }
+
+    pub(crate) fn lease_remaining(&self, name: &Name, token: Token) -> Option<Duration> {
+        let e = self.engine.lock();
+        let now = Instant::now();
+        (e.token(name, now) == Some(token)).then(|| e.remaining(name, now)).flatten()
+    }
+}

@@ -1,0 +1,154 @@
+//! Memberships: joins, leaves (waited for or on a worker) and re-joins of lost groups.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use super::calls::bounded_call;
+use super::{pool, SessionInner};
+use crate::backend::LeaseBackend;
+use crate::engine::later;
+use crate::error::{Error, ErrorKind, Result};
+use crate::group::MembershipShared;
+use crate::types::Name;
+
+impl SessionInner {
+    pub(crate) fn attach_membership(self: &Arc<Self>, m: &Arc<MembershipShared>) -> Result<()> {
+        let group = m.group().clone();
+        let deadline = later(Instant::now(), self.timing.query_timeout);
+        {
+            let mut e = self.engine.lock();
+            // A leave of the group still in flight could land after this join and undo it
+            // (simulation finding 3): wait for it (one that lands even later is caught by the
+            // keep-alives' group reports and re-joined).
+            while e.leaving(&group) {
+                if self.cond.wait_until(&mut e, deadline).timed_out() && e.leaving(&group) {
+                    return Err(Error::unavailable(format!(
+                        "session {}: a leave of '{group}' is still in flight (its backend call has not returned); \
+                         retry the join",
+                        self.id
+                    )));
+                }
+            }
+            if let Some(err) = self.dead_error(&e, Instant::now()) {
+                return Err(err);
+            }
+            let mut ms = self.memberships.lock();
+            if ms.contains_key(&group) {
+                return Err(Error::new(
+                    ErrorKind::AlreadyHeld,
+                    format!("session {} is already a member of '{group}'", self.id),
+                ));
+            }
+            ms.insert(group.clone(), m.clone());
+            e.begin_join(&group);
+        }
+        // Whichever comes first under the engine lock decides: the call's return (joined, if its
+        // caller still waits) or the caller giving up (then a late success is a stray, left by a
+        // later keep-alive).
+        let gave_up = Arc::new(AtomicBool::new(false));
+        let (id, g, session, late) = (self.id.clone(), group.clone(), Arc::downgrade(self), gave_up.clone());
+        let call = move |b: &dyn LeaseBackend| {
+            let r = b.join(&id, &g);
+            if let Some(s) = session.upgrade() {
+                s.apply(|e| {
+                    let now = Instant::now();
+                    e.end_join(&g, now);
+                    let out = if r.is_ok() && !late.load(Ordering::SeqCst) { e.joined(&g, now) } else { Vec::new() };
+                    ((), out)
+                });
+            }
+            r
+        };
+        // One bound for the whole join: the wait for a leave above and the call share it.
+        let budget = deadline.saturating_duration_since(Instant::now());
+        match bounded_call(&self.backend, budget, call) {
+            Ok(()) => {
+                m.attach(Arc::downgrade(self), self.id.clone());
+                log::debug!("session {}: joined '{}'", self.id, group);
+                Ok(())
+            }
+            Err(err) => {
+                self.apply(|e| {
+                    gave_up.store(true, Ordering::SeqCst);
+                    self.memberships.lock().remove(&group);
+                    e.join_abandoned(&group, Instant::now());
+                    ((), Vec::new())
+                });
+                Err(err)
+            }
+        }
+    }
+
+    pub(crate) fn leave(self: &Arc<Self>, group: &Name, wait: bool) -> Result<()> {
+        {
+            // Count the leave (under the engine lock) as the membership disappears from the map,
+            // so a join that no longer finds the membership always finds the leave.
+            let mut e = self.engine.lock();
+            if self.memberships.lock().remove(group).is_none() {
+                return Ok(());
+            }
+            e.begin_leave(group);
+        }
+        if wait {
+            bounded_call(&self.backend, self.timing.query_timeout, self.leave_call(group))
+        } else {
+            self.spawn_leave(group.clone());
+            Ok(())
+        }
+    }
+
+    /// The backend call of a leave the engine counted in flight (`begin_leave`): it ends the
+    /// leave only when the backend call returned, wherever it runs and even after its caller
+    /// stopped waiting.
+    fn leave_call(self: &Arc<Self>, group: &Name) -> impl FnOnce(&dyn LeaseBackend) -> Result<()> + Send + 'static {
+        let (id, g, session) = (self.id.clone(), group.clone(), Arc::downgrade(self));
+        move |b: &dyn LeaseBackend| {
+            let r = b.leave(&id, &g);
+            if let Some(s) = session.upgrade() {
+                s.apply(|e| (e.end_leave(&g, Instant::now()), Vec::new()));
+            }
+            r
+        }
+    }
+
+    /// A leave nobody waits for (a dropped membership, a stray), on a worker.
+    pub(super) fn spawn_leave(self: &Arc<Self>, group: Name) {
+        let call = self.leave_call(&group);
+        let (backend, id) = (self.backend.clone(), self.id.clone());
+        pool::spawn(move || {
+            if let Err(err) = call(&*backend) {
+                log::debug!("session {id}: leave '{group}' failed: {err}");
+            }
+        });
+    }
+
+    /// True while the session is alive and holds `group` without a known loss.
+    pub(crate) fn is_joined(&self, group: &Name) -> bool {
+        let e = self.engine.lock();
+        self.dead_error(&e, Instant::now()).is_none() && e.is_joined(group)
+    }
+    /// Joins `group` again after the backend lost it (the engine counted the join in flight).
+    pub(super) fn dispatch_rejoin(self: &Arc<Self>, group: Name) {
+        let weak = Arc::downgrade(self);
+        let backend = self.backend.clone();
+        let id = self.id.clone();
+        pool::spawn(move || {
+            let r = backend.join(&id, &group);
+            if let Err(err) = &r {
+                log::warn!("session {id}: re-join of '{group}' failed (retried at the next renewal): {err}");
+            }
+            if let Some(inner) = weak.upgrade() {
+                inner.apply(|e| ((), e.end_rejoin(&group, Instant::now(), r.is_ok())));
+            }
+        });
+    }
+    /// Leaves `membership`'s group on this session if it is the membership held here.
+    pub(crate) fn detach_membership(self: &Arc<Self>, membership: &Arc<MembershipShared>) {
+        let group = membership.group();
+        let ours = self.memberships.lock().get(group).is_some_and(|m| Arc::ptr_eq(m, membership));
+        if ours {
+            let _ = self.leave(group, false);
+        }
+    }
+}

@@ -1,0 +1,299 @@
+//! The session runtime: the state behind a [`Session`](crate::Session) handle, and the threads that
+//! carry out what the [`Engine`] decides.
+//!
+//! Threads and ownership:
+//! - a backend call made for a user's thread (lock attempt, release, holder, join, leave, members,
+//!   watch, close) runs on that thread when the backend bounds its calls itself within the caller's
+//!   time ([`LeaseBackend::call_bound`]); every other call, and every call of a backend that may
+//!   hang, runs on a pooled worker (`pool.rs`) that the caller abandons at its deadline, so no
+//!   thread of ours ever waits on a driver longer than it chooses to;
+//! - one renewal thread per session holds only a `Weak` to the shared state: it polls the engine at
+//!   the engine's next wake-up (the timer, independent of I/O), dispatches keep-alives and campaign
+//!   attempts, and stops when the session ends or every handle is gone;
+//! - events go out through unbounded channels while the engine lock is held (so they stay in order);
+//!   sending never blocks. Log records decided under a lock are queued ([`Logs`]) and written
+//!   after every internal lock is released, so no user code — the application's logger
+//!   included — runs under any internal lock.
+//!
+//! The files of this module are one `impl SessionInner` each, by job:
+//! - `mod.rs`: the shared state ([`SessionInner`]), opening, the one engine lock (`apply`), state,
+//!   events, and closing;
+//! - `renewal.rs`: the renewal thread, carrying out the engine's outputs, keep-alives;
+//! - `leases.rs`: lock attempts, adoption of acquire replies, releases, tokens;
+//! - `campaigns.rs`: elections' campaigns (attempts on workers, resign);
+//! - `memberships.rs`: joins, leaves and re-joins of groups;
+//! - `calls.rs`: bounded backend calls for a user's thread, the deferred [`Logs`], jitter;
+//! - `pool.rs`: the worker pool every backend call that may hang runs on.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{unbounded, Receiver, Sender};
+use parking_lot::{Condvar, Mutex};
+
+use crate::backend::{LeaseBackend, Notification};
+use crate::engine::{Engine, Output, Timing};
+use crate::error::{Error, ErrorKind, Result};
+use crate::events::{Events, Subscribers};
+use crate::group::MembershipShared;
+use crate::options::SessionOptions;
+use crate::session::SessionEvent;
+use crate::state::{LossReason, SessionState};
+use crate::types::{Name, SessionId};
+
+mod calls;
+mod campaigns;
+mod leases;
+mod memberships;
+mod pool;
+mod renewal;
+
+pub(crate) use calls::{bounded_call, jitter, Logs};
+use campaigns::CampaignSlot;
+use renewal::renewal_thread;
+
+enum Wake {
+    Poke,
+}
+
+pub(crate) struct SessionInner {
+    pub(crate) id: SessionId,
+    pub(crate) backend: Arc<dyn LeaseBackend>,
+    /// `backend.call_bound()`, read once.
+    call_bound: Option<Duration>,
+    pub(crate) options: SessionOptions,
+    pub(crate) timing: Timing,
+    engine: Mutex<Engine>,
+    /// Signalled whenever an operation ends or the state changes.
+    cond: Condvar,
+    subscribers: Subscribers<SessionEvent>,
+    wake: Sender<Wake>,
+    notify_tx: Sender<Notification>,
+    campaigns: Mutex<HashMap<Name, CampaignSlot>>,
+    memberships: Mutex<HashMap<Name, Arc<MembershipShared>>>,
+    /// Dropped when the session ends, which wakes everyone selecting on `ended_rx`.
+    ended_tx: Mutex<Option<Sender<()>>>,
+    pub(crate) ended_rx: Receiver<()>,
+    close_started: Mutex<bool>,
+    /// Why the last keep-alive failed, while they fail: a cause is warned about once, its
+    /// repeats go to debug (one warning per failing cause, not one per retry).
+    failing: Mutex<Option<String>>,
+}
+
+impl fmt::Debug for SessionInner {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Session")
+            .field("id", &self.id)
+            .field("backend", &self.backend.kind())
+            .field("state", &self.engine.lock().state())
+            .finish()
+    }
+}
+
+impl SessionInner {
+    pub(crate) fn open(backend: Arc<dyn LeaseBackend>, options: SessionOptions) -> Result<Arc<SessionInner>> {
+        pool::admit(options.worker_threads());
+        let timing = Timing::from(&options);
+        let sent = Instant::now();
+        let b = backend.clone();
+        let lease = timing.lease_duration;
+        let metadata = options.metadata().to_string();
+        let kind = backend.kind();
+        let late_backend = backend.clone();
+        let grant = pool::call_until(
+            sent + timing.query_timeout,
+            move || b.open_session(lease, &metadata),
+            move |late| {
+                // Nobody waits for this session any more: close it so it holds nothing.
+                if let Ok(g) = late {
+                    log::warn!("{kind}: session {} opened too late, closing it", g.id);
+                    if let Err(err) = late_backend.close_session(&g.id) {
+                        log::debug!("session {}: close failed (it expires on its own): {err}", g.id);
+                    }
+                }
+            },
+        );
+        let grant = match grant {
+            Some(r) => r?,
+            None => {
+                return Err(Error::new(
+                    ErrorKind::Timeout,
+                    format!(
+                        "{kind}: opening a session took longer than the query timeout {}",
+                        humantime::format_duration(timing.query_timeout)
+                    ),
+                ))
+            }
+        };
+        let engine = Engine::new(timing, sent, grant.remaining);
+        let (wake_tx, wake_rx) = unbounded();
+        let (notify_tx, notify_rx) = unbounded();
+        let (ended_tx, ended_rx) = crossbeam_channel::bounded(0);
+        let call_bound = backend.call_bound();
+        let inner = Arc::new(SessionInner {
+            id: grant.id,
+            backend,
+            call_bound,
+            options,
+            timing,
+            engine: Mutex::new(engine),
+            cond: Condvar::new(),
+            subscribers: Subscribers::new(),
+            wake: wake_tx,
+            notify_tx,
+            campaigns: Mutex::new(HashMap::new()),
+            memberships: Mutex::new(HashMap::new()),
+            ended_tx: Mutex::new(Some(ended_tx)),
+            ended_rx,
+            close_started: Mutex::new(false),
+            failing: Mutex::new(None),
+        });
+        log::debug!("session {} opened on {}", inner.id, inner.backend.kind());
+        let weak = Arc::downgrade(&inner);
+        let spawned = thread::Builder::new()
+            .name(format!("simba-renew-{}", &inner.id.as_str()[..8.min(inner.id.as_str().len())]))
+            .spawn(move || renewal_thread(weak, wake_rx, notify_rx));
+        if let Err(e) = spawned {
+            let _ = inner.backend.close_session(&inner.id);
+            return Err(Error::new(ErrorKind::Unavailable, "cannot start the renewal thread").with_source(e));
+        }
+        Ok(inner)
+    }
+
+    /// True while the session is active and within its local deadline.
+    pub(crate) fn is_alive(&self) -> bool {
+        self.engine.lock().is_alive(Instant::now())
+    }
+
+    /// Time left until the local deadline, if alive.
+    pub(crate) fn remaining(&self) -> Option<Duration> {
+        let e = self.engine.lock();
+        let now = Instant::now();
+        e.is_alive(now).then(|| e.deadline().saturating_duration_since(now))
+    }
+
+    /// The engine, for in-crate tests that force an engine state the runtime would reach only
+    /// through a race.
+    #[cfg(test)]
+    pub(crate) fn engine_for_test(&self) -> parking_lot::MutexGuard<'_, Engine> {
+        self.engine.lock()
+    }
+
+    pub(crate) fn state(&self) -> SessionState {
+        let e = self.engine.lock();
+        if e.state() == SessionState::Active && !e.is_alive(Instant::now()) {
+            SessionState::Expired
+        } else {
+            e.state()
+        }
+    }
+
+    pub(crate) fn subscribe(&self) -> Events<SessionEvent> {
+        // Under the engine lock, so no event can come between the state read and the push.
+        let e = self.engine.lock();
+        let initial = match e.state() {
+            SessionState::Expired => Some(SessionEvent::Expired),
+            SessionState::Closed => Some(SessionEvent::Closed),
+            SessionState::Active => None,
+        };
+        let events = self.subscribers.subscribe(initial);
+        drop(e);
+        events
+    }
+
+    pub(super) fn emit(&self, ev: SessionEvent) {
+        self.subscribers.emit(&ev);
+    }
+
+    /// Entries in the subscriber list, dead ones included (for leak tests).
+    #[cfg(test)]
+    pub(crate) fn subscriber_count(&self) -> usize {
+        self.subscribers.len()
+    }
+
+    pub(super) fn poke(&self) {
+        let _ = self.wake.send(Wake::Poke);
+    }
+
+    /// Error for a session that is no longer usable, or `None` while it is alive.
+    pub(super) fn dead_error(&self, e: &Engine, now: Instant) -> Option<Error> {
+        match e.state() {
+            SessionState::Closed => Some(Error::new(ErrorKind::Closed, format!("session {} is closed", self.id))),
+            SessionState::Expired => Some(Error::session_expired(&self.id)),
+            SessionState::Active if !e.is_alive(now) => Some(Error::session_expired(&self.id)),
+            SessionState::Active => None,
+        }
+    }
+
+    /// Runs `f` on the engine and carries out its outputs. Events are emitted under the lock (in
+    /// order, non-blocking); log records are written and backend calls dispatched after it is
+    /// released.
+    pub(super) fn apply<T>(self: &Arc<Self>, f: impl FnOnce(&mut Engine) -> (T, Vec<Output>)) -> T {
+        self.apply_logged(|e, _| f(e))
+    }
+
+    /// Like [`apply`](SessionInner::apply), for a transition that decides log records too.
+    pub(super) fn apply_logged<T>(self: &Arc<Self>, f: impl FnOnce(&mut Engine, &mut Logs) -> (T, Vec<Output>)) -> T {
+        let mut logs = Logs::default();
+        let mut e = self.engine.lock();
+        let (value, outputs) = f(&mut e, &mut logs);
+        let actions = self.handle_outputs(&mut e, outputs, &mut logs);
+        self.cond.notify_all();
+        drop(e);
+        logs.write();
+        self.run_actions(actions);
+        value
+    }
+    /// Marks the session ended: wakes waiters, ends campaigns and memberships (called under the
+    /// engine lock, after the terminal events were emitted).
+    pub(super) fn end(&self, state: SessionState, logs: &mut Logs) {
+        self.ended_tx.lock().take();
+        let reason = if state == SessionState::Closed { LossReason::SessionClosed } else { LossReason::SessionExpired };
+        for slot in self.campaigns.lock().values() {
+            slot.election.session_ended(&self.id, reason, logs);
+        }
+        for m in self.memberships.lock().values() {
+            m.session_ended(&self.id);
+        }
+    }
+
+    fn begin_close(self: &Arc<Self>) -> bool {
+        {
+            let mut started = self.close_started.lock();
+            if *started {
+                return false;
+            }
+            *started = true;
+        }
+        self.apply(|e| ((), e.close()));
+        self.poke();
+        true
+    }
+
+    pub(crate) fn close_and_wait(self: &Arc<Self>) -> Result<()> {
+        self.begin_close();
+        let id = self.id.clone();
+        let r = self.bounded(move |b| b.close_session(&id));
+        match &r {
+            Ok(()) => log::debug!("session {} closed", self.id),
+            Err(err) => log::warn!("session {}: close failed (the backend frees it at expiry): {err}", self.id),
+        }
+        r
+    }
+
+    pub(crate) fn close_in_background(self: &Arc<Self>) {
+        if !self.begin_close() {
+            return;
+        }
+        let backend = self.backend.clone();
+        let id = self.id.clone();
+        pool::spawn(move || {
+            if let Err(err) = backend.close_session(&id) {
+                log::warn!("session {id}: close failed (the backend frees it at expiry): {err}");
+            }
+        });
+    }
+}
