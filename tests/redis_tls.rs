@@ -252,3 +252,38 @@ fn simba_check_reports_tls() {
         assert!(!stdout.contains(l) && !stderr.contains(l), "simba check shows the key");
     }
 }
+
+/// With one seed, the router reaches the nodes the cluster announces (`CLUSTER SLOTS`) with the
+/// seed's TLS settings: every master answers, and leases on many slots work.
+#[test]
+#[serial(redis_tls)]
+fn a_single_tls_seed_reaches_every_announced_node() {
+    require("127.0.0.1:7100");
+    let url = format!("rediss+cluster://127.0.0.1:7100?ca={}", file("ca.pem"));
+    let backend = RedisBackend::connect(&url, options(Duration::from_secs(5))).unwrap();
+    let items = backend.check();
+    let reachable = items.iter().find(|i| i.name == "reachable").unwrap();
+    assert!(reachable.detail.contains("3 master(s) answered PING"), "{reachable:?}");
+    let session = Session::open(Arc::new(backend), SessionOptions::default()).unwrap();
+    let prefix = support::unique("tls-slots");
+    let leases: Vec<_> = (0..24).map(|i| session.try_lock(format!("{prefix}-{i}")).unwrap().unwrap()).collect();
+    for l in leases {
+        l.release().unwrap();
+    }
+    session.close().unwrap();
+}
+
+#[test]
+fn tls_urls_choose_the_redis_backends_without_io() {
+    let c = simba::Config::from_url("rediss://:pw@h:6380/1?ca=/etc/ca.pem").unwrap();
+    assert_eq!(c.backend_kind(), simba::BackendKind::Redis);
+    let c = simba::Config::from_url("rediss+cluster://h1:7000,h2:7001?ca=/etc/ca.pem&cert=/c&key=/k").unwrap();
+    assert_eq!(c.backend_kind(), simba::BackendKind::RedisCluster);
+    // Only the TLS parameters are taken on Cluster; a missing file is named when connecting.
+    let e = simba::Config::from_url("rediss+cluster://127.0.0.1:1?ca=/nonexistent/ca.pem").unwrap().connect();
+    let e = e.map(|_| ()).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidConfig, "{e}");
+    assert!(e.to_string().contains("/nonexistent/ca.pem"), "{e}");
+    let e = RedisBackend::connect("rediss+cluster://127.0.0.1:1?protocol=resp3", options(LONG)).unwrap_err();
+    assert!(e.to_string().contains("only the query parameters ca=, cert= and key="), "{e}");
+}

@@ -161,6 +161,15 @@ pub(crate) fn connect(client: &Client, left: Duration, context: &str) -> Result<
                 ),
             ))
         }
+        Err(e) if e.is_timeout() && matches!(client.get_connection_info().addr(), ConnectionAddr::TcpTls { .. }) => {
+            // A plaintext server waits for the end of a line the TLS ClientHello never sends.
+            Err(map_err(
+                e,
+                format!(
+                    "{context} (no TLS handshake answer: if the server does not speak TLS on this port, use redis://)"
+                ),
+            ))
+        }
         Err(e) => Err(map_err(e, context)),
     }
 }
