@@ -1547,20 +1547,8 @@ impl Config {
         if let Some(n) = self.redis_max_connections {
             o = o.max_connections(usize::try_from(n).unwrap_or(usize::MAX));
         }
-        let mut tls = crate::backends::redis::RedisTls::new();
-        if let Some(ca) = &self.redis_tls[0] {
-            tls = tls.ca(ca);
-        }
-        match &self.redis_tls[1..] {
-            [Some(cert), Some(key)] => tls = tls.client_identity(cert, key),
-            [None, None] => {}
-            _ => {
-                return Err(Error::config(
-                    "a redis TLS client identity needs both a certificate and a key (SIMBA_REDIS_TLS_CERT and \
-                     SIMBA_REDIS_TLS_KEY, or cert= and key= in the URL)",
-                ))
-            }
-        }
+        let [ca, cert, key] = self.redis_tls.clone();
+        let tls = crate::backends::redis::RedisTls::from_files(ca, cert, key);
         o = o.tls(tls);
         o.build().map_err(|e| Error::config(format!("Redis options: {e}")))
     }

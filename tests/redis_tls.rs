@@ -189,7 +189,7 @@ fn the_environment_variables_configure_tls() {
     assert!(item.detail.contains("encrypted") && item.detail.contains("client.pem"), "{item:?}");
     // Half an identity is refused before any I/O.
     let half = |k: &str| if k == "SIMBA_REDIS_TLS_KEY" { None } else { vars(k) };
-    let e = simba::Config::from_vars(half).map(|_| ()).unwrap_err();
+    let e = simba::Config::from_vars(half).unwrap().connect().map(|_| ()).unwrap_err();
     assert_eq!(e.kind(), ErrorKind::InvalidConfig, "{e}");
 }
 

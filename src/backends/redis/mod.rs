@@ -17,6 +17,10 @@
 //! and leaves publish on `simba:group:{group}`; a dedicated pub/sub thread serves
 //! [`LeaseBackend::watch`].
 //!
+//! TLS: `rediss://` and `rediss+cluster://` with a CA and a client identity ([`RedisTls`], or
+//! `?ca=…&cert=…&key=…` in the URL) over rustls; every connection (pool, Cluster router, pub/sub)
+//! uses it and the server's certificate is always verified.
+//!
 //! ```no_run
 //! use simba::backends::redis::{RedisBackend, RedisOptions};
 //! let backend = RedisBackend::connect("redis://127.0.0.1:6379", RedisOptions::default())?;
@@ -260,7 +264,10 @@ impl RedisBackend {
     }
 
     /// Builds the backend on a custom [`RedisScripting`] (another driver adapter, or a wrapper
-    /// that injects faults in tests). Runs the startup check and starts the pub/sub thread.
+    /// that injects faults in tests). Runs the startup check and starts the pub/sub thread. The
+    /// adapter owns its connections, so `options.tls()` is not applied to them (build the adapter
+    /// with [`StandaloneScripting::with_tls`] / [`ClusteredScripting::with_tls`]); `check()` reports
+    /// those files as the ones in use.
     ///
     /// # Errors
     /// As [`connect`](RedisBackend::connect).

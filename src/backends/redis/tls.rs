@@ -92,13 +92,7 @@ impl RedisTls {
     fn load(&self) -> Result<TlsCertificates> {
         let root_cert = match &self.ca {
             Some(path) => {
-                let pem = read(path, "CA")?;
-                let certs = CertificateDer::pem_slice_iter(&pem)
-                    .collect::<std::result::Result<Vec<_>, _>>()
-                    .map_err(|e| bad_pem(path, "CA", &e))?;
-                if certs.is_empty() {
-                    return Err(no_pem(path, "CA", "a certificate (BEGIN CERTIFICATE)"));
-                }
+                let (pem, certs) = certificate_file(path, "CA")?;
                 let mut store = rustls::RootCertStore::empty();
                 for c in certs {
                     store.add(c).map_err(|e| bad_pem(path, "CA", &e))?;
@@ -116,13 +110,7 @@ impl RedisTls {
                 ))
             }
             (Some(cert), Some(key)) => {
-                let client_cert = read(cert, "client certificate")?;
-                let chain = CertificateDer::pem_slice_iter(&client_cert)
-                    .collect::<std::result::Result<Vec<_>, _>>()
-                    .map_err(|e| bad_pem(cert, "client certificate", &e))?;
-                if chain.is_empty() {
-                    return Err(no_pem(cert, "client certificate", "a certificate (BEGIN CERTIFICATE)"));
-                }
+                let (client_cert, _) = certificate_file(cert, "client certificate")?;
                 let client_key = read(key, "client key")?;
                 // The key's own error text may quote the file; say only what kind of problem it is.
                 PrivateKeyDer::from_pem_slice(&client_key).map_err(|_| {
@@ -133,6 +121,24 @@ impl RedisTls {
         };
         Ok(TlsCertificates { client_tls, root_cert })
     }
+
+    /// Settings from optional paths (the configuration's `SIMBA_REDIS_TLS_*`); a certificate
+    /// without its key, or the reverse, is refused when the backend is built.
+    pub(crate) fn from_files(ca: Option<PathBuf>, cert: Option<PathBuf>, key: Option<PathBuf>) -> RedisTls {
+        RedisTls { ca, cert, key }
+    }
+}
+
+/// A PEM file of one or more certificates: its bytes and the parsed certificates.
+fn certificate_file(path: &Path, what: &str) -> Result<(Vec<u8>, Vec<CertificateDer<'static>>)> {
+    let pem = read(path, what)?;
+    let certs = CertificateDer::pem_slice_iter(&pem)
+        .collect::<std::result::Result<Vec<_>, _>>()
+        .map_err(|e| bad_pem(path, what, &e))?;
+    if certs.is_empty() {
+        return Err(no_pem(path, what, "a certificate (BEGIN CERTIFICATE)"));
+    }
+    Ok((pem, certs))
 }
 
 fn read(path: &Path, what: &str) -> Result<Vec<u8>> {
