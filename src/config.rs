@@ -73,6 +73,9 @@ pub const ENV_VARS: &[&str] = &[
     "SIMBA_REDIS_WAIT_REPLICAS",
     "SIMBA_REDIS_EVICTION",
     "SIMBA_REDIS_MAX_CONNECTIONS",
+    "SIMBA_REDIS_TLS_CA",
+    "SIMBA_REDIS_TLS_CERT",
+    "SIMBA_REDIS_TLS_KEY",
     "SIMBA_ZOOKEEPER_ROOT",
     "SIMBA_ZOOKEEPER_AUTH",
     "SIMBA_ZOOKEEPER_ACL",
@@ -547,16 +550,10 @@ fn parse_endpoint(raw: &str) -> Result<Endpoint> {
     let kind = match scheme.to_ascii_lowercase().as_str() {
         "postgres" | "postgresql" => BackendKind::Postgres,
         "mysql" | "mariadb" => BackendKind::Mysql,
-        "redis" => BackendKind::Redis,
-        "redis+cluster" => BackendKind::RedisCluster,
+        "redis" | "rediss" => BackendKind::Redis,
+        "redis+cluster" | "rediss+cluster" => BackendKind::RedisCluster,
         "zookeeper" | "zk" => BackendKind::Zookeeper,
         "memory" => BackendKind::Memory,
-        "rediss" | "rediss+cluster" => {
-            return Err(url_error(
-                &redacted,
-                "TLS (rediss://) is not supported: the redis crate is built without its TLS features",
-            ))
-        }
         other => return Err(url_error(&redacted, format!("unknown scheme {:?}", shorten(other)))),
     };
     if rest.contains('#') {
@@ -604,10 +601,8 @@ fn parse_endpoint(raw: &str) -> Result<Endpoint> {
         }
     };
     let hosts = hostlist.split(',').map(|h| parse_host(h, &redacted)).collect::<Result<Vec<_>>>()?;
-    let (path, query) = match tail.split_once('?') {
-        Some((p, q)) => (p, Some(q)),
-        None => (tail, None),
-    };
+    // The query belongs to the backend (its own options parse it: TLS files, libpq options).
+    let path = tail.split_once('?').map_or(tail, |(p, _)| p);
     let path = percent_decode(path.strip_prefix('/').unwrap_or(path));
     let multi = hosts.len() > 1;
     match kind {
@@ -622,9 +617,6 @@ fn parse_endpoint(raw: &str) -> Result<Endpoint> {
         }
         BackendKind::RedisCluster if !path.is_empty() => {
             return Err(url_error(&redacted, "Redis Cluster has no databases: remove the path"))
-        }
-        BackendKind::RedisCluster if query.is_some() => {
-            return Err(url_error(&redacted, format!("{}:// takes no query parameters", scheme)))
         }
         BackendKind::Postgres | BackendKind::Mysql if path.is_empty() => {
             return Err(url_error(&redacted, "missing database name, e.g. /simba"))
@@ -712,6 +704,8 @@ pub struct ConfigBuilder {
     redis_wait_replicas: Option<u32>,
     redis_eviction: Option<RedisEviction>,
     redis_max_connections: Option<u32>,
+    /// Redis TLS files: CA, client certificate, client key.
+    redis_tls: [Option<PathBuf>; 3],
     zookeeper_root: Option<String>,
     zookeeper_auth: Option<ZkAuth>,
     zookeeper_acl: Option<ZookeeperAcl>,
@@ -735,6 +729,7 @@ impl fmt::Debug for ConfigBuilder {
             .field("redis_eviction", &self.redis_eviction)
             .field("sql_pool_size", &self.sql_pool_size)
             .field("redis_max_connections", &self.redis_max_connections)
+            .field("redis_tls", &self.redis_tls)
             .field("zookeeper_root", &self.zookeeper_root)
             .field("zookeeper_auth", &self.zookeeper_auth)
             .field("zookeeper_acl", &self.zookeeper_acl)
@@ -841,6 +836,12 @@ impl ConfigBuilder {
             let e = v.parse::<RedisEviction>().map_err(|e| Error::config(format!("SIMBA_REDIS_EVICTION: {e}")))?;
             b.redis_eviction = Some(e);
             b.specific.insert((Family::Redis, "SIMBA_REDIS_EVICTION"));
+        }
+        for (i, var) in ["SIMBA_REDIS_TLS_CA", "SIMBA_REDIS_TLS_CERT", "SIMBA_REDIS_TLS_KEY"].into_iter().enumerate() {
+            if let Some(v) = get(var).filter(|v| !v.trim().is_empty()) {
+                b.redis_tls[i] = Some(PathBuf::from(v));
+                b.specific.insert((Family::Redis, var));
+            }
         }
         if let Some(v) = get("SIMBA_ZOOKEEPER_ROOT") {
             b.zookeeper_root = Some(v);
@@ -987,6 +988,25 @@ impl ConfigBuilder {
     pub fn redis_eviction(mut self, e: RedisEviction) -> Self {
         self.redis_eviction = Some(e);
         self.specific.insert((Family::Redis, "redis_eviction"));
+        self
+    }
+
+    /// Redis over TLS (`rediss://`, `rediss+cluster://`): trust only the CA certificate(s) in this
+    /// PEM file instead of the system's roots (the URL's `ca=` does the same).
+    #[must_use]
+    pub fn redis_tls_ca(mut self, ca: impl Into<PathBuf>) -> Self {
+        self.redis_tls[0] = Some(ca.into());
+        self.specific.insert((Family::Redis, "redis_tls_ca"));
+        self
+    }
+
+    /// Redis over TLS: present this client certificate and key (PEM files; the URL's `cert=` and
+    /// `key=` do the same).
+    #[must_use]
+    pub fn redis_tls_identity(mut self, cert: impl Into<PathBuf>, key: impl Into<PathBuf>) -> Self {
+        self.redis_tls[1] = Some(cert.into());
+        self.redis_tls[2] = Some(key.into());
+        self.specific.insert((Family::Redis, "redis_tls_identity"));
         self
     }
 
@@ -1186,6 +1206,7 @@ impl ConfigBuilder {
             redis_wait_replicas,
             redis_eviction: self.redis_eviction.unwrap_or_default(),
             redis_max_connections: self.redis_max_connections,
+            redis_tls: self.redis_tls.clone(),
             zookeeper_root,
             zookeeper_acl: self.zookeeper_acl.clone().unwrap_or_default(),
             zookeeper_connection_timeout: self.zookeeper_connection_timeout,
@@ -1304,6 +1325,7 @@ pub struct Config {
     redis_wait_replicas: u32,
     redis_eviction: RedisEviction,
     redis_max_connections: Option<u32>,
+    redis_tls: [Option<PathBuf>; 3],
     zookeeper_root: String,
     zookeeper_acl: ZookeeperAcl,
     zookeeper_connection_timeout: Option<Duration>,
@@ -1324,7 +1346,8 @@ impl fmt::Debug for Config {
         if matches!(self.kind, BackendKind::Redis | BackendKind::RedisCluster) {
             d.field("redis_wait_replicas", &self.redis_wait_replicas)
                 .field("redis_eviction", &self.redis_eviction)
-                .field("redis_max_connections", &self.redis_max_connections);
+                .field("redis_max_connections", &self.redis_max_connections)
+                .field("redis_tls", &self.redis_tls);
         }
         if self.kind == BackendKind::Zookeeper {
             d.field("zookeeper_root", &self.zookeeper_root)
@@ -1492,10 +1515,9 @@ impl Config {
             }
             #[cfg(feature = "redis")]
             BackendKind::RedisCluster => {
+                // The backend splits the hosts and reads its TLS parameters (ca=, cert=, key=).
                 let ep = self.endpoint()?;
-                let userinfo = ep.raw_userinfo.as_ref().map(|u| format!("{}@", u.0)).unwrap_or_default();
-                let nodes: Vec<String> = ep.hosts.iter().map(|h| format!("redis://{userinfo}{h}")).collect();
-                let b = crate::backends::redis::RedisBackend::clustered(&nodes, self.redis_options()?)?;
+                let b = crate::backends::redis::RedisBackend::connect(&ep.raw.0, self.redis_options()?)?;
                 Ok(Arc::new(b))
             }
             #[cfg(feature = "zookeeper")]
@@ -1583,6 +1605,9 @@ impl Config {
         if let Some(n) = self.redis_max_connections {
             o = o.max_connections(usize::try_from(n).unwrap_or(usize::MAX));
         }
+        let [ca, cert, key] = self.redis_tls.clone();
+        let tls = crate::backends::redis::RedisTls::from_files(ca, cert, key);
+        o = o.tls(tls);
         o.build().map_err(|e| Error::config(format!("Redis options: {e}")))
     }
 

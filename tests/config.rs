@@ -97,7 +97,7 @@ fn malformed_urls_are_rejected_with_the_rule() {
         ("127.0.0.1:6379", &["missing scheme://", "never guessed"]),
         ("http://127.0.0.1", &["unknown scheme \"http\"", "redis://host:6379"]),
         ("memory://somewhere", &["memory:// takes nothing"]),
-        ("rediss://127.0.0.1:6379", &["TLS (rediss://) is not supported"]),
+        ("rediss://h1:1,h2:2", &["takes one host", "redis+cluster://"]),
         ("redis://", &["empty host"]),
         ("redis://h1:1,h2:2", &["takes one host", "redis+cluster://"]),
         ("redis://h:6379/abc", &["database number", "\"abc\""]),

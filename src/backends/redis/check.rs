@@ -134,6 +134,8 @@ pub(crate) fn check(inner: &Inner) -> Vec<CheckItem> {
         }
     }
 
+    items.push(transport(inner, &target));
+
     if !inner.scripting.is_clustered() {
         items.push(match cluster_enabled(inner) {
             Ok(Some(addr)) => item("mode", CheckStatus::Fail, cluster_node_problem(&addr)),
@@ -244,6 +246,29 @@ pub(crate) fn check(inner: &Inner) -> Vec<CheckItem> {
         });
     }
     items
+}
+
+/// The `tls` item: whether the connections are encrypted and the server certificate verified.
+/// It follows a successful `PING`, so over TLS the handshake (with its verification) succeeded.
+fn transport(inner: &Inner, target: &str) -> CheckItem {
+    let endpoints = inner.scripting.subscriber_endpoints();
+    match endpoints.first().and_then(|info| super::tls::describe(info, &inner.tls)) {
+        Some(d) => item("tls", CheckStatus::Ok, format!("{target}: {d}; the TLS handshake succeeded")),
+        None => {
+            let local = endpoints.iter().all(|i| match i.addr() {
+                redis::ConnectionAddr::Tcp(host, _) => {
+                    host == "localhost" || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
+                }
+                _ => true,
+            });
+            let (status, why) = if local {
+                (CheckStatus::Ok, "a loopback address or Unix socket")
+            } else {
+                (CheckStatus::Warn, "passwords and data cross the network in clear: use rediss:// (rediss+cluster://)")
+            };
+            item("tls", status, format!("{target}: not encrypted (plain redis://); {why}"))
+        }
+    }
 }
 
 fn info_field(info: &str, field: &str) -> Option<String> {

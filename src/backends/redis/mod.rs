@@ -17,6 +17,10 @@
 //! and leaves publish on `simba:group:{group}`; a dedicated pub/sub thread serves
 //! [`LeaseBackend::watch`].
 //!
+//! TLS: `rediss://` and `rediss+cluster://` with a CA and a client identity ([`RedisTls`], or
+//! `?ca=…&cert=…&key=…` in the URL) over rustls; every connection (pool, Cluster router, pub/sub)
+//! uses it and the server's certificate is always verified.
+//!
 //! ```no_run
 //! use simba::backends::redis::{RedisBackend, RedisOptions};
 //! let backend = RedisBackend::connect("redis://127.0.0.1:6379", RedisOptions::default())?;
@@ -32,6 +36,7 @@ mod reply;
 mod router;
 mod scripts;
 mod standalone;
+mod tls;
 mod watch;
 
 #[cfg(test)]
@@ -45,6 +50,7 @@ use crossbeam_channel::Sender;
 
 pub use port::{ClusteredScripting, RedisScripting, StandaloneScripting};
 pub use scripts::{lua, LuaScript};
+pub use tls::RedisTls;
 
 use self::book::Books;
 use self::watch::Watchers;
@@ -76,6 +82,7 @@ pub struct RedisOptions {
     wait_replicas: u32,
     eviction_check: EvictionCheck,
     max_connections: usize,
+    tls: RedisTls,
 }
 
 impl Default for RedisOptions {
@@ -85,6 +92,7 @@ impl Default for RedisOptions {
             wait_replicas: 0,
             eviction_check: EvictionCheck::Warn,
             max_connections: DEFAULT_MAX_CONNECTIONS,
+            tls: RedisTls::default(),
         }
     }
 }
@@ -113,6 +121,11 @@ impl RedisOptions {
     pub fn max_connections(&self) -> usize {
         self.max_connections
     }
+    /// TLS files (CA, client identity) for `rediss://` / `rediss+cluster://` connections, in
+    /// addition to those named in the URL.
+    pub fn tls(&self) -> &RedisTls {
+        &self.tls
+    }
 }
 
 /// Builder of [`RedisOptions`].
@@ -122,6 +135,7 @@ pub struct RedisOptionsBuilder {
     wait_replicas: Option<u32>,
     eviction_check: Option<EvictionCheck>,
     max_connections: Option<usize>,
+    tls: Option<RedisTls>,
 }
 
 impl RedisOptionsBuilder {
@@ -154,6 +168,15 @@ impl RedisOptionsBuilder {
         self
     }
 
+    /// TLS files for `rediss://` and `rediss+cluster://` URLs (a CA instead of the system's roots, a
+    /// client identity); the URL may name them too (`?ca=…&cert=…&key=…`), but not differently.
+    /// Certificate verification is always on. The files are read when the backend is built.
+    #[must_use]
+    pub fn tls(mut self, tls: RedisTls) -> Self {
+        self.tls = Some(tls);
+        self
+    }
+
     /// Validates and builds.
     ///
     /// # Errors
@@ -177,6 +200,7 @@ impl RedisOptionsBuilder {
             wait_replicas,
             eviction_check: self.eviction_check.unwrap_or_default(),
             max_connections,
+            tls: self.tls.unwrap_or_default(),
         })
     }
 }
@@ -193,40 +217,69 @@ pub(crate) struct Inner {
     pub(crate) options: RedisOptions,
     pub(crate) books: Books,
     watchers: Arc<Watchers>,
+    /// The TLS files in use (URL and options), for `check()`.
+    pub(crate) tls: RedisTls,
 }
 
 impl RedisBackend {
-    /// Connects to a standalone server (`redis://[user:password@]host:port[/db]`, `rediss://…`,
-    /// `unix:///path`), or to a cluster with `redis+cluster://host1:port,host2:port`. Runs the
-    /// startup check (see [`EvictionCheck`]) and starts the pub/sub thread.
+    /// Connects to a standalone server (`redis://[user:password@]host:port[/db]`, `unix:///path`, or
+    /// over TLS `rediss://…[?ca=/path&cert=/path&key=/path]`), or to a cluster with
+    /// `redis+cluster://host1:port,host2:port` (`rediss+cluster://…` over TLS). TLS files come from
+    /// the URL and [`RedisOptionsBuilder::tls`]; they are read before any I/O, and the server's
+    /// certificate is always verified. Runs the startup check (see [`EvictionCheck`]) and starts
+    /// the pub/sub thread.
     ///
     /// # Errors
-    /// `InvalidConfig` for a bad URL or options (or a refused eviction policy); `Unavailable` when
-    /// the server cannot be reached.
+    /// `InvalidConfig` for a bad URL or options, a TLS file that cannot be read or parsed (named in
+    /// the message), or a refused eviction policy; `Unavailable` when the server cannot be reached;
+    /// `Backend` when the TLS handshake fails (an unknown CA, a required client certificate).
     pub fn connect(url: &str, options: RedisOptions) -> Result<RedisBackend> {
-        if let Some(rest) = url.strip_prefix("redis+cluster://") {
-            return RedisBackend::clustered(&cluster_nodes(rest), options);
+        let (url, from_url) = tls::split_url(url)?;
+        for (prefix, scheme) in [("redis+cluster://", "redis"), ("rediss+cluster://", "rediss")] {
+            if let Some(rest) = url.strip_prefix(prefix) {
+                if rest.contains('?') {
+                    return Err(Error::config(format!(
+                        "invalid redis URL {}: {prefix} takes only the query parameters ca=, cert= and key=",
+                        port::redact(&url)
+                    )));
+                }
+                let nodes = cluster_nodes(rest, scheme);
+                let files = from_url.merge(&options.tls)?;
+                let scripting = ClusteredScripting::with_tls(&nodes, options.max_connections, &files)?;
+                return RedisBackend::build(Arc::new(scripting), options, files);
+            }
         }
-        let scripting = StandaloneScripting::new(url, options.max_connections)?;
-        RedisBackend::with_scripting(Arc::new(scripting), options)
+        let files = from_url.merge(&options.tls)?;
+        let scripting = StandaloneScripting::with_tls(&url, options.max_connections, &files)?;
+        RedisBackend::build(Arc::new(scripting), options, files)
     }
 
-    /// Connects to Redis Cluster through any of `nodes` (`host:port` or `redis://…`).
+    /// Connects to Redis Cluster through any of `nodes` (`host:port`, `redis://…`, or
+    /// `rediss://…` over TLS, with the TLS files of `options` and of each node's URL).
     ///
     /// # Errors
     /// As [`connect`](RedisBackend::connect); `InvalidConfig` when `wait_replicas` is set (not
     /// available on Cluster) or `nodes` is empty.
     pub fn clustered<S: AsRef<str>>(nodes: &[S], options: RedisOptions) -> Result<RedisBackend> {
-        let scripting = ClusteredScripting::new(nodes, options.max_connections, options.query_timeout)?;
-        RedisBackend::with_scripting(Arc::new(scripting), options)
+        let scripting = ClusteredScripting::with_tls(nodes, options.max_connections, &options.tls)?;
+        let files = options.tls.clone();
+        RedisBackend::build(Arc::new(scripting), options, files)
     }
 
     /// Builds the backend on a custom [`RedisScripting`] (another driver adapter, or a wrapper
-    /// that injects faults in tests). Runs the startup check and starts the pub/sub thread.
+    /// that injects faults in tests). Runs the startup check and starts the pub/sub thread. The
+    /// adapter owns its connections, so `options.tls()` is not applied to them (build the adapter
+    /// with [`StandaloneScripting::with_tls`] / [`ClusteredScripting::with_tls`]); `check()` reports
+    /// those files as the ones in use.
     ///
     /// # Errors
     /// As [`connect`](RedisBackend::connect).
     pub fn with_scripting(scripting: Arc<dyn RedisScripting>, options: RedisOptions) -> Result<RedisBackend> {
+        let files = options.tls.clone();
+        RedisBackend::build(scripting, options, files)
+    }
+
+    fn build(scripting: Arc<dyn RedisScripting>, options: RedisOptions, tls: RedisTls) -> Result<RedisBackend> {
         if scripting.is_clustered() && options.wait_replicas > 0 {
             return Err(Error::config(format!(
                 "redis wait_replicas = {} is not available on Redis Cluster ({})",
@@ -235,7 +288,7 @@ impl RedisBackend {
             )));
         }
         let books = Books::new(scripting.is_clustered());
-        let inner = Inner { scripting, options, books, watchers: Watchers::new() };
+        let inner = Inner { scripting, options, books, watchers: Watchers::new(), tls };
         check::startup(&inner)?;
         watch::spawn(
             &inner.watchers,
@@ -258,9 +311,9 @@ impl RedisBackend {
     }
 }
 
-/// `h1:p1,h2:p2` (optionally `user:pass@h1:p1,…`) → one `redis://` URL per node, each with the
+/// `h1:p1,h2:p2` (optionally `user:pass@h1:p1,…`) → one `scheme://` URL per node, each with the
 /// credentials of the first.
-fn cluster_nodes(rest: &str) -> Vec<String> {
+fn cluster_nodes(rest: &str, scheme: &str) -> Vec<String> {
     let (userinfo, hosts) = match rest.rfind('@') {
         Some(at) => (format!("{}@", &rest[..at]), &rest[at + 1..]),
         None => (String::new(), rest),
@@ -269,7 +322,7 @@ fn cluster_nodes(rest: &str) -> Vec<String> {
         .split(',')
         .map(|h| h.trim().trim_end_matches('/'))
         .filter(|h| !h.is_empty())
-        .map(|h| format!("redis://{userinfo}{h}"))
+        .map(|h| format!("{scheme}://{userinfo}{h}"))
         .collect()
 }
 
@@ -435,8 +488,9 @@ mod tests {
 
     #[test]
     fn cluster_urls_split() {
-        assert_eq!(cluster_nodes("a:1,b:2/"), vec!["redis://a:1", "redis://b:2"]);
-        assert_eq!(cluster_nodes(":pw@a:1,b:2"), vec!["redis://:pw@a:1", "redis://:pw@b:2"]);
+        assert_eq!(cluster_nodes("a:1,b:2/", "redis"), vec!["redis://a:1", "redis://b:2"]);
+        assert_eq!(cluster_nodes(":pw@a:1,b:2", "redis"), vec!["redis://:pw@a:1", "redis://:pw@b:2"]);
+        assert_eq!(cluster_nodes("a:1", "rediss"), vec!["rediss://a:1"]);
     }
 
     #[test]

@@ -7,11 +7,12 @@
 use std::fmt;
 use std::time::{Duration, Instant};
 
-use redis::{Client, Cmd, Connection, ConnectionInfo, IntoConnectionInfo, RedisError, Value};
+use redis::{Client, Cmd, Connection, ConnectionAddr, ConnectionInfo, IntoConnectionInfo, RedisError, Value};
 
 use super::pool::{Pool, Pooled};
 use super::router::{addr_of, left, query, Router};
 use super::scripts::LuaScript;
+use super::tls::RedisTls;
 use crate::error::{Error, ErrorKind, Result};
 
 /// How the Redis backend runs its Lua scripts and the few plain commands it needs.
@@ -148,6 +149,27 @@ pub(crate) fn connect(client: &Client, left: Duration, context: &str) -> Result<
             let hint = refusal_hint(&refusal).unwrap_or(AUTH_REFUSED);
             Err(Error::backend(format!("{context}: redis refused: {}; {hint}", server_words(&refusal))))
         }
+        Err(e)
+            if e.is_connection_dropped() && matches!(client.get_connection_info().addr(), ConnectionAddr::Tcp(..)) =>
+        {
+            // What a TLS-only port does to a plaintext client: it closes the connection at once.
+            Err(map_err(
+                e,
+                format!(
+                    "{context} (the server closed the connection while it was set up: if it accepts only TLS, use \
+                     rediss://)"
+                ),
+            ))
+        }
+        Err(e) if e.is_timeout() && matches!(client.get_connection_info().addr(), ConnectionAddr::TcpTls { .. }) => {
+            // A plaintext server waits for the end of a line the TLS ClientHello never sends.
+            Err(map_err(
+                e,
+                format!(
+                    "{context} (no TLS handshake answer: if the server does not speak TLS on this port, use redis://)"
+                ),
+            ))
+        }
         Err(e) => Err(map_err(e, context)),
     }
 }
@@ -175,6 +197,9 @@ pub(crate) fn map_err(e: RedisError, context: impl fmt::Display) -> Error {
     use redis::ServerErrorKind as S;
     if let Some(hint) = refusal_hint(&e) {
         return Error::backend(format!("{context}: redis refused: {}; {hint}", server_words(&e)));
+    }
+    if let Some(hint) = super::tls::handshake_hint(&e) {
+        return Error::backend(format!("{context}: TLS failed: {e}; {hint}"));
     }
     let transient = match e.kind() {
         redis::ErrorKind::Io | redis::ErrorKind::ClusterConnectionNotFound | redis::ErrorKind::Parse => true,
@@ -239,15 +264,33 @@ pub struct StandaloneScripting {
 }
 
 impl StandaloneScripting {
-    /// Prepares connections to `url` (`redis://[user:password@]host:port[/db]`, `rediss://…`,
-    /// `unix://…`), at most `max_connections` at a time. No I/O happens here.
+    /// Prepares connections to `url` (`redis://[user:password@]host:port[/db]`, `unix://…`, or
+    /// `rediss://…[?ca=…&cert=…&key=…]` over TLS), at most `max_connections` at a time. No network
+    /// I/O happens here (TLS files are read).
     ///
     /// # Errors
-    /// `InvalidConfig` when the URL cannot be parsed.
+    /// `InvalidConfig` when the URL cannot be parsed or a TLS file cannot be read or parsed.
     pub fn new(url: &str, max_connections: usize) -> Result<StandaloneScripting> {
-        let target = redact(url);
+        StandaloneScripting::with_tls(url, max_connections, &RedisTls::default())
+    }
+
+    /// As [`new`](StandaloneScripting::new), with TLS files besides those the URL names.
+    ///
+    /// # Errors
+    /// As [`new`](StandaloneScripting::new); `InvalidConfig` when `tls` names files for a
+    /// `redis://` URL or a file differently from the URL.
+    pub fn with_tls(url: &str, max_connections: usize, tls: &RedisTls) -> Result<StandaloneScripting> {
+        let (url, from_url) = super::tls::split_url(url)?;
+        let files = from_url.merge(tls)?;
+        let target = redact(&url);
+        let certs = super::tls::certificates(&url, &files)?;
+        let info = url
+            .as_str()
+            .into_connection_info()
+            .map_err(|e| Error::config(format!("invalid redis URL {target}: {e}")).with_source(e))?;
+        let info = super::tls::apply(info, certs.as_ref(), &target)?;
         let client =
-            Client::open(url).map_err(|e| Error::config(format!("invalid redis URL {target}: {e}")).with_source(e))?;
+            Client::open(info).map_err(|e| Error::config(format!("invalid redis URL {target}: {e}")).with_source(e))?;
         Ok(StandaloneScripting { client, pool: Pool::new(max_connections), target })
     }
 
@@ -340,33 +383,54 @@ pub struct ClusteredScripting {
 
 impl ClusteredScripting {
     /// Prepares connections to the cluster reachable through `nodes` (`redis://host:port` or
-    /// `host:port`, optionally with credentials), at most `max_connections` connections to each
-    /// node at a time. Nodes the cluster announces are reached with the first node's settings
-    /// (credentials, TLS). No I/O happens here. `query_timeout` is not used (every call carries
-    /// its own deadline); it is kept for compatibility.
+    /// `host:port`, optionally with credentials; `rediss://host:port[?ca=…&cert=…&key=…]` over
+    /// TLS), at most `max_connections` connections to each node at a time. Nodes the cluster
+    /// announces are reached with the first node's settings (credentials, TLS and its
+    /// certificates). No network I/O happens here (TLS files are read). `query_timeout` is not
+    /// used (every call carries its own deadline); it is kept for compatibility.
     ///
     /// # Errors
-    /// `InvalidConfig` when `nodes` is empty or a node address cannot be parsed or is not TCP.
+    /// `InvalidConfig` when `nodes` is empty, a node address cannot be parsed or is not TCP, the
+    /// nodes mix `redis://` and `rediss://`, or a TLS file cannot be read or parsed.
     pub fn new<S: AsRef<str>>(
         nodes: &[S],
         max_connections: usize,
         query_timeout: Duration,
     ) -> Result<ClusteredScripting> {
         let _ = query_timeout;
+        ClusteredScripting::with_tls(nodes, max_connections, &RedisTls::default())
+    }
+
+    /// As [`new`](ClusteredScripting::new), with TLS files besides those the node URLs name.
+    ///
+    /// # Errors
+    /// As [`new`](ClusteredScripting::new).
+    pub fn with_tls<S: AsRef<str>>(nodes: &[S], max_connections: usize, tls: &RedisTls) -> Result<ClusteredScripting> {
         if nodes.is_empty() {
             return Err(Error::config("redis cluster: at least one node address is required"));
         }
-        let mut infos = Vec::new();
+        let mut infos: Vec<ConnectionInfo> = Vec::new();
         let mut seeds = Vec::new();
         let mut shown = Vec::new();
         for n in nodes {
             let n = n.as_ref().trim();
             let url = if n.contains("://") { n.to_string() } else { format!("redis://{n}") };
+            let (url, from_url) = super::tls::split_url(&url)?;
+            let files = from_url.merge(tls)?;
+            let certs = super::tls::certificates(&url, &files)?;
             let info = url.as_str().into_connection_info().map_err(|e| {
                 Error::config(format!("invalid redis cluster node {}: {e}", redact(&url))).with_source(e)
             })?;
+            let info = super::tls::apply(info, certs.as_ref(), &redact(&url))?;
             let addr = addr_of(&info)
                 .ok_or_else(|| Error::config(format!("redis cluster node {} is not a TCP address", redact(&url))))?;
+            let is_tls = |i: &ConnectionInfo| matches!(i.addr(), redis::ConnectionAddr::TcpTls { .. });
+            if infos.first().is_some_and(|first| is_tls(first) != is_tls(&info)) {
+                return Err(Error::config(format!(
+                    "redis cluster nodes mix redis:// and rediss:// ({}): use one scheme for all",
+                    redact(&url)
+                )));
+            }
             shown.push(redact(&url));
             seeds.push((addr, info.clone()));
             infos.push(info);
