@@ -52,6 +52,7 @@ pub enum SessionEvent {
     /// The session was closed by the application. Terminal.
     Closed,
 }
+
 /// A live session on a backend: renewed by its own background thread; holds leases, campaigns
 /// and memberships, all of which end with it.
 ///
@@ -274,6 +275,7 @@ impl Drop for Session {
         self.inner.close_in_background();
     }
 }
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -26,6 +26,7 @@ impl Logs {
         }
     }
 }
+
 impl SessionInner {
     /// Runs a backend call for the user's thread, bounded by the query timeout (see [`bounded_call`]).
     pub(crate) fn bounded<T: Send + 'static>(
@@ -34,6 +35,7 @@ impl SessionInner {
     ) -> Result<T> {
         bounded_call(&self.backend, self.timing.query_timeout, f)
     }
+
     pub(super) fn retry_delay(&self) -> Duration {
         self.timing.renew_interval / 2 + jitter(self.timing.renew_interval / 4)
     }

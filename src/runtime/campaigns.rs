@@ -19,6 +19,7 @@ pub(super) struct CampaignSlot {
     /// A release was pushed while an attempt was in flight: retry at once after it.
     pub(super) woken: bool,
 }
+
 impl SessionInner {
     pub(crate) fn attach_campaign(self: &Arc<Self>, election: &Arc<ElectionShared>) -> Result<()> {
         let name = election.name().clone();
@@ -172,6 +173,7 @@ impl SessionInner {
             inner.poke();
         });
     }
+
     pub(super) fn on_notification(self: &Arc<Self>, n: Notification) {
         if let Notification::Released(name) = n {
             if let Some(slot) = self.campaigns.lock().get_mut(&name) {
@@ -183,6 +185,7 @@ impl SessionInner {
             }
         }
     }
+
     // ----- coordinator hooks (runtime-edges): undo a durable re-attach that raced the
     // application's resign or leave. Each acts only on this very election or membership, never
     // on another handle of the same name. -----

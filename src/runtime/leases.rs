@@ -42,6 +42,7 @@ impl SessionInner {
             }
         });
     }
+
     /// One attempt to acquire `name` and adopt the term, waiting at most until `bound` (the
     /// attempt's own bound: a previous release of the name still in flight and the acquire call
     /// itself both end by it).

@@ -128,6 +128,7 @@ impl SessionInner {
         let e = self.engine.lock();
         self.dead_error(&e, Instant::now()).is_none() && e.is_joined(group)
     }
+
     /// Joins `group` again after the backend lost it (the engine counted the join in flight).
     pub(super) fn dispatch_rejoin(self: &Arc<Self>, group: Name) {
         let weak = Arc::downgrade(self);
@@ -143,6 +144,7 @@ impl SessionInner {
             }
         });
     }
+
     /// Leaves `membership`'s group on this session if it is the membership held here.
     pub(crate) fn detach_membership(self: &Arc<Self>, membership: &Arc<MembershipShared>) {
         let group = membership.group();

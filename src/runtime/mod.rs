@@ -247,6 +247,7 @@ impl SessionInner {
         self.run_actions(actions);
         value
     }
+
     /// Marks the session ended: wakes waiters, ends campaigns and memberships (called under the
     /// engine lock, after the terminal events were emitted).
     pub(super) fn end(&self, state: SessionState, logs: &mut Logs) {

@@ -76,6 +76,7 @@ impl SessionInner {
         }
         actions
     }
+
     pub(super) fn run_actions(self: &Arc<Self>, actions: Vec<Output>) {
         for a in actions {
             match a {
