@@ -4,7 +4,7 @@
 
 mod support;
 
-use std::process::{Command, Output, Stdio};
+use std::process::{Output, Stdio};
 
 use serde_json::Value;
 use serial_test::serial;
