@@ -5,6 +5,7 @@ use std::time::{Duration, Instant};
 
 use super::calls::min_opt;
 use super::{pool, SessionInner};
+use crate::sync;
 use crate::backend::{Acquire, Notification, Topic};
 use crate::election::ElectionShared;
 use crate::engine::{later, CampaignConflict};
@@ -25,7 +26,7 @@ impl SessionInner {
         let name = election.name().clone();
         {
             let mut e = self.engine.lock();
-            let now = Instant::now();
+            let now = sync::now();
             if let Some(err) = self.dead_error(&e, now) {
                 return Err(err);
             }
@@ -43,7 +44,7 @@ impl SessionInner {
                 name,
                 CampaignSlot {
                     election: election.clone(),
-                    next_attempt: Instant::now(),
+                    next_attempt: sync::now(),
                     in_flight: None,
                     woken: false,
                 },
@@ -118,11 +119,11 @@ impl SessionInner {
     fn dispatch_campaign_attempt(self: &Arc<Self>, name: Name, election: Arc<ElectionShared>) {
         let epoch = {
             let mut e = self.engine.lock();
-            if self.dead_error(&e, Instant::now()).is_some() || e.releasing(&name) {
+            if self.dead_error(&e, sync::now()).is_some() || e.releasing(&name) {
                 drop(e);
                 if let Some(slot) = self.campaigns.lock().get_mut(&name) {
                     slot.in_flight = None;
-                    slot.next_attempt = later(Instant::now(), Duration::from_millis(10));
+                    slot.next_attempt = later(sync::now(), Duration::from_millis(10));
                 }
                 return;
             }
@@ -139,7 +140,7 @@ impl SessionInner {
                     log::debug!("session {id}: cannot watch '{name}', polling: {err}");
                 }
             }
-            let sent = Instant::now();
+            let sent = sync::now();
             let reply = backend.acquire(&id, &name);
             let busy = matches!(reply, Ok(Acquire::Busy));
             if busy && push {
@@ -165,9 +166,9 @@ impl SessionInner {
             if let Some(slot) = inner.campaigns.lock().get_mut(&name) {
                 slot.in_flight = None;
                 slot.next_attempt = if std::mem::take(&mut slot.woken) {
-                    Instant::now()
+                    sync::now()
                 } else {
-                    later(Instant::now(), inner.retry_delay())
+                    later(sync::now(), inner.retry_delay())
                 };
             }
             inner.poke();
@@ -180,7 +181,7 @@ impl SessionInner {
                 if slot.in_flight.is_some() {
                     slot.woken = true;
                 } else {
-                    slot.next_attempt = Instant::now();
+                    slot.next_attempt = sync::now();
                 }
             }
         }
