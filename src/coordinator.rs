@@ -186,7 +186,9 @@ impl CoordInner {
                 Ok(())
             }
             Verdict::Detach => {
-                item.detach_from(s);
+                if !sync::reintroduced(sync::Bug::ReattachKept) {
+                    item.detach_from(s); // old (finding 5): the raced re-attach was kept
+                }
                 if self.state.lock().is_closed() {
                     Err(closed_error())
                 } else {
@@ -513,7 +515,9 @@ fn supervise(weak: Weak<CoordInner>, first: (SessionId, Events<SessionEvent>), w
             if let Some((s, g, (elections, memberships), (ended_e, ended_m))) = due {
                 coord.reattach(elections, &s, g);
                 coord.reattach(memberships, &s, g);
-                ended_e.iter().for_each(|e| e.detach_from(&s));
+                if !sync::reintroduced(sync::Bug::ReattachKept) {
+                    ended_e.iter().for_each(|e| e.detach_from(&s));
+                }
                 ended_m.iter().for_each(|m| m.detach_from(&s));
             }
         }

@@ -186,7 +186,8 @@ impl ElectionShared {
         logs: &mut Logs,
     ) {
         let mut st = self.st.lock();
-        if st.resigned || st.ended.is_some() || st.leading == Some(token) || st.session_id.as_ref() != Some(session) {
+        let ended = st.ended.is_some() && !sync::reintroduced(sync::Bug::ElectedAfterExpiry); // old: ignored
+        if st.resigned || ended || st.leading == Some(token) || st.session_id.as_ref() != Some(session) {
             return;
         }
         st.leading = Some(token);

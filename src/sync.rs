@@ -24,7 +24,7 @@
 
 #[cfg(not(all(feature = "explore", simba_explore)))]
 mod real {
-    use std::time::Instant;
+    use std::time::{Duration, Instant};
 
     pub(crate) use crossbeam_channel::{bounded, never, select, unbounded, Iter, Receiver, Sender};
     pub(crate) use parking_lot::{Condvar, Mutex, MutexGuard};
@@ -35,6 +35,12 @@ mod real {
     #[inline]
     pub(crate) fn now() -> Instant {
         Instant::now()
+    }
+
+    /// How long an idle pool worker waits for a job before it exits.
+    #[inline]
+    pub(crate) const fn idle_exit(d: Duration) -> Duration {
+        d
     }
 
     /// A uniformly random number in `0..max` (`max` > 0).
@@ -131,6 +137,12 @@ pub(crate) mod explore {
 
     pub(crate) fn reintroduced(bug: Bug) -> bool {
         WORLD.bugs.load(Ordering::SeqCst) & bug as u32 != 0
+    }
+
+    /// Idle pool workers exit at once: an explored execution ends only when all its threads
+    /// returned, and no clock advance is left to end a worker's idle wait.
+    pub(crate) const fn idle_exit(_d: Duration) -> Duration {
+        Duration::ZERO
     }
 
     /// Explorer runs are deterministic per schedule: shuttle's own random source.

@@ -73,6 +73,13 @@ impl SessionInner {
             let leading = slot.election.resigned(logs);
             ((e.stop_campaign(name, leading), Some(slot)), Vec::new())
         });
+        if let (Some(t), true) = (token, sync::reintroduced(sync::Bug::ResignSplit)) {
+            // Old (finding 1): the release counted in a second transition.
+            self.apply(|e| {
+                e.begin_release(name, t);
+                ((), Vec::new())
+            });
+        }
         // Dropped with no lock held (the election's last reference may own the backend).
         drop(slot);
         match token {

@@ -135,6 +135,7 @@ impl SessionInner {
         use log::Level::{Debug, Info};
         let id = &self.id;
         let mut undo = None;
+        let mut elected_late = None; // old (finding 3): elected() after the transition
         let result = self.apply_logged(|e, logs| {
             let now = sync::now();
             let r = match reply {
@@ -149,7 +150,11 @@ impl SessionInner {
                             logs.push(Debug, format!("session {id}: acquired '{name}' (token {token})"));
                             if let Some(election) = campaign {
                                 let remaining = e.remaining(name, now).unwrap_or_default();
-                                election.elected(token, remaining, id, self.options.metadata(), logs);
+                                if sync::reintroduced(sync::Bug::ElectedAfterExpiry) {
+                                    elected_late = Some((election, token, remaining));
+                                } else {
+                                    election.elected(token, remaining, id, self.options.metadata(), logs);
+                                }
                             }
                             Ok(Some(token))
                         }
@@ -207,6 +212,11 @@ impl SessionInner {
         });
         if let Some(token) = undo {
             self.dispatch_release(name.clone(), token, None);
+        }
+        if let Some((election, token, remaining)) = elected_late {
+            let mut logs = super::Logs::default();
+            election.elected(token, remaining, id, self.options.metadata(), &mut logs);
+            logs.write();
         }
         result
     }

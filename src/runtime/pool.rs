@@ -60,7 +60,7 @@ struct Pool {
 }
 
 sync::lazy! {
-    static POOL: Arc<Pool> = Pool::new(Duration::from_secs(30), start_thread);
+    static POOL: Arc<Pool> = Pool::new(sync::idle_exit(Duration::from_secs(30)), start_thread);
 }
 
 /// How a submission may end when every worker is busy.
