@@ -17,7 +17,6 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -42,7 +41,7 @@ fn options() -> SessionOptions {
         .renew_interval(RENEW)
         .query_timeout(RENEW)
         .drift(0.0)
-        .worker_threads(4)
+        .worker_threads(16)
         .build()
         .expect("valid options")
 }
@@ -244,26 +243,15 @@ fn teardown() {
     explore::advance(Duration::from_secs(3_600));
 }
 
-fn config(dir: Option<PathBuf>) -> Config {
+fn config() -> Config {
     let mut c = Config::new();
     c.silence_warnings = true;
-    c.failure_persistence = match dir {
-        Some(d) => FailurePersistence::File(Some(d)),
-        None => FailurePersistence::Print,
-    };
+    c.failure_persistence = FailurePersistence::Print;
     c
 }
 
-/// Explores `SCHEDULES` schedules of `scenario` (half random, half PCT with 3 preemptions).
-fn explore_clean(scenario: fn()) {
-    let seed = seed();
-    eprintln!("explorer: {SCHEDULES} schedules, seed {seed} (SIMBA_EXPLORE_SEED={seed} replays this run)");
-    Runner::new(RandomScheduler::new_from_seed(seed, SCHEDULES / 2), config(None)).run(scenario);
-    Runner::new(PctScheduler::new_from_seed(seed, 3, SCHEDULES / 2), config(None)).run(scenario);
-}
-
-/// The run's seed: `SIMBA_EXPLORE_SEED`, else a fresh one (printed, so any failure replays).
-fn seed() -> u64 {
+/// The run's base seed: `SIMBA_EXPLORE_SEED`, else a fresh one (printed, so any failure replays).
+fn base_seed() -> u64 {
     match std::env::var("SIMBA_EXPLORE_SEED") {
         Ok(s) => s.trim().parse().expect("SIMBA_EXPLORE_SEED must be a u64"),
         Err(_) => std::time::SystemTime::now()
@@ -272,36 +260,66 @@ fn seed() -> u64 {
     }
 }
 
-/// With `bug` switched back on, the explorer must fail `scenario` within the budget with a
-/// message containing `expect`, persist the failing schedule, and the replay of that schedule
-/// must fail the same way.
+/// One explored schedule: schedule `i` of the run (even: random scheduler, odd: PCT with 3
+/// preemptions), derived from `seed` alone, so `(seed, i)` replays it exactly.
+fn run_one(seed: u64, i: usize, scenario: impl Fn() + Send + Sync + 'static) {
+    let s = seed.wrapping_add(i as u64);
+    if i % 2 == 0 {
+        Runner::new(RandomScheduler::new_from_seed(s, 1), config()).run(scenario);
+    } else {
+        Runner::new(PctScheduler::new_from_seed(s, 3, 1), config()).run(scenario);
+    }
+}
+
+/// The first of `SCHEDULES` schedules of `scenario` that fails, with its panic message.
+fn first_failure(seed: u64, scenario: impl Fn() + Send + Sync + Clone + 'static) -> Option<(usize, String)> {
+    if let Ok(i) = std::env::var("SIMBA_EXPLORE_SCHEDULE") {
+        // Replay one schedule of a failed run.
+        let i: usize = i.trim().parse().expect("SIMBA_EXPLORE_SCHEDULE must be a number");
+        return catch_unwind(AssertUnwindSafe(|| run_one(seed, i, scenario))).err().map(|p| (i, panic_message(&p)));
+    }
+    (0..SCHEDULES).find_map(|i| {
+        let sc = scenario.clone();
+        catch_unwind(AssertUnwindSafe(|| run_one(seed, i, sc))).err().map(|p| (i, panic_message(&p)))
+    })
+}
+
+/// Explores `SCHEDULES` schedules of `scenario` on the fixed code: none may fail.
+fn explore_clean(scenario: fn()) {
+    let seed = base_seed();
+    let started = std::time::Instant::now();
+    if let Some((i, message)) = first_failure(seed, scenario) {
+        panic!(
+            "schedule {i} failed: {message}\n  replay: SIMBA_EXPLORE_SEED={seed} SIMBA_EXPLORE_SCHEDULE={i} \
+             (the schedule string printed above also replays with shuttle::replay)"
+        );
+    }
+    eprintln!("explorer: {SCHEDULES} schedules clean in {:?} (seed {seed})", started.elapsed());
+}
+
+/// With `bug` switched back on, the explorer must fail `scenario` within the budget on its
+/// invariant (a message containing `expect`), and replaying that schedule must fail the same way.
 fn explore_finds(bug: Bug, scenario: fn(), expect: &str) {
-    let dir = std::env::temp_dir().join(format!("simba-explore-{bug:?}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    let seed = seed();
-    eprintln!("explorer: looking for {bug:?} in {SCHEDULES} schedules, seed {seed}");
+    let seed = base_seed();
     let with_bug = move || {
         explore::reintroduce(bug);
         scenario();
     };
-    let found = catch_unwind(AssertUnwindSafe(|| {
-        Runner::new(RandomScheduler::new_from_seed(seed, SCHEDULES / 2), config(Some(dir.clone()))).run(with_bug);
-        Runner::new(PctScheduler::new_from_seed(seed, 3, SCHEDULES / 2), config(Some(dir.clone()))).run(with_bug);
-    }));
-    let Err(panic) = found else { panic!("{bug:?} re-introduced, yet {SCHEDULES} explored schedules found nothing") };
-    let message = panic_message(&panic);
+    let started = std::time::Instant::now();
+    let Some((i, message)) = first_failure(seed, with_bug) else {
+        panic!("{bug:?} re-introduced, yet {SCHEDULES} explored schedules found nothing (seed {seed})")
+    };
+    eprintln!(
+        "explorer: {bug:?} found at schedule {i} in {:?}: {message}\n  replay: SIMBA_EXPLORE_SEED={seed} \
+         SIMBA_EXPLORE_SCHEDULE={i}",
+        started.elapsed()
+    );
     assert!(message.contains(expect), "{bug:?}: the explorer failed, but not on the invariant: {message}");
-    let schedule = std::fs::read_dir(&dir)
-        .expect("schedule dir")
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .next()
-        .expect("shuttle persisted the failing schedule");
-    eprintln!("explorer: {bug:?} found: {message}\n  schedule: {}", schedule.display());
-    let replayed = catch_unwind(AssertUnwindSafe(|| shuttle::replay_from_file(with_bug, &schedule)));
-    let Err(again) = replayed else { panic!("replaying {} did not reproduce {bug:?}", schedule.display()) };
-    assert!(panic_message(&again).contains(expect), "replay failed differently: {}", panic_message(&again));
-    let _ = std::fs::remove_dir_all(&dir);
+    let again = catch_unwind(AssertUnwindSafe(|| run_one(seed, i, with_bug))).err().map(|p| panic_message(&p));
+    assert!(
+        again.as_deref().is_some_and(|m| m.contains(expect)),
+        "replaying schedule {i} (seed {seed}) did not reproduce {bug:?}: {again:?}"
+    );
 }
 
 fn panic_message(p: &Box<dyn std::any::Any + Send>) -> String {
