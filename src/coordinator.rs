@@ -497,7 +497,11 @@ fn supervise(weak: Weak<CoordInner>, first: (SessionId, Events<SessionEvent>), w
                     coord.reattach(memberships, &new, generation);
                     if let Some((old, at)) = lost.take() {
                         log::info!("coordinator: session {old} replaced by {}", new.id);
-                        coord.emit(CoordinatorEvent::Recovered { old, new: new.id.clone(), gap: sync::now().saturating_duration_since(at) });
+                        coord.emit(CoordinatorEvent::Recovered {
+                            old,
+                            new: new.id.clone(),
+                            gap: sync::now().saturating_duration_since(at),
+                        });
                     }
                 }
                 Err(e) => coord.emit(CoordinatorEvent::OpenFailed { error: crate::error::display_chain(&e) }),

@@ -13,8 +13,8 @@ use crate::group::{self, MemberWatch, Membership, MembershipShared};
 use crate::lease::Lease;
 use crate::options::SessionOptions;
 use crate::runtime::SessionInner;
-use crate::sync;
 use crate::state::{LossReason, SessionState};
+use crate::sync;
 use crate::types::{IntoName, Name, SessionId, Token};
 
 /// Something that happened to a session. Sent in order on every receiver from

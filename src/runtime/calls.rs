@@ -5,9 +5,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::{pool, SessionInner};
-use crate::sync;
 use crate::backend::LeaseBackend;
 use crate::error::{Error, ErrorKind, Result};
+use crate::sync;
 
 /// Log records decided under an internal lock, written once every lock is released (the
 /// application's logger may call back into the session: it must never run under a lock).

@@ -5,11 +5,11 @@ use std::time::{Duration, Instant};
 
 use super::calls::min_opt;
 use super::{pool, SessionInner};
-use crate::sync;
 use crate::backend::{Acquire, Notification, Topic};
 use crate::election::ElectionShared;
 use crate::engine::{later, CampaignConflict};
 use crate::error::{Error, ErrorKind, Result};
+use crate::sync;
 use crate::types::Name;
 
 #[derive(Debug)]
@@ -42,12 +42,7 @@ impl SessionInner {
             election.attach(Arc::downgrade(self), self.id.clone());
             c.insert(
                 name,
-                CampaignSlot {
-                    election: election.clone(),
-                    next_attempt: sync::now(),
-                    in_flight: None,
-                    woken: false,
-                },
+                CampaignSlot { election: election.clone(), next_attempt: sync::now(), in_flight: None, woken: false },
             );
         }
         self.poke();
@@ -172,11 +167,8 @@ impl SessionInner {
             election.attempt_done(failed.as_ref());
             if let Some(slot) = inner.campaigns.lock().get_mut(&name) {
                 slot.in_flight = None;
-                slot.next_attempt = if std::mem::take(&mut slot.woken) {
-                    sync::now()
-                } else {
-                    later(sync::now(), inner.retry_delay())
-                };
+                slot.next_attempt =
+                    if std::mem::take(&mut slot.woken) { sync::now() } else { later(sync::now(), inner.retry_delay()) };
             }
             inner.poke();
         });

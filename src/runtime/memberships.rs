@@ -5,11 +5,11 @@ use std::sync::Arc;
 
 use super::calls::bounded_call;
 use super::{pool, SessionInner};
-use crate::sync;
 use crate::backend::LeaseBackend;
 use crate::engine::later;
 use crate::error::{Error, ErrorKind, Result};
 use crate::group::MembershipShared;
+use crate::sync;
 use crate::types::Name;
 
 impl SessionInner {

@@ -138,7 +138,11 @@ impl SessionInner {
     }
 }
 
-pub(super) fn renewal_thread(weak: Weak<SessionInner>, wake: Receiver<Wake>, notify: crossbeam_channel::Receiver<Notification>) {
+pub(super) fn renewal_thread(
+    weak: Weak<SessionInner>,
+    wake: Receiver<Wake>,
+    notify: crossbeam_channel::Receiver<Notification>,
+) {
     loop {
         let Some(inner) = weak.upgrade() else { return };
         let now = sync::now();
