@@ -241,6 +241,17 @@ fn settle(steps: usize) {
     }
 }
 
+/// Waits (no clock involved) until `election` leads: its `Elected` event, or already leading.
+/// (`Election::wait_elected` would need the clock to move: a wait that starts just after the
+/// election is its 20 ms recheck away from noticing.)
+fn wait_elected(election: &simba::Election) {
+    let events = election.events();
+    if !election.is_leader() {
+        let elected = events.iter().any(|e| matches!(e, simba::ElectionEvent::Elected { .. }));
+        assert!(elected && election.is_leader(), "the campaign for a free name was elected");
+    }
+}
+
 /// Ends a scenario: far past every timer, so workers idle out and renewal threads stop (an
 /// explored execution ends only when every thread of it has returned).
 fn teardown() {
@@ -342,7 +353,7 @@ fn resign_vs_try_lock() {
     let backend = Arc::new(Script::default());
     let a = Arc::new(Session::open(backend.clone(), options()).expect("open A"));
     let election = a.campaign("L").expect("campaign");
-    election.wait_elected(Duration::from_secs(1)).expect("A is elected");
+    wait_elected(&election);
     let resigner = thread::spawn(move || election.resign());
     let a2 = a.clone();
     let locker = thread::spawn(move || a2.try_lock("L"));
@@ -393,20 +404,18 @@ fn late_alive_vs_expiry() {
 
 /// Finding 3: a campaign attempt adopted just before the session's expiry, elected after it.
 ///
-/// Premises: every keep-alive fails (the backend is unreachable for them), so the session expires
-/// at its local deadline; the campaign attempt may answer on either side of it. Invariant: no
-/// election leads a term of an expired session — `Elected` is never the last leadership event
-/// once the session expired (it is followed by `Revoked`).
+/// Premises: the backend answers the first keep-alive `Expired` (it judged the session expired),
+/// while the campaign's first attempt may be answered and adopted on either side of that reply.
+/// Invariant: no election leads a term of an expired session — `Elected` is never the last
+/// leadership event once the session expired (it is followed by `Revoked`).
 fn elected_vs_expiry() {
     let backend = Arc::new(Script::default());
-    backend.table().keep_alive_fails = true;
+    backend.table().keep_alive_expires = true;
     let s = Session::open(backend, options()).expect("open");
     let events = s.events();
     let election = s.campaign("L").expect("campaign");
     let election_events = election.events();
-    // The attempt runs meanwhile (dispatched by the renewal thread on a worker).
-    settle(6);
-    explore::advance(LEASE + Duration::from_millis(1));
+    explore::advance(RENEW);
     // The session's end is reported (its renewal thread sees the deadline).
     let ended = events.iter().any(|e| e == SessionEvent::Expired);
     assert!(ended && s.state() == SessionState::Expired, "the session expired");

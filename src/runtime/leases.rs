@@ -214,9 +214,12 @@ impl SessionInner {
             self.dispatch_release(name.clone(), token, None);
         }
         if let Some((election, token, remaining)) = elected_late {
-            let mut logs = super::Logs::default();
-            election.elected(token, remaining, id, self.options.metadata(), &mut logs);
-            logs.write();
+            // The old code: its own check in other lock sections, then elected() (finding 3).
+            if self.campaigns.lock().contains_key(name) && !election.is_resigned() {
+                let mut logs = super::Logs::default();
+                election.elected(token, remaining, id, self.options.metadata(), &mut logs);
+                logs.write();
+            }
         }
         result
     }
