@@ -170,20 +170,33 @@ fn only_a_committed_release_notifies_in_commit_order() {
 #[serial(postgres)]
 fn the_purge_announces_leases_of_purged_sessions() {
     let b = shared_backend(Dialect::Postgres);
+    let mut raw = postgres::Client::connect(&Dialect::Postgres.url(), postgres::NoTls).unwrap();
     let crashed = b.open_session(Duration::from_millis(300), "").unwrap().id;
-    let l = name("purged");
+    let live = b.open_session(Duration::from_secs(30), "").unwrap().id;
+    let (l, after) = (name("purged"), name("after"));
     assert!(matches!(b.acquire(&crashed, &l).unwrap(), Acquire::Acquired { .. }));
+    let Acquire::Acquired { token, .. } = b.acquire(&live, &after).unwrap() else { panic!("busy") };
     // The holder never renews: once the database clock passed its expiry the lease is free.
     assert!(eventually(PATIENCE, || b.holder(&l).unwrap().is_none()), "the session never expired");
     let (tx, rx) = crossbeam_channel::unbounded();
-    assert!(b.watch(&Topic::Lease(l.clone()), &tx).unwrap());
-    // Purge (in batches: the shared server may hold other tests' expired sessions) until the
-    // crashed session is gone; its lease is announced by then.
-    let mut n = 1;
-    while n > 0 && b.holder(&l).unwrap().is_none() && rx.is_empty() {
-        n = b.purge_expired().unwrap();
+    // Purge (in batches: the shared server may hold other tests' expired sessions, and another
+    // process's purge may take this one) until the crashed session's row is gone, committed.
+    let gone = |raw: &mut postgres::Client| {
+        let row =
+            raw.query_one("select count(*) from simba_session where session_id = $1", &[&crashed.as_str()]).unwrap();
+        row.get::<_, i64>(0) == 0
+    };
+    while !gone(&mut raw) {
+        assert!(b.watch(&Topic::Lease(l.clone()), &tx).unwrap());
+        b.purge_expired().unwrap();
     }
-    assert_eq!(rx.recv_timeout(PATIENCE).unwrap(), Notification::Released(l.clone()));
+    // A release committed after the purge: notifications come in commit order, so the purge's
+    // comes first (without it, the release's would).
+    assert!(b.watch(&Topic::Lease(after.clone()), &tx).unwrap());
+    b.release(&live, &after, token).unwrap();
+    assert_eq!(rx.recv_timeout(PATIENCE).unwrap(), Notification::Released(l.clone()), "the purge sent nothing");
+    assert_eq!(rx.recv_timeout(PATIENCE).unwrap(), Notification::Released(after.clone()));
+    b.close_session(&live).unwrap();
 }
 
 // ----- the notification connection is lost -----
