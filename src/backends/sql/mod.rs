@@ -14,6 +14,9 @@
 //! - Each backend owns a small connection pool (default 4 connections) that the application cannot
 //!   exhaust; every statement is bounded by the query timeout on the server, and the connection
 //!   checkout by the same timeout.
+//! - PostgreSQL pushes releases: release, close and purge `pg_notify` in the statement (or
+//!   transaction) that frees a lease, and one listener connection per backend wakes the waiters
+//!   (the poll stays as the fallback). MySQL/MariaDB waiters poll.
 //! - Expired sessions left by crashed processes are purged in the background after
 //!   `open_session`/`keep_alive`, at most once per purge interval and 1000 sessions per run.
 //!
