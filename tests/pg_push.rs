@@ -310,7 +310,12 @@ fn a_killed_notification_connection_falls_back_to_polling_and_recovers() {
     // Kill the notification connection; the role's connection limit (1: the pool's) keeps it down.
     role.sql(&format!("alter role {} connection limit 1", role.name));
     let warned = lines(log::Level::Warn, "release notifications unavailable");
+    // A watcher registered before the loss is woken by it (its notification may be lost with it).
+    let (early_tx, early_rx) = crossbeam_channel::unbounded();
+    let early = name("early");
+    assert!(limited.watch(&Topic::Lease(early.clone()), &early_tx).unwrap());
     role.terminate(first);
+    assert_eq!(early_rx.recv_timeout(PATIENCE).unwrap(), Notification::Released(early));
     assert!(
         eventually(PATIENCE, || limited.notification_connection_id().is_none()),
         "the lost connection was not noticed"
