@@ -191,7 +191,7 @@ pub(crate) struct ZookeeperUrl {
     /// Digest auth from `user:password@`.
     auth: Option<ZookeeperAuth>,
     /// TLS from `?tls_ca=…[&tls_cert=…&tls_key=…]`, its files read and checked.
-    tls: Option<ZookeeperTls>,
+    pub(crate) tls: Option<ZookeeperTls>,
 }
 
 impl ZookeeperUrl {
