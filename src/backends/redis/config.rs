@@ -312,6 +312,7 @@ pub(crate) fn parse_url(url: &str) -> Result<RedisUrl> {
     let lower = url.to_ascii_lowercase();
     if lower.starts_with("unix://") || lower.starts_with("redis+unix://") {
         let (rest, tls) = split_url(url)?;
+        check_driver_params(&rest, &["db", "user", "pass", "protocol"], &shown)?;
         return Ok(RedisUrl { target: Target::Standalone(rest), tls, shown });
     }
     // The fragment check first: `#insecure` gets its own answer.
@@ -328,6 +329,7 @@ pub(crate) fn parse_url(url: &str) -> Result<RedisUrl> {
                     format!("the path must be a database number, not {:?}", shorten(&ep.path)),
                 ));
             }
+            check_driver_params(&rest, &["protocol"], &shown)?;
             Target::Standalone(rest)
         }
         BackendKind::RedisCluster => {
@@ -351,6 +353,23 @@ pub(crate) fn parse_url(url: &str) -> Result<RedisUrl> {
         }
     };
     Ok(RedisUrl { target, tls, shown })
+}
+
+/// Refuses query parameters of `url` (the TLS files already split off) that the driver does not
+/// take (`allowed`): it would ignore them silently, so a typo would go unnoticed.
+fn check_driver_params(url: &str, allowed: &[&str], shown: &str) -> Result<()> {
+    let Some((_, query)) = url.split_once('?') else { return Ok(()) };
+    for (k, _) in url::form_urlencoded::parse(query.as_bytes()) {
+        if !allowed.contains(&k.as_ref()) {
+            return Err(Error::config(format!(
+                "invalid redis URL {shown}: unknown query parameter {:?}; expected ca=, cert=, key= (rediss:// only) \
+                 and {}",
+                shorten(&k),
+                allowed.iter().map(|a| format!("{a}=")).collect::<Vec<_>>().join(", ")
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// Checks what a URL and the options decide together, before any I/O.
@@ -521,6 +540,7 @@ mod tests {
         assert_eq!(u.target, Target::Cluster(vec!["rediss://u:p%40w@a:1".into(), "rediss://u:p%40w@[::1]:2".into()]));
         assert_eq!(u.tls, RedisTls::new().ca("/ca.pem"));
         assert_eq!(parse_url("unix:///tmp/r.sock").unwrap().target, Target::Standalone("unix:///tmp/r.sock".into()));
+        assert!(parse_url("redis+unix:///tmp/r.sock?db=2&protocol=resp3").is_ok());
         for (bad, needle) in [
             ("redis://a:1,b:2", "takes one host"),
             ("redis://a:1/x", "database number"),
@@ -529,6 +549,8 @@ mod tests {
             ("redis+cluster://a:1,", "empty host"),
             ("zookeeper://a:1", "not a Redis one"),
             ("redis://h:1?ca=/x", "rediss://"),
+            ("redis://h:1?protocl=resp3", "unknown query parameter \"protocl\""),
+            ("unix:///tmp/r.sock?x=1", "unknown query parameter"),
         ] {
             let e = parse_url(bad).unwrap_err();
             assert!(e.is_invalid_input() && e.to_string().contains(needle), "{bad}: {e}");
