@@ -35,24 +35,22 @@
 //! credentials) never appear in `Debug`, logs or error messages: URLs are shown redacted, e.g.
 //! `redis://user:***@host:6379`. See `docs/configuration.md`.
 
+pub(crate) mod kind;
 pub(crate) mod redact;
 pub(crate) mod url;
 pub(crate) mod values;
 
 use std::collections::BTreeSet;
 use std::fmt;
-#[cfg(feature = "zookeeper")]
-use std::path::Path;
-#[cfg(any(feature = "redis", feature = "zookeeper"))]
-use std::path::PathBuf;
-use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
+pub use self::kind::BackendKind;
+use self::kind::{example_url, Family};
 pub use self::redact::redact_url;
 use self::redact::Secret;
 use self::url::{parse_endpoint, Endpoint};
-use self::values::{parse_bool, parse_count, shorten};
+use self::values::{parse_bool, parse_count};
 pub use self::values::{parse_drift, parse_duration};
 use crate::backend::LeaseBackend;
 #[cfg(feature = "redis")]
@@ -140,178 +138,6 @@ pub const ENV_VARS: &[&str] = &ALL_VARS;
 /// `SIMBA_TEST_*`), so [`Config::from_env`] does not warn about them.
 const NOT_SETTINGS: &[&str] = &["SIMBA_TOKEN", "SIMBA_LEASE", "SIMBA_SESSION", "SIMBA_GROUP"];
 
-/// The backends [`Config`] can select.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-#[non_exhaustive]
-pub enum BackendKind {
-    /// PostgreSQL 14+ (`postgres://`, `postgresql://`; feature `postgres`).
-    Postgres,
-    /// MySQL 8 / MariaDB 10.11 (`mysql://`; feature `mysql`).
-    Mysql,
-    /// Redis 7 standalone (`redis://`; feature `redis`).
-    Redis,
-    /// Redis Cluster (`redis+cluster://h1:p,h2:p`; feature `redis`).
-    RedisCluster,
-    /// ZooKeeper 3.8 (`zookeeper://h1:2181,h2:2181/root`; feature `zookeeper`).
-    Zookeeper,
-    /// The in-process memory backend (`memory://`; always compiled). Process-local: two processes
-    /// never see each other's leases.
-    Memory,
-}
-
-impl BackendKind {
-    /// Every kind.
-    pub const ALL: [BackendKind; 6] = [
-        BackendKind::Postgres,
-        BackendKind::Mysql,
-        BackendKind::Redis,
-        BackendKind::RedisCluster,
-        BackendKind::Zookeeper,
-        BackendKind::Memory,
-    ];
-
-    /// The name used by `SIMBA_BACKEND`, e.g. `"redis-cluster"`.
-    pub fn name(self) -> &'static str {
-        match self {
-            BackendKind::Postgres => "postgres",
-            BackendKind::Mysql => "mysql",
-            BackendKind::Redis => "redis",
-            BackendKind::RedisCluster => "redis-cluster",
-            BackendKind::Zookeeper => "zookeeper",
-            BackendKind::Memory => "memory",
-        }
-    }
-
-    /// The Cargo feature that compiles this backend in (`None` for memory, which is always there).
-    pub fn feature(self) -> Option<&'static str> {
-        match self {
-            BackendKind::Postgres => Some("postgres"),
-            BackendKind::Mysql => Some("mysql"),
-            BackendKind::Redis | BackendKind::RedisCluster => Some("redis"),
-            BackendKind::Zookeeper => Some("zookeeper"),
-            BackendKind::Memory => None,
-        }
-    }
-
-    /// True when this build contains the backend.
-    pub fn is_compiled(self) -> bool {
-        match self {
-            BackendKind::Postgres => cfg!(feature = "postgres"),
-            BackendKind::Mysql => cfg!(feature = "mysql"),
-            BackendKind::Redis | BackendKind::RedisCluster => cfg!(feature = "redis"),
-            BackendKind::Zookeeper => cfg!(feature = "zookeeper"),
-            BackendKind::Memory => true,
-        }
-    }
-
-    /// True for PostgreSQL and MySQL (the backends with a schema).
-    pub fn is_sql(self) -> bool {
-        matches!(self, BackendKind::Postgres | BackendKind::Mysql)
-    }
-
-    /// The backend's settings family (for the selection rules and `SIMBA_<FAMILY>_ENABLED`).
-    fn family(self) -> Family {
-        match self {
-            BackendKind::Postgres => Family::Postgres,
-            BackendKind::Mysql => Family::Mysql,
-            BackendKind::Redis | BackendKind::RedisCluster => Family::Redis,
-            BackendKind::Zookeeper => Family::Zookeeper,
-            BackendKind::Memory => Family::Memory,
-        }
-    }
-
-    /// Whether an explicit choice `self` (from `SIMBA_BACKEND`) agrees with a URL of kind `url`:
-    /// equal, or `redis` for a `redis+cluster://` URL.
-    fn agrees_with(self, url: BackendKind) -> bool {
-        self == url || (self == BackendKind::Redis && url == BackendKind::RedisCluster)
-    }
-}
-
-impl fmt::Display for BackendKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-impl FromStr for BackendKind {
-    type Err = Error;
-
-    /// Parses `postgres` (or `postgresql`), `mysql`, `redis`, `redis-cluster`, `zookeeper`,
-    /// `memory`; case-insensitive.
-    fn from_str(s: &str) -> Result<BackendKind> {
-        match s.trim().to_ascii_lowercase().as_str() {
-            "postgres" | "postgresql" => Ok(BackendKind::Postgres),
-            "mysql" => Ok(BackendKind::Mysql),
-            "redis" => Ok(BackendKind::Redis),
-            "redis-cluster" => Ok(BackendKind::RedisCluster),
-            "zookeeper" => Ok(BackendKind::Zookeeper),
-            "memory" => Ok(BackendKind::Memory),
-            _ => Err(Error::config(format!(
-                "unknown backend {:?}: expected one of postgres, mysql, redis, redis-cluster, zookeeper, memory",
-                shorten(s)
-            ))),
-        }
-    }
-}
-
-/// A group of settings that belong to one backend.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-enum Family {
-    Postgres,
-    Mysql,
-    Sql,
-    Redis,
-    Zookeeper,
-    Memory,
-}
-
-impl Family {
-    fn name(self) -> &'static str {
-        match self {
-            Family::Postgres => "postgres",
-            Family::Mysql => "mysql",
-            Family::Sql => "sql (postgres/mysql)",
-            Family::Redis => "redis",
-            Family::Zookeeper => "zookeeper",
-            Family::Memory => "memory",
-        }
-    }
-
-    fn applies_to(self, kind: BackendKind) -> bool {
-        match self {
-            Family::Sql => kind.is_sql(),
-            f => kind.family() == f,
-        }
-    }
-
-    /// The family of a `SIMBA_REDIS_*` or `SIMBA_ZOOKEEPER_*` variable `name` when that backend is
-    /// not compiled in (so this build cannot know its variables).
-    fn not_compiled_owner(name: &str) -> Option<Family> {
-        let family = if name.starts_with("SIMBA_REDIS_") {
-            Family::Redis
-        } else if name.starts_with("SIMBA_ZOOKEEPER_") {
-            Family::Zookeeper
-        } else {
-            return None;
-        };
-        let compiled = match family {
-            Family::Redis => cfg!(feature = "redis"),
-            _ => cfg!(feature = "zookeeper"),
-        };
-        (!compiled && !name.ends_with("_ENABLED")).then_some(family)
-    }
-
-    fn enabled_var(self) -> &'static str {
-        match self {
-            Family::Postgres => "SIMBA_POSTGRES_ENABLED",
-            Family::Mysql => "SIMBA_MYSQL_ENABLED",
-            Family::Redis => "SIMBA_REDIS_ENABLED",
-            Family::Zookeeper => "SIMBA_ZOOKEEPER_ENABLED",
-            Family::Memory | Family::Sql => "SIMBA_MEMORY_ENABLED",
-        }
-    }
-}
-
 /// Builder of [`Config`]. Setters record values; [`build`](ConfigBuilder::build) validates them
 /// all before any I/O. Settings from the environment ([`ConfigBuilder::from_env`]) can be
 /// overridden by later setter calls.
@@ -325,10 +151,10 @@ pub struct ConfigBuilder {
     sql_pool_size: Option<u32>,
     /// The Redis backend's own options builder (its `SIMBA_REDIS_*` parsing lives with it).
     #[cfg(feature = "redis")]
-    redis: RedisOptionsBuilder,
+    pub(crate) redis: RedisOptionsBuilder,
     /// The ZooKeeper backend's settings, checked when built (its parsing lives with it).
     #[cfg(feature = "zookeeper")]
-    zookeeper: ZookeeperSettings,
+    pub(crate) zookeeper: ZookeeperSettings,
     /// Backend-specific settings that were set, with the name they were set under.
     specific: BTreeSet<(Family, &'static str)>,
     /// `SIMBA_*` variables of backends not compiled in (they still count in the selection rules).
@@ -524,134 +350,10 @@ impl ConfigBuilder {
         self
     }
 
-    /// Redis: most connections open at once, to the server or to each Cluster node (default 8;
-    /// [`RedisOptionsBuilder::max_connections`]).
-    #[cfg(feature = "redis")]
-    #[must_use]
-    pub fn redis_max_connections(mut self, n: u32) -> Self {
-        self.redis = self.redis.max_connections(usize::try_from(n).unwrap_or(usize::MAX));
-        self.specific.insert((Family::Redis, "redis_max_connections"));
-        self
-    }
-
-    /// Redis: how long a pooled connection is reused before it is replaced (default forever;
-    /// [`RedisOptionsBuilder::max_connection_lifetime`]).
-    #[cfg(feature = "redis")]
-    #[must_use]
-    pub fn redis_max_connection_lifetime(mut self, d: Duration) -> Self {
-        self.redis = self.redis.max_connection_lifetime(d);
-        self.specific.insert((Family::Redis, "redis_max_connection_lifetime"));
-        self
-    }
-
-    /// Redis standalone only: a new term counts only after this many replicas acknowledged it
-    /// with `WAIT` (default 0 = off; [`RedisOptionsBuilder::wait_replicas`]).
-    #[cfg(feature = "redis")]
-    #[must_use]
-    pub fn redis_wait_replicas(mut self, n: u32) -> Self {
-        self.redis = self.redis.wait_replicas(n);
-        self.specific.insert((Family::Redis, "redis_wait_replicas"));
-        self
-    }
-
-    /// Redis: what to do when `maxmemory-policy` may evict Simba's keys (default warn;
-    /// [`RedisOptionsBuilder::eviction_check`]).
-    #[cfg(feature = "redis")]
-    #[must_use]
-    pub fn redis_eviction(mut self, e: EvictionCheck) -> Self {
-        self.redis = self.redis.eviction_check(e);
-        self.specific.insert((Family::Redis, "redis_eviction"));
-        self
-    }
-
-    /// Redis over TLS (`rediss://`, `rediss+cluster://`): trust only the CA certificate(s) in this
-    /// PEM file instead of the system's roots (the URL's `ca=` does the same).
-    #[cfg(feature = "redis")]
-    #[must_use]
-    pub fn redis_tls_ca(mut self, ca: impl Into<PathBuf>) -> Self {
-        self.redis.tls_slot(0, ca.into());
-        self.specific.insert((Family::Redis, "redis_tls_ca"));
-        self
-    }
-
-    /// Redis over TLS: present this client certificate and key (PEM files; the URL's `cert=` and
-    /// `key=` do the same).
-    #[cfg(feature = "redis")]
-    #[must_use]
-    pub fn redis_tls_identity(mut self, cert: impl Into<PathBuf>, key: impl Into<PathBuf>) -> Self {
-        self.redis.tls_slot(1, cert.into());
-        self.redis.tls_slot(2, key.into());
-        self.specific.insert((Family::Redis, "redis_tls_identity"));
-        self
-    }
-
-    /// ZooKeeper: root path of every node (default `/simba`; a `zookeeper://` URL path sets it too).
-    #[cfg(feature = "zookeeper")]
-    #[must_use]
-    pub fn zookeeper_root(mut self, root: impl Into<String>) -> Self {
-        self.zookeeper.root = Some(root.into());
-        self.specific.insert((Family::Zookeeper, "zookeeper_root"));
-        self
-    }
-
-    /// ZooKeeper: auth info sent by every client, e.g. `("digest", "user:password")`. The
-    /// credentials are never printed. Validated by [`build`](ConfigBuilder::build) (as
-    /// [`ZookeeperAuth::new`](crate::backends::zookeeper::ZookeeperAuth::new)).
-    #[cfg(feature = "zookeeper")]
-    #[must_use]
-    pub fn zookeeper_auth(mut self, scheme: impl Into<String>, credentials: impl Into<String>) -> Self {
-        self.zookeeper.auth = Some((scheme.into(), Secret(credentials.into())));
-        self.specific.insert((Family::Zookeeper, "zookeeper_auth"));
-        self
-    }
-
-    /// ZooKeeper: ACL of the nodes the backend creates (default [`AclMode::Auto`]).
-    #[cfg(feature = "zookeeper")]
-    #[must_use]
-    pub fn zookeeper_acl(mut self, acl: AclMode) -> Self {
-        self.zookeeper.acl = Some(acl);
-        self.specific.insert((Family::Zookeeper, "zookeeper_acl"));
-        self
-    }
-
-    /// ZooKeeper: bound on opening a session (default 10 s).
-    #[cfg(feature = "zookeeper")]
-    #[must_use]
-    pub fn zookeeper_connection_timeout(mut self, d: Duration) -> Self {
-        self.zookeeper.connection_timeout = Some(d);
-        self.specific.insert((Family::Zookeeper, "zookeeper_connection_timeout"));
-        self
-    }
-
-    /// ZooKeeper: connect over TLS, trusting the CA certificates in the PEM file `ca` (like
-    /// `SIMBA_ZOOKEEPER_TLS_CA`). The file is read when the configuration is built.
-    #[cfg(feature = "zookeeper")]
-    #[must_use]
-    pub fn zookeeper_tls_ca(mut self, ca: impl Into<PathBuf>) -> Self {
-        self.zookeeper.tls[0] = Some(ca.into());
-        self.specific.insert((Family::Zookeeper, "zookeeper_tls_ca"));
-        self
-    }
-
-    /// ZooKeeper: the TLS client certificate chain and private key, PEM files (like
-    /// `SIMBA_ZOOKEEPER_TLS_CERT` and `SIMBA_ZOOKEEPER_TLS_KEY`). Needs a CA.
-    #[cfg(feature = "zookeeper")]
-    #[must_use]
-    pub fn zookeeper_tls_identity(mut self, cert: impl Into<PathBuf>, key: impl Into<PathBuf>) -> Self {
-        self.zookeeper.tls[1] = Some(cert.into());
-        self.zookeeper.tls[2] = Some(key.into());
-        self.specific.insert((Family::Zookeeper, "zookeeper_tls_identity"));
-        self
-    }
-
-    /// ZooKeeper: SASL DIGEST-MD5 authentication of every client (like
-    /// `SIMBA_ZOOKEEPER_SASL=user:password`). The password is never printed.
-    #[cfg(feature = "zookeeper")]
-    #[must_use]
-    pub fn zookeeper_sasl(mut self, user: impl Into<String>, password: impl Into<String>) -> Self {
-        self.zookeeper.sasl = Some((user.into(), Secret(password.into())));
-        self.specific.insert((Family::Zookeeper, "zookeeper_sasl"));
-        self
+    /// Records that `setting` (a backend's setter) was set, for the selection rules.
+    #[cfg_attr(not(any(feature = "redis", feature = "zookeeper")), allow(dead_code))]
+    pub(crate) fn mark(&mut self, setting: (Family, &'static str)) {
+        self.specific.insert(setting);
     }
 
     /// Disables `kind`'s backend family (like `SIMBA_<BACKEND>_ENABLED=false`): choosing it fails.
@@ -819,17 +521,6 @@ impl ConfigBuilder {
     }
 }
 
-fn example_url(kind: BackendKind) -> &'static str {
-    match kind {
-        BackendKind::Postgres => "postgres://user@127.0.0.1:5432/db",
-        BackendKind::Mysql => "mysql://user@127.0.0.1:3306/db",
-        BackendKind::Redis => "redis://127.0.0.1:6379",
-        BackendKind::RedisCluster => "redis+cluster://127.0.0.1:7000,127.0.0.1:7001",
-        BackendKind::Zookeeper => "zookeeper://127.0.0.1:2181/simba",
-        BackendKind::Memory => "memory://",
-    }
-}
-
 /// The options of the selected backend, from the backend's own parsers.
 #[derive(Clone)]
 enum BackendSettings {
@@ -948,8 +639,8 @@ impl Config {
         self.purge_interval
     }
 
-    /// Redis: the backend's options (`None` for another backend).
     #[cfg(feature = "redis")]
+    /// Redis: the backend's options (`None` for another backend).
     pub fn redis_options(&self) -> Option<&RedisOptions> {
         match &self.backend {
             BackendSettings::Redis(o) => Some(o),
@@ -958,63 +649,14 @@ impl Config {
         }
     }
 
-    /// Redis: replicas that must acknowledge a new term (0 = off, and for another backend).
-    #[cfg(feature = "redis")]
-    pub fn redis_wait_replicas(&self) -> u32 {
-        self.redis_options().map_or(0, RedisOptions::wait_replicas)
-    }
-
-    /// Redis: the eviction-policy check mode (the default for another backend).
-    #[cfg(feature = "redis")]
-    pub fn redis_eviction(&self) -> EvictionCheck {
-        self.redis_options().map(RedisOptions::eviction_check).unwrap_or_default()
-    }
-
-    /// ZooKeeper: the backend's options (`None` for another backend).
     #[cfg(feature = "zookeeper")]
+    /// ZooKeeper: the backend's options (`None` for another backend).
     pub fn zookeeper_options(&self) -> Option<&ZookeeperOptions> {
         match &self.backend {
             BackendSettings::Zookeeper { options, .. } => Some(options),
             #[allow(unreachable_patterns)]
             _ => None,
         }
-    }
-
-    /// ZooKeeper: the root path (the default for another backend).
-    #[cfg(feature = "zookeeper")]
-    pub fn zookeeper_root(&self) -> &str {
-        self.zookeeper_options().map_or(DEFAULT_ZOOKEEPER_ROOT, ZookeeperOptions::root_path)
-    }
-
-    /// ZooKeeper: the effective ACL mode ([`AclMode::Auto`] resolved: `creator-all` with auth or
-    /// SASL, else `open`).
-    #[cfg(feature = "zookeeper")]
-    pub fn zookeeper_acl(&self) -> AclMode {
-        self.zookeeper_options().map(ZookeeperOptions::effective_acl).unwrap_or_default()
-    }
-
-    /// ZooKeeper: the TLS CA file, when TLS is configured by a file (URL or variable).
-    #[cfg(feature = "zookeeper")]
-    pub fn zookeeper_tls_ca(&self) -> Option<&Path> {
-        self.zookeeper_options().and_then(|o| o.tls.as_ref()).and_then(|t| t.ca_file())
-    }
-
-    /// ZooKeeper: the SASL user, when SASL is configured (the password is never exposed).
-    #[cfg(feature = "zookeeper")]
-    pub fn zookeeper_sasl_user(&self) -> Option<&str> {
-        self.zookeeper_options().and_then(|o| o.sasl.as_ref()).map(|s| s.user())
-    }
-
-    /// ZooKeeper: the auth scheme, when auth is configured (the credentials are never exposed).
-    #[cfg(feature = "zookeeper")]
-    pub fn zookeeper_auth_scheme(&self) -> Option<&str> {
-        self.zookeeper_options().and_then(|o| o.auth.first()).map(|a| a.scheme())
-    }
-
-    /// ZooKeeper: the connection timeout.
-    #[cfg(feature = "zookeeper")]
-    pub fn zookeeper_connection_timeout(&self) -> Option<Duration> {
-        self.zookeeper_options().map(|o| o.connection_timeout)
     }
 
     /// Non-fatal findings of [`build`](ConfigBuilder::build): settings ignored by the chosen

@@ -12,9 +12,10 @@ use std::time::Duration;
 use redis::{ConnectionAddr, ConnectionInfo, IntoConnectionInfo};
 
 use super::tls::{self, RedisTls};
+use crate::config::kind::Family;
 use crate::config::url::{parse_endpoint, url_error};
 use crate::config::values::{parse_count, parse_duration, shorten};
-use crate::config::{redact_url, BackendKind};
+use crate::config::{redact_url, BackendKind, Config, ConfigBuilder};
 use crate::error::{Error, Result};
 use crate::options::DEFAULT_QUERY_TIMEOUT;
 
@@ -92,7 +93,7 @@ impl RedisOptions {
     }
     /// Bounds every call as a whole: waiting for a pooled connection, connecting, writing, reading,
     /// the `WAIT` of `wait_replicas`, and on Cluster every script of one operation, slot map
-    /// re-reads and redirects ([`LeaseBackend::call_bound`] returns it).
+    /// re-reads and redirects ([`LeaseBackend::call_bound`](crate::LeaseBackend::call_bound) returns it).
     pub fn query_timeout(&self) -> Duration {
         self.query_timeout
     }
@@ -276,6 +277,77 @@ impl RedisOptionsBuilder {
         if let Some(slot) = tls.slots().into_iter().nth(i) {
             *slot = Some(path);
         }
+    }
+}
+
+/// The Redis settings of [`ConfigBuilder`] (each forwards to [`RedisOptionsBuilder`]).
+impl ConfigBuilder {
+    /// Redis: most connections open at once, to the server or to each Cluster node (default 8;
+    /// [`RedisOptionsBuilder::max_connections`]).
+    #[must_use]
+    pub fn redis_max_connections(mut self, n: u32) -> Self {
+        self.redis = self.redis.max_connections(usize::try_from(n).unwrap_or(usize::MAX));
+        self.mark((Family::Redis, "redis_max_connections"));
+        self
+    }
+
+    /// Redis: how long a pooled connection is reused before it is replaced (default forever;
+    /// [`RedisOptionsBuilder::max_connection_lifetime`]).
+    #[must_use]
+    pub fn redis_max_connection_lifetime(mut self, d: Duration) -> Self {
+        self.redis = self.redis.max_connection_lifetime(d);
+        self.mark((Family::Redis, "redis_max_connection_lifetime"));
+        self
+    }
+
+    /// Redis standalone only: a new term counts only after this many replicas acknowledged it
+    /// with `WAIT` (default 0 = off; [`RedisOptionsBuilder::wait_replicas`]).
+    #[must_use]
+    pub fn redis_wait_replicas(mut self, n: u32) -> Self {
+        self.redis = self.redis.wait_replicas(n);
+        self.mark((Family::Redis, "redis_wait_replicas"));
+        self
+    }
+
+    /// Redis: what to do when `maxmemory-policy` may evict Simba's keys (default warn;
+    /// [`RedisOptionsBuilder::eviction_check`]).
+    #[must_use]
+    pub fn redis_eviction(mut self, e: EvictionCheck) -> Self {
+        self.redis = self.redis.eviction_check(e);
+        self.mark((Family::Redis, "redis_eviction"));
+        self
+    }
+
+    /// Redis over TLS (`rediss://`, `rediss+cluster://`): trust only the CA certificate(s) in this
+    /// PEM file instead of the system's roots (the URL's `ca=` does the same).
+    #[must_use]
+    pub fn redis_tls_ca(mut self, ca: impl Into<PathBuf>) -> Self {
+        self.redis.tls_slot(0, ca.into());
+        self.mark((Family::Redis, "redis_tls_ca"));
+        self
+    }
+
+    /// Redis over TLS: present this client certificate and key (PEM files; the URL's `cert=` and
+    /// `key=` do the same).
+    #[must_use]
+    pub fn redis_tls_identity(mut self, cert: impl Into<PathBuf>, key: impl Into<PathBuf>) -> Self {
+        self.redis.tls_slot(1, cert.into());
+        self.redis.tls_slot(2, key.into());
+        self.mark((Family::Redis, "redis_tls_identity"));
+        self
+    }
+}
+
+/// The Redis settings of a [`Config`].
+impl Config {
+    /// Redis: replicas that must acknowledge a new term (0 = off, and for another backend).
+    pub fn redis_wait_replicas(&self) -> u32 {
+        self.redis_options().map_or(0, RedisOptions::wait_replicas)
+    }
+
+    /// Redis: the eviction-policy check mode (the default for another backend).
+    pub fn redis_eviction(&self) -> EvictionCheck {
+        self.redis_options().map(RedisOptions::eviction_check).unwrap_or_default()
     }
 }
 

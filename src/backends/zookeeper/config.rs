@@ -5,14 +5,15 @@
 //! means the same everywhere. The options themselves are [`ZookeeperOptions`].
 
 use std::fmt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use super::options::{AclMode, ZookeeperAuth, ZookeeperOptions, ZookeeperSasl, ZookeeperTls};
+use super::options::{AclMode, ZookeeperAuth, ZookeeperOptions, ZookeeperSasl, ZookeeperTls, DEFAULT_ROOT};
+use crate::config::kind::Family;
 use crate::config::redact::Secret;
 use crate::config::url::{parse_endpoint, url_error, Endpoint};
 use crate::config::values::parse_duration;
-use crate::config::BackendKind;
+use crate::config::{BackendKind, Config, ConfigBuilder};
 use crate::error::{Error, Result};
 
 /// Default ZooKeeper port, used for URL hosts written without one.
@@ -178,6 +179,106 @@ impl ZookeeperSettings {
         let o = url.apply(o)?;
         o.validate()?;
         Ok((hosts, o))
+    }
+}
+
+/// The ZooKeeper settings of [`ConfigBuilder`] (checked by [`build`](ConfigBuilder::build), as
+/// the backend's own constructors check them).
+impl ConfigBuilder {
+    /// ZooKeeper: root path of every node (default `/simba`; a `zookeeper://` URL path sets it too).
+    #[must_use]
+    pub fn zookeeper_root(mut self, root: impl Into<String>) -> Self {
+        self.zookeeper.root = Some(root.into());
+        self.mark((Family::Zookeeper, "zookeeper_root"));
+        self
+    }
+
+    /// ZooKeeper: auth info sent by every client, e.g. `("digest", "user:password")`. The
+    /// credentials are never printed. Validated by [`build`](ConfigBuilder::build) (as
+    /// [`ZookeeperAuth::new`](crate::backends::zookeeper::ZookeeperAuth::new)).
+    #[must_use]
+    pub fn zookeeper_auth(mut self, scheme: impl Into<String>, credentials: impl Into<String>) -> Self {
+        self.zookeeper.auth = Some((scheme.into(), Secret(credentials.into())));
+        self.mark((Family::Zookeeper, "zookeeper_auth"));
+        self
+    }
+
+    /// ZooKeeper: ACL of the nodes the backend creates (default [`AclMode::Auto`]).
+    #[must_use]
+    pub fn zookeeper_acl(mut self, acl: AclMode) -> Self {
+        self.zookeeper.acl = Some(acl);
+        self.mark((Family::Zookeeper, "zookeeper_acl"));
+        self
+    }
+
+    /// ZooKeeper: bound on opening a session (default 10 s).
+    #[must_use]
+    pub fn zookeeper_connection_timeout(mut self, d: Duration) -> Self {
+        self.zookeeper.connection_timeout = Some(d);
+        self.mark((Family::Zookeeper, "zookeeper_connection_timeout"));
+        self
+    }
+
+    /// ZooKeeper: connect over TLS, trusting the CA certificates in the PEM file `ca` (like
+    /// `SIMBA_ZOOKEEPER_TLS_CA`). The file is read when the configuration is built.
+    #[must_use]
+    pub fn zookeeper_tls_ca(mut self, ca: impl Into<PathBuf>) -> Self {
+        self.zookeeper.tls[0] = Some(ca.into());
+        self.mark((Family::Zookeeper, "zookeeper_tls_ca"));
+        self
+    }
+
+    /// ZooKeeper: the TLS client certificate chain and private key, PEM files (like
+    /// `SIMBA_ZOOKEEPER_TLS_CERT` and `SIMBA_ZOOKEEPER_TLS_KEY`). Needs a CA.
+    #[must_use]
+    pub fn zookeeper_tls_identity(mut self, cert: impl Into<PathBuf>, key: impl Into<PathBuf>) -> Self {
+        self.zookeeper.tls[1] = Some(cert.into());
+        self.zookeeper.tls[2] = Some(key.into());
+        self.mark((Family::Zookeeper, "zookeeper_tls_identity"));
+        self
+    }
+
+    /// ZooKeeper: SASL DIGEST-MD5 authentication of every client (like
+    /// `SIMBA_ZOOKEEPER_SASL=user:password`). The password is never printed.
+    #[must_use]
+    pub fn zookeeper_sasl(mut self, user: impl Into<String>, password: impl Into<String>) -> Self {
+        self.zookeeper.sasl = Some((user.into(), Secret(password.into())));
+        self.mark((Family::Zookeeper, "zookeeper_sasl"));
+        self
+    }
+}
+
+/// The ZooKeeper settings of a [`Config`].
+impl Config {
+    /// ZooKeeper: the root path (the default for another backend).
+    pub fn zookeeper_root(&self) -> &str {
+        self.zookeeper_options().map_or(DEFAULT_ROOT, ZookeeperOptions::root_path)
+    }
+
+    /// ZooKeeper: the effective ACL mode ([`AclMode::Auto`] resolved: `creator-all` with auth or
+    /// SASL, else `open`).
+    pub fn zookeeper_acl(&self) -> AclMode {
+        self.zookeeper_options().map(ZookeeperOptions::effective_acl).unwrap_or_default()
+    }
+
+    /// ZooKeeper: the TLS CA file, when TLS is configured by a file (URL or variable).
+    pub fn zookeeper_tls_ca(&self) -> Option<&Path> {
+        self.zookeeper_options().and_then(|o| o.tls.as_ref()).and_then(|t| t.ca_file())
+    }
+
+    /// ZooKeeper: the SASL user, when SASL is configured (the password is never exposed).
+    pub fn zookeeper_sasl_user(&self) -> Option<&str> {
+        self.zookeeper_options().and_then(|o| o.sasl.as_ref()).map(|s| s.user())
+    }
+
+    /// ZooKeeper: the auth scheme, when auth is configured (the credentials are never exposed).
+    pub fn zookeeper_auth_scheme(&self) -> Option<&str> {
+        self.zookeeper_options().and_then(|o| o.auth.first()).map(|a| a.scheme())
+    }
+
+    /// ZooKeeper: the connection timeout.
+    pub fn zookeeper_connection_timeout(&self) -> Option<Duration> {
+        self.zookeeper_options().map(|o| o.connection_timeout)
     }
 }
 
