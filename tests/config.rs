@@ -384,6 +384,30 @@ fn redis_settings() {
     let m = err(&[("SIMBA_URL", "redis+cluster://h:7000"), ("SIMBA_REDIS_WAIT_REPLICAS", "1")]);
     assert_contains(&m, &["not available on Redis Cluster"]);
     assert_contains(&err(&[("SIMBA_URL", "redis://h"), ("SIMBA_REDIS_MAX_CONNECTIONS", "0")]), &["max_connections 0"]);
+    // The pool's connection lifetime: forever unless set, at least 1 s.
+    let c = from(&[("SIMBA_URL", "redis://h"), ("SIMBA_REDIS_MAX_CONNECTION_LIFETIME", "30m")]).unwrap();
+    let o = c.redis_options().expect("redis options");
+    assert_eq!(o.max_connection_lifetime(), Duration::from_secs(1800));
+    let c = from(&[("SIMBA_URL", "redis://h")]).unwrap();
+    assert_eq!(c.redis_options().unwrap().max_connection_lifetime(), Duration::MAX);
+    assert_contains(
+        &err(&[("SIMBA_URL", "redis://h"), ("SIMBA_REDIS_MAX_CONNECTION_LIFETIME", "0s")]),
+        &["max_connection_lifetime", "at least 1s"],
+    );
+    assert_contains(
+        &err(&[("SIMBA_URL", "redis://h"), ("SIMBA_REDIS_MAX_CONNECTION_LIFETIME", "soon")]),
+        &["SIMBA_REDIS_MAX_CONNECTION_LIFETIME=\"soon\" is not a duration"],
+    );
+    // The same options type from code; the URL means what it means to RedisBackend::connect.
+    let c = Config::builder().url("redis://h").redis_max_connection_lifetime(Duration::from_secs(5)).build().unwrap();
+    assert_eq!(c.redis_options().unwrap().max_connection_lifetime(), Duration::from_secs(5));
+    let e = Config::from_url("redis://:hunter2@h?protocl=resp3").unwrap_err();
+    assert_contains(&e.to_string(), &["unknown query parameter \"protocl\"", "protocol="]);
+    assert!(!e.to_string().contains("hunter2"), "{e}");
+    assert!(Config::from_url("redis://h?protocol=resp3").is_ok());
+    // Backend-owned options are read by the backend's own builder, identically.
+    let b = simba::backends::redis::RedisOptionsBuilder::from_vars(vars(&[("SIMBA_REDIS_WAIT_REPLICAS", "2")]));
+    assert_eq!(b.unwrap().build().unwrap().wait_replicas(), 2);
 }
 
 #[cfg(feature = "zookeeper")]
