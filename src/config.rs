@@ -763,9 +763,13 @@ impl Config {
 
     /// Validates the backend's own options (without I/O).
     fn validate_backend_options(&self) -> Result<()> {
-        #[cfg(any(feature = "postgres", feature = "mysql"))]
-        if self.kind.is_sql() {
-            self.sql_options()?;
+        match self.kind {
+            #[cfg(any(feature = "postgres", feature = "mysql"))]
+            BackendKind::Postgres | BackendKind::Mysql => {
+                self.sql_options()?;
+            }
+            // Redis and ZooKeeper: checked by their own parsers in `build`.
+            _ => {}
         }
         Ok(())
     }
