@@ -16,6 +16,7 @@ use parking_lot::Mutex;
 use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, Slot, SlotAddr};
 use serial_test::serial;
 use simba::backends::redis::{ClusteredScripting, LuaScript, RedisBackend, RedisOptions, RedisScripting};
+use simba::tck::eventually;
 use simba::{Acquire, Error, ErrorKind, KeepAlive, LeaseBackend, Name, Notification, SessionId, Token, Topic};
 
 fn init_log() {
@@ -206,19 +207,6 @@ fn owned(b: &RedisBackend, sid: &SessionId, d: Duration) -> Vec<(Name, Token)> {
             owned
         }
         KeepAlive::Expired => panic!("session {sid} unexpectedly expired"),
-    }
-}
-
-fn eventually(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + timeout;
-    loop {
-        if cond() {
-            return true;
-        }
-        if Instant::now() >= deadline {
-            return false;
-        }
-        thread::sleep(Duration::from_millis(20));
     }
 }
 
