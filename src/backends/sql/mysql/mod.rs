@@ -18,6 +18,17 @@
 //! Both paths lock the session row first and judge expiry with a `NOW(3)` read by a later
 //! statement, after the lock is granted: a renewal that waited for a takeover never revives a
 //! session that expired meanwhile (MySQL 8 fixes `NOW()` at statement start).
+//!
+//! Connections use TLS as [`MysqlConfig`] says ([`MysqlSslMode`], MySQL's `ssl-mode`), through
+//! the driver's rustls; `PREFERRED` falls back to plain TCP when the server offers no TLS. A TLS
+//! handshake that fails is a permanent connect failure (calls fail at once, with rustls' words
+//! and what to change). `check` reports the server's view of the session's TLS (`Ssl_version`,
+//! `Ssl_cipher`) and what the client verified.
+
+mod config;
+mod tls;
+
+pub use config::{MysqlConfig, MysqlSslMode, MysqlTls};
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -29,7 +40,8 @@ use parking_lot::Mutex;
 
 use super::pool::{ConnectFailure, ConnectHealth, Fail, SqlPool};
 use super::queries::mysql as q;
-use super::{add_keep_alive_row, redact_url, Driver, RawAcquire, RawHolder, RawKeepAlive, SqlOptions};
+use super::{add_keep_alive_row, Driver, RawAcquire, RawHolder, RawKeepAlive, SqlOptions};
+use crate::backend::{CheckItem, CheckStatus};
 use crate::error::{Error, Result};
 use crate::types::{Name, SessionId};
 
@@ -78,7 +90,8 @@ mod code {
     pub const PASSWORD_EXPIRED: [u16; 2] = [1862, 1820];
     /// ER_ACCOUNT_HAS_BEEN_LOCKED (MySQL 3118, MariaDB 4151).
     pub const ACCOUNT_LOCKED: [u16; 2] = [3118, 4151];
-    /// ER_SECURE_TRANSPORT_REQUIRED (MySQL 3159, MariaDB 4036? see `connect_failure`).
+    /// ER_SECURE_TRANSPORT_REQUIRED (MySQL 3159; MariaDB 10.11 answers a plain connection to a
+    /// `require_secure_transport=ON` server with [`LOGIN_DENIED`] instead).
     pub const SECURE_TRANSPORT_REQUIRED: u16 = 3159;
 }
 
@@ -198,14 +211,21 @@ fn col<T: mysql::prelude::FromValue>(row: &Row, idx: usize, what: &str) -> Resul
 /// (with what to do, in the server's words: error number, SQLSTATE and message); network
 /// failures, a server shutting down and "too many connections" are retried within the query
 /// timeout.
-fn connect_failure(e: &mysql::Error, user: &str, database: &str) -> ConnectFailure {
+fn connect_failure(e: &mysql::Error, user: &str, database: &str, tls: &MysqlTls, encrypted: bool) -> ConnectFailure {
+    if let Some(hint) = tls::handshake_hint(e, tls) {
+        return ConnectFailure {
+            permanent: true,
+            text: format!("the TLS handshake failed: {}: {hint}", crate::error::display_chain(e)),
+        };
+    }
     let mysql::Error::MySqlError(se) = e else {
         return ConnectFailure { permanent: false, text: crate::error::display_chain(e) };
     };
     let todo = match se.code {
         c if code::LOGIN_DENIED.contains(&c) => format!(
-            "check the user name \"{user}\" and the password in the URL (the server answers the same for an \
-             unknown user, a wrong password and an account that requires TLS)"
+            "check the user name \"{user}\" and the password (the server answers the same for an unknown user, a \
+             wrong password and an account that requires TLS){}",
+            tls::login_hint(tls, encrypted)
         ),
         code::DB_ACCESS_DENIED => format!("grant user \"{user}\" access to database \"{database}\""),
         code::UNKNOWN_DATABASE => format!("create the database \"{database}\" or fix the database name in the URL"),
@@ -227,7 +247,11 @@ fn connect_failure(e: &mysql::Error, user: &str, database: &str) -> ConnectFailu
 }
 
 pub(crate) struct MyManager {
+    /// The driver options, TLS included.
     opts: Opts,
+    /// `PREFERRED`: the same without TLS, for a server that offers none.
+    plain_opts: Option<Opts>,
+    tls: MysqlTls,
     health: Arc<ConnectHealth>,
     lock_wait_secs: u64,
     statement_secs: f64,
@@ -276,12 +300,24 @@ impl r2d2::ManageConnection for MyManager {
     type Error = mysql::Error;
 
     fn connect(&self) -> Result<MyConn, mysql::Error> {
-        let mut conn = match mysql::Conn::new(self.opts.clone()) {
+        let encrypted = self.opts.get_ssl_opts().is_some();
+        if encrypted {
+            tls::ensure_provider();
+        }
+        let attempt = match mysql::Conn::new(self.opts.clone()) {
+            Err(e) if tls::server_has_no_tls(&e) && self.plain_opts.is_some() => {
+                debug!("simba {KIND}: the server offers no TLS: ssl-mode=PREFERRED connects without it");
+                let plain = self.plain_opts.clone().unwrap_or_default();
+                mysql::Conn::new(plain).map_err(|e| (e, false))
+            }
+            r => r.map_err(|e| (e, encrypted)),
+        };
+        let mut conn = match attempt {
             Ok(c) => c,
-            Err(e) => {
+            Err((e, encrypted)) => {
                 let user = self.opts.get_user().unwrap_or_default();
                 let database = self.opts.get_db_name().unwrap_or_default();
-                self.health.failed(KIND, connect_failure(&e, user, database));
+                self.health.failed(KIND, connect_failure(&e, user, database, &self.tls, encrypted));
                 return Err(e);
             }
         };
@@ -359,33 +395,41 @@ impl Routine {
 
 pub(crate) struct MyDriver {
     pool: SqlPool<MyManager>,
+    tls: MysqlTls,
+    /// The server is on this host (loopback): plain TCP never crosses a network.
+    loopback: bool,
     registry: Arc<Mutex<Vec<u64>>>,
     keep_alive_routine: Routine,
     acquire_routine: Routine,
 }
 
 impl MyDriver {
-    pub(crate) fn new(url: &str, options: &SqlOptions) -> Result<MyDriver> {
-        let url_for_driver = match url.split_once("://") {
-            Some((scheme, rest)) if scheme.eq_ignore_ascii_case("mariadb") => format!("mysql://{rest}"),
-            _ => url.to_string(),
-        };
-        let parsed = Opts::from_url(&url_for_driver)
-            .map_err(|e| Error::config(format!("invalid MySQL URL {}", redact_url(url))).with_source(e))?;
+    /// A driver for `config`, with the settings the backend depends on forced on top of the
+    /// driver options (see [`SqlBackend::mysql_config`](super::SqlBackend::mysql_config)).
+    pub(crate) fn new(config: &MysqlConfig, options: &SqlOptions) -> Result<MyDriver> {
         let qt = options.query_timeout();
         // The server gives up first (statement / lock wait limits); the socket read timeout is
-        // the last resort for a server that stopped answering.
-        let opts: Opts = OptsBuilder::from_opts(parsed)
+        // the last resort for a server that stopped answering. No silent switch to a Unix socket
+        // (it would skip TLS), and affected-row counts as the statements expect (no
+        // CLIENT_FOUND_ROWS).
+        let capabilities =
+            config.opts().get_additional_capabilities() & !mysql::consts::CapabilityFlags::CLIENT_FOUND_ROWS;
+        let opts: Opts = OptsBuilder::from_opts(config.opts().clone())
             .prefer_socket(false)
             .tcp_connect_timeout(Some(options.connect_timeout()))
             .read_timeout(Some(qt + Duration::from_millis(500)))
             .write_timeout(Some(qt))
             .stmt_cache_size(64)
+            .additional_capabilities(capabilities)
             .into();
+        let plain_opts = (config.ssl_mode() == MysqlSslMode::Preferred && !config.own_ssl_opts())
+            .then(|| OptsBuilder::from_opts(opts.clone()).ssl_opts(None).into());
         let registry = Arc::new(Mutex::new(Vec::new()));
         let health = Arc::new(ConnectHealth::default());
         let manager = MyManager {
             opts,
+            plain_opts,
+            tls: config.tls().clone(),
             health: health.clone(),
             lock_wait_secs: qt.as_secs_f64().ceil().max(1.0) as u64,
             statement_secs: qt.as_secs_f64().max(0.001),
@@ -394,6 +438,8 @@ impl MyDriver {
         };
         Ok(MyDriver {
             pool: SqlPool::new(manager, health, options, KIND),
+            tls: config.tls().clone(),
+            loopback: config.opts().addr_is_loopback(),
             registry,
             keep_alive_routine: Routine::new(
                 q::KEEP_ALIVE_PROCEDURE,
@@ -774,6 +820,41 @@ impl Driver for MyDriver {
             rows.iter().map(|r| col(r, 0, what)).collect()
         })?;
         Ok([q::KEEP_ALIVE_PROCEDURE, q::ACQUIRE_PROCEDURE].into_iter().find(|p| !present.iter().any(|n| n == p)))
+    }
+
+    fn extra_checks(&self) -> Vec<CheckItem> {
+        let what = "read the connection's TLS status";
+        let status = self.pool.run(what, |c| {
+            let rows: Vec<Row> = c.conn.query(q::TLS_STATUS).map_err(|e| fail(&mut c.broken, e, what))?;
+            let (mut version, mut cipher) = (String::new(), String::new());
+            for r in &rows {
+                let (name, value): (String, String) = (col(r, 0, what)?, col(r, 1, what)?);
+                match name.as_str() {
+                    "Ssl_version" => version = value,
+                    "Ssl_cipher" => cipher = value,
+                    _ => {}
+                }
+            }
+            Ok((version, cipher))
+        });
+        let item = |status, detail| CheckItem { name: "tls".to_string(), status, detail };
+        vec![match status {
+            Ok((version, cipher)) => {
+                let (encrypted, verified, detail) = tls::describe(&self.tls, &version, &cipher);
+                match (encrypted, verified) {
+                    (true, true) => item(CheckStatus::Ok, detail),
+                    (true, false) => item(CheckStatus::Warn, detail),
+                    (false, _) if self.loopback => item(CheckStatus::Ok, format!("{detail}; a loopback address")),
+                    (false, _) => item(
+                        CheckStatus::Warn,
+                        format!(
+                            "{detail}; passwords and data cross the network in clear: use ssl-mode=VERIFY_IDENTITY"
+                        ),
+                    ),
+                }
+            }
+            Err(e) => item(CheckStatus::Warn, crate::error::display_chain(&e)),
+        }]
     }
 
     fn connection_ids(&self) -> Vec<u64> {
