@@ -18,9 +18,15 @@ pub(super) fn ensure_provider() {
 }
 
 /// The rustls error behind a driver error, if the TLS layer failed (the driver returns it
-/// directly, or inside the I/O error of the handshake's first read or write).
+/// directly, or inside the I/O error of the handshake's first read or write, itself inside the
+/// packet codec's error). `mysql::Error` has no `source()`: its variants are opened here.
 fn rustls_error(e: &mysql::Error) -> Option<&rustls::Error> {
-    let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    let mut cur: Option<&(dyn std::error::Error + 'static)> = match e {
+        mysql::Error::IoError(io) => Some(io),
+        mysql::Error::CodecError(c) => Some(c),
+        mysql::Error::TlsError(t) => Some(t),
+        _ => None,
+    };
     while let Some(err) = cur {
         if let Some(t) = err.downcast_ref::<rustls::Error>() {
             return Some(t);
