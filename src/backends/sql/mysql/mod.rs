@@ -304,13 +304,12 @@ impl r2d2::ManageConnection for MyManager {
         if encrypted {
             tls::ensure_provider();
         }
-        let attempt = match mysql::Conn::new(self.opts.clone()) {
-            Err(e) if tls::server_has_no_tls(&e) && self.plain_opts.is_some() => {
+        let attempt = match (mysql::Conn::new(self.opts.clone()), &self.plain_opts) {
+            (Err(e), Some(plain)) if tls::server_has_no_tls(&e) => {
                 debug!("simba {KIND}: the server offers no TLS: ssl-mode=PREFERRED connects without it");
-                let plain = self.plain_opts.clone().unwrap_or_default();
-                mysql::Conn::new(plain).map_err(|e| (e, false))
+                mysql::Conn::new(plain.clone()).map_err(|e| (e, false))
             }
-            r => r.map_err(|e| (e, encrypted)),
+            (r, _) => r.map_err(|e| (e, encrypted)),
         };
         let mut conn = match attempt {
             Ok(c) => c,
