@@ -844,6 +844,11 @@ mod tests {
         assert!(SqlOptions::builder().query_timeout(Duration::ZERO).build().is_err());
         let o = SqlOptions::builder().query_timeout(Duration::from_secs(1)).pool_size(2).build().unwrap();
         assert_eq!((o.query_timeout(), o.pool_size()), (Duration::from_secs(1), 2));
+        assert_eq!(SqlOptions::default().connection_lifetime(), DEFAULT_CONNECTION_LIFETIME);
+        let e = SqlOptions::builder().connection_lifetime(Duration::from_millis(999)).build().unwrap_err();
+        assert!(e.to_string().contains("connection_lifetime"), "{e}");
+        let o = SqlOptions::builder().connection_lifetime(Duration::MAX).build().unwrap();
+        assert_eq!(o.connection_lifetime(), Duration::MAX);
     }
 }
 
