@@ -192,7 +192,11 @@ pub(super) fn connect_failure(
     if let Some(hint) = tls::handshake_hint(e, tls) {
         return ConnectFailure {
             permanent: true,
-            text: format!("the TLS handshake failed: {}: {hint}", crate::error::display_chain(e)),
+            text: format!(
+                "{}: {}: {hint}",
+                if tls::server_has_no_tls(e) { "no TLS" } else { "the TLS handshake failed" },
+                crate::error::display_chain(e)
+            ),
         };
     }
     let mysql::Error::MySqlError(se) = e else {
