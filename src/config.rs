@@ -764,8 +764,14 @@ impl Config {
     /// Validates the backend's own options (without I/O).
     fn validate_backend_options(&self) -> Result<()> {
         match self.kind {
-            #[cfg(any(feature = "postgres", feature = "mysql"))]
-            BackendKind::Postgres | BackendKind::Mysql => {
+            #[cfg(feature = "mysql")]
+            BackendKind::Mysql => {
+                self.sql_options()?;
+                // The backend's own URL parsing (ssl-* parameters, TLS files): refused at build time.
+                crate::backends::sql::MysqlConfig::from_url(&self.endpoint()?.raw.0)?;
+            }
+            #[cfg(feature = "postgres")]
+            BackendKind::Postgres => {
                 self.sql_options()?;
             }
             // Redis and ZooKeeper: checked by their own parsers in `build`.

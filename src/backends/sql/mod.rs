@@ -51,6 +51,8 @@ use crate::types::{validate_metadata, Name, SessionId, Token};
 
 #[cfg(feature = "mysql")]
 mod mysql;
+#[cfg(feature = "mysql")]
+pub use mysql::{MysqlConfig, MysqlSslMode, MysqlTls};
 mod pool;
 #[cfg(feature = "postgres")]
 mod postgres;
@@ -60,6 +62,8 @@ pub mod queries;
 pub const DEFAULT_PURGE_INTERVAL: Duration = Duration::from_secs(60);
 /// Default number of connections in the backend's own pool.
 pub const DEFAULT_POOL_SIZE: u32 = 4;
+/// Default longest life of a pooled connection (it is replaced after that).
+pub const DEFAULT_CONNECTION_LIFETIME: Duration = Duration::from_secs(1800);
 /// Most sessions one purge run deletes.
 pub const PURGE_BATCH: usize = 1000;
 
@@ -136,6 +140,7 @@ pub struct SqlOptions {
     purge_interval: Duration,
     auto_purge: bool,
     pool_size: u32,
+    connection_lifetime: Duration,
 }
 
 impl Default for SqlOptions {
@@ -146,6 +151,7 @@ impl Default for SqlOptions {
             purge_interval: DEFAULT_PURGE_INTERVAL,
             auto_purge: true,
             pool_size: DEFAULT_POOL_SIZE,
+            connection_lifetime: DEFAULT_CONNECTION_LIFETIME,
         }
     }
 }
@@ -181,6 +187,11 @@ impl SqlOptions {
     pub fn pool_size(&self) -> u32 {
         self.pool_size
     }
+
+    /// Longest life of a pooled connection (default 30 min; [`Duration::MAX`]: forever).
+    pub fn connection_lifetime(&self) -> Duration {
+        self.connection_lifetime
+    }
 }
 
 /// Builder of [`SqlOptions`].
@@ -191,6 +202,7 @@ pub struct SqlOptionsBuilder {
     purge_interval: Option<Duration>,
     auto_purge: Option<bool>,
     pool_size: Option<u32>,
+    connection_lifetime: Option<Duration>,
 }
 
 impl SqlOptionsBuilder {
@@ -232,6 +244,15 @@ impl SqlOptionsBuilder {
         self
     }
 
+    /// Longest life of a pooled connection: it is closed and replaced (on demand) after that,
+    /// e.g. to follow a server's rotated certificate or a changed DNS name (default 30 min; at
+    /// least 1 s; [`Duration::MAX`] keeps connections forever).
+    #[must_use]
+    pub fn connection_lifetime(mut self, d: Duration) -> Self {
+        self.connection_lifetime = Some(d);
+        self
+    }
+
     /// Validates and builds.
     ///
     /// # Errors
@@ -255,12 +276,19 @@ impl SqlOptionsBuilder {
         if !(1..=256).contains(&pool_size) {
             return Err(Error::config(format!("pool_size {pool_size} must be between 1 and 256")));
         }
+        let connection_lifetime = self.connection_lifetime.unwrap_or(DEFAULT_CONNECTION_LIFETIME);
+        if connection_lifetime < Duration::from_secs(1) {
+            return Err(Error::config(format!(
+                "connection_lifetime {connection_lifetime:?} must be at least 1s (Duration::MAX: forever)"
+            )));
+        }
         Ok(SqlOptions {
             query_timeout,
             connect_timeout: self.connect_timeout,
             purge_interval,
             auto_purge: self.auto_purge.unwrap_or(true),
             pool_size,
+            connection_lifetime,
         })
     }
 }
@@ -348,6 +376,10 @@ pub(crate) trait Driver: Send + Sync + 'static {
     fn notification_connection_id(&self) -> Option<u64> {
         None
     }
+    /// The dialect's own `check` items (MySQL: `tls`), after `reachable`.
+    fn extra_checks(&self) -> Vec<CheckItem> {
+        Vec::new()
+    }
 }
 
 /// The SQL [`LeaseBackend`] (PostgreSQL or MySQL/MariaDB). Cheap to clone; clones share the pool.
@@ -393,15 +425,47 @@ impl SqlBackend {
         Ok(SqlBackend::with_driver(Dialect::Postgres, url, options, Box::new(driver)))
     }
 
-    /// A MySQL 8 / MariaDB 10.11 backend for `url` (`mysql://user:password@host:port/db`; `mariadb://`
-    /// is accepted as a synonym). No I/O happens here.
+    /// A MySQL 8 / MariaDB 10.11 backend for `url`
+    /// (`mysql://user:password@host:port/db?ssl-mode=VERIFY_IDENTITY&ssl-ca=/path/ca.pem`; `mariadb://`
+    /// is accepted as a synonym; the `ssl-*` parameters are described at [`MysqlConfig`]). No
+    /// network I/O happens here (TLS files are read to check them).
     ///
     /// # Errors
-    /// `InvalidConfig` when the URL cannot be parsed.
+    /// `InvalidConfig` when the URL cannot be parsed or its TLS settings are unusable.
     #[cfg(feature = "mysql")]
     pub fn mysql(url: &str, options: SqlOptions) -> Result<SqlBackend> {
-        let driver = mysql::MyDriver::new(url, &options)?;
+        let config = MysqlConfig::from_url(url)?;
+        let driver = mysql::MyDriver::new(&config, &options)?;
         Ok(SqlBackend::with_driver(Dialect::Mysql, url, options, Box::new(driver)))
+    }
+
+    /// A MySQL/MariaDB backend from the application's own driver options (`mysql::Opts` or
+    /// `mysql::OptsBuilder` of the `mysql` crate, version 28): host, credentials, database and its
+    /// `SslOpts` are used as given (see [`MysqlConfig::from_opts`]). Same as
+    /// [`mysql_config`](SqlBackend::mysql_config)`(MysqlConfig::from_opts(opts), options)`.
+    ///
+    /// # Errors
+    /// As [`mysql_config`](SqlBackend::mysql_config).
+    #[cfg(feature = "mysql")]
+    pub fn mysql_opts(opts: impl Into<::mysql::Opts>, options: SqlOptions) -> Result<SqlBackend> {
+        SqlBackend::mysql_config(MysqlConfig::from_opts(opts), options)
+    }
+
+    /// A MySQL/MariaDB backend for `config`. The backend owns its pool (`options`: size,
+    /// connection lifetime, timeouts) and forces, on top of the driver options, what its
+    /// statements depend on: TCP connect/read/write timeouts from the query and connect timeouts,
+    /// TCP even for a loopback host (`prefer_socket` off, so TLS applies), no `CLIENT_FOUND_ROWS`,
+    /// a statement cache of 64; and on every new connection `autocommit=1`, `time_zone='+00:00'`,
+    /// `innodb_lock_wait_timeout` and the statement time limit (MariaDB `max_statement_time`,
+    /// MySQL `max_execution_time`) from the query timeout. The driver's own pool options are not
+    /// used. No I/O happens here.
+    ///
+    /// # Errors
+    /// `InvalidConfig` when the driver options cannot be used.
+    #[cfg(feature = "mysql")]
+    pub fn mysql_config(config: MysqlConfig, options: SqlOptions) -> Result<SqlBackend> {
+        let driver = mysql::MyDriver::new(&config, &options)?;
+        Ok(SqlBackend::with_driver(Dialect::Mysql, &config.display_url(), options, Box::new(driver)))
     }
 
     /// A backend for `url`, choosing the dialect by scheme (see [`Dialect::from_url`]).
@@ -698,7 +762,10 @@ impl LeaseBackend for SqlBackend {
         let item = |name: &str, status, detail: String| CheckItem { name: name.to_string(), status, detail };
         let mut items = Vec::new();
         match self.inner.driver.server_version() {
-            Ok(v) => items.push(item("reachable", CheckStatus::Ok, format!("{d} server {v} at {}", self.inner.url))),
+            Ok(v) => {
+                items.push(item("reachable", CheckStatus::Ok, format!("{d} server {v} at {}", self.inner.url)));
+                items.extend(self.inner.driver.extra_checks());
+            }
             Err(e) => {
                 items.push(item("reachable", CheckStatus::Fail, format!("{}: {}", self.inner.url, display_chain(&e))));
                 return items;
@@ -818,6 +885,11 @@ mod tests {
         assert!(SqlOptions::builder().query_timeout(Duration::ZERO).build().is_err());
         let o = SqlOptions::builder().query_timeout(Duration::from_secs(1)).pool_size(2).build().unwrap();
         assert_eq!((o.query_timeout(), o.pool_size()), (Duration::from_secs(1), 2));
+        assert_eq!(SqlOptions::default().connection_lifetime(), DEFAULT_CONNECTION_LIFETIME);
+        let e = SqlOptions::builder().connection_lifetime(Duration::from_millis(999)).build().unwrap_err();
+        assert!(e.to_string().contains("connection_lifetime"), "{e}");
+        let o = SqlOptions::builder().connection_lifetime(Duration::MAX).build().unwrap();
+        assert_eq!(o.connection_lifetime(), Duration::MAX);
     }
 }
 
