@@ -7,7 +7,7 @@ use super::calls::min_opt;
 use super::{pool, SessionInner};
 use crate::backend::{Acquire, Notification, Topic};
 use crate::election::ElectionShared;
-use crate::engine::{later, CampaignConflict};
+use crate::engine::{later, CampaignConflict, Step};
 use crate::error::{Error, ErrorKind, Result};
 use crate::types::Name;
 
@@ -67,10 +67,10 @@ impl SessionInner {
         let (token, slot) = self.apply_logged(|e, logs| {
             let mut c = self.campaigns.lock();
             let ours = c.get(name).is_some_and(|slot| election.is_none_or(|el| Arc::ptr_eq(&slot.election, el)));
-            let Some(slot) = ours.then(|| c.remove(name)).flatten() else { return ((None, None), Vec::new()) };
+            let Some(slot) = ours.then(|| c.remove(name)).flatten() else { return ((None, None), Step::none()) };
             drop(c);
             let leading = slot.election.resigned(logs);
-            ((e.stop_campaign(name, leading), Some(slot)), Vec::new())
+            ((e.stop_campaign(name, leading), Some(slot)), Step::none())
         });
         // Dropped with no lock held (the election's last reference may own the backend).
         drop(slot);

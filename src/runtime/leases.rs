@@ -9,7 +9,7 @@ use super::calls::{bounded_call, inline};
 use super::{pool, SessionInner};
 use crate::backend::{Acquire, Notification, Topic};
 use crate::election::ElectionShared;
-use crate::engine::{later, Adoption};
+use crate::engine::{later, AcquireCall, Adoption, Command, Step};
 use crate::error::{Error, ErrorKind, Result};
 use crate::lease::Lease;
 use crate::types::{Name, Token};
@@ -34,7 +34,7 @@ impl SessionInner {
                     } else {
                         e.end_release(&name);
                     }
-                    ((), Vec::new())
+                    ((), Step::none())
                 });
             }
             if let Some(tx) = done {
@@ -134,17 +134,15 @@ impl SessionInner {
     ) -> Result<Option<Token>> {
         use log::Level::{Debug, Info};
         let id = &self.id;
-        let mut undo = None;
-        let result = self.apply_logged(|e, logs| {
+        let call = AcquireCall { sent, epoch, campaign: campaign.is_some() };
+        self.apply_logged(|e, logs| {
             let now = Instant::now();
-            let r = match reply {
+            match reply {
                 Ok(Acquire::Acquired { token, remaining }) => {
-                    let adoption = if campaign.is_some() {
-                        e.on_campaign_acquired(name, token, sent, remaining, now, epoch)
-                    } else {
-                        e.on_acquired(name, token, sent, remaining, now, epoch)
-                    };
-                    match adoption {
+                    // The verdict, the undo of a reply not adopted and the operation's end: one
+                    // transition.
+                    let (adoption, step) = e.acquire_answered(name, call, token, remaining, now);
+                    let r = match adoption {
                         Adoption::Adopted => {
                             logs.push(Debug, format!("session {id}: acquired '{name}' (token {token})"));
                             if let Some(election) = campaign {
@@ -175,8 +173,6 @@ impl SessionInner {
                             }
                         }
                         Adoption::Undo => {
-                            e.begin_release(name, token);
-                            undo = Some(token);
                             logs.push(
                                 Info,
                                 format!(
@@ -186,54 +182,48 @@ impl SessionInner {
                             );
                             Ok(None)
                         }
-                        Adoption::GivenUp => {
-                            e.begin_release(name, token);
-                            undo = Some(token);
-                            Err(Error::unavailable(format!(
-                                "'{name}' (token {token}) was given up by this session (released or lost) and its \
+                        Adoption::GivenUp => Err(Error::unavailable(format!(
+                            "'{name}' (token {token}) was given up by this session (released or lost) and its \
                                  release has not landed on the backend yet; retry"
-                            )))
-                        }
+                        ))),
                         Adoption::SessionEnded => {
                             Err(self.dead_error(e, now).unwrap_or_else(|| Error::session_expired(&self.id)))
                         }
-                    }
+                    };
+                    (r, step)
                 }
-                Ok(Acquire::Busy) => Ok(None),
-                Err(err) => Err(err),
-            };
-            e.end_acquire(name);
-            (r, Vec::new())
-        });
-        if let Some(token) = undo {
-            self.dispatch_release(name.clone(), token, None);
-        }
-        result
+                Ok(Acquire::Busy) => {
+                    e.end_acquire(name);
+                    (Ok(None), Step::none())
+                }
+                Err(err) => {
+                    e.end_acquire(name);
+                    (Err(err), Step::none())
+                }
+            }
+        })
     }
 
     /// An acquire nobody waits for any more returned: end the operation and undo the term unless
     /// this session holds that very term anyway.
     fn undo_late_acquire(self: &Arc<Self>, name: &Name, reply: Result<Acquire>) {
-        let undo = self.apply(|e| {
-            e.end_acquire(name);
-            let undo = match reply {
-                Ok(Acquire::Acquired { token, .. }) if e.held().all(|(n, t)| n != name || t != token) => Some(token),
-                _ => None,
-            };
-            if let Some(token) = undo {
-                e.begin_release(name, token);
+        let token = match reply {
+            Ok(Acquire::Acquired { token, .. }) => Some(token),
+            _ => None,
+        };
+        self.apply_logged(|e, logs| {
+            let step = e.acquire_abandoned(name, token);
+            if let Some(Command::Undo { token, .. }) = step.commands.first() {
+                logs.push(
+                    log::Level::Info,
+                    format!(
+                        "session {}: acquire of '{name}' (token {token}) answered after its caller gave up; releasing it",
+                        self.id
+                    ),
+                );
             }
-            (undo, Vec::new())
+            ((), step)
         });
-        if let Some(token) = undo {
-            log::info!(
-                "session {}: acquire of '{}' (token {}) answered after its caller gave up; releasing it",
-                self.id,
-                name,
-                token
-            );
-            self.dispatch_release(name.clone(), token, None);
-        }
     }
 
     /// Attempts to take `name` until `deadline` (`None`: forever). The first attempt is always
@@ -296,7 +286,7 @@ impl SessionInner {
             // Release on the backend even when lost locally: after a deadline loss the backend may
             // still count it ours. A release of another term or by a non-holder is a no-op.
             e.begin_release(name, token);
-            (held, Vec::new())
+            (held, Step::none())
         });
         log::debug!("session {}: releasing '{}' (token {}, held: {})", self.id, name, token, held);
         self.perform_release(name, token, wait)
@@ -334,7 +324,7 @@ impl SessionInner {
                 } else {
                     e.end_release(name);
                 }
-                ((), Vec::new())
+                ((), Step::none())
             });
             return r;
         }
