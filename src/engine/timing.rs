@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 use crate::error::{Error, Result};
 use crate::options::SessionOptions;
 
-/// The engine's timing, copied from [`SessionOptions`] (validated there) or built with
-/// [`Timing::new`], which validates it the same way.
+/// The engine's timing, copied from [`SessionOptions`] (validated there) or, in tests, built with
+/// `Timing::new`, which validates it the same way.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Timing {
     /// How long the backend keeps the session without renewal.
