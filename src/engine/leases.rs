@@ -238,8 +238,21 @@ impl Engine {
         Adoption::Adopted
     }
 
-    /// The application releases `name`: it is no longer held, whatever the backend answers.
-    /// Returns the token it had.
+    /// A handle of the term `token` of `name` is released (or dropped), in one transition: the
+    /// term is no longer held and its release on the backend is counted in flight — even when it
+    /// was lost locally, since after a deadline loss the backend may still count it ours (a
+    /// release of another term, or by a non-holder, is a no-op there). A newer term of the name
+    /// held by another handle stays held. Returns whether the term was held.
+    pub fn release(&mut self, name: &Name, token: Token) -> bool {
+        let held = self.leases.get(name).is_some_and(|l| l.token == token);
+        self.begin_release(name, token);
+        held
+    }
+
+    /// Drops the held entry of `name`, whatever its term, and returns the token it had: the
+    /// application's release as the simulation models it, and a loss forced by tests (the runtime
+    /// releases a handle with [`release`](Engine::release)).
+    #[cfg(any(test, feature = "sim"))]
     pub fn on_release(&mut self, name: &Name) -> Option<Token> {
         self.leases.remove(name).map(|l| l.token)
     }

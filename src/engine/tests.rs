@@ -538,3 +538,19 @@ fn an_abandoned_acquire_is_undone_unless_it_brought_the_held_term() {
     assert_eq!(e.acquire_abandoned(&a, None), Step::none(), "a busy or failed reply: nothing to undo");
     assert_eq!(e.pending(&a), 1, "only the undo's release is in flight");
 }
+
+#[test]
+fn releasing_a_handle_gives_up_its_term_and_counts_the_release_in_one_transition() {
+    let (t0, mut e) = fresh();
+    let a = n("a");
+    assert_eq!(one_acquire(&mut e, &a, 3, t0), Adoption::Adopted);
+    assert!(e.release(&a, t(3)));
+    assert_eq!(e.token(&a, t0), None);
+    assert!(e.releasing(&a));
+    e.end_confirmed_release(&a, t(3));
+    // A term lost locally is still released on the backend; a newer term held stays held.
+    assert_eq!(one_acquire(&mut e, &a, 4, t0), Adoption::Adopted);
+    assert!(!e.release(&a, t(2)));
+    assert_eq!(e.token(&a, t0), Some(t(4)));
+    assert!(e.releasing(&a));
+}

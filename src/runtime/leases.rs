@@ -278,16 +278,7 @@ impl SessionInner {
     /// Called by [`Lease`]: gives up `name` locally at once and releases it on the backend. Waits
     /// for the result up to the query timeout when `wait` is true.
     pub(crate) fn release_lease(self: &Arc<Self>, name: &Name, token: Token, wait: bool) -> Result<()> {
-        let held = self.apply(|e| {
-            let held = e.token(name, Instant::now()) == Some(token) || e.held().any(|(n, t)| n == name && t == token);
-            if held {
-                e.on_release(name);
-            }
-            // Release on the backend even when lost locally: after a deadline loss the backend may
-            // still count it ours. A release of another term or by a non-holder is a no-op.
-            e.begin_release(name, token);
-            (held, Step::none())
-        });
+        let held = self.apply(|e| (e.release(name, token), Step::none()));
         log::debug!("session {}: releasing '{}' (token {}, held: {})", self.id, name, token, held);
         self.perform_release(name, token, wait)
     }
