@@ -2,7 +2,7 @@
 
 use std::time::{Duration, Instant};
 
-use super::leases::Adoption;
+use super::leases::{Adoption, NotSent};
 use super::Engine;
 use crate::types::{Name, Token};
 
@@ -36,6 +36,19 @@ impl Engine {
         }
         self.campaigns.insert(name.clone());
         Ok(())
+    }
+
+    /// A campaign's attempt for `name` wants to send an acquire at `now`: counted in flight (the
+    /// release epoch is returned) unless the session is no longer alive or a release of the name
+    /// is in flight (the attempt is retried shortly).
+    pub fn begin_attempt(&mut self, name: &Name, now: Instant) -> std::result::Result<u64, NotSent> {
+        if !self.is_alive(now) {
+            return Err(NotSent::Ended);
+        }
+        if self.releasing(name) {
+            return Err(NotSent::Releasing);
+        }
+        Ok(self.begin_acquire(name))
     }
 
     /// True while the session campaigns for `name`.

@@ -45,6 +45,18 @@ pub(super) struct Released {
     pub(super) settled: Option<Instant>,
 }
 
+/// Why an acquire is not sent (see [`Engine::begin_lock`] and [`Engine::begin_attempt`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NotSent {
+    /// The session is no longer alive.
+    Ended,
+    /// The session holds the name or campaigns for it (a lock only).
+    Held,
+    /// A release of the name is in flight: an acquire's reply could confirm the very term the
+    /// release is about to free. Wait for the release to end, then ask again.
+    Releasing,
+}
+
 /// An acquire in flight, as the engine judges its answer (see [`Engine::acquire_answered`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AcquireCall {
@@ -57,6 +69,23 @@ pub struct AcquireCall {
 }
 
 impl Engine {
+    /// A lock of `name` wants to send an acquire at `now`: counted in flight (the release epoch to
+    /// judge its reply by is returned, as by [`begin_acquire`](Engine::begin_acquire)) unless the
+    /// session is no longer alive, already holds or campaigns for the name, or a release of it is
+    /// in flight.
+    pub fn begin_lock(&mut self, name: &Name, now: Instant) -> std::result::Result<u64, NotSent> {
+        if !self.is_alive(now) {
+            return Err(NotSent::Ended);
+        }
+        if self.token(name, now).is_some() || self.is_campaigning(name) {
+            return Err(NotSent::Held);
+        }
+        if self.releasing(name) {
+            return Err(NotSent::Releasing);
+        }
+        Ok(self.begin_acquire(name))
+    }
+
     /// Records that an acquire of `name` is being sent; returns the release epoch to pass to
     /// [`on_acquired`](Engine::on_acquired).
     pub fn begin_acquire(&mut self, name: &Name) -> u64 {

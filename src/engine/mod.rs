@@ -41,7 +41,7 @@ use std::time::{Duration, Instant};
 
 pub use campaigns::CampaignConflict;
 pub use keep_alive::KeepAliveResult;
-pub use leases::{AcquireCall, Adoption};
+pub use leases::{AcquireCall, Adoption, NotSent};
 use leases::{LeaseEntry, Released};
 pub use step::{Command, Event, Step};
 pub use timing::Timing;

@@ -554,3 +554,25 @@ fn releasing_a_handle_gives_up_its_term_and_counts_the_release_in_one_transition
     assert_eq!(e.token(&a, t0), Some(t(4)));
     assert!(e.releasing(&a));
 }
+
+#[test]
+fn a_lock_or_an_attempt_is_sent_only_when_the_engine_says_so() {
+    let (t0, mut e) = fresh();
+    let a = n("a");
+    e.begin_release(&a, t(1));
+    assert_eq!(e.begin_lock(&a, t0), Err(NotSent::Releasing));
+    assert_eq!(e.begin_attempt(&a, t0), Err(NotSent::Releasing));
+    e.end_release(&a);
+    let epoch = e.begin_lock(&a, t0).unwrap();
+    assert_eq!(e.pending(&a), 1);
+    assert_eq!(e.on_acquired(&a, t(2), t0, Duration::from_secs(10), t0, epoch), Adoption::Adopted);
+    e.end_acquire(&a);
+    assert_eq!(e.begin_lock(&a, t0), Err(NotSent::Held));
+    let b = n("b");
+    e.start_campaign(&b, t0).unwrap();
+    assert_eq!(e.begin_lock(&b, t0), Err(NotSent::Held), "a lock of a name the session campaigns for");
+    assert!(e.begin_attempt(&b, t0).is_ok());
+    let late = e.deadline();
+    assert_eq!(e.begin_lock(&n("c"), late), Err(NotSent::Ended));
+    assert_eq!(e.begin_attempt(&b, late), Err(NotSent::Ended));
+}

@@ -116,17 +116,13 @@ impl SessionInner {
     }
 
     fn dispatch_campaign_attempt(self: &Arc<Self>, name: Name, election: Arc<ElectionShared>) {
-        let epoch = {
-            let mut e = self.engine.lock();
-            if self.dead_error(&e, Instant::now()).is_some() || e.releasing(&name) {
-                drop(e);
-                if let Some(slot) = self.campaigns.lock().get_mut(&name) {
-                    slot.in_flight = None;
-                    slot.next_attempt = later(Instant::now(), Duration::from_millis(10));
-                }
-                return;
+        let begun = self.engine.lock().begin_attempt(&name, Instant::now());
+        let Ok(epoch) = begun else {
+            if let Some(slot) = self.campaigns.lock().get_mut(&name) {
+                slot.in_flight = None;
+                slot.next_attempt = later(Instant::now(), Duration::from_millis(10));
             }
-            e.begin_acquire(&name)
+            return;
         };
         let weak = Arc::downgrade(self);
         let backend = self.backend.clone();

@@ -9,7 +9,7 @@ use super::calls::{bounded_call, inline};
 use super::{pool, SessionInner};
 use crate::backend::{Acquire, Notification, Topic};
 use crate::election::ElectionShared;
-use crate::engine::{later, AcquireCall, Adoption, Command, Step};
+use crate::engine::{later, AcquireCall, Adoption, Command, NotSent, Step};
 use crate::error::{Error, ErrorKind, Result};
 use crate::lease::Lease;
 use crate::types::{Name, Token};
@@ -60,26 +60,27 @@ impl SessionInner {
             let mut e = self.engine.lock();
             loop {
                 let now = Instant::now();
-                if let Some(err) = self.dead_error(&e, now) {
-                    return Err(err);
-                }
-                if e.token(name, now).is_some() || e.is_campaigning(name) {
-                    return Err(Error::new(
-                        ErrorKind::AlreadyHeld,
-                        format!("session {} already holds or campaigns for '{name}'", self.id),
-                    ));
-                }
-                if !e.releasing(name) {
-                    break;
-                }
-                if self.cond.wait_until(&mut e, deadline).timed_out() {
-                    return Err(Error::new(
-                        ErrorKind::Timeout,
-                        format!("lease '{name}': a previous release is still in flight"),
-                    ));
+                match e.begin_lock(name, now) {
+                    Ok(epoch) => break epoch,
+                    Err(NotSent::Ended) => {
+                        return Err(self.dead_error(&e, now).unwrap_or_else(|| Error::session_expired(&self.id)))
+                    }
+                    Err(NotSent::Held) => {
+                        return Err(Error::new(
+                            ErrorKind::AlreadyHeld,
+                            format!("session {} already holds or campaigns for '{name}'", self.id),
+                        ))
+                    }
+                    Err(NotSent::Releasing) => {
+                        if self.cond.wait_until(&mut e, deadline).timed_out() {
+                            return Err(Error::new(
+                                ErrorKind::Timeout,
+                                format!("lease '{name}': a previous release is still in flight"),
+                            ));
+                        }
+                    }
                 }
             }
-            e.begin_acquire(name)
         };
         let sent = Instant::now();
         let call_deadline = deadline.min(later(sent, self.timing.query_timeout)).max(sent);
