@@ -65,6 +65,10 @@ impl Engine {
         if !self.campaigns.remove(name) {
             return None;
         }
+        if crate::sync::reintroduced(crate::sync::Bug::ResignSplit) {
+            // old: the caller releases in a second transition
+            return self.leases.remove(name).map(|l| l.token).or(leading);
+        }
         let token = self.leases.get(name).map(|l| l.token).or(leading)?;
         self.begin_release(name, token);
         Some(token)

@@ -152,7 +152,8 @@ impl Engine {
             }
             KeepAliveResult::Reply(KeepAlive::Expired) => self.expire(),
             KeepAliveResult::Reply(KeepAlive::Alive { remaining, owned, groups }) => {
-                if now >= self.deadline {
+                let old = crate::sync::reintroduced(crate::sync::Bug::LateAliveRevives); // old: judged by the reply's deadline
+                if now >= if old { self.deadline.max(self.timing.deadline(sent, remaining)) } else { self.deadline } {
                     // Expiry is terminal: the session already counts as expired (token() failed,
                     // lock() said so); a late success never revives it (finding 2 of issue #14).
                     return self.expire();

@@ -106,7 +106,9 @@ impl Engine {
     /// whichever handle adopted it (finding 1 of issue #14).
     pub fn begin_release(&mut self, name: &Name, token: Token) {
         self.give_up(name, token);
-        if self.leases.get(name).is_some_and(|l| l.token <= token) {
+        if self.leases.get(name).is_some_and(|l| l.token <= token)
+            && !crate::sync::reintroduced(crate::sync::Bug::ResignSplit)
+        {
             self.leases.remove(name);
         }
         *self.pending.entry(name.clone()).or_insert(0) += 1;

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{select, unbounded, Sender};
+use crate::sync::{self, select, Sender};
 
 use super::calls::{bounded_call, inline};
 use super::{pool, SessionInner};
@@ -59,7 +59,7 @@ impl SessionInner {
         let epoch = {
             let mut e = self.engine.lock();
             loop {
-                let now = Instant::now();
+                let now = sync::now();
                 match e.begin_lock(name, now) {
                     Ok(epoch) => break epoch,
                     Err(NotSent::Ended) => {
@@ -82,14 +82,14 @@ impl SessionInner {
                 }
             }
         };
-        let sent = Instant::now();
+        let sent = sync::now();
         let call_deadline = deadline.min(later(sent, self.timing.query_timeout)).max(sent);
         let reply = if inline(self.call_bound, call_deadline - sent) {
             // The backend returns by itself within the caller's time: call it on this thread. A
             // reply after the deadline (the backend overran its bound) is handled exactly like a
             // worker's late reply: nobody asked for the lease that late, so its term is undone.
             let r = self.backend.acquire(&self.id, name);
-            if Instant::now() <= call_deadline {
+            if sync::now() <= call_deadline {
                 Some(r)
             } else {
                 self.undo_late_acquire(name, r);
@@ -136,8 +136,9 @@ impl SessionInner {
         use log::Level::{Debug, Info};
         let id = &self.id;
         let call = AcquireCall { sent, epoch, campaign: campaign.is_some() };
-        self.apply_logged(|e, logs| {
-            let now = Instant::now();
+        let mut elected_late = None; // old (finding 3): elected() after the transition
+        let result = self.apply_logged(|e, logs| {
+            let now = sync::now();
             match reply {
                 Ok(Acquire::Acquired { token, remaining }) => {
                     // The verdict, the undo of a reply not adopted and the operation's end: one
@@ -148,7 +149,11 @@ impl SessionInner {
                             logs.push(Debug, format!("session {id}: acquired '{name}' (token {token})"));
                             if let Some(election) = campaign {
                                 let remaining = e.remaining(name, now).unwrap_or_default();
-                                election.elected(token, remaining, id, self.options.metadata(), logs);
+                                if sync::reintroduced(sync::Bug::ElectedAfterExpiry) {
+                                    elected_late = Some((election, token, remaining));
+                                } else {
+                                    election.elected(token, remaining, id, self.options.metadata(), logs);
+                                }
                             }
                             Ok(Some(token))
                         }
@@ -202,7 +207,16 @@ impl SessionInner {
                     (Err(err), Step::none())
                 }
             }
-        })
+        });
+        if let Some((election, token, remaining)) = elected_late {
+            // The old code: its own check in other lock sections, then elected() (finding 3).
+            if self.campaigns.lock().contains_key(name) && !election.is_resigned() {
+                let mut logs = super::Logs::default();
+                election.elected(token, remaining, id, self.options.metadata(), &mut logs);
+                logs.write();
+            }
+        }
+        result
     }
 
     /// An acquire nobody waits for any more returned: end the operation and undo the term unless
@@ -232,7 +246,7 @@ impl SessionInner {
     /// deadline, so this returns by the deadline plus at most one bounded call.
     pub(crate) fn lock_until(self: &Arc<Self>, name: &Name, deadline: Option<Instant>) -> Result<Option<Lease>> {
         let push = self.backend.capabilities().push_release;
-        let (tx, rx) = unbounded::<Notification>();
+        let (tx, rx) = crossbeam_channel::unbounded::<Notification>();
         let qt = self.timing.query_timeout;
         // Time left before the caller's deadline, at most a query timeout (for the watches).
         let left = |now: Instant| deadline.map_or(qt, |d| d.saturating_duration_since(now).min(qt));
@@ -245,7 +259,7 @@ impl SessionInner {
         };
         let mut first = true;
         loop {
-            let now = Instant::now();
+            let now = sync::now();
             if !first && deadline.is_some_and(|d| now >= d) {
                 return Ok(None);
             }
@@ -254,11 +268,11 @@ impl SessionInner {
                 // rounds registered after their busy attempt).
                 watch(left(now));
             }
-            let bound = later(Instant::now(), qt);
+            let bound = later(sync::now(), qt);
             match self.attempt_lock(name, bound) {
                 Ok(Some(lease)) => return Ok(Some(lease)),
                 // Watch again: a one-shot watch may have fired for an instant the lease was free.
-                Ok(None) => watch(left(Instant::now())),
+                Ok(None) => watch(left(sync::now())),
                 Err(err) if err.is_retryable() => {
                     log::debug!("session {}: lock '{}' attempt failed, retrying: {}", self.id, name, err);
                 }
@@ -266,11 +280,11 @@ impl SessionInner {
             }
             let mut wait = self.retry_delay();
             if let Some(d) = deadline {
-                wait = wait.min(d.saturating_duration_since(Instant::now()));
+                wait = wait.min(d.saturating_duration_since(sync::now()));
             }
             select! {
-                recv(rx) -> _ => { while rx.try_recv().is_ok() {} }
-                recv(self.ended_rx) -> _ => {}
+                recv(rx) -> _ => { while rx.try_recv().is_ok() {} },
+                recv(self.ended_rx) -> _ => {},
                 default(wait) => {}
             }
         }
@@ -293,7 +307,7 @@ impl SessionInner {
         }
         if inline(self.call_bound, self.timing.query_timeout) {
             // The backend returns by itself within the query timeout: release on this thread.
-            let started = Instant::now();
+            let started = sync::now();
             let r = self.backend.release(&self.id, name, token);
             if let Err(err) = &r {
                 log::warn!("session {}: release of '{}' failed: {}", self.id, name, err);
@@ -320,7 +334,7 @@ impl SessionInner {
             });
             return r;
         }
-        let (tx, rx) = crossbeam_channel::bounded(1);
+        let (tx, rx) = sync::bounded(1);
         self.dispatch_release(name.clone(), token, Some(tx));
         match rx.recv_timeout(self.timing.query_timeout) {
             Ok(r) => r,
@@ -337,7 +351,7 @@ impl SessionInner {
     /// The token of `name` if this session holds that term and it is valid now.
     pub(crate) fn lease_token(&self, name: &Name, token: Token) -> Result<Token> {
         let e = self.engine.lock();
-        let now = Instant::now();
+        let now = sync::now();
         match e.token(name, now) {
             Some(t) if t == token => Ok(t),
             _ => {
@@ -355,7 +369,7 @@ impl SessionInner {
 
     pub(crate) fn lease_remaining(&self, name: &Name, token: Token) -> Option<Duration> {
         let e = self.engine.lock();
-        let now = Instant::now();
+        let now = sync::now();
         (e.token(name, now) == Some(token)).then(|| e.remaining(name, now)).flatten()
     }
 }

@@ -13,6 +13,7 @@ use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crossbeam_channel::Sender;
 use log::debug;
 use parking_lot::Mutex;
 use postgres::error::SqlState;
@@ -22,10 +23,14 @@ use postgres::{Client, Config, NoTls, Row, Statement};
 use super::pool::{ConnectFailure, ConnectHealth, Fail, SqlPool};
 use super::queries::postgres as q;
 use super::{add_keep_alive_row, redact_url, Driver, RawAcquire, RawHolder, RawKeepAlive, SqlOptions};
+use crate::backend::Notification;
 use crate::error::{Error, Result};
 use crate::types::{Name, SessionId};
 
 const KIND: &str = "postgres";
+
+#[path = "postgres_listen.rs"]
+mod listen;
 
 /// One pooled connection.
 pub(crate) struct PgConn {
@@ -242,6 +247,7 @@ impl r2d2::ManageConnection for PgManager {
 pub(crate) struct PgDriver {
     pool: SqlPool<PgManager>,
     registry: Arc<Mutex<Vec<u64>>>,
+    listener: listen::Listener,
 }
 
 impl PgDriver {
@@ -269,8 +275,13 @@ impl PgDriver {
         }
         let registry = Arc::new(Mutex::new(Vec::new()));
         let health = Arc::new(ConnectHealth::default());
+        // The notification connection: the pool's manager settings with its own pid registry (it is
+        // not a pool connection) and the pool's connect health (one warning per cause for both).
+        let listen_manager =
+            PgManager { config: config.clone(), registry: Arc::new(Mutex::new(Vec::new())), health: health.clone() };
+        let listener = listen::Listener::new(listen_manager, options.connect_timeout(), options.query_timeout());
         let manager = PgManager { config, registry: registry.clone(), health: health.clone() };
-        Ok(PgDriver { pool: SqlPool::new(manager, health, options, KIND), registry })
+        Ok(PgDriver { pool: SqlPool::new(manager, health, options, KIND), registry, listener })
     }
 }
 
@@ -397,6 +408,7 @@ impl Driver for PgDriver {
         self.pool.run(what, |c| {
             let select = c.statement(q::PURGE_SELECT, what)?;
             let members = c.statement(q::PURGE_MEMBERS, what)?;
+            let notify = c.statement(q::PURGE_NOTIFY, what)?;
             let sessions = c.statement(q::PURGE_SESSIONS, what)?;
             let r = (|| -> Result<Result<usize, Error>, postgres::Error> {
                 let mut tx = c.client.transaction()?;
@@ -417,6 +429,7 @@ impl Driver for PgDriver {
                     return Ok(Ok(0));
                 }
                 tx.execute(&members, &[&ids])?;
+                tx.execute(&notify, &[&ids])?;
                 let n = tx.execute(&sessions, &[&ids])?;
                 tx.commit()?;
                 Ok(Ok(usize::try_from(n).unwrap_or(usize::MAX)))
@@ -465,5 +478,17 @@ impl Driver for PgDriver {
         let mut ids = self.registry.lock().clone();
         ids.sort_unstable();
         ids
+    }
+
+    fn push_release(&self) -> bool {
+        true
+    }
+
+    fn watch_release(&self, name: &Name, notify: &Sender<Notification>) -> Result<bool> {
+        self.listener.watch(name, notify)
+    }
+
+    fn notification_connection_id(&self) -> Option<u64> {
+        self.listener.connection_id()
     }
 }
