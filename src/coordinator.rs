@@ -69,6 +69,8 @@ pub enum CoordinatorEvent {
 }
 
 mod state;
+#[cfg(test)]
+mod tests;
 
 use state::{Durable, NoSession, Outcome, State, Verdict};
 
@@ -138,6 +140,10 @@ struct CoordInner {
     wake: Sender<()>,
     /// Dropped by the supervisor when it exits.
     exited: Receiver<()>,
+    /// Test seam: runs once, on the supervisor, right before its next re-attach of an item — the
+    /// instant an application's resign or leave racing the re-attach used to break it.
+    #[cfg(test)]
+    before_reattach: Mutex<Option<Box<dyn FnOnce() + Send>>>,
 }
 
 impl CoordInner {
@@ -216,6 +222,10 @@ impl CoordInner {
     /// Re-attaches a plan to the session of `generation` (on the supervisor).
     fn reattach<T: Attach>(&self, plan: Vec<Arc<T>>, s: &Arc<SessionInner>, generation: u64) {
         for item in plan {
+            #[cfg(test)]
+            if let Some(hook) = self.before_reattach.lock().take() {
+                hook();
+            }
             if let Err(e) = self.attach(&item, s, generation, true) {
                 log::debug!("coordinator: {} not re-attached: {e}", item.describe());
             }
@@ -277,6 +287,8 @@ impl Coordinator {
             subscribers: Subscribers::new(),
             wake: wake_tx,
             exited: exited_rx,
+            #[cfg(test)]
+            before_reattach: Mutex::new(None),
         });
         let weak = Arc::downgrade(&inner);
         let spawned = thread::Builder::new().name("simba-coordinator".into()).spawn(move || {

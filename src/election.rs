@@ -711,4 +711,28 @@ mod tests {
         let r = election.shared.wait_elected_until(Some(sync::now() + Duration::from_millis(100)));
         assert_eq!(r.unwrap_err().kind(), ErrorKind::Timeout, "a loss is not the end of the election");
     }
+
+    #[test]
+    fn a_term_elected_after_its_sessions_expiry_is_not_led_and_the_reattached_election_campaigns() {
+        // Finding 3: an attempt adopted just before the expiry told the election after it
+        // (`elected` after `session_ended`): the election led a term its session no longer held,
+        // no Revoked followed, and a durable re-attach kept `leading`, so the new session never
+        // campaigned again.
+        let shared = ElectionShared::new(Name::new("e").unwrap(), Arc::new(MemoryBackend::new()), Duration::ZERO, true);
+        let rx = shared.subscribers.subscribe(None);
+        let (old, new) = (SessionId::from_u64(1), SessionId::from_u64(2));
+        let mut logs = Logs::default();
+        shared.attach(Weak::new(), old.clone());
+        shared.session_ended(&old, LossReason::SessionExpired, &mut logs);
+        shared.elected(Token::new(7).unwrap(), Duration::from_secs(1), &old, "", &mut logs);
+        logs.write();
+        assert!(!shared.is_leading(), "an election never leads a term of an ended session");
+        shared.attach(Weak::new(), new);
+        assert!(!shared.is_leading(), "the re-attached election campaigns on the new session");
+        let events: Vec<ElectionEvent> = rx.try_iter().collect();
+        assert!(
+            !events.iter().any(|e| matches!(e, ElectionEvent::Elected { .. })),
+            "no Elected after the session's end: {events:?}"
+        );
+    }
 }

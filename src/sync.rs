@@ -27,7 +27,10 @@ mod real {
     use std::time::{Duration, Instant};
 
     pub(crate) use crossbeam_channel::{bounded, never, select, unbounded, Iter, Receiver, Sender};
-    pub(crate) use parking_lot::{Condvar, Mutex, MutexGuard};
+    /// Named only by in-crate tests (`SessionInner::engine_for_test`).
+    #[cfg(test)]
+    pub(crate) use parking_lot::MutexGuard;
+    pub(crate) use parking_lot::{Condvar, Mutex};
     pub(crate) use std::sync::LazyLock as Lazy;
     pub(crate) use std::thread;
 

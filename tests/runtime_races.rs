@@ -272,3 +272,25 @@ fn zero_wait_elected_on_a_free_election_waits_for_the_first_attempt() {
     opener.join().unwrap();
     assert_eq!(election.token().unwrap(), token);
 }
+
+#[test]
+fn a_leader_contexts_token_fails_once_its_term_is_over() {
+    // Finding 9: `LeaderContext::token()` returned the granted token unchecked, so work that
+    // guarded its writes with it kept writing after its term ended.
+    let session = memory_session();
+    let election = session.campaign("e").unwrap();
+    let (tx, rx) = unbounded();
+    let task = election.run_while_leader(Schedule::OncePerTerm, move |ctx| {
+        let _ = tx.send(ctx.token());
+        while !ctx.is_cancelled() {
+            thread::sleep(Duration::from_millis(1));
+        }
+        let _ = tx.send(ctx.token());
+    });
+    let leading = rx.recv_timeout(PATIENCE).expect("the work ran").expect("valid while leading");
+    assert_eq!(leading, election.token().expect("the election leads"));
+    session.close().unwrap();
+    let over = rx.recv_timeout(PATIENCE).expect("the work saw its term end");
+    assert!(over.is_err(), "the token of an ended term is still handed out: {over:?}");
+    task.stop();
+}

@@ -15,7 +15,8 @@
 use std::collections::HashMap;
 use std::time::Instant;
 
-use super::Output;
+use super::step::{Command, Event, Step};
+use super::Engine;
 use crate::types::Name;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -66,19 +67,22 @@ impl Groups {
     }
 
     /// The session holds `group` as of `now` (a join returned success to its caller).
-    pub(super) fn joined(&mut self, group: &Name, now: Instant) -> Vec<Output> {
+    pub(super) fn joined(&mut self, group: &Name, now: Instant) -> Step {
         let e = self.entry(group);
-        let out = if e.held == Held::Lost { vec![Output::MembershipRestored { group: group.clone() }] } else { vec![] };
+        let mut step = Step::none();
+        if e.held == Held::Lost {
+            step.event(Event::MembershipRestored { group: group.clone() });
+        }
         e.held = Held::Joined { established: now };
-        out
+        step
     }
 
-    pub(super) fn end_rejoin(&mut self, group: &Name, now: Instant, ok: bool) -> Vec<Output> {
+    pub(super) fn end_rejoin(&mut self, group: &Name, now: Instant, ok: bool) -> Step {
         self.end_join(group, now);
         if ok && self.entries.get(group).is_some_and(|e| e.held == Held::Lost) {
             self.joined(group, now)
         } else {
-            Vec::new()
+            Step::none()
         }
     }
 
@@ -110,8 +114,8 @@ impl Groups {
     }
 
     /// Judges a keep-alive sent at `sent` that reported `reported` (sorted or not).
-    pub(super) fn on_report(&mut self, sent: Instant, now: Instant, reported: &[Name]) -> Vec<Output> {
-        let mut out = Vec::new();
+    pub(super) fn on_report(&mut self, sent: Instant, now: Instant, reported: &[Name]) -> Step {
+        let mut step = Step::none();
         for g in reported {
             if !self.entries.contains_key(g) {
                 // Never seen by this session: a join of an earlier incarnation cannot exist, so
@@ -128,22 +132,22 @@ impl Groups {
             match e.held {
                 Held::Joined { established } if established <= sent && e.joins == 0 && !listed => {
                     e.held = Held::Lost;
-                    out.push(Output::MembershipLost { group: g.clone() });
+                    step.event(Event::MembershipLost { group: g.clone() });
                     e.joins += 1;
-                    out.push(Output::Rejoin { group: g });
+                    step.command(Command::Rejoin { group: g });
                 }
                 Held::Lost if e.joins == 0 && e.idle_since(sent) && listed => {
                     e.held = Held::Joined { established: now };
-                    out.push(Output::MembershipRestored { group: g });
+                    step.event(Event::MembershipRestored { group: g });
                 }
                 Held::Lost if e.joins == 0 => {
                     e.joins += 1;
-                    out.push(Output::Rejoin { group: g });
+                    step.command(Command::Rejoin { group: g });
                 }
                 Held::No if e.idle_since(sent) => {
                     if listed {
                         e.leaves += 1;
-                        out.push(Output::LeaveStray { group: g });
+                        step.command(Command::LeaveStray { group: g });
                     } else {
                         prune.push(g);
                     }
@@ -154,13 +158,67 @@ impl Groups {
         for g in prune {
             self.entries.remove(&g);
         }
-        out
+        step
     }
 
     /// Number of groups tracked (held, in flight, or recently ended): bounded by the groups in use.
     #[cfg(test)]
     pub(super) fn tracked(&self) -> usize {
         self.entries.len()
+    }
+}
+
+/// The membership transitions of the session (delegated to its [`Groups`]).
+impl Engine {
+    /// Records that a join of `group` is being sent (by the application or a re-join).
+    pub fn begin_join(&mut self, group: &Name) {
+        self.groups.begin_join(group);
+    }
+
+    /// Records that a join call of `group` returned at `now`, whatever its outcome and even when
+    /// its caller no longer waited (a late success is then a stray, left by a later keep-alive).
+    pub fn end_join(&mut self, group: &Name, now: Instant) {
+        self.groups.end_join(group, now);
+    }
+
+    /// Records that the session holds `group` as of `now` (a join returned success to its caller);
+    /// keep-alives sent after `now` judge it. Reports a restored membership after a loss.
+    pub fn joined(&mut self, group: &Name, now: Instant) -> Step {
+        self.groups.joined(group, now)
+    }
+
+    /// Records that a [`Rejoin`](Command::Rejoin) of `group` returned at `now` (`ok`: success). The
+    /// membership is back unless the application left meanwhile; after a failure the next
+    /// keep-alive tries again.
+    pub fn end_rejoin(&mut self, group: &Name, now: Instant, ok: bool) -> Step {
+        self.groups.end_rejoin(group, now, ok)
+    }
+
+    /// Records that the caller of a join of `group` gave up at `now` (error or timeout): the group is not
+    /// held (a success that lands anyway is a stray, left by a later keep-alive).
+    pub fn join_abandoned(&mut self, group: &Name, now: Instant) {
+        self.groups.join_abandoned(group, now);
+    }
+
+    /// Records that a leave of `group` is being sent: the group is no longer held.
+    pub fn begin_leave(&mut self, group: &Name) {
+        self.groups.begin_leave(group);
+    }
+
+    /// Records that a leave of `group` ended at `now` (whatever its outcome).
+    pub fn end_leave(&mut self, group: &Name, now: Instant) {
+        self.groups.end_leave(group, now);
+    }
+
+    /// True while a leave of `group` is in flight: a join must wait for it (it could land after
+    /// the join and undo it).
+    pub fn leaving(&self, group: &Name) -> bool {
+        self.groups.leaving(group)
+    }
+
+    /// True while `group` is held and not known to be lost.
+    pub fn is_joined(&self, group: &Name) -> bool {
+        self.groups.is_joined(group)
     }
 }
 
@@ -175,6 +233,12 @@ mod tests {
     }
     fn ms(v: u64) -> Duration {
         Duration::from_millis(v)
+    }
+    fn events(events: Vec<Event>) -> Step {
+        Step { events, commands: Vec::new() }
+    }
+    fn commands(commands: Vec<Command>) -> Step {
+        Step { events: Vec::new(), commands }
     }
 
     fn joined_at(g: &mut Groups, name: &Name, t: Instant) {
@@ -193,14 +257,20 @@ mod tests {
         assert!(g.on_report(t0 - ms(1), t0 + ms(5), &[]).is_empty());
         assert!(g.is_joined(&a));
         let out = g.on_report(t0 + ms(10), t0 + ms(20), &[]);
-        assert_eq!(out, vec![Output::MembershipLost { group: a.clone() }, Output::Rejoin { group: a.clone() }]);
+        assert_eq!(
+            out,
+            Step {
+                events: vec![Event::MembershipLost { group: a.clone() }],
+                commands: vec![Command::Rejoin { group: a.clone() }]
+            }
+        );
         assert!(!g.is_joined(&a));
         // While the re-join is in flight, reports neither repeat the loss nor restore it.
         assert!(g.on_report(t0 + ms(30), t0 + ms(40), &[]).is_empty());
         // A failed re-join is retried at the next report.
         assert!(g.end_rejoin(&a, t0 + ms(50), false).is_empty());
-        assert_eq!(g.on_report(t0 + ms(60), t0 + ms(70), &[]), vec![Output::Rejoin { group: a.clone() }]);
-        assert_eq!(g.end_rejoin(&a, t0 + ms(80), true), vec![Output::MembershipRestored { group: a.clone() }]);
+        assert_eq!(g.on_report(t0 + ms(60), t0 + ms(70), &[]), commands(vec![Command::Rejoin { group: a.clone() }]));
+        assert_eq!(g.end_rejoin(&a, t0 + ms(80), true), events(vec![Event::MembershipRestored { group: a.clone() }]));
         assert!(g.is_joined(&a));
         assert!(g.on_report(t0 + ms(90), t0 + ms(95), std::slice::from_ref(&a)).is_empty());
     }
@@ -214,7 +284,7 @@ mod tests {
         let _ = g.on_report(t0 + ms(10), t0 + ms(20), &[]);
         assert!(g.end_rejoin(&a, t0 + ms(30), false).is_empty());
         let out = g.on_report(t0 + ms(40), t0 + ms(50), std::slice::from_ref(&a));
-        assert_eq!(out, vec![Output::MembershipRestored { group: a.clone() }]);
+        assert_eq!(out, events(vec![Event::MembershipRestored { group: a.clone() }]));
         assert!(g.is_joined(&a));
     }
 
@@ -233,13 +303,13 @@ mod tests {
         assert!(g.on_report(t0 + ms(35), t0 + ms(45), std::slice::from_ref(&a)).is_empty());
         assert_eq!(
             g.on_report(t0 + ms(50), t0 + ms(60), std::slice::from_ref(&a)),
-            vec![Output::LeaveStray { group: a.clone() }]
+            commands(vec![Command::LeaveStray { group: a.clone() }])
         );
         assert!(g.leaving(&a));
         // A group never seen by this session is a stray too.
         assert_eq!(
             g.on_report(t0 + ms(70), t0 + ms(80), std::slice::from_ref(&b)),
-            vec![Output::LeaveStray { group: b.clone() }]
+            commands(vec![Command::LeaveStray { group: b.clone() }])
         );
         g.end_leave(&a, t0 + ms(90));
         g.end_leave(&b, t0 + ms(90));

@@ -7,7 +7,7 @@ use super::calls::min_opt;
 use super::{pool, SessionInner};
 use crate::backend::{Acquire, Notification, Topic};
 use crate::election::ElectionShared;
-use crate::engine::{later, CampaignConflict};
+use crate::engine::{later, CampaignConflict, Step};
 use crate::error::{Error, ErrorKind, Result};
 use crate::sync;
 use crate::types::Name;
@@ -63,16 +63,16 @@ impl SessionInner {
         let (token, slot) = self.apply_logged(|e, logs| {
             let mut c = self.campaigns.lock();
             let ours = c.get(name).is_some_and(|slot| election.is_none_or(|el| Arc::ptr_eq(&slot.election, el)));
-            let Some(slot) = ours.then(|| c.remove(name)).flatten() else { return ((None, None), Vec::new()) };
+            let Some(slot) = ours.then(|| c.remove(name)).flatten() else { return ((None, None), Step::none()) };
             drop(c);
             let leading = slot.election.resigned(logs);
-            ((e.stop_campaign(name, leading), Some(slot)), Vec::new())
+            ((e.stop_campaign(name, leading), Some(slot)), Step::none())
         });
         if let (Some(t), true) = (token, sync::reintroduced(sync::Bug::ResignSplit)) {
             // Old (finding 1): the release counted in a second transition.
             self.apply(|e| {
                 e.begin_release(name, t);
-                ((), Vec::new())
+                ((), Step::none())
             });
         }
         // Dropped with no lock held (the election's last reference may own the backend).
@@ -119,17 +119,13 @@ impl SessionInner {
     }
 
     fn dispatch_campaign_attempt(self: &Arc<Self>, name: Name, election: Arc<ElectionShared>) {
-        let epoch = {
-            let mut e = self.engine.lock();
-            if self.dead_error(&e, sync::now()).is_some() || e.releasing(&name) {
-                drop(e);
-                if let Some(slot) = self.campaigns.lock().get_mut(&name) {
-                    slot.in_flight = None;
-                    slot.next_attempt = later(sync::now(), Duration::from_millis(10));
-                }
-                return;
+        let begun = self.engine.lock().begin_attempt(&name, sync::now());
+        let Ok(epoch) = begun else {
+            if let Some(slot) = self.campaigns.lock().get_mut(&name) {
+                slot.in_flight = None;
+                slot.next_attempt = later(sync::now(), Duration::from_millis(10));
             }
-            e.begin_acquire(&name)
+            return;
         };
         let weak = Arc::downgrade(self);
         let backend = self.backend.clone();

@@ -9,7 +9,7 @@ use super::calls::{bounded_call, inline};
 use super::{pool, SessionInner};
 use crate::backend::{Acquire, Notification, Topic};
 use crate::election::ElectionShared;
-use crate::engine::{later, Adoption};
+use crate::engine::{later, AcquireCall, Adoption, Command, NotSent, Step};
 use crate::error::{Error, ErrorKind, Result};
 use crate::lease::Lease;
 use crate::types::{Name, Token};
@@ -34,7 +34,7 @@ impl SessionInner {
                     } else {
                         e.end_release(&name);
                     }
-                    ((), Vec::new())
+                    ((), Step::none())
                 });
             }
             if let Some(tx) = done {
@@ -60,26 +60,27 @@ impl SessionInner {
             let mut e = self.engine.lock();
             loop {
                 let now = sync::now();
-                if let Some(err) = self.dead_error(&e, now) {
-                    return Err(err);
-                }
-                if e.token(name, now).is_some() || e.is_campaigning(name) {
-                    return Err(Error::new(
-                        ErrorKind::AlreadyHeld,
-                        format!("session {} already holds or campaigns for '{name}'", self.id),
-                    ));
-                }
-                if !e.releasing(name) {
-                    break;
-                }
-                if self.cond.wait_until(&mut e, deadline).timed_out() {
-                    return Err(Error::new(
-                        ErrorKind::Timeout,
-                        format!("lease '{name}': a previous release is still in flight"),
-                    ));
+                match e.begin_lock(name, now) {
+                    Ok(epoch) => break epoch,
+                    Err(NotSent::Ended) => {
+                        return Err(self.dead_error(&e, now).unwrap_or_else(|| Error::session_expired(&self.id)))
+                    }
+                    Err(NotSent::Held) => {
+                        return Err(Error::new(
+                            ErrorKind::AlreadyHeld,
+                            format!("session {} already holds or campaigns for '{name}'", self.id),
+                        ))
+                    }
+                    Err(NotSent::Releasing) => {
+                        if self.cond.wait_until(&mut e, deadline).timed_out() {
+                            return Err(Error::new(
+                                ErrorKind::Timeout,
+                                format!("lease '{name}': a previous release is still in flight"),
+                            ));
+                        }
+                    }
                 }
             }
-            e.begin_acquire(name)
         };
         let sent = sync::now();
         let call_deadline = deadline.min(later(sent, self.timing.query_timeout)).max(sent);
@@ -134,18 +135,16 @@ impl SessionInner {
     ) -> Result<Option<Token>> {
         use log::Level::{Debug, Info};
         let id = &self.id;
-        let mut undo = None;
+        let call = AcquireCall { sent, epoch, campaign: campaign.is_some() };
         let mut elected_late = None; // old (finding 3): elected() after the transition
         let result = self.apply_logged(|e, logs| {
             let now = sync::now();
-            let r = match reply {
+            match reply {
                 Ok(Acquire::Acquired { token, remaining }) => {
-                    let adoption = if campaign.is_some() {
-                        e.on_campaign_acquired(name, token, sent, remaining, now, epoch)
-                    } else {
-                        e.on_acquired(name, token, sent, remaining, now, epoch)
-                    };
-                    match adoption {
+                    // The verdict, the undo of a reply not adopted and the operation's end: one
+                    // transition.
+                    let (adoption, step) = e.acquire_answered(name, call, token, remaining, now);
+                    let r = match adoption {
                         Adoption::Adopted => {
                             logs.push(Debug, format!("session {id}: acquired '{name}' (token {token})"));
                             if let Some(election) = campaign {
@@ -180,8 +179,6 @@ impl SessionInner {
                             }
                         }
                         Adoption::Undo => {
-                            e.begin_release(name, token);
-                            undo = Some(token);
                             logs.push(
                                 Info,
                                 format!(
@@ -191,28 +188,26 @@ impl SessionInner {
                             );
                             Ok(None)
                         }
-                        Adoption::GivenUp => {
-                            e.begin_release(name, token);
-                            undo = Some(token);
-                            Err(Error::unavailable(format!(
-                                "'{name}' (token {token}) was given up by this session (released or lost) and its \
+                        Adoption::GivenUp => Err(Error::unavailable(format!(
+                            "'{name}' (token {token}) was given up by this session (released or lost) and its \
                                  release has not landed on the backend yet; retry"
-                            )))
-                        }
+                        ))),
                         Adoption::SessionEnded => {
                             Err(self.dead_error(e, now).unwrap_or_else(|| Error::session_expired(&self.id)))
                         }
-                    }
+                    };
+                    (r, step)
                 }
-                Ok(Acquire::Busy) => Ok(None),
-                Err(err) => Err(err),
-            };
-            e.end_acquire(name);
-            (r, Vec::new())
+                Ok(Acquire::Busy) => {
+                    e.end_acquire(name);
+                    (Ok(None), Step::none())
+                }
+                Err(err) => {
+                    e.end_acquire(name);
+                    (Err(err), Step::none())
+                }
+            }
         });
-        if let Some(token) = undo {
-            self.dispatch_release(name.clone(), token, None);
-        }
         if let Some((election, token, remaining)) = elected_late {
             // The old code: its own check in other lock sections, then elected() (finding 3).
             if self.campaigns.lock().contains_key(name) && !election.is_resigned() {
@@ -227,26 +222,23 @@ impl SessionInner {
     /// An acquire nobody waits for any more returned: end the operation and undo the term unless
     /// this session holds that very term anyway.
     fn undo_late_acquire(self: &Arc<Self>, name: &Name, reply: Result<Acquire>) {
-        let undo = self.apply(|e| {
-            e.end_acquire(name);
-            let undo = match reply {
-                Ok(Acquire::Acquired { token, .. }) if e.held().all(|(n, t)| n != name || t != token) => Some(token),
-                _ => None,
-            };
-            if let Some(token) = undo {
-                e.begin_release(name, token);
+        let token = match reply {
+            Ok(Acquire::Acquired { token, .. }) => Some(token),
+            _ => None,
+        };
+        self.apply_logged(|e, logs| {
+            let step = e.acquire_abandoned(name, token);
+            if let Some(Command::Undo { token, .. }) = step.commands.first() {
+                logs.push(
+                    log::Level::Info,
+                    format!(
+                        "session {}: acquire of '{name}' (token {token}) answered after its caller gave up; releasing it",
+                        self.id
+                    ),
+                );
             }
-            (undo, Vec::new())
+            ((), step)
         });
-        if let Some(token) = undo {
-            log::info!(
-                "session {}: acquire of '{}' (token {}) answered after its caller gave up; releasing it",
-                self.id,
-                name,
-                token
-            );
-            self.dispatch_release(name.clone(), token, None);
-        }
     }
 
     /// Attempts to take `name` until `deadline` (`None`: forever). The first attempt is always
@@ -301,16 +293,7 @@ impl SessionInner {
     /// Called by [`Lease`]: gives up `name` locally at once and releases it on the backend. Waits
     /// for the result up to the query timeout when `wait` is true.
     pub(crate) fn release_lease(self: &Arc<Self>, name: &Name, token: Token, wait: bool) -> Result<()> {
-        let held = self.apply(|e| {
-            let held = e.token(name, sync::now()) == Some(token) || e.held().any(|(n, t)| n == name && t == token);
-            if held {
-                e.on_release(name);
-            }
-            // Release on the backend even when lost locally: after a deadline loss the backend may
-            // still count it ours. A release of another term or by a non-holder is a no-op.
-            e.begin_release(name, token);
-            (held, Vec::new())
-        });
+        let held = self.apply(|e| (e.release(name, token), Step::none()));
         log::debug!("session {}: releasing '{}' (token {}, held: {})", self.id, name, token, held);
         self.perform_release(name, token, wait)
     }
@@ -329,7 +312,7 @@ impl SessionInner {
             if let Err(err) = &r {
                 log::warn!("session {}: release of '{}' failed: {}", self.id, name, err);
             }
-            let took = sync::now().saturating_duration_since(started);
+            let took = started.elapsed();
             if took > self.timing.query_timeout {
                 log::warn!(
                     "session {}: {} release of '{}' took {}, longer than the query timeout {}",
@@ -347,7 +330,7 @@ impl SessionInner {
                 } else {
                     e.end_release(name);
                 }
-                ((), Vec::new())
+                ((), Step::none())
             });
             return r;
         }

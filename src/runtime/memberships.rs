@@ -6,7 +6,7 @@ use std::sync::Arc;
 use super::calls::bounded_call;
 use super::{pool, SessionInner};
 use crate::backend::LeaseBackend;
-use crate::engine::later;
+use crate::engine::{later, Step};
 use crate::error::{Error, ErrorKind, Result};
 use crate::group::MembershipShared;
 use crate::sync;
@@ -54,7 +54,7 @@ impl SessionInner {
                 s.apply(|e| {
                     let now = sync::now();
                     e.end_join(&g, now);
-                    let out = if r.is_ok() && !late.load(Ordering::SeqCst) { e.joined(&g, now) } else { Vec::new() };
+                    let out = if r.is_ok() && !late.load(Ordering::SeqCst) { e.joined(&g, now) } else { Step::none() };
                     ((), out)
                 });
             }
@@ -73,7 +73,7 @@ impl SessionInner {
                     gave_up.store(true, Ordering::SeqCst);
                     self.memberships.lock().remove(&group);
                     e.join_abandoned(&group, sync::now());
-                    ((), Vec::new())
+                    ((), Step::none())
                 });
                 Err(err)
             }
@@ -106,7 +106,7 @@ impl SessionInner {
         move |b: &dyn LeaseBackend| {
             let r = b.leave(&id, &g);
             if let Some(s) = session.upgrade() {
-                s.apply(|e| (e.end_leave(&g, sync::now()), Vec::new()));
+                s.apply(|e| (e.end_leave(&g, sync::now()), Step::none()));
             }
             r
         }

@@ -18,7 +18,8 @@
 //! The files of this module are one `impl SessionInner` each, by job:
 //! - `mod.rs`: the shared state ([`SessionInner`]), opening, the one engine lock (`apply`), state,
 //!   events, and closing;
-//! - `renewal.rs`: the renewal thread, carrying out the engine's outputs, keep-alives;
+//! - `renewal.rs`: the renewal thread, keep-alives, and carrying out the engine's steps (events
+//!   forwarded, commands performed);
 //! - `leases.rs`: lock attempts, adoption of acquire replies, releases, tokens;
 //! - `campaigns.rs`: elections' campaigns (attempts on workers, resign);
 //! - `memberships.rs`: joins, leaves and re-joins of groups;
@@ -33,7 +34,7 @@ use std::time::{Duration, Instant};
 use crate::sync::{self, thread, unbounded, Condvar, Mutex, Receiver, Sender};
 
 use crate::backend::{LeaseBackend, Notification};
-use crate::engine::{Engine, Output, Timing};
+use crate::engine::{Engine, Step, Timing};
 use crate::error::{Error, ErrorKind, Result};
 use crate::events::{Events, Subscribers};
 use crate::group::MembershipShared;
@@ -226,23 +227,23 @@ impl SessionInner {
         }
     }
 
-    /// Runs `f` on the engine and carries out its outputs. Events are emitted under the lock (in
-    /// order, non-blocking); log records are written and backend calls dispatched after it is
-    /// released.
-    pub(super) fn apply<T>(self: &Arc<Self>, f: impl FnOnce(&mut Engine) -> (T, Vec<Output>)) -> T {
+    /// Runs one engine transition `f` and carries out its [`Step`]: the events are forwarded under
+    /// the lock (in order, non-blocking), the log records written and the commands performed
+    /// after it is released. The only place a step is carried out.
+    pub(super) fn apply<T>(self: &Arc<Self>, f: impl FnOnce(&mut Engine) -> (T, Step)) -> T {
         self.apply_logged(|e, _| f(e))
     }
 
     /// Like [`apply`](SessionInner::apply), for a transition that decides log records too.
-    pub(super) fn apply_logged<T>(self: &Arc<Self>, f: impl FnOnce(&mut Engine, &mut Logs) -> (T, Vec<Output>)) -> T {
+    pub(super) fn apply_logged<T>(self: &Arc<Self>, f: impl FnOnce(&mut Engine, &mut Logs) -> (T, Step)) -> T {
         let mut logs = Logs::default();
         let mut e = self.engine.lock();
-        let (value, outputs) = f(&mut e, &mut logs);
-        let actions = self.handle_outputs(&mut e, outputs, &mut logs);
+        let (value, step) = f(&mut e, &mut logs);
+        self.forward(step.events, &mut logs);
         self.cond.notify_all();
         drop(e);
         logs.write();
-        self.run_actions(actions);
+        self.perform(step.commands);
         value
     }
 

@@ -1,31 +1,28 @@
-//! The renewal thread, and carrying out the engine's outputs (events, keep-alives, strays).
+//! The renewal thread, and the one place where the engine's steps are carried out: events
+//! forwarded, commands (keep-alives, stray releases, undos, re-joins, stray leaves) performed.
 
 use std::sync::{Arc, Weak};
 use std::time::Instant;
 
-use crate::sync::{self, select, MutexGuard, Receiver};
+use crate::sync::{self, select, Receiver};
 
 use super::calls::Logs;
 use super::{pool, SessionInner, Wake};
 use crate::backend::{KeepAlive, Notification};
-use crate::engine::{Engine, KeepAliveResult, Output};
+use crate::engine::{Command, Event, KeepAliveResult};
 use crate::session::SessionEvent;
 use crate::state::SessionState;
 
 impl SessionInner {
-    pub(super) fn handle_outputs(
-        self: &Arc<Self>,
-        e: &mut MutexGuard<'_, Engine>,
-        outputs: Vec<Output>,
-        logs: &mut Logs,
-    ) -> Vec<Output> {
+    /// Forwards a transition's events, under the engine lock so they stay in order: each becomes a
+    /// session event and a log record (written after the lock is released); a loss revokes the
+    /// election leading that term, the session's end ends its campaigns and memberships.
+    pub(super) fn forward(&self, events: Vec<Event>, logs: &mut Logs) {
         use log::Level::{Debug, Info, Warn};
         let id = &self.id;
-        let mut actions = Vec::new();
-        for o in outputs {
-            match o {
-                Output::SendKeepAlive { .. } => actions.push(o),
-                Output::LeaseLost { name, token, reason } => {
+        for ev in events {
+            match ev {
+                Event::LeaseLost { name, token, reason } => {
                     logs.push(Warn, format!("session {id}: lease '{name}' (token {token}) lost: {reason}"));
                     self.emit(SessionEvent::LeaseLost { name: name.clone(), token, reason });
                     if let Some(slot) = self.campaigns.lock().get_mut(&name) {
@@ -33,55 +30,49 @@ impl SessionInner {
                         slot.next_attempt = sync::now();
                     }
                 }
-                Output::Expired => {
+                Event::Expired => {
                     logs.push(Warn, format!("session {id} expired"));
                     self.emit(SessionEvent::Expired);
                     self.end(SessionState::Expired, logs);
-                    actions.push(Output::Expired);
                 }
-                Output::ReleaseStray { name, token } => {
-                    logs.push(
-                        Info,
-                        format!("session {id}: releasing '{name}' (token {token}), owned on the backend but not held"),
-                    );
-                    e.begin_release(&name, token);
-                    actions.push(Output::ReleaseStray { name, token });
-                }
-                Output::RenewalFailed { failures } => {
+                Event::RenewalFailed { failures } => {
                     self.emit(SessionEvent::RenewalFailed { failures });
                 }
-                Output::MembershipLost { group } => {
+                Event::MembershipLost { group } => {
                     logs.push(
                         Warn,
                         format!("session {id}: membership of '{group}' is missing on the backend; re-joining"),
                     );
                     self.emit(SessionEvent::MembershipLost { group });
                 }
-                Output::MembershipRestored { group } => {
+                Event::MembershipRestored { group } => {
                     logs.push(Info, format!("session {id}: membership of '{group}' restored"));
                     self.emit(SessionEvent::MembershipRestored { group });
                 }
-                Output::Rejoin { .. } => actions.push(o),
-                Output::LeaveStray { ref group } => {
-                    logs.push(Info, format!("session {id}: leaving '{group}', listed on the backend but not held"));
-                    actions.push(o);
-                }
-                Output::Closed => {
+                Event::Closed => {
                     logs.push(Debug, format!("session {id} closing"));
                     self.emit(SessionEvent::Closed);
                     self.end(SessionState::Closed, logs);
                 }
             }
         }
-        actions
     }
 
-    pub(super) fn run_actions(self: &Arc<Self>, actions: Vec<Output>) {
-        for a in actions {
-            match a {
-                Output::SendKeepAlive { sent } => self.dispatch_keep_alive(sent),
-                Output::ReleaseStray { name, token } => self.dispatch_release(name, token, None),
-                Output::Expired => {
+    /// Performs a transition's commands, with no internal lock held: each is one backend call (on
+    /// a worker), whose end is reported back with the matching engine transition.
+    pub(super) fn perform(self: &Arc<Self>, commands: Vec<Command>) {
+        for c in commands {
+            match c {
+                Command::SendKeepAlive { sent } => self.dispatch_keep_alive(sent),
+                Command::ReleaseStray { name, token } => {
+                    log::info!(
+                        "session {}: releasing '{name}' (token {token}), owned on the backend but not held",
+                        self.id
+                    );
+                    self.dispatch_release(name, token, None);
+                }
+                Command::Undo { name, token } => self.dispatch_release(name, token, None),
+                Command::CloseSession => {
                     // Best effort: free everything on the backend now rather than at its expiry.
                     let backend = self.backend.clone();
                     let id = self.id.clone();
@@ -91,13 +82,11 @@ impl SessionInner {
                         }
                     });
                 }
-                Output::Rejoin { group } => self.dispatch_rejoin(group),
-                Output::LeaveStray { group } => self.spawn_leave(group),
-                Output::LeaseLost { .. }
-                | Output::RenewalFailed { .. }
-                | Output::Closed
-                | Output::MembershipLost { .. }
-                | Output::MembershipRestored { .. } => {}
+                Command::Rejoin { group } => self.dispatch_rejoin(group),
+                Command::LeaveStray { group } => {
+                    log::info!("session {}: leaving '{group}', listed on the backend but not held", self.id);
+                    self.spawn_leave(group);
+                }
             }
         }
     }

@@ -327,7 +327,7 @@ pub enum Event {
         group: Name,
     },
     /// The session's engine found the membership missing from a keep-alive's report
-    /// (`Output::MembershipLost`); it re-joins.
+    /// (`Event::MembershipLost`); it re-joins.
     MembershipLost {
         /// Client index.
         client: u8,

@@ -5,7 +5,7 @@
 //! random choice comes from one generator seeded by the run's `seed`, so a seed replays exactly.
 //!
 //! What runs:
-//! - **clients**: each runs the real [`Engine`](crate::engine::Engine) — the state machine the
+//! - **clients**: each runs the real `Engine` (`engine::Engine`, crate-private) — the state machine the
 //!   renewal thread runs — driven the way `runtime/` drives it: keep-alives when the engine says,
 //!   acquires judged by their send instant (abandoned after the query timeout, late replies undone),
 //!   releases, stray releases, best-effort close after expiry, reopening a session after it ends;

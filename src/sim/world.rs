@@ -22,7 +22,7 @@ use super::{BrokenRule, Model, Premise, Scenario, Stats};
 use crossbeam_channel::{Receiver, Sender};
 
 use crate::backend::{Acquire, KeepAlive, LeaseBackend, Notification};
-use crate::engine::{Adoption, Engine, KeepAliveResult, Output, Timing};
+use crate::engine::{Adoption, Command, Engine, Event as EngineEvent, KeepAliveResult, Step, Timing};
 use crate::memory::MemoryBackend;
 use crate::state::SessionState;
 use crate::types::{Name, SessionId, Token};
@@ -220,7 +220,7 @@ enum Kind {
     Join {
         group: usize,
     },
-    /// A re-join of a membership the backend lost (`Output::Rejoin`, background).
+    /// A re-join of a membership the backend lost (`Command::Rejoin`, background).
     Rejoin {
         group: usize,
     },
@@ -1054,7 +1054,7 @@ impl World {
                 };
                 let sent = if self.sc.broken_rule == Some(BrokenRule::DeadlineFromReplyInstant) { now } else { sent };
                 let outs = self.clients[c].sessions[si].engine.on_keep_alive(sent, now, result);
-                self.handle_outputs(c, si, outs);
+                self.handle_step(c, si, outs);
             }
             Kind::Acquire { name, sent, epoch, campaign: true, .. } => {
                 let Some(si) = call.si else { return };
@@ -1295,28 +1295,14 @@ impl World {
         }
     }
 
-    fn handle_outputs(&mut self, c: usize, si: usize, mut outs: Vec<Output>) {
-        // Engine outputs built from a HashMap come in arbitrary order: sort runs of losses by name.
-        let mut i = 0;
-        while i < outs.len() {
-            let mut j = i;
-            while j < outs.len() && matches!(outs[j], Output::LeaseLost { .. }) {
-                j += 1;
-            }
-            outs[i..j].sort_by(|a, b| match (a, b) {
-                (Output::LeaseLost { name: x, .. }, Output::LeaseLost { name: y, .. }) => x.cmp(y),
-                _ => Ordering::Equal,
-            });
-            i = j + 1;
-        }
+    /// Carries out an engine step as `runtime/` does: the events first (the runtime forwards them
+    /// under the engine lock), then the commands.
+    fn handle_step(&mut self, c: usize, si: usize, step: Step) {
         let label = self.clients[c].sessions[si].label;
         let target = self.clients[c].sessions[si].target.clone();
-        for o in outs {
-            match o {
-                Output::SendKeepAlive { sent } => {
-                    self.start_call(c, Some(si), Some(target.clone()), Kind::KeepAlive { sent });
-                }
-                Output::LeaseLost { name, token, reason } => {
+        for ev in step.events {
+            match ev {
+                EngineEvent::LeaseLost { name, token, reason } => {
                     if let Some(k) = self.names.iter().position(|n| *n == name) {
                         let w = &mut self.clients[c].wants[k];
                         w.hold_until = None;
@@ -1326,7 +1312,7 @@ impl World {
                     }
                     self.record(Event::Lost { client: c as u8, sess: label, name, token, reason });
                 }
-                Output::Expired => {
+                EngineEvent::Expired => {
                     self.record(Event::Expired { client: c as u8, sess: label });
                     self.session_ended(c, si);
                     if self.clients[c].current == Some(si) {
@@ -1334,37 +1320,44 @@ impl World {
                         let d = self.rng.random_range(0..self.lease / 2);
                         self.clients[c].reopen_at = self.now + d;
                     }
-                    // runtime/: best-effort close after expiry.
-                    self.start_call(c, Some(si), Some(target.clone()), Kind::Close);
                 }
-                Output::ReleaseStray { name, token } => {
-                    let s = &mut self.clients[c].sessions[si];
-                    let token = Some(token);
-                    if let (Some(k), Some(token)) = (self.names.iter().position(|n| *n == name), token) {
-                        s.engine.begin_release(&name, token);
-                        self.release_call(c, si, k, token);
-                    }
-                }
-                Output::RenewalFailed { .. } => {}
-                Output::MembershipLost { group } => {
+                EngineEvent::RenewalFailed { .. } => {}
+                EngineEvent::MembershipLost { group } => {
                     self.stats.memberships_lost += 1;
                     self.record(Event::MembershipLost { client: c as u8, sess: label, group });
                 }
-                Output::MembershipRestored { .. } => {}
-                Output::Rejoin { group } => {
+                EngineEvent::MembershipRestored { .. } => {}
+                EngineEvent::Closed => {
+                    self.record(Event::Closed { client: c as u8, sess: label });
+                    self.session_ended(c, si);
+                }
+            }
+        }
+        for cmd in step.commands {
+            match cmd {
+                Command::SendKeepAlive { sent } => {
+                    self.start_call(c, Some(si), Some(target.clone()), Kind::KeepAlive { sent });
+                }
+                // runtime/: best-effort close after expiry.
+                Command::CloseSession => {
+                    self.start_call(c, Some(si), Some(target.clone()), Kind::Close);
+                }
+                // The engine already counted the release in flight.
+                Command::ReleaseStray { name, token } | Command::Undo { name, token } => {
+                    if let Some(k) = self.names.iter().position(|n| *n == name) {
+                        self.release_call(c, si, k, token);
+                    }
+                }
+                Command::Rejoin { group } => {
                     if let Some(g) = self.groups.iter().position(|x| *x == group) {
                         self.start_call(c, Some(si), Some(target.clone()), Kind::Rejoin { group: g });
                     }
                 }
-                Output::LeaveStray { group } => {
+                Command::LeaveStray { group } => {
                     if let Some(g) = self.groups.iter().position(|x| *x == group) {
                         self.stats.strays_left += 1;
                         self.leave_stray(c, si, g);
                     }
-                }
-                Output::Closed => {
-                    self.record(Event::Closed { client: c as u8, sess: label });
-                    self.session_ended(c, si);
                 }
             }
         }
@@ -1376,7 +1369,7 @@ impl World {
         if let Some(si) = self.clients[c].current {
             let now = self.inst(c);
             let outs = self.clients[c].sessions[si].engine.poll(now);
-            self.handle_outputs(c, si, outs);
+            self.handle_step(c, si, outs);
         }
         self.workload(c);
         self.sample(c);
@@ -1397,7 +1390,7 @@ impl World {
         if now_t >= self.clients[c].close_at {
             // The application closes its session.
             let outs = self.clients[c].sessions[si].engine.close();
-            self.handle_outputs(c, si, outs);
+            self.handle_step(c, si, outs);
             self.clients[c].current = None;
             let d = self.rng.random_range(0..self.lease);
             self.clients[c].reopen_at = now_t + d;

@@ -188,7 +188,7 @@ impl World {
         }
     }
 
-    /// `Output::LeaveStray`: a background leave of a group the session does not hold (the engine
+    /// `Command::LeaveStray`: a background leave of a group the session does not hold (the engine
     /// counted it in flight); a join of the group waits for it like for any leave.
     pub(super) fn leave_stray(&mut self, c: usize, si: usize, g: usize) {
         let target = self.clients[c].sessions[si].target.clone();
@@ -206,7 +206,7 @@ impl World {
         e.end_join(&group, now);
         if matches!(res, Res::Done) && !gave_up {
             let outs = e.joined(&group, now);
-            self.handle_outputs(c, si, outs);
+            self.handle_step(c, si, outs);
         }
     }
 
@@ -218,13 +218,13 @@ impl World {
         self.clients[c].sessions[si].engine.join_abandoned(&group, now);
     }
 
-    /// A re-join (`Output::Rejoin`) returned.
+    /// A re-join (`Command::Rejoin`) returned.
     pub(super) fn rejoin_ended(&mut self, c: usize, si: Option<usize>, g: usize, res: &Res) {
         let Some(si) = si else { return };
         let now = self.inst(c);
         let group = self.groups[g].clone();
         let outs = self.clients[c].sessions[si].engine.end_rejoin(&group, now, matches!(res, Res::Done));
-        self.handle_outputs(c, si, outs);
+        self.handle_step(c, si, outs);
     }
 
     pub(super) fn leave_returned(&mut self, c: usize, g: usize, id: u64) {
