@@ -48,10 +48,15 @@ mod pool;
 mod postgres;
 pub mod queries;
 
+#[cfg(feature = "postgres")]
+pub use postgres::{PostgresTls, RootCerts, SslMode};
+
 /// Default time between two background purges of expired sessions.
 pub const DEFAULT_PURGE_INTERVAL: Duration = Duration::from_secs(60);
 /// Default number of connections in the backend's own pool.
 pub const DEFAULT_POOL_SIZE: u32 = 4;
+/// Default lifetime of a pooled connection.
+pub const DEFAULT_CONNECTION_LIFETIME: Duration = Duration::from_secs(1800);
 /// Most sessions one purge run deletes.
 pub const PURGE_BATCH: usize = 1000;
 
@@ -128,6 +133,7 @@ pub struct SqlOptions {
     purge_interval: Duration,
     auto_purge: bool,
     pool_size: u32,
+    connection_lifetime: Duration,
 }
 
 impl Default for SqlOptions {
@@ -138,6 +144,7 @@ impl Default for SqlOptions {
             purge_interval: DEFAULT_PURGE_INTERVAL,
             auto_purge: true,
             pool_size: DEFAULT_POOL_SIZE,
+            connection_lifetime: DEFAULT_CONNECTION_LIFETIME,
         }
     }
 }
@@ -173,6 +180,12 @@ impl SqlOptions {
     pub fn pool_size(&self) -> u32 {
         self.pool_size
     }
+
+    /// How long a pooled connection is used before it is closed and replaced (default 30 min;
+    /// [`Duration::MAX`] = forever).
+    pub fn connection_lifetime(&self) -> Duration {
+        self.connection_lifetime
+    }
 }
 
 /// Builder of [`SqlOptions`].
@@ -183,6 +196,7 @@ pub struct SqlOptionsBuilder {
     purge_interval: Option<Duration>,
     auto_purge: Option<bool>,
     pool_size: Option<u32>,
+    connection_lifetime: Option<Duration>,
 }
 
 impl SqlOptionsBuilder {
@@ -224,6 +238,16 @@ impl SqlOptionsBuilder {
         self
     }
 
+    /// How long a pooled connection is used before it is closed and replaced (default 30 min; at
+    /// least 1 s; [`Duration::MAX`] = forever). A lifetime shorter than a managed service's idle
+    /// or maximum connection age (or a certificate rotation period) avoids reusing connections
+    /// the service is about to drop.
+    #[must_use]
+    pub fn connection_lifetime(mut self, d: Duration) -> Self {
+        self.connection_lifetime = Some(d);
+        self
+    }
+
     /// Validates and builds.
     ///
     /// # Errors
@@ -247,12 +271,19 @@ impl SqlOptionsBuilder {
         if !(1..=256).contains(&pool_size) {
             return Err(Error::config(format!("pool_size {pool_size} must be between 1 and 256")));
         }
+        let connection_lifetime = self.connection_lifetime.unwrap_or(DEFAULT_CONNECTION_LIFETIME);
+        if connection_lifetime < Duration::from_secs(1) {
+            return Err(Error::config(format!(
+                "connection_lifetime {connection_lifetime:?} must be at least 1s (Duration::MAX = forever)"
+            )));
+        }
         Ok(SqlOptions {
             query_timeout,
             connect_timeout: self.connect_timeout,
             purge_interval,
             auto_purge: self.auto_purge.unwrap_or(true),
             pool_size,
+            connection_lifetime,
         })
     }
 }
@@ -325,6 +356,11 @@ pub(crate) trait Driver: Send + Sync + 'static {
         Ok(None)
     }
     fn server_version(&self) -> Result<String>;
+    /// The `tls` item of `simba check` (whether a connection is encrypted and the server
+    /// certificate verified); `None` when the dialect does not report one.
+    fn tls_check(&self) -> Option<CheckItem> {
+        None
+    }
     fn connection_ids(&self) -> Vec<u64>;
 }
 
@@ -359,16 +395,50 @@ impl fmt::Debug for SqlBackend {
 }
 
 impl SqlBackend {
-    /// A PostgreSQL backend for `url` (`postgres://user:password@host:port/db?options=...`, or a
-    /// libpq-style `key=value` string). No I/O happens here. TLS is not supported (use `sslmode`
-    /// `disable` or `prefer`).
+    /// A PostgreSQL backend for `url` (`postgres://user:password@host:port/db?sslmode=…`, or a
+    /// libpq-style `key=value` string), with libpq's TLS parameters `sslmode`
+    /// (`disable`/`prefer`/`require`/`verify-ca`/`verify-full`, default `prefer`), `sslrootcert`
+    /// (a PEM file, or `system`), `sslcert`/`sslkey` (a client identity) and `sslsni` — see
+    /// [`PostgresTls`] and `docs/configuration.md`. No network I/O happens here; the TLS files are
+    /// read here.
     ///
     /// # Errors
-    /// `InvalidConfig` when the URL cannot be parsed.
+    /// `InvalidConfig` when the URL cannot be parsed, a TLS parameter is malformed or not
+    /// supported, or a TLS file cannot be read.
     #[cfg(feature = "postgres")]
     pub fn postgres(url: &str, options: SqlOptions) -> Result<SqlBackend> {
-        let driver = postgres::PgDriver::new(url, &options)?;
+        SqlBackend::postgres_with_tls(url, &PostgresTls::default(), options)
+    }
+
+    /// As [`postgres`](SqlBackend::postgres), with TLS settings given in code joined with the
+    /// URL's (a setting made in both with different values is an error).
+    ///
+    /// # Errors
+    /// As [`postgres`](SqlBackend::postgres); `InvalidConfig` for a setting made twice.
+    #[cfg(feature = "postgres")]
+    pub fn postgres_with_tls(url: &str, tls: &PostgresTls, options: SqlOptions) -> Result<SqlBackend> {
+        let driver = postgres::PgDriver::new(url, tls, &options)?;
         Ok(SqlBackend::with_driver(Dialect::Postgres, url, options, Box::new(driver)))
+    }
+
+    /// A PostgreSQL backend for the application's own driver configuration: hosts, user,
+    /// password, database, `options`, timeouts and keepalives as the application set them up,
+    /// with `tls` (whose `sslmode` replaces the configuration's). The backend still owns its pool
+    /// (`options.pool_size()` connections, at most [`SqlOptions::connection_lifetime`] each) and
+    /// adds its statement timeout to the configuration's `options`; unset connect timeouts take
+    /// the backend's. No network I/O happens here; the TLS files are read here.
+    ///
+    /// # Errors
+    /// `InvalidConfig` for a TLS setting that breaks a rule or a TLS file that cannot be read.
+    #[cfg(feature = "postgres")]
+    pub fn postgres_from_config(
+        config: ::postgres::Config,
+        tls: &PostgresTls,
+        options: SqlOptions,
+    ) -> Result<SqlBackend> {
+        let driver = postgres::PgDriver::from_config(config, tls, &options)?;
+        let shown = driver.shown().to_string();
+        Ok(SqlBackend::with_driver(Dialect::Postgres, &shown, options, Box::new(driver)))
     }
 
     /// A MySQL 8 / MariaDB 10.11 backend for `url` (`mysql://user:password@host:port/db`; `mariadb://`
@@ -663,6 +733,7 @@ impl LeaseBackend for SqlBackend {
                 return items;
             }
         }
+        items.extend(self.inner.driver.tls_check());
         match self.inner.driver.schema_tables() {
             Ok(3) => match self.inner.driver.missing_routine() {
                 Ok(None) => items.push(item(

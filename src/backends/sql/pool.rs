@@ -143,7 +143,7 @@ where
             .test_on_check_out(false)
             .connection_timeout(options.query_timeout())
             .idle_timeout(Some(Duration::from_secs(300)))
-            .max_lifetime(Some(Duration::from_secs(1800)))
+            .max_lifetime(Some(options.connection_lifetime()).filter(|d| *d != Duration::MAX))
             .error_handler(Box::new(LogErrors(kind)))
             .thread_pool(maintenance_threads())
             .build_unchecked(manager);

@@ -1,0 +1,1 @@
+#![cfg(all(feature = "tck", feature = "postgres"))]
