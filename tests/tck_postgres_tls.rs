@@ -29,9 +29,8 @@ fn backend() -> Arc<SqlBackend> {
             // 2 s, not the plain TCK's 1 s: a new connection costs a TLS handshake on a loaded
             // 2-core machine (as for the Redis TLS TCK).
             let options = SqlOptions::builder().query_timeout(Duration::from_secs(2)).build().unwrap();
-            let backend = SqlBackend::postgres(&url, options).unwrap_or_else(|e| {
-                panic!("bad TLS URL {url}: {e} (run `scripts/services up postgres-tls`)")
-            });
+            let backend = SqlBackend::postgres(&url, options)
+                .unwrap_or_else(|e| panic!("bad TLS URL {url}: {e} (run `scripts/services up postgres-tls`)"));
             backend.init_schema().unwrap_or_else(|e| {
                 panic!(
                     "cannot initialise the schema over TLS at {}: {} (run `scripts/services up postgres-tls`)",

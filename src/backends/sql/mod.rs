@@ -51,6 +51,13 @@ pub mod queries;
 #[cfg(feature = "postgres")]
 pub use postgres::{PostgresTls, RootCerts, SslMode};
 
+/// Parses a PostgreSQL URL as [`SqlBackend::postgres`] does and reads its TLS files, without
+/// building a backend (for [`Config`](crate::Config)'s validation before any I/O).
+#[cfg(feature = "postgres")]
+pub(crate) fn validate_postgres_url(url: &str) -> Result<()> {
+    postgres::validate_url(url)
+}
+
 /// Default time between two background purges of expired sessions.
 pub const DEFAULT_PURGE_INTERVAL: Duration = Duration::from_secs(60);
 /// Default number of connections in the backend's own pool.

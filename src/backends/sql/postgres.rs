@@ -316,6 +316,13 @@ pub(crate) struct PgDriver {
     shown: String,
 }
 
+/// Parses `url` and reads its TLS files, as [`PgDriver::new`] does, without building a pool.
+pub(crate) fn validate_url(url: &str) -> Result<()> {
+    let (_, tls) = config::parse(url)?;
+    tls::TlsSetup::load(&tls).map_err(|e| Error::config(format!("{}: {e}", super::redact_url(url))))?;
+    Ok(())
+}
+
 impl PgDriver {
     /// A driver for a URL or libpq `key=value` string (with libpq's TLS parameters), joined with
     /// the TLS settings given in code (`tls`; one set in both with different values is an error).
