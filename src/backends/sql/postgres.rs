@@ -185,7 +185,7 @@ fn connect_failure(e: &ConnectError, connector: &PgConnector) -> ConnectFailure 
     let e = &e.error;
     let Some(db) = e.as_db_error() else {
         // The driver's words when sslmode asks for TLS and the server answers the TLS request "no".
-        if e.to_string().contains("server does not support TLS") {
+        if crate::error::display_chain(e).contains("server does not support TLS") {
             return ConnectFailure {
                 permanent: true,
                 text: format!(
