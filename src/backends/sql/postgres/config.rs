@@ -440,7 +440,32 @@ fn shorten(s: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+    use proptest::prelude::*;
+
     use super::*;
+
+    proptest! {
+        /// Any text: split and parsed or a clear error, never a panic (issue 15, item 5).
+        #[test]
+        fn any_text_splits_or_is_an_error(text in ".{0,120}") {
+            let _ = split(&text);
+            let _ = parse(&text);
+            let _ = parse(&format!("postgres://h/db?{text}"));
+        }
+
+        /// Values with quotes, backslashes and spaces survive the key=value round trip: what is
+        /// left for the driver reads back the same.
+        #[test]
+        fn key_value_values_round_trip(user in "[a-z]{1,8}", app in "[ -~]{0,24}", root in "/[ -~]{1,24}") {
+            let quote = |v: &str| format!("'{}'", v.replace('\\', "\\\\").replace('\'', "\\'"));
+            let text = format!("user={} application_name = {} sslrootcert={} host=h", quote(&user), quote(&app), quote(&root));
+            let (rest, tls) = split(&text).unwrap();
+            prop_assert_eq!(tls.root_certs(), Some(&RootCerts::File(root.clone().into())));
+            let config = postgres::Config::from_str(&rest).unwrap();
+            prop_assert_eq!(config.get_user(), Some(user.as_str()));
+            prop_assert_eq!(config.get_application_name(), Some(app.as_str()));
+        }
+    }
 
     fn checked(text: &str) -> Result<PostgresTls> {
         let (_, t) = parse(text)?;
