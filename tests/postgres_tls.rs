@@ -217,7 +217,7 @@ fn the_applications_own_config_works_with_the_backends_tls() {
     assert_eq!(backend.redacted_url(), "postgres://simba-test-client@127.0.0.1:5433/test");
     backend.init_schema().unwrap_or_else(|e| panic!("{}", chain(&e)));
     let grant = backend.open_session(Duration::from_secs(10), "from-config").unwrap();
-    let name = Name::new(&support::unique("pg-tls-config")).unwrap();
+    let name = Name::new(support::unique("pg-tls-config")).unwrap();
     let got = backend.acquire(&grant.id, &name).unwrap();
     assert!(matches!(got, simba::backend::Acquire::Acquired { .. }), "{got:?}");
     backend.close_session(&grant.id).unwrap();
