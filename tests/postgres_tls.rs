@@ -284,3 +284,32 @@ fn a_url_through_the_configuration_connects_over_verified_tls() {
     assert_eq!(item.status, CheckStatus::Ok, "{item:?}");
     assert!(item.detail.contains("verified against sslrootcert="), "{item:?}");
 }
+
+/// `simba check` over verified TLS: its `tls` line says encrypted and verified, and the client
+/// key's contents never show.
+#[cfg(feature = "cli")]
+#[test]
+#[serial(postgres_tls)]
+fn simba_check_reports_encryption_and_verification() {
+    let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_simba"));
+    for (k, _) in std::env::vars_os() {
+        if k.to_string_lossy().starts_with("SIMBA_") {
+            c.env_remove(k);
+        }
+    }
+    let o = c
+        .env("SIMBA_URL", mtls_url())
+        .env("SIMBA_QUERY_TIMEOUT", "5s")
+        .args(["check"])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let out = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    let line = out.lines().find(|l| l.contains(" tls ")).unwrap_or_else(|| panic!("no tls line: {out}"));
+    assert!(line.trim_start().starts_with("ok"), "{line}");
+    assert!(line.contains("encrypted (TLSv1") && line.contains("host name \"127.0.0.1\" verified"), "{line}");
+    let key = std::fs::read_to_string(file("client.key")).unwrap();
+    for l in key.lines().filter(|l| !l.starts_with("-----") && l.len() > 8) {
+        assert!(!out.contains(l), "simba check shows the client key: {out}");
+    }
+}
