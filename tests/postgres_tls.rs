@@ -334,3 +334,41 @@ fn a_scram_password_login_over_tls() {
     assert!(text.contains("password authentication failed") && text.contains("28P01"), "{text}");
     assert!(!text.contains("not-the-password"), "{text}");
 }
+
+/// `connection_lifetime` is a setting: a connection older than it is closed when its call ends and
+/// the next call opens a new one (a new server process), over the same TLS setup.
+#[test]
+#[serial(postgres_tls)]
+fn connections_are_replaced_after_their_lifetime() {
+    let lifetime = Duration::from_secs(1);
+    let o = SqlOptions::builder()
+        .query_timeout(Duration::from_secs(5))
+        .pool_size(1)
+        .auto_purge(false)
+        .connection_lifetime(lifetime)
+        .build()
+        .unwrap();
+    let backend = SqlBackend::postgres(&mtls_url(), o).unwrap();
+    let before = Instant::now();
+    backend.database_now_ms().unwrap();
+    // The connection was born between `before` and `after`.
+    let after = Instant::now();
+    let first = backend.connection_ids();
+    assert_eq!(first.len(), 1, "{first:?}");
+    backend.database_now_ms().unwrap();
+    if before.elapsed() < lifetime / 2 {
+        // That call ended well within the lifetime: it reused the connection.
+        assert_eq!(backend.connection_ids(), first);
+    }
+    // Past the lifetime, the call that uses the old connection closes it when it ends, and the
+    // next one opens another.
+    std::thread::sleep(lifetime.saturating_sub(after.elapsed()) + Duration::from_millis(20));
+    backend.database_now_ms().unwrap();
+    backend.database_now_ms().unwrap();
+    let now = backend.connection_ids();
+    assert_eq!(now.len(), 1, "{now:?}");
+    assert_ne!(now, first, "the connection outlived its lifetime");
+    assert!(tls_item(&backend).detail.starts_with("encrypted"), "{:?}", tls_item(&backend));
+    let e = SqlOptions::builder().connection_lifetime(Duration::from_millis(10)).build().unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidConfig, "{e}");
+}

@@ -246,7 +246,8 @@ impl SqlOptionsBuilder {
     }
 
     /// How long a pooled connection is used before it is closed and replaced (default 30 min; at
-    /// least 1 s; [`Duration::MAX`] = forever). A lifetime shorter than a managed service's idle
+    /// least 1 s; [`Duration::MAX`] = forever). PostgreSQL closes a connection this old when the
+    /// call using it ends; idle connections are closed by the pool's reaper, every 30 s. A lifetime shorter than a managed service's idle
     /// or maximum connection age (or a certificate rotation period) avoids reusing connections
     /// the service is about to drop.
     #[must_use]

@@ -1,6 +1,11 @@
 //! The PostgreSQL dialect: the blocking `postgres` client in an r2d2 pool with a per-connection
 //! prepared-statement cache.
 //!
+//! Its settings are its own: [`config`] parses the URL (or libpq `key=value` string) with libpq's
+//! TLS parameters into the driver's `Config` and a [`PostgresTls`]; `tls` is the rustls connector
+//! and its libpq-style verifiers; [`PgConnector::connect`] (in `connect`) opens every connection —
+//! the pool's and any dedicated one — with that one TLS setup.
+//!
 //! Timeouts: `statement_timeout` (= query timeout) and `idle_in_transaction_session_timeout` are set
 //! per connection through the `options` startup parameter, `connect_timeout` and TCP keepalives /
 //! `tcp_user_timeout` on the socket. The `postgres` client has **no client-side read timeout**: a
@@ -10,7 +15,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use log::debug;
 use parking_lot::Mutex;
@@ -41,6 +46,8 @@ pub(crate) struct PgConn {
     broken: bool,
     pid: u64,
     transport: Transport,
+    /// When it was opened (for the connection lifetime).
+    born: Instant,
     registry: Arc<Mutex<Vec<u64>>>,
 }
 
@@ -147,6 +154,9 @@ pub(crate) struct PgManager {
     connector: PgConnector,
     registry: Arc<Mutex<Vec<u64>>>,
     health: Arc<ConnectHealth>,
+    /// [`SqlOptions::connection_lifetime`]: a connection this old is closed when it is returned
+    /// (the pool's reaper, which runs every 30 s, closes idle ones).
+    lifetime: Duration,
 }
 
 /// The server's own words for an error it sent: message, SQLSTATE, and its detail and hint.
@@ -295,6 +305,7 @@ impl r2d2::ManageConnection for PgManager {
             broken: false,
             pid,
             transport,
+            born: Instant::now(),
             registry: self.registry.clone(),
         })
     }
@@ -304,7 +315,7 @@ impl r2d2::ManageConnection for PgManager {
     }
 
     fn has_broken(&self, conn: &mut PgConn) -> bool {
-        conn.broken || conn.client.is_closed()
+        conn.broken || conn.client.is_closed() || conn.born.elapsed() >= self.lifetime
     }
 }
 
@@ -363,7 +374,12 @@ impl PgDriver {
         let connector = PgConnector::new(config, setup);
         let registry = Arc::new(Mutex::new(Vec::new()));
         let health = Arc::new(ConnectHealth::default());
-        let manager = PgManager { connector: connector.clone(), registry: registry.clone(), health: health.clone() };
+        let manager = PgManager {
+            connector: connector.clone(),
+            registry: registry.clone(),
+            health: health.clone(),
+            lifetime: options.connection_lifetime(),
+        };
         Ok(PgDriver { pool: SqlPool::new(manager, health, options, KIND), registry, connector, shown })
     }
 
