@@ -315,10 +315,10 @@ fn simba_check_reports_encryption_and_verification() {
     }
 }
 
-/// A password login over verified TLS (SCRAM-SHA-256, as managed services use it; the server
-/// offers SCRAM-SHA-256-PLUS, which needs channel binding this client does not offer, and the
-/// plain mechanism is chosen): the right password works, a wrong one fails at once in the
-/// server's words, and neither password shows.
+/// A password login over verified TLS (SCRAM, as managed services use it): the right password
+/// works — with SCRAM-SHA-256-PLUS, channel binding to the server's certificate, which
+/// `channel_binding=require` insists on — a wrong one fails at once in the server's words, and
+/// neither password shows.
 #[test]
 #[serial(postgres_tls)]
 fn a_scram_password_login_over_tls() {
@@ -328,6 +328,16 @@ fn a_scram_password_login_over_tls() {
     ok.database_now_ms().unwrap_or_else(|e| panic!("{}", chain(&e)));
     assert!(tls_item(&ok).detail.contains("host name \"127.0.0.1\" verified"), "{:?}", tls_item(&ok));
     assert!(!format!("{ok:?}").contains("simba-test-password"), "{ok:?}");
+    let bound = format!("{q}&channel_binding=require");
+    let ok =
+        SqlBackend::postgres(&url("simba-test-scram:simba-test-password", "127.0.0.1", &bound), options(LONG)).unwrap();
+    ok.database_now_ms().unwrap_or_else(|e| panic!("SCRAM-SHA-256-PLUS (channel binding): {}", chain(&e)));
+    // Where no channel binding can happen (no TLS), channel_binding=require fails at once.
+    let plain = support::env_or("SIMBA_TEST_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432/test");
+    let sep = if plain.contains('?') { '&' } else { '?' };
+    let (e, took) = refused(&format!("{plain}{sep}sslmode=disable&channel_binding=require"));
+    let text = chain(&e);
+    assert!(took < LONG / 2 && text.contains("channel binding"), "took {took:?}: {text}");
     let (e, took) = refused(&url("simba-test-scram:not-the-password", "127.0.0.1", &q));
     let text = chain(&e);
     assert!(took < LONG / 2, "took {took:?}: {text}");

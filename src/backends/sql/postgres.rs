@@ -205,6 +205,17 @@ fn connect_failure(e: &ConnectError, connector: &PgConnector) -> ConnectFailure 
                 ),
             };
         }
+        // The driver's refusals of the server's authentication ("server did not use channel
+        // binding" under channel_binding=require, an unsupported mechanism): retrying cannot help.
+        if e.to_string().starts_with("authentication error") {
+            return ConnectFailure {
+                permanent: true,
+                text: format!(
+                    "{}: check channel_binding and the server's password_encryption / pg_hba.conf method",
+                    crate::error::display_chain(e)
+                ),
+            };
+        }
         // The driver's own configuration errors ("invalid configuration: password missing" when
         // the server asks for a password the URL lacks) have no public kind: read its words.
         if e.to_string().starts_with("invalid configuration") {

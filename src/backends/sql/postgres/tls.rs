@@ -317,10 +317,71 @@ impl TlsConnect<Socket> for PgTlsConnect {
 pub(crate) struct PgTlsStream(Box<tokio_rustls::client::TlsStream<Socket>>);
 
 impl TlsStream for PgTlsStream {
+    /// `tls-server-end-point` (RFC 5929): the hash of the server's certificate, so SCRAM-SHA-256-PLUS
+    /// ties the password exchange to this TLS connection (a man in the middle cannot relay it).
     fn channel_binding(&self) -> ChannelBinding {
-        // Not offered: SCRAM then runs without channel binding (channel_binding=require fails).
-        ChannelBinding::none()
+        let (_, conn) = self.0.get_ref();
+        match conn.peer_certificates().and_then(|c| c.first()).and_then(|c| end_point_hash(c.as_ref())) {
+            Some(hash) => ChannelBinding::tls_server_end_point(hash),
+            None => ChannelBinding::none(),
+        }
     }
+}
+
+/// The `tls-server-end-point` hash of a DER certificate: by the hash of its signature algorithm,
+/// MD5 and SHA-1 raised to SHA-256 (RFC 5929, 4.1), as the server computes it. `None` for a
+/// signature algorithm without one hash (RSASSA-PSS, Ed25519) or bytes that are no certificate:
+/// SCRAM then runs without channel binding.
+pub(crate) fn end_point_hash(der: &[u8]) -> Option<Vec<u8>> {
+    use sha2::Digest;
+    // 1.2.840.113549.1.1.{4,5,11,12,13}: md5/sha1/sha256/sha384/sha512 with RSA.
+    const RSA: &[u8] = &[0x2a, 0x86, 0x48, 0x86, 0xf7, 0x0d, 0x01, 0x01];
+    // 1.2.840.10045.4.1 (ecdsa-with-SHA1) and 1.2.840.10045.4.3.{2,3,4} (SHA-256/384/512).
+    const ECDSA: &[u8] = &[0x2a, 0x86, 0x48, 0xce, 0x3d, 0x04];
+    let oid = signature_algorithm(der)?;
+    let bits = match (oid.strip_prefix(RSA), oid.strip_prefix(ECDSA)) {
+        (Some([4 | 5 | 11]), _) | (_, Some([1] | [3, 2])) => 256,
+        (Some([12]), _) | (_, Some([3, 3])) => 384,
+        (Some([13]), _) | (_, Some([3, 4])) => 512,
+        _ => return None,
+    };
+    Some(match bits {
+        256 => sha2::Sha256::digest(der).to_vec(),
+        384 => sha2::Sha384::digest(der).to_vec(),
+        _ => sha2::Sha512::digest(der).to_vec(),
+    })
+}
+
+/// The OID of a DER certificate's `signatureAlgorithm` (`Certificate ::= SEQUENCE { tbsCertificate,
+/// signatureAlgorithm SEQUENCE { algorithm OID, … }, signature }`).
+fn signature_algorithm(der: &[u8]) -> Option<&[u8]> {
+    let (0x30, cert, _) = tlv(der)? else { return None };
+    let (0x30, _tbs, rest) = tlv(cert)? else { return None };
+    let (0x30, algorithm, _) = tlv(rest)? else { return None };
+    let (0x06, oid, _) = tlv(algorithm)? else { return None };
+    Some(oid)
+}
+
+/// One DER tag-length-value: the tag, the value and what follows (`None` when truncated or the
+/// length is not DER's definite form of at most 4 bytes).
+fn tlv(b: &[u8]) -> Option<(u8, &[u8], &[u8])> {
+    let tag = *b.first()?;
+    let first = *b.get(1)?;
+    let (len, header) = if first < 0x80 {
+        (usize::from(first), 2)
+    } else {
+        let n = usize::from(first & 0x7f);
+        if n == 0 || n > 4 {
+            return None;
+        }
+        let mut len = 0usize;
+        for i in 0..n {
+            len = (len << 8) | usize::from(*b.get(2 + i)?);
+        }
+        (len, 2 + n)
+    };
+    let end = header.checked_add(len)?;
+    Some((tag, b.get(header..end)?, b.get(end..)?))
 }
 
 impl AsyncRead for PgTlsStream {
@@ -406,6 +467,46 @@ mod tests {
         let e = private_key(&encrypted).unwrap_err();
         assert!(e.to_string().contains("sslpassword") && !e.to_string().contains("SECRET"), "{e}");
         std::fs::remove_dir_all(&dir).ok();
+    }
+
+    #[test]
+    fn channel_binding_hashes_the_certificate_by_its_signature_algorithm() {
+        use sha2::Digest;
+        // A minimal certificate shape: SEQUENCE { SEQUENCE {} , SEQUENCE { OID } , BIT STRING }.
+        let cert = |oid: &[u8]| {
+            let mut alg = vec![0x06, oid.len() as u8];
+            alg.extend_from_slice(oid);
+            let mut body = vec![0x30, 0x00, 0x30, alg.len() as u8];
+            body.extend_from_slice(&alg);
+            body.extend_from_slice(&[0x03, 0x01, 0x00]);
+            let mut der = vec![0x30, body.len() as u8];
+            der.extend_from_slice(&body);
+            der
+        };
+        let ecdsa256 = cert(&[0x2a, 0x86, 0x48, 0xce, 0x3d, 0x04, 0x03, 0x02]);
+        assert_eq!(end_point_hash(&ecdsa256), Some(sha2::Sha256::digest(&ecdsa256).to_vec()));
+        let rsa384 = cert(&[0x2a, 0x86, 0x48, 0x86, 0xf7, 0x0d, 0x01, 0x01, 0x0c]);
+        assert_eq!(end_point_hash(&rsa384), Some(sha2::Sha384::digest(&rsa384).to_vec()));
+        let sha1 = cert(&[0x2a, 0x86, 0x48, 0x86, 0xf7, 0x0d, 0x01, 0x01, 0x05]);
+        assert_eq!(end_point_hash(&sha1).map(|h| h.len()), Some(32), "SHA-1 is raised to SHA-256");
+        let pss = cert(&[0x2a, 0x86, 0x48, 0x86, 0xf7, 0x0d, 0x01, 0x01, 0x0a]);
+        assert_eq!(end_point_hash(&pss), None);
+        let ed25519 = cert(&[0x2b, 0x65, 0x70]);
+        assert_eq!(end_point_hash(&ed25519), None);
+        assert_eq!(end_point_hash(&ecdsa256[..ecdsa256.len() - 1]), None, "truncated");
+        assert_eq!(end_point_hash(&[]), None);
+        assert_eq!(end_point_hash(&[0x30, 0x85, 1, 2, 3, 4, 5]), None, "length of 5 bytes");
+    }
+
+    proptest::proptest! {
+        /// Any bytes: a hash or none, never a panic.
+        #[test]
+        fn any_bytes_hash_or_none(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..64)) {
+            let _ = end_point_hash(&bytes);
+            let mut framed = vec![0x30, bytes.len() as u8];
+            framed.extend_from_slice(&bytes);
+            let _ = end_point_hash(&framed);
+        }
     }
 
     #[test]
