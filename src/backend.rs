@@ -84,7 +84,7 @@ pub struct Member {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Capabilities {
     /// The backend sends [`Notification::Released`] when a lease is freed (Redis pub/sub,
-    /// ZooKeeper watches, memory). Without it candidates retry at `renew_interval / 2` + jitter.
+    /// ZooKeeper watches, PostgreSQL `LISTEN`/`NOTIFY`, memory). Without it candidates retry at `renew_interval / 2` + jitter.
     pub push_release: bool,
     /// The backend sends [`Notification::MembersChanged`] on joins and leaves.
     pub push_membership: bool,

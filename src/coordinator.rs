@@ -8,11 +8,9 @@
 
 use std::fmt;
 use std::sync::{Arc, Weak};
-use std::thread;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{select, unbounded, Receiver, Sender};
-use parking_lot::Mutex;
+use crate::sync::{self, select, thread, unbounded, Mutex, Receiver, Sender};
 
 use crate::backend::{LeaseBackend, Member};
 use crate::election::{Election, ElectionShared, Leader};
@@ -188,7 +186,9 @@ impl CoordInner {
                 Ok(())
             }
             Verdict::Detach => {
-                item.detach_from(s);
+                if !sync::reintroduced(sync::Bug::ReattachKept) {
+                    item.detach_from(s); // old (finding 5): the raced re-attach was kept
+                }
                 if self.state.lock().is_closed() {
                     Err(closed_error())
                 } else {
@@ -255,7 +255,7 @@ impl fmt::Debug for Coordinator {
 
 /// `start + timeout`, or `None` (forever) when that is past what an `Instant` can hold.
 fn deadline_after(timeout: Duration) -> Option<Instant> {
-    Instant::now().checked_add(timeout)
+    sync::now().checked_add(timeout)
 }
 
 impl Coordinator {
@@ -269,7 +269,7 @@ impl Coordinator {
         let first_id = first.id.clone();
         let first_id_for_thread = first_id.clone();
         let (wake_tx, wake_rx) = unbounded::<()>();
-        let (exited_tx, exited_rx) = crossbeam_channel::bounded::<()>(0);
+        let (exited_tx, exited_rx) = sync::bounded::<()>(0);
         let inner = Arc::new(CoordInner {
             backend,
             options,
@@ -467,7 +467,7 @@ impl Drop for Coordinator {
 }
 
 fn supervise(weak: Weak<CoordInner>, first: (SessionId, Events<SessionEvent>), wake: Receiver<()>) {
-    let never = crossbeam_channel::never();
+    let never = sync::never();
     // `events` is `None` while there is no current session (a replacement is being opened);
     // `watched` is the session they come from.
     let (first_id, first_rx) = first;
@@ -497,7 +497,11 @@ fn supervise(weak: Weak<CoordInner>, first: (SessionId, Events<SessionEvent>), w
                     coord.reattach(memberships, &new, generation);
                     if let Some((old, at)) = lost.take() {
                         log::info!("coordinator: session {old} replaced by {}", new.id);
-                        coord.emit(CoordinatorEvent::Recovered { old, new: new.id.clone(), gap: at.elapsed() });
+                        coord.emit(CoordinatorEvent::Recovered {
+                            old,
+                            new: new.id.clone(),
+                            gap: sync::now().saturating_duration_since(at),
+                        });
                     }
                 }
                 Err(e) => coord.emit(CoordinatorEvent::OpenFailed { error: crate::error::display_chain(&e) }),
@@ -515,7 +519,9 @@ fn supervise(weak: Weak<CoordInner>, first: (SessionId, Events<SessionEvent>), w
             if let Some((s, g, (elections, memberships), (ended_e, ended_m))) = due {
                 coord.reattach(elections, &s, g);
                 coord.reattach(memberships, &s, g);
-                ended_e.iter().for_each(|e| e.detach_from(&s));
+                if !sync::reintroduced(sync::Bug::ReattachKept) {
+                    ended_e.iter().for_each(|e| e.detach_from(&s));
+                }
                 ended_m.iter().for_each(|m| m.detach_from(&s));
             }
         }
@@ -533,7 +539,7 @@ fn supervise(weak: Weak<CoordInner>, first: (SessionId, Events<SessionEvent>), w
                     if let Some(old) = old {
                         log::warn!("coordinator: session {} expired; opening a replacement", old.id);
                         coord.emit(CoordinatorEvent::SessionLost { session: old.id.clone() });
-                        lost = Some((old.id.clone(), Instant::now()));
+                        lost = Some((old.id.clone(), sync::now()));
                     }
                     events = None;
                 }

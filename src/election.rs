@@ -3,10 +3,10 @@
 use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
-use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
-use parking_lot::{Condvar, Mutex};
+use crate::sync::thread::{self, JoinHandle};
+use crate::sync::{self, Condvar, Mutex};
 
 use crate::backend::{Holder, LeaseBackend};
 use crate::engine::{deadline_after, later};
@@ -186,7 +186,8 @@ impl ElectionShared {
         logs: &mut Logs,
     ) {
         let mut st = self.st.lock();
-        if st.resigned || st.ended.is_some() || st.leading == Some(token) || st.session_id.as_ref() != Some(session) {
+        let ended = st.ended.is_some() && !sync::reintroduced(sync::Bug::ElectedAfterExpiry); // old: ignored
+        if st.resigned || ended || st.leading == Some(token) || st.session_id.as_ref() != Some(session) {
             return;
         }
         st.leading = Some(token);
@@ -301,7 +302,7 @@ impl ElectionShared {
     /// (the query timeout), however short the deadline: at least one attempt, whatever the
     /// deadline.
     fn wait_elected_until(&self, deadline: Option<Instant>) -> Result<Token> {
-        let first_bound = later(Instant::now(), self.query_timeout);
+        let first_bound = later(sync::now(), self.query_timeout);
         loop {
             match self.token() {
                 Ok(t) => return Ok(t),
@@ -315,7 +316,7 @@ impl ElectionShared {
             let deadline = if st.attempts == 0 { deadline.map(|d| d.max(first_bound)) } else { deadline };
             // Leading a term whose local deadline passed: its revoke follows as soon as the renewal
             // thread sees the deadline; look again shortly rather than wait for a notification.
-            let until = if st.leading.is_some() { Some(later(Instant::now(), LOSS_RECHECK)) } else { None };
+            let until = if st.leading.is_some() { Some(later(sync::now(), LOSS_RECHECK)) } else { None };
             let until = match (deadline, until) {
                 (Some(d), Some(u)) => Some(d.min(u)),
                 (d, u) => d.or(u),
@@ -327,7 +328,7 @@ impl ElectionShared {
                     false
                 }
             };
-            if timed_out && deadline.is_some_and(|d| Instant::now() >= d) {
+            if timed_out && deadline.is_some_and(|d| sync::now() >= d) {
                 drop(st);
                 return self.token().map_err(|_| {
                     Error::new(ErrorKind::Timeout, format!("not elected leader of '{}' in time", self.name))
@@ -393,7 +394,7 @@ impl Election {
     /// `Timeout`; `SessionExpired`/`Closed` when the session ended (non-durable elections);
     /// `Closed` when the election was resigned.
     pub fn wait_elected(&self, timeout: Duration) -> Result<Token> {
-        self.shared.wait_elected_until(deadline_after(Instant::now(), timeout))
+        self.shared.wait_elected_until(deadline_after(sync::now(), timeout))
     }
 
     /// Waits until this node leads or `deadline` passes.
@@ -563,9 +564,9 @@ impl LeaderContext {
 
     /// Sleeps up to `d`, waking early on cancellation; returns true if still leading afterwards.
     pub fn sleep(&self, d: Duration) -> bool {
-        let deadline = later(Instant::now(), d);
+        let deadline = later(sync::now(), d);
         while !self.is_cancelled() {
-            let now = Instant::now();
+            let now = sync::now();
             if now >= deadline {
                 break;
             }
@@ -605,7 +606,7 @@ impl LeaderTask {
                 if shared.is_resigned() {
                     return;
                 }
-                let token = match shared.wait_elected_until(Some(later(Instant::now(), Duration::from_millis(200)))) {
+                let token = match shared.wait_elected_until(Some(later(sync::now(), Duration::from_millis(200)))) {
                     Ok(t) => t,
                     Err(e) if matches!(e.kind(), ErrorKind::Timeout | ErrorKind::NotLeader | ErrorKind::LeaseLost) => {
                         continue
@@ -707,7 +708,7 @@ mod tests {
         let inner = election.shared.st.lock().session.upgrade().unwrap();
         inner.engine_for_test().on_release(&name);
         assert_eq!(election.token().unwrap_err().kind(), ErrorKind::LeaseLost);
-        let r = election.shared.wait_elected_until(Some(Instant::now() + Duration::from_millis(100)));
+        let r = election.shared.wait_elected_until(Some(sync::now() + Duration::from_millis(100)));
         assert_eq!(r.unwrap_err().kind(), ErrorKind::Timeout, "a loss is not the end of the election");
     }
 }

@@ -389,7 +389,9 @@ impl Engine {
     /// whichever handle adopted it (finding 1 of issue #14).
     pub fn begin_release(&mut self, name: &Name, token: Token) {
         self.give_up(name, token);
-        if self.leases.get(name).is_some_and(|l| l.token <= token) {
+        if self.leases.get(name).is_some_and(|l| l.token <= token)
+            && !crate::sync::reintroduced(crate::sync::Bug::ResignSplit)
+        {
             self.leases.remove(name);
         }
         *self.pending.entry(name.clone()).or_insert(0) += 1;
@@ -466,6 +468,9 @@ impl Engine {
     pub fn stop_campaign(&mut self, name: &Name, leading: Option<Token>) -> Option<Token> {
         if !self.campaigns.remove(name) {
             return None;
+        }
+        if crate::sync::reintroduced(crate::sync::Bug::ResignSplit) {
+            return self.on_release(name).or(leading); // old: the caller releases in a second transition
         }
         let token = self.leases.get(name).map(|l| l.token).or(leading)?;
         self.begin_release(name, token);
@@ -702,7 +707,8 @@ impl Engine {
             KeepAliveResult::Reply(KeepAlive::Expired) => self.expire(),
             KeepAliveResult::Reply(KeepAlive::Alive { remaining, owned, groups }) => {
                 let mut out = Vec::new();
-                if now >= self.deadline {
+                let old = crate::sync::reintroduced(crate::sync::Bug::LateAliveRevives); // old: judged by the reply's deadline
+                if now >= if old { self.deadline.max(self.timing.deadline(sent, remaining)) } else { self.deadline } {
                     // Expiry is terminal: the session already counts as expired (token() failed,
                     // lock() said so); a late success never revives it (finding 2 of issue #14).
                     return self.expire();

@@ -9,8 +9,7 @@ use std::fmt;
 use std::ops::Deref;
 use std::sync::{Arc, Weak};
 
-use crossbeam_channel::{unbounded, Receiver, Sender};
-use parking_lot::Mutex;
+use crate::sync::{unbounded, Mutex, Receiver, Sender};
 
 /// A subscription to a handle's events: every event sent after it was made (plus any initial
 /// ones the handle documents), in order.
@@ -57,7 +56,7 @@ impl<T> Deref for Events<T> {
 
 impl<'a, T> IntoIterator for &'a Events<T> {
     type Item = T;
-    type IntoIter = crossbeam_channel::Iter<'a, T>;
+    type IntoIter = crate::sync::Iter<'a, T>;
 
     /// Blocks for each next event; ends when the handle that sends them is gone.
     fn into_iter(self) -> Self::IntoIter {

@@ -2,11 +2,11 @@
 
 use std::fmt;
 use std::sync::{Arc, Weak};
-use std::thread;
 use std::time::Duration;
 
-use crossbeam_channel::{select, unbounded, Receiver, RecvTimeoutError, Sender, TryRecvError};
-use parking_lot::Mutex;
+use crossbeam_channel::{RecvTimeoutError, TryRecvError};
+
+use crate::sync::{self, select, thread, unbounded, Mutex, Receiver, Sender};
 
 use crate::backend::{LeaseBackend, Member, Notification, Topic};
 use crate::error::Result;
@@ -218,11 +218,11 @@ pub(crate) fn watch(
     ended: Option<Receiver<()>>,
 ) -> MemberWatch {
     let (tx, rx) = unbounded();
-    let (stop_tx, stop_rx) = crossbeam_channel::bounded::<()>(0);
+    let (stop_tx, stop_rx) = sync::bounded::<()>(0);
     let spawned = thread::Builder::new().name("simba-members".into()).spawn(move || {
-        let (ntx, nrx) = unbounded::<Notification>();
+        let (ntx, nrx) = crossbeam_channel::unbounded::<Notification>();
         let push = backend.capabilities().push_membership;
-        let never = crossbeam_channel::never();
+        let never = sync::never();
         let ended = ended.unwrap_or_else(|| never.clone());
         let mut prev: Option<Vec<Member>> = None;
         loop {
@@ -246,7 +246,7 @@ pub(crate) fn watch(
             }
             let wait = options.retry_interval() + jitter(options.renew_interval() / 4);
             select! {
-                recv(nrx) -> _ => { while nrx.try_recv().is_ok() {} }
+                recv(nrx) -> _ => { while nrx.try_recv().is_ok() {} },
                 recv(stop_rx) -> _ => return,
                 recv(ended) -> _ => return,
                 default(wait) => {}

@@ -37,6 +37,30 @@ pub mod election;
 pub(crate) mod engine;
 mod error;
 pub mod events;
+/// The schedule explorer's controls (the `explore` feature with `--cfg simba_explore` only; see
+/// docs/testing.md): the virtual clock and the switches that bring fixed bugs back.
+#[cfg(all(feature = "explore", simba_explore))]
+#[doc(hidden)]
+pub mod explore {
+    use std::time::{Duration, Instant};
+
+    pub use crate::sync::Bug;
+
+    /// The virtual now the runtime reads inside an explored execution.
+    pub fn now() -> Instant {
+        crate::sync::now()
+    }
+
+    /// Moves the virtual clock forward by `d`, waking every timed wait whose deadline it passes.
+    pub fn advance(d: Duration) {
+        crate::sync::advance(d)
+    }
+
+    /// Switches `bug`'s old (pre-fix) behaviour back on for the rest of this execution.
+    pub fn reintroduce(bug: Bug) {
+        crate::sync::reintroduce(bug)
+    }
+}
 pub mod fence;
 pub mod group;
 mod lease;
@@ -47,6 +71,7 @@ pub mod session;
 #[cfg(feature = "sim")]
 pub mod sim;
 mod state;
+mod sync;
 #[cfg(feature = "tck")]
 pub mod tck;
 mod types;

@@ -14,6 +14,7 @@ use crate::lease::Lease;
 use crate::options::SessionOptions;
 use crate::runtime::SessionInner;
 use crate::state::{LossReason, SessionState};
+use crate::sync;
 use crate::types::{IntoName, Name, SessionId, Token};
 
 /// Something that happened to a session. Sent in order on every receiver from
@@ -168,7 +169,7 @@ impl Session {
     /// [`call_bound`](LeaseBackend::call_bound)).
     pub fn try_lock(&self, name: impl IntoName) -> Result<Option<Lease>> {
         let name = name.into_name()?;
-        let bound = later(Instant::now(), self.inner.timing.query_timeout);
+        let bound = later(sync::now(), self.inner.timing.query_timeout);
         self.inner.attempt_lock(&name, bound)
     }
 
@@ -183,7 +184,7 @@ impl Session {
     /// As [`lock`](Session::lock).
     pub fn lock_timeout(&self, name: impl IntoName, timeout: Duration) -> Result<Option<Lease>> {
         let name = name.into_name()?;
-        self.inner.lock_until(&name, deadline_after(Instant::now(), timeout))
+        self.inner.lock_until(&name, deadline_after(sync::now(), timeout))
     }
 
     /// Like [`lock`](Session::lock), giving up at `deadline` with `Ok(None)`.

@@ -16,20 +16,15 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
+use support::cli::{clean_command, code, stderr, stdout};
 
 const BIN: &str = env!("CARGO_BIN_EXE_simba");
 
 /// A `simba` command with a clean `SIMBA_*` environment, 2 s leases and `url`.
 fn simba(url: Option<&str>) -> Command {
-    let mut c = Command::new(BIN);
-    for (k, _) in std::env::vars_os() {
-        if k.to_string_lossy().starts_with("SIMBA_") {
-            c.env_remove(k);
-        }
-    }
+    let mut c = clean_command(BIN);
     // Short leases, but a query timeout that tolerates a loaded machine.
     c.env("SIMBA_LEASE_DURATION", "2s").env("SIMBA_RENEW_INTERVAL", "500ms").env("SIMBA_QUERY_TIMEOUT", "1500ms");
-    c.env("RUST_LOG", "warn");
     if let Some(u) = url {
         c.env("SIMBA_URL", u);
     }
@@ -38,18 +33,6 @@ fn simba(url: Option<&str>) -> Command {
 
 fn run(mut c: Command) -> Output {
     c.stdin(Stdio::null()).output().expect("run simba")
-}
-
-fn code(o: &Output) -> i32 {
-    o.status.code().unwrap_or(-1)
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
-
-fn stdout(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
 /// The last line of stdout, as JSON.

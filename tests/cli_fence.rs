@@ -4,38 +4,22 @@
 
 mod support;
 
-use std::process::{Command, Output, Stdio};
+use std::process::{Output, Stdio};
 
 use serde_json::Value;
 use serial_test::serial;
+use support::cli::{clean_command, code, stderr, stdout};
 
 const BIN: &str = env!("CARGO_BIN_EXE_simba");
 
 /// A `simba` command with a clean `SIMBA_*` environment.
 fn simba(url: Option<&str>, args: &[&str]) -> Output {
-    let mut c = Command::new(BIN);
-    for (k, _) in std::env::vars_os() {
-        if k.to_string_lossy().starts_with("SIMBA_") {
-            c.env_remove(k);
-        }
-    }
-    c.env("SIMBA_QUERY_TIMEOUT", "3s").env("RUST_LOG", "warn");
+    let mut c = clean_command(BIN);
+    c.env("SIMBA_QUERY_TIMEOUT", "3s");
     if let Some(u) = url {
         c.env("SIMBA_URL", u);
     }
     c.args(args).stdin(Stdio::null()).output().expect("run simba")
-}
-
-fn code(o: &Output) -> i32 {
-    o.status.code().unwrap_or(-1)
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
-
-fn stdout(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
 fn json(o: &Output) -> Value {

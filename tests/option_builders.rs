@@ -145,6 +145,7 @@ proptest! {
         }
     }
 
+    #[cfg(all(feature = "redis", any(feature = "postgres", feature = "mysql"), feature = "zookeeper"))]
     #[test]
     fn backend_option_builders_never_panic(
         a in duration(),

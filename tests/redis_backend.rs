@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 use private::{value_string, PrivateRedis};
 use serial_test::serial;
 use simba::backends::redis::{EvictionCheck, RedisBackend, RedisOptions};
+use simba::tck::eventually;
 use simba::{Acquire, ErrorKind, KeepAlive, LeaseBackend, Name, Notification, SessionId, Token, Topic};
 
 const D: Duration = Duration::from_secs(1);
@@ -94,19 +95,6 @@ fn owned(b: &RedisBackend, sid: &SessionId) -> Vec<(Name, Token)> {
 
 fn open(b: &RedisBackend, metadata: &str) -> SessionId {
     b.open_session(D, metadata).unwrap().id
-}
-
-fn eventually(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + timeout;
-    loop {
-        if cond() {
-            return true;
-        }
-        if Instant::now() >= deadline {
-            return false;
-        }
-        thread::sleep(Duration::from_millis(20));
-    }
 }
 
 #[test]

@@ -16,6 +16,7 @@ use parking_lot::Mutex;
 use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, Slot, SlotAddr};
 use serial_test::serial;
 use simba::backends::redis::{ClusteredScripting, LuaScript, RedisBackend, RedisOptions, RedisScripting};
+use simba::tck::eventually;
 use simba::{Acquire, Error, ErrorKind, KeepAlive, LeaseBackend, Name, Notification, SessionId, Token, Topic};
 
 fn init_log() {
@@ -206,19 +207,6 @@ fn owned(b: &RedisBackend, sid: &SessionId, d: Duration) -> Vec<(Name, Token)> {
             owned
         }
         KeepAlive::Expired => panic!("session {sid} unexpectedly expired"),
-    }
-}
-
-fn eventually(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + timeout;
-    loop {
-        if cond() {
-            return true;
-        }
-        if Instant::now() >= deadline {
-            return false;
-        }
-        thread::sleep(Duration::from_millis(20));
     }
 }
 
@@ -1305,4 +1293,59 @@ fn renewals_follow_a_manual_failover_within_the_query_timeout() {
     within("release", bound, || b.release(&sid, &l, t)).unwrap();
     let other = b.open_session(d, "").unwrap().id;
     assert_eq!(within("acquire", bound, || token(b.acquire(&other, &l))).get(), t.get() + 1);
+}
+
+/// Issue #19: a keep-alive costs one round trip for the session call plus one per node holding
+/// the session's leases (the follow-ups bound for one node go as one pipeline), not one per slot.
+/// Every client connection goes through a counting proxy: the nodes announce the proxies' ports.
+#[test]
+#[serial(redis_cluster)]
+fn keep_alive_sends_one_pipeline_per_node() {
+    let c = PrivateCluster::start(3, 0);
+    let proxies: Vec<support::proxy::Proxy> =
+        c.masters.iter().map(|m| support::proxy::Proxy::start(&format!("127.0.0.1:{}", m.port))).collect();
+    for (m, p) in c.masters.iter().zip(&proxies) {
+        m.cmd(&["CONFIG", "SET", "cluster-announce-port", &p.port().to_string()]);
+    }
+    let announced = |n: &private_cluster::PrivateRedis| {
+        private_cluster::slots(n).is_some_and(|r| r.iter().all(|x| proxies.iter().any(|p| p.port() == x.2)))
+    };
+    assert!(
+        eventually(Duration::from_secs(20), || c.masters.iter().all(announced)),
+        "the nodes did not announce the proxies' ports"
+    );
+    init_log();
+    let url = format!("redis+cluster://{}", proxies.iter().map(|p| p.addr()).collect::<Vec<_>>().join(","));
+    let b = RedisBackend::connect(&url, RedisOptions::builder().query_timeout(Duration::from_secs(5)).build().unwrap())
+        .unwrap();
+    let d = Duration::from_secs(30);
+    let sid = b.open_session(d, "").unwrap().id;
+    let leases: Vec<Name> = (0..60).map(|_| name("pipelined")).collect();
+    for l in &leases {
+        token(b.acquire(&sid, l));
+    }
+    let ranges = private_cluster::slots(&c.masters[0]).unwrap();
+    let nodes_in_use: HashSet<u16> = leases
+        .iter()
+        .map(|l| {
+            let s = slot_number(&lease_key(l));
+            ranges.iter().find(|r| (r.0..=r.1).contains(&s)).unwrap().2
+        })
+        .collect();
+    let slots_in_use: HashSet<u16> = leases.iter().map(|l| slot_number(&lease_key(l))).collect();
+    assert_eq!(nodes_in_use.len(), 3, "60 random names land on every node");
+    // Warm up: every node has loaded the scripts, the slot map is fresh.
+    assert!(matches!(b.keep_alive(&sid, d).unwrap(), KeepAlive::Alive { .. }));
+    let before: usize = proxies.iter().map(|p| p.requests()).sum();
+    let KeepAlive::Alive { owned, .. } = b.keep_alive(&sid, d).unwrap() else { panic!("expired") };
+    let round_trips = proxies.iter().map(|p| p.requests()).sum::<usize>() - before;
+    assert_eq!(owned.len(), leases.len(), "every lease is reported owned: {owned:?}");
+    eprintln!("keep-alive of {} leases on {} slots: {round_trips} round trips", leases.len(), slots_in_use.len());
+    assert_eq!(
+        round_trips,
+        1 + nodes_in_use.len(),
+        "the session call plus one pipeline per node ({} slots in use)",
+        slots_in_use.len()
+    );
+    b.close_session(&sid).unwrap();
 }

@@ -24,6 +24,10 @@ pub mod postgres {
     pub const CLEANUP: &str = include_str!("../../sql/postgres/bench-cleanup.sql");
     /// The server version string.
     pub const VERSION: &str = include_str!("../../sql/postgres/bench-version.sql");
+    /// The raw notification: `pg_notify` on the bench's channel.
+    pub const NOTIFY: &str = include_str!("../../sql/postgres/bench-notify.sql");
+    /// The raw notification's listener subscribes.
+    pub const LISTEN: &str = include_str!("../../sql/postgres/bench-listen.sql");
 }
 
 /// MySQL/MariaDB statements.

@@ -242,6 +242,18 @@ pub fn process_cpu() -> BenchResult<Duration> {
     Ok(Duration::from_millis(total * 10))
 }
 
+/// User + system CPU time of this process so far, at nanosecond resolution
+/// (`CLOCK_PROCESS_CPUTIME_ID`: every thread, the session's renewal and worker threads included).
+pub fn process_cpu_precise() -> BenchResult<Duration> {
+    let t = nix::time::clock_gettime(nix::time::ClockId::CLOCK_PROCESS_CPUTIME_ID)?;
+    Ok(Duration::from(t))
+}
+
+/// Allocations made by this process so far (every thread), from the counting global allocator.
+pub fn allocations() -> usize {
+    crate::ALLOCATOR.stats().allocations
+}
+
 /// Context switches (voluntary + involuntary) of all live threads of this process so far.
 pub fn context_switches() -> u64 {
     let Ok(dir) = std::fs::read_dir("/proc/self/task") else { return 0 };

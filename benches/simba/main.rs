@@ -40,6 +40,10 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use common::{BenchResult, Report};
+
+/// Counts every allocation of the process (section 1 reports allocations per op).
+#[global_allocator]
+static ALLOCATOR: &stats_alloc::StatsAlloc<std::alloc::System> = &stats_alloc::INSTRUMENTED_SYSTEM;
 use targets::{Kind, Target};
 
 /// Run settings from the environment.

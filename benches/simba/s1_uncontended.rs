@@ -11,7 +11,10 @@ use crossbeam_channel::{bounded, unbounded};
 use simba::backend::Acquire;
 use simba::{LeaseBackend, Session, SessionOptions};
 
-use crate::common::{context_switches, err, fmt_dur, fmt_rate, name, progress, BenchResult, Report, Summary, Table};
+use crate::common::{
+    allocations, context_switches, err, fmt_dur, fmt_rate, name, process_cpu_precise, progress, BenchResult, Report,
+    Summary, Table,
+};
 use crate::proxy::Proxy;
 use crate::targets::{self, Kind, RawLock, Target};
 use crate::Config;
@@ -101,6 +104,8 @@ pub fn run(config: &Config, targets: &[Target], report: &mut Report) {
             "round trips/op API / SPI / raw",
             "Redis server time/op API / SPI / raw",
             "context switches/op API / SPI / raw",
+            "client CPU/op API / SPI / raw",
+            "allocations/op API / SPI / raw",
         ],
     );
     for t in targets {
@@ -120,7 +125,8 @@ pub fn run(config: &Config, targets: &[Target], report: &mut Report) {
          column compares with the SPI. Round trips counted by a loopback proxy (memory: none; Redis Cluster: \
          requests per op from `INFO commandstats` (EVALSHA/EVAL + SET calls; each is one round trip on the sync \
          cluster connection), summed over the masters; in brackets every command executed, including those inside \
-         scripts)."
+         scripts). Client CPU/op and allocations/op are the whole bench process's (every thread, so the API's \
+         renewal and worker threads count; a process-wide counting allocator), over one extra block per variant."
     ));
     report.table(&table);
     match handoff_table(config) {
@@ -168,20 +174,28 @@ fn measure(config: &Config, t: &Target, block: usize, rounds: usize) -> BenchRes
         // Keep the raw SPI session alive (the API session renews itself).
         backend.keep_alive(&spi.id, Duration::from_secs(60))?;
     }
-    let switches = {
-        let count = |v: &mut Variant| -> BenchResult<String> {
+    // Per-op costs of the client process, each variant in its own block: context switches, CPU time
+    // (every thread of the process, so the API's renewal and worker threads count) and allocations.
+    let costs = {
+        let count = |v: &mut Variant| -> BenchResult<[String; 3]> {
             let mut scratch = Samples::default();
-            let c0 = context_switches();
+            let (c0, cpu0, a0) = (context_switches(), process_cpu_precise()?, allocations());
             v.block(block, &mut scratch)?;
-            Ok(format!("{:.1}", context_switches().saturating_sub(c0) as f64 / block as f64))
+            let (c1, cpu1, a1) = (context_switches(), process_cpu_precise()?, allocations());
+            let per = |x: f64| x / block as f64;
+            Ok([
+                format!("{:.1}", per(c1.saturating_sub(c0) as f64)),
+                fmt_dur(cpu1.saturating_sub(cpu0) / block as u32),
+                format!("{:.0}", per(a1.saturating_sub(a0) as f64)),
+            ])
         };
         let a = count(&mut Variant::Api(&session, &api_name))?;
         let s = count(&mut Variant::Spi(&*backend, &spi.id, &spi_name))?;
         let r = match raw.as_deref_mut() {
             Some(r) => count(&mut Variant::Raw(r))?,
-            None => "—".into(),
+            None => ["—".into(), "—".into(), "—".into()],
         };
-        format!("{a} / {s} / {r}")
+        [0, 1, 2].map(|i| format!("{} / {} / {}", a[i], s[i], r[i]))
     };
     for (label, smp) in [("API", &api), ("SPI", &spis), ("raw", &raws)] {
         let mut slow = smp.per_op.clone();
@@ -221,7 +235,9 @@ fn measure(config: &Config, t: &Target, block: usize, rounds: usize) -> BenchRes
         fmt_dur(a.p50.saturating_sub(s.p50)),
         rts,
         server,
-        switches,
+        costs[0].clone(),
+        costs[1].clone(),
+        costs[2].clone(),
     ])
 }
 

@@ -1,6 +1,7 @@
 //! Section 2: hand-off latency, from the holder calling `release` to the waiter's `lock()`
-//! returning. Two sessions pass one lease back and forth; push backends wake the waiter by
-//! notification, SQL waiters poll (every renew_interval / 2 + jitter up to renew_interval / 4).
+//! returning. Two sessions pass one lease back and forth; push backends (PostgreSQL included) wake
+//! the waiter by notification, MySQL waiters poll (every renew_interval / 2 + jitter up to
+//! renew_interval / 4).
 
 use std::thread;
 use std::time::{Duration, Instant};
@@ -29,8 +30,9 @@ pub fn run(config: &Config, targets: &[Target], report: &mut Report) {
          waiter is parked on its notification; SQL: uniformly within one retry period, so the release lands at a \
          random phase of the waiter's polling). Latency includes the release's own round trip. The last column is the raw \
          notification alone on the same server (Redis `PUBLISH` → a subscribed connection, on Cluster through \
-         another master; ZooKeeper `delete` → another client's `exists` watch), measured right after. SQL target: \
-         renew_interval/2 + jitter = 2.5 s + up to 1.25 s = 3.75 s at default timings.",
+         another master; ZooKeeper `delete` → another client's `exists` watch; PostgreSQL an autocommit `pg_notify` → \
+         a `LISTEN`ing connection), measured right after. MySQL target (it polls): renew_interval/2 + jitter = \
+         2.5 s + up to 1.25 s = 3.75 s at default timings.",
     );
     report.table(&table);
 }

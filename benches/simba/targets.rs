@@ -65,7 +65,7 @@ impl Kind {
 
     /// True when the backend pushes releases (candidates wake at once instead of polling).
     pub fn pushes(self) -> bool {
-        !matches!(self, Kind::Postgres | Kind::Mysql)
+        !matches!(self, Kind::Mysql)
     }
 
     /// True for the SQL backends.
@@ -263,6 +263,8 @@ impl Target {
             Kind::Redis | Kind::RedisCluster => redis_impl::notify(self, samples).map(Some),
             #[cfg(feature = "zookeeper")]
             Kind::Zookeeper => zk_impl::notify(&self.zk_hosts()?, samples).map(Some),
+            #[cfg(feature = "postgres")]
+            Kind::Postgres => pg_impl::notify(&self.url, samples).map(Some),
             _ => Ok(None),
         }
     }
@@ -699,6 +701,43 @@ mod pg_impl {
             self.client.execute(&self.unlock, &[&name, &self.owner])?;
             Ok(())
         }
+    }
+
+    /// An autocommit `pg_notify` on one connection → the notification on another that `LISTEN`s,
+    /// as simba's release statement and notification thread do.
+    pub fn notify(url: &str, samples: usize) -> BenchResult<Vec<Duration>> {
+        use postgres::fallible_iterator::FallibleIterator;
+        let (ready_tx, ready_rx) = crossbeam_channel::bounded::<()>(1);
+        let (got_tx, got_rx) = crossbeam_channel::unbounded::<std::time::Instant>();
+        let listen_url = url.to_string();
+        let listener = std::thread::spawn(move || -> BenchResult<()> {
+            let mut c = client(&listen_url)?;
+            c.batch_execute(q::LISTEN)?;
+            let _ = ready_tx.send(());
+            let mut got = 0;
+            while got < samples {
+                if c.notifications().timeout_iter(Duration::from_secs(5)).next()?.is_none() {
+                    return Err(err("no notification within 5 s"));
+                }
+                got += 1;
+                let _ = got_tx.send(std::time::Instant::now());
+            }
+            Ok(())
+        });
+        ready_rx.recv_timeout(Duration::from_secs(10)).map_err(|_| err("listener did not start"))?;
+        let mut c = client(url)?;
+        let notify = c.prepare(q::NOTIFY)?;
+        let mut out = Vec::with_capacity(samples);
+        for i in 0..samples {
+            std::thread::sleep(Duration::from_millis(2) + Duration::from_micros(rand::random_range(0..3_000)));
+            let payload = i.to_string();
+            let t0 = std::time::Instant::now();
+            c.execute(&notify, &[&payload])?;
+            let t1 = got_rx.recv_timeout(Duration::from_secs(5)).map_err(|_| err("notification not delivered"))?;
+            out.push(t1.saturating_duration_since(t0));
+        }
+        listener.join().map_err(|_| err("listener panicked"))??;
+        Ok(out)
     }
 
     /// `pg_stat_database` xact_commit + xact_rollback (flushed by each server process with a delay).

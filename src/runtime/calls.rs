@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use super::{pool, SessionInner};
 use crate::backend::LeaseBackend;
 use crate::error::{Error, ErrorKind, Result};
+use crate::sync;
 
 /// Log records decided under an internal lock, written once every lock is released (the
 /// application's logger may call back into the session: it must never run under a lock).
@@ -65,7 +66,7 @@ pub(crate) fn bounded_call<T: Send + 'static>(
     }
     let b = backend.clone();
     let kind = backend.kind();
-    match pool::call_until(Instant::now() + timeout, move || f(&*b), |_| {}) {
+    match pool::call_until(sync::now() + timeout, move || f(&*b), |_| {}) {
         Some(r) => r,
         None => Err(Error::new(
             ErrorKind::Timeout,
@@ -82,5 +83,5 @@ pub(crate) fn jitter(max: Duration) -> Duration {
     if max.is_zero() {
         return Duration::ZERO;
     }
-    Duration::from_nanos(rand::random_range(0..max.as_nanos().min(u64::MAX as u128) as u64))
+    Duration::from_nanos(sync::random_below(max.as_nanos().min(u64::MAX as u128) as u64))
 }

@@ -9,6 +9,7 @@ use crate::backend::{Acquire, Notification, Topic};
 use crate::election::ElectionShared;
 use crate::engine::{later, CampaignConflict};
 use crate::error::{Error, ErrorKind, Result};
+use crate::sync;
 use crate::types::Name;
 
 #[derive(Debug)]
@@ -25,7 +26,7 @@ impl SessionInner {
         let name = election.name().clone();
         {
             let mut e = self.engine.lock();
-            let now = Instant::now();
+            let now = sync::now();
             if let Some(err) = self.dead_error(&e, now) {
                 return Err(err);
             }
@@ -41,12 +42,7 @@ impl SessionInner {
             election.attach(Arc::downgrade(self), self.id.clone());
             c.insert(
                 name,
-                CampaignSlot {
-                    election: election.clone(),
-                    next_attempt: Instant::now(),
-                    in_flight: None,
-                    woken: false,
-                },
+                CampaignSlot { election: election.clone(), next_attempt: sync::now(), in_flight: None, woken: false },
             );
         }
         self.poke();
@@ -72,6 +68,13 @@ impl SessionInner {
             let leading = slot.election.resigned(logs);
             ((e.stop_campaign(name, leading), Some(slot)), Vec::new())
         });
+        if let (Some(t), true) = (token, sync::reintroduced(sync::Bug::ResignSplit)) {
+            // Old (finding 1): the release counted in a second transition.
+            self.apply(|e| {
+                e.begin_release(name, t);
+                ((), Vec::new())
+            });
+        }
         // Dropped with no lock held (the election's last reference may own the backend).
         drop(slot);
         match token {
@@ -118,11 +121,11 @@ impl SessionInner {
     fn dispatch_campaign_attempt(self: &Arc<Self>, name: Name, election: Arc<ElectionShared>) {
         let epoch = {
             let mut e = self.engine.lock();
-            if self.dead_error(&e, Instant::now()).is_some() || e.releasing(&name) {
+            if self.dead_error(&e, sync::now()).is_some() || e.releasing(&name) {
                 drop(e);
                 if let Some(slot) = self.campaigns.lock().get_mut(&name) {
                     slot.in_flight = None;
-                    slot.next_attempt = later(Instant::now(), Duration::from_millis(10));
+                    slot.next_attempt = later(sync::now(), Duration::from_millis(10));
                 }
                 return;
             }
@@ -139,7 +142,7 @@ impl SessionInner {
                     log::debug!("session {id}: cannot watch '{name}', polling: {err}");
                 }
             }
-            let sent = Instant::now();
+            let sent = sync::now();
             let reply = backend.acquire(&id, &name);
             let busy = matches!(reply, Ok(Acquire::Busy));
             if busy && push {
@@ -164,11 +167,8 @@ impl SessionInner {
             election.attempt_done(failed.as_ref());
             if let Some(slot) = inner.campaigns.lock().get_mut(&name) {
                 slot.in_flight = None;
-                slot.next_attempt = if std::mem::take(&mut slot.woken) {
-                    Instant::now()
-                } else {
-                    later(Instant::now(), inner.retry_delay())
-                };
+                slot.next_attempt =
+                    if std::mem::take(&mut slot.woken) { sync::now() } else { later(sync::now(), inner.retry_delay()) };
             }
             inner.poke();
         });
@@ -180,7 +180,7 @@ impl SessionInner {
                 if slot.in_flight.is_some() {
                     slot.woken = true;
                 } else {
-                    slot.next_attempt = Instant::now();
+                    slot.next_attempt = sync::now();
                 }
             }
         }

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{select, unbounded, Sender};
+use crate::sync::{self, select, Sender};
 
 use super::calls::{bounded_call, inline};
 use super::{pool, SessionInner};
@@ -59,7 +59,7 @@ impl SessionInner {
         let epoch = {
             let mut e = self.engine.lock();
             loop {
-                let now = Instant::now();
+                let now = sync::now();
                 if let Some(err) = self.dead_error(&e, now) {
                     return Err(err);
                 }
@@ -81,14 +81,14 @@ impl SessionInner {
             }
             e.begin_acquire(name)
         };
-        let sent = Instant::now();
+        let sent = sync::now();
         let call_deadline = deadline.min(later(sent, self.timing.query_timeout)).max(sent);
         let reply = if inline(self.call_bound, call_deadline - sent) {
             // The backend returns by itself within the caller's time: call it on this thread. A
             // reply after the deadline (the backend overran its bound) is handled exactly like a
             // worker's late reply: nobody asked for the lease that late, so its term is undone.
             let r = self.backend.acquire(&self.id, name);
-            if Instant::now() <= call_deadline {
+            if sync::now() <= call_deadline {
                 Some(r)
             } else {
                 self.undo_late_acquire(name, r);
@@ -135,8 +135,9 @@ impl SessionInner {
         use log::Level::{Debug, Info};
         let id = &self.id;
         let mut undo = None;
+        let mut elected_late = None; // old (finding 3): elected() after the transition
         let result = self.apply_logged(|e, logs| {
-            let now = Instant::now();
+            let now = sync::now();
             let r = match reply {
                 Ok(Acquire::Acquired { token, remaining }) => {
                     let adoption = if campaign.is_some() {
@@ -149,7 +150,11 @@ impl SessionInner {
                             logs.push(Debug, format!("session {id}: acquired '{name}' (token {token})"));
                             if let Some(election) = campaign {
                                 let remaining = e.remaining(name, now).unwrap_or_default();
-                                election.elected(token, remaining, id, self.options.metadata(), logs);
+                                if sync::reintroduced(sync::Bug::ElectedAfterExpiry) {
+                                    elected_late = Some((election, token, remaining));
+                                } else {
+                                    election.elected(token, remaining, id, self.options.metadata(), logs);
+                                }
                             }
                             Ok(Some(token))
                         }
@@ -208,6 +213,14 @@ impl SessionInner {
         if let Some(token) = undo {
             self.dispatch_release(name.clone(), token, None);
         }
+        if let Some((election, token, remaining)) = elected_late {
+            // The old code: its own check in other lock sections, then elected() (finding 3).
+            if self.campaigns.lock().contains_key(name) && !election.is_resigned() {
+                let mut logs = super::Logs::default();
+                election.elected(token, remaining, id, self.options.metadata(), &mut logs);
+                logs.write();
+            }
+        }
         result
     }
 
@@ -241,7 +254,7 @@ impl SessionInner {
     /// deadline, so this returns by the deadline plus at most one bounded call.
     pub(crate) fn lock_until(self: &Arc<Self>, name: &Name, deadline: Option<Instant>) -> Result<Option<Lease>> {
         let push = self.backend.capabilities().push_release;
-        let (tx, rx) = unbounded::<Notification>();
+        let (tx, rx) = crossbeam_channel::unbounded::<Notification>();
         let qt = self.timing.query_timeout;
         // Time left before the caller's deadline, at most a query timeout (for the watches).
         let left = |now: Instant| deadline.map_or(qt, |d| d.saturating_duration_since(now).min(qt));
@@ -254,7 +267,7 @@ impl SessionInner {
         };
         let mut first = true;
         loop {
-            let now = Instant::now();
+            let now = sync::now();
             if !first && deadline.is_some_and(|d| now >= d) {
                 return Ok(None);
             }
@@ -263,11 +276,11 @@ impl SessionInner {
                 // rounds registered after their busy attempt).
                 watch(left(now));
             }
-            let bound = later(Instant::now(), qt);
+            let bound = later(sync::now(), qt);
             match self.attempt_lock(name, bound) {
                 Ok(Some(lease)) => return Ok(Some(lease)),
                 // Watch again: a one-shot watch may have fired for an instant the lease was free.
-                Ok(None) => watch(left(Instant::now())),
+                Ok(None) => watch(left(sync::now())),
                 Err(err) if err.is_retryable() => {
                     log::debug!("session {}: lock '{}' attempt failed, retrying: {}", self.id, name, err);
                 }
@@ -275,11 +288,11 @@ impl SessionInner {
             }
             let mut wait = self.retry_delay();
             if let Some(d) = deadline {
-                wait = wait.min(d.saturating_duration_since(Instant::now()));
+                wait = wait.min(d.saturating_duration_since(sync::now()));
             }
             select! {
-                recv(rx) -> _ => { while rx.try_recv().is_ok() {} }
-                recv(self.ended_rx) -> _ => {}
+                recv(rx) -> _ => { while rx.try_recv().is_ok() {} },
+                recv(self.ended_rx) -> _ => {},
                 default(wait) => {}
             }
         }
@@ -289,7 +302,7 @@ impl SessionInner {
     /// for the result up to the query timeout when `wait` is true.
     pub(crate) fn release_lease(self: &Arc<Self>, name: &Name, token: Token, wait: bool) -> Result<()> {
         let held = self.apply(|e| {
-            let held = e.token(name, Instant::now()) == Some(token) || e.held().any(|(n, t)| n == name && t == token);
+            let held = e.token(name, sync::now()) == Some(token) || e.held().any(|(n, t)| n == name && t == token);
             if held {
                 e.on_release(name);
             }
@@ -311,12 +324,12 @@ impl SessionInner {
         }
         if inline(self.call_bound, self.timing.query_timeout) {
             // The backend returns by itself within the query timeout: release on this thread.
-            let started = Instant::now();
+            let started = sync::now();
             let r = self.backend.release(&self.id, name, token);
             if let Err(err) = &r {
                 log::warn!("session {}: release of '{}' failed: {}", self.id, name, err);
             }
-            let took = started.elapsed();
+            let took = sync::now().saturating_duration_since(started);
             if took > self.timing.query_timeout {
                 log::warn!(
                     "session {}: {} release of '{}' took {}, longer than the query timeout {}",
@@ -338,7 +351,7 @@ impl SessionInner {
             });
             return r;
         }
-        let (tx, rx) = crossbeam_channel::bounded(1);
+        let (tx, rx) = sync::bounded(1);
         self.dispatch_release(name.clone(), token, Some(tx));
         match rx.recv_timeout(self.timing.query_timeout) {
             Ok(r) => r,
@@ -355,7 +368,7 @@ impl SessionInner {
     /// The token of `name` if this session holds that term and it is valid now.
     pub(crate) fn lease_token(&self, name: &Name, token: Token) -> Result<Token> {
         let e = self.engine.lock();
-        let now = Instant::now();
+        let now = sync::now();
         match e.token(name, now) {
             Some(t) if t == token => Ok(t),
             _ => {
@@ -373,7 +386,7 @@ impl SessionInner {
 
     pub(crate) fn lease_remaining(&self, name: &Name, token: Token) -> Option<Duration> {
         let e = self.engine.lock();
-        let now = Instant::now();
+        let now = sync::now();
         (e.token(name, now) == Some(token)).then(|| e.remaining(name, now)).flatten()
     }
 }

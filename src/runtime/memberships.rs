@@ -2,7 +2,6 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Instant;
 
 use super::calls::bounded_call;
 use super::{pool, SessionInner};
@@ -10,12 +9,13 @@ use crate::backend::LeaseBackend;
 use crate::engine::later;
 use crate::error::{Error, ErrorKind, Result};
 use crate::group::MembershipShared;
+use crate::sync;
 use crate::types::Name;
 
 impl SessionInner {
     pub(crate) fn attach_membership(self: &Arc<Self>, m: &Arc<MembershipShared>) -> Result<()> {
         let group = m.group().clone();
-        let deadline = later(Instant::now(), self.timing.query_timeout);
+        let deadline = later(sync::now(), self.timing.query_timeout);
         {
             let mut e = self.engine.lock();
             // A leave of the group still in flight could land after this join and undo it
@@ -30,7 +30,7 @@ impl SessionInner {
                     )));
                 }
             }
-            if let Some(err) = self.dead_error(&e, Instant::now()) {
+            if let Some(err) = self.dead_error(&e, sync::now()) {
                 return Err(err);
             }
             let mut ms = self.memberships.lock();
@@ -52,7 +52,7 @@ impl SessionInner {
             let r = b.join(&id, &g);
             if let Some(s) = session.upgrade() {
                 s.apply(|e| {
-                    let now = Instant::now();
+                    let now = sync::now();
                     e.end_join(&g, now);
                     let out = if r.is_ok() && !late.load(Ordering::SeqCst) { e.joined(&g, now) } else { Vec::new() };
                     ((), out)
@@ -61,7 +61,7 @@ impl SessionInner {
             r
         };
         // One bound for the whole join: the wait for a leave above and the call share it.
-        let budget = deadline.saturating_duration_since(Instant::now());
+        let budget = deadline.saturating_duration_since(sync::now());
         match bounded_call(&self.backend, budget, call) {
             Ok(()) => {
                 m.attach(Arc::downgrade(self), self.id.clone());
@@ -72,7 +72,7 @@ impl SessionInner {
                 self.apply(|e| {
                     gave_up.store(true, Ordering::SeqCst);
                     self.memberships.lock().remove(&group);
-                    e.join_abandoned(&group, Instant::now());
+                    e.join_abandoned(&group, sync::now());
                     ((), Vec::new())
                 });
                 Err(err)
@@ -106,7 +106,7 @@ impl SessionInner {
         move |b: &dyn LeaseBackend| {
             let r = b.leave(&id, &g);
             if let Some(s) = session.upgrade() {
-                s.apply(|e| (e.end_leave(&g, Instant::now()), Vec::new()));
+                s.apply(|e| (e.end_leave(&g, sync::now()), Vec::new()));
             }
             r
         }
@@ -126,7 +126,7 @@ impl SessionInner {
     /// True while the session is alive and holds `group` without a known loss.
     pub(crate) fn is_joined(&self, group: &Name) -> bool {
         let e = self.engine.lock();
-        self.dead_error(&e, Instant::now()).is_none() && e.is_joined(group)
+        self.dead_error(&e, sync::now()).is_none() && e.is_joined(group)
     }
 
     /// Joins `group` again after the backend lost it (the engine counted the join in flight).
@@ -140,7 +140,7 @@ impl SessionInner {
                 log::warn!("session {id}: re-join of '{group}' failed (retried at the next renewal): {err}");
             }
             if let Some(inner) = weak.upgrade() {
-                inner.apply(|e| ((), e.end_rejoin(&group, Instant::now(), r.is_ok())));
+                inner.apply(|e| ((), e.end_rejoin(&group, sync::now(), r.is_ok())));
             }
         });
     }

@@ -28,11 +28,9 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
-use std::thread;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{unbounded, Receiver, Sender};
-use parking_lot::{Condvar, Mutex};
+use crate::sync::{self, thread, unbounded, Condvar, Mutex, Receiver, Sender};
 
 use crate::backend::{LeaseBackend, Notification};
 use crate::engine::{Engine, Output, Timing};
@@ -71,7 +69,7 @@ pub(crate) struct SessionInner {
     cond: Condvar,
     subscribers: Subscribers<SessionEvent>,
     wake: Sender<Wake>,
-    notify_tx: Sender<Notification>,
+    notify_tx: crossbeam_channel::Sender<Notification>,
     campaigns: Mutex<HashMap<Name, CampaignSlot>>,
     memberships: Mutex<HashMap<Name, Arc<MembershipShared>>>,
     /// Dropped when the session ends, which wakes everyone selecting on `ended_rx`.
@@ -97,7 +95,7 @@ impl SessionInner {
     pub(crate) fn open(backend: Arc<dyn LeaseBackend>, options: SessionOptions) -> Result<Arc<SessionInner>> {
         pool::admit(options.worker_threads());
         let timing = Timing::from(&options);
-        let sent = Instant::now();
+        let sent = sync::now();
         let b = backend.clone();
         let lease = timing.lease_duration;
         let metadata = options.metadata().to_string();
@@ -130,8 +128,8 @@ impl SessionInner {
         };
         let engine = Engine::new(timing, sent, grant.remaining);
         let (wake_tx, wake_rx) = unbounded();
-        let (notify_tx, notify_rx) = unbounded();
-        let (ended_tx, ended_rx) = crossbeam_channel::bounded(0);
+        let (notify_tx, notify_rx) = crossbeam_channel::unbounded();
+        let (ended_tx, ended_rx) = sync::bounded(0);
         let call_bound = backend.call_bound();
         let inner = Arc::new(SessionInner {
             id: grant.id,
@@ -165,26 +163,26 @@ impl SessionInner {
 
     /// True while the session is active and within its local deadline.
     pub(crate) fn is_alive(&self) -> bool {
-        self.engine.lock().is_alive(Instant::now())
+        self.engine.lock().is_alive(sync::now())
     }
 
     /// Time left until the local deadline, if alive.
     pub(crate) fn remaining(&self) -> Option<Duration> {
         let e = self.engine.lock();
-        let now = Instant::now();
+        let now = sync::now();
         e.is_alive(now).then(|| e.deadline().saturating_duration_since(now))
     }
 
     /// The engine, for in-crate tests that force an engine state the runtime would reach only
     /// through a race.
     #[cfg(test)]
-    pub(crate) fn engine_for_test(&self) -> parking_lot::MutexGuard<'_, Engine> {
+    pub(crate) fn engine_for_test(&self) -> sync::MutexGuard<'_, Engine> {
         self.engine.lock()
     }
 
     pub(crate) fn state(&self) -> SessionState {
         let e = self.engine.lock();
-        if e.state() == SessionState::Active && !e.is_alive(Instant::now()) {
+        if e.state() == SessionState::Active && !e.is_alive(sync::now()) {
             SessionState::Expired
         } else {
             e.state()

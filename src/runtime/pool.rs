@@ -22,12 +22,10 @@
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, LazyLock};
-use std::thread;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::bounded;
-use parking_lot::{Condvar, Mutex};
+use crate::sync::{self, bounded, thread, Condvar, Mutex};
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::options::DEFAULT_WORKER_THREADS;
@@ -61,7 +59,9 @@ struct Pool {
     start: Starter,
 }
 
-static POOL: LazyLock<Arc<Pool>> = LazyLock::new(|| Pool::new(Duration::from_secs(30), start_thread));
+sync::lazy! {
+    static POOL: Arc<Pool> = Pool::new(sync::idle_exit(Duration::from_secs(30)), start_thread);
+}
 
 /// How a submission may end when every worker is busy.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -281,16 +281,16 @@ mod tests {
 
     /// Waits until `cond` holds: the pool's own bookkeeping, reached without any timing assumption.
     fn until(p: &Pool, cond: impl Fn((usize, usize, usize)) -> bool) {
-        let end = Instant::now() + Duration::from_secs(10);
+        let end = sync::now() + Duration::from_secs(10);
         while !cond(p.counts()) {
-            assert!(Instant::now() < end, "pool state {:?}", p.counts());
+            assert!(sync::now() < end, "pool state {:?}", p.counts());
             thread::sleep(Duration::from_millis(2));
         }
     }
 
     #[test]
     fn returns_result_in_time() {
-        let r = call_until(Instant::now() + Duration::from_secs(5), || Ok(42), |_| {});
+        let r = call_until(sync::now() + Duration::from_secs(5), || Ok(42), |_| {});
         assert_eq!(r.map(|r| r.unwrap()), Some(42));
     }
 
@@ -300,7 +300,7 @@ mod tests {
         let (release_tx, release_rx) = bounded::<()>(0);
         let late_seen = Arc::new(AtomicBool::new(false));
         let seen = late_seen.clone();
-        let start = Instant::now();
+        let start = sync::now();
         let r = call_until_on(
             &p,
             start + Duration::from_millis(50),
@@ -330,7 +330,7 @@ mod tests {
                 thread::spawn(move || {
                     call_until_on(
                         &p,
-                        Instant::now() + Duration::from_secs(10),
+                        sync::now() + Duration::from_secs(10),
                         move || {
                             wait();
                             Ok(i)
@@ -357,10 +357,10 @@ mod tests {
                 wait();
                 Ok(())
             };
-            assert!(call_until_on(&p, Instant::now(), hung, |_| {}).is_none());
+            assert!(call_until_on(&p, sync::now(), hung, |_| {}).is_none());
         }
         until(&p, |(workers, idle, queued)| workers == 2 && idle == 0 && queued == 0);
-        let refused = call_until_on(&p, Instant::now() + Duration::from_secs(60), || Ok(()), |_| {});
+        let refused = call_until_on(&p, sync::now() + Duration::from_secs(60), || Ok(()), |_| {});
         let err = refused.expect("refused at once").unwrap_err();
         assert_eq!(err.kind(), ErrorKind::Unavailable);
         assert!(err.to_string().contains("worker pool is exhausted: all 2 worker threads"), "{err}");
@@ -386,7 +386,7 @@ mod tests {
         failing.submit(Box::new(move || r.store(true, Ordering::SeqCst)), WhenFull::Queue).ok().unwrap();
         // Not dropped (its pending count would leak), not counted as a worker.
         assert_eq!(failing.counts(), (0, 0, 1));
-        let refused = call_until_on(&failing, Instant::now() + Duration::from_secs(60), || Ok(()), |_| {});
+        let refused = call_until_on(&failing, sync::now() + Duration::from_secs(60), || Ok(()), |_| {});
         let err = refused.expect("refused at once").unwrap_err();
         assert_eq!(err.kind(), ErrorKind::Unavailable);
         assert_eq!(failing.counts(), (0, 0, 1));
@@ -407,9 +407,9 @@ mod tests {
     fn idle_workers_exit_and_the_pool_starts_new_ones() {
         let p = Pool::new(Duration::from_millis(20), start_thread);
         p.limit.store(2, Ordering::SeqCst);
-        assert_eq!(call_until_on(&p, Instant::now() + Duration::from_secs(10), || Ok(1), |_| {}).unwrap().unwrap(), 1);
+        assert_eq!(call_until_on(&p, sync::now() + Duration::from_secs(10), || Ok(1), |_| {}).unwrap().unwrap(), 1);
         until(&p, |(workers, _, _)| workers == 0);
-        assert_eq!(call_until_on(&p, Instant::now() + Duration::from_secs(10), || Ok(2), |_| {}).unwrap().unwrap(), 2);
+        assert_eq!(call_until_on(&p, sync::now() + Duration::from_secs(10), || Ok(2), |_| {}).unwrap().unwrap(), 2);
     }
 
     #[test]

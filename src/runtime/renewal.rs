@@ -3,8 +3,7 @@
 use std::sync::{Arc, Weak};
 use std::time::Instant;
 
-use crossbeam_channel::{select, Receiver};
-use parking_lot::MutexGuard;
+use crate::sync::{self, select, MutexGuard, Receiver};
 
 use super::calls::Logs;
 use super::{pool, SessionInner, Wake};
@@ -31,7 +30,7 @@ impl SessionInner {
                     self.emit(SessionEvent::LeaseLost { name: name.clone(), token, reason });
                     if let Some(slot) = self.campaigns.lock().get_mut(&name) {
                         slot.election.revoked(token, reason, logs);
-                        slot.next_attempt = Instant::now();
+                        slot.next_attempt = sync::now();
                     }
                 }
                 Output::Expired => {
@@ -133,16 +132,20 @@ impl SessionInner {
                 _ if recovered => log::info!("session {id}: keep-alive succeeded again"),
                 _ => {}
             }
-            inner.apply(|e| ((), e.on_keep_alive(sent, Instant::now(), result)));
+            inner.apply(|e| ((), e.on_keep_alive(sent, sync::now(), result)));
             inner.poke();
         });
     }
 }
 
-pub(super) fn renewal_thread(weak: Weak<SessionInner>, wake: Receiver<Wake>, notify: Receiver<Notification>) {
+pub(super) fn renewal_thread(
+    weak: Weak<SessionInner>,
+    wake: Receiver<Wake>,
+    notify: crossbeam_channel::Receiver<Notification>,
+) {
     loop {
         let Some(inner) = weak.upgrade() else { return };
-        let now = Instant::now();
+        let now = sync::now();
         let next = inner.apply(|e| {
             let out = e.poll(now);
             (e.next_wakeup(), out)
@@ -155,7 +158,7 @@ pub(super) fn renewal_thread(weak: Weak<SessionInner>, wake: Receiver<Wake>, not
             next = next.min(c);
         }
         drop(inner);
-        let timeout = next.saturating_duration_since(Instant::now());
+        let timeout = next.saturating_duration_since(sync::now());
         select! {
             recv(wake) -> m => if m.is_err() { return },
             recv(notify) -> n => {
@@ -165,7 +168,7 @@ pub(super) fn renewal_thread(weak: Weak<SessionInner>, wake: Receiver<Wake>, not
                         inner.on_notification(n);
                     }
                 }
-            }
+            },
             default(timeout) => {}
         }
     }

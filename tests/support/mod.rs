@@ -7,6 +7,8 @@
 use std::net::{TcpStream, ToSocketAddrs};
 use std::time::Duration;
 
+#[cfg(feature = "cli")]
+pub mod cli;
 pub mod forward;
 pub mod proxy;
 pub mod server;

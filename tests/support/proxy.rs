@@ -1,10 +1,12 @@
 //! A TCP proxy for fault tests: forwards between a client and a server on loopback, and can stall
-//! (stop forwarding, keep connections open) or cut (close every connection) on demand.
+//! (stop forwarding, keep connections open) or cut (close every connection) on demand, and
+//! counts requests: data the client sends after the server last answered on that connection (one
+//! round trip; a pipeline written at once counts once).
 #![allow(dead_code)]
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::Duration;
@@ -15,6 +17,7 @@ pub struct Proxy {
     stalled: Arc<AtomicBool>,
     stop: Arc<AtomicBool>,
     conns: Arc<Mutex<Vec<TcpStream>>>,
+    requests: Arc<AtomicUsize>,
 }
 
 impl Proxy {
@@ -26,7 +29,9 @@ impl Proxy {
         let stalled = Arc::new(AtomicBool::new(false));
         let stop = Arc::new(AtomicBool::new(false));
         let conns = Arc::new(Mutex::new(Vec::new()));
+        let requests = Arc::new(AtomicUsize::new(0));
         let (s2, st2, c2, up) = (stalled.clone(), stop.clone(), conns.clone(), upstream.to_string());
+        let r2 = requests.clone();
         thread::spawn(move || {
             while !st2.load(Ordering::SeqCst) {
                 match listener.accept() {
@@ -38,14 +43,17 @@ impl Proxy {
                                 c2.lock().unwrap().push(c);
                             }
                         }
-                        pump(client.try_clone().unwrap(), server.try_clone().unwrap(), s2.clone());
-                        pump(server, client, s2.clone());
+                        // Set when the server spoke last: the client's next data starts a request.
+                        let answered = Arc::new(AtomicBool::new(true));
+                        let up = Direction::Up { answered: answered.clone(), requests: r2.clone() };
+                        pump(client.try_clone().unwrap(), server.try_clone().unwrap(), s2.clone(), up);
+                        pump(server, client, s2.clone(), Direction::Down { answered });
                     }
                     Err(_) => thread::sleep(Duration::from_millis(5)),
                 }
             }
         });
-        Proxy { port, stalled, stop, conns }
+        Proxy { port, stalled, stop, conns, requests }
     }
 
     /// The proxy's address, `127.0.0.1:<port>`.
@@ -56,6 +64,11 @@ impl Proxy {
     /// The proxy's port.
     pub fn port(&self) -> u16 {
         self.port
+    }
+
+    /// Requests forwarded so far (see the module docs).
+    pub fn requests(&self) -> usize {
+        self.requests.load(Ordering::SeqCst)
     }
 
     /// Stops forwarding in both directions; connections stay open and data waits.
@@ -84,9 +97,17 @@ impl Drop for Proxy {
     }
 }
 
-fn pump(mut from: TcpStream, mut to: TcpStream, stalled: Arc<AtomicBool>) {
+/// Which way a pump forwards, with the per-connection request bookkeeping.
+enum Direction {
+    /// Client to server: counts a request when the server spoke last.
+    Up { answered: Arc<AtomicBool>, requests: Arc<AtomicUsize> },
+    /// Server to client.
+    Down { answered: Arc<AtomicBool> },
+}
+
+fn pump(mut from: TcpStream, mut to: TcpStream, stalled: Arc<AtomicBool>, direction: Direction) {
     thread::spawn(move || {
-        let mut buf = [0u8; 16 * 1024];
+        let mut buf = vec![0u8; 256 * 1024];
         loop {
             while stalled.load(Ordering::SeqCst) {
                 thread::sleep(Duration::from_millis(5));
@@ -94,6 +115,14 @@ fn pump(mut from: TcpStream, mut to: TcpStream, stalled: Arc<AtomicBool>) {
             match from.read(&mut buf) {
                 Ok(0) | Err(_) => break,
                 Ok(n) => {
+                    match &direction {
+                        Direction::Up { answered, requests } => {
+                            if answered.swap(false, Ordering::SeqCst) {
+                                requests.fetch_add(1, Ordering::SeqCst);
+                            }
+                        }
+                        Direction::Down { answered } => answered.store(true, Ordering::SeqCst),
+                    }
                     while stalled.load(Ordering::SeqCst) {
                         thread::sleep(Duration::from_millis(5));
                     }

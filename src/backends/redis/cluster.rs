@@ -24,6 +24,7 @@ use std::time::{Duration, Instant};
 use redis::cluster_routing::Slot;
 
 use super::book::Item;
+use super::port::ScriptCall;
 use super::reply::{self, array, int, string, strings, unexpected};
 use super::scripts::{keys, SCRIPTS};
 use super::{ms, Inner};
@@ -127,17 +128,25 @@ pub(crate) fn keep_alive(inner: &Inner, sid: &SessionId, d: Duration) -> Result<
     // so one dead node does not end the session.
     let give_up = d / 3;
     let mut transient: Option<Error> = None;
-    for work in plan.work {
+    // Each follow-up carries the session's remaining less the time since the session call
+    // returned, as of its sending; none is sent once that has passed. On Cluster they all go at
+    // once, one pipeline per node (see `RedisScripting::eval_each`).
+    let outcomes = inner.scripting.eval_each(
+        plan.work.len(),
+        &mut |i| {
+            let elapsed = Instant::now().saturating_duration_since(returned);
+            if elapsed >= remaining {
+                return Err(Error::unavailable(format!(
+                    "session {sid}: renewal follow-up not sent: {elapsed:?} passed since the session call \
+                     returned, the session's remaining was {remaining:?}"
+                )));
+            }
+            Ok(renew_slot(sid, &plan.work[i], remaining - elapsed))
+        },
+        deadline,
+    );
+    for (work, outcome) in plan.work.into_iter().zip(outcomes) {
         let now = Instant::now();
-        let elapsed = now.saturating_duration_since(returned);
-        let outcome = if elapsed >= remaining {
-            Err(Error::unavailable(format!(
-                "session {sid}: renewal follow-up not sent: {elapsed:?} passed since the session call returned, \
-                 the session's remaining was {remaining:?}"
-            )))
-        } else {
-            renew_slot(inner, sid, &work, remaining - elapsed, deadline)
-        };
         // A reply that arrived but cannot be read is a `Backend` error for the whole renewal (as
         // a malformed reply of the session call is), not a failed follow-up.
         let outcome = match outcome {
@@ -229,22 +238,15 @@ pub(crate) fn keep_alive(inner: &Inner, sid: &SessionId, d: Duration) -> Result<
 }
 
 /// One follow-up: renews `work.renew` and `work.groups` up to this node's now + `carry`, releases
-/// `work.release`. Returns the raw reply (see [`decode_renew_slot`]).
-fn renew_slot(
-    inner: &Inner,
-    sid: &SessionId,
-    work: &SlotWork,
-    carry: Duration,
-    deadline: Instant,
-) -> Result<redis::Value> {
-    let script = &SCRIPTS.renew_slot;
+/// `work.release`. Its raw reply is read by [`decode_renew_slot`].
+fn renew_slot<'a>(sid: &SessionId, work: &SlotWork, carry: Duration) -> ScriptCall<'a> {
     let mut keys_ = Vec::with_capacity(work.renew.len() + work.release.len() + work.groups.len());
     keys_.extend(work.renew.iter().map(|n| keys::lease(n.as_str())));
     keys_.extend(work.release.iter().map(|(n, _)| keys::lease(n.as_str())));
     keys_.extend(work.groups.iter().map(|g| keys::group(g.as_str())));
     let mut args = vec![sid.to_string(), ms(carry), work.renew.len().to_string(), work.release.len().to_string()];
     args.extend(work.release.iter().map(|(_, t)| t.to_string()));
-    inner.scripting.eval(script, &keys_, &args, deadline)
+    ScriptCall { script: &SCRIPTS.renew_slot, keys: keys_, args }
 }
 
 /// Decodes a `renew_slot` reply for `work`: the token of each renewed lease still ours (`None`:
@@ -314,14 +316,22 @@ fn release_all(
     for (i, key) in placed_groups {
         work[i].groups.push(key);
     }
-    for w in work {
-        let mut keys_: Vec<String> = w.leases.iter().map(|(k, _)| k.clone()).collect();
-        keys_.extend(w.groups.iter().cloned());
-        let mut args = vec![sid.to_string(), w.leases.len().to_string()];
-        args.extend(w.leases.into_iter().map(|(_, t)| t));
-        inner.scripting.eval(&SCRIPTS.release_slot, &keys_, &args, deadline)?;
-    }
-    Ok(())
+    let calls: Vec<ScriptCall<'_>> = work
+        .into_iter()
+        .map(|w| {
+            let mut keys_: Vec<String> = w.leases.iter().map(|(k, _)| k.clone()).collect();
+            keys_.extend(w.groups);
+            let mut args = vec![sid.to_string(), w.leases.len().to_string()];
+            args.extend(w.leases.into_iter().map(|(_, t)| t));
+            ScriptCall { script: &SCRIPTS.release_slot, keys: keys_, args }
+        })
+        .collect();
+    // One pipeline per node; the first failure is the call's.
+    inner
+        .scripting
+        .eval_each(calls.len(), &mut |i| Ok(calls[i].clone()), deadline)
+        .into_iter()
+        .try_for_each(|r| r.map(drop))
 }
 
 pub(crate) fn close_session(inner: &Inner, sid: &SessionId) -> Result<()> {

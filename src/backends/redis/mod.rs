@@ -48,7 +48,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::Sender;
 
-pub use port::{ClusteredScripting, RedisScripting, StandaloneScripting};
+pub use port::{ClusteredScripting, RedisScripting, ScriptCall, StandaloneScripting};
 pub use scripts::{lua, LuaScript};
 pub use tls::RedisTls;
 

@@ -33,6 +33,22 @@ pub trait RedisScripting: Send + Sync + fmt::Debug + 'static {
     /// failover, `OOM`); `Backend` for script errors and anything else.
     fn eval(&self, script: &LuaScript, keys: &[String], args: &[String], deadline: Instant) -> Result<Value>;
 
+    /// Runs `count` script calls, each as [`eval`](RedisScripting::eval) would, and returns their
+    /// outcomes in order. `call(i)` builds call `i` right before it is sent (an `Err` is that call's
+    /// outcome, and it is not sent), so what a call carries can depend on when it goes out. The
+    /// default sends the calls one after another, building each after the previous reply; Redis
+    /// Cluster builds them all, sends the calls bound for one node as one pipeline (one round trip
+    /// per node instead of one per call) and runs alone what a pipeline could not settle (a
+    /// redirect, a server error).
+    fn eval_each<'a>(
+        &self,
+        count: usize,
+        call: &mut dyn FnMut(usize) -> Result<ScriptCall<'a>>,
+        deadline: Instant,
+    ) -> Vec<Result<Value>> {
+        (0..count).map(|i| call(i).and_then(|c| self.eval(c.script, &c.keys, &c.args, deadline))).collect()
+    }
+
     /// Runs `script` like [`eval`](RedisScripting::eval), then `WAIT replicas` on the same
     /// connection, with a WAIT timeout ending at `deadline`. Returns the script's reply and how
     /// many replicas acknowledged.
@@ -64,6 +80,17 @@ pub trait RedisScripting: Send + Sync + fmt::Debug + 'static {
 
     /// The target without secrets, for logs and errors (e.g. `redis://127.0.0.1:6379`).
     fn target(&self) -> String;
+}
+
+/// One call of a batch for [`RedisScripting::eval_each`].
+#[derive(Debug, Clone)]
+pub struct ScriptCall<'a> {
+    /// The script.
+    pub script: &'a LuaScript,
+    /// Its keys (on Cluster all in one hash slot).
+    pub keys: Vec<String>,
+    /// Its arguments.
+    pub args: Vec<String>,
 }
 
 /// True when the connection that produced `e` must not be reused: a late reply could still be in
@@ -247,6 +274,92 @@ fn run_script(
         }
         other => other,
     }
+}
+
+/// The one hash slot of a script call's keys.
+fn call_slot(script: &LuaScript, keys: &[String]) -> Result<u16> {
+    let Some(first) = keys.first() else {
+        return Err(Error::backend(format!("redis cluster: script {} called without keys", script.name())));
+    };
+    let slot = super::router::slot_of(first.as_bytes());
+    if let Some(other) = keys.iter().find(|k| super::router::slot_of(k.as_bytes()) != slot) {
+        return Err(Error::backend(format!(
+            "redis cluster: script {} would span slots ({first} and {other})",
+            script.name()
+        )));
+    }
+    Ok(slot)
+}
+
+/// `EVALSHA` of every call in one pipeline; the scripts a node does not have yet are loaded and
+/// their calls sent again as a second pipeline. Returns each call's reply, or `None` for a call
+/// whose reply was an error to settle alone (a redirect, or any other server error: the single
+/// call reports it in its own words). A transport error fails the whole pipeline.
+fn run_scripts<'c, 'a: 'c>(
+    con: &mut Connection,
+    calls: impl Iterator<Item = &'c ScriptCall<'a>>,
+    deadline: Instant,
+) -> redis::RedisResult<Vec<Option<Value>>> {
+    let calls: Vec<&ScriptCall<'_>> = calls.collect();
+    // Written at once, then read reply by reply with the time left (redis-rs' own pipeline read
+    // would wait the full timeout once per reply after the first one timed out).
+    let send = |con: &mut Connection, which: &[usize]| -> redis::RedisResult<Vec<redis::RedisResult<Value>>> {
+        let mut pipe = redis::pipe();
+        for i in which {
+            let c = calls[*i];
+            pipe.cmd("EVALSHA").arg(c.script.sha()).arg(c.keys.len()).arg(&c.keys).arg(&c.args);
+        }
+        let time_left = || {
+            let t = deadline.saturating_duration_since(Instant::now());
+            if t < Duration::from_millis(1) {
+                Err(RedisError::from(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    "query timeout reached within a pipeline",
+                )))
+            } else {
+                Ok(t)
+            }
+        };
+        con.set_write_timeout(Some(time_left()?))?;
+        con.send_packed_command(&pipe.get_packed_pipeline())?;
+        let mut replies = Vec::with_capacity(which.len());
+        while replies.len() < which.len() {
+            con.set_read_timeout(Some(time_left()?))?;
+            match con.recv_response()? {
+                Value::Push { .. } => {}
+                v => replies.push(v.extract_error()),
+            }
+        }
+        Ok(replies)
+    };
+    let all: Vec<usize> = (0..calls.len()).collect();
+    let mut out: Vec<Option<Value>> = vec![None; calls.len()];
+    let mut missing = Vec::new();
+    for (i, r) in all.iter().zip(send(con, &all)?) {
+        match r {
+            Ok(v) => out[*i] = Some(v),
+            Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => missing.push(*i),
+            Err(_) => {}
+        }
+    }
+    if !missing.is_empty() {
+        let mut loaded: Vec<&str> = Vec::new();
+        for i in &missing {
+            let script = calls[*i].script;
+            if !loaded.contains(&script.sha()) {
+                let mut load = redis::cmd("SCRIPT");
+                load.arg("LOAD").arg(script.code());
+                query(con, &load, deadline)?;
+                loaded.push(script.sha());
+            }
+        }
+        for (i, r) in missing.iter().zip(send(con, &missing)?) {
+            if let Ok(v) = r {
+                out[*i] = Some(v);
+            }
+        }
+    }
+    Ok(out)
 }
 
 /// The most replies redis-rs reads while setting a connection up (`HELLO`/`AUTH`, `SELECT`, two
@@ -452,18 +565,50 @@ impl RedisScripting for ClusteredScripting {
     }
 
     fn eval(&self, script: &LuaScript, keys: &[String], args: &[String], deadline: Instant) -> Result<Value> {
-        let Some(first) = keys.first() else {
-            return Err(Error::backend(format!("redis cluster: script {} called without keys", script.name())));
-        };
-        let slot = super::router::slot_of(first.as_bytes());
-        if let Some(other) = keys.iter().find(|k| super::router::slot_of(k.as_bytes()) != slot) {
-            return Err(Error::backend(format!(
-                "redis cluster: script {} would span slots ({first} and {other})",
-                script.name()
-            )));
-        }
+        let slot = call_slot(script, keys)?;
         self.router
             .on_slot(slot, deadline, script.name(), |con, asking| run_script(con, script, keys, args, asking, deadline))
+    }
+
+    fn eval_each<'a>(
+        &self,
+        count: usize,
+        call: &mut dyn FnMut(usize) -> Result<ScriptCall<'a>>,
+        deadline: Instant,
+    ) -> Vec<Result<Value>> {
+        // Built together: the pipelines go out together.
+        let built: Vec<Result<ScriptCall<'a>>> = (0..count).map(call).collect();
+        let mut out: Vec<Option<Result<Value>>> = (0..count).map(|_| None).collect();
+        let mut calls: Vec<Option<ScriptCall<'a>>> = Vec::with_capacity(count);
+        let mut pending = Vec::new();
+        for (i, c) in built.into_iter().enumerate() {
+            match c.and_then(|c| call_slot(c.script, &c.keys).map(|slot| (c, slot))) {
+                Ok((c, slot)) => {
+                    pending.push((i, slot));
+                    calls.push(Some(c));
+                }
+                Err(e) => {
+                    out[i] = Some(Err(e));
+                    calls.push(None);
+                }
+            }
+        }
+        let settled = self.router.pipelined(&pending, deadline, "script pipeline", |con, idx| {
+            run_scripts(con, idx.iter().filter_map(|i| calls[*i].as_ref()), deadline)
+        });
+        for (i, r) in settled {
+            out[i] = Some(r);
+        }
+        // Whatever a pipeline left unsettled (a redirect, a server error) runs alone, following
+        // redirects and reporting errors as `eval` does.
+        out.into_iter()
+            .zip(calls)
+            .map(|(r, c)| match (r, c) {
+                (Some(r), _) => r,
+                (None, Some(c)) => self.eval(c.script, &c.keys, &c.args, deadline),
+                (None, None) => Err(Error::backend("redis cluster: a batched script call was lost")),
+            })
+            .collect()
     }
 
     fn on_masters(&self, cmd: &Cmd, deadline: Instant) -> Result<Vec<(String, Value)>> {

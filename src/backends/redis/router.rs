@@ -351,6 +351,44 @@ impl Router {
         }
     }
 
+    /// Runs `f` once per master for the calls bound for it: `calls` are `(index, slot)` pairs, and
+    /// `f` gets a connection to the master of those slots and their indices (one pipeline per node).
+    /// Returns what the pipelines settled: `(index, Ok(reply))`, or for every call of a node whose
+    /// pipeline failed the node's error (`Err`). Calls `f` left unsettled (`None`) and calls whose
+    /// node was redirected or unknown are not returned: the caller runs them alone.
+    pub(crate) fn pipelined(
+        &self,
+        calls: &[(usize, u16)],
+        deadline: Instant,
+        what: &str,
+        mut f: impl FnMut(&mut Connection, &[usize]) -> redis::RedisResult<Vec<Option<Value>>>,
+    ) -> Vec<(usize, Result<Value>)> {
+        let mut out = Vec::new();
+        let Ok(map) = self.map(deadline, what) else { return out };
+        let mut by_node: Vec<(&str, Vec<usize>)> = Vec::new();
+        for (i, slot) in calls {
+            let Some(addr) = map.master(*slot) else { continue };
+            match by_node.iter_mut().find(|(a, _)| *a == addr) {
+                Some((_, idx)) => idx.push(*i),
+                None => by_node.push((addr, vec![*i])),
+            }
+        }
+        for (addr, idx) in by_node {
+            let Ok(node) = self.node(addr) else { continue };
+            match self.on_node(&node, deadline, what, |con| f(con, &idx)) {
+                Ok(Outcome::Done(replies)) => {
+                    out.extend(idx.iter().zip(replies).filter_map(|(i, r)| r.map(|v| (*i, Ok(v)))));
+                }
+                Ok(Outcome::Redirect { .. }) => {}
+                Err(e) => {
+                    let message = crate::display_chain(&e);
+                    out.extend(idx.iter().map(|i| (*i, Err(Error::new(e.kind(), message.clone())))));
+                }
+            }
+        }
+        out
+    }
+
     /// Runs `cmd` on every master, before `deadline`: each master's address and reply.
     pub(crate) fn on_masters(&self, cmd: &Cmd, deadline: Instant, what: &str) -> Result<Vec<(String, Value)>> {
         let map = self.map(deadline, what)?;

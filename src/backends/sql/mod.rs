@@ -14,6 +14,9 @@
 //! - Each backend owns a small connection pool (default 4 connections) that the application cannot
 //!   exhaust; every statement is bounded by the query timeout on the server, and the connection
 //!   checkout by the same timeout.
+//! - PostgreSQL pushes releases: release, close and purge `pg_notify` in the statement (or
+//!   transaction) that frees a lease, and one listener connection per backend wakes the waiters
+//!   (the poll stays as the fallback). MySQL/MariaDB waiters poll.
 //! - Expired sessions left by crashed processes are purged in the background after
 //!   `open_session`/`keep_alive`, at most once per purge interval and 1000 sessions per run.
 //!
@@ -36,7 +39,12 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use log::{debug, info, warn};
 use parking_lot::Mutex;
 
-use crate::backend::{Acquire, CheckItem, CheckStatus, Holder, KeepAlive, LeaseBackend, Member, SessionGrant};
+use crossbeam_channel::Sender;
+
+use crate::backend::{
+    Acquire, Capabilities, CheckItem, CheckStatus, Holder, KeepAlive, LeaseBackend, Member, Notification, SessionGrant,
+    Topic,
+};
 use crate::error::{display_chain, Error, ErrorKind, Result};
 use crate::options::DEFAULT_QUERY_TIMEOUT;
 use crate::types::{validate_metadata, Name, SessionId, Token};
@@ -370,6 +378,20 @@ pub(crate) trait Driver: Send + Sync + 'static {
         None
     }
     fn connection_ids(&self) -> Vec<u64>;
+    /// Whether the dialect pushes releases (PostgreSQL: `LISTEN`/`NOTIFY`).
+    fn push_release(&self) -> bool {
+        false
+    }
+    /// A one-shot interest in the release of `name` (see [`LeaseBackend::watch`]); `false` when
+    /// the dialect cannot push it now (the caller polls).
+    fn watch_release(&self, name: &Name, notify: &Sender<Notification>) -> Result<bool> {
+        let _ = (name, notify);
+        Ok(false)
+    }
+    /// The server-side id of the notification connection while it is open.
+    fn notification_connection_id(&self) -> Option<u64> {
+        None
+    }
 }
 
 /// The SQL [`LeaseBackend`] (PostgreSQL or MySQL/MariaDB). Cheap to clone; clones share the pool.
@@ -533,6 +555,14 @@ impl SqlBackend {
     /// tests (pausing or killing a connection's server process) and diagnostics.
     pub fn connection_ids(&self) -> Vec<u64> {
         self.inner.driver.connection_ids()
+    }
+
+    /// Server-side id of the connection that listens for release notifications (PostgreSQL:
+    /// its backend process id), while it is open; `None` before the first watch, while it
+    /// reconnects, and on MySQL/MariaDB (which polls). Not one of [`connection_ids`](Self::connection_ids).
+    /// Meant for fault tests and diagnostics.
+    pub fn notification_connection_id(&self) -> Option<u64> {
+        self.inner.driver.notification_connection_id()
     }
 
     fn lease_ms(&self, lease_duration: Duration) -> Result<i64> {
@@ -720,6 +750,17 @@ impl LeaseBackend for SqlBackend {
         }
         out.sort();
         Ok(out)
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities { push_release: self.inner.driver.push_release(), push_membership: false }
+    }
+
+    fn watch(&self, topic: &Topic, notify: &Sender<Notification>) -> Result<bool> {
+        match topic {
+            Topic::Lease(name) => self.inner.driver.watch_release(name, notify),
+            Topic::Group(_) => Ok(false),
+        }
     }
 
     fn purge_expired(&self) -> Result<usize> {

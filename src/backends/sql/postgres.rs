@@ -17,6 +17,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crossbeam_channel::Sender;
 use log::debug;
 use parking_lot::Mutex;
 use postgres::error::SqlState;
@@ -26,7 +27,7 @@ use postgres::{Client, Config, Row, Statement};
 use super::pool::{ConnectFailure, ConnectHealth, Fail, SqlPool};
 use super::queries::postgres as q;
 use super::{add_keep_alive_row, Driver, RawAcquire, RawHolder, RawKeepAlive, SqlOptions};
-use crate::backend::{CheckItem, CheckStatus};
+use crate::backend::{CheckItem, CheckStatus, Notification};
 use crate::error::{Error, Result};
 use crate::types::{Name, SessionId};
 
@@ -38,6 +39,9 @@ pub use config::{PostgresTls, RootCerts, SslMode};
 pub(crate) use connect::{ConnectError, Connected, PgConnector, Transport};
 
 const KIND: &str = "postgres";
+
+#[path = "postgres_listen.rs"]
+mod listen;
 
 /// One pooled connection.
 pub(crate) struct PgConn {
@@ -333,6 +337,7 @@ impl r2d2::ManageConnection for PgManager {
 pub(crate) struct PgDriver {
     pool: SqlPool<PgManager>,
     registry: Arc<Mutex<Vec<u64>>>,
+    listener: listen::Listener,
     connector: PgConnector,
     /// How the backend is shown: the redacted URL, or [`describe`] of a configuration.
     shown: String,
@@ -385,25 +390,28 @@ impl PgDriver {
         let connector = PgConnector::new(config, setup);
         let registry = Arc::new(Mutex::new(Vec::new()));
         let health = Arc::new(ConnectHealth::default());
+        // The notification connection: the pool's connector (same TLS setup, timeouts and startup
+        // options) with its own pid registry (it is not a pool connection) and the pool's connect
+        // health (one warning per cause for both).
+        let listen_manager = PgManager {
+            connector: connector.clone(),
+            registry: Arc::new(Mutex::new(Vec::new())),
+            health: health.clone(),
+            lifetime: options.connection_lifetime(),
+        };
+        let listener = listen::Listener::new(listen_manager, options.connect_timeout(), options.query_timeout());
         let manager = PgManager {
             connector: connector.clone(),
             registry: registry.clone(),
             health: health.clone(),
             lifetime: options.connection_lifetime(),
         };
-        Ok(PgDriver { pool: SqlPool::new(manager, health, options, KIND), registry, connector, shown })
+        Ok(PgDriver { pool: SqlPool::new(manager, health, options, KIND), registry, listener, connector, shown })
     }
 
     /// How this backend is shown (the redacted URL, or the configuration without its password).
     pub(crate) fn shown(&self) -> &str {
         &self.shown
-    }
-
-    /// The connection factory every connection of this backend goes through (the pool's, and
-    /// any dedicated one): same TLS setup, timeouts and startup options.
-    #[allow(dead_code)]
-    pub(crate) fn connector(&self) -> &PgConnector {
-        &self.connector
     }
 }
 
@@ -589,6 +597,7 @@ impl Driver for PgDriver {
         self.pool.run(what, |c| {
             let select = c.statement(q::PURGE_SELECT, what)?;
             let members = c.statement(q::PURGE_MEMBERS, what)?;
+            let notify = c.statement(q::PURGE_NOTIFY, what)?;
             let sessions = c.statement(q::PURGE_SESSIONS, what)?;
             let r = (|| -> Result<Result<usize, Error>, postgres::Error> {
                 let mut tx = c.client.transaction()?;
@@ -609,6 +618,7 @@ impl Driver for PgDriver {
                     return Ok(Ok(0));
                 }
                 tx.execute(&members, &[&ids])?;
+                tx.execute(&notify, &[&ids])?;
                 let n = tx.execute(&sessions, &[&ids])?;
                 tx.commit()?;
                 Ok(Ok(usize::try_from(n).unwrap_or(usize::MAX)))
@@ -669,5 +679,17 @@ impl Driver for PgDriver {
         let mut ids = self.registry.lock().clone();
         ids.sort_unstable();
         ids
+    }
+
+    fn push_release(&self) -> bool {
+        true
+    }
+
+    fn watch_release(&self, name: &Name, notify: &Sender<Notification>) -> Result<bool> {
+        self.listener.watch(name, notify)
+    }
+
+    fn notification_connection_id(&self) -> Option<u64> {
+        self.listener.connection_id()
     }
 }

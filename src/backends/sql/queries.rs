@@ -11,7 +11,8 @@ pub mod postgres {
     pub const ACQUIRE: &str = include_str!("../../../sql/postgres/acquire.sql");
     /// `backend-pid.sql`: The server process id serving this connection.
     pub const BACKEND_PID: &str = include_str!("../../../sql/postgres/backend-pid.sql");
-    /// `close-session.sql`: Close: deletes the session, releases its leases (tokens kept), removes its memberships.
+    /// `close-session.sql`: Close: deletes the session, releases its leases (tokens kept), removes its
+    /// memberships, and announces each freed lease on the release channel.
     pub const CLOSE_SESSION: &str = include_str!("../../../sql/postgres/close-session.sql");
     /// `holder.sql`: The live holder of a lease with its token, remaining time and metadata.
     pub const HOLDER: &str = include_str!("../../../sql/postgres/holder.sql");
@@ -26,6 +27,8 @@ pub mod postgres {
     pub const KEEP_ALIVE: &str = include_str!("../../../sql/postgres/keep-alive.sql");
     /// `leave.sql`: Removes a session from a group (idempotent).
     pub const LEAVE: &str = include_str!("../../../sql/postgres/leave.sql");
+    /// `listen.sql`: The notification connection subscribes to the channel of released leases.
+    pub const LISTEN: &str = include_str!("../../../sql/postgres/listen.sql");
     /// `members.sql`: Live members of a group, ordered by session id.
     pub const MEMBERS: &str = include_str!("../../../sql/postgres/members.sql");
     /// `now.sql`: The database clock as UTC epoch milliseconds.
@@ -34,11 +37,14 @@ pub mod postgres {
     pub const OPEN_SESSION: &str = include_str!("../../../sql/postgres/open-session.sql");
     /// `purge-members.sql`: Purge step 2: deletes the memberships of the batch.
     pub const PURGE_MEMBERS: &str = include_str!("../../../sql/postgres/purge-members.sql");
+    /// `purge-notify.sql`: Purge step 2b: announces the leases the purged sessions still name as holder.
+    pub const PURGE_NOTIFY: &str = include_str!("../../../sql/postgres/purge-notify.sql");
     /// `purge-select.sql`: Purge step 1: locks a batch of expired sessions, oldest first.
     pub const PURGE_SELECT: &str = include_str!("../../../sql/postgres/purge-select.sql");
     /// `purge-sessions.sql`: Purge step 3: deletes the sessions of the batch (lease rows stay).
     pub const PURGE_SESSIONS: &str = include_str!("../../../sql/postgres/purge-sessions.sql");
-    /// `release.sql`: Frees a lease held by the session, keeping its token.
+    /// `release.sql`: Frees a lease held by the session, keeping its token, and announces it on the
+    /// release channel.
     pub const RELEASE: &str = include_str!("../../../sql/postgres/release.sql");
     /// `schema-check.sql`: Counts the Simba tables present.
     pub const SCHEMA_CHECK: &str = include_str!("../../../sql/postgres/schema-check.sql");

@@ -1,0 +1,305 @@
+//! Release notifications on PostgreSQL: `LISTEN`/`NOTIFY` on one dedicated connection per backend,
+//! on its own thread, serving one-shot registrations.
+//!
+//! `release.sql`, `close-session.sql` and the purge (`purge-notify.sql`) call
+//! `pg_notify('simba_release', name)` in the statement (or transaction) that frees the lease, so a
+//! notification is sent only when the release commits. Every lease shares the one channel; the
+//! payload is the lease name (see `docs/backends/sql.md`, "Pushed releases", for the measurements
+//! behind that choice). The notification connection runs `listen.sql` once per connection, so a
+//! registration is only an entry in a map: no round trip, and no window in which a release could
+//! slip between a registration and its subscription.
+//!
+//! * The thread starts on the first [`Listener::watch`], which waits (at most the connect timeout)
+//!   for the connection; construction stays free of I/O.
+//! * While the connection is up, `watch` registers and returns `true`. While it is down (lost,
+//!   reconnecting), `watch` returns `false`: the caller polls, as it does on a backend without push.
+//! * A lost connection wakes every registered watcher (a notification may have been lost with it),
+//!   is logged once per cause (not once per retry), and is reopened with backoff through the
+//!   pool's own connection manager (same URL, timeouts and TLS, same connect-failure log); once it
+//!   listens again an `info` line says so.
+//! * A heartbeat (`Client::is_valid`, bounded by the query timeout) every [`HEARTBEAT`] notices a
+//!   connection that died silently; a registration not renewed for [`STALE`] is sent a
+//!   notification and forgotten (a caller still waiting registers again).
+//!
+//! The thread holds only a `Weak` to the shared state and ends within [`POLL`] once the backend is
+//! dropped. No log call and no send happens under the state lock.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Weak};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Sender, TrySendError};
+use log::{debug, info, warn};
+use parking_lot::{Condvar, Mutex};
+use postgres::fallible_iterator::FallibleIterator;
+
+use super::{q, PgConn, PgManager, KIND};
+use crate::backend::Notification;
+use crate::error::{display_chain, Result};
+use crate::types::Name;
+
+/// The channel every release is announced on (as written in the SQL files).
+pub(super) const CHANNEL: &str = "simba_release";
+/// Longest blocking wait for a notification: how soon the thread notices its backend was dropped.
+const POLL: Duration = Duration::from_millis(200);
+/// Time between two heartbeats on an otherwise silent connection.
+const HEARTBEAT: Duration = Duration::from_secs(5);
+/// A registration not renewed for this long is notified and forgotten.
+const STALE: Duration = Duration::from_secs(10);
+/// How often stale registrations are looked for.
+const SWEEP: Duration = Duration::from_secs(1);
+/// First and longest pause between reconnection attempts.
+const MIN_BACKOFF: Duration = Duration::from_millis(50);
+const MAX_BACKOFF: Duration = Duration::from_secs(2);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// No thread yet (no watch so far).
+    Idle,
+    /// The thread is opening its first connection.
+    Starting,
+    /// Listening: registrations are accepted.
+    Up,
+    /// The connection is lost; the thread reconnects. Watches return `false`.
+    Down,
+}
+
+struct Waiting {
+    senders: Vec<Sender<Notification>>,
+    /// When a caller last registered.
+    touched: Instant,
+}
+
+struct State {
+    phase: Phase,
+    /// One-shot registrations by lease name.
+    registry: HashMap<Name, Waiting>,
+    /// The server process id of the listening connection, while up.
+    pid: Option<u64>,
+    /// The connection manager, until the thread takes it.
+    manager: Option<PgManager>,
+}
+
+struct Shared {
+    state: Mutex<State>,
+    changed: Condvar,
+}
+
+/// The release notifications of one PostgreSQL backend.
+pub(crate) struct Listener {
+    shared: Arc<Shared>,
+    connect_timeout: Duration,
+    query_timeout: Duration,
+}
+
+impl Listener {
+    /// A listener that opens its connections with `manager` (on first use).
+    pub(super) fn new(manager: PgManager, connect_timeout: Duration, query_timeout: Duration) -> Listener {
+        let state = State { phase: Phase::Idle, registry: HashMap::new(), pid: None, manager: Some(manager) };
+        Listener {
+            shared: Arc::new(Shared { state: Mutex::new(state), changed: Condvar::new() }),
+            connect_timeout,
+            query_timeout,
+        }
+    }
+
+    /// Registers a one-shot interest in the release of `name`. `Ok(false)` while the notification
+    /// connection is down (the caller polls); the first call starts it and waits for it at most
+    /// the connect timeout.
+    pub(super) fn watch(&self, name: &Name, notify: &Sender<Notification>) -> Result<bool> {
+        let mut st = self.shared.state.lock();
+        if st.phase == Phase::Idle {
+            if let Some(manager) = st.manager.take() {
+                let weak = Arc::downgrade(&self.shared);
+                let qt = self.query_timeout;
+                let spawned =
+                    thread::Builder::new().name("simba-pg-listen".into()).spawn(move || run(weak, manager, qt));
+                match spawned {
+                    Ok(_) => st.phase = Phase::Starting,
+                    Err(e) => {
+                        // The manager went with the closure: no later retry; polling stays.
+                        st.phase = Phase::Down;
+                        drop(st);
+                        warn!("simba {KIND}: cannot start the notification thread ({e}); waiters poll");
+                        return Ok(false);
+                    }
+                }
+            }
+        }
+        let deadline = Instant::now() + self.connect_timeout;
+        while st.phase == Phase::Starting {
+            if self.shared.changed.wait_until(&mut st, deadline).timed_out() {
+                break;
+            }
+        }
+        if st.phase != Phase::Up {
+            return Ok(false);
+        }
+        let now = Instant::now();
+        let waiting = st.registry.entry(name.clone()).or_insert_with(|| Waiting { senders: Vec::new(), touched: now });
+        waiting.touched = now;
+        if !waiting.senders.iter().any(|s| s.same_channel(notify)) {
+            waiting.senders.push(notify.clone());
+        }
+        Ok(true)
+    }
+
+    /// The server process id of the notification connection while it listens (for fault tests).
+    pub(super) fn connection_id(&self) -> Option<u64> {
+        self.shared.state.lock().pid
+    }
+}
+
+impl Shared {
+    /// A release of `name` was announced.
+    fn fire(&self, name: &str) {
+        let waiting = self.state.lock().registry.remove_entry(name);
+        if let Some((name, w)) = waiting {
+            send(&name, w.senders);
+        }
+    }
+
+    /// Listening (again).
+    fn up(&self, pid: u64) {
+        {
+            let mut st = self.state.lock();
+            st.phase = Phase::Up;
+            st.pid = Some(pid);
+        }
+        self.changed.notify_all();
+    }
+
+    /// The connection is lost (or could not be opened): wake every watcher, since a notification
+    /// may have been lost; watches return `false` until [`up`](Shared::up).
+    fn down(&self) {
+        let all: Vec<_> = {
+            let mut st = self.state.lock();
+            st.phase = Phase::Down;
+            st.pid = None;
+            st.registry.drain().collect()
+        };
+        self.changed.notify_all();
+        for (name, w) in all {
+            send(&name, w.senders);
+        }
+    }
+
+    /// Notifies and forgets registrations not renewed for [`STALE`].
+    fn sweep(&self, now: Instant) {
+        let mut stale = Vec::new();
+        self.state.lock().registry.retain(|name, w| {
+            let keep = now.saturating_duration_since(w.touched) < STALE;
+            if !keep {
+                stale.push((name.clone(), std::mem::take(&mut w.senders)));
+            }
+            keep
+        });
+        for (name, senders) in stale {
+            send(&name, senders);
+        }
+    }
+}
+
+fn send(name: &Name, senders: Vec<Sender<Notification>>) {
+    let note = Notification::Released(name.clone());
+    for s in senders {
+        // A full channel already holds a pending hint; a disconnected one has no reader.
+        match s.try_send(note.clone()) {
+            Ok(()) | Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => {}
+        }
+    }
+}
+
+/// The notification thread: connect, listen, serve; on loss wake everybody, log once per cause,
+/// back off and reconnect. Ends once the backend is dropped.
+fn run(weak: Weak<Shared>, manager: PgManager, query_timeout: Duration) {
+    let mut warned: Option<String> = None;
+    let mut backoff = MIN_BACKOFF;
+    loop {
+        if weak.strong_count() == 0 {
+            return;
+        }
+        let cause = match listen(&manager) {
+            Ok(mut conn) => {
+                let Some(shared) = weak.upgrade() else { return };
+                shared.up(conn.pid);
+                drop(shared);
+                if warned.take().is_some() {
+                    info!("simba {KIND}: release notifications are back (server pid {})", conn.pid);
+                } else {
+                    debug!("simba {KIND}: listening for releases (server pid {})", conn.pid);
+                }
+                backoff = MIN_BACKOFF;
+                match serve(&weak, &mut conn, query_timeout) {
+                    Some(cause) => cause,
+                    None => return,
+                }
+            }
+            Err(cause) => cause,
+        };
+        let Some(shared) = weak.upgrade() else { return };
+        shared.down();
+        drop(shared);
+        if warned.as_deref() != Some(cause.as_str()) {
+            warn!(
+                "simba {KIND}: release notifications unavailable ({cause}); lock waiters poll until the notification \
+                 connection is back"
+            );
+            warned = Some(cause);
+        } else {
+            debug!("simba {KIND}: release notifications still unavailable ({cause})");
+        }
+        let until = Instant::now() + backoff;
+        while Instant::now() < until {
+            if weak.strong_count() == 0 {
+                return;
+            }
+            thread::sleep(until.saturating_duration_since(Instant::now()).min(POLL));
+        }
+        backoff = (backoff * 2).min(MAX_BACKOFF);
+    }
+}
+
+/// Opens a connection through the pool's manager and runs `listen.sql` on it.
+fn listen(manager: &PgManager) -> std::result::Result<PgConn, String> {
+    let mut conn = r2d2::ManageConnection::connect(manager).map_err(|e| display_chain(&e))?;
+    conn.client.batch_execute(q::LISTEN).map_err(|e| display_chain(&e))?;
+    Ok(conn)
+}
+
+/// Delivers notifications until the connection fails (`Some(cause)`) or the backend is dropped
+/// (`None`).
+fn serve(weak: &Weak<Shared>, conn: &mut PgConn, query_timeout: Duration) -> Option<String> {
+    let mut beat = Instant::now();
+    let mut swept = Instant::now();
+    loop {
+        if weak.strong_count() == 0 {
+            return None;
+        }
+        let next = conn.client.notifications().timeout_iter(POLL).next();
+        match next {
+            Ok(Some(n)) => {
+                beat = Instant::now();
+                if n.channel() == CHANNEL {
+                    let shared = weak.upgrade()?;
+                    shared.fire(n.payload());
+                }
+            }
+            Ok(None) if conn.client.is_closed() => return Some("the connection was closed".into()),
+            Ok(None) => {}
+            Err(e) => return Some(display_chain(&e)),
+        }
+        let now = Instant::now();
+        if now.saturating_duration_since(beat) >= HEARTBEAT {
+            if let Err(e) = conn.client.is_valid(query_timeout) {
+                return Some(format!("heartbeat failed: {}", display_chain(&e)));
+            }
+            beat = Instant::now();
+        }
+        if now.saturating_duration_since(swept) >= SWEEP {
+            swept = now;
+            weak.upgrade()?.sweep(now);
+        }
+    }
+}

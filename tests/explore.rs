@@ -1,0 +1,562 @@
+//! Schedule explorer of the shipped runtime's threads (issue #21, items 3 and 4).
+//!
+//! Built only with `--features explore` **and** `--cfg simba_explore` (scripts/test runs it that
+//! way, in its own target directory; see docs/testing.md, "Schedule explorer"): the runtime's
+//! locks, channels, threads and clock then come from shuttle through `src/sync.rs`, so shuttle's
+//! scheduler picks every interleaving of the real renewal thread, pool workers, coordinator
+//! supervisor and the scenario's own threads, and any failure replays from its schedule.
+//!
+//! Time is virtual: nothing moves it but the scenario (`explore::advance`), so every interleaving
+//! comes from thread scheduling. The backend is scripted and in-process ([`Script`]): a plain
+//! lease table on the virtual clock, whose behaviour each scenario states.
+//!
+//! Each scenario runs `SCHEDULES` explored schedules on the fixed code and must find no violation;
+//! each `finding_*` test switches one bug fixed in issue #14 back on and must see the explorer
+//! find it within the same budget, print its schedule, and replay it to the same failure.
+#![cfg(simba_explore)]
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use shuttle::scheduler::{PctScheduler, RandomScheduler};
+use shuttle::sync::Mutex;
+use shuttle::{thread, Config, FailurePersistence, Runner};
+use simba::explore::{self, Bug};
+use simba::{
+    Acquire, Coordinator, Error, ErrorKind, Holder, KeepAlive, LeaseBackend, Member, Name, Session, SessionEvent,
+    SessionGrant, SessionId, SessionOptions, SessionState, Token,
+};
+
+/// Explored schedules per scenario and per finding (CI budget: see docs/testing.md);
+/// `SIMBA_EXPLORE_SCHEDULES` raises it for a soak.
+fn schedules() -> usize {
+    budget(1_000)
+}
+
+/// The seed of the `finding_*` runs unless `SIMBA_EXPLORE_SEED` is set.
+const FINDING_SEED: u64 = 21;
+
+/// `default` schedules, or `SIMBA_EXPLORE_SCHEDULES`.
+fn budget(default: usize) -> usize {
+    std::env::var("SIMBA_EXPLORE_SCHEDULES").ok().and_then(|s| s.trim().parse().ok()).unwrap_or(default)
+}
+
+const LEASE: Duration = Duration::from_secs(10);
+const RENEW: Duration = Duration::from_secs(4);
+
+fn options() -> SessionOptions {
+    SessionOptions::builder()
+        .lease_duration(LEASE)
+        .renew_interval(RENEW)
+        .query_timeout(RENEW)
+        .drift(0.0)
+        .worker_threads(16)
+        .build()
+        .expect("valid options")
+}
+
+fn name(s: &str) -> Name {
+    Name::new(s).expect("valid name")
+}
+
+// ----- the scripted backend -----
+
+#[derive(Debug, Default)]
+struct Table {
+    next_session: u64,
+    /// Session → expiry instant (virtual clock).
+    sessions: BTreeMap<String, Instant>,
+    /// Lease → (holder, token); tokens only grow.
+    leases: BTreeMap<String, (Option<String>, u64)>,
+    groups: BTreeMap<String, BTreeSet<String>>,
+    /// Acquires answered `Acquired`, per lease (to spot a campaign that goes on).
+    grants: BTreeMap<String, u64>,
+    /// Keep-alives answer `Err(Unavailable)` while set (the backend is unreachable for them).
+    keep_alive_fails: bool,
+    /// Keep-alives answer `Expired` while set (the backend judged the session expired).
+    keep_alive_expires: bool,
+    closed: u64,
+}
+
+/// An in-process backend on the virtual clock: sessions expire `LEASE` after their last
+/// keep-alive; a lease is held until released, or its holder's session expires or closes.
+#[derive(Debug, Default)]
+struct Script {
+    t: Mutex<Table>,
+    /// Declares `call_bound() = Some(0)` (as the memory backend does): calls made for a user's
+    /// thread run on that thread instead of a pool worker.
+    inline: bool,
+}
+
+impl Script {
+    fn table(&self) -> shuttle::sync::MutexGuard<'_, Table> {
+        self.t.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn drop_session(t: &mut Table, id: &str) {
+        t.sessions.remove(id);
+        for (holder, _) in t.leases.values_mut() {
+            if holder.as_deref() == Some(id) {
+                *holder = None;
+            }
+        }
+        for m in t.groups.values_mut() {
+            m.remove(id);
+        }
+    }
+
+    /// Expires sessions whose time passed (the backend's own judgement, on its clock).
+    fn reap(t: &mut Table) {
+        let now = explore::now();
+        let dead: Vec<String> = t.sessions.iter().filter(|(_, e)| now >= **e).map(|(s, _)| s.clone()).collect();
+        for s in dead {
+            Self::drop_session(t, &s);
+        }
+    }
+
+    fn holder_of(&self, lease: &str) -> Option<(String, u64)> {
+        let mut t = self.table();
+        Self::reap(&mut t);
+        t.leases.get(lease).and_then(|(h, tok)| h.clone().map(|h| (h, *tok)))
+    }
+}
+
+fn expired(id: &SessionId) -> Error {
+    Error::new(ErrorKind::SessionExpired, format!("session {id} is expired"))
+}
+
+fn token(v: u64) -> Token {
+    Token::new(v).expect("tokens start at 1")
+}
+
+impl LeaseBackend for Script {
+    fn kind(&self) -> &'static str {
+        "script"
+    }
+
+    fn call_bound(&self) -> Option<Duration> {
+        self.inline.then_some(Duration::ZERO)
+    }
+
+    fn open_session(&self, lease_duration: Duration, _metadata: &str) -> simba::Result<SessionGrant> {
+        let mut t = self.table();
+        t.next_session += 1;
+        let id = SessionId::from_u64(t.next_session);
+        t.sessions.insert(id.as_str().to_string(), explore::now() + lease_duration);
+        Ok(SessionGrant { id, remaining: lease_duration })
+    }
+
+    fn keep_alive(&self, session: &SessionId, lease_duration: Duration) -> simba::Result<KeepAlive> {
+        let mut t = self.table();
+        if t.keep_alive_fails {
+            return Err(Error::new(ErrorKind::Unavailable, "scripted: keep-alives fail"));
+        }
+        if t.keep_alive_expires {
+            Self::drop_session(&mut t, session.as_str());
+        }
+        Self::reap(&mut t);
+        let Some(exp) = t.sessions.get_mut(session.as_str()) else { return Ok(KeepAlive::Expired) };
+        *exp = explore::now() + lease_duration;
+        let owned = t
+            .leases
+            .iter()
+            .filter(|(_, (h, _))| h.as_deref() == Some(session.as_str()))
+            .map(|(n, (_, tok))| (name(n), token(*tok)))
+            .collect();
+        let groups = t.groups.iter().filter(|(_, m)| m.contains(session.as_str())).map(|(g, _)| name(g)).collect();
+        Ok(KeepAlive::Alive { remaining: lease_duration, owned, groups })
+    }
+
+    fn close_session(&self, session: &SessionId) -> simba::Result<()> {
+        let mut t = self.table();
+        t.closed += 1;
+        Self::drop_session(&mut t, session.as_str());
+        Ok(())
+    }
+
+    fn acquire(&self, session: &SessionId, lease: &Name) -> simba::Result<Acquire> {
+        let mut t = self.table();
+        Self::reap(&mut t);
+        let Some(exp) = t.sessions.get(session.as_str()).copied() else { return Err(expired(session)) };
+        let remaining = exp.saturating_duration_since(explore::now());
+        let entry = t.leases.entry(lease.as_str().to_string()).or_insert((None, 0));
+        let tok = match &entry.0 {
+            Some(h) if h == session.as_str() => entry.1,
+            Some(_) => return Ok(Acquire::Busy),
+            None => {
+                entry.1 += 1;
+                entry.0 = Some(session.as_str().to_string());
+                entry.1
+            }
+        };
+        *t.grants.entry(lease.as_str().to_string()).or_insert(0) += 1;
+        Ok(Acquire::Acquired { token: token(tok), remaining })
+    }
+
+    fn release(&self, session: &SessionId, lease: &Name, tok: Token) -> simba::Result<()> {
+        let mut t = self.table();
+        if let Some((h, cur)) = t.leases.get_mut(lease.as_str()) {
+            if h.as_deref() == Some(session.as_str()) && *cur == tok.get() {
+                *h = None;
+            }
+        }
+        Ok(())
+    }
+
+    fn holder(&self, lease: &Name) -> simba::Result<Option<Holder>> {
+        let mut t = self.table();
+        Self::reap(&mut t);
+        let Some((Some(h), tok)) = t.leases.get(lease.as_str()).cloned() else { return Ok(None) };
+        let remaining = t.sessions.get(&h).map_or(Duration::ZERO, |e| e.saturating_duration_since(explore::now()));
+        Ok(Some(Holder { session: SessionId::parse(&h)?, token: token(tok), remaining, metadata: String::new() }))
+    }
+
+    fn join(&self, session: &SessionId, group: &Name) -> simba::Result<()> {
+        let mut t = self.table();
+        Self::reap(&mut t);
+        if !t.sessions.contains_key(session.as_str()) {
+            return Err(expired(session));
+        }
+        t.groups.entry(group.as_str().to_string()).or_default().insert(session.as_str().to_string());
+        Ok(())
+    }
+
+    fn leave(&self, session: &SessionId, group: &Name) -> simba::Result<()> {
+        let mut t = self.table();
+        if let Some(m) = t.groups.get_mut(group.as_str()) {
+            m.remove(session.as_str());
+        }
+        Ok(())
+    }
+
+    fn members(&self, group: &Name) -> simba::Result<Vec<Member>> {
+        let mut t = self.table();
+        Self::reap(&mut t);
+        let ids: Vec<String> = t.groups.get(group.as_str()).map(|m| m.iter().cloned().collect()).unwrap_or_default();
+        ids.iter().map(|s| Ok(Member { session: SessionId::parse(s)?, metadata: String::new() })).collect()
+    }
+}
+
+// ----- running scenarios -----
+
+/// Lets every runnable thread take some steps (a scheduling point each).
+fn settle(steps: usize) {
+    for _ in 0..steps {
+        thread::yield_now();
+    }
+}
+
+/// Waits (no clock involved) until `election` leads: its `Elected` event, or already leading.
+/// (`Election::wait_elected` would need the clock to move: a wait that starts just after the
+/// election is its 20 ms recheck away from noticing.)
+fn wait_elected(election: &simba::Election) {
+    let events = election.events();
+    if !election.is_leader() {
+        let elected = events.iter().any(|e| matches!(e, simba::ElectionEvent::Elected { .. }));
+        assert!(elected && election.is_leader(), "the campaign for a free name was elected");
+    }
+}
+
+/// Ends a scenario: far past every timer, so workers idle out and renewal threads stop (an
+/// explored execution ends only when every thread of it has returned).
+fn teardown() {
+    explore::advance(Duration::from_secs(3_600));
+}
+
+fn config() -> Config {
+    let mut c = Config::new();
+    c.silence_warnings = true;
+    c.failure_persistence = FailurePersistence::Print;
+    c
+}
+
+/// The run's base seed: `SIMBA_EXPLORE_SEED`, else a fresh one (printed, so any failure replays).
+fn base_seed() -> u64 {
+    match std::env::var("SIMBA_EXPLORE_SEED") {
+        Ok(s) => s.trim().parse().expect("SIMBA_EXPLORE_SEED must be a u64"),
+        Err(_) => std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(1, |d| d.as_nanos() as u64),
+    }
+}
+
+/// One explored schedule: schedule `i` of the run (even: random scheduler, odd: PCT with 3
+/// preemptions), derived from `seed` alone, so `(seed, i)` replays it exactly.
+fn run_one(seed: u64, i: usize, scenario: impl Fn() + Send + Sync + 'static) {
+    let s = seed.wrapping_add(i as u64);
+    if i.is_multiple_of(2) {
+        Runner::new(RandomScheduler::new_from_seed(s, 1), config()).run(scenario);
+    } else {
+        Runner::new(PctScheduler::new_from_seed(s, 3, 1), config()).run(scenario);
+    }
+}
+
+/// The first of `SCHEDULES` schedules of `scenario` that fails, with its panic message.
+fn first_failure(seed: u64, n: usize, scenario: impl Fn() + Send + Sync + Clone + 'static) -> Option<(usize, String)> {
+    if let Ok(i) = std::env::var("SIMBA_EXPLORE_SCHEDULE") {
+        // Replay one schedule of a failed run.
+        let i: usize = i.trim().parse().expect("SIMBA_EXPLORE_SCHEDULE must be a number");
+        return catch_unwind(AssertUnwindSafe(|| run_one(seed, i, scenario))).err().map(|p| (i, panic_message(&p)));
+    }
+    (0..n).find_map(|i| {
+        let sc = scenario.clone();
+        catch_unwind(AssertUnwindSafe(|| run_one(seed, i, sc))).err().map(|p| (i, panic_message(&p)))
+    })
+}
+
+/// Explores `SCHEDULES` schedules of `scenario` on the fixed code: none may fail.
+fn explore_clean(scenario: fn()) {
+    let seed = base_seed();
+    let started = std::time::Instant::now();
+    if let Some((i, message)) = first_failure(seed, schedules(), scenario) {
+        panic!(
+            "schedule {i} failed: {message}\n  replay: SIMBA_EXPLORE_SEED={seed} SIMBA_EXPLORE_SCHEDULE={i} \
+             (the schedule string printed above also replays with shuttle::replay)"
+        );
+    }
+    eprintln!("explorer: {} schedules clean in {:?} (seed {seed})", schedules(), started.elapsed());
+}
+
+/// With `bug` switched back on, the explorer must fail `scenario` within the budget on its
+/// invariant (a message containing `expect`), and replaying that schedule must fail the same way.
+fn explore_finds(bug: Bug, scenario: fn(), expect: &str, schedules: usize) {
+    // A fixed seed unless one is given: the budget is a claim checked on a known run (a rotating
+    // seed could miss a bug found on average well inside the budget, and flake).
+    let seed = std::env::var("SIMBA_EXPLORE_SEED").map_or(FINDING_SEED, |_| base_seed());
+    let with_bug = move || {
+        explore::reintroduce(bug);
+        scenario();
+    };
+    let started = std::time::Instant::now();
+    let Some((i, message)) = first_failure(seed, schedules, with_bug) else {
+        panic!("{bug:?} re-introduced, yet {schedules} explored schedules found nothing (seed {seed})")
+    };
+    eprintln!(
+        "explorer: {bug:?} found at schedule {i} in {:?}: {message}\n  replay: SIMBA_EXPLORE_SEED={seed} \
+         SIMBA_EXPLORE_SCHEDULE={i}",
+        started.elapsed()
+    );
+    assert!(message.contains(expect), "{bug:?}: the explorer failed, but not on the invariant: {message}");
+    let again = catch_unwind(AssertUnwindSafe(|| run_one(seed, i, with_bug))).err().map(|p| panic_message(&p));
+    assert!(
+        again.as_deref().is_some_and(|m| m.contains(expect)),
+        "replaying schedule {i} (seed {seed}) did not reproduce {bug:?}: {again:?}"
+    );
+}
+
+fn panic_message(p: &Box<dyn std::any::Any + Send>) -> String {
+    p.downcast_ref::<String>().cloned().or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string())).unwrap_or_default()
+}
+
+// ----- scenarios -----
+
+/// Finding 1: resign vs try_lock (same session) vs keep-alive reply, then a rival node.
+///
+/// Premises: one backend whose acquire is idempotent for the holder (answers the held term) and
+/// that bounds its own calls (user-thread calls run inline, as on the memory backend); a
+/// keep-alive is in flight (the clock reaches the renewal time). Invariant: never two `token()`
+/// Ok for one name at once — after the rival node acquired the lease, the term this session's
+/// `try_lock` may have adopted must no longer pass `token()`.
+fn resign_vs_try_lock() {
+    let backend = Arc::new(Script { inline: true, ..Script::default() });
+    let a = Arc::new(Session::open(backend.clone(), options()).expect("open A"));
+    let election = a.campaign("L").expect("campaign");
+    wait_elected(&election);
+    let resigner = thread::spawn(move || election.resign());
+    let a2 = a.clone();
+    let locker = thread::spawn(move || a2.try_lock("L"));
+    let clock = thread::spawn(|| explore::advance(RENEW));
+    let _ = resigner.join().expect("resign thread");
+    clock.join().expect("clock thread");
+    let u = locker.join().expect("lock thread");
+    let v_session = Session::open(backend.clone(), options()).expect("open V");
+    let v = v_session.try_lock("L");
+    if let (Ok(Some(u)), Ok(Some(v))) = (&u, &v) {
+        let (tu, tv) = (u.token(), v.token());
+        assert!(
+            tu.is_err() || tv.is_err(),
+            "two holders of 'L' at once: this session's try_lock {tu:?} and node V {tv:?} (finding 1)"
+        );
+    }
+    drop((u, v));
+    drop(v_session);
+    drop(a);
+    teardown();
+}
+
+/// Finding 2: a keep-alive answered Alive before the local deadline, applied after it.
+///
+/// Premises: the backend answers the first keep-alive (sent at the renewal time) Alive; the clock
+/// then passes the session's first local deadline while that reply may still be on its way.
+/// Invariant: expiry is terminal — once `is_alive()` was false, it never turns true again.
+fn late_alive_vs_expiry() {
+    let backend = Arc::new(Script::default());
+    let s = Arc::new(Session::open(backend, options()).expect("open"));
+    let observed = s.clone();
+    let observer = thread::spawn(move || {
+        let mut dead_seen = false;
+        for _ in 0..12 {
+            let alive = observed.is_alive();
+            assert!(!(dead_seen && alive), "the session expired (is_alive false), then came alive again (finding 2)");
+            dead_seen |= !alive;
+            thread::yield_now();
+        }
+    });
+    explore::advance(RENEW);
+    settle(3);
+    explore::advance(LEASE - RENEW + Duration::from_millis(500));
+    observer.join().expect("observer");
+    drop(s);
+    teardown();
+}
+
+/// Finding 3: a campaign attempt adopted just before the session's expiry, elected after it.
+///
+/// Premises: the backend answers the first keep-alive `Expired` (it judged the session expired),
+/// while the campaign's first attempt may be answered and adopted on either side of that reply.
+/// Invariant: no election leads a term of an expired session — `Elected` is never the last
+/// leadership event once the session expired (it is followed by `Revoked`).
+fn elected_vs_expiry() {
+    let backend = Arc::new(Script::default());
+    backend.table().keep_alive_expires = true;
+    let s = Session::open(backend, options()).expect("open");
+    let events = s.events();
+    let election = s.campaign("L").expect("campaign");
+    let election_events = election.events();
+    explore::advance(RENEW);
+    // The session's end is reported (its renewal thread sees the deadline).
+    let ended = events.iter().any(|e| e == SessionEvent::Expired);
+    assert!(ended && s.state() == SessionState::Expired, "the session expired");
+    // Until the session's state is gone, i.e. every worker using it (the attempt's) returned.
+    drop(s);
+    for _ in events.iter() {}
+    let mut leading = None;
+    for ev in election_events.try_iter() {
+        match ev {
+            simba::ElectionEvent::Elected { token } => leading = Some(token),
+            simba::ElectionEvent::Revoked { .. } => leading = None,
+            _ => {}
+        }
+    }
+    assert!(leading.is_none(), "election still leads term {leading:?} of an expired session (finding 3)");
+    drop(election);
+    teardown();
+}
+
+/// Finding 5: a coordinator replacing its expired session while the application resigns.
+///
+/// Premises: the backend answers the first keep-alive `Expired` (the coordinator must replace the
+/// session and re-attach the durable election), while the application resigns. Invariant: no
+/// zombie campaign — once `resign()` returned and the replacement settled, nobody campaigns: the
+/// lease is not held and no acquire is granted any more.
+fn replacement_vs_resign() {
+    let backend = Arc::new(Script::default());
+    let coordinator = Coordinator::start(backend.clone(), options()).expect("start");
+    let election = coordinator.campaign("L").expect("campaign");
+    let events = coordinator.events();
+    backend.table().keep_alive_expires = true;
+    explore::advance(RENEW);
+    // The resign races the supervisor's replacement and re-attach.
+    let lost = events.iter().any(|e| matches!(e, simba::CoordinatorEvent::SessionLost { .. }));
+    assert!(lost, "the coordinator saw its session expire");
+    let resigner = thread::spawn(move || election.resign());
+    let _ = resigner.join().expect("resign thread");
+    settle(30);
+    backend.table().keep_alive_expires = false;
+    // Several renewal rounds: a campaign still attached to a session acquires in them.
+    for _ in 0..3 {
+        explore::advance(RENEW);
+        settle(10);
+    }
+    let before = backend.table().grants.get("L").copied().unwrap_or(0);
+    explore::advance(RENEW);
+    settle(20);
+    let after = backend.table().grants.get("L").copied().unwrap_or(0);
+    let holder = backend.holder_of("L");
+    assert!(
+        holder.is_none() && before == after,
+        "zombie campaign after resign: holder {holder:?}, grants {before} -> {after} (finding 5)"
+    );
+    drop(coordinator);
+    teardown();
+}
+
+/// Drop vs renewal: the last handles go while a keep-alive is in flight.
+///
+/// Premises: a keep-alive is dispatched (the clock reaches the renewal time) as the lease guard and
+/// the session are dropped on another thread. Invariant: the drop frees the lease (a rival gets it)
+/// and closes the session on the backend, and every runtime thread ends (shuttle fails an
+/// execution that leaves one blocked).
+fn drop_vs_renewal() {
+    let backend = Arc::new(Script::default());
+    let s = Session::open(backend.clone(), options()).expect("open");
+    let lease = s.try_lock("L").expect("try_lock").expect("free");
+    let dropper = thread::spawn(move || {
+        drop(lease);
+        drop(s);
+    });
+    explore::advance(RENEW);
+    dropper.join().expect("dropper");
+    settle(30);
+    let rival = Session::open(backend.clone(), options()).expect("open rival");
+    let got = rival.try_lock("L").expect("try_lock");
+    assert!(got.is_some(), "the dropped lease was never released: holder {:?}", backend.holder_of("L"));
+    assert!(backend.table().closed >= 1, "the dropped session was never closed on the backend");
+    drop(got);
+    drop(rival);
+    teardown();
+}
+
+// ----- the clean runs -----
+
+#[test]
+fn resign_vs_try_lock_vs_keep_alive_reply() {
+    explore_clean(resign_vs_try_lock);
+}
+
+#[test]
+fn late_alive_vs_expiry_is_terminal() {
+    explore_clean(late_alive_vs_expiry);
+}
+
+#[test]
+fn elected_vs_expiry_leaves_no_leader() {
+    explore_clean(elected_vs_expiry);
+}
+
+#[test]
+fn coordinator_replacement_vs_resign_leaves_no_zombie() {
+    explore_clean(replacement_vs_resign);
+}
+
+#[test]
+fn drop_vs_renewal_frees_everything() {
+    explore_clean(drop_vs_renewal);
+}
+
+// ----- the re-introduced bugs -----
+
+#[test]
+fn finding_1_resign_split_over_two_lock_sections_is_found() {
+    // Seed 21 finds it at schedule 190; budget 5,000.
+    explore_finds(Bug::ResignSplit, resign_vs_try_lock, "finding 1", budget(5_000));
+}
+
+#[test]
+fn finding_2_late_alive_reviving_an_expired_session_is_found() {
+    explore_finds(Bug::LateAliveRevives, late_alive_vs_expiry, "finding 2", budget(5_000));
+}
+
+// Not yet found: 30,000 schedules found no leadership outliving the session with elected()
+// moved after the transition; see docs/testing.md.
+#[test]
+#[ignore = "the explorer does not find finding 3 within 30,000 schedules yet (see docs/testing.md)"]
+fn finding_3_elected_after_expiry_is_found() {
+    explore_finds(Bug::ElectedAfterExpiry, elected_vs_expiry, "finding 3", budget(1_000));
+}
+
+#[test]
+fn finding_5_reattach_racing_resign_is_found() {
+    // Found after 0-1,300 schedules with rotating seeds (~2 s); budget 10,000.
+    explore_finds(Bug::ReattachKept, replacement_vs_resign, "finding 5", budget(10_000));
+}
