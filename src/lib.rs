@@ -64,7 +64,8 @@ pub mod explore {
 pub mod fence;
 pub mod group;
 mod lease;
-pub mod memory;
+/// The in-process memory backend (moved to [`backends::memory`]; this path is kept).
+pub use backends::memory;
 pub mod options;
 mod runtime;
 pub mod session;
@@ -77,7 +78,11 @@ pub mod tck;
 mod types;
 
 pub use backend::{Acquire, Capabilities, Holder, KeepAlive, LeaseBackend, Member, Notification, SessionGrant, Topic};
-pub use config::{BackendKind, Config, ConfigBuilder, RedisEviction, ZookeeperAcl};
+#[cfg(feature = "redis")]
+pub use config::RedisEviction;
+#[cfg(feature = "zookeeper")]
+pub use config::ZookeeperAcl;
+pub use config::{BackendKind, Config, ConfigBuilder};
 pub use coordinator::{Coordinator, CoordinatorEvent};
 pub use election::{Election, ElectionEvent, Leader, LeaderContext, LeaderTask, RevokeReason, Schedule};
 pub use error::{display_chain, Error, ErrorKind, Result};

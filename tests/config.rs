@@ -4,8 +4,14 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
+#[cfg(feature = "zookeeper")]
+use simba::backends::zookeeper::AclEntry;
 use simba::config::{parse_duration, redact_url, ENV_VARS};
-use simba::{BackendKind, Config, ErrorKind, RedisEviction, Session, ZookeeperAcl};
+#[cfg(feature = "redis")]
+use simba::RedisEviction;
+#[cfg(feature = "zookeeper")]
+use simba::ZookeeperAcl;
+use simba::{BackendKind, Config, ErrorKind, Session};
 
 fn vars(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
     let m: HashMap<String, String> = pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
@@ -75,7 +81,8 @@ fn hosts_database_and_zookeeper_root_come_from_the_url() {
         let c = Config::from_url("redis+cluster://127.0.0.1:7000,[::1]:7001,node3:7002").unwrap();
         assert_eq!(c.hosts(), ["127.0.0.1:7000", "[::1]:7001", "node3:7002"]);
     }
-    if compiled(BackendKind::Zookeeper) {
+    #[cfg(feature = "zookeeper")]
+    {
         let c = Config::from_url("zookeeper://h1:2181,h2/simba-test/app").unwrap();
         assert_eq!(c.hosts(), ["h1:2181", "h2"]);
         assert_eq!(c.zookeeper_root(), "/simba-test/app");
@@ -109,6 +116,10 @@ fn malformed_urls_are_rejected_with_the_rule() {
         ("redis://h:6379#frag", &["fragment"]),
     ];
     for (url, needles) in cases {
+        // The Redis rules are the Redis backend's (without it, the URL needs the `redis` feature).
+        if url.starts_with("redis") && !compiled(BackendKind::Redis) {
+            continue;
+        }
         let e = Config::from_url(url).expect_err(url);
         assert_eq!(e.kind(), ErrorKind::InvalidConfig, "{url}");
         assert_contains(&e.to_string(), needles);
@@ -141,6 +152,9 @@ fn nothing_chosen_is_an_error() {
     assert_contains(&err(&[("SIMBA_URL", ""), ("SIMBA_BACKEND", "  ")]), &["no backend chosen"]);
 }
 
+/// Backend settings are the backends' own: a build knows the variables of the backends it
+/// contains (`from_env` also recognises other backends' `SIMBA_REDIS_*`/`SIMBA_ZOOKEEPER_*`).
+#[cfg(all(feature = "redis", feature = "zookeeper"))]
 #[test]
 fn settings_for_two_backends_without_a_choice_are_an_error() {
     let m = err(&[("SIMBA_REDIS_WAIT_REPLICAS", "1"), ("SIMBA_ZOOKEEPER_ROOT", "/x")]);
@@ -161,6 +175,7 @@ fn settings_for_two_backends_without_a_choice_are_an_error() {
     assert!(!m.contains("u:p"), "{m}");
 }
 
+#[cfg(all(feature = "redis", feature = "zookeeper"))]
 #[test]
 fn with_an_explicit_choice_other_backends_settings_are_ignored_with_a_warning() {
     let c = from(&[("SIMBA_URL", "memory://"), ("SIMBA_REDIS_WAIT_REPLICAS", "1"), ("SIMBA_ZOOKEEPER_ROOT", "/x")])
@@ -300,14 +315,21 @@ fn bad_values_name_the_variable_and_the_rule() {
         ("SIMBA_MEMORY_ENABLED", "nah", &["SIMBA_MEMORY_ENABLED=\"nah\" is not a boolean"]),
     ];
     for (var, value, needles) in cases {
+        if (var.starts_with("SIMBA_REDIS_") && !compiled(BackendKind::Redis))
+            || (var.starts_with("SIMBA_ZOOKEEPER_") && !compiled(BackendKind::Zookeeper))
+        {
+            continue;
+        }
         let m = err(&[base, (var, value)]);
         assert_contains(&m, needles);
     }
     let m = err(&[base, ("SIMBA_METADATA", &"x".repeat(2000))]);
     assert_contains(&m, &["2000 bytes", "at most 1024"]);
     // The digest password never shows in the message.
-    let m = err(&[base, ("SIMBA_ZOOKEEPER_AUTH", "digest:s3cr3tpw")]);
-    assert!(!m.contains("s3cr3tpw"), "{m}");
+    if compiled(BackendKind::Zookeeper) {
+        let m = err(&[base, ("SIMBA_ZOOKEEPER_AUTH", "digest:s3cr3tpw")]);
+        assert!(!m.contains("s3cr3tpw"), "{m}");
+    }
 }
 
 #[test]
@@ -345,11 +367,9 @@ fn sql_settings() {
     assert_contains(&err(&[("SIMBA_URL", "postgres://u@h/db"), ("SIMBA_SQL_POOL_SIZE", "0")]), &["pool_size 0"]);
 }
 
+#[cfg(feature = "redis")]
 #[test]
 fn redis_settings() {
-    if !compiled(BackendKind::Redis) {
-        return;
-    }
     let c = from(&[
         ("SIMBA_URL", "redis://127.0.0.1:6380"),
         ("SIMBA_REDIS_WAIT_REPLICAS", "1"),
@@ -364,13 +384,35 @@ fn redis_settings() {
     let m = err(&[("SIMBA_URL", "redis+cluster://h:7000"), ("SIMBA_REDIS_WAIT_REPLICAS", "1")]);
     assert_contains(&m, &["not available on Redis Cluster"]);
     assert_contains(&err(&[("SIMBA_URL", "redis://h"), ("SIMBA_REDIS_MAX_CONNECTIONS", "0")]), &["max_connections 0"]);
+    // The pool's connection lifetime: forever unless set, at least 1 s.
+    let c = from(&[("SIMBA_URL", "redis://h"), ("SIMBA_REDIS_MAX_CONNECTION_LIFETIME", "30m")]).unwrap();
+    let o = c.redis_options().expect("redis options");
+    assert_eq!(o.max_connection_lifetime(), Duration::from_secs(1800));
+    let c = from(&[("SIMBA_URL", "redis://h")]).unwrap();
+    assert_eq!(c.redis_options().unwrap().max_connection_lifetime(), Duration::MAX);
+    assert_contains(
+        &err(&[("SIMBA_URL", "redis://h"), ("SIMBA_REDIS_MAX_CONNECTION_LIFETIME", "0s")]),
+        &["max_connection_lifetime", "at least 1s"],
+    );
+    assert_contains(
+        &err(&[("SIMBA_URL", "redis://h"), ("SIMBA_REDIS_MAX_CONNECTION_LIFETIME", "soon")]),
+        &["SIMBA_REDIS_MAX_CONNECTION_LIFETIME=\"soon\" is not a duration"],
+    );
+    // The same options type from code; the URL means what it means to RedisBackend::connect.
+    let c = Config::builder().url("redis://h").redis_max_connection_lifetime(Duration::from_secs(5)).build().unwrap();
+    assert_eq!(c.redis_options().unwrap().max_connection_lifetime(), Duration::from_secs(5));
+    let e = Config::from_url("redis://:hunter2@h?protocl=resp3").unwrap_err();
+    assert_contains(&e.to_string(), &["unknown query parameter \"protocl\"", "protocol="]);
+    assert!(!e.to_string().contains("hunter2"), "{e}");
+    assert!(Config::from_url("redis://h?protocol=resp3").is_ok());
+    // Backend-owned options are read by the backend's own builder, identically.
+    let b = simba::backends::redis::RedisOptionsBuilder::from_vars(vars(&[("SIMBA_REDIS_WAIT_REPLICAS", "2")]));
+    assert_eq!(b.unwrap().build().unwrap().wait_replicas(), 2);
 }
 
+#[cfg(feature = "zookeeper")]
 #[test]
 fn zookeeper_settings() {
-    if !compiled(BackendKind::Zookeeper) {
-        return;
-    }
     let zk = ("SIMBA_URL", "zookeeper://127.0.0.1:2181");
     let c = from(&[zk, ("SIMBA_ZOOKEEPER_ROOT", "/apps/simba"), ("SIMBA_ZOOKEEPER_CONNECTION_TIMEOUT", "3s")]).unwrap();
     assert_eq!(c.zookeeper_root(), "/apps/simba");
@@ -407,17 +449,18 @@ fn zookeeper_settings() {
     assert_contains(&err(&[zk, ("SIMBA_ZOOKEEPER_CONNECTION_TIMEOUT", "0s")]), &["must be > 0"]);
 }
 
+#[cfg(feature = "zookeeper")]
 #[test]
 fn zookeeper_security_settings() {
-    if !compiled(BackendKind::Zookeeper) {
-        return;
-    }
     let zk = ("SIMBA_URL", "zookeeper://127.0.0.1:2181");
     // Custom ACL lists (validated entry by entry when the configuration is built).
     let c = from(&[zk, ("SIMBA_ZOOKEEPER_ACL", "world:anyone:r, digest:simba:abc=:cdrwa")]).unwrap();
     assert_eq!(
         c.zookeeper_acl(),
-        ZookeeperAcl::Custom(vec!["world:anyone:r".into(), "digest:simba:abc=:cdrwa".into()])
+        ZookeeperAcl::Custom(vec![
+            AclEntry::parse("world:anyone:r").unwrap(),
+            AclEntry::parse("digest:simba:abc=:cdrwa").unwrap()
+        ])
     );
     assert_contains(&err(&[zk, ("SIMBA_ZOOKEEPER_ACL", "world:anyone:rx")]), &["permissions \"rx\"", "cdrwa"]);
     assert_contains(&err(&[zk, ("SIMBA_ZOOKEEPER_ACL", "world:anyone")]), &["scheme:id:permissions"]);
@@ -492,8 +535,14 @@ fn env_var_list_is_complete() {
         "SIMBA_ZOOKEEPER_ACL",
         "SIMBA_METADATA",
     ] {
-        assert!(ENV_VARS.contains(&v), "{v}");
+        let owner_compiled = (!v.starts_with("SIMBA_REDIS_") || compiled(BackendKind::Redis))
+            && (!v.starts_with("SIMBA_ZOOKEEPER_") || compiled(BackendKind::Zookeeper));
+        assert_eq!(ENV_VARS.contains(&v), owner_compiled, "{v}");
     }
+    #[cfg(feature = "redis")]
+    assert!(simba::backends::redis::ENV_VARS.iter().all(|v| ENV_VARS.contains(v)));
+    #[cfg(feature = "zookeeper")]
+    assert!(simba::backends::zookeeper::ENV_VARS.iter().all(|v| ENV_VARS.contains(v)));
 }
 
 // ---------------------------------------------------------------- secrets

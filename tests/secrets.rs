@@ -22,7 +22,7 @@ use serial_test::serial;
 use simba::backends::redis::{RedisBackend, RedisOptions};
 use simba::backends::sql::{SqlBackend, SqlOptions};
 use simba::backends::zookeeper::{ZookeeperAuth, ZookeeperBackend, ZookeeperOptions, ZookeeperSasl};
-use simba::{display_chain, Config, ConfigBuilder, Error, LeaseBackend, Session};
+use simba::{display_chain, Config, ConfigBuilder, Error, LeaseBackend, Session, SessionOptions};
 
 /// The planted secret. Distinctive, URL-safe (so its percent-encoding is itself).
 const SECRET: &str = "Zq7pW9xK4mVs";
@@ -285,7 +285,75 @@ fn mysql_secrets_stay_secret() {
             seen.result("SqlBackend::from_url", &SqlBackend::from_url(url, SqlOptions::default()));
         });
     }
+    mysql_tls_secrets(&mut seen);
     seen.assert_clean();
+}
+
+/// The TLS-only MariaDB (`scripts/services up mysql-tls`): a password login over TLS (a throwaway
+/// user whose password is the secret), a wrong password over TLS, the application's own
+/// `mysql::Opts` with a password, and a client key file whose content is the secret.
+fn mysql_tls_secrets(seen: &mut Seen) {
+    use mysql::prelude::Queryable;
+    use simba::backends::sql::MysqlConfig;
+    let dir = support::env_or("SIMBA_TEST_TLS_DIR", "/tmp/simba-services/tls");
+    support::require_tcp("TLS-only MariaDB (scripts/services up mysql-tls)", "127.0.0.1:3307");
+    let ca = format!("{dir}/ca.pem");
+    let ssl = mysql::SslOpts::default().with_root_cert_path(Some(std::path::PathBuf::from(&ca)));
+    let opts = |user: &str, pass: &str| {
+        mysql::OptsBuilder::new()
+            .ip_or_hostname(Some("127.0.0.1"))
+            .tcp_port(3307)
+            .user(Some(user))
+            .pass(Some(pass))
+            .db_name(Some("test"))
+            .ssl_opts(ssl.clone())
+    };
+    let user = format!("simba_secret_{:08x}", rand::random::<u32>());
+    let mut admin = mysql::Conn::new(opts("root", "")).expect("root over TLS on the TLS-only MariaDB");
+    admin.query_drop(format!("CREATE USER '{user}'@'127.0.0.1' IDENTIFIED BY '{SECRET}'")).unwrap();
+    admin.query_drop(format!("GRANT ALL PRIVILEGES ON test.* TO '{user}'@'127.0.0.1'")).unwrap();
+    let tls = format!("ssl-mode=VERIFY_IDENTITY&ssl-ca={ca}");
+    let before = seen.sessions;
+    for (what, url) in [
+        ("mysql TLS", format!("mysql://{user}:{SECRET}@127.0.0.1:3307/test?{tls}")),
+        ("mysql TLS (wrong password)", format!("mysql://root:{SECRET}@127.0.0.1:3307/test?{tls}")),
+    ] {
+        let c = config(seen, &[("SIMBA_URL", &url)]).unwrap();
+        exercise(seen, what, &c);
+    }
+    for (user, what) in [(user.as_str(), "mysql_opts"), ("root", "mysql_opts (wrong password)")] {
+        seen.debug("MysqlConfig::from_opts", &MysqlConfig::from_opts(opts(user, SECRET)));
+        let short = SqlOptions::builder().query_timeout(Duration::from_secs(2)).build().unwrap();
+        let b: Arc<dyn LeaseBackend> = Arc::new(SqlBackend::mysql_opts(opts(user, SECRET), short).unwrap());
+        seen.backend(what, &b);
+        let s = Session::open(b, SessionOptions::default());
+        seen.result(&format!("{what} session"), &s);
+        if let Ok(s) = s {
+            seen.sessions += 1;
+            seen.result(&format!("{what} close"), &s.close());
+        }
+    }
+    assert!(seen.sessions >= before + 2, "the password logins over TLS did not open sessions");
+    // A client key file holding the secret, and bad TLS parameters beside a password.
+    let tmp = std::env::temp_dir().join(support::unique("simba-secrets-mysql"));
+    std::fs::create_dir_all(&tmp).unwrap();
+    let key = tmp.join("client.key");
+    std::fs::write(&key, format!("-----BEGIN PRIVATE KEY-----\n{SECRET}\n-----END PRIVATE KEY-----\n")).unwrap();
+    let key = key.display();
+    for url in [
+        format!("mysql://{user}@127.0.0.1:3307/test?{tls}&ssl-cert={dir}/client.pem&ssl-key={key}"),
+        format!("mysql://{user}@127.0.0.1:3307/test?ssl-mode=VERIFY_CA&ssl-ca={key}"),
+        format!("mysql://{user}:{SECRET}@127.0.0.1:3307/test?ssl-mode=bogus"),
+        format!("mysql://{user}:{SECRET}@127.0.0.1:3307/test?require_ssl=true"),
+        format!("mysql://{user}:{SECRET}@127.0.0.1:3307/test?ssl-mode=REQUIRED&ssl-ca={ca}"),
+    ] {
+        try_url(seen, "mysql TLS (bad settings)", &url, &|seen, url| {
+            seen.result("SqlBackend::mysql", &SqlBackend::mysql(url, SqlOptions::default()));
+            seen.result("MysqlConfig::from_url", &MysqlConfig::from_url(url));
+        });
+    }
+    std::fs::remove_dir_all(&tmp).ok();
+    admin.query_drop(format!("DROP USER '{user}'@'127.0.0.1'")).unwrap();
 }
 
 #[test]

@@ -1,4 +1,8 @@
-//! Backends behind features. The memory backend lives in [`crate::memory`] and is always compiled.
+//! The backends: each folder owns its options and their URL and `SIMBA_*` parsing. The in-process
+//! [`memory`] backend is always compiled (and also reachable as `simba::memory`); the others are
+//! behind features.
+
+pub mod memory;
 
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 pub mod sql;

@@ -30,6 +30,7 @@
 mod book;
 mod check;
 mod cluster;
+pub(crate) mod config;
 mod pool;
 mod port;
 mod reply;
@@ -48,162 +49,19 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::Sender;
 
+pub use self::config::{EvictionCheck, RedisOptions, RedisOptionsBuilder, DEFAULT_MAX_CONNECTIONS, ENV_VARS};
 pub use port::{ClusteredScripting, RedisScripting, ScriptCall, StandaloneScripting};
 pub use scripts::{lua, LuaScript};
 pub use tls::RedisTls;
 
 use self::book::Books;
+use self::config::Target;
 use self::watch::Watchers;
 use crate::backend::{
     Acquire, Capabilities, CheckItem, Holder, KeepAlive, LeaseBackend, Member, Notification, SessionGrant, Topic,
 };
 use crate::error::{Error, Result};
-use crate::options::DEFAULT_QUERY_TIMEOUT;
 use crate::types::{validate_metadata, Name, SessionId, Token};
-
-/// Default number of pooled connections (standalone), or of pooled connections to each node (Cluster).
-pub const DEFAULT_MAX_CONNECTIONS: usize = 8;
-
-/// What to do when the server's `maxmemory-policy` may evict Simba's keys (`allkeys-*` can evict
-/// a lease hash and restart its token at 1; `volatile-*` can evict a session early).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum EvictionCheck {
-    /// Log a warning and carry on (default).
-    #[default]
-    Warn,
-    /// Refuse to construct the backend.
-    Refuse,
-}
-
-/// Settings of a [`RedisBackend`]. Build with [`RedisOptions::builder`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RedisOptions {
-    query_timeout: Duration,
-    wait_replicas: u32,
-    eviction_check: EvictionCheck,
-    max_connections: usize,
-    tls: RedisTls,
-}
-
-impl Default for RedisOptions {
-    fn default() -> Self {
-        RedisOptions {
-            query_timeout: DEFAULT_QUERY_TIMEOUT,
-            wait_replicas: 0,
-            eviction_check: EvictionCheck::Warn,
-            max_connections: DEFAULT_MAX_CONNECTIONS,
-            tls: RedisTls::default(),
-        }
-    }
-}
-
-impl RedisOptions {
-    /// A builder starting from the defaults (query timeout 5 s, no `WAIT`, eviction check warns,
-    /// 8 connections).
-    pub fn builder() -> RedisOptionsBuilder {
-        RedisOptionsBuilder::default()
-    }
-    /// Bounds every call as a whole: waiting for a pooled connection, connecting, writing, reading,
-    /// the `WAIT` of `wait_replicas`, and on Cluster every script of one operation, slot map
-    /// re-reads and redirects ([`LeaseBackend::call_bound`] returns it).
-    pub fn query_timeout(&self) -> Duration {
-        self.query_timeout
-    }
-    /// Replicas that must acknowledge a new term (`WAIT`) before acquire reports it; 0 = off.
-    pub fn wait_replicas(&self) -> u32 {
-        self.wait_replicas
-    }
-    /// What the startup check does about a risky `maxmemory-policy`.
-    pub fn eviction_check(&self) -> EvictionCheck {
-        self.eviction_check
-    }
-    /// Most connections open at once (standalone), or to each node (Cluster).
-    pub fn max_connections(&self) -> usize {
-        self.max_connections
-    }
-    /// TLS files (CA, client identity) for `rediss://` / `rediss+cluster://` connections, in
-    /// addition to those named in the URL.
-    pub fn tls(&self) -> &RedisTls {
-        &self.tls
-    }
-}
-
-/// Builder of [`RedisOptions`].
-#[derive(Debug, Clone, Default)]
-pub struct RedisOptionsBuilder {
-    query_timeout: Option<Duration>,
-    wait_replicas: Option<u32>,
-    eviction_check: Option<EvictionCheck>,
-    max_connections: Option<usize>,
-    tls: Option<RedisTls>,
-}
-
-impl RedisOptionsBuilder {
-    /// Per-call timeout: connect, read and write timeouts, and the `WAIT` timeout (default
-    /// [`DEFAULT_QUERY_TIMEOUT`], 5 s; between 1 ms and 1 h). Set it to the sessions' renew interval.
-    #[must_use]
-    pub fn query_timeout(mut self, d: Duration) -> Self {
-        self.query_timeout = Some(d);
-        self
-    }
-    /// A new term counts only after this many replicas acknowledge it via `WAIT` within the query
-    /// timeout; otherwise acquire releases the term and fails with `Unavailable` (default 0 = off;
-    /// not available on Cluster).
-    #[must_use]
-    pub fn wait_replicas(mut self, n: u32) -> Self {
-        self.wait_replicas = Some(n);
-        self
-    }
-    /// Warn (default) or refuse when `maxmemory-policy` may evict Simba's keys.
-    #[must_use]
-    pub fn eviction_check(mut self, mode: EvictionCheck) -> Self {
-        self.eviction_check = Some(mode);
-        self
-    }
-    /// Most connections open at once (standalone), or to each node (Cluster) (default 8, between 1
-    /// and 1024).
-    #[must_use]
-    pub fn max_connections(mut self, n: usize) -> Self {
-        self.max_connections = Some(n);
-        self
-    }
-
-    /// TLS files for `rediss://` and `rediss+cluster://` URLs (a CA instead of the system's roots, a
-    /// client identity); the URL may name them too (`?ca=…&cert=…&key=…`), but not differently.
-    /// Certificate verification is always on. The files are read when the backend is built.
-    #[must_use]
-    pub fn tls(mut self, tls: RedisTls) -> Self {
-        self.tls = Some(tls);
-        self
-    }
-
-    /// Validates and builds.
-    ///
-    /// # Errors
-    /// `InvalidConfig` naming the value and the rule it breaks.
-    pub fn build(self) -> Result<RedisOptions> {
-        let d = RedisOptions::default();
-        let query_timeout = self.query_timeout.unwrap_or(d.query_timeout);
-        if query_timeout < Duration::from_millis(1) || query_timeout > Duration::from_secs(3600) {
-            return Err(Error::config(format!("redis query_timeout {query_timeout:?} must be between 1ms and 1h")));
-        }
-        let max_connections = self.max_connections.unwrap_or(d.max_connections);
-        if !(1..=1024).contains(&max_connections) {
-            return Err(Error::config(format!("redis max_connections {max_connections} must be between 1 and 1024")));
-        }
-        let wait_replicas = self.wait_replicas.unwrap_or(0);
-        if wait_replicas > 1000 {
-            return Err(Error::config(format!("redis wait_replicas {wait_replicas} must be at most 1000")));
-        }
-        Ok(RedisOptions {
-            query_timeout,
-            wait_replicas,
-            eviction_check: self.eviction_check.unwrap_or_default(),
-            max_connections,
-            tls: self.tls.unwrap_or_default(),
-        })
-    }
-}
 
 /// The Redis backend. Cheap to clone (clones share connections and the pub/sub thread, which
 /// stops once the last clone is dropped).
@@ -234,24 +92,15 @@ impl RedisBackend {
     /// the message), or a refused eviction policy; `Unavailable` when the server cannot be reached;
     /// `Backend` when the TLS handshake fails (an unknown CA, a required client certificate).
     pub fn connect(url: &str, options: RedisOptions) -> Result<RedisBackend> {
-        let (url, from_url) = tls::split_url(url)?;
-        for (prefix, scheme) in [("redis+cluster://", "redis"), ("rediss+cluster://", "rediss")] {
-            if let Some(rest) = url.strip_prefix(prefix) {
-                if rest.contains('?') {
-                    return Err(Error::config(format!(
-                        "invalid redis URL {}: {prefix} takes only the query parameters ca=, cert= and key=",
-                        port::redact(&url)
-                    )));
-                }
-                let nodes = cluster_nodes(rest, scheme);
-                let files = from_url.merge(&options.tls)?;
-                let scripting = ClusteredScripting::with_tls(&nodes, options.max_connections, &files)?;
-                return RedisBackend::build(Arc::new(scripting), options, files);
-            }
-        }
-        let files = from_url.merge(&options.tls)?;
-        let scripting = StandaloneScripting::with_tls(&url, options.max_connections, &files)?;
-        RedisBackend::build(Arc::new(scripting), options, files)
+        let parsed = config::parse_url(url)?;
+        config::check(&parsed, &options)?;
+        let files = parsed.tls.merge(&options.tls)?;
+        let limits = options.pool_limits();
+        let scripting: Arc<dyn RedisScripting> = match &parsed.target {
+            Target::Standalone(url) => Arc::new(StandaloneScripting::open(url, &files, limits)?),
+            Target::Cluster(nodes) => Arc::new(ClusteredScripting::open(nodes, &files, limits)?),
+        };
+        RedisBackend::build(scripting, options, files)
     }
 
     /// Connects to Redis Cluster through any of `nodes` (`host:port`, `redis://…`, or
@@ -261,7 +110,56 @@ impl RedisBackend {
     /// As [`connect`](RedisBackend::connect); `InvalidConfig` when `wait_replicas` is set (not
     /// available on Cluster) or `nodes` is empty.
     pub fn clustered<S: AsRef<str>>(nodes: &[S], options: RedisOptions) -> Result<RedisBackend> {
-        let scripting = ClusteredScripting::with_tls(nodes, options.max_connections, &options.tls)?;
+        let urls: Vec<String> = nodes
+            .iter()
+            .map(|n| {
+                let n = n.as_ref().trim();
+                if n.contains("://") {
+                    n.to_string()
+                } else {
+                    format!("redis://{n}")
+                }
+            })
+            .collect();
+        let scripting = ClusteredScripting::open(&urls, &options.tls, options.pool_limits())?;
+        let files = options.tls.clone();
+        RedisBackend::build(Arc::new(scripting), options, files)
+    }
+
+    /// Connects to a standalone server described by the application's own
+    /// [`redis::ConnectionInfo`] (bring your own configuration: address, credentials, database,
+    /// protocol). For TLS, give a `ConnectionAddr::TcpTls` address: with the certificates the
+    /// application built into it (`redis::Client::build_with_tls(..).get_connection_info()`), or
+    /// without, and then the system's roots or the files of [`RedisOptionsBuilder::tls`]. The
+    /// backend still owns its connections: a pool of [`RedisOptions::max_connections`], each
+    /// reused for at most [`RedisOptions::max_connection_lifetime`], and its pub/sub connection
+    /// (same address and TLS). Runs the startup check and starts the pub/sub thread.
+    ///
+    /// # Errors
+    /// `InvalidConfig` when `info` turns certificate verification off (`insecure`), when
+    /// `options.tls()` names files and `info` is not TLS or has certificates of its own, or a file
+    /// cannot be read or parsed; otherwise as [`connect`](RedisBackend::connect).
+    pub fn from_connection_info(info: redis::ConnectionInfo, options: RedisOptions) -> Result<RedisBackend> {
+        let (info, target) = config::own_info(info, &options.tls)?;
+        let scripting = StandaloneScripting::from_info(info, target, options.pool_limits())?;
+        let files = options.tls.clone();
+        RedisBackend::build(Arc::new(scripting), options, files)
+    }
+
+    /// Connects to Redis Cluster through the application's own node infos (see
+    /// [`from_connection_info`](RedisBackend::from_connection_info); any reachable nodes, the rest
+    /// are discovered and reached with the first node's settings: credentials and TLS).
+    ///
+    /// # Errors
+    /// As [`from_connection_info`](RedisBackend::from_connection_info); `InvalidConfig` when
+    /// `nodes` is empty, a node is not TCP, the nodes mix plaintext and TLS, or `wait_replicas` is
+    /// set (not available on Cluster).
+    pub fn cluster_from_connection_infos(
+        nodes: Vec<redis::ConnectionInfo>,
+        options: RedisOptions,
+    ) -> Result<RedisBackend> {
+        let own = nodes.into_iter().map(|i| config::own_info(i, &options.tls)).collect::<Result<Vec<_>>>()?;
+        let scripting = ClusteredScripting::from_infos(own, options.pool_limits())?;
         let files = options.tls.clone();
         RedisBackend::build(Arc::new(scripting), options, files)
     }
@@ -309,21 +207,6 @@ impl RedisBackend {
     pub fn is_clustered(&self) -> bool {
         self.inner.scripting.is_clustered()
     }
-}
-
-/// `h1:p1,h2:p2` (optionally `user:pass@h1:p1,…`) → one `scheme://` URL per node, each with the
-/// credentials of the first.
-fn cluster_nodes(rest: &str, scheme: &str) -> Vec<String> {
-    let (userinfo, hosts) = match rest.rfind('@') {
-        Some(at) => (format!("{}@", &rest[..at]), &rest[at + 1..]),
-        None => (String::new(), rest),
-    };
-    hosts
-        .split(',')
-        .map(|h| h.trim().trim_end_matches('/'))
-        .filter(|h| !h.is_empty())
-        .map(|h| format!("{scheme}://{userinfo}{h}"))
-        .collect()
 }
 
 impl fmt::Debug for RedisBackend {
@@ -473,6 +356,7 @@ impl LeaseBackend for RedisBackend {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::options::DEFAULT_QUERY_TIMEOUT;
 
     #[test]
     fn options_validate() {
@@ -484,13 +368,6 @@ mod tests {
         assert!(RedisOptions::builder().max_connections(0).build().is_err());
         let e = RedisOptions::builder().wait_replicas(5000).build().unwrap_err();
         assert!(e.to_string().contains("wait_replicas"), "{e}");
-    }
-
-    #[test]
-    fn cluster_urls_split() {
-        assert_eq!(cluster_nodes("a:1,b:2/", "redis"), vec!["redis://a:1", "redis://b:2"]);
-        assert_eq!(cluster_nodes(":pw@a:1,b:2", "redis"), vec!["redis://:pw@a:1", "redis://:pw@b:2"]);
-        assert_eq!(cluster_nodes("a:1", "rediss"), vec!["rediss://a:1"]);
     }
 
     #[test]

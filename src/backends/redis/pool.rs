@@ -1,5 +1,6 @@
 //! A small blocking connection pool: at most `max` connections, checked out until a deadline,
-//! discarded after a transport error (a fresh connection replaces it on the next checkout).
+//! discarded after a transport error (a fresh connection replaces it on the next checkout) or once
+//! older than the pool's connection lifetime.
 
 use std::ops::{Deref, DerefMut};
 use std::time::{Duration, Instant};
@@ -8,20 +9,47 @@ use parking_lot::{Condvar, Mutex};
 
 use crate::error::{Error, Result};
 
+/// The size and connection lifetime of a pool (from `RedisOptions`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct PoolLimits {
+    /// Most connections open at once.
+    pub(crate) max: usize,
+    /// A connection this old is closed instead of reused (`Duration::MAX`: never).
+    pub(crate) lifetime: Duration,
+}
+
+impl PoolLimits {
+    /// `max` connections that live forever.
+    pub(crate) fn max(max: usize) -> PoolLimits {
+        PoolLimits { max, lifetime: Duration::MAX }
+    }
+}
+
 pub(crate) struct Pool<C> {
     state: Mutex<State<C>>,
     freed: Condvar,
     max: usize,
+    lifetime: Duration,
 }
 
 struct State<C> {
-    idle: Vec<C>,
+    /// Idle connections with the instant each was opened.
+    idle: Vec<(C, Instant)>,
     open: usize,
 }
 
 impl<C> Pool<C> {
-    pub(crate) fn new(max: usize) -> Pool<C> {
-        Pool { state: Mutex::new(State { idle: Vec::new(), open: 0 }), freed: Condvar::new(), max: max.max(1) }
+    pub(crate) fn new(limits: PoolLimits) -> Pool<C> {
+        Pool {
+            state: Mutex::new(State { idle: Vec::new(), open: 0 }),
+            freed: Condvar::new(),
+            max: limits.max.max(1),
+            lifetime: limits.lifetime,
+        }
+    }
+
+    fn expired(&self, opened: Instant) -> bool {
+        opened.elapsed() >= self.lifetime
     }
 
     /// An idle connection, a new one made by `connect(time left)`, or — when `max` are in use — the
@@ -37,8 +65,16 @@ impl<C> Pool<C> {
     ) -> Result<Pooled<'_, C>> {
         let mut state = self.state.lock();
         loop {
-            if let Some(conn) = state.idle.pop() {
-                return Ok(Pooled { pool: self, conn: Some(conn), reused: true });
+            if let Some((conn, opened)) = state.idle.pop() {
+                if self.expired(opened) {
+                    // Past its lifetime: closed (outside the lock), its place taken by a new one.
+                    state.open -= 1;
+                    drop(state);
+                    drop(conn);
+                    state = self.state.lock();
+                    continue;
+                }
+                return Ok(Pooled { pool: self, conn: Some(conn), opened, reused: true });
             }
             if state.open < self.max {
                 state.open += 1;
@@ -59,7 +95,7 @@ impl<C> Pool<C> {
             connect(left)
         };
         match made {
-            Ok(conn) => Ok(Pooled { pool: self, conn: Some(conn), reused: false }),
+            Ok(conn) => Ok(Pooled { pool: self, conn: Some(conn), opened: Instant::now(), reused: false }),
             Err(e) => {
                 self.forget();
                 Err(e)
@@ -72,8 +108,13 @@ impl<C> Pool<C> {
         self.freed.notify_one();
     }
 
-    fn put(&self, conn: C) {
-        self.state.lock().idle.push(conn);
+    fn put(&self, conn: C, opened: Instant) {
+        if self.expired(opened) {
+            drop(conn);
+            self.forget();
+            return;
+        }
+        self.state.lock().idle.push((conn, opened));
         self.freed.notify_one();
     }
 }
@@ -82,6 +123,7 @@ impl<C> Pool<C> {
 pub(crate) struct Pooled<'a, C> {
     pool: &'a Pool<C>,
     conn: Option<C>,
+    opened: Instant,
     reused: bool,
 }
 
@@ -118,7 +160,43 @@ impl<C> DerefMut for Pooled<'_, C> {
 impl<C> Drop for Pooled<'_, C> {
     fn drop(&mut self) {
         if let Some(conn) = self.conn.take() {
-            self.pool.put(conn);
+            self.pool.put(conn, self.opened);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A connection that counts how many of its kind are alive.
+    struct Conn(#[allow(dead_code)] std::sync::Arc<()>);
+
+    #[test]
+    fn connections_past_their_lifetime_are_replaced() {
+        let alive = std::sync::Arc::new(());
+        let opened = std::cell::Cell::new(0);
+        let connect = |_: Duration| {
+            opened.set(opened.get() + 1);
+            Ok(Conn(alive.clone()))
+        };
+        let deadline = || Instant::now() + Duration::from_secs(5);
+        // Forever: the one connection is reused.
+        let pool = Pool::new(PoolLimits::max(2));
+        drop(pool.get(deadline(), "t", connect).unwrap());
+        let c = pool.get(deadline(), "t", connect).unwrap();
+        assert!(c.reused());
+        drop(c);
+        assert_eq!(opened.get(), 1);
+        // A zero lifetime: every connection is closed when returned, none is reused.
+        let pool = Pool::new(PoolLimits { max: 1, lifetime: Duration::ZERO });
+        for _ in 0..3 {
+            let c = pool.get(deadline(), "t", connect).unwrap();
+            assert!(!c.reused());
+        }
+        assert_eq!(opened.get(), 4);
+        // Only the first pool's idle connection is still open.
+        assert_eq!(std::sync::Arc::strong_count(&alive), 2);
+        drop(pool);
     }
 }

@@ -7,9 +7,10 @@
 use std::fmt;
 use std::time::{Duration, Instant};
 
-use redis::{Client, Cmd, Connection, ConnectionAddr, ConnectionInfo, IntoConnectionInfo, RedisError, Value};
+use redis::{Client, Cmd, Connection, ConnectionAddr, ConnectionInfo, RedisError, Value};
 
-use super::pool::{Pool, Pooled};
+use super::config::{self, Target};
+use super::pool::{Pool, PoolLimits, Pooled};
 use super::router::{addr_of, left, query, Router};
 use super::scripts::LuaScript;
 use super::tls::RedisTls;
@@ -391,20 +392,41 @@ impl StandaloneScripting {
     ///
     /// # Errors
     /// As [`new`](StandaloneScripting::new); `InvalidConfig` when `tls` names files for a
-    /// `redis://` URL or a file differently from the URL.
+    /// `redis://` URL or a file differently from the URL, or the URL is a Cluster one.
     pub fn with_tls(url: &str, max_connections: usize, tls: &RedisTls) -> Result<StandaloneScripting> {
-        let (url, from_url) = super::tls::split_url(url)?;
-        let files = from_url.merge(tls)?;
-        let target = redact(&url);
-        let certs = super::tls::certificates(&url, &files)?;
-        let info = url
-            .as_str()
-            .into_connection_info()
-            .map_err(|e| Error::config(format!("invalid redis URL {target}: {e}")).with_source(e))?;
-        let info = super::tls::apply(info, certs.as_ref(), &target)?;
+        let parsed = config::parse_url(url)?;
+        let Target::Standalone(url) = &parsed.target else {
+            return Err(Error::config(format!(
+                "{} is a Redis Cluster URL: use ClusteredScripting (or RedisBackend::connect)",
+                parsed.shown
+            )));
+        };
+        let files = parsed.tls.clone().merge(tls)?;
+        StandaloneScripting::open(url, &files, PoolLimits::max(max_connections))
+    }
+
+    /// Prepares connections described by the application's own `info` (bring your own
+    /// configuration: address, credentials, database, protocol, and for `TcpTls` its TLS
+    /// parameters, e.g. from [`redis::Client::build_with_tls`]), at most `max_connections` at a
+    /// time. No I/O happens here.
+    ///
+    /// # Errors
+    /// `InvalidConfig` when `info` turns certificate verification off (`insecure`).
+    pub fn from_connection_info(info: ConnectionInfo, max_connections: usize) -> Result<StandaloneScripting> {
+        let (info, target) = config::own_info(info, &RedisTls::default())?;
+        StandaloneScripting::from_info(info, target, PoolLimits::max(max_connections))
+    }
+
+    /// Connections to the driver URL `url` with the TLS `files`.
+    pub(crate) fn open(url: &str, files: &RedisTls, limits: PoolLimits) -> Result<StandaloneScripting> {
+        let info = config::driver_info(url, files)?;
+        StandaloneScripting::from_info(info, redact(url), limits)
+    }
+
+    pub(crate) fn from_info(info: ConnectionInfo, target: String, limits: PoolLimits) -> Result<StandaloneScripting> {
         let client =
             Client::open(info).map_err(|e| Error::config(format!("invalid redis URL {target}: {e}")).with_source(e))?;
-        Ok(StandaloneScripting { client, pool: Pool::new(max_connections), target })
+        Ok(StandaloneScripting { client, pool: Pool::new(limits), target })
     }
 
     fn run<T>(
@@ -519,37 +541,75 @@ impl ClusteredScripting {
     /// # Errors
     /// As [`new`](ClusteredScripting::new).
     pub fn with_tls<S: AsRef<str>>(nodes: &[S], max_connections: usize, tls: &RedisTls) -> Result<ClusteredScripting> {
-        if nodes.is_empty() {
+        let urls: Vec<String> = nodes
+            .iter()
+            .map(|n| {
+                let n = n.as_ref().trim();
+                if n.contains("://") {
+                    n.to_string()
+                } else {
+                    format!("redis://{n}")
+                }
+            })
+            .collect();
+        ClusteredScripting::open(&urls, tls, PoolLimits::max(max_connections))
+    }
+
+    /// Prepares connections to the cluster reachable through the application's own node
+    /// `infos` (bring your own configuration; see [`StandaloneScripting::from_connection_info`]).
+    /// Nodes the cluster announces are reached with the first node's settings. No I/O happens here.
+    ///
+    /// # Errors
+    /// `InvalidConfig` when `infos` is empty, a node is not TCP, the nodes mix plaintext and TLS,
+    /// or a node turns certificate verification off (`insecure`).
+    pub fn from_connection_infos(infos: Vec<ConnectionInfo>, max_connections: usize) -> Result<ClusteredScripting> {
+        let own = infos.into_iter().map(|i| config::own_info(i, &RedisTls::default())).collect::<Result<Vec<_>>>()?;
+        ClusteredScripting::from_infos(own, PoolLimits::max(max_connections))
+    }
+
+    /// Connections through the node URLs `nodes` (`redis://…` or `rediss://…`, each possibly with
+    /// its own `ca=`/`cert=`/`key=`), with the TLS `files` besides.
+    pub(crate) fn open(nodes: &[String], files: &RedisTls, limits: PoolLimits) -> Result<ClusteredScripting> {
+        let mut infos = Vec::with_capacity(nodes.len());
+        for url in nodes {
+            let parsed = config::parse_url(url)?;
+            let Target::Standalone(url) = &parsed.target else {
+                return Err(Error::config(format!(
+                    "invalid redis cluster node {}: expected host:port or redis://host:port",
+                    parsed.shown
+                )));
+            };
+            let files = parsed.tls.clone().merge(files)?;
+            let info = config::driver_info(url, &files)
+                .map_err(|e| Error::new(e.kind(), format!("invalid redis cluster node {}: {e}", parsed.shown)))?;
+            infos.push((info, redact(url)));
+        }
+        ClusteredScripting::from_infos(infos, limits)
+    }
+
+    /// The cluster through `infos`, each with the text that shows it.
+    pub(crate) fn from_infos(infos: Vec<(ConnectionInfo, String)>, limits: PoolLimits) -> Result<ClusteredScripting> {
+        if infos.is_empty() {
             return Err(Error::config("redis cluster: at least one node address is required"));
         }
-        let mut infos: Vec<ConnectionInfo> = Vec::new();
-        let mut seeds = Vec::new();
-        let mut shown = Vec::new();
-        for n in nodes {
-            let n = n.as_ref().trim();
-            let url = if n.contains("://") { n.to_string() } else { format!("redis://{n}") };
-            let (url, from_url) = super::tls::split_url(&url)?;
-            let files = from_url.merge(tls)?;
-            let certs = super::tls::certificates(&url, &files)?;
-            let info = url.as_str().into_connection_info().map_err(|e| {
-                Error::config(format!("invalid redis cluster node {}: {e}", redact(&url))).with_source(e)
-            })?;
-            let info = super::tls::apply(info, certs.as_ref(), &redact(&url))?;
+        let is_tls = |i: &ConnectionInfo| matches!(i.addr(), redis::ConnectionAddr::TcpTls { .. });
+        let mut seeds = Vec::with_capacity(infos.len());
+        let mut shown = Vec::with_capacity(infos.len());
+        let mut nodes = Vec::with_capacity(infos.len());
+        for (info, text) in infos {
             let addr = addr_of(&info)
-                .ok_or_else(|| Error::config(format!("redis cluster node {} is not a TCP address", redact(&url))))?;
-            let is_tls = |i: &ConnectionInfo| matches!(i.addr(), redis::ConnectionAddr::TcpTls { .. });
-            if infos.first().is_some_and(|first| is_tls(first) != is_tls(&info)) {
+                .ok_or_else(|| Error::config(format!("redis cluster node {text} is not a TCP address")))?;
+            if nodes.first().is_some_and(|first| is_tls(first) != is_tls(&info)) {
                 return Err(Error::config(format!(
-                    "redis cluster nodes mix redis:// and rediss:// ({}): use one scheme for all",
-                    redact(&url)
+                    "redis cluster nodes mix redis:// and rediss:// ({text}): use one scheme for all"
                 )));
             }
-            shown.push(redact(&url));
+            shown.push(text);
             seeds.push((addr, info.clone()));
-            infos.push(info);
+            nodes.push(info);
         }
         let target = format!("redis cluster [{}]", shown.join(", "));
-        Ok(ClusteredScripting { router: Router::new(seeds, max_connections), nodes: infos, target })
+        Ok(ClusteredScripting { router: Router::new(seeds, limits), nodes, target })
     }
 }
 

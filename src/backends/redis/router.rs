@@ -9,7 +9,8 @@
 //! * a slot map read with `CLUSTER SLOTS`, re-read on the first call after a failure or a
 //!   `MOVED` (with a stale map, the re-read gets at most half the time left, and the call falls
 //!   back to the stale map when it fails);
-//! * one small pool of plain connections per node (at most `max_connections` each);
+//! * one small pool of plain connections per node (at most `max_connections` each, each connection
+//!   reused for at most `max_connection_lifetime`);
 //! * `MOVED` and `ASK` redirects followed within the same call (at most [`MAX_REDIRECTS`]);
 //! * a connect gets a quarter of the time left (redis-rs applies its connect timeout to the TCP
 //!   connect and again to each of up to four setup replies), and before every command the
@@ -25,7 +26,7 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use redis::{Client, Cmd, Connection, ConnectionAddr, ConnectionInfo, ConnectionLike, RedisError, Value};
 
-use super::pool::Pool;
+use super::pool::{Pool, PoolLimits};
 use super::port::{connect, map_err, must_discard, retry_on_fresh};
 use crate::error::{Error, ErrorKind, Result};
 
@@ -88,9 +89,9 @@ pub(crate) struct Node {
 }
 
 impl Node {
-    fn new(addr: String, info: ConnectionInfo, max_connections: usize) -> Result<Node> {
+    fn new(addr: String, info: ConnectionInfo, limits: PoolLimits) -> Result<Node> {
         let client = Client::open(info).map_err(|e| map_err(e, format!("redis cluster node {addr}")))?;
-        Ok(Node { addr, client, pool: Pool::new(max_connections), failed: Mutex::new(None) })
+        Ok(Node { addr, client, pool: Pool::new(limits), failed: Mutex::new(None) })
     }
 
     fn suspect(&self, now: Instant) -> bool {
@@ -194,7 +195,7 @@ struct State {
 pub(crate) struct Router {
     /// The configured nodes, in order, with their addresses.
     seeds: Vec<(String, ConnectionInfo)>,
-    max_connections: usize,
+    limits: PoolLimits,
     state: Mutex<State>,
 }
 
@@ -208,10 +209,10 @@ pub(crate) fn addr_of(info: &ConnectionInfo) -> Option<String> {
 
 impl Router {
     /// A router for the cluster reachable through `seeds` (TCP addresses). No I/O happens here.
-    pub(crate) fn new(seeds: Vec<(String, ConnectionInfo)>, max_connections: usize) -> Router {
+    pub(crate) fn new(seeds: Vec<(String, ConnectionInfo)>, limits: PoolLimits) -> Router {
         Router {
             seeds,
-            max_connections: max_connections.max(1),
+            limits: PoolLimits { max: limits.max.max(1), ..limits },
             state: Mutex::new(State { map: None, stale: true, nodes: HashMap::new() }),
         }
     }
@@ -244,7 +245,7 @@ impl Router {
                 template.clone().set_addr(addr)
             }
         };
-        let node = Arc::new(Node::new(addr.to_string(), info, self.max_connections)?);
+        let node = Arc::new(Node::new(addr.to_string(), info, self.limits)?);
         Ok(self.state.lock().nodes.entry(addr.to_string()).or_insert(node).clone())
     }
 

@@ -1,5 +1,5 @@
 //! TLS settings of the Redis backend: `rediss://` (standalone) and `rediss+cluster://` (Cluster),
-//! a CA and a client identity from the URL (`?ca=…&cert=…&key=…`) or [`RedisTls`]. The files are
+//! a CA and a client identity from the URL (`?ca=…&cert=…&key=…`, parsed in `config.rs`) or [`RedisTls`]. The files are
 //! read and parsed before any I/O; their contents never appear in `Debug`, logs or errors (only
 //! the paths do). Certificate and host name verification are always on: there is no insecure mode.
 //!
@@ -89,7 +89,7 @@ impl RedisTls {
     /// # Errors
     /// `InvalidConfig` naming the file that cannot be read or holds no usable PEM, or when only one
     /// of certificate and key is set.
-    fn load(&self) -> Result<TlsCertificates> {
+    pub(crate) fn load(&self) -> Result<TlsCertificates> {
         let root_cert = match &self.ca {
             Some(path) => {
                 let (pem, certs) = certificate_file(path, "CA")?;
@@ -122,10 +122,10 @@ impl RedisTls {
         Ok(TlsCertificates { client_tls, root_cert })
     }
 
-    /// Settings from optional paths (the configuration's `SIMBA_REDIS_TLS_*`); a certificate
-    /// without its key, or the reverse, is refused when the backend is built.
-    pub(crate) fn from_files(ca: Option<PathBuf>, cert: Option<PathBuf>, key: Option<PathBuf>) -> RedisTls {
-        RedisTls { ca, cert, key }
+    /// The three file slots (CA, client certificate, client key), for the URL and `SIMBA_REDIS_TLS_*`
+    /// parsers; a certificate without its key, or the reverse, is refused when the backend is built.
+    pub(crate) fn slots(&mut self) -> [&mut Option<PathBuf>; 3] {
+        [&mut self.ca, &mut self.cert, &mut self.key]
     }
 }
 
@@ -155,55 +155,7 @@ fn no_pem(path: &Path, what: &str, expected: &str) -> Error {
     Error::config(format!("the redis TLS {what} file {} holds no {expected}", path.display()))
 }
 
-/// The TLS part of a Redis URL: the URL without `ca`/`cert`/`key` (what the driver parses) and
-/// the files they name. `#insecure` (the driver's switch that turns verification off) is refused.
-///
-/// # Errors
-/// `InvalidConfig` for `#insecure`, an empty file parameter, or TLS files on a `redis://` URL.
-pub(crate) fn split_url(url: &str) -> Result<(String, RedisTls)> {
-    let shown = super::port::redact(url);
-    if url.contains('#') {
-        return Err(Error::config(format!(
-            "invalid redis URL {shown}: a fragment (#…) is not allowed; certificate verification cannot be turned \
-             off (#insecure): give the CA that signs the server's certificate with ?ca=/path/ca.pem"
-        )));
-    }
-    let Some((base, query)) = url.split_once('?') else { return Ok((url.to_string(), RedisTls::default())) };
-    let mut tls = RedisTls::default();
-    let mut kept = Vec::new();
-    for (k, v) in url::form_urlencoded::parse(query.as_bytes()) {
-        let slot = match k.as_ref() {
-            "ca" => &mut tls.ca,
-            "cert" => &mut tls.cert,
-            "key" => &mut tls.key,
-            _ => {
-                kept.push((k.into_owned(), v.into_owned()));
-                continue;
-            }
-        };
-        if v.is_empty() {
-            return Err(Error::config(format!("invalid redis URL {shown}: {k}= needs a file path")));
-        }
-        if slot.is_some() {
-            return Err(Error::config(format!("invalid redis URL {shown}: {k}= is given twice")));
-        }
-        *slot = Some(PathBuf::from(v.as_ref()));
-    }
-    if !tls.is_empty() && !is_tls_scheme(base) {
-        return Err(Error::config(format!(
-            "invalid redis URL {shown}: ca=, cert= and key= need TLS: use rediss:// (rediss+cluster:// on Cluster)"
-        )));
-    }
-    let rest = if kept.is_empty() {
-        base.to_string()
-    } else {
-        let q: String = url::form_urlencoded::Serializer::new(String::new()).extend_pairs(kept).finish();
-        format!("{base}?{q}")
-    };
-    Ok((rest, tls))
-}
-
-fn is_tls_scheme(url: &str) -> bool {
+pub(crate) fn is_tls_scheme(url: &str) -> bool {
     url.get(..8).is_some_and(|s| s.eq_ignore_ascii_case("rediss:/")) || url.starts_with("rediss+cluster://")
 }
 
@@ -298,7 +250,15 @@ pub(crate) fn handshake_hint(e: &RedisError) -> Option<&'static str> {
 /// How a connection to `info` is protected, for `simba check`: `None` for plain TCP (or a Unix
 /// socket).
 pub(crate) fn describe(info: &ConnectionInfo, tls: &RedisTls) -> Option<String> {
-    let ConnectionAddr::TcpTls { insecure, .. } = info.addr() else { return None };
+    let ConnectionAddr::TcpTls { insecure, tls_params, .. } = info.addr() else { return None };
+    if tls.is_empty() && tls_params.is_some() {
+        // The application's own ConnectionInfo (built with `redis::Client::build_with_tls`).
+        return Some(
+            "encrypted (TLS, rustls); server certificate and host name verified against the certificates of the \
+             application's ConnectionInfo; client identity as set there"
+                .to_string(),
+        );
+    }
     let roots = match tls.ca_file() {
         Some(ca) => format!("the CA in {}", ca.display()),
         None => "the system's root certificates".to_string(),
@@ -318,21 +278,6 @@ pub(crate) fn describe(info: &ConnectionInfo, tls: &RedisTls) -> Option<String> 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn url_parameters_are_split_off() {
-        let (u, t) = split_url("rediss://:pw@h:1/0?ca=/a%20b/ca.pem&protocol=resp3&cert=/c&key=/k").unwrap();
-        assert_eq!(u, "rediss://:pw@h:1/0?protocol=resp3");
-        assert_eq!(t, RedisTls::new().ca("/a b/ca.pem").client_identity("/c", "/k"));
-        let (u, t) = split_url("redis://h:1").unwrap();
-        assert_eq!((u.as_str(), t.is_empty()), ("redis://h:1", true));
-        let e = split_url("redis://h:1?ca=/x").unwrap_err();
-        assert!(e.to_string().contains("rediss://"), "{e}");
-        let e = split_url("rediss://:secret@h:1#insecure").unwrap_err();
-        assert!(e.to_string().contains("cannot be turned off") && !e.to_string().contains("secret"), "{e}");
-        assert!(split_url("rediss://h:1?ca=").is_err());
-        assert!(split_url("rediss://h:1?ca=/a&ca=/b").is_err());
-    }
 
     #[test]
     fn files_are_checked_before_any_io() {

@@ -51,6 +51,8 @@ use crate::types::{validate_metadata, Name, SessionId, Token};
 
 #[cfg(feature = "mysql")]
 mod mysql;
+#[cfg(feature = "mysql")]
+pub use mysql::{MysqlConfig, MysqlSslMode, MysqlTls};
 mod pool;
 #[cfg(feature = "postgres")]
 mod postgres;
@@ -70,7 +72,7 @@ pub(crate) fn validate_postgres_url(url: &str) -> Result<()> {
 pub const DEFAULT_PURGE_INTERVAL: Duration = Duration::from_secs(60);
 /// Default number of connections in the backend's own pool.
 pub const DEFAULT_POOL_SIZE: u32 = 4;
-/// Default lifetime of a pooled connection.
+/// Default longest life of a pooled connection (it is replaced after that).
 pub const DEFAULT_CONNECTION_LIFETIME: Duration = Duration::from_secs(1800);
 /// Most sessions one purge run deletes.
 pub const PURGE_BATCH: usize = 1000;
@@ -196,8 +198,7 @@ impl SqlOptions {
         self.pool_size
     }
 
-    /// How long a pooled connection is used before it is closed and replaced (default 30 min;
-    /// [`Duration::MAX`] = forever).
+    /// Longest life of a pooled connection (default 30 min; [`Duration::MAX`]: forever).
     pub fn connection_lifetime(&self) -> Duration {
         self.connection_lifetime
     }
@@ -253,11 +254,10 @@ impl SqlOptionsBuilder {
         self
     }
 
-    /// How long a pooled connection is used before it is closed and replaced (default 30 min; at
-    /// least 1 s; [`Duration::MAX`] = forever). PostgreSQL closes a connection this old when the
-    /// call using it ends; idle connections are closed by the pool's reaper, every 30 s. A lifetime shorter than a managed service's idle
-    /// or maximum connection age (or a certificate rotation period) avoids reusing connections
-    /// the service is about to drop.
+    /// Longest life of a pooled connection: it is closed and replaced (on demand) after that,
+    /// e.g. to follow a server's rotated certificate or a changed DNS name (default 30 min; at
+    /// least 1 s; [`Duration::MAX`] keeps connections forever). PostgreSQL closes a connection this
+    /// old when the call using it ends; idle ones are closed by the pool's reaper, every 30 s.
     #[must_use]
     pub fn connection_lifetime(mut self, d: Duration) -> Self {
         self.connection_lifetime = Some(d);
@@ -290,7 +290,7 @@ impl SqlOptionsBuilder {
         let connection_lifetime = self.connection_lifetime.unwrap_or(DEFAULT_CONNECTION_LIFETIME);
         if connection_lifetime < Duration::from_secs(1) {
             return Err(Error::config(format!(
-                "connection_lifetime {connection_lifetime:?} must be at least 1s (Duration::MAX = forever)"
+                "connection_lifetime {connection_lifetime:?} must be at least 1s (Duration::MAX: forever)"
             )));
         }
         Ok(SqlOptions {
@@ -372,11 +372,6 @@ pub(crate) trait Driver: Send + Sync + 'static {
         Ok(None)
     }
     fn server_version(&self) -> Result<String>;
-    /// The `tls` item of `simba check` (whether a connection is encrypted and the server
-    /// certificate verified); `None` when the dialect does not report one.
-    fn tls_check(&self) -> Option<CheckItem> {
-        None
-    }
     fn connection_ids(&self) -> Vec<u64>;
     /// Whether the dialect pushes releases (PostgreSQL: `LISTEN`/`NOTIFY`).
     fn push_release(&self) -> bool {
@@ -391,6 +386,11 @@ pub(crate) trait Driver: Send + Sync + 'static {
     /// The server-side id of the notification connection while it is open.
     fn notification_connection_id(&self) -> Option<u64> {
         None
+    }
+    /// The dialect's own `check` items (the `tls` item: whether a connection is encrypted and the
+    /// server certificate verified), after `reachable`.
+    fn extra_checks(&self) -> Vec<CheckItem> {
+        Vec::new()
     }
 }
 
@@ -471,15 +471,47 @@ impl SqlBackend {
         Ok(SqlBackend::with_driver(Dialect::Postgres, &shown, options, Box::new(driver)))
     }
 
-    /// A MySQL 8 / MariaDB 10.11 backend for `url` (`mysql://user:password@host:port/db`; `mariadb://`
-    /// is accepted as a synonym). No I/O happens here.
+    /// A MySQL 8 / MariaDB 10.11 backend for `url`
+    /// (`mysql://user:password@host:port/db?ssl-mode=VERIFY_IDENTITY&ssl-ca=/path/ca.pem`; `mariadb://`
+    /// is accepted as a synonym; the `ssl-*` parameters are described at [`MysqlConfig`]). No
+    /// network I/O happens here (TLS files are read to check them).
     ///
     /// # Errors
-    /// `InvalidConfig` when the URL cannot be parsed.
+    /// `InvalidConfig` when the URL cannot be parsed or its TLS settings are unusable.
     #[cfg(feature = "mysql")]
     pub fn mysql(url: &str, options: SqlOptions) -> Result<SqlBackend> {
-        let driver = mysql::MyDriver::new(url, &options)?;
+        let config = MysqlConfig::from_url(url)?;
+        let driver = mysql::MyDriver::new(&config, &options)?;
         Ok(SqlBackend::with_driver(Dialect::Mysql, url, options, Box::new(driver)))
+    }
+
+    /// A MySQL/MariaDB backend from the application's own driver options (`mysql::Opts` or
+    /// `mysql::OptsBuilder` of the `mysql` crate, version 28): host, credentials, database and its
+    /// `SslOpts` are used as given (see [`MysqlConfig::from_opts`]). Same as
+    /// [`mysql_config`](SqlBackend::mysql_config)`(MysqlConfig::from_opts(opts), options)`.
+    ///
+    /// # Errors
+    /// As [`mysql_config`](SqlBackend::mysql_config).
+    #[cfg(feature = "mysql")]
+    pub fn mysql_opts(opts: impl Into<::mysql::Opts>, options: SqlOptions) -> Result<SqlBackend> {
+        SqlBackend::mysql_config(MysqlConfig::from_opts(opts), options)
+    }
+
+    /// A MySQL/MariaDB backend for `config`. The backend owns its pool (`options`: size,
+    /// connection lifetime, timeouts) and forces, on top of the driver options, what its
+    /// statements depend on: TCP connect/read/write timeouts from the query and connect timeouts,
+    /// TCP even for a loopback host (`prefer_socket` off, so TLS applies), no `CLIENT_FOUND_ROWS`,
+    /// a statement cache of 64; and on every new connection `autocommit=1`, `time_zone='+00:00'`,
+    /// `innodb_lock_wait_timeout` and the statement time limit (MariaDB `max_statement_time`,
+    /// MySQL `max_execution_time`) from the query timeout. The driver's own pool options are not
+    /// used. No I/O happens here.
+    ///
+    /// # Errors
+    /// `InvalidConfig` when the driver options cannot be used.
+    #[cfg(feature = "mysql")]
+    pub fn mysql_config(config: MysqlConfig, options: SqlOptions) -> Result<SqlBackend> {
+        let driver = mysql::MyDriver::new(&config, &options)?;
+        Ok(SqlBackend::with_driver(Dialect::Mysql, &config.display_url(), options, Box::new(driver)))
     }
 
     /// A backend for `url`, choosing the dialect by scheme (see [`Dialect::from_url`]).
@@ -776,13 +808,15 @@ impl LeaseBackend for SqlBackend {
         let item = |name: &str, status, detail: String| CheckItem { name: name.to_string(), status, detail };
         let mut items = Vec::new();
         match self.inner.driver.server_version() {
-            Ok(v) => items.push(item("reachable", CheckStatus::Ok, format!("{d} server {v} at {}", self.inner.url))),
+            Ok(v) => {
+                items.push(item("reachable", CheckStatus::Ok, format!("{d} server {v} at {}", self.inner.url)));
+                items.extend(self.inner.driver.extra_checks());
+            }
             Err(e) => {
                 items.push(item("reachable", CheckStatus::Fail, format!("{}: {}", self.inner.url, display_chain(&e))));
                 return items;
             }
         }
-        items.extend(self.inner.driver.tls_check());
         match self.inner.driver.schema_tables() {
             Ok(3) => match self.inner.driver.missing_routine() {
                 Ok(None) => items.push(item(
@@ -897,6 +931,11 @@ mod tests {
         assert!(SqlOptions::builder().query_timeout(Duration::ZERO).build().is_err());
         let o = SqlOptions::builder().query_timeout(Duration::from_secs(1)).pool_size(2).build().unwrap();
         assert_eq!((o.query_timeout(), o.pool_size()), (Duration::from_secs(1), 2));
+        assert_eq!(SqlOptions::default().connection_lifetime(), DEFAULT_CONNECTION_LIFETIME);
+        let e = SqlOptions::builder().connection_lifetime(Duration::from_millis(999)).build().unwrap_err();
+        assert!(e.to_string().contains("connection_lifetime"), "{e}");
+        let o = SqlOptions::builder().connection_lifetime(Duration::MAX).build().unwrap();
+        assert_eq!(o.connection_lifetime(), Duration::MAX);
     }
 }
 

@@ -663,16 +663,16 @@ impl Driver for PgDriver {
         })
     }
 
-    fn tls_check(&self) -> Option<CheckItem> {
+    fn extra_checks(&self) -> Vec<CheckItem> {
         let transport = self.pool.run("check the connection's TLS", |c| Ok(c.transport.clone()));
-        Some(match transport {
+        vec![match transport {
             Ok(t) => tls_item(&t, &self.connector),
             Err(e) => CheckItem {
                 name: "tls".to_string(),
                 status: CheckStatus::Fail,
                 detail: crate::error::display_chain(&e),
             },
-        })
+        }]
     }
 
     fn connection_ids(&self) -> Vec<u64> {

@@ -140,4 +140,6 @@ pub mod mysql {
         include_str!("../../../sql/mysql/session-statement-time-mariadb.sql");
     /// `session-time-zone.sql`: Per-connection setting: UTC session time zone.
     pub const SESSION_TIME_ZONE: &str = include_str!("../../../sql/mysql/session-time-zone.sql");
+    /// `tls-status.sql`: The TLS protocol and cipher of this connection, as the server sees it.
+    pub const TLS_STATUS: &str = include_str!("../../../sql/mysql/tls-status.sql");
 }

@@ -23,6 +23,7 @@
 //! [`keep_alive`](LeaseBackend::keep_alive) was not called within its lease duration, so a stuck
 //! process never keeps its leases through the client's own pings. See `docs/backends/zookeeper.md`.
 
+pub(crate) mod config;
 mod exec;
 mod options;
 mod paths;
@@ -42,13 +43,15 @@ use zookeeper_client::{
     Acl, Client, CreateMode, CreateOptions, Error as ZkError, SaslOptions, SessionState, StateWatcher, TlsOptions,
 };
 
+pub(crate) use self::config::ZookeeperSettings;
+pub use self::config::{DEFAULT_PORT, ENV_VARS};
 pub use self::options::{
     AclEntry, AclMode, ZookeeperAuth, ZookeeperOptions, ZookeeperSasl, ZookeeperTls, DEFAULT_CONNECTION_TIMEOUT,
     DEFAULT_ROOT,
 };
 
+use self::config::ZookeeperUrl;
 use self::exec::run_until;
-pub(crate) use self::options::tls_from_url_query;
 use self::options::SHARED_SESSION_TIMEOUT;
 use self::paths::{decode_session, encode_session, parent, Paths};
 use self::watch::Watches;
@@ -88,6 +91,9 @@ struct Inner {
     acls: Vec<Acl>,
     tls: Option<TlsOptions>,
     sasl: Option<SaslOptions>,
+    /// The application's own client options ([`ZookeeperBackend::with_connector`]), cloned for
+    /// every client. Never printed: its `Debug` would show SASL passwords.
+    connector: Option<zookeeper_client::Connector>,
     sessions: Mutex<HashMap<SessionId, Arc<ZkSession>>>,
     /// Client of the backend's own ZooKeeper session for holder/members/watch reads; replaced
     /// when that session ends. Never used for anything a Simba session owns.
@@ -346,8 +352,45 @@ impl ZookeeperBackend {
     /// within the connection timeout; `Backend` when authentication fails.
     pub fn connect(hosts: &str, options: ZookeeperOptions) -> Result<ZookeeperBackend> {
         options.validate()?;
-        validate_hosts(hosts)?;
-        let acls = options.acl.to_acls();
+        validate_hosts(hosts, false)?;
+        ZookeeperBackend::start(hosts, options, None)
+    }
+
+    /// Connects with the application's own client options (bring your own configuration): every
+    /// client the backend opens — one per Simba session and its shared reader — is a clone of
+    /// `connector`, so its TLS, SASL, auth infos and connection timeout apply. The backend then
+    /// sets the session timeout of each clone (it follows the lease duration) and adds what
+    /// `options` configure (auth, SASL, TLS) on top. `connect_string` is `host:port[,host:port…]`
+    /// without a chroot, each host optionally written `tcp://host:port` or `tcp+tls://host:port`
+    /// (the crate's syntax: hosts without a prefix are TLS when `options` configure TLS,
+    /// plaintext otherwise, so a connector with its own TLS needs `tcp+tls://` hosts). The backend
+    /// still owns its clients (one ZooKeeper session per Simba session), so the application cannot
+    /// starve renewals.
+    ///
+    /// Not supported (the crate offers no way to read them back, so they are not refused): a
+    /// connector that resumes a session (`with_session`), is read-only (`with_readonly`) or
+    /// detached (`with_detached`) breaks the one-session-per-Simba-session rule or cannot create
+    /// the backend's nodes. [`AclMode::Auto`] looks only at `options`' auth and SASL: set the ACL
+    /// mode explicitly when the identity is on the connector.
+    ///
+    /// # Errors
+    /// As [`ZookeeperBackend::connect`].
+    pub fn with_connector(
+        connect_string: &str,
+        connector: zookeeper_client::Connector,
+        options: ZookeeperOptions,
+    ) -> Result<ZookeeperBackend> {
+        options.validate()?;
+        validate_hosts(connect_string, true)?;
+        ZookeeperBackend::start(connect_string, options, Some(connector))
+    }
+
+    fn start(
+        hosts: &str,
+        options: ZookeeperOptions,
+        connector: Option<zookeeper_client::Connector>,
+    ) -> Result<ZookeeperBackend> {
+        let acls = options.effective_acl().to_acls();
         let tls = options.tls.as_ref().map(ZookeeperTls::to_client_options).transpose()?;
         let sasl = options.sasl.as_ref().map(ZookeeperSasl::to_client_options);
         let watches =
@@ -361,6 +404,7 @@ impl ZookeeperBackend {
             acls,
             tls,
             sasl,
+            connector,
             sessions: Mutex::new(HashMap::new()),
             shared: Mutex::new(None),
             watches,
@@ -377,31 +421,22 @@ impl ZookeeperBackend {
         Ok(ZookeeperBackend { inner })
     }
 
-    /// Connects using a URL `zookeeper://host1:2181,host2:2181/root`; the URL's path, when present,
-    /// replaces `options`' root. The query may turn TLS on with percent-encoded PEM file paths:
-    /// `?tls_ca=/etc/simba/ca.pem` (the CA of the servers' certificates), plus
-    /// `&tls_cert=…&tls_key=…` for a client certificate (like [`ZookeeperOptions::tls`] with
-    /// [`ZookeeperTls::from_ca_file`] and [`ZookeeperTls::identity_files`]).
+    /// Connects using a URL `zookeeper://[user:password@]host1:2181,host2:2181/root` (also
+    /// `zk://`; a host without a port uses 2181). The URL's path, when present, replaces
+    /// `options`' root; `user:password@` is digest auth (like [`ZookeeperAuth::digest`]). The query
+    /// may turn TLS on with percent-encoded PEM file paths: `?tls_ca=/etc/simba/ca.pem` (the CA of
+    /// the servers' certificates), plus `&tls_cert=…&tls_key=…` for a client certificate (like
+    /// [`ZookeeperOptions::tls`] with [`ZookeeperTls::from_ca_file`] and
+    /// [`ZookeeperTls::identity_files`]). The URL means the same as in [`crate::Config`].
     ///
     /// # Errors
     /// `InvalidConfig` for a malformed URL, an unknown query parameter, a TLS file that cannot be
-    /// read or parsed (naming it), or TLS set both in the URL and in `options`; otherwise as
-    /// [`ZookeeperBackend::connect`].
+    /// read or parsed (naming it), or auth or TLS set both in the URL and in `options`; otherwise
+    /// as [`ZookeeperBackend::connect`].
     pub fn from_url(url: &str, options: ZookeeperOptions) -> Result<ZookeeperBackend> {
-        let (hosts, root, tls) = parse_url(url)?;
-        let mut options = match root {
-            Some(r) => options.root(r),
-            None => options,
-        };
-        if let Some(tls) = tls {
-            if options.tls.is_some() {
-                return Err(Error::config(
-                    "ZooKeeper TLS is set twice: in the URL (tls_ca=…) and in SIMBA_ZOOKEEPER_TLS_CA or ZookeeperOptions::tls; keep one",
-                ));
-            }
-            options = options.tls(tls);
-        }
-        ZookeeperBackend::connect(&hosts, options)
+        let url = ZookeeperUrl::parse(url)?;
+        let hosts = url.hosts.clone();
+        ZookeeperBackend::connect(&hosts, url.apply(options)?)
     }
 
     /// The root path of the backend's nodes.
@@ -431,38 +466,6 @@ impl fmt::Debug for ZookeeperBackend {
             .field("watched_topics", &self.inner.watches.len())
             .finish()
     }
-}
-
-/// Parses `zookeeper://hosts[/root][?tls_ca=…&tls_cert=…&tls_key=…]` into hosts, an optional
-/// root and the TLS of the query (its files read and checked).
-fn parse_url(url: &str) -> Result<(String, Option<String>, Option<ZookeeperTls>)> {
-    let (url, query) = match url.split_once('?') {
-        Some((u, q)) => (u, Some(q)),
-        None => (url, None),
-    };
-    let shown: String = crate::config::redact_url(url).chars().take(200).collect();
-    let Some(rest) = url.strip_prefix("zookeeper://") else {
-        return Err(Error::config(format!(
-            "invalid ZooKeeper URL {shown:?}: expected zookeeper://host:port[,host:port…][/root][?tls_ca=PATH…]"
-        )));
-    };
-    if rest.contains(['#', '@']) || query.is_some_and(|q| q.contains('#')) {
-        return Err(Error::config(format!(
-            "invalid ZooKeeper URL {shown:?}: fragment and user info are not supported \
-             (set auth with ZookeeperOptions::auth or SIMBA_ZOOKEEPER_AUTH)"
-        )));
-    }
-    let (hosts, root) = match rest.find('/') {
-        Some(i) => (&rest[..i], &rest[i..]),
-        None => (rest, ""),
-    };
-    validate_hosts(hosts)?;
-    let root = if root.is_empty() || root == "/" { None } else { Some(root.to_string()) };
-    let tls = match query {
-        Some(q) => tls_from_url_query(q)?,
-        None => None,
-    };
-    Ok((hosts.to_string(), root, tls))
 }
 
 /// The connect string given to the clients: `hosts` with each host repeated until there are at
@@ -497,7 +500,9 @@ fn writable_by_anyone(a: &Acl) -> bool {
         && a.permission() != Permission::NONE
 }
 
-fn validate_hosts(hosts: &str) -> Result<()> {
+/// Checks a connect string `host:port[,…]`; with `prefixes`, each host may be written
+/// `tcp://host:port` or `tcp+tls://host:port`.
+fn validate_hosts(hosts: &str, prefixes: bool) -> Result<()> {
     if hosts.contains('@') {
         return Err(Error::config(
             "invalid ZooKeeper hosts (not shown: they contain user info, which may hold a password): \
@@ -514,6 +519,8 @@ fn validate_hosts(hosts: &str) -> Result<()> {
         return bad("empty");
     }
     for h in hosts.split(',') {
+        let h =
+            if prefixes { h.strip_prefix("tcp+tls://").or_else(|| h.strip_prefix("tcp://")).unwrap_or(h) } else { h };
         let Some((host, port)) = h.rsplit_once(':') else {
             return bad("missing :port");
         };
@@ -573,7 +580,8 @@ impl Inner {
 
     /// Opens a new ZooKeeper session (a new client) requesting `session_timeout`.
     fn connect_client(&self, session_timeout: Duration, deadline: Instant) -> Result<Client> {
-        let mut c = Client::connector().with_session_timeout(session_timeout);
+        let template = self.connector.clone().unwrap_or_else(Client::connector);
+        let mut c = template.with_session_timeout(session_timeout);
         for a in &self.opts.auth {
             c = c.with_auth(a.scheme(), a.credentials());
         }
@@ -623,6 +631,7 @@ impl Inner {
         match &self.opts.tls {
             Some(t) if t.has_identity() => "TLS, server certificate verified, client certificate presented",
             Some(_) => "TLS, server certificate verified, no client certificate",
+            None if self.hosts.contains("tcp+tls://") => "TLS as configured on the application's connector",
             None => "plaintext TCP",
         }
     }
@@ -1463,7 +1472,7 @@ impl LeaseBackend for ZookeeperBackend {
             }
         }
         let root = inner.paths.root();
-        let mode = inner.opts.acl.describe();
+        let mode = inner.opts.effective_acl().describe();
         let anyone_can_write = inner.acls.iter().any(writable_by_anyone);
         let acl_item = match run_until(client.get_acl(root), deadline) {
             None => CheckItem {
@@ -1543,31 +1552,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn urls_and_hosts() {
-        let (h, r, tls) = parse_url("zookeeper://127.0.0.1:2181,zk2:2182/simba-test").unwrap();
-        assert_eq!(h, "127.0.0.1:2181,zk2:2182");
-        assert_eq!(r.as_deref(), Some("/simba-test"));
-        assert!(tls.is_none());
-        // The query holds only the TLS files, checked when parsed.
-        let e = parse_url("zookeeper://a:1/r?tls_ca=/nonexistent/ca.pem").unwrap_err();
-        assert!(e.to_string().contains("/nonexistent/ca.pem"), "{e}");
-        let e = parse_url("zookeeper://a:1?tls_key=/k.pem").unwrap_err();
-        assert!(e.to_string().contains("tls_cert and tls_key"), "{e}");
-        assert_eq!(parse_url("zookeeper://a:1").unwrap().1, None);
-        assert_eq!(parse_url("zookeeper://a:1/").unwrap().1, None);
-        for bad in [
-            "redis://a:1",
-            "zookeeper://",
-            "zookeeper://a",
-            "zookeeper://a:x",
-            "zookeeper://u:p@a:1",
-            "zookeeper://a:1?x=1",
-        ] {
-            assert!(parse_url(bad).unwrap_err().is_invalid_input(), "{bad}");
-        }
-        assert!(validate_hosts("a:1,b:2").is_ok());
-        assert!(validate_hosts("a:1,").is_err());
-        assert!(validate_hosts("a:0").is_err());
+    fn hosts_and_connect_strings() {
+        assert!(validate_hosts("a:1,b:2", false).is_ok());
+        assert!(validate_hosts("tcp+tls://a:1,tcp://b:2", true).is_ok());
+        assert!(validate_hosts("tcp+tls://a:1", false).is_err());
+        assert!(validate_hosts("a:1,", false).is_err());
+        assert!(validate_hosts("a:0", false).is_err());
         let one = connect_string("a:1");
         assert_eq!(one.split(',').count(), CONNECT_STRING_ENTRIES);
         assert!(one.split(',').all(|h| h == "a:1"), "{one}");

@@ -31,15 +31,30 @@ impl ZookeeperAuth {
     /// An auth info of `scheme` with raw `credentials`.
     ///
     /// # Errors
-    /// `InvalidConfig` when the scheme is empty or not plain ASCII letters/digits.
+    /// `InvalidConfig` when the scheme is empty or not plain ASCII letters/digits, the credentials
+    /// are empty, or `digest` credentials are not `user:password` (the credentials are never
+    /// echoed in the message).
     pub fn new(scheme: impl Into<String>, credentials: impl Into<Vec<u8>>) -> Result<ZookeeperAuth> {
         let scheme = scheme.into();
+        let credentials = credentials.into();
         if scheme.is_empty() || !scheme.bytes().all(|b| b.is_ascii_alphanumeric()) {
             return Err(Error::config(format!(
-                "invalid ZooKeeper auth scheme {scheme:?}: expected ASCII letters and digits, e.g. \"digest\""
+                "invalid ZooKeeper auth: the scheme {:?} must be ASCII letters and digits; expected \
+                 scheme:credentials, e.g. digest:user:password",
+                scheme.chars().take(64).collect::<String>()
             )));
         }
-        Ok(ZookeeperAuth { scheme, credentials: credentials.into() })
+        if credentials.is_empty() {
+            return Err(Error::config(
+                "invalid ZooKeeper auth: empty credentials; expected scheme:credentials, e.g. digest:user:password",
+            ));
+        }
+        if scheme == "digest" && !credentials.contains(&b':') {
+            return Err(Error::config(
+                "invalid ZooKeeper auth: digest credentials must be user:password (the value is not shown)",
+            ));
+        }
+        Ok(ZookeeperAuth { scheme, credentials })
     }
 
     /// The `digest` scheme with `user:password`.
@@ -89,8 +104,15 @@ impl fmt::Debug for ZookeeperAuth {
 /// nodes keep their ACL.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub enum AclMode {
+    /// `CreatorAll` when the options carry auth info or SASL, `Open` otherwise: the default of
+    /// [`Config`](crate::Config) (`SIMBA_ZOOKEEPER_ACL=auto`). Only the options are looked at: the
+    /// credentials of an application's own client connector
+    /// ([`ZookeeperBackend::with_connector`](super::ZookeeperBackend::with_connector)) are not
+    /// visible to the backend, so set the mode explicitly there.
+    Auto,
     /// `OPEN_ACL_UNSAFE` (`world:anyone` with all permissions): any client that reaches the
-    /// ensemble can delete or pre-create lease nodes and forge members. The default.
+    /// ensemble can delete or pre-create lease nodes and forge members. The default of
+    /// [`ZookeeperOptions`].
     #[default]
     Open,
     /// `CREATOR_ALL_ACL` (`auth::` with all permissions): only clients authenticated with the same
@@ -104,10 +126,20 @@ pub enum AclMode {
 }
 
 impl AclMode {
-    /// The ZooKeeper ACL list of this mode.
+    /// `Open` or `CreatorAll` in place of `Auto`, after whether an identity (auth info or SASL) is
+    /// configured; every other mode as it is.
+    pub fn resolve(self, has_identity: bool) -> AclMode {
+        match self {
+            AclMode::Auto if has_identity => AclMode::CreatorAll,
+            AclMode::Auto => AclMode::Open,
+            other => other,
+        }
+    }
+
+    /// The ZooKeeper ACL list of this mode (`Auto` must be resolved first; it counts as `Open`).
     pub(crate) fn to_acls(&self) -> Vec<Acl> {
         match self {
-            AclMode::Open => vec![Acl::new(Permission::ALL, AuthId::anyone())],
+            AclMode::Auto | AclMode::Open => vec![Acl::new(Permission::ALL, AuthId::anyone())],
             AclMode::CreatorAll => vec![Acl::new(Permission::ALL, AuthId::authed())],
             AclMode::Custom(list) => list.iter().map(AclEntry::to_acl).collect(),
         }
@@ -116,12 +148,33 @@ impl AclMode {
     /// A short description for `check` and logs, e.g. `creator-all` or `custom (2 entries)`.
     pub(crate) fn describe(&self) -> String {
         match self {
-            AclMode::Open => "open (OPEN_ACL_UNSAFE)".into(),
+            AclMode::Auto | AclMode::Open => "open (OPEN_ACL_UNSAFE)".into(),
             AclMode::CreatorAll => "creator-all".into(),
             AclMode::Custom(list) => {
                 let items: Vec<String> = list.iter().map(ToString::to_string).collect();
                 format!("custom [{}]", items.join(", "))
             }
+        }
+    }
+}
+
+impl std::str::FromStr for AclMode {
+    type Err = Error;
+
+    /// Parses `auto`, `open` or `creator-all` (case-insensitive), or a comma-separated list of
+    /// `scheme:id:permissions` entries (e.g. `world:anyone:r,sasl:simba:cdrwa`), the values of
+    /// `SIMBA_ZOOKEEPER_ACL`.
+    fn from_str(s: &str) -> Result<AclMode> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "auto" => Ok(AclMode::Auto),
+            "open" => Ok(AclMode::Open),
+            "creator-all" | "creator_all" => Ok(AclMode::CreatorAll),
+            _ if s.contains(':') => Ok(AclMode::Custom(s.split(',').map(AclEntry::parse).collect::<Result<_>>()?)),
+            _ => Err(Error::config(format!(
+                "invalid ZooKeeper ACL mode {:?}: expected auto, open, creator-all or a list of \
+                 scheme:id:permissions entries",
+                s.chars().take(64).collect::<String>()
+            ))),
         }
     }
 }
@@ -255,6 +308,8 @@ impl fmt::Display for AclEntry {
 #[derive(Clone, PartialEq, Eq)]
 pub struct ZookeeperTls {
     ca_pem: String,
+    /// The file the CA came from, when it came from one.
+    ca_file: Option<PathBuf>,
     identity: Option<(String, String)>,
 }
 
@@ -265,7 +320,7 @@ impl ZookeeperTls {
     /// # Errors
     /// `InvalidConfig` when the PEM holds no usable CA certificate.
     pub fn from_pem(ca_pem: impl Into<String>) -> Result<ZookeeperTls> {
-        let tls = ZookeeperTls { ca_pem: ca_pem.into(), identity: None };
+        let tls = ZookeeperTls { ca_pem: ca_pem.into(), ca_file: None, identity: None };
         tls.parse("", "")?;
         Ok(tls)
     }
@@ -276,7 +331,7 @@ impl ZookeeperTls {
     /// `InvalidConfig` when the file cannot be read or holds no usable CA certificate.
     pub fn from_ca_file(ca_path: impl AsRef<Path>) -> Result<ZookeeperTls> {
         let path = ca_path.as_ref();
-        let tls = ZookeeperTls { ca_pem: read_pem(path, "CA")?, identity: None };
+        let tls = ZookeeperTls { ca_pem: read_pem(path, "CA")?, ca_file: Some(path.to_path_buf()), identity: None };
         tls.parse(&format!(" file {}", path.display()), "")?;
         Ok(tls)
     }
@@ -314,6 +369,11 @@ impl ZookeeperTls {
         Ok(self)
     }
 
+    /// The CA file, when the CA was read from one ([`ZookeeperTls::from_ca_file`]).
+    pub fn ca_file(&self) -> Option<&Path> {
+        self.ca_file.as_deref()
+    }
+
     /// Whether a client certificate is presented.
     pub fn has_identity(&self) -> bool {
         self.identity.is_some()
@@ -349,58 +409,7 @@ impl fmt::Debug for ZookeeperTls {
     }
 }
 
-/// The query parameters a `zookeeper://` URL may carry: the TLS files, as percent-encoded paths.
-pub(crate) const URL_QUERY_KEYS: [&str; 3] = ["tls_ca", "tls_cert", "tls_key"];
-
-/// Parses the query of a `zookeeper://` URL (the text after `?`): `tls_ca=PATH` turns TLS on
-/// trusting that CA file, `tls_cert=PATH&tls_key=PATH` add a client certificate. Reads and checks
-/// the files. `None` when the query is empty.
-///
-/// # Errors
-/// `InvalidConfig` for an unknown or repeated key, a certificate without its key (or the reverse),
-/// a client certificate without `tls_ca`, or a file that cannot be read or parsed (naming it).
-pub(crate) fn tls_from_url_query(query: &str) -> Result<Option<ZookeeperTls>> {
-    let mut files: [Option<PathBuf>; 3] = [None, None, None];
-    for (k, v) in url::form_urlencoded::parse(query.as_bytes()) {
-        let Some(i) = URL_QUERY_KEYS.iter().position(|key| *key == k) else {
-            return Err(Error::config(format!(
-                "unknown ZooKeeper URL parameter {:?}: expected {}",
-                k.chars().take(64).collect::<String>(),
-                URL_QUERY_KEYS.join(", ")
-            )));
-        };
-        if v.is_empty() {
-            return Err(Error::config(format!("ZooKeeper URL parameter {k} needs a file path")));
-        }
-        if files[i].replace(PathBuf::from(v.as_ref())).is_some() {
-            return Err(Error::config(format!("ZooKeeper URL parameter {k} is given twice")));
-        }
-    }
-    let [ca, cert, key] = files;
-    let identity = match (cert, key) {
-        (Some(c), Some(k)) => Some((c, k)),
-        (None, None) => None,
-        _ => {
-            return Err(Error::config("a ZooKeeper TLS client identity needs both URL parameters tls_cert and tls_key"))
-        }
-    };
-    match (ca, identity) {
-        (None, None) => Ok(None),
-        (None, Some(_)) => Err(Error::config(
-            "a ZooKeeper TLS client certificate (tls_cert, tls_key) needs the CA that signs the servers' \
-             certificates (URL parameter tls_ca)",
-        )),
-        (Some(ca), identity) => {
-            let tls = ZookeeperTls::from_ca_file(&ca)?;
-            match identity {
-                Some((c, k)) => tls.identity_files(c, k).map(Some),
-                None => Ok(Some(tls)),
-            }
-        }
-    }
-}
-
-fn read_pem(path: &Path, what: &str) -> Result<String> {
+pub(crate) fn read_pem(path: &Path, what: &str) -> Result<String> {
     std::fs::read_to_string(path)
         .map_err(|e| Error::config(format!("cannot read the ZooKeeper TLS {what} file {}: {e}", path.display())))
 }
@@ -547,6 +556,12 @@ impl ZookeeperOptions {
         &self.root
     }
 
+    /// The ACL mode in effect: [`AclMode::Auto`] resolved against the auth info and SASL of
+    /// these options.
+    pub fn effective_acl(&self) -> AclMode {
+        self.acl.clone().resolve(!self.auth.is_empty() || self.sasl.is_some())
+    }
+
     /// Checks every value.
     ///
     /// # Errors
@@ -561,8 +576,9 @@ impl ZookeeperOptions {
         }
         if self.acl == AclMode::CreatorAll && self.auth.is_empty() && self.sasl.is_none() {
             return Err(Error::config(
-                "ZooKeeper ACL mode creator-all needs auth info (e.g. ZookeeperAuth::digest) or SASL: \
-                 without an authenticated identity the server rejects the ACL",
+                "ZooKeeper ACL mode creator-all needs auth info (ZookeeperAuth::digest, SIMBA_ZOOKEEPER_AUTH=digest:user:\
+                 password or zookeeper://user:password@host) or SASL (ZookeeperSasl, SIMBA_ZOOKEEPER_SASL): without an \
+                 authenticated identity the server rejects the ACL",
             ));
         }
         if let AclMode::Custom(list) = &self.acl {

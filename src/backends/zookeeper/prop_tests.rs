@@ -7,8 +7,9 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 
+use super::config::ZookeeperUrl;
 use super::paths::{decode_session, encode_session, parent, Paths};
-use super::{parse_url, token_of, validate_hosts};
+use super::{token_of, validate_hosts};
 use crate::types::{Name, SessionId};
 use crate::ErrorKind;
 
@@ -72,10 +73,11 @@ proptest! {
 
     #[test]
     fn urls_and_connect_strings_never_panic(url in "(zookeeper://)?[a-z0-9.:,@/?#]{0,30}") {
-        if let Err(e) = parse_url(&url) {
+        if let Err(e) = ZookeeperUrl::parse(&url) {
             prop_assert_eq!(e.kind(), ErrorKind::InvalidConfig);
         }
-        let _ = validate_hosts(&url);
+        let _ = validate_hosts(&url, false);
+        let _ = validate_hosts(&url, true);
     }
 
     #[test]
@@ -85,8 +87,8 @@ proptest! {
     ) {
         let hosts = hosts.iter().map(|(h, p)| format!("{h}:{p}")).collect::<Vec<_>>().join(",");
         let url = format!("zookeeper://{hosts}{}", root.clone().unwrap_or_default());
-        let (parsed_hosts, parsed_root, tls) = parse_url(&url).unwrap();
-        prop_assert_eq!((parsed_hosts, parsed_root), (hosts, root));
-        prop_assert!(tls.is_none());
+        let parsed = ZookeeperUrl::parse(&url).unwrap();
+        prop_assert_eq!((parsed.hosts, parsed.root), (hosts, root));
+        prop_assert!(parsed.tls.is_none());
     }
 }

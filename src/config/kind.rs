@@ -1,0 +1,192 @@
+//! The backends [`Config`](super::Config) can select ([`BackendKind`]) and the settings
+//! families of the selection rules.
+
+use std::fmt;
+use std::str::FromStr;
+
+use super::values::shorten;
+use crate::error::{Error, Result};
+
+/// The backends [`Config`] can select.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[non_exhaustive]
+pub enum BackendKind {
+    /// PostgreSQL 14+ (`postgres://`, `postgresql://`; feature `postgres`).
+    Postgres,
+    /// MySQL 8 / MariaDB 10.11 (`mysql://`; feature `mysql`).
+    Mysql,
+    /// Redis 7 standalone (`redis://`; feature `redis`).
+    Redis,
+    /// Redis Cluster (`redis+cluster://h1:p,h2:p`; feature `redis`).
+    RedisCluster,
+    /// ZooKeeper 3.8 (`zookeeper://h1:2181,h2:2181/root`; feature `zookeeper`).
+    Zookeeper,
+    /// The in-process memory backend (`memory://`; always compiled). Process-local: two processes
+    /// never see each other's leases.
+    Memory,
+}
+
+impl BackendKind {
+    /// Every kind.
+    pub const ALL: [BackendKind; 6] = [
+        BackendKind::Postgres,
+        BackendKind::Mysql,
+        BackendKind::Redis,
+        BackendKind::RedisCluster,
+        BackendKind::Zookeeper,
+        BackendKind::Memory,
+    ];
+
+    /// The name used by `SIMBA_BACKEND`, e.g. `"redis-cluster"`.
+    pub fn name(self) -> &'static str {
+        match self {
+            BackendKind::Postgres => "postgres",
+            BackendKind::Mysql => "mysql",
+            BackendKind::Redis => "redis",
+            BackendKind::RedisCluster => "redis-cluster",
+            BackendKind::Zookeeper => "zookeeper",
+            BackendKind::Memory => "memory",
+        }
+    }
+
+    /// The Cargo feature that compiles this backend in (`None` for memory, which is always there).
+    pub fn feature(self) -> Option<&'static str> {
+        match self {
+            BackendKind::Postgres => Some("postgres"),
+            BackendKind::Mysql => Some("mysql"),
+            BackendKind::Redis | BackendKind::RedisCluster => Some("redis"),
+            BackendKind::Zookeeper => Some("zookeeper"),
+            BackendKind::Memory => None,
+        }
+    }
+
+    /// True when this build contains the backend.
+    pub fn is_compiled(self) -> bool {
+        match self {
+            BackendKind::Postgres => cfg!(feature = "postgres"),
+            BackendKind::Mysql => cfg!(feature = "mysql"),
+            BackendKind::Redis | BackendKind::RedisCluster => cfg!(feature = "redis"),
+            BackendKind::Zookeeper => cfg!(feature = "zookeeper"),
+            BackendKind::Memory => true,
+        }
+    }
+
+    /// True for PostgreSQL and MySQL (the backends with a schema).
+    pub fn is_sql(self) -> bool {
+        matches!(self, BackendKind::Postgres | BackendKind::Mysql)
+    }
+
+    /// The backend's settings family (for the selection rules and `SIMBA_<FAMILY>_ENABLED`).
+    pub(crate) fn family(self) -> Family {
+        match self {
+            BackendKind::Postgres => Family::Postgres,
+            BackendKind::Mysql => Family::Mysql,
+            BackendKind::Redis | BackendKind::RedisCluster => Family::Redis,
+            BackendKind::Zookeeper => Family::Zookeeper,
+            BackendKind::Memory => Family::Memory,
+        }
+    }
+
+    /// Whether an explicit choice `self` (from `SIMBA_BACKEND`) agrees with a URL of kind `url`:
+    /// equal, or `redis` for a `redis+cluster://` URL.
+    pub(crate) fn agrees_with(self, url: BackendKind) -> bool {
+        self == url || (self == BackendKind::Redis && url == BackendKind::RedisCluster)
+    }
+}
+
+impl fmt::Display for BackendKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for BackendKind {
+    type Err = Error;
+
+    /// Parses `postgres` (or `postgresql`), `mysql`, `redis`, `redis-cluster`, `zookeeper`,
+    /// `memory`; case-insensitive.
+    fn from_str(s: &str) -> Result<BackendKind> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "postgres" | "postgresql" => Ok(BackendKind::Postgres),
+            "mysql" => Ok(BackendKind::Mysql),
+            "redis" => Ok(BackendKind::Redis),
+            "redis-cluster" => Ok(BackendKind::RedisCluster),
+            "zookeeper" => Ok(BackendKind::Zookeeper),
+            "memory" => Ok(BackendKind::Memory),
+            _ => Err(Error::config(format!(
+                "unknown backend {:?}: expected one of postgres, mysql, redis, redis-cluster, zookeeper, memory",
+                shorten(s)
+            ))),
+        }
+    }
+}
+
+/// A group of settings that belong to one backend.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum Family {
+    Postgres,
+    Mysql,
+    Sql,
+    Redis,
+    Zookeeper,
+    Memory,
+}
+
+impl Family {
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Family::Postgres => "postgres",
+            Family::Mysql => "mysql",
+            Family::Sql => "sql (postgres/mysql)",
+            Family::Redis => "redis",
+            Family::Zookeeper => "zookeeper",
+            Family::Memory => "memory",
+        }
+    }
+
+    pub(crate) fn applies_to(self, kind: BackendKind) -> bool {
+        match self {
+            Family::Sql => kind.is_sql(),
+            f => kind.family() == f,
+        }
+    }
+
+    /// The family of a `SIMBA_REDIS_*` or `SIMBA_ZOOKEEPER_*` variable `name` when that backend is
+    /// not compiled in (so this build cannot know its variables).
+    pub(crate) fn not_compiled_owner(name: &str) -> Option<Family> {
+        let family = if name.starts_with("SIMBA_REDIS_") {
+            Family::Redis
+        } else if name.starts_with("SIMBA_ZOOKEEPER_") {
+            Family::Zookeeper
+        } else {
+            return None;
+        };
+        let compiled = match family {
+            Family::Redis => cfg!(feature = "redis"),
+            _ => cfg!(feature = "zookeeper"),
+        };
+        (!compiled && !name.ends_with("_ENABLED")).then_some(family)
+    }
+
+    pub(crate) fn enabled_var(self) -> &'static str {
+        match self {
+            Family::Postgres => "SIMBA_POSTGRES_ENABLED",
+            Family::Mysql => "SIMBA_MYSQL_ENABLED",
+            Family::Redis => "SIMBA_REDIS_ENABLED",
+            Family::Zookeeper => "SIMBA_ZOOKEEPER_ENABLED",
+            Family::Memory | Family::Sql => "SIMBA_MEMORY_ENABLED",
+        }
+    }
+}
+
+/// An example URL of `kind`, for messages.
+pub(crate) fn example_url(kind: BackendKind) -> &'static str {
+    match kind {
+        BackendKind::Postgres => "postgres://user@127.0.0.1:5432/db",
+        BackendKind::Mysql => "mysql://user@127.0.0.1:3306/db",
+        BackendKind::Redis => "redis://127.0.0.1:6379",
+        BackendKind::RedisCluster => "redis+cluster://127.0.0.1:7000,127.0.0.1:7001",
+        BackendKind::Zookeeper => "zookeeper://127.0.0.1:2181/simba",
+        BackendKind::Memory => "memory://",
+    }
+}

@@ -1,0 +1,148 @@
+//! Bring your own configuration, Redis: the backend built from the application's own
+//! `redis::ConnectionInfo` (standalone) and node infos (Cluster), plaintext and over TLS, against
+//! the servers of `scripts/services up` (`SIMBA_TEST_REDIS_URL`, `SIMBA_TEST_REDIS_CLUSTER_URL`,
+//! the TLS-only `redis-tls` on :6390, which requires a client certificate, and
+//! `redis-cluster-tls` on :7100-7102). The backend still owns its pool and pub/sub connection.
+#![cfg(feature = "redis")]
+
+mod support;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::{ClientTlsConfig, ConnectionInfo, IntoConnectionInfo, TlsCertificates};
+use serial_test::serial;
+use simba::backend::CheckStatus;
+use simba::backends::redis::{RedisBackend, RedisOptions, RedisTls};
+use simba::{ErrorKind, LeaseBackend, Name, Session, SessionOptions};
+
+fn options() -> RedisOptions {
+    RedisOptions::builder()
+        .query_timeout(Duration::from_secs(5))
+        .max_connections(2)
+        .max_connection_lifetime(Duration::from_secs(60))
+        .build()
+        .unwrap()
+}
+
+fn tls_file(name: &str) -> Vec<u8> {
+    let path = format!("{}/{name}", support::env_or("SIMBA_TEST_TLS_DIR", "/tmp/simba-services/tls"));
+    std::fs::read(&path)
+        .unwrap_or_else(|e| panic!("{path}: {e}: run `scripts/services up` (it runs scripts/tls-certs)"))
+}
+
+fn tls_path(name: &str) -> String {
+    format!("{}/{name}", support::env_or("SIMBA_TEST_TLS_DIR", "/tmp/simba-services/tls"))
+}
+
+/// The application's own TLS connection info: the test CA and client identity built into it.
+fn tls_info(addr: &str) -> ConnectionInfo {
+    support::require_tcp("TLS-only Redis", addr);
+    let certs = TlsCertificates {
+        client_tls: Some(ClientTlsConfig { client_cert: tls_file("client.pem"), client_key: tls_file("client.key") }),
+        root_cert: Some(tls_file("ca.pem")),
+    };
+    redis::Client::build_with_tls(format!("rediss://{addr}"), certs).unwrap().get_connection_info().clone()
+}
+
+/// A lock, its holder as another session sees it, a release that wakes the waiter: the backend
+/// works end to end (scripts, pool and pub/sub) on the connections it built from `backend`.
+fn exercise(backend: RedisBackend) {
+    let backend: Arc<dyn LeaseBackend> = Arc::new(backend);
+    let opts = SessionOptions::builder().lease_duration(Duration::from_secs(6)).build().unwrap();
+    let a = Session::open(backend.clone(), opts.clone()).unwrap();
+    let b = Session::open(backend.clone(), opts).unwrap();
+    let name = support::unique("byo");
+    let lease = a.lock(name.as_str()).unwrap();
+    let holder = backend.holder(&Name::new(name.as_str()).unwrap()).unwrap().expect("held");
+    assert_eq!(holder.token, lease.token().unwrap());
+    assert!(b.try_lock(name.as_str()).unwrap().is_none());
+    let waiter = std::thread::spawn(move || {
+        let l = b.lock_timeout(name.as_str(), Duration::from_secs(20)).unwrap().expect("granted after the release");
+        l.release().unwrap();
+        b.close().unwrap();
+    });
+    lease.release().unwrap();
+    waiter.join().unwrap();
+    a.close().unwrap();
+}
+
+#[test]
+#[serial(redis)]
+fn standalone_from_the_applications_connection_info() {
+    let url = support::env_or("SIMBA_TEST_REDIS_URL", "redis://127.0.0.1:6379");
+    support::require_tcp("Redis", url.trim_start_matches("redis://"));
+    let info = url.as_str().into_connection_info().unwrap();
+    let backend = RedisBackend::from_connection_info(info, options()).unwrap();
+    assert!(!backend.is_clustered());
+    assert_eq!(backend.options().max_connection_lifetime(), Duration::from_secs(60));
+    exercise(backend);
+}
+
+#[test]
+#[serial(redis_cluster)]
+fn cluster_from_the_applications_node_infos() {
+    let url =
+        support::env_or("SIMBA_TEST_REDIS_CLUSTER_URL", "redis+cluster://127.0.0.1:7000,127.0.0.1:7001,127.0.0.1:7002");
+    let hosts = url.trim_start_matches("redis+cluster://");
+    support::require_tcp("Redis Cluster", hosts.split(',').next().unwrap_or_default());
+    let infos: Vec<ConnectionInfo> =
+        hosts.split(',').map(|h| format!("redis://{h}").into_connection_info().unwrap()).collect();
+    let backend = RedisBackend::cluster_from_connection_infos(infos, options()).unwrap();
+    assert!(backend.is_clustered());
+    exercise(backend);
+}
+
+#[test]
+#[serial(redis_tls)]
+fn tls_from_the_applications_connection_info() {
+    let backend = RedisBackend::from_connection_info(tls_info("127.0.0.1:6390"), options()).unwrap();
+    let check = backend.check();
+    let transport = check.iter().find(|i| i.detail.contains("encrypted")).expect("a transport item");
+    assert_eq!(transport.status, CheckStatus::Ok, "{check:?}");
+    assert!(transport.detail.contains("application's ConnectionInfo"), "{}", transport.detail);
+    exercise(backend);
+}
+
+#[test]
+#[serial(redis_tls)]
+fn tls_address_with_the_backends_files() {
+    support::require_tcp("TLS-only Redis", "127.0.0.1:6390");
+    let info = "rediss://127.0.0.1:6390".into_connection_info().unwrap();
+    let tls = RedisTls::new().ca(tls_path("ca.pem")).client_identity(tls_path("client.pem"), tls_path("client.key"));
+    let opts = RedisOptions::builder().query_timeout(Duration::from_secs(5)).tls(tls).build().unwrap();
+    exercise(RedisBackend::from_connection_info(info, opts).unwrap());
+}
+
+#[test]
+#[serial(redis_tls)]
+fn tls_cluster_from_the_applications_node_infos() {
+    let infos = ["127.0.0.1:7100", "127.0.0.1:7101", "127.0.0.1:7102"].map(tls_info).to_vec();
+    exercise(RedisBackend::cluster_from_connection_infos(infos, options()).unwrap());
+}
+
+#[test]
+fn unsafe_or_contradicting_infos_are_refused_before_any_io() {
+    // Port 1: nothing listens, and nothing is tried.
+    let insecure = "rediss://127.0.0.1:1/#insecure".into_connection_info().unwrap();
+    let e = RedisBackend::from_connection_info(insecure, options()).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidConfig, "{e}");
+    assert!(e.to_string().contains("turns certificate verification off"), "{e}");
+    let plain = "redis://:hunter2@127.0.0.1:1".into_connection_info().unwrap();
+    let with_files = RedisOptions::builder().tls(RedisTls::new().ca("/nonexistent/ca.pem")).build().unwrap();
+    let e = RedisBackend::from_connection_info(plain, with_files).unwrap_err();
+    assert!(e.to_string().contains("is not TLS") && !e.to_string().contains("hunter2"), "{e}");
+    let e = RedisBackend::cluster_from_connection_infos(Vec::new(), options()).unwrap_err();
+    assert!(e.to_string().contains("at least one node"), "{e}");
+    let mixed = vec![
+        "redis://127.0.0.1:1".into_connection_info().unwrap(),
+        "rediss://127.0.0.1:2".into_connection_info().unwrap(),
+    ];
+    let e = RedisBackend::cluster_from_connection_infos(mixed, options()).unwrap_err();
+    assert!(e.to_string().contains("mix"), "{e}");
+    let waits = RedisOptions::builder().wait_replicas(1).build().unwrap();
+    let e =
+        RedisBackend::cluster_from_connection_infos(vec!["redis://127.0.0.1:1".into_connection_info().unwrap()], waits)
+            .unwrap_err();
+    assert!(e.to_string().contains("not available on Redis Cluster"), "{e}");
+}

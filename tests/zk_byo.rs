@@ -1,0 +1,109 @@
+//! Bring your own configuration, ZooKeeper: the backend built from a connect string and the
+//! application's own `zookeeper_client::Connector` (its TLS, auth, connection timeout), plaintext
+//! against `SIMBA_TEST_ZOOKEEPER_URL` and over TLS against the TLS-only `zookeeper-tls` of
+//! `scripts/services up` (:2185, `ssl.clientAuth=need`). The backend still owns its clients
+//! (one ZooKeeper session per Simba session, and its shared reader).
+#![cfg(feature = "zookeeper")]
+
+mod support;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serial_test::serial;
+use simba::backends::zookeeper::{ZookeeperBackend, ZookeeperOptions};
+use simba::{LeaseBackend, Name, Session, SessionOptions};
+use zookeeper_client::{Client, TlsOptions};
+
+fn tls_pem(name: &str) -> String {
+    let path = format!("{}/{name}", support::env_or("SIMBA_TEST_TLS_DIR", "/tmp/simba-services/tls"));
+    std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("{path}: {e}: run `scripts/services up zookeeper-tls` (it runs scripts/tls-certs)"))
+}
+
+/// `host:port,…` of a `zookeeper://` test URL.
+fn hosts_of(url: &str) -> String {
+    url.trim_start_matches("zookeeper://").split(['/', '?']).next().unwrap_or_default().to_string()
+}
+
+fn options() -> ZookeeperOptions {
+    ZookeeperOptions::default()
+        .root(format!("/simba-test/{}", support::unique("byo")))
+        .connection_timeout(Duration::from_secs(5))
+}
+
+/// A lock and its holder as another session sees it, a waiter woken by the release: the clients
+/// the backend cloned from the application's connector work end to end.
+fn exercise(backend: ZookeeperBackend) {
+    let backend: Arc<dyn LeaseBackend> = Arc::new(backend);
+    let opts = SessionOptions::builder().lease_duration(Duration::from_secs(6)).build().unwrap();
+    let a = Session::open(backend.clone(), opts.clone()).unwrap();
+    let b = Session::open(backend.clone(), opts).unwrap();
+    let name = support::unique("byo");
+    let lease = a.lock(name.as_str()).unwrap();
+    let holder = backend.holder(&Name::new(name.as_str()).unwrap()).unwrap().expect("held");
+    assert_eq!(holder.token, lease.token().unwrap());
+    assert!(b.try_lock(name.as_str()).unwrap().is_none());
+    let waiter = std::thread::spawn(move || {
+        let l = b.lock_timeout(name.as_str(), Duration::from_secs(20)).unwrap().expect("granted after the release");
+        l.release().unwrap();
+        b.close().unwrap();
+    });
+    lease.release().unwrap();
+    waiter.join().unwrap();
+    a.close().unwrap();
+}
+
+#[test]
+#[serial(zookeeper)]
+fn plaintext_with_the_applications_connector() {
+    let hosts = hosts_of(&support::env_or("SIMBA_TEST_ZOOKEEPER_URL", "zookeeper://127.0.0.1:2181/simba-test"));
+    support::require_tcp("ZooKeeper", hosts.split(',').next().unwrap_or_default());
+    let connector = Client::connector().with_connection_timeout(Duration::from_secs(2));
+    let backend = ZookeeperBackend::with_connector(&hosts, connector, options()).unwrap();
+    exercise(backend);
+}
+
+#[test]
+#[serial(zookeeper_tls)]
+fn tls_configured_on_the_applications_connector() {
+    let url = support::env_or("SIMBA_TEST_ZOOKEEPER_TLS_URL", "zookeeper://127.0.0.1:2185/simba-test");
+    let hosts = hosts_of(&url);
+    support::require_tcp("the TLS-only ZooKeeper (scripts/services up zookeeper-tls)", &hosts);
+    let tls = TlsOptions::default()
+        .with_pem_ca(&tls_pem("ca.pem"))
+        .unwrap()
+        .with_pem_identity(&tls_pem("client.pem"), &tls_pem("client.key"))
+        .unwrap();
+    let connector = Client::connector().with_tls(tls);
+    let tls_hosts: Vec<String> = hosts.split(',').map(|h| format!("tcp+tls://{h}")).collect();
+    let backend = ZookeeperBackend::with_connector(&tls_hosts.join(","), connector, options()).unwrap();
+    let check = backend.check();
+    assert!(check.iter().any(|i| i.detail.contains("TLS as configured on the application's connector")), "{check:?}");
+    exercise(backend);
+}
+
+#[test]
+#[serial(zookeeper_tls)]
+fn a_tls_only_server_refuses_the_connector_without_tls() {
+    let url = support::env_or("SIMBA_TEST_ZOOKEEPER_TLS_URL", "zookeeper://127.0.0.1:2185/simba-test");
+    let hosts = hosts_of(&url);
+    support::require_tcp("the TLS-only ZooKeeper (scripts/services up zookeeper-tls)", &hosts);
+    let e = ZookeeperBackend::with_connector(
+        &hosts,
+        Client::connector(),
+        options().connection_timeout(Duration::from_secs(2)),
+    )
+    .unwrap_err();
+    assert_eq!(e.kind(), simba::ErrorKind::Unavailable, "{e}");
+    assert!(e.to_string().contains("plaintext TCP"), "{e}");
+}
+
+#[test]
+fn bad_connect_strings_are_refused_before_any_io() {
+    for bad in ["", "tcp+tls://", "h:0", "tls://h:1", "u:p@h:1"] {
+        let e = ZookeeperBackend::with_connector(bad, Client::connector(), ZookeeperOptions::default()).unwrap_err();
+        assert_eq!(e.kind(), simba::ErrorKind::InvalidConfig, "{bad}: {e}");
+        assert!(!e.to_string().contains("u:p"), "{e}");
+    }
+}
