@@ -32,7 +32,16 @@ fn harness() -> simba::tck::Harness {
     backend.init_schema().unwrap_or_else(|e| {
         panic!("cannot initialise the schema over TLS at {url}: {e} (run `scripts/services up mysql-tls`)")
     });
-    simba::tck::Harness::new(Arc::new(backend))
+    // 2 s leases, not 1 s: a raw session's first call on a new pooled connection waits for a
+    // mutually authenticated handshake, which took over a second on a loaded 2-core machine (a
+    // `join` then found its 1 s session expired).
+    let timing = simba::SessionOptions::builder()
+        .lease_duration(Duration::from_secs(2))
+        .renew_interval(Duration::from_millis(500))
+        .query_timeout(Duration::from_secs(2))
+        .build()
+        .unwrap();
+    simba::tck::Harness::new(Arc::new(backend)).with_options(timing)
 }
 
 mod tck {
