@@ -773,6 +773,8 @@ impl Config {
             #[cfg(feature = "postgres")]
             BackendKind::Postgres => {
                 self.sql_options()?;
+                // The backend's own URL parsing (libpq TLS parameters) and its TLS files.
+                crate::backends::sql::validate_postgres_url(&self.endpoint()?.raw.0)?;
             }
             // Redis and ZooKeeper: checked by their own parsers in `build`.
             _ => {}

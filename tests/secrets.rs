@@ -208,6 +208,23 @@ fn postgres_secrets_stay_secret() {
     if let Ok(c) = config(&mut seen, &[("SIMBA_URL", &query)]) {
         exercise(&mut seen, "postgres (password parameter)", &c);
     }
+    // Over verified TLS (the TLS-only server trusts postgres too): the check's tls item and the
+    // TLS errors hold no password either.
+    support::require_tcp("TLS-only PostgreSQL (scripts/services up postgres-tls)", "127.0.0.1:5433");
+    let tls_dir = url_of("SIMBA_TEST_TLS_DIR", "/tmp/simba-services/tls");
+    let tls =
+        format!("postgres://postgres:{SECRET}@127.0.0.1:5433/test?sslmode=verify-full&sslrootcert={tls_dir}/ca.pem");
+    if let Ok(c) = config(&mut seen, &[("SIMBA_URL", &tls)]) {
+        exercise(&mut seen, "postgres (TLS)", &c);
+    }
+    let wrong_ca = format!(
+        "postgres://postgres:{SECRET}@127.0.0.1:5433/test?sslmode=verify-full&sslrootcert={tls_dir}/other-ca.pem"
+    );
+    let c = config(&mut seen, &[("SIMBA_URL", &wrong_ca)]).unwrap();
+    exercise(&mut seen, "postgres (TLS, wrong CA)", &c);
+    let plain = format!("postgres://postgres:{SECRET}@127.0.0.1:5433/test?sslmode=disable");
+    let c = config(&mut seen, &[("SIMBA_URL", &plain)]).unwrap();
+    exercise(&mut seen, "postgres (plaintext against TLS only)", &c);
     // Connection failures: nothing listens on port 1.
     let c = config(&mut seen, &[("SIMBA_URL", &format!("postgres://simba:{SECRET}@127.0.0.1:1/db"))]).unwrap();
     exercise(&mut seen, "postgres (closed port)", &c);
@@ -217,6 +234,10 @@ fn postgres_secrets_stay_secret() {
         format!("postgres://simba:{SECRET}@h1,h2:x/db"),
         format!("postgres://simba:{SECRET}@127.0.0.1/db?connect_timeout=abc"),
         format!("postgres://simba:{SECRET}@127.0.0.1/db?sslmode=bogus"),
+        format!("postgres://simba:{SECRET}@127.0.0.1/db?sslpassword={SECRET}"),
+        format!("postgres://simba:{SECRET}@127.0.0.1/db?sslmode=verify-full"),
+        format!("postgres://simba:{SECRET}@127.0.0.1/db?sslmode=require&sslrootcert=/nonexistent/ca.pem"),
+        format!("host=127.0.0.1 user=simba password={SECRET} sslpassword='{SECRET}' dbname=db"),
         format!("postgres://simba:{SPECIAL}@127.0.0.1/db"),
         format!("host=127.0.0.1 user=simba password={SECRET} dbname"),
         format!("postgres://simba:{SECRET}@[::1/db"),
@@ -529,7 +550,7 @@ fn config_secrets_stay_secret_for_every_setting() {
     seen.debug("ConfigBuilder (code)", &b);
     seen.result("ConfigBuilder::build (code)", &b.build());
     // Every accessor that returns text.
-    let c = Config::from_url(&format!("postgres://u:{SECRET}@h/db?password={SECRET}&sslpassword={SECRET}")).unwrap();
+    let c = Config::from_url(&format!("postgres://u:{SECRET}@h/db?password={SECRET}&sslmode=require")).unwrap();
     seen.add("accessors", format!("{:?} {:?} {:?}", c.redacted_url(), c.hosts(), c.database()));
     seen.add("redact_url", simba::config::redact_url(&format!("mysql://u:{SPECIAL}@h/db")));
     seen.add("redact_url (no scheme)", simba::config::redact_url(&format!("u:{SECRET}@h")));

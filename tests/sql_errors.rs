@@ -161,7 +161,7 @@ fn mysql_missing_tables() {
     assert!(text.contains("1146") && text.contains("simba schema apply"), "{text}");
 }
 
-/// A private cluster: `simba_pw` logs in with a password, `simba_tls` only over TLS.
+/// A private cluster (ssl = off): `simba_pw` logs in with a password, `simba_tls` only over TLS.
 #[test]
 #[serial_test::serial(postgres_private)]
 fn postgres_password_tls_and_missing_tables() {
@@ -199,8 +199,8 @@ fn postgres_password_tls_and_missing_tables() {
     );
     fails_at_once(
         &format!("postgres://postgres@127.0.0.1:{port}/postgres?sslmode=require"),
-        &["sslmode=require", "does not support"],
-        "sslmode=require",
+        &["server does not support TLS", "sslmode=require needs TLS", "ssl = off"],
+        "sslmode=require needs TLS",
     );
     // Missing tables: at once, with the server's words.
     let b = backend(&pg.url());

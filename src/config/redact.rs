@@ -14,14 +14,19 @@ impl fmt::Debug for Secret {
     }
 }
 
-/// Query keys whose values are hidden in redacted URLs.
+/// Query keys whose values are hidden in redacted URLs. libpq's TLS file parameters
+/// (`sslrootcert`, `sslcert`, `sslkey`) name files, not secrets: they stay visible, so errors
+/// about those files can name them (`sslpassword` is hidden).
 pub(crate) fn sensitive_key(key: &str) -> bool {
     let k = key.to_ascii_lowercase();
+    if matches!(k.as_str(), "sslrootcert" | "sslcert" | "sslkey") {
+        return false;
+    }
     ["pass", "secret", "token", "auth", "key", "credential", "cert"].iter().any(|s| k.contains(s))
 }
 
 /// `raw` with its secrets replaced by `***`: the password of the URL's userinfo, the values of
-/// sensitive query parameters (`password`, `sslkey`, `token`, …) and, in a libpq-style
+/// sensitive query parameters (`password`, `sslpassword`, `token`, …) and, in a libpq-style
 /// `key=value` list, the values of sensitive keys. Works on text that is not a valid URL too
 /// (best effort, erring on hiding too much): the userinfo ends at the *last* `@`, so a password
 /// with an unencoded `/`, `?` or `@` is still hidden, and text without `://` shows only a

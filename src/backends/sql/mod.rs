@@ -58,6 +58,16 @@ mod pool;
 mod postgres;
 pub mod queries;
 
+#[cfg(feature = "postgres")]
+pub use postgres::{PostgresTls, RootCerts, SslMode};
+
+/// Parses a PostgreSQL URL as [`SqlBackend::postgres`] does and reads its TLS files, without
+/// building a backend (for [`Config`](crate::Config)'s validation before any I/O).
+#[cfg(feature = "postgres")]
+pub(crate) fn validate_postgres_url(url: &str) -> Result<()> {
+    postgres::validate_url(url)
+}
+
 /// Default time between two background purges of expired sessions.
 pub const DEFAULT_PURGE_INTERVAL: Duration = Duration::from_secs(60);
 /// Default number of connections in the backend's own pool.
@@ -246,7 +256,8 @@ impl SqlOptionsBuilder {
 
     /// Longest life of a pooled connection: it is closed and replaced (on demand) after that,
     /// e.g. to follow a server's rotated certificate or a changed DNS name (default 30 min; at
-    /// least 1 s; [`Duration::MAX`] keeps connections forever).
+    /// least 1 s; [`Duration::MAX`] keeps connections forever). PostgreSQL closes a connection this
+    /// old when the call using it ends; idle ones are closed by the pool's reaper, every 30 s.
     #[must_use]
     pub fn connection_lifetime(mut self, d: Duration) -> Self {
         self.connection_lifetime = Some(d);
@@ -376,7 +387,8 @@ pub(crate) trait Driver: Send + Sync + 'static {
     fn notification_connection_id(&self) -> Option<u64> {
         None
     }
-    /// The dialect's own `check` items (MySQL: `tls`), after `reachable`.
+    /// The dialect's own `check` items (the `tls` item: whether a connection is encrypted and the
+    /// server certificate verified), after `reachable`.
     fn extra_checks(&self) -> Vec<CheckItem> {
         Vec::new()
     }
@@ -413,16 +425,50 @@ impl fmt::Debug for SqlBackend {
 }
 
 impl SqlBackend {
-    /// A PostgreSQL backend for `url` (`postgres://user:password@host:port/db?options=...`, or a
-    /// libpq-style `key=value` string). No I/O happens here. TLS is not supported (use `sslmode`
-    /// `disable` or `prefer`).
+    /// A PostgreSQL backend for `url` (`postgres://user:password@host:port/db?sslmode=…`, or a
+    /// libpq-style `key=value` string), with libpq's TLS parameters `sslmode`
+    /// (`disable`/`prefer`/`require`/`verify-ca`/`verify-full`, default `prefer`), `sslrootcert`
+    /// (a PEM file, or `system`), `sslcert`/`sslkey` (a client identity) and `sslsni` — see
+    /// [`PostgresTls`] and `docs/configuration.md`. No network I/O happens here; the TLS files are
+    /// read here.
     ///
     /// # Errors
-    /// `InvalidConfig` when the URL cannot be parsed.
+    /// `InvalidConfig` when the URL cannot be parsed, a TLS parameter is malformed or not
+    /// supported, or a TLS file cannot be read.
     #[cfg(feature = "postgres")]
     pub fn postgres(url: &str, options: SqlOptions) -> Result<SqlBackend> {
-        let driver = postgres::PgDriver::new(url, &options)?;
+        SqlBackend::postgres_with_tls(url, &PostgresTls::default(), options)
+    }
+
+    /// As [`postgres`](SqlBackend::postgres), with TLS settings given in code joined with the
+    /// URL's (a setting made in both with different values is an error).
+    ///
+    /// # Errors
+    /// As [`postgres`](SqlBackend::postgres); `InvalidConfig` for a setting made twice.
+    #[cfg(feature = "postgres")]
+    pub fn postgres_with_tls(url: &str, tls: &PostgresTls, options: SqlOptions) -> Result<SqlBackend> {
+        let driver = postgres::PgDriver::new(url, tls, &options)?;
         Ok(SqlBackend::with_driver(Dialect::Postgres, url, options, Box::new(driver)))
+    }
+
+    /// A PostgreSQL backend for the application's own driver configuration: hosts, user,
+    /// password, database, `options`, timeouts and keepalives as the application set them up,
+    /// with `tls` (whose `sslmode` replaces the configuration's). The backend still owns its pool
+    /// (`options.pool_size()` connections, at most [`SqlOptions::connection_lifetime`] each) and
+    /// adds its statement timeout to the configuration's `options`; unset connect timeouts take
+    /// the backend's. No network I/O happens here; the TLS files are read here.
+    ///
+    /// # Errors
+    /// `InvalidConfig` for a TLS setting that breaks a rule or a TLS file that cannot be read.
+    #[cfg(feature = "postgres")]
+    pub fn postgres_from_config(
+        config: ::postgres::Config,
+        tls: &PostgresTls,
+        options: SqlOptions,
+    ) -> Result<SqlBackend> {
+        let driver = postgres::PgDriver::from_config(config, tls, &options)?;
+        let shown = driver.shown().to_string();
+        Ok(SqlBackend::with_driver(Dialect::Postgres, &shown, options, Box::new(driver)))
     }
 
     /// A MySQL 8 / MariaDB 10.11 backend for `url`

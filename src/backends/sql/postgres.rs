@@ -1,6 +1,11 @@
 //! The PostgreSQL dialect: the blocking `postgres` client in an r2d2 pool with a per-connection
 //! prepared-statement cache.
 //!
+//! Its settings are its own: [`config`] parses the URL (or libpq `key=value` string) with libpq's
+//! TLS parameters into the driver's `Config` and a [`PostgresTls`]; `tls` is the rustls connector
+//! and its libpq-style verifiers; [`PgConnector::connect`] (in `connect`) opens every connection —
+//! the pool's and any dedicated one — with that one TLS setup.
+//!
 //! Timeouts: `statement_timeout` (= query timeout) and `idle_in_transaction_session_timeout` are set
 //! per connection through the `options` startup parameter, `connect_timeout` and TCP keepalives /
 //! `tcp_user_timeout` on the socket. The `postgres` client has **no client-side read timeout**: a
@@ -9,23 +14,29 @@
 //! deadline; the blocked connection stays checked out meanwhile, so the pool shrinks by one.
 
 use std::collections::HashMap;
-use std::str::FromStr;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crossbeam_channel::Sender;
 use log::debug;
 use parking_lot::Mutex;
 use postgres::error::SqlState;
 use postgres::types::ToSql;
-use postgres::{Client, Config, NoTls, Row, Statement};
+use postgres::{Client, Config, Row, Statement};
 
 use super::pool::{ConnectFailure, ConnectHealth, Fail, SqlPool};
 use super::queries::postgres as q;
-use super::{add_keep_alive_row, redact_url, Driver, RawAcquire, RawHolder, RawKeepAlive, SqlOptions};
-use crate::backend::Notification;
+use super::{add_keep_alive_row, Driver, RawAcquire, RawHolder, RawKeepAlive, SqlOptions};
+use crate::backend::{CheckItem, CheckStatus, Notification};
 use crate::error::{Error, Result};
 use crate::types::{Name, SessionId};
+
+pub(crate) mod config;
+mod connect;
+mod tls;
+
+pub use config::{PostgresTls, RootCerts, SslMode};
+pub(crate) use connect::{ConnectError, Connected, PgConnector, Transport};
 
 const KIND: &str = "postgres";
 
@@ -38,6 +49,9 @@ pub(crate) struct PgConn {
     statements: HashMap<usize, Statement>,
     broken: bool,
     pid: u64,
+    transport: Transport,
+    /// When it was opened (for the connection lifetime).
+    born: Instant,
     registry: Arc<Mutex<Vec<u64>>>,
 }
 
@@ -141,9 +155,12 @@ fn col<'a, T: postgres::types::FromSql<'a>>(row: &'a Row, idx: usize, what: &str
 }
 
 pub(crate) struct PgManager {
-    config: Config,
+    connector: PgConnector,
     registry: Arc<Mutex<Vec<u64>>>,
     health: Arc<ConnectHealth>,
+    /// [`SqlOptions::connection_lifetime`]: a connection this old is closed when it is returned
+    /// (the pool's reaper, which runs every 30 s, closes idle ones).
+    lifetime: Duration,
 }
 
 /// The server's own words for an error it sent: message, SQLSTATE, and its detail and hint.
@@ -159,20 +176,46 @@ fn server_words(db: &postgres::error::DbError) -> String {
 }
 
 /// Classifies a failed connect: the server's refusals that retrying cannot fix are permanent
-/// (with what to do); anything else — refused or reset TCP, timeouts, a server starting up or
-/// shutting down, too many connections — is retried within the query timeout.
-fn connect_failure(e: &postgres::Error, user: &str, database: &str) -> ConnectFailure {
+/// (with what to do), and so is a TLS handshake that failed in the TLS layer (a certificate that
+/// does not verify, a server that does not speak TLS); anything else — refused or reset TCP,
+/// timeouts, a server starting up or shutting down, too many connections — is retried within the
+/// query timeout.
+fn connect_failure(e: &ConnectError, connector: &PgConnector) -> ConnectFailure {
+    let config = connector.config();
+    let user = config.get_user().unwrap_or_default();
+    let database = config.get_dbname().unwrap_or(user);
+    let mode = connector.tls().settings.mode();
+    if let tls::Handshake::Failed { rustls, text } = &e.handshake {
+        let host = first_host(config);
+        let roots = connector.tls().roots_shown();
+        return match tls::handshake_hint(rustls.as_ref(), &host, &roots) {
+            Some(hint) => ConnectFailure {
+                permanent: true,
+                text: format!("TLS handshake with {host} failed (sslmode={mode}): {text}: {hint}"),
+            },
+            None => ConnectFailure { permanent: false, text: format!("TLS handshake with {host} failed: {text}") },
+        };
+    }
+    let e = &e.error;
     let Some(db) = e.as_db_error() else {
-        // sslmode=require: this build connects without TLS (`NoTls`), so the handshake fails
-        // whether or not the server offers TLS; the driver gives that error no public kind.
-        let tls = std::error::Error::source(e).is_some_and(|s| s.is::<postgres::tls::NoTlsError>())
-            || e.to_string().starts_with("error performing TLS handshake");
-        if tls {
+        // The driver's words when sslmode asks for TLS and the server answers the TLS request "no".
+        if crate::error::display_chain(e).contains("server does not support TLS") {
             return ConnectFailure {
                 permanent: true,
                 text: format!(
-                    "{}: the URL asks for TLS (sslmode=require), which this build does not support: use \
-                     sslmode=prefer or disable, or connect through a TLS-terminating proxy",
+                    "{}: sslmode={mode} needs TLS, which the server at {} does not offer (ssl = off): turn ssl on in                      postgresql.conf, or use sslmode=prefer or disable on a trusted network",
+                    crate::error::display_chain(e),
+                    first_host(config)
+                ),
+            };
+        }
+        // The driver's refusals of the server's authentication ("server did not use channel
+        // binding" under channel_binding=require, an unsupported mechanism): retrying cannot help.
+        if e.to_string().starts_with("authentication error") {
+            return ConnectFailure {
+                permanent: true,
+                text: format!(
+                    "{}: check channel_binding and the server's password_encryption / pg_hba.conf method",
                     crate::error::display_chain(e)
                 ),
             };
@@ -195,9 +238,16 @@ fn connect_failure(e: &postgres::Error, user: &str, database: &str) -> ConnectFa
     let todo = if *code == SqlState::INVALID_PASSWORD {
         format!("check the password of user \"{user}\" in the URL")
     } else if *code == SqlState::INVALID_AUTHORIZATION_SPECIFICATION && db.message().contains("no encryption") {
-        "the server accepts this login only over TLS, which this build does not support: allow a non-TLS \
-         (`host`) login in pg_hba.conf or connect through a TLS-terminating proxy"
-            .to_string()
+        format!(
+            "the server accepts this login only over TLS (pg_hba.conf hostssl), and this connection is not encrypted \
+             (sslmode={mode}): use sslmode=verify-full with sslrootcert=/path/ca.pem (or at least sslmode=require)"
+        )
+    } else if *code == SqlState::INVALID_AUTHORIZATION_SPECIFICATION && db.message().contains("certificate") {
+        format!(
+            "the server requires a valid TLS client certificate for user \"{user}\" (pg_hba.conf clientcert or cert \
+             authentication): give sslcert=/path/client.pem&sslkey=/path/client.key, signed by a CA the server's \
+             ssl_ca_file trusts, whose common name is the user name"
+        )
     } else if *code == SqlState::INVALID_AUTHORIZATION_SPECIFICATION && db.message().contains("does not exist") {
         format!("create the role \"{user}\" (with LOGIN) or fix the user name in the URL")
     } else if *code == SqlState::INVALID_AUTHORIZATION_SPECIFICATION {
@@ -212,35 +262,75 @@ fn connect_failure(e: &postgres::Error, user: &str, database: &str) -> ConnectFa
     ConnectFailure { permanent: true, text: format!("the server refused the connection: {words}: {todo}") }
 }
 
+/// The first host of `config` as written (a name, an address or a socket directory).
+fn first_host(config: &Config) -> String {
+    match config.get_hosts().first() {
+        Some(postgres::config::Host::Tcp(h)) => h.clone(),
+        Some(postgres::config::Host::Unix(p)) => p.display().to_string(),
+        None => "localhost".to_string(),
+    }
+}
+
+/// `postgres://user@host:port,…/db` for a configuration given in code (no password: it is not
+/// kept), for messages and `simba check`.
+fn describe(config: &Config) -> String {
+    let ports = config.get_ports();
+    let hosts: Vec<String> = config
+        .get_hosts()
+        .iter()
+        .enumerate()
+        .map(|(i, h)| {
+            let host = match h {
+                postgres::config::Host::Tcp(h) if h.contains(':') => format!("[{h}]"),
+                postgres::config::Host::Tcp(h) => h.clone(),
+                postgres::config::Host::Unix(p) => p.display().to_string(),
+            };
+            match ports.get(i).or(ports.first()) {
+                Some(p) => format!("{host}:{p}"),
+                None => host,
+            }
+        })
+        .collect();
+    let user = config.get_user().map(|u| format!("{u}@")).unwrap_or_default();
+    format!("postgres://{user}{}/{}", hosts.join(","), config.get_dbname().unwrap_or_default())
+}
+
 impl r2d2::ManageConnection for PgManager {
     type Connection = PgConn;
-    type Error = postgres::Error;
+    type Error = ConnectError;
 
-    fn connect(&self) -> Result<PgConn, postgres::Error> {
-        let mut client = match self.config.connect(NoTls) {
+    fn connect(&self) -> Result<PgConn, ConnectError> {
+        let Connected { mut client, transport } = match self.connector.connect() {
             Ok(c) => c,
             Err(e) => {
-                let user = self.config.get_user().unwrap_or_default();
-                let database = self.config.get_dbname().unwrap_or(user);
-                self.health.failed(KIND, connect_failure(&e, user, database));
+                self.health.failed(KIND, connect_failure(&e, &self.connector));
                 return Err(e);
             }
         };
         self.health.succeeded(KIND);
-        let row = client.query_one(q::BACKEND_PID, &[])?;
-        let pid: i64 = row.try_get(0)?;
+        let plain = |error| ConnectError { error, handshake: tls::Handshake::NotStarted };
+        let row = client.query_one(q::BACKEND_PID, &[]).map_err(plain)?;
+        let pid: i64 = row.try_get(0).map_err(plain)?;
         let pid = u64::try_from(pid).unwrap_or(0);
         self.registry.lock().push(pid);
-        debug!("simba {KIND}: new connection (server pid {pid})");
-        Ok(PgConn { client, statements: HashMap::new(), broken: false, pid, registry: self.registry.clone() })
+        debug!("simba {KIND}: new connection (server pid {pid}, {transport:?})");
+        Ok(PgConn {
+            client,
+            statements: HashMap::new(),
+            broken: false,
+            pid,
+            transport,
+            born: Instant::now(),
+            registry: self.registry.clone(),
+        })
     }
 
-    fn is_valid(&self, conn: &mut PgConn) -> Result<(), postgres::Error> {
-        conn.client.check_connection()
+    fn is_valid(&self, conn: &mut PgConn) -> Result<(), ConnectError> {
+        conn.client.check_connection().map_err(|error| ConnectError { error, handshake: tls::Handshake::NotStarted })
     }
 
     fn has_broken(&self, conn: &mut PgConn) -> bool {
-        conn.broken || conn.client.is_closed()
+        conn.broken || conn.client.is_closed() || conn.born.elapsed() >= self.lifetime
     }
 }
 
@@ -248,12 +338,36 @@ pub(crate) struct PgDriver {
     pool: SqlPool<PgManager>,
     registry: Arc<Mutex<Vec<u64>>>,
     listener: listen::Listener,
+    connector: PgConnector,
+    /// How the backend is shown: the redacted URL, or [`describe`] of a configuration.
+    shown: String,
+}
+
+/// Parses `url` and reads its TLS files, as [`PgDriver::new`] does, without building a pool.
+pub(crate) fn validate_url(url: &str) -> Result<()> {
+    let (_, tls) = config::parse(url)?;
+    tls::TlsSetup::load(&tls).map_err(|e| Error::config(format!("{}: {e}", super::redact_url(url))))?;
+    Ok(())
 }
 
 impl PgDriver {
-    pub(crate) fn new(url: &str, options: &SqlOptions) -> Result<PgDriver> {
-        let mut config = Config::from_str(url)
-            .map_err(|e| Error::config(format!("invalid PostgreSQL URL {}", redact_url(url))).with_source(e))?;
+    /// A driver for a URL or libpq `key=value` string (with libpq's TLS parameters), joined with
+    /// the TLS settings given in code (`tls`; one set in both with different values is an error).
+    pub(crate) fn new(url: &str, tls: &PostgresTls, options: &SqlOptions) -> Result<PgDriver> {
+        let (config, from_url) = config::parse(url)?;
+        let settings = from_url.merge(tls)?;
+        PgDriver::with_config(config, &settings, options, super::redact_url(url))
+    }
+
+    /// A driver for the application's own driver configuration and TLS settings. The
+    /// configuration's `sslmode` is replaced by `tls`'s.
+    pub(crate) fn from_config(config: Config, tls: &PostgresTls, options: &SqlOptions) -> Result<PgDriver> {
+        let shown = describe(&config);
+        PgDriver::with_config(config, tls, options, shown)
+    }
+
+    fn with_config(mut config: Config, tls: &PostgresTls, options: &SqlOptions, shown: String) -> Result<PgDriver> {
+        let setup = tls::TlsSetup::load(tls).map_err(|e| Error::config(format!("{shown}: {e}")))?;
         let qt_ms = options.query_timeout().as_millis().max(1);
         let idle_tx_ms = qt_ms.saturating_mul(4).max(1000);
         let mut opts = config.get_options().map(str::to_string).unwrap_or_default();
@@ -273,16 +387,91 @@ impl PgDriver {
         if config.get_application_name().is_none() {
             config.application_name("simba");
         }
+        let connector = PgConnector::new(config, setup);
         let registry = Arc::new(Mutex::new(Vec::new()));
         let health = Arc::new(ConnectHealth::default());
-        // The notification connection: the pool's manager settings with its own pid registry (it is
-        // not a pool connection) and the pool's connect health (one warning per cause for both).
-        let listen_manager =
-            PgManager { config: config.clone(), registry: Arc::new(Mutex::new(Vec::new())), health: health.clone() };
+        // The notification connection: the pool's connector (same TLS setup, timeouts and startup
+        // options) with its own pid registry (it is not a pool connection) and the pool's connect
+        // health (one warning per cause for both).
+        let listen_manager = PgManager {
+            connector: connector.clone(),
+            registry: Arc::new(Mutex::new(Vec::new())),
+            health: health.clone(),
+            lifetime: options.connection_lifetime(),
+        };
         let listener = listen::Listener::new(listen_manager, options.connect_timeout(), options.query_timeout());
-        let manager = PgManager { config, registry: registry.clone(), health: health.clone() };
-        Ok(PgDriver { pool: SqlPool::new(manager, health, options, KIND), registry, listener })
+        let manager = PgManager {
+            connector: connector.clone(),
+            registry: registry.clone(),
+            health: health.clone(),
+            lifetime: options.connection_lifetime(),
+        };
+        Ok(PgDriver { pool: SqlPool::new(manager, health, options, KIND), registry, listener, connector, shown })
     }
+
+    /// How this backend is shown (the redacted URL, or the configuration without its password).
+    pub(crate) fn shown(&self) -> &str {
+        &self.shown
+    }
+}
+
+/// The `tls` item of `simba check` for a connection protected by `transport`.
+fn tls_item(transport: &Transport, connector: &PgConnector) -> CheckItem {
+    let tls = connector.tls();
+    let host = first_host(connector.config());
+    let identity = match tls.settings.client_identity_files() {
+        Some((cert, _)) => format!("client certificate {} presented", cert.display()),
+        None => "no client certificate".to_string(),
+    };
+    let item = |status, detail: String| CheckItem { name: "tls".to_string(), status, detail };
+    match transport {
+        Transport::Tls { protocol, cipher, verification } => {
+            let roots = tls.roots_shown();
+            let (status, verified) = match verification {
+                config::Verification::Full => {
+                    (CheckStatus::Ok, format!("server certificate and host name \"{host}\" verified against {roots}"))
+                }
+                config::Verification::Chain => (
+                    CheckStatus::Ok,
+                    format!(
+                        "server certificate chain verified against {roots}; the host name is not checked \
+                         (sslmode={}: use verify-full to check it)",
+                        tls.settings.mode()
+                    ),
+                ),
+                _ => (
+                    if is_loopback(&host) { CheckStatus::Ok } else { CheckStatus::Warn },
+                    format!(
+                        "the server certificate is NOT verified (sslmode={} without sslrootcert): anyone between \
+                         here and the server can pose as it; use sslmode=verify-full with sslrootcert=/path/ca.pem",
+                        tls.settings.mode()
+                    ),
+                ),
+            };
+            item(status, format!("encrypted ({protocol}, {cipher}, rustls); {verified}; {identity}"))
+        }
+        Transport::Plain => {
+            let why = match tls.settings.mode() {
+                SslMode::Disable => "sslmode=disable".to_string(),
+                m => format!("sslmode={m}: the server declined TLS or its handshake failed"),
+            };
+            if is_loopback(&host) {
+                item(CheckStatus::Ok, format!("not encrypted ({why}); {host} is a loopback address or Unix socket"))
+            } else {
+                item(
+                    CheckStatus::Warn,
+                    format!(
+                        "not encrypted ({why}): passwords and data cross the network in clear; use \
+                         sslmode=verify-full with sslrootcert=/path/ca.pem"
+                    ),
+                )
+            }
+        }
+    }
+}
+
+fn is_loopback(host: &str) -> bool {
+    host == "localhost" || host.starts_with('/') || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
 }
 
 impl Driver for PgDriver {
@@ -472,6 +661,18 @@ impl Driver for PgDriver {
             };
             col(version, 0, what)
         })
+    }
+
+    fn extra_checks(&self) -> Vec<CheckItem> {
+        let transport = self.pool.run("check the connection's TLS", |c| Ok(c.transport.clone()));
+        vec![match transport {
+            Ok(t) => tls_item(&t, &self.connector),
+            Err(e) => CheckItem {
+                name: "tls".to_string(),
+                status: CheckStatus::Fail,
+                detail: crate::error::display_chain(&e),
+            },
+        }]
     }
 
     fn connection_ids(&self) -> Vec<u64> {
