@@ -110,17 +110,7 @@ impl RedisBackend {
     /// As [`connect`](RedisBackend::connect); `InvalidConfig` when `wait_replicas` is set (not
     /// available on Cluster) or `nodes` is empty.
     pub fn clustered<S: AsRef<str>>(nodes: &[S], options: RedisOptions) -> Result<RedisBackend> {
-        let urls: Vec<String> = nodes
-            .iter()
-            .map(|n| {
-                let n = n.as_ref().trim();
-                if n.contains("://") {
-                    n.to_string()
-                } else {
-                    format!("redis://{n}")
-                }
-            })
-            .collect();
+        let urls = port::node_urls(nodes);
         let scripting = ClusteredScripting::open(&urls, &options.tls, options.pool_limits())?;
         let files = options.tls.clone();
         RedisBackend::build(Arc::new(scripting), options, files)

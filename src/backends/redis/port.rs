@@ -277,6 +277,21 @@ fn run_script(
     }
 }
 
+/// Cluster node addresses as URLs: `host:port` becomes `redis://host:port`.
+pub(crate) fn node_urls<S: AsRef<str>>(nodes: &[S]) -> Vec<String> {
+    nodes
+        .iter()
+        .map(|n| {
+            let n = n.as_ref().trim();
+            if n.contains("://") {
+                n.to_string()
+            } else {
+                format!("redis://{n}")
+            }
+        })
+        .collect()
+}
+
 /// The one hash slot of a script call's keys.
 fn call_slot(script: &LuaScript, keys: &[String]) -> Result<u16> {
     let Some(first) = keys.first() else {
@@ -541,17 +556,7 @@ impl ClusteredScripting {
     /// # Errors
     /// As [`new`](ClusteredScripting::new).
     pub fn with_tls<S: AsRef<str>>(nodes: &[S], max_connections: usize, tls: &RedisTls) -> Result<ClusteredScripting> {
-        let urls: Vec<String> = nodes
-            .iter()
-            .map(|n| {
-                let n = n.as_ref().trim();
-                if n.contains("://") {
-                    n.to_string()
-                } else {
-                    format!("redis://{n}")
-                }
-            })
-            .collect();
+        let urls = node_urls(nodes);
         ClusteredScripting::open(&urls, tls, PoolLimits::max(max_connections))
     }
 
