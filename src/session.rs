@@ -22,7 +22,9 @@ use crate::types::{user_name, IntoName, Name, SessionId, Token};
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum SessionEvent {
-    /// A lease is lost; its `token()` already fails.
+    /// A lease is lost; its `token()` already fails. A lost semaphore permit is reported as its
+    /// slot's lease, `simba.sem:<semaphore>:<slot>` ([`semaphore::slot_of`](crate::semaphore::slot_of)
+    /// maps the name back).
     LeaseLost {
         /// The lease.
         name: Name,
