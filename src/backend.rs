@@ -209,6 +209,20 @@ pub trait LeaseBackend: Send + Sync + fmt::Debug + 'static {
     /// `Unavailable`/`Backend`.
     fn members(&self, group: &Name) -> Result<Vec<Member>>;
 
+    /// The limit (number of permits) of semaphore `name`: with `Some(permits)`, stores `permits`
+    /// as its limit when none is stored yet; with `None`, stores nothing. Returns the stored limit
+    /// (always `Some` after a `Some(permits)` call that succeeded), whatever was asked: the caller
+    /// compares. Atomic: of two first calls racing with different limits, exactly one is stored and
+    /// both are told that one. A stored limit is kept forever (like lease tokens).
+    ///
+    /// Semaphore names are a namespace of their own (not lease or group names); `permits` is
+    /// already validated (1 to [`MAX_PERMITS`](crate::semaphore::MAX_PERMITS)). The permits
+    /// themselves are ordinary leases on the semaphore's slot names (see [`crate::semaphore`]).
+    ///
+    /// # Errors
+    /// `Unavailable`/`Backend`; `Backend` when the stored value is corrupt (not a valid limit).
+    fn semaphore_limit(&self, name: &Name, permits: Option<u32>) -> Result<Option<u32>>;
+
     /// How long any call of this backend (other than [`open_session`](LeaseBackend::open_session))
     /// can take, when the backend bounds its calls itself.
     ///

@@ -20,8 +20,9 @@ use crate::group::{self, MemberWatch, Membership, MembershipShared};
 use crate::lease::Lease;
 use crate::options::SessionOptions;
 use crate::runtime::{bounded_call, jitter, SessionInner};
+use crate::semaphore::{Semaphore, Source};
 use crate::session::SessionEvent;
-use crate::types::{IntoName, Name, SessionId};
+use crate::types::{user_name, IntoName, Name, SessionId};
 
 /// What happened to a coordinator's sessions.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -350,7 +351,7 @@ impl Coordinator {
     /// `InvalidName`; `Unavailable` while the session is being replaced; `AlreadyHeld`;
     /// `Closed` after [`close`](Coordinator::close).
     pub fn campaign(&self, name: impl IntoName) -> Result<Election> {
-        let name = name.into_name()?;
+        let name = user_name(name)?;
         let shared = ElectionShared::new(name, self.inner.backend.clone(), self.inner.options.query_timeout(), true);
         self.inner.attach_new(&shared)?;
         Ok(Election::new(shared))
@@ -363,7 +364,7 @@ impl Coordinator {
     /// `InvalidName`; `Unavailable` while the session is being replaced; `AlreadyHeld`; the
     /// backend's error; `Closed` after [`close`](Coordinator::close).
     pub fn join(&self, group: impl IntoName) -> Result<Membership> {
-        let group = group.into_name()?;
+        let group = user_name(group)?;
         let shared = MembershipShared::new(group, true);
         self.inner.attach_new(&shared)?;
         Ok(Membership::new(shared))
@@ -376,7 +377,7 @@ impl Coordinator {
     /// As [`Session::lock`](crate::Session::lock), plus `Unavailable` while the session is being
     /// replaced and `Closed` after [`close`](Coordinator::close).
     pub fn lock(&self, name: impl IntoName) -> Result<Lease> {
-        let name = name.into_name()?;
+        let name = user_name(name)?;
         self.inner
             .current()?
             .lock_until(&name, None)?
@@ -389,7 +390,7 @@ impl Coordinator {
     /// # Errors
     /// As [`Session::try_lock`](crate::Session::try_lock), plus those of [`lock`](Coordinator::lock).
     pub fn try_lock(&self, name: impl IntoName) -> Result<Option<Lease>> {
-        let name = name.into_name()?;
+        let name = user_name(name)?;
         let s = self.inner.current()?;
         let deadline = deadline_after(self.inner.options.query_timeout())
             .ok_or_else(|| Error::config("the query timeout is past what an Instant can hold"))?;
@@ -402,7 +403,7 @@ impl Coordinator {
     /// # Errors
     /// As [`lock`](Coordinator::lock).
     pub fn lock_timeout(&self, name: impl IntoName, timeout: Duration) -> Result<Option<Lease>> {
-        let name = name.into_name()?;
+        let name = user_name(name)?;
         self.inner.current()?.lock_until(&name, deadline_after(timeout))
     }
 
@@ -411,8 +412,41 @@ impl Coordinator {
     /// # Errors
     /// As [`lock`](Coordinator::lock).
     pub fn lock_deadline(&self, name: impl IntoName, deadline: Instant) -> Result<Option<Lease>> {
-        let name = name.into_name()?;
+        let name = user_name(name)?;
         self.inner.current()?.lock_until(&name, Some(deadline))
+    }
+
+    /// The counted semaphore `name` with `permits` permits (see [`crate::semaphore`]). Each
+    /// acquire takes its permit on the coordinator's current session; a permit ends with that
+    /// session (it is not carried over to a replacement: acquire again), while the semaphore
+    /// handle keeps working across replacements.
+    ///
+    /// # Errors
+    /// As [`Session::semaphore`](crate::Session::semaphore). Its acquires fail with `Unavailable`
+    /// while the session is being replaced and `Closed` after [`close`](Coordinator::close).
+    pub fn semaphore(&self, name: impl IntoName, permits: u32) -> Result<Semaphore> {
+        Semaphore::open(
+            self.current_source(),
+            self.inner.backend.clone(),
+            self.inner.options.query_timeout(),
+            name,
+            permits,
+        )
+    }
+
+    /// The semaphore `name` with its stored limit, or `None` when it was never used (see
+    /// [`Session::existing_semaphore`](crate::Session::existing_semaphore)).
+    ///
+    /// # Errors
+    /// `InvalidName`; `Timeout`; the backend's error.
+    pub fn existing_semaphore(&self, name: impl IntoName) -> Result<Option<Semaphore>> {
+        Semaphore::existing(self.current_source(), self.inner.backend.clone(), self.inner.options.query_timeout(), name)
+    }
+
+    /// The coordinator's current session, for handles that outlive one session.
+    fn current_source(&self) -> Source {
+        let weak = Arc::downgrade(&self.inner);
+        Source::Current(Arc::new(move || weak.upgrade().ok_or_else(closed_error)?.current()))
     }
 
     /// The current leader of `name`.
@@ -420,7 +454,7 @@ impl Coordinator {
     /// # Errors
     /// `InvalidName`; `Timeout`; the backend's error.
     pub fn leader(&self, name: impl IntoName) -> Result<Option<Leader>> {
-        let name = name.into_name()?;
+        let name = user_name(name)?;
         bounded_call(&self.inner.backend, self.inner.options.query_timeout(), move |b| b.holder(&name))
     }
 
@@ -429,7 +463,7 @@ impl Coordinator {
     /// # Errors
     /// `InvalidName`; `Timeout`; the backend's error.
     pub fn members(&self, group: impl IntoName) -> Result<Vec<Member>> {
-        let group = group.into_name()?;
+        let group = user_name(group)?;
         bounded_call(&self.inner.backend, self.inner.options.query_timeout(), move |b| b.members(&group))
     }
 
@@ -438,7 +472,7 @@ impl Coordinator {
     /// # Errors
     /// `InvalidName`.
     pub fn watch_members(&self, group: impl IntoName) -> Result<MemberWatch> {
-        let group = group.into_name()?;
+        let group = user_name(group)?;
         Ok(group::watch(self.inner.backend.clone(), group, self.inner.options.clone(), None))
     }
 

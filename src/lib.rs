@@ -2,7 +2,8 @@
 //!
 //! A synchronous library for distributed coordination between processes: [`Session`]s renewed by
 //! a background thread, named leases ([`Lease`]) carrying fencing [`Token`]s, and on top of them
-//! locks, leader election ([`Election`]) and group membership ([`Membership`]). Backends implement
+//! locks, leader election ([`Election`]), counted semaphores ([`Semaphore`], a fencing token per
+//! [`Permit`]) and group membership ([`Membership`]). Backends implement
 //! one SPI, [`LeaseBackend`], and pass one conformance kit (`simba::tck`): the in-process
 //! [`MemoryBackend`] (always compiled), PostgreSQL and MySQL/MariaDB (`backends::sql`, features
 //! `postgres`/`mysql`), Redis standalone and Cluster (`backends::redis`, feature `redis`) and
@@ -68,6 +69,7 @@ mod lease;
 pub use backends::memory;
 pub mod options;
 mod runtime;
+pub mod semaphore;
 pub mod session;
 #[cfg(feature = "sim")]
 pub mod sim;
@@ -91,6 +93,9 @@ pub use group::{GroupChange, MemberWatch, Membership};
 pub use lease::Lease;
 pub use memory::MemoryBackend;
 pub use options::SessionOptions;
+pub use semaphore::{Permit, Semaphore};
 pub use session::{Session, SessionEvent};
 pub use state::{LossReason, SessionState};
-pub use types::{validate_metadata, IntoName, Name, SessionId, Token, MAX_METADATA_LEN, MAX_NAME_LEN};
+pub use types::{
+    validate_metadata, IntoName, Name, SessionId, Token, MAX_METADATA_LEN, MAX_NAME_LEN, RESERVED_NAME_PREFIX,
+};

@@ -13,16 +13,19 @@ use crate::group::{self, MemberWatch, Membership, MembershipShared};
 use crate::lease::Lease;
 use crate::options::SessionOptions;
 use crate::runtime::SessionInner;
+use crate::semaphore::{Semaphore, Source};
 use crate::state::{LossReason, SessionState};
 use crate::sync;
-use crate::types::{IntoName, Name, SessionId, Token};
+use crate::types::{user_name, IntoName, Name, SessionId, Token};
 
 /// Something that happened to a session. Sent in order on every receiver from
 /// [`Session::events`]; receivers that fall behind never slow the session down.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum SessionEvent {
-    /// A lease is lost; its `token()` already fails.
+    /// A lease is lost; its `token()` already fails. A lost semaphore permit is reported as its
+    /// slot's lease, `simba.sem:<semaphore>:<slot>` ([`semaphore::slot_of`](crate::semaphore::slot_of)
+    /// maps the name back).
     LeaseLost {
         /// The lease.
         name: Name,
@@ -152,7 +155,7 @@ impl Session {
     /// `AlreadyHeld` when this session already holds or campaigns for `name` (or another thread's
     /// lock of it won the same term); `Backend` for non-transient failures.
     pub fn lock(&self, name: impl IntoName) -> Result<Lease> {
-        let name = name.into_name()?;
+        let name = user_name(name)?;
         match self.inner.lock_until(&name, None)? {
             Some(l) => Ok(l),
             None => Err(Error::new(ErrorKind::Timeout, format!("lock '{name}' gave up"))),
@@ -168,7 +171,7 @@ impl Session {
     /// (`Unavailable` when the backend's own timeout ended the call, on a backend that declares
     /// [`call_bound`](LeaseBackend::call_bound)).
     pub fn try_lock(&self, name: impl IntoName) -> Result<Option<Lease>> {
-        let name = name.into_name()?;
+        let name = user_name(name)?;
         let bound = later(sync::now(), self.inner.timing.query_timeout);
         self.inner.attempt_lock(&name, bound)
     }
@@ -183,7 +186,7 @@ impl Session {
     /// # Errors
     /// As [`lock`](Session::lock).
     pub fn lock_timeout(&self, name: impl IntoName, timeout: Duration) -> Result<Option<Lease>> {
-        let name = name.into_name()?;
+        let name = user_name(name)?;
         self.inner.lock_until(&name, deadline_after(sync::now(), timeout))
     }
 
@@ -196,8 +199,39 @@ impl Session {
     /// # Errors
     /// As [`lock`](Session::lock).
     pub fn lock_deadline(&self, name: impl IntoName, deadline: Instant) -> Result<Option<Lease>> {
-        let name = name.into_name()?;
+        let name = user_name(name)?;
         self.inner.lock_until(&name, Some(deadline))
+    }
+
+    /// The counted semaphore `name` with `permits` permits, whose permits this session takes (see
+    /// [`crate::semaphore`]). Stores the limit on the backend when the semaphore is new; a stored
+    /// limit that differs is an error (one bounded call).
+    ///
+    /// # Errors
+    /// `InvalidName` (semaphore names are at most
+    /// [`MAX_SEMAPHORE_NAME_LEN`](crate::semaphore::MAX_SEMAPHORE_NAME_LEN) characters);
+    /// `InvalidConfig` when `permits` is 0 or above [`MAX_PERMITS`](crate::semaphore::MAX_PERMITS),
+    /// or when the backend stores another limit for `name` (the message names both); `Timeout`;
+    /// the backend's error.
+    pub fn semaphore(&self, name: impl IntoName, permits: u32) -> Result<Semaphore> {
+        let inner = &self.inner;
+        Semaphore::open(
+            Source::Session(inner.clone()),
+            inner.backend.clone(),
+            inner.timing.query_timeout,
+            name,
+            permits,
+        )
+    }
+
+    /// The semaphore `name` with the limit stored on the backend, or `None` when it was never
+    /// used (nothing is stored). For tools that show a semaphore without knowing its limit.
+    ///
+    /// # Errors
+    /// `InvalidName`; `Timeout`; the backend's error.
+    pub fn existing_semaphore(&self, name: impl IntoName) -> Result<Option<Semaphore>> {
+        let inner = &self.inner;
+        Semaphore::existing(Source::Session(inner.clone()), inner.backend.clone(), inner.timing.query_timeout, name)
     }
 
     /// Starts contending for leadership of `name` in the background (on the renewal thread).
@@ -206,7 +240,7 @@ impl Session {
     /// `InvalidName`; `SessionExpired`/`Closed`; `AlreadyHeld` when this session already campaigns
     /// for or holds `name`.
     pub fn campaign(&self, name: impl IntoName) -> Result<Election> {
-        let name = name.into_name()?;
+        let name = user_name(name)?;
         let shared = ElectionShared::new(name, self.inner.backend.clone(), self.inner.timing.query_timeout, false);
         self.inner.attach_campaign(&shared)?;
         Ok(Election::new(shared))
@@ -217,7 +251,7 @@ impl Session {
     /// # Errors
     /// `InvalidName`; `Timeout`; the backend's error.
     pub fn leader(&self, name: impl IntoName) -> Result<Option<Leader>> {
-        let name = name.into_name()?;
+        let name = user_name(name)?;
         self.inner.bounded(move |b| b.holder(&name))
     }
 
@@ -227,7 +261,7 @@ impl Session {
     /// `InvalidName`; `SessionExpired`/`Closed`; `AlreadyHeld` when already a member through
     /// another handle; `Timeout`; the backend's error.
     pub fn join(&self, group: impl IntoName) -> Result<Membership> {
-        let group = group.into_name()?;
+        let group = user_name(group)?;
         let shared = MembershipShared::new(group, false);
         self.inner.attach_membership(&shared)?;
         Ok(Membership::new(shared))
@@ -238,7 +272,7 @@ impl Session {
     /// # Errors
     /// `InvalidName`; `Timeout`; the backend's error.
     pub fn members(&self, group: impl IntoName) -> Result<Vec<Member>> {
-        let group = group.into_name()?;
+        let group = user_name(group)?;
         self.inner.bounded(move |b| b.members(&group))
     }
 
@@ -249,7 +283,7 @@ impl Session {
     /// # Errors
     /// `InvalidName`.
     pub fn watch_members(&self, group: impl IntoName) -> Result<MemberWatch> {
-        let group = group.into_name()?;
+        let group = user_name(group)?;
         Ok(group::watch(
             self.inner.backend.clone(),
             group,
@@ -288,6 +322,8 @@ mod tests {
         assert_send_sync::<Lease>();
         assert_send_sync::<Election>();
         assert_send_sync::<Membership>();
+        assert_send_sync::<Semaphore>();
+        assert_send_sync::<crate::semaphore::Permit>();
         assert_send_sync::<crate::Error>();
     }
 }

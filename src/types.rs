@@ -12,6 +12,12 @@ pub const MAX_NAME_LEN: usize = 128;
 /// Longest session metadata, in bytes of UTF-8.
 pub const MAX_METADATA_LEN: usize = 1024;
 
+/// The prefix of the lease names simba uses for semaphore slots (`simba.sem:<semaphore>:<slot>`,
+/// see [`crate::semaphore`]). Lease and group names starting with it are rejected by every
+/// session and coordinator call that takes a lease or group name, before any I/O, so no lock,
+/// election or group can collide with a permit.
+pub const RESERVED_NAME_PREFIX: &str = "simba.sem:";
+
 /// A lease or group name: 1–128 characters of `[A-Za-z0-9._:-]`, not `.` or `..`, case-sensitive.
 ///
 /// The same rule holds on every backend, so a name valid here is valid everywhere (it is a safe
@@ -111,6 +117,22 @@ impl TryFrom<&Name> for Name {
     fn try_from(s: &Name) -> Result<Name> {
         Ok(s.clone())
     }
+}
+
+/// Validates a lease or group name given by the user: the naming rule, and not the reserved
+/// semaphore-slot prefix [`RESERVED_NAME_PREFIX`].
+pub(crate) fn user_name(name: impl IntoName) -> Result<Name> {
+    let name = name.into_name()?;
+    if name.as_str().starts_with(RESERVED_NAME_PREFIX) {
+        return Err(Error::new(
+            ErrorKind::InvalidName,
+            format!(
+                "invalid name '{name}': lease and group names starting with '{RESERVED_NAME_PREFIX}' are reserved \
+                 for semaphore permits (use Session::semaphore)"
+            ),
+        ));
+    }
+    Ok(name)
 }
 
 /// Converts user input to a [`Name`]; implemented for `&str`, `String`, `&String`, `Name`, `&Name`.
@@ -279,6 +301,18 @@ mod tests {
             assert!(e.to_string().contains("[A-Za-z0-9._:-]"), "{e}");
         }
         assert_ne!(Name::new("Job").unwrap(), Name::new("job").unwrap());
+    }
+
+    #[test]
+    fn reserved_prefix_is_rejected_for_users_only() {
+        let e = user_name("simba.sem:x:0").unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidName);
+        assert!(e.to_string().contains("reserved") && e.to_string().contains("simba.sem:"), "{e}");
+        assert!(Name::new("simba.sem:x:0").is_ok());
+        for ok in ["simba.sem", "simba.semx:1", "x-simba.sem:1", "simba"] {
+            assert_eq!(user_name(ok).unwrap().as_str(), ok);
+        }
+        assert_eq!(user_name("a b").unwrap_err().kind(), ErrorKind::InvalidName);
     }
 
     #[test]

@@ -335,7 +335,7 @@ fn schema_print() {
         if feature {
             assert_eq!(code(&o), 0, "{}", stderr(&o));
             let sql = stdout(&o);
-            for t in ["simba_session", "simba_lease", "simba_member"] {
+            for t in ["simba_session", "simba_lease", "simba_member", "simba_semaphore"] {
                 assert!(sql.contains(t), "{sql}");
             }
         } else {

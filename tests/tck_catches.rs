@@ -35,6 +35,9 @@ enum Flaw {
     ExpiredReportedAlive,
     /// `purge_expired` does nothing.
     PurgeNoop,
+    /// `semaphore_limit` stores nothing and answers the limit it was asked for (every client
+    /// sees its own semaphore).
+    LimitNotStored,
 }
 
 #[derive(Debug)]
@@ -128,6 +131,12 @@ impl LeaseBackend for Flawed {
     fn members(&self, g: &Name) -> simba::Result<Vec<Member>> {
         self.inner.members(g)
     }
+    fn semaphore_limit(&self, n: &Name, p: Option<u32>) -> simba::Result<Option<u32>> {
+        match self.flaw {
+            Flaw::LimitNotStored => Ok(p),
+            _ => self.inner.semaphore_limit(n, p),
+        }
+    }
     fn call_bound(&self) -> Option<Duration> {
         self.inner.call_bound()
     }
@@ -169,7 +178,10 @@ fn caught(flaw: Flaw, cases: &[&str]) {
 
 #[test]
 fn half_ttl_breaks_rule_1_both_ways() {
-    caught(Flaw::HalfTtl, &["session_alive_until_reported_remaining", "token_exclusive_over_real_time"]);
+    caught(
+        Flaw::HalfTtl,
+        &["session_alive_until_reported_remaining", "token_exclusive_over_real_time", "expiry_frees_a_permit"],
+    );
     // The one-way check alone never saw it.
     assert!(passes("session_expires_without_renewal", Flaw::HalfTtl));
 }
@@ -204,6 +216,16 @@ fn purge_that_deletes_nothing_is_caught() {
     caught(Flaw::PurgeNoop, &["token_never_resets"]);
 }
 
+#[test]
+fn semaphore_limit_not_stored_is_caught() {
+    caught(Flaw::LimitNotStored, &["limit_is_stored_and_mismatch_rejected"]);
+}
+
+#[test]
+fn claimed_push_that_never_comes_to_a_permit_waiter_is_caught() {
+    caught(Flaw::ClaimsPushNeverSends, &["permit_waiter_wakes_on_release"]);
+}
+
 /// The case list is one list: every case has a unique name and an area, and the capability
 /// cases are the ones the kit documents.
 #[test]
@@ -212,7 +234,15 @@ fn case_list_is_whole() {
     let names: HashSet<_> = cases.iter().map(|c| c.name()).collect();
     assert_eq!(names.len(), cases.len(), "duplicate case names");
     let areas: HashSet<_> = cases.iter().map(|c| c.area()).collect();
-    assert_eq!(areas, ["spi", "groups", "locks", "elections", "recovery"].into_iter().collect());
+    assert_eq!(areas, ["spi", "groups", "locks", "elections", "recovery", "semaphores"].into_iter().collect());
     let selected: Vec<_> = cases.iter().filter(|c| c.capability().is_some()).map(|c| c.name()).collect();
-    assert_eq!(selected, ["release_is_pushed", "membership_changes_are_pushed", "lock_waiter_wakes_on_release"]);
+    assert_eq!(
+        selected,
+        [
+            "release_is_pushed",
+            "membership_changes_are_pushed",
+            "lock_waiter_wakes_on_release",
+            "permit_waiter_wakes_on_release"
+        ]
+    );
 }

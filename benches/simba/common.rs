@@ -345,6 +345,10 @@ impl LeaseBackend for Counting {
         self.other();
         self.inner.holder(name)
     }
+    fn semaphore_limit(&self, name: &Name, permits: Option<u32>) -> simba::Result<Option<u32>> {
+        self.other();
+        self.inner.semaphore_limit(name, permits)
+    }
     fn join(&self, session: &SessionId, group: &Name) -> simba::Result<()> {
         self.other();
         self.inner.join(session, group)

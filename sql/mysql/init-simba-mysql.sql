@@ -1,4 +1,4 @@
--- Simba lease backend schema for MySQL 8 and MariaDB 10.11: three tables and one stored procedure.
+-- Simba lease backend schema for MySQL 8 and MariaDB 10.11: four tables and one stored procedure.
 -- Run once (simba schema apply, or mysql < init-simba-mysql.sql); running it again changes nothing.
 -- Names are case-sensitive: key columns use binary collations (ascii_bin, utf8mb4_bin).
 
@@ -180,3 +180,13 @@ begin
     end loop;
 end//
 delimiter ;
+
+-- Semaphore limits (Session::semaphore): one row per semaphore ever used, written once by its first
+-- use and never changed or deleted. The permits themselves are rows of simba_lease (one per slot,
+-- named 'simba.sem:<semaphore>:<slot>'). Added after the first release: running this script again
+-- on an existing schema only adds this table.
+create table if not exists simba_semaphore
+(
+    name    varchar(128) character set ascii collate ascii_bin not null primary key,
+    permits bigint                                             not null comment 'the limit, fixed by the first use, never changed'
+);

@@ -28,3 +28,14 @@ create table if not exists simba_member
     primary key (group_name, session_id)
 );
 create index if not exists idx_member_session on simba_member (session_id);
+
+-- Semaphore limits (Session::semaphore): one row per semaphore ever used, written once by its first
+-- use and never changed or deleted. The permits themselves are rows of simba_lease (one per slot,
+-- named 'simba.sem:<semaphore>:<slot>'). Added after the first release: running this script again
+-- on an existing schema only adds this table.
+create table if not exists simba_semaphore
+(
+    name    varchar(128) collate "C" not null primary key,
+    permits bigint                   not null check (permits > 0)
+);
+comment on column simba_semaphore.permits is 'the limit, fixed by the first use, never changed';

@@ -71,6 +71,8 @@ struct State {
     by_expiry: BTreeSet<(Duration, SessionId)>,
     leases: HashMap<Name, MemLease>,
     groups: HashMap<Name, BTreeSet<SessionId>>,
+    /// Semaphore limits, stored on first use and kept forever.
+    semaphores: HashMap<Name, u32>,
     watchers: HashMap<Topic, Vec<Sender<Notification>>>,
 }
 
@@ -326,6 +328,13 @@ impl LeaseBackend for MemoryBackend {
                     st.sessions.get(sid).map(|s| Member { session: sid.clone(), metadata: s.metadata.clone() })
                 })
                 .collect())
+        })
+    }
+
+    fn semaphore_limit(&self, name: &Name, permits: Option<u32>) -> Result<Option<u32>> {
+        self.with_state(|st, _, _| match permits {
+            Some(p) => Ok(Some(*st.semaphores.entry(name.clone()).or_insert(p))),
+            None => Ok(st.semaphores.get(name).copied()),
         })
     }
 

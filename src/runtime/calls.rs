@@ -37,7 +37,7 @@ impl SessionInner {
         bounded_call(&self.backend, self.timing.query_timeout, f)
     }
 
-    pub(super) fn retry_delay(&self) -> Duration {
+    pub(crate) fn retry_delay(&self) -> Duration {
         self.timing.renew_interval / 2 + jitter(self.timing.renew_interval / 4)
     }
 }

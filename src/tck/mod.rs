@@ -17,11 +17,11 @@
 //! Cases isolate themselves with random name prefixes; they use 1 s leases by default and wait
 //! with generous margins, asserting causality and order rather than tight timings.
 //!
-//! The cases live in one module per area (`spi`, `groups`, `locks`, `elections`, `recovery`) and
-//! are registered in **one list** (the `__tck_case_list!` macro below), from which both
-//! [`cases`] and the `#[test]`s of [`tck_suite!`](crate::tck_suite) are generated. A case
-//! function is private to its area and the kit denies dead code, so a case that is written but
-//! not listed does not compile. A case that depends on a [`Capability`] is given what the
+//! The cases live in one module per area (`spi`, `groups`, `locks`, `elections`, `recovery`,
+//! `semaphores`) and are registered in **one list** (the `__tck_case_list!` macro below), from
+//! which both [`cases`] and the `#[test]`s of [`tck_suite!`](crate::tck_suite) are generated. A
+//! case function is private to its area and the kit denies dead code, so a case that is written
+//! but not listed does not compile. A case that depends on a [`Capability`] is given what the
 //! backend's [`LeaseBackend::capabilities`] claims and checks that behaviour (a pushed
 //! notification arrives, or the backend declines to watch): no case is skipped.
 #![deny(dead_code)]
@@ -30,6 +30,7 @@ mod elections;
 mod groups;
 mod locks;
 mod recovery;
+mod semaphores;
 mod spi;
 mod spy;
 
@@ -281,7 +282,7 @@ impl std::fmt::Debug for Case {
 }
 
 impl Case {
-    /// The area: `spi`, `groups`, `locks`, `elections` or `recovery`.
+    /// The area: `spi`, `groups`, `locks`, `elections`, `recovery` or `semaphores`.
     pub fn area(&self) -> &'static str {
         self.area
     }
@@ -394,6 +395,17 @@ macro_rules! __tck_case_list {
             recovery {
                 coordinator_reports_membership_loss,
                 recovery_reelects_with_larger_token,
+            }
+            semaphores {
+                racing_sessions_exactly_n_win,
+                at_most_n_permits_valid_at_once,
+                limit_is_stored_and_mismatch_rejected,
+                several_permits_in_one_session,
+                release_and_drop_free_the_slot,
+                lost_permit_names_semaphore_and_slot,
+                expiry_frees_a_permit,
+                coordinator_semaphore_uses_current_session,
+                permit_waiter_wakes_on_release(PushRelease),
             }
         }
     };

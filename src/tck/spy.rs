@@ -86,6 +86,9 @@ impl LeaseBackend for Spy {
     fn members(&self, g: &Name) -> crate::Result<Vec<Member>> {
         self.inner.members(g)
     }
+    fn semaphore_limit(&self, n: &Name, p: Option<u32>) -> crate::Result<Option<u32>> {
+        self.inner.semaphore_limit(n, p)
+    }
     fn call_bound(&self) -> Option<Duration> {
         self.inner.call_bound()
     }

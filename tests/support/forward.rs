@@ -24,6 +24,7 @@ pub enum Op {
     Leave,
     Members,
     Watch,
+    SemaphoreLimit,
 }
 
 /// Runs on the calling thread before each forwarded call.
@@ -120,6 +121,10 @@ impl<H: Hook> LeaseBackend for Forward<H> {
     fn members(&self, g: &Name) -> simba::Result<Vec<Member>> {
         self.enter(Op::Members)?;
         self.inner.members(g)
+    }
+    fn semaphore_limit(&self, n: &Name, p: Option<u32>) -> simba::Result<Option<u32>> {
+        self.enter(Op::SemaphoreLimit)?;
+        self.inner.semaphore_limit(n, p)
     }
     fn capabilities(&self) -> Capabilities {
         if self.inherit {

@@ -314,6 +314,11 @@ impl LeaseBackend for RedisBackend {
         }
     }
 
+    fn semaphore_limit(&self, name: &Name, permits: Option<u32>) -> Result<Option<u32>> {
+        // One key on both deployments: the same script.
+        standalone::semaphore_limit(&self.inner, name, permits)
+    }
+
     fn call_bound(&self) -> Option<Duration> {
         // Every operation takes one deadline, `query_timeout` from its start, and carries it through
         // every script it runs (Cluster: the session's slot, then one script per other slot, and
@@ -376,6 +381,7 @@ mod tests {
         assert_eq!(scripts::keys::lease("a.b"), "simba:lease:{a.b}");
         assert_eq!(scripts::keys::session_leases("ff"), "simba:session:{ff}:leases");
         assert_eq!(scripts::keys::tag("simba:group:{g}"), Some("g"));
+        assert_eq!(scripts::keys::semaphore("s:1"), "simba:semaphore:{s:1}");
         for s in scripts::SCRIPTS.clustered() {
             assert_eq!(s.sha().len(), 40, "{}", s.name());
         }

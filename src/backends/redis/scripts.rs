@@ -51,6 +51,8 @@ pub mod lua {
     pub const SESSION_INFO: &str = include_str!("../../../lua/session_info.lua");
     /// Cluster: unexpired entries of a group, group slot.
     pub const GROUP_LIVE: &str = include_str!("../../../lua/group_live.lua");
+    /// Standalone and Cluster: stores or reads a semaphore's limit (one key).
+    pub const SEMAPHORE_LIMIT: &str = include_str!("../../../lua/semaphore_limit.lua");
 }
 
 /// One embedded Lua script: its operation name (for logs, errors and fault-injection wrappers),
@@ -117,12 +119,13 @@ pub(crate) struct Scripts {
     pub lease_info: LuaScript,
     pub session_info: LuaScript,
     pub group_live: LuaScript,
+    pub semaphore_limit: LuaScript,
 }
 
 impl Scripts {
     /// The scripts the Cluster deployment runs (each loaded on a node by its first `NOSCRIPT`).
     #[cfg(test)]
-    pub(crate) fn clustered(&self) -> [&LuaScript; 14] {
+    pub(crate) fn clustered(&self) -> [&LuaScript; 15] {
         [
             &self.open_session,
             &self.keep_alive_session,
@@ -138,6 +141,7 @@ impl Scripts {
             &self.lease_info,
             &self.session_info,
             &self.group_live,
+            &self.semaphore_limit,
         ]
     }
 }
@@ -166,6 +170,7 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     lease_info: LuaScript::new("lease_info", lua::LEASE_INFO),
     session_info: LuaScript::new("session_info", lua::SESSION_INFO),
     group_live: LuaScript::new("group_live", lua::GROUP_LIVE),
+    semaphore_limit: LuaScript::new("semaphore_limit", lua::SEMAPHORE_LIMIT),
 });
 
 /// Key names (braces are real hash tags, so a session's keys share one Cluster slot).
@@ -185,6 +190,10 @@ pub(crate) mod keys {
     /// `simba:session:{sid}:groups`.
     pub(crate) fn session_groups(sid: &str) -> String {
         format!("simba:session:{{{sid}}}:groups")
+    }
+    /// `simba:semaphore:{name}` — a semaphore's limit (its permits are the leases of its slots).
+    pub(crate) fn semaphore(name: &str) -> String {
+        format!("simba:semaphore:{{{name}}}")
     }
     /// `simba:group:{group}` — also the channel membership changes are published on.
     pub(crate) fn group(name: &str) -> String {

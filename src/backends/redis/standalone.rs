@@ -217,6 +217,40 @@ pub(crate) fn holder(inner: &Inner, name: &Name) -> Result<Option<Holder>> {
     }))
 }
 
+/// Stores (with `permits`) or reads a semaphore's limit: one key, the same script on standalone
+/// and Cluster. With `wait_replicas`, a stored limit counts only once the replicas have it (a
+/// failover that lost it would let another client store a different one).
+pub(crate) fn semaphore_limit(inner: &Inner, name: &Name, permits: Option<u32>) -> Result<Option<u32>> {
+    let script = &SCRIPTS.semaphore_limit;
+    let keys = [keys::semaphore(name.as_str())];
+    let args = [permits.map(|p| p.to_string()).unwrap_or_default()];
+    let deadline = inner.deadline();
+    let named = |e: Error| Error::new(e.kind(), format!("limit of semaphore '{name}' failed")).with_source(e);
+    let wait = inner.options.wait_replicas;
+    let v = if wait > 0 && permits.is_some() {
+        let (v, acked) = inner.scripting.eval_and_wait(script, &keys, &args, wait, deadline).map_err(named)?;
+        if acked < wait {
+            return Err(Error::unavailable(format!(
+                "the limit of semaphore '{name}' reached {acked} of the {wait} replicas wait_replicas asks for; retry"
+            )));
+        }
+        v
+    } else {
+        inner.scripting.eval(script, &keys, &args, deadline).map_err(named)?
+    };
+    if v == redis::Value::Nil {
+        return Ok(None);
+    }
+    let raw = string(&v).ok_or_else(|| unexpected(script.name(), &v))?;
+    match raw.parse::<u32>() {
+        Ok(p) if p > 0 => Ok(Some(p)),
+        _ => Err(Error::backend(format!(
+            "corrupt limit {raw:?} of semaphore '{name}' in redis key {}: limits are integers > 0",
+            keys[0]
+        ))),
+    }
+}
+
 pub(crate) fn join(inner: &Inner, sid: &SessionId, group: &Name) -> Result<()> {
     let script = &SCRIPTS.join;
     let s = sid.as_str();

@@ -1,8 +1,9 @@
 //! The SQL backend: PostgreSQL 14+ (feature `postgres`) and MySQL 8 / MariaDB 10.11 (feature `mysql`).
 //!
-//! Three tables (see `sql/<dialect>/init-simba-*.sql` and [`init_sql`]): `simba_session` (one row per
+//! Four tables (see `sql/<dialect>/init-simba-*.sql` and [`init_sql`]): `simba_session` (one row per
 //! session, `expires_at` in database time), `simba_lease` (one row per lease name ever acquired, never
-//! deleted, so tokens never reset) and `simba_member` (group memberships). A lease belongs to its
+//! deleted, so tokens never reset), `simba_member` (group memberships) and `simba_semaphore` (the
+//! limit of every semaphore ever used; its permits are `simba_lease` rows of its slot names). A lease belongs to its
 //! `session_id` only while that session's `expires_at` is in the future, so one `UPDATE` of the
 //! session row renews every lease and membership of the session.
 //!
@@ -366,6 +367,10 @@ pub(crate) trait Driver: Send + Sync + 'static {
     fn purge(&self, limit: usize) -> Result<usize>;
     fn now_ms(&self) -> Result<i64>;
     fn schema_tables(&self) -> Result<i64>;
+    /// The stored limit of semaphore `name`, storing `permits` first when given and none is stored.
+    fn semaphore_limit(&self, name: &Name, permits: Option<i64>) -> Result<Option<i64>>;
+    /// Whether the semaphore table (added after the first release) exists.
+    fn semaphore_table(&self) -> Result<bool>;
     /// The name of a stored routine of the schema that is missing (MySQL: the keep-alive
     /// procedure; its absence costs a round trip per keep-alive, nothing else).
     fn missing_routine(&self) -> Result<Option<&'static str>> {
@@ -562,7 +567,7 @@ impl SqlBackend {
         &self.inner.url
     }
 
-    /// Creates the three tables and their indexes if they do not exist (runs the dialect's init
+    /// Creates the four tables and their indexes if they do not exist (runs the dialect's init
     /// script; safe to run any number of times, also concurrently).
     ///
     /// # Errors
@@ -795,6 +800,11 @@ impl LeaseBackend for SqlBackend {
         }
     }
 
+    fn semaphore_limit(&self, name: &Name, permits: Option<u32>) -> Result<Option<u32>> {
+        let stored = self.inner.driver.semaphore_limit(name, permits.map(i64::from))?;
+        stored.map(|v| limit_from_db(self.inner.dialect, name, v)).transpose()
+    }
+
     fn purge_expired(&self) -> Result<usize> {
         let n = self.inner.driver.purge(PURGE_BATCH)?;
         if n > 0 {
@@ -856,6 +866,21 @@ impl LeaseBackend for SqlBackend {
             )),
             Err(e) => items.push(item("schema", CheckStatus::Fail, display_chain(&e))),
         }
+        match self.inner.driver.semaphore_table() {
+            Ok(true) => items.push(item("semaphores", CheckStatus::Ok, "simba_semaphore exists".into())),
+            Ok(false) => items.push(item(
+                "semaphores",
+                CheckStatus::Warn,
+                format!(
+                    "simba_semaphore is missing (a schema from before semaphores): leases, elections and groups \
+                     work, Session::semaphore fails; run `simba schema apply` or sql/{}/{} again (it only adds \
+                     the table)",
+                    d.name(),
+                    d.init_script_name()
+                ),
+            )),
+            Err(e) => items.push(item("semaphores", CheckStatus::Warn, display_chain(&e))),
+        }
         let sent = Instant::now();
         let local_before = SystemTime::now();
         match self.inner.driver.now_ms() {
@@ -900,6 +925,13 @@ impl LeaseBackend for SqlBackend {
     }
 }
 
+/// A stored semaphore limit read back as a `u32` (1 or more; the caller checks the upper bound).
+fn limit_from_db(dialect: Dialect, name: &Name, v: i64) -> Result<u32> {
+    u32::try_from(v).ok().filter(|&p| p > 0).ok_or_else(|| {
+        Error::backend(format!("{dialect}: corrupt limit {v} of semaphore '{name}' in simba_semaphore: limits are > 0"))
+    })
+}
+
 pub use crate::config::redact_url;
 
 #[cfg(test)]
@@ -913,6 +945,19 @@ mod tests {
         assert!(!redact_url("postgres://h/db?password=secret&x=1").contains("secret"));
         assert_eq!(redact_url("host=h user=u password=secret"), "host=h user=u password=***");
         assert!(!redact_url("mysql://u:se%20cret@[bad").contains("cret"));
+    }
+
+    #[test]
+    fn semaphore_limits_from_the_database() {
+        let n = Name::new("s").unwrap();
+        assert_eq!(limit_from_db(Dialect::Postgres, &n, 3).unwrap(), 3);
+        for bad in [0, -1, i64::MAX, i64::from(u32::MAX) + 1] {
+            let e = limit_from_db(Dialect::Mysql, &n, bad).unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::Backend);
+            assert!(e.to_string().contains(&format!("corrupt limit {bad} of semaphore 's'")), "{e}");
+        }
+        assert!(init_sql(Dialect::Postgres).contains("create table if not exists simba_semaphore"));
+        assert!(init_sql(Dialect::Mysql).contains("create table if not exists simba_semaphore"));
     }
 
     #[test]

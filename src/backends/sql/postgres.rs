@@ -641,6 +641,25 @@ impl Driver for PgDriver {
         })
     }
 
+    fn semaphore_limit(&self, name: &Name, permits: Option<i64>) -> Result<Option<i64>> {
+        let what = format!("limit of semaphore '{name}' (table simba_semaphore)");
+        self.pool.run(&what, |c| {
+            let rows = match permits {
+                Some(p) => c.query(q::SEMAPHORE_LIMIT, &[&name.as_str(), &p], &what)?,
+                None => c.query(q::SEMAPHORE_LIMIT_READ, &[&name.as_str()], &what)?,
+            };
+            rows.first().map(|r| col(r, 0, &what)).transpose()
+        })
+    }
+
+    fn semaphore_table(&self) -> Result<bool> {
+        let what = "check the semaphore table";
+        self.pool.run(what, |c| {
+            let rows = c.query(q::SEMAPHORE_TABLE_CHECK, &[], what)?;
+            Ok(rows.first().map(|r| col::<i64>(r, 0, what)).transpose()?.unwrap_or(0) > 0)
+        })
+    }
+
     fn schema_tables(&self) -> Result<i64> {
         let what = "check the schema";
         self.pool.run(what, |c| {

@@ -79,6 +79,12 @@ impl Driver for Scripted {
     fn schema_tables(&self) -> Result<i64> {
         Ok(self.0.lock().tables)
     }
+    fn semaphore_limit(&self, _: &Name, permits: Option<i64>) -> Result<Option<i64>> {
+        Ok(permits)
+    }
+    fn semaphore_table(&self) -> Result<bool> {
+        Ok(true)
+    }
     fn server_version(&self) -> Result<String> {
         Ok(self.0.lock().version.clone())
     }

@@ -48,6 +48,12 @@ pub mod postgres {
     pub const RELEASE: &str = include_str!("../../../sql/postgres/release.sql");
     /// `schema-check.sql`: Counts the Simba tables present.
     pub const SCHEMA_CHECK: &str = include_str!("../../../sql/postgres/schema-check.sql");
+    /// `semaphore-limit.sql`: Stores a semaphore's limit if it has none; returns the stored limit (one upsert).
+    pub const SEMAPHORE_LIMIT: &str = include_str!("../../../sql/postgres/semaphore-limit.sql");
+    /// `semaphore-limit-read.sql`: The stored limit of a semaphore, if any.
+    pub const SEMAPHORE_LIMIT_READ: &str = include_str!("../../../sql/postgres/semaphore-limit-read.sql");
+    /// `semaphore-table-check.sql`: Whether the semaphore table exists (1 or 0).
+    pub const SEMAPHORE_TABLE_CHECK: &str = include_str!("../../../sql/postgres/semaphore-table-check.sql");
     /// `server-version.sql`: The server version string.
     pub const SERVER_VERSION: &str = include_str!("../../../sql/postgres/server-version.sql");
     /// `session-alive.sql`: Whether a session is alive.
@@ -74,7 +80,7 @@ pub mod mysql {
     pub const DELETE_SESSION: &str = include_str!("../../../sql/mysql/delete-session.sql");
     /// `holder.sql`: The live holder of a lease with its token, remaining time and metadata.
     pub const HOLDER: &str = include_str!("../../../sql/mysql/holder.sql");
-    /// `init-simba-mysql.sql`: The MySQL/MariaDB schema script users run once (idempotent): three
+    /// `init-simba-mysql.sql`: The MySQL/MariaDB schema script users run once (idempotent): four
     /// tables and the keep-alive procedure (`delimiter` lines for the `mysql` client).
     pub const INIT_SIMBA_MYSQL: &str = include_str!("../../../sql/mysql/init-simba-mysql.sql");
     /// `join.sql`: Adds a live session to a group (idempotent).
@@ -125,6 +131,12 @@ pub mod mysql {
     pub const ROUTINE_CHECK: &str = include_str!("../../../sql/mysql/routine-check.sql");
     /// `schema-check.sql`: Counts the Simba tables present.
     pub const SCHEMA_CHECK: &str = include_str!("../../../sql/mysql/schema-check.sql");
+    /// `semaphore-limit.sql`: Semaphore limit step 1: stores the limit if the semaphore has none.
+    pub const SEMAPHORE_LIMIT: &str = include_str!("../../../sql/mysql/semaphore-limit.sql");
+    /// `semaphore-limit-read.sql`: Semaphore limit step 2 (and the read-only form): the stored limit, if any.
+    pub const SEMAPHORE_LIMIT_READ: &str = include_str!("../../../sql/mysql/semaphore-limit-read.sql");
+    /// `semaphore-table-check.sql`: Whether the semaphore table exists (1 or 0).
+    pub const SEMAPHORE_TABLE_CHECK: &str = include_str!("../../../sql/mysql/semaphore-table-check.sql");
     /// `server-version.sql`: The server version string.
     pub const SERVER_VERSION: &str = include_str!("../../../sql/mysql/server-version.sql");
     /// `session-alive.sql`: Whether a session is alive.

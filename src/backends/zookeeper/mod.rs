@@ -9,6 +9,7 @@
 //! | `{root}/groups/{group}` | container | reaped by the server once empty |
 //! | `{root}/groups/{group}/{sessionId}` | ephemeral | the member's metadata |
 //! | `{root}/sessions/{sessionId}` | ephemeral | `"{bound_ms}\n{metadata}"`, read by `holder` (an upper bound on the remaining time) |
+//! | `{root}/semaphores/{name}` | persistent | a semaphore's limit in decimal, written by its first use, never changed |
 //!
 //! Tokens are `czxid`s: zxids are global, so a new term always gets a larger token, even after
 //! the parent was deleted or the container reaped (not contiguous). Remaining times are
@@ -27,6 +28,7 @@ pub(crate) mod config;
 mod exec;
 mod options;
 mod paths;
+mod semaphores;
 mod watch;
 
 use std::collections::{BTreeSet, HashMap, HashSet};
@@ -1375,6 +1377,10 @@ impl LeaseBackend for ZookeeperBackend {
         }
         members.sort();
         Ok(members)
+    }
+
+    fn semaphore_limit(&self, name: &Name, permits: Option<u32>) -> Result<Option<u32>> {
+        self.inner.semaphore_limit(name, permits)
     }
 
     fn call_bound(&self) -> Option<Duration> {

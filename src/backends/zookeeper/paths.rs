@@ -72,6 +72,16 @@ impl Paths {
         format!("{}/sessions", self.base)
     }
 
+    /// `{root}/semaphores/{name}`, a semaphore's limit node.
+    pub(crate) fn semaphore(&self, name: &Name) -> String {
+        format!("{}/semaphores/{name}", self.base)
+    }
+
+    /// `{root}/semaphores`, the parent of every semaphore's limit node.
+    pub(crate) fn semaphores_dir(&self) -> String {
+        format!("{}/semaphores", self.base)
+    }
+
     /// `{root}/leases`, the parent of every lease node.
     pub(crate) fn leases_dir(&self) -> String {
         format!("{}/leases", self.base)

@@ -512,6 +512,21 @@ impl Driver for MyDriver {
         self.one_i64(q::NOW, "read the database clock")
     }
 
+    fn semaphore_limit(&self, name: &Name, permits: Option<i64>) -> Result<Option<i64>> {
+        let what = format!("limit of semaphore '{name}' (table simba_semaphore)");
+        self.pool.run(&what, |c| {
+            if let Some(p) = permits {
+                c.exec(q::SEMAPHORE_LIMIT, (name.as_str(), p), &what)?;
+            }
+            let rows = c.rows(q::SEMAPHORE_LIMIT_READ, (name.as_str(),), &what)?;
+            rows.first().map(|r| col(r, 0, &what)).transpose()
+        })
+    }
+
+    fn semaphore_table(&self) -> Result<bool> {
+        Ok(self.one_i64(q::SEMAPHORE_TABLE_CHECK, "check the semaphore table")? > 0)
+    }
+
     fn schema_tables(&self) -> Result<i64> {
         self.one_i64(q::SCHEMA_CHECK, "check the schema")
     }

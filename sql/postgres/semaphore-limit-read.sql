@@ -1,0 +1,4 @@
+-- The stored limit of a semaphore, if any (stores nothing). $1 semaphore name.
+select permits
+from simba_semaphore
+where name = $1::varchar
