@@ -78,6 +78,8 @@ struct Table {
     /// Keep-alives answer `Expired` while set (the backend judged the session expired).
     keep_alive_expires: bool,
     closed: u64,
+    /// Semaphore → its stored limit.
+    limits: BTreeMap<String, u32>,
 }
 
 /// An in-process backend on the virtual clock: sessions expire `LEASE` after their last
@@ -229,6 +231,14 @@ impl LeaseBackend for Script {
             m.remove(session.as_str());
         }
         Ok(())
+    }
+
+    fn semaphore_limit(&self, sem: &Name, permits: Option<u32>) -> simba::Result<Option<u32>> {
+        let mut t = self.table();
+        if let Some(p) = permits {
+            t.limits.entry(sem.as_str().to_string()).or_insert(p);
+        }
+        Ok(t.limits.get(sem.as_str()).copied())
     }
 
     fn members(&self, group: &Name) -> simba::Result<Vec<Member>> {
@@ -507,6 +517,78 @@ fn drop_vs_renewal() {
     teardown();
 }
 
+/// Semaphores (issue #16): permits taken, released and lost to an expiry by racing sessions.
+///
+/// Premises: one backend that grants each slot lease to one session at a time (acquire idempotent
+/// for the holder) and stores the semaphore's limit once; every session asks for the same limit
+/// (2); keep-alives fail from the start, so every permit is lost by its session's local deadline.
+/// Invariant: never more than 2 permits of "S" with `token()` Ok at once, and never two on one
+/// slot — sampled by an observer while three sessions acquire, one releases, and the clock passes
+/// the sessions' deadlines.
+fn semaphore_permits_vs_release_and_expiry() {
+    let backend = Arc::new(Script { inline: true, ..Script::default() });
+    let held: Arc<Mutex<Vec<simba::Permit>>> = Arc::new(Mutex::new(Vec::new()));
+    let sessions: Vec<Arc<Session>> =
+        (0..3).map(|_| Arc::new(Session::open(backend.clone(), options()).expect("open"))).collect();
+    let check = |held: &Mutex<Vec<simba::Permit>>| {
+        let held = held.lock().unwrap_or_else(|e| e.into_inner());
+        let ok: Vec<u32> = held.iter().filter(|p| p.token().is_ok()).map(|p| p.slot()).collect();
+        let mut slots = ok.clone();
+        slots.sort_unstable();
+        slots.dedup();
+        assert!(ok.len() <= 2, "{} permits of a 2-permit semaphore pass token() at once (slots {ok:?})", ok.len());
+        assert_eq!(slots.len(), ok.len(), "two permits on one slot pass token() at once: {ok:?}");
+    };
+    let takers: Vec<_> = sessions
+        .iter()
+        .map(|s| {
+            let (s, held) = (s.clone(), held.clone());
+            thread::spawn(move || {
+                let sem = s.semaphore("S", 2).expect("semaphore");
+                for _ in 0..2 {
+                    if let Ok(Some(p)) = sem.try_acquire() {
+                        held.lock().unwrap_or_else(|e| e.into_inner()).push(p);
+                    }
+                }
+            })
+        })
+        .collect();
+    let releaser = {
+        let held = held.clone();
+        thread::spawn(move || {
+            let first = {
+                let mut h = held.lock().unwrap_or_else(|e| e.into_inner());
+                (!h.is_empty()).then(|| h.remove(0))
+            };
+            if let Some(p) = first {
+                let _ = p.release();
+            }
+        })
+    };
+    let observer = {
+        let held = held.clone();
+        thread::spawn(move || {
+            for _ in 0..8 {
+                check(&held);
+                thread::yield_now();
+            }
+        })
+    };
+    // No session is renewed any more: every permit is lost by its session's local deadline.
+    backend.table().keep_alive_fails = true;
+    let clock = thread::spawn(|| explore::advance(LEASE + Duration::from_secs(1)));
+    for t in takers {
+        t.join().expect("taker");
+    }
+    releaser.join().expect("releaser");
+    observer.join().expect("observer");
+    clock.join().expect("clock");
+    check(&held);
+    held.lock().unwrap_or_else(|e| e.into_inner()).clear();
+    drop(sessions);
+    teardown();
+}
+
 // ----- the clean runs -----
 
 #[test]
@@ -532,6 +614,11 @@ fn coordinator_replacement_vs_resign_leaves_no_zombie() {
 #[test]
 fn drop_vs_renewal_frees_everything() {
     explore_clean(drop_vs_renewal);
+}
+
+#[test]
+fn semaphore_never_grants_more_than_its_permits() {
+    explore_clean(semaphore_permits_vs_release_and_expiry);
 }
 
 // ----- the re-introduced bugs -----
