@@ -93,7 +93,12 @@ impl Setup {
     }
 
     fn variants<'a>(&'a self, session: &'a Session) -> [Variant<'a>; 4] {
-        [Variant::Lock(session, &self.lock), Variant::Sem(&self.sem1), Variant::Sem(&self.sem8), Variant::Sem(&self.full)]
+        [
+            Variant::Lock(session, &self.lock),
+            Variant::Sem(&self.sem1),
+            Variant::Sem(&self.sem8),
+            Variant::Sem(&self.full),
+        ]
     }
 }
 
@@ -167,7 +172,6 @@ fn measure(config: &Config, t: &Target, block: usize, rounds: usize) -> BenchRes
             slow.iter().map(|d| fmt_dur(*d)).collect::<Vec<_>>().join(", ")
         ));
     }
-    drop(variants);
     drop(setup);
     let _ = other.close();
     let _ = session.close();

@@ -131,6 +131,9 @@ impl Held {
     }
 }
 
+/// A slot held by another session, as a waiter last saw it: (slot, holder, token).
+type SlotHeld = (u32, SessionId, u64);
+
 /// How often a wait for a permit reads who holds the slots again (one read per slot).
 const HOLDERS_EVERY: Duration = Duration::from_secs(10);
 
@@ -150,7 +153,7 @@ struct Wait<'a> {
     /// `lock -n N`: the semaphore whose permit is awaited (`lease` is unused then).
     semaphore: Option<Semaphore>,
     /// The slot holders last reported while waiting for a permit, and when they were read.
-    slots_seen: Option<(Vec<(u32, SessionId, u64)>, Instant)>,
+    slots_seen: Option<(Vec<SlotHeld>, Instant)>,
     /// The election's events: its first attempt's outcome shows there.
     events: Option<Events<ElectionEvent>>,
     /// The first attempt's outcome is known (a lock attempt returns it; a campaign attempt shows
@@ -236,8 +239,7 @@ impl Wait<'_> {
             }
         };
         let others: Vec<&(u32, Holder)> = holders.iter().filter(|(_, h)| &h.session != self.session.id()).collect();
-        let key: Vec<(u32, SessionId, u64)> =
-            others.iter().map(|(i, h)| (*i, h.session.clone(), h.token.get())).collect();
+        let key: Vec<SlotHeld> = others.iter().map(|(i, h)| (*i, h.session.clone(), h.token.get())).collect();
         let changed = self.slots_seen.as_ref().is_none_or(|(k, _)| *k != key);
         self.slots_seen = Some((key, Instant::now()));
         if !changed || others.is_empty() {
