@@ -386,14 +386,16 @@ impl Semaphore {
             if !first && deadline.is_some_and(|d| Instant::now() >= d) {
                 return Ok(None);
             }
-            if push && first {
-                // Before the first round, so a release right after its attempt is not missed.
+            if push {
+                // Before every round, so that a release during or after its attempts is pushed: a
+                // one-shot watch consumed since the last round (by a release, or by a backend's
+                // "now subscribed" hint) left a message in `rx`, and this round re-arms it before
+                // any attempt. (Re-arming after a busy round instead would miss a release that
+                // lands between the slot's attempt and the re-arm.)
                 self.watch_slots(&tx, deadline);
             }
             match self.round(&s, deadline, std::mem::take(&mut first)) {
                 Ok(Some(p)) => return Ok(Some(p)),
-                // Watch again: a one-shot watch may have fired for an instant a slot was free.
-                Ok(None) if push => self.watch_slots(&tx, deadline),
                 Ok(None) => {}
                 Err(e) if e.is_retryable() => {
                     log::debug!("session {}: acquire of semaphore '{}' failed, retrying: {e}", s.id, self.name);
@@ -554,5 +556,174 @@ mod tests {
             assert_eq!(e.kind(), ErrorKind::InvalidConfig);
             assert!(e.to_string().contains(&bad.to_string()) && e.to_string().contains("1 to 1000"), "{e}");
         }
+    }
+}
+
+/// A waiter must not miss a release that lands right after its busy attempt, on a backend whose
+/// watches are one-shot subscriptions that do not look at the lease (Redis): a "now subscribed"
+/// hint consumes the registrations, so the waiter has to re-arm them *before* its next attempts.
+#[cfg(test)]
+mod push_race {
+    use std::collections::HashMap;
+    use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+
+    use parking_lot::Mutex;
+
+    use super::*;
+    use crate::backend::{Acquire, Capabilities, KeepAlive, Member, SessionGrant};
+    use crate::memory::MemoryBackend;
+    use crate::options::SessionOptions;
+    use crate::session::Session;
+
+    /// Registrations (with each sender's count of them) and whether the hint was given.
+    #[derive(Debug, Default)]
+    struct Watchers {
+        registered: Mutex<HashMap<Topic, Vec<(Sender<Notification>, u32)>>>,
+        hinted: AtomicBool,
+    }
+
+    impl Watchers {
+        fn hint(&self, name: &Name) {
+            if !self.hinted.swap(true, Ordering::SeqCst) {
+                self.publish(name);
+            }
+        }
+        fn publish(&self, name: &Name) {
+            let senders = self.registered.lock().get_mut(&Topic::Lease(name.clone())).map(std::mem::take);
+            for (s, _) in senders.unwrap_or_default() {
+                let _ = s.try_send(Notification::Released(name.clone()));
+            }
+        }
+    }
+
+    /// Memory underneath; watches as Redis serves them: one-shot, never fired because the lease
+    /// is free already, and once a "now subscribed" hint that consumes every registration of the
+    /// target (Redis' SUBSCRIBE confirmation, which comes a moment after a registration): at a
+    /// watcher's second registration of it, or 200 ms after the first `Busy` answer on it,
+    /// whichever is first. After the second `Busy` answer on the target, the holder's term is
+    /// released (and published) before the answer returns: a release that lands between the
+    /// waiter's attempt and whatever it does next.
+    #[derive(Debug)]
+    struct OneShot {
+        inner: MemoryBackend,
+        watchers: Arc<Watchers>,
+        target: Mutex<Option<(Name, SessionId, Token)>>,
+        busy_on_target: AtomicU32,
+    }
+
+    impl LeaseBackend for OneShot {
+        fn kind(&self) -> &'static str {
+            "one-shot"
+        }
+        fn open_session(&self, d: Duration, m: &str) -> Result<SessionGrant> {
+            self.inner.open_session(d, m)
+        }
+        fn keep_alive(&self, s: &SessionId, d: Duration) -> Result<KeepAlive> {
+            self.inner.keep_alive(s, d)
+        }
+        fn close_session(&self, s: &SessionId) -> Result<()> {
+            self.inner.close_session(s)
+        }
+        fn acquire(&self, s: &SessionId, n: &Name) -> Result<Acquire> {
+            let r = self.inner.acquire(s, n)?;
+            let target = self.target.lock().clone();
+            if let (Acquire::Busy, Some((name, holder, token))) = (&r, target) {
+                if &name == n {
+                    match self.busy_on_target.fetch_add(1, Ordering::SeqCst) + 1 {
+                        1 => {
+                            let watchers = self.watchers.clone();
+                            std::thread::spawn(move || {
+                                std::thread::sleep(Duration::from_millis(200));
+                                watchers.hint(&name);
+                            });
+                        }
+                        2 => {
+                            self.inner.release(&holder, &name, token)?;
+                            self.watchers.publish(&name);
+                        }
+                        _ => {}
+                    }
+                }
+            }
+            Ok(r)
+        }
+        fn release(&self, s: &SessionId, n: &Name, t: Token) -> Result<()> {
+            self.inner.release(s, n, t)?;
+            self.watchers.publish(n);
+            Ok(())
+        }
+        fn holder(&self, n: &Name) -> Result<Option<Holder>> {
+            self.inner.holder(n)
+        }
+        fn join(&self, s: &SessionId, g: &Name) -> Result<()> {
+            self.inner.join(s, g)
+        }
+        fn leave(&self, s: &SessionId, g: &Name) -> Result<()> {
+            self.inner.leave(s, g)
+        }
+        fn members(&self, g: &Name) -> Result<Vec<Member>> {
+            self.inner.members(g)
+        }
+        fn semaphore_limit(&self, n: &Name, p: Option<u32>) -> Result<Option<u32>> {
+            self.inner.semaphore_limit(n, p)
+        }
+        fn call_bound(&self) -> Option<Duration> {
+            self.inner.call_bound()
+        }
+        fn capabilities(&self) -> Capabilities {
+            Capabilities { push_release: true, push_membership: false }
+        }
+        fn watch(&self, topic: &Topic, notify: &Sender<Notification>) -> Result<bool> {
+            let second = {
+                let mut w = self.watchers.registered.lock();
+                let list = w.entry(topic.clone()).or_default();
+                let count = match list.iter_mut().find(|(s, _)| s.same_channel(notify)) {
+                    Some((_, n)) => {
+                        *n += 1;
+                        *n
+                    }
+                    None => {
+                        list.push((notify.clone(), 1));
+                        1
+                    }
+                };
+                count == 2
+            };
+            let target = self.target.lock().as_ref().map(|t| t.0.clone());
+            if let (true, Topic::Lease(name), Some(t)) = (second, topic, target) {
+                if name == &t {
+                    self.watchers.hint(name);
+                }
+            }
+            Ok(true)
+        }
+    }
+
+    #[test]
+    fn a_release_right_after_a_busy_attempt_is_not_missed() {
+        let backend = Arc::new(OneShot {
+            inner: MemoryBackend::new(),
+            watchers: Arc::new(Watchers::default()),
+            target: Mutex::new(None),
+            busy_on_target: AtomicU32::new(0),
+        });
+        // A poll would retry after at least 3 s (renew_interval / 2).
+        let options = SessionOptions::builder()
+            .lease_duration(Duration::from_secs(12))
+            .renew_interval(Duration::from_secs(6))
+            .query_timeout(Duration::from_secs(1))
+            .build()
+            .unwrap();
+        let holder = Session::open(backend.clone(), options.clone()).unwrap();
+        let waiter = Session::open(backend.clone(), options).unwrap();
+        let p = holder.semaphore("s", 1).unwrap().acquire().unwrap();
+        *backend.target.lock() = Some((p.lease_name().clone(), holder.id().clone(), p.granted_token()));
+        let started = Instant::now();
+        let got = waiter.semaphore("s", 1).unwrap().acquire_timeout(Duration::from_secs(10)).unwrap();
+        let took = started.elapsed();
+        let got = got.expect("the waiter never got the permit");
+        assert!(backend.busy_on_target.load(Ordering::SeqCst) >= 2, "the race was not forced");
+        assert!(got.granted_token() > p.granted_token());
+        assert!(took < Duration::from_millis(1500), "the pushed release was missed: the waiter polled ({took:?})");
     }
 }

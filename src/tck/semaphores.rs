@@ -80,9 +80,12 @@ pub(super) fn at_most_n_permits_valid_at_once(h: &Harness) {
     let name = h.name("bound");
     let live: Arc<Mutex<Vec<Arc<Permit>>>> = Arc::new(Mutex::new(Vec::new()));
     let terms: Arc<Mutex<HashMap<u32, Vec<Token>>>> = Arc::new(Mutex::new(HashMap::new()));
+    // Leases longer than the harness's (nothing here waits for an expiry): a worker whose session
+    // expired under load would fail its acquire, not break the rule checked.
+    let long = super::options(Duration::from_secs(4), Duration::from_secs(1));
     let workers: Vec<_> = (0..WORKERS)
         .map(|_| {
-            let session = h.session();
+            let session = h.session_on(h.backend.clone(), long.clone());
             let (name, live, terms, patience) = (name.clone(), live.clone(), terms.clone(), h.patience());
             thread::spawn(move || {
                 let sem = session.semaphore(&name, N).expect("semaphore");
@@ -278,7 +281,11 @@ pub(super) fn lost_permit_names_semaphore_and_slot(h: &Harness) {
 pub(super) fn expiry_frees_a_permit(h: &Harness) {
     let spy = Spy::new(h.backend.clone());
     let stuck = h.session_on(spy.clone(), h.options.clone());
-    let (other, waiter) = (h.session(), Arc::new(h.session()));
+    // Only the stuck holder's session is meant to expire: the others get longer leases, so load
+    // on the machine cannot end them first.
+    let long = super::options(Duration::from_secs(4), Duration::from_secs(1));
+    let other = h.session_on(h.backend.clone(), long.clone());
+    let waiter = Arc::new(h.session_on(h.backend.clone(), long));
     let name = h.name("expiry");
     let held = stuck.semaphore(&name, 2).unwrap().acquire().unwrap();
     let kept = other.semaphore(&name, 2).unwrap().acquire().unwrap();
