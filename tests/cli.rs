@@ -1509,6 +1509,61 @@ fn lost_permit_terminates_the_command(url: &str) {
     let _ = fs::remove_dir_all(&dir);
 }
 
+/// A `lock -n` waiter stopped for longer than its lease: its session ends while it only waits, so
+/// simba opens a new one, takes the semaphore again on it (same limit) and keeps waiting; its
+/// command runs on the new session once the permit frees, with a larger token of that slot.
+#[allow(dead_code)]
+fn a_permit_wait_survives_a_stop_longer_than_the_lease(url: &str) {
+    use nix::sys::signal::{kill, Signal};
+    use nix::unistd::Pid;
+    let name = support::unique("cli-sem-stop");
+    let dir = temp_dir("cli-sem-stop");
+    let (ready, release, ran) = (dir.join("ready"), dir.join("release"), dir.join("ran"));
+    let mut holder = simba(Some(url))
+        .args(["lock", "-n", "1", &name, "--", "sh", "-c"])
+        .arg(format!(
+            "echo $SIMBA_TOKEN > {ready}; while [ ! -e {release} ]; do sleep 0.05; done",
+            ready = ready.display(),
+            release = release.display()
+        ))
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let first_token: u64 = wait_for_file(&ready, &mut holder).trim().parse().unwrap();
+    let mut waiter = simba(Some(url))
+        .args(["--json", "lock", "-n", "1", &name, "--", "sh", "-c"])
+        .arg(format!("echo $SIMBA_SESSION $SIMBA_SLOT $SIMBA_TOKEN > {}", ran.display()))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = Lines::of(&mut waiter);
+    lines.wait_for(r#""event":"waiting""#);
+    let wpid = Pid::from_raw(waiter.id() as i32);
+    kill(wpid, Signal::SIGSTOP).unwrap();
+    // Stopped for longer than the 2 s lease: the session's local deadline passes meanwhile.
+    thread::sleep(Duration::from_secs(3));
+    kill(wpid, Signal::SIGCONT).unwrap();
+    let line = lines.wait_for(r#""event":"new_session""#);
+    let ev: Value = serde_json::from_str(&line).unwrap();
+    assert!(ran.metadata().is_err(), "the command ran while the only permit was held");
+    fs::write(&release, "").unwrap();
+    let (o, _) = wait_output(holder, Duration::from_secs(30));
+    assert_eq!(code(&o), 0, "holder: {}", stderr(&o));
+    let (o, _) = wait_output(waiter, Duration::from_secs(30));
+    let rest = lines.rest();
+    assert_eq!(code(&o), 0, "waiter: {}", rest.join("\n"));
+    let text = fs::read_to_string(&ran).unwrap();
+    let w: Vec<&str> = text.split_whitespace().collect();
+    assert_eq!(w[0], ev["session"].as_str().unwrap(), "{line}");
+    assert_ne!(ev["session"], ev["expired_session"], "{line}");
+    assert_eq!(w[1], "0", "{text}");
+    assert!(w[2].parse::<u64>().unwrap() > first_token, "{text} after token {first_token}");
+    assert_eq!(json_result(&o)["outcome"], "exited");
+    let _ = fs::remove_dir_all(&dir);
+}
+
 macro_rules! backend_tests {
     ($m:ident, $feature:literal, $var:literal, $default:literal $(, $extra:ident)*) => {
         #[cfg(feature = $feature)]
@@ -1550,7 +1605,8 @@ backend_tests!(
     lost_membership_terminates_the_command,
     a_command_ignoring_sigterm_is_killed,
     a_wait_survives_a_stop_longer_than_the_lease,
-    lost_permit_terminates_the_command
+    lost_permit_terminates_the_command,
+    a_permit_wait_survives_a_stop_longer_than_the_lease
 );
 backend_tests!(
     postgres,
@@ -1562,7 +1618,8 @@ backend_tests!(
     lost_membership_terminates_the_command,
     a_command_ignoring_sigterm_is_killed,
     a_wait_survives_a_stop_longer_than_the_lease,
-    lost_permit_terminates_the_command
+    lost_permit_terminates_the_command,
+    a_permit_wait_survives_a_stop_longer_than_the_lease
 );
 backend_tests!(
     mysql,
@@ -1574,6 +1631,7 @@ backend_tests!(
     lost_membership_terminates_the_command,
     a_command_ignoring_sigterm_is_killed,
     a_wait_survives_a_stop_longer_than_the_lease,
-    lost_permit_terminates_the_command
+    lost_permit_terminates_the_command,
+    a_permit_wait_survives_a_stop_longer_than_the_lease
 );
 backend_tests!(zookeeper, "zookeeper", "SIMBA_TEST_ZOOKEEPER_URL", "zookeeper://127.0.0.1:2181/simba-test");
