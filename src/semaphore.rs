@@ -575,10 +575,13 @@ mod push_race {
     use crate::options::SessionOptions;
     use crate::session::Session;
 
-    /// Registrations (with each sender's count of them) and whether the hint was given.
+    /// The registrations of a topic, each sender with how often it registered.
+    type Registrations = Vec<(Sender<Notification>, u32)>;
+
+    /// Registrations and whether the hint was given.
     #[derive(Debug, Default)]
     struct Watchers {
-        registered: Mutex<HashMap<Topic, Vec<(Sender<Notification>, u32)>>>,
+        registered: Mutex<HashMap<Topic, Registrations>>,
         hinted: AtomicBool,
     }
 
