@@ -1109,6 +1109,444 @@ fn a_slow_failing_acquire_reports_its_own_error() {
     assert!(!err.contains(&marker), "simba named itself as the leader: {err}");
 }
 
+// ------------------------------------------------------------------ semaphores: `lock -n N`, `holders`
+
+/// `lock -n N` gives the command its permit (token, slot, the slot's lease name, session) and
+/// reports it; a plain `lock` (and `join`) never passes on a SIMBA_SLOT from its own environment.
+#[test]
+fn lock_n_gives_the_command_token_slot_lease_and_session() {
+    let mut c = simba(Some("memory://"));
+    c.args(["--json", "lock", "-n", "3", "pool", "--", "sh", "-c"]).arg(
+        r#"test "$SIMBA_TOKEN" = 1 && test "$SIMBA_LEASE" = "simba.sem:pool:$SIMBA_SLOT" && test "$SIMBA_SLOT" -ge 0 && test "$SIMBA_SLOT" -lt 3 && test ${#SIMBA_SESSION} = 32 && test -z "$SIMBA_GROUP""#,
+    );
+    c.env("SIMBA_GROUP", "outer");
+    let o = run(c);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let v = json_result(&o);
+    assert_eq!(v["outcome"], "exited", "{v}");
+    assert_eq!(v["name"], "pool", "{v}");
+    assert_eq!(v["token"], 1, "{v}");
+    let slot = v["slot"].as_u64().unwrap_or_else(|| panic!("no slot: {v}"));
+    assert_eq!(v["lease"], format!("simba.sem:pool:{slot}"), "{v}");
+    let acquired = stderr(&o).lines().find(|l| l.contains(r#""event":"acquired""#)).map(str::to_string);
+    let acquired: Value = serde_json::from_str(&acquired.unwrap_or_else(|| panic!("{}", stderr(&o)))).unwrap();
+    assert_eq!(acquired["permits"], 3, "{acquired}");
+    assert_eq!(acquired["slot"], slot, "{acquired}");
+
+    for args in [&["lock", "plain"][..], &["join", "g"]] {
+        let o = run({
+            let mut c = simba(Some("memory://"));
+            c.env("SIMBA_SLOT", "7").args(args).args(["--", "sh", "-c", r#"test -z "$SIMBA_SLOT""#]);
+            c
+        });
+        assert_eq!(code(&o), 0, "{args:?} passed SIMBA_SLOT on: {}", stderr(&o));
+    }
+    let o = run({
+        let mut c = simba(Some("memory://"));
+        c.env("SIMBA_TOKEN", "9").args([
+            "lock",
+            "-n",
+            "1",
+            "one",
+            "--",
+            "sh",
+            "-c",
+            r#"test "$SIMBA_SLOT" = 0 && test "$SIMBA_TOKEN" = 1"#,
+        ]);
+        c
+    });
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert!(stderr(&o).contains("acquired permit 0 of semaphore 'one' (token 1, session "), "{}", stderr(&o));
+}
+
+/// A bad permit count or semaphore name is a configuration error found before any I/O: the URL
+/// points at a closed port, yet the answer is 78 (not 69) and names what is allowed. `-n` is
+/// `lock`'s only; a count that is no number is a usage error.
+#[test]
+fn lock_n_bad_input_exits_78_before_any_io() {
+    let long = "s".repeat(simba::semaphore::MAX_SEMAPHORE_NAME_LEN + 1);
+    for (n, name, expected) in [
+        ("0", "pool", "-n 0 is out of range: a semaphore has 1 to 1000 permits"),
+        ("1001", "pool", "-n 1001 is out of range: a semaphore has 1 to 1000 permits"),
+        ("99999999999", "pool", "-n 99999999999 is out of range: a semaphore has 1 to 1000 permits"),
+        ("2", long.as_str(), "semaphore names are at most 114 characters"),
+        ("2", "bad name", "invalid name \"bad name\""),
+    ] {
+        let o = run({
+            let mut c = simba(Some("redis://127.0.0.1:1"));
+            c.args(["--query-timeout", "300ms", "lock", "-n", n, name, "--", "true"]);
+            c
+        });
+        assert_eq!(code(&o), 78, "-n {n} {name}: {}", stderr(&o));
+        assert!(stderr(&o).contains(expected), "expected {expected:?} in {}", stderr(&o));
+        let o = run({
+            let mut c = simba(Some("redis://127.0.0.1:1"));
+            c.args(["--json", "--query-timeout", "300ms", "lock", "--permits", n, name, "--", "true"]);
+            c
+        });
+        assert_eq!(code(&o), 78, "--permits {n} {name}: {}", stderr(&o));
+        assert_eq!(json_result(&o)["error"]["kind"], "config");
+    }
+    let o = run({
+        let mut c = simba(Some("redis://127.0.0.1:1"));
+        c.args(["holders", &long]);
+        c
+    });
+    assert_eq!(code(&o), 78, "{}", stderr(&o));
+    for args in [&["lock", "-n", "two", "pool", "--", "true"][..], &["elect", "-n", "2", "pool", "--", "true"]] {
+        let o = run({
+            let mut c = simba(Some("memory://"));
+            c.args(args);
+            c
+        });
+        assert_eq!(code(&o), 2, "{args:?}: {}", stderr(&o));
+    }
+    let o = run({
+        let mut c = simba(Some("memory://"));
+        c.args(["lock", "--help"]);
+        c
+    });
+    assert!(stdout(&o).contains("--permits <N>") && stdout(&o).contains("SIMBA_SLOT"), "{}", stdout(&o));
+}
+
+/// `holders` on a semaphore nobody used says so, in both output formats.
+#[test]
+fn holders_of_an_unknown_semaphore() {
+    let o = run({
+        let mut c = simba(Some("memory://"));
+        c.args(["holders", "pool"]);
+        c
+    });
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert!(stdout(&o).starts_with("pool: no such semaphore"), "{}", stdout(&o));
+    let o = run({
+        let mut c = simba(Some("memory://"));
+        c.args(["--json", "holders", "pool"]);
+        c
+    });
+    let v = json_result(&o);
+    assert_eq!(v["permits"], Value::Null, "{v}");
+    assert_eq!(v["holders"], serde_json::json!([]), "{v}");
+}
+
+/// One line of a shared log: `start|end SLOT TOKEN SESSION [LEASE]`.
+#[allow(dead_code)]
+#[derive(Debug, Clone, PartialEq)]
+struct Entry {
+    start: bool,
+    slot: u32,
+    token: u64,
+    session: String,
+    lease: Option<String>,
+}
+
+#[allow(dead_code)]
+fn read_entries(log: &Path) -> Vec<Entry> {
+    let text = fs::read_to_string(log).unwrap_or_default();
+    text.lines()
+        .map(|l| {
+            let w: Vec<&str> = l.split(' ').collect();
+            assert!(w.len() >= 4, "bad log line {l:?} in:\n{text}");
+            Entry {
+                start: w[0] == "start",
+                slot: w[1].parse().unwrap_or_else(|e| panic!("slot {:?}: {e}\n{text}", w[1])),
+                token: w[2].parse().unwrap_or_else(|e| panic!("token {:?}: {e}\n{text}", w[2])),
+                session: w[3].to_string(),
+                lease: w.get(4).map(|s| s.to_string()),
+            }
+        })
+        .collect()
+}
+
+/// Waits until `log` has `starts` start lines (the processes in `children` still run).
+#[allow(dead_code)]
+fn wait_for_starts(log: &Path, starts: usize, children: &mut [Child]) -> Vec<Entry> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let e = read_entries(log);
+        if e.iter().filter(|e| e.start).count() >= starts {
+            return e;
+        }
+        for c in children.iter_mut() {
+            if let Ok(Some(status)) = c.try_wait() {
+                panic!("a simba process exited with {status} before {starts} commands started: {e:?}");
+            }
+        }
+        assert!(Instant::now() < deadline, "{starts} commands never started: {e:?}");
+        thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The stderr lines of a child, collected by a thread as they come.
+#[allow(dead_code)]
+fn collect_stderr(child: &mut Child) -> std::sync::Arc<std::sync::Mutex<Vec<String>>> {
+    use std::io::BufRead;
+    let lines = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let err = child.stderr.take().expect("stderr piped");
+    let l = lines.clone();
+    thread::spawn(move || {
+        for line in std::io::BufReader::new(err).lines().map_while(Result::ok) {
+            l.lock().unwrap().push(line);
+        }
+    });
+    lines
+}
+
+/// N + 1 `simba lock -n N` processes: N commands run at once on distinct slots while the last
+/// process waits (it reports every slot held by the other two); it runs only after one of them
+/// ended, on that one's slot with a larger token. The commands end only when the test lets them,
+/// so the order in the shared log is causal.
+#[allow(dead_code)]
+fn semaphore_admits_n_at_once(url: &str) {
+    const N: usize = 2;
+    let name = support::unique("cli-sem");
+    let dir = temp_dir("cli-sem");
+    let log = dir.join("log");
+    let script = format!(
+        r#"echo "start $SIMBA_SLOT $SIMBA_TOKEN $SIMBA_SESSION $SIMBA_LEASE" >> {log}
+           while [ ! -e {dir}/go-$SIMBA_SESSION ]; do sleep 0.05; done
+           echo "end $SIMBA_SLOT $SIMBA_TOKEN $SIMBA_SESSION" >> {log}"#,
+        log = log.display(),
+        dir = dir.display()
+    );
+    let mut children: Vec<Child> = (0..=N)
+        .map(|_| {
+            let mut c = simba(Some(url));
+            c.args(["--json", "lock", "-n", &N.to_string(), &name, "--", "sh", "-c", &script])
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped());
+            c.spawn().unwrap()
+        })
+        .collect();
+    let errs: Vec<_> = children.iter_mut().map(collect_stderr).collect();
+    let first = wait_for_starts(&log, N, &mut children);
+    assert_eq!(first.len(), N, "more than {N} commands started at once: {first:?}");
+    let mut slots: Vec<u32> = first.iter().map(|e| e.slot).collect();
+    slots.sort_unstable();
+    assert_eq!(slots, (0..N as u32).collect::<Vec<_>>(), "distinct slots: {first:?}");
+    for e in &first {
+        assert!(e.token > 0, "{e:?}");
+        assert_eq!(e.lease.as_deref(), Some(format!("simba.sem:{name}:{}", e.slot).as_str()), "{e:?}");
+    }
+    // The third process tried while both slots were held: it reports both holders as it waits.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let waiting = loop {
+        let seen = errs.iter().flat_map(|e| e.lock().unwrap().clone()).find(|l| {
+            l.contains(r#""event":"waiting""#)
+                && first.iter().all(|e| l.contains(&format!(r#""session":"{}""#, e.session)))
+        });
+        if let Some(l) = seen {
+            break l;
+        }
+        assert!(Instant::now() < deadline, "no process reported waiting for both holders: {:?}", errs);
+        thread::sleep(Duration::from_millis(20));
+    };
+    let w: Value = serde_json::from_str(&waiting).unwrap();
+    assert_eq!(w["permits"], N, "{w}");
+    // `holders` shows the same two.
+    let o = run({
+        let mut c = simba(Some(url));
+        c.args(["--json", "holders", &name]);
+        c
+    });
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let h = json_result(&o);
+    assert_eq!(h["permits"], N, "{h}");
+    let shown: Vec<(u64, String, u64)> = h["holders"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{h}"))
+        .iter()
+        .map(|x| {
+            (x["slot"].as_u64().unwrap(), x["session"].as_str().unwrap().to_string(), x["token"].as_u64().unwrap())
+        })
+        .collect();
+    let mut expected: Vec<(u64, String, u64)> =
+        first.iter().map(|e| (u64::from(e.slot), e.session.clone(), e.token)).collect();
+    expected.sort();
+    assert_eq!(shown, expected, "{h}");
+    let human = run({
+        let mut c = simba(Some(url));
+        c.args(["holders", &name]);
+        c
+    });
+    let text = stdout(&human);
+    assert!(text.starts_with(&format!("{name}: {N} of {N} permits held")), "{text}");
+    for e in &first {
+        assert!(text.contains(&format!("slot {}: session {} (token {}", e.slot, e.session, e.token)), "{text}");
+    }
+    // Let the first one end: the waiting process takes its slot, with a larger token.
+    let freed = first[0].clone();
+    fs::write(dir.join(format!("go-{}", freed.session)), "").unwrap();
+    let all = wait_for_starts(&log, N + 1, &mut []);
+    let third = all.iter().filter(|e| e.start).nth(N).cloned().unwrap();
+    let freed_end = all.iter().position(|e| !e.start && e.session == freed.session);
+    let third_start = all.iter().position(|e| *e == third).unwrap();
+    assert!(freed_end.is_some_and(|end| end < third_start), "the third command started before one ended: {all:?}");
+    assert_eq!(third.slot, freed.slot, "the third took the freed slot: {all:?}");
+    assert!(third.token > freed.token, "a new term of slot {} has a larger token: {all:?}", third.slot);
+    assert!(first.iter().all(|e| e.session != third.session), "{all:?}");
+    for e in first.iter().skip(1).chain([&third]) {
+        fs::write(dir.join(format!("go-{}", e.session)), "").unwrap();
+    }
+    for ch in children {
+        let (o, _) = wait_output(ch, Duration::from_secs(60));
+        assert_eq!(code(&o), 0, "{}", stderr(&o));
+        assert_eq!(json_result(&o)["outcome"], "exited");
+    }
+    // Never more than N between a start and its end, in the order the commands wrote.
+    let mut running = 0usize;
+    for e in read_entries(&log) {
+        running = if e.start { running + 1 } else { running - 1 };
+        assert!(running <= N, "more than {N} commands ran at once:\n{}", fs::read_to_string(&log).unwrap());
+    }
+    let _ = fs::remove_dir_all(&dir);
+}
+
+/// The limit is the semaphore's: a second process asking for another one gets 78 naming both
+/// values; `--timeout` on a full semaphore is 75 and names the holders.
+#[allow(dead_code)]
+fn semaphore_limit_mismatch_and_timeout(url: &str) {
+    let name = support::unique("cli-sem-limit");
+    let dir = temp_dir("cli-sem-limit");
+    let info = dir.join("info");
+    let mut holder = simba(Some(url))
+        .args(["lock", "-n", "1", &name, "--", "sh", "-c"])
+        .arg(format!(r#"echo "$SIMBA_SESSION $SIMBA_TOKEN" > {}; exec sleep 30"#, info.display()))
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let text = wait_for_file(&info, &mut holder);
+    let (sid, token) = text.trim().split_once(' ').unwrap();
+    let o = run({
+        let mut c = simba(Some(url));
+        c.args(["lock", "-n", "3", &name, "--", "true"]);
+        c
+    });
+    assert_eq!(code(&o), 78, "{}", stderr(&o));
+    let expected = format!("semaphore '{name}' has 1 permits on the");
+    assert!(stderr(&o).contains(&expected) && stderr(&o).contains("but 3 were asked for"), "{}", stderr(&o));
+    let o = run({
+        let mut c = simba(Some(url));
+        c.args(["lock", "-n", "1", &name, "--timeout", "1s", "--", "true"]);
+        c
+    });
+    assert_eq!(code(&o), 75, "{}", stderr(&o));
+    let expected = format!(
+        "waiting for a permit of semaphore '{name}': 1 of 1 permits held (slot 0: {sid} (token {token}, simba lock pid="
+    );
+    assert!(stderr(&o).contains(&expected), "expected {expected:?} in {}", stderr(&o));
+    assert!(stderr(&o).contains(&format!("gave up on a permit of semaphore '{name}' after")), "{}", stderr(&o));
+    // The lock of the same name is another namespace: free.
+    let o = run({
+        let mut c = simba(Some(url));
+        c.args(["lock", &name, "--timeout", "5s", "--", "true"]);
+        c
+    });
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(holder.id() as i32), nix::sys::signal::Signal::SIGTERM).unwrap();
+    let (o, _) = wait_output(holder, Duration::from_secs(20));
+    assert_eq!(code(&o), 128 + 15, "{}", stderr(&o));
+    // Released on the way out: the next permit of slot 0 has a larger token.
+    let o = run({
+        let mut c = simba(Some(url));
+        c.args(["lock", "-n", "1", &name, "--timeout", "5s", "--", "sh", "-c", "echo $SIMBA_SLOT $SIMBA_TOKEN"]);
+        c
+    });
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let (slot, t) = stdout(&o).trim().split_once(' ').map(|(a, b)| (a.to_string(), b.to_string())).unwrap();
+    assert_eq!(slot, "0");
+    assert!(t.parse::<u64>().unwrap() > token.parse::<u64>().unwrap(), "{t} after {token}");
+    let _ = fs::remove_dir_all(&dir);
+}
+
+/// A permit lost while the command runs (its session closed behind simba's back) terminates the
+/// command: exit 79, and the reason names the semaphore and the slot.
+#[allow(dead_code)]
+fn lost_permit_terminates_the_command(url: &str) {
+    let name = support::unique("cli-sem-lost");
+    let dir = temp_dir("cli-sem-lost");
+    let (sidf, termf) = (dir.join("sid"), dir.join("term"));
+    let mut child = simba(Some(url))
+        .args(["--json", "lock", "-n", "2", &name, "--grace", "10s", "--", "sh", "-c"])
+        .arg(format!(
+            r#"trap 'echo term > {term}; exit 0' TERM; echo "$SIMBA_SESSION $SIMBA_SLOT" > {sid}; while :; do sleep 0.1; done"#,
+            term = termf.display(),
+            sid = sidf.display()
+        ))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let text = wait_for_file(&sidf, &mut child);
+    let (sid, slot) = text.trim().split_once(' ').unwrap();
+    close_behind_its_back(url, sid);
+    let (o, _) = wait_output(child, Duration::from_secs(30));
+    assert_eq!(code(&o), 79, "{}", stderr(&o));
+    assert_eq!(fs::read_to_string(&termf).unwrap().trim(), "term", "the command did not get SIGTERM");
+    let v = json_result(&o);
+    assert_eq!(v["outcome"], "lost", "{v}");
+    assert_eq!(v["slot"].as_u64().map(|s| s.to_string()).as_deref(), Some(slot), "{v}");
+    let reason = v["reason"].as_str().unwrap_or_default();
+    assert!(reason.contains(&format!("permit {slot} of semaphore '{name}'")), "{v}");
+    let _ = fs::remove_dir_all(&dir);
+}
+
+/// A `lock -n` waiter stopped for longer than its lease: its session ends while it only waits, so
+/// simba opens a new one, takes the semaphore again on it (same limit) and keeps waiting; its
+/// command runs on the new session once the permit frees, with a larger token of that slot.
+#[allow(dead_code)]
+fn a_permit_wait_survives_a_stop_longer_than_the_lease(url: &str) {
+    use nix::sys::signal::{kill, Signal};
+    use nix::unistd::Pid;
+    let name = support::unique("cli-sem-stop");
+    let dir = temp_dir("cli-sem-stop");
+    let (ready, release, ran) = (dir.join("ready"), dir.join("release"), dir.join("ran"));
+    let mut holder = simba(Some(url))
+        .args(["lock", "-n", "1", &name, "--", "sh", "-c"])
+        .arg(format!(
+            "echo $SIMBA_TOKEN > {ready}; while [ ! -e {release} ]; do sleep 0.05; done",
+            ready = ready.display(),
+            release = release.display()
+        ))
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let first_token: u64 = wait_for_file(&ready, &mut holder).trim().parse().unwrap();
+    let mut waiter = simba(Some(url))
+        .args(["--json", "lock", "-n", "1", &name, "--", "sh", "-c"])
+        .arg(format!("echo $SIMBA_SESSION $SIMBA_SLOT $SIMBA_TOKEN > {}", ran.display()))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = Lines::of(&mut waiter);
+    lines.wait_for(r#""event":"waiting""#);
+    let wpid = Pid::from_raw(waiter.id() as i32);
+    kill(wpid, Signal::SIGSTOP).unwrap();
+    // Stopped for longer than the 2 s lease: the session's local deadline passes meanwhile.
+    thread::sleep(Duration::from_secs(3));
+    kill(wpid, Signal::SIGCONT).unwrap();
+    let line = lines.wait_for(r#""event":"new_session""#);
+    let ev: Value = serde_json::from_str(&line).unwrap();
+    assert!(ran.metadata().is_err(), "the command ran while the only permit was held");
+    fs::write(&release, "").unwrap();
+    let (o, _) = wait_output(holder, Duration::from_secs(30));
+    assert_eq!(code(&o), 0, "holder: {}", stderr(&o));
+    let (o, _) = wait_output(waiter, Duration::from_secs(30));
+    let rest = lines.rest();
+    assert_eq!(code(&o), 0, "waiter: {}", rest.join("\n"));
+    let text = fs::read_to_string(&ran).unwrap();
+    let w: Vec<&str> = text.split_whitespace().collect();
+    assert_eq!(w[0], ev["session"].as_str().unwrap(), "{line}");
+    assert_ne!(ev["session"], ev["expired_session"], "{line}");
+    assert_eq!(w[1], "0", "{text}");
+    assert!(w[2].parse::<u64>().unwrap() > first_token, "{text} after token {first_token}");
+    assert_eq!(json_result(&o)["outcome"], "exited");
+    let _ = fs::remove_dir_all(&dir);
+}
+
 macro_rules! backend_tests {
     ($m:ident, $feature:literal, $var:literal, $default:literal $(, $extra:ident)*) => {
         #[cfg(feature = $feature)]
@@ -1123,7 +1561,8 @@ macro_rules! backend_tests {
 
             backend_tests!(@tests $m, mutual_exclusion_and_increasing_tokens, timeout_names_the_holder_and_sigterm_is_forwarded,
                 elect_takes_turns, join_and_members, a_killed_simba_takes_its_command_down, a_zero_timeout_takes_a_free_lock,
-                a_zero_timeout_wins_a_free_election, a_command_typo_never_takes_the_lock, an_interrupted_wait_ends_with_a_json_result $(, $extra)*);
+                a_zero_timeout_wins_a_free_election, a_command_typo_never_takes_the_lock, an_interrupted_wait_ends_with_a_json_result,
+                semaphore_admits_n_at_once, semaphore_limit_mismatch_and_timeout $(, $extra)*);
         }
     };
     (@tests $m:ident $(, $t:ident)*) => {
@@ -1148,7 +1587,9 @@ backend_tests!(
     lost_leadership_terminates_the_command,
     lost_membership_terminates_the_command,
     a_command_ignoring_sigterm_is_killed,
-    a_wait_survives_a_stop_longer_than_the_lease
+    a_wait_survives_a_stop_longer_than_the_lease,
+    lost_permit_terminates_the_command,
+    a_permit_wait_survives_a_stop_longer_than_the_lease
 );
 backend_tests!(
     postgres,
@@ -1159,7 +1600,9 @@ backend_tests!(
     lost_leadership_terminates_the_command,
     lost_membership_terminates_the_command,
     a_command_ignoring_sigterm_is_killed,
-    a_wait_survives_a_stop_longer_than_the_lease
+    a_wait_survives_a_stop_longer_than_the_lease,
+    lost_permit_terminates_the_command,
+    a_permit_wait_survives_a_stop_longer_than_the_lease
 );
 backend_tests!(
     mysql,
@@ -1170,6 +1613,8 @@ backend_tests!(
     lost_leadership_terminates_the_command,
     lost_membership_terminates_the_command,
     a_command_ignoring_sigterm_is_killed,
-    a_wait_survives_a_stop_longer_than_the_lease
+    a_wait_survives_a_stop_longer_than_the_lease,
+    lost_permit_terminates_the_command,
+    a_permit_wait_survives_a_stop_longer_than_the_lease
 );
 backend_tests!(zookeeper, "zookeeper", "SIMBA_TEST_ZOOKEEPER_URL", "zookeeper://127.0.0.1:2181/simba-test");

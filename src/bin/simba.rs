@@ -1,4 +1,4 @@
-//! `simba`: locks, leader election and groups from the shell, on every simba backend.
+//! `simba`: locks, semaphores, leader election and groups from the shell, on every simba backend.
 //!
 //! See `docs/cli.md` for the commands, the output formats and the exit codes.
 #![forbid(unsafe_code)]
@@ -33,9 +33,10 @@ Exit codes:
   2      usage error
   69     backend unreachable or failed
   70     internal error
-  75     --timeout passed before the lock/leadership was acquired (it was held by another)
-  78     configuration error (URL, setting, name, missing feature)
-  79     lock/leadership/membership lost while the command ran (command terminated)
+  75     --timeout passed before the lock/permit/leadership was acquired (it was held by others)
+  78     configuration error (URL, setting, name, missing feature, permit count out of range, a
+         semaphore limit other than the stored one)
+  79     lock/permit/leadership/membership lost while the command ran (command terminated)
   126    command cannot be executed;  127  command not found (nothing was taken)
   128+N  the command was killed by signal N (or simba was interrupted by signal N while waiting)
 --json tells them apart: the result's outcome field is exited, lost, timeout, interrupted or
@@ -49,7 +50,7 @@ RUST_LOG=debug shows diagnostics.";
 #[command(
     name = "simba",
     version,
-    about = "Locks with fencing tokens, leader election and groups for shell scripts",
+    about = "Locks and semaphores with fencing tokens, leader election and groups for shell scripts",
     after_help = EXIT_CODES
 )]
 struct Cli {
@@ -84,13 +85,19 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Cmd {
-    /// Run CMD while holding the lock NAME (SIMBA_TOKEN, SIMBA_LEASE, SIMBA_SESSION in its environment)
-    Lock(LockArgs),
+    /// Run CMD while holding the lock NAME, or with -n N one of the N permits of the semaphore NAME
+    /// (SIMBA_TOKEN, SIMBA_LEASE, SIMBA_SESSION and, with -n, SIMBA_SLOT in its environment)
+    Lock(LockCmd),
     /// Wait to become leader of NAME, then run CMD while leading
     Elect(LockArgs),
     /// Show the current holder (leader) of NAME
     Leader {
         /// Lease or election name
+        name: String,
+    },
+    /// Show who holds which slot of the semaphore NAME (see `lock -n`)
+    Holders {
+        /// Semaphore name
         name: String,
     },
     /// List the live members of GROUP
@@ -117,10 +124,21 @@ enum Cmd {
 }
 
 #[derive(Args, Debug)]
+pub struct LockCmd {
+    /// Hold one of the N permits of the semaphore NAME instead of the lock NAME (1 to 1000; the
+    /// first use of NAME fixes N, and another N is an error). `-n 1` is a one-permit semaphore, a
+    /// name apart from the lock NAME. The command also gets SIMBA_SLOT, the permit's slot
+    #[arg(short = 'n', long = "permits", value_name = "N")]
+    pub permits: Option<u64>,
+    #[command(flatten)]
+    pub lock: LockArgs,
+}
+
+#[derive(Args, Debug)]
 pub struct LockArgs {
-    /// Lock (election) name: 1-128 of [A-Za-z0-9._:-]
+    /// Lock (election, semaphore) name: 1-128 of [A-Za-z0-9._:-] (a semaphore name: at most 114)
     pub name: String,
-    /// Give up after this long without the lock/leadership (exit 75); default: wait forever
+    /// Give up after this long without the lock/permit/leadership (exit 75); default: wait forever
     #[arg(long, value_parser = parse_duration, value_name = "D")]
     pub timeout: Option<Duration>,
     /// Time between SIGTERM and SIGKILL when the lock is lost
@@ -269,6 +287,7 @@ fn command_name(cmd: &Cmd) -> &'static str {
         Cmd::Lock(_) => "lock",
         Cmd::Elect(_) => "elect",
         Cmd::Leader { .. } => "leader",
+        Cmd::Holders { .. } => "holders",
         Cmd::Members { .. } => "members",
         Cmd::Join(_) => "join",
         Cmd::Schema { .. } => "schema",
@@ -343,10 +362,12 @@ fn run(cli: &Cli, out: &Out, signals: &Signals) -> Result<u8, Fail> {
     }
     log::debug!("configuration: {config:?}");
     match &cli.command {
-        Cmd::Lock(a) => hold::lock(&config, out, signals, a, false),
+        Cmd::Lock(LockCmd { permits: Some(n), lock }) => hold::semaphore(&config, out, signals, lock, *n),
+        Cmd::Lock(LockCmd { permits: None, lock }) => hold::lock(&config, out, signals, lock, false),
         Cmd::Elect(a) => hold::lock(&config, out, signals, a, true),
         Cmd::Join(a) => hold::join(&config, out, signals, a),
         Cmd::Leader { name } => inspect::leader(&config, out, name),
+        Cmd::Holders { name } => inspect::holders(&config, out, name),
         Cmd::Members { group } => inspect::members(&config, out, group),
         Cmd::Schema { action: SchemaAction::Print { .. } } => match config.backend_kind() {
             BackendKind::Postgres => Ok(inspect::schema_print(out, Dialect::Postgres)),

@@ -1,8 +1,9 @@
-//! `lock`, `elect` and `join`: wait for the lock (leadership), then run the command while it is
-//! held, terminating it the moment it is lost.
+//! `lock`, `lock -n N`, `elect` and `join`: wait for the lock (permit, leadership), then run the
+//! command while it is held, terminating it the moment it is lost.
 //!
-//! Waiting is made of whole attempts: each lock attempt is one [`Session::try_lock`], bounded by
-//! the query timeout and never cut short by `--timeout` or by the loop's own pacing, so a backend
+//! Waiting is made of whole attempts: each lock attempt is one [`Session::try_lock`] (a permit
+//! attempt one [`Semaphore::try_acquire`], one round over the slots), bounded by the query
+//! timeout and never cut short by `--timeout` or by the loop's own pacing, so a backend
 //! whose acquire is slow can still win and a failing acquire reports its own error. Between
 //! attempts simba waits for a pushed release (where the backend pushes) or the retry interval,
 //! and notices signals. A session that ends while simba only *waits* (simba was stopped, the
@@ -18,7 +19,9 @@ use crossbeam_channel::{select, unbounded};
 use nix::sys::signal::Signal;
 use serde_json::{json, Value};
 use simba::backend::{Holder, LeaseBackend, Topic};
-use simba::{display_chain, Config, Election, ElectionEvent, ErrorKind, Events, Lease, Session, SessionId};
+use simba::{
+    display_chain, Config, Election, ElectionEvent, ErrorKind, Events, Lease, Permit, Semaphore, Session, SessionId,
+};
 
 use crate::out::{code, Fail, Out};
 use crate::supervise::{self, Notice, Outcome, Signals};
@@ -78,7 +81,7 @@ fn warn_process_local(config: &Config, out: &Out) {
     if config.backend_kind() == simba::BackendKind::Memory {
         out.progress(
             "warning",
-            "memory:// is process-local: other simba processes do not see this lock, leadership or group",
+            "memory:// is process-local: other simba processes do not see this lock, semaphore, leadership or group",
             json!({}),
         );
     }
@@ -103,6 +106,7 @@ fn resolve_command(out: &Out, name: &str, command: &[OsString]) -> Result<(), u8
 enum Held {
     Lease(Lease),
     Election(Election),
+    Permit(Permit),
 }
 
 impl Held {
@@ -110,9 +114,28 @@ impl Held {
         match self {
             Held::Lease(l) => l.token(),
             Held::Election(e) => e.token(),
+            Held::Permit(p) => p.token(),
+        }
+    }
+
+    /// Gives it up after the command exited (a failure is only logged: simba exits anyway).
+    fn give_up(self, name: &str) {
+        let r = match self {
+            Held::Lease(l) => l.release().map_err(|e| ("releasing lock", e)),
+            Held::Election(e) => e.resign().map_err(|e| ("resigning", e)),
+            Held::Permit(p) => p.release().map_err(|e| ("releasing the permit of semaphore", e)),
+        };
+        if let Err((doing, e)) = r {
+            log::warn!("{doing} '{name}' failed: {}", display_chain(&e));
         }
     }
 }
+
+/// A slot held by another session, as a waiter last saw it: (slot, holder, token).
+type SlotHeld = (u32, SessionId, u64);
+
+/// How often a wait for a permit reads who holds the slots again (one read per slot).
+const HOLDERS_EVERY: Duration = Duration::from_secs(10);
 
 /// A wait for a lock or leadership.
 struct Wait<'a> {
@@ -127,6 +150,10 @@ struct Wait<'a> {
     backend: Arc<dyn LeaseBackend>,
     session: Session,
     election: Option<Election>,
+    /// `lock -n N`: the semaphore whose permit is awaited (`lease` is unused then).
+    semaphore: Option<Semaphore>,
+    /// The slot holders last reported while waiting for a permit, and when they were read.
+    slots_seen: Option<(Vec<SlotHeld>, Instant)>,
     /// The election's events: its first attempt's outcome shows there.
     events: Option<Events<ElectionEvent>>,
     /// The first attempt's outcome is known (a lock attempt returns it; a campaign attempt shows
@@ -198,6 +225,42 @@ impl Wait<'_> {
         self.last_error = Some(msg);
     }
 
+    /// Every slot held by others while waiting for a permit: reported when the holders change,
+    /// read at most every [`HOLDERS_EVERY`] (one backend read per slot).
+    fn show_slot_holders(&mut self, sem: &Semaphore) {
+        if self.slots_seen.as_ref().is_some_and(|(_, at)| at.elapsed() < HOLDERS_EVERY) {
+            return;
+        }
+        let holders = match sem.holders() {
+            Ok(h) => h,
+            Err(e) => {
+                log::debug!("reading the holders of semaphore '{}' failed: {}", self.name, display_chain(&e));
+                return;
+            }
+        };
+        let others: Vec<&(u32, Holder)> = holders.iter().filter(|(_, h)| &h.session != self.session.id()).collect();
+        let key: Vec<SlotHeld> = others.iter().map(|(i, h)| (*i, h.session.clone(), h.token.get())).collect();
+        let changed = self.slots_seen.as_ref().is_none_or(|(k, _)| *k != key);
+        self.slots_seen = Some((key, Instant::now()));
+        if !changed || others.is_empty() {
+            return;
+        }
+        let list: Vec<String> = others.iter().map(|(i, h)| format!("slot {i}: {}", describe_holder(h))).collect();
+        let json: Vec<Value> = others.iter().map(|(i, h)| slot_json(*i, sem, h)).collect();
+        self.out.progress(
+            "waiting",
+            &format!(
+                "waiting for {} '{}': {} of {} permits held ({})",
+                self.what,
+                self.name,
+                others.len(),
+                sem.permits(),
+                list.join("; ")
+            ),
+            json!({"name": self.name, "permits": sem.permits(), "holders": json}),
+        );
+    }
+
     fn waited(&self) -> String {
         let ms = u64::try_from(self.start.elapsed().as_millis()).unwrap_or(u64::MAX);
         humantime::format_duration(Duration::from_millis(ms)).to_string()
@@ -267,12 +330,16 @@ impl Wait<'_> {
         self.backend = backend;
         drop(self.election.take());
         drop(old);
+        if let Some(sem) = &self.semaphore {
+            self.semaphore = Some(self.session.semaphore(sem.name().clone(), sem.permits())?);
+        }
         if self.what == ELECT {
             let e = self.session.campaign(&self.lease)?;
             self.events = Some(e.events());
             self.election = Some(e);
         }
         self.last_seen = None;
+        self.slots_seen = None;
         self.out.progress(
             "new_session",
             &format!(
@@ -328,7 +395,10 @@ impl Wait<'_> {
                 }
             }
             None => {
-                let r = self.session.try_lock(&self.lease).map(|l| l.map(Held::Lease));
+                let r = match &self.semaphore {
+                    Some(sem) => sem.try_acquire().map(|p| p.map(Held::Permit)),
+                    None => self.session.try_lock(&self.lease).map(|l| l.map(Held::Lease)),
+                };
                 self.answered = true;
                 r
             }
@@ -337,8 +407,12 @@ impl Wait<'_> {
             Ok(Some(h)) => Ok(Some(h)),
             Ok(None) => {
                 self.last_error = None;
-                let holder = self.session.leader(&self.lease).ok().flatten();
-                self.show_holder(holder);
+                if let Some(sem) = self.semaphore.clone() {
+                    self.show_slot_holders(&sem);
+                } else {
+                    let holder = self.session.leader(&self.lease).ok().flatten();
+                    self.show_holder(holder);
+                }
                 Ok(None)
             }
             Err(e) if matches!(e.kind(), ErrorKind::SessionExpired | ErrorKind::Closed) => {
@@ -364,12 +438,20 @@ impl Wait<'_> {
             }
             if push && self.election.is_none() {
                 // Registered before the attempt, so a release right after it is not missed; on a
-                // thread, as the registration is a backend call and may hang.
-                let (backend, topic, tx) =
-                    (Arc::clone(&self.backend), Topic::Lease(self.lease.clone()), wake_tx.clone());
+                // thread, as the registration is a backend call and may hang. A permit waits
+                // for a release of any slot.
+                let topics: Vec<Topic> = match &self.semaphore {
+                    Some(sem) => {
+                        (0..sem.permits()).filter_map(|i| sem.fence_resource(i).ok()).map(Topic::Lease).collect()
+                    }
+                    None => vec![Topic::Lease(self.lease.clone())],
+                };
+                let (backend, tx) = (Arc::clone(&self.backend), wake_tx.clone());
                 thread::spawn(move || {
-                    if let Err(e) = backend.watch(&topic, &tx) {
-                        log::debug!("watching {topic:?} failed (polling instead): {e}");
+                    for topic in topics {
+                        if let Err(e) = backend.watch(&topic, &tx) {
+                            log::debug!("watching {topic:?} failed (polling instead): {e}");
+                        }
                     }
                 });
             }
@@ -436,6 +518,8 @@ pub fn lock(config: &Config, out: &Out, signals: &Signals, a: &LockArgs, elect: 
         backend,
         session,
         election,
+        semaphore: None,
+        slots_seen: None,
         events,
         answered: false,
         // A campaign attempt is bounded by the query timeout; a little more for its dispatch.
@@ -458,26 +542,120 @@ pub fn lock(config: &Config, out: &Out, signals: &Signals, a: &LockArgs, elect: 
         json!({"name": a.name, "token": token.get(), "session": sid}),
     );
     let env = [("SIMBA_TOKEN", token.to_string()), ("SIMBA_LEASE", a.name.clone()), ("SIMBA_SESSION", sid.clone())];
-    let lost = || held.token().err().map(|e| e.to_string());
-    let run = Run { out, name: &a.name, what, grace: a.grace, signals };
-    let outcome = run.supervise(&a.command, &env, &["SIMBA_GROUP"], &lost)?;
     let fields = json!({"name": a.name, "token": token.get(), "session": sid});
+    let run = Run { out, name: &a.name, what, grace: a.grace, signals };
+    run_held(&run, a, session, held, &env, &["SIMBA_GROUP", "SIMBA_SLOT"], fields)
+}
+
+/// Runs the command while `held` is held, gives it up when the command exits, closes the session.
+fn run_held(
+    run: &Run<'_>,
+    a: &LockArgs,
+    session: Session,
+    held: Held,
+    env: &[(&str, String)],
+    env_remove: &[&str],
+    fields: Value,
+) -> Result<u8, Fail> {
+    let lost = || held.token().err().map(|e| e.to_string());
+    let outcome = run.supervise(&a.command, env, env_remove, &lost)?;
     let result = match outcome {
         Outcome::Exited(status) => {
             let c = supervise::exit_code(&status);
-            let r = match held {
-                Held::Lease(l) => l.release().map_err(|e| ("releasing lock", e)),
-                Held::Election(e) => e.resign().map_err(|e| ("resigning", e)),
-            };
-            if let Err((doing, e)) = r {
-                log::warn!("{doing} '{}' failed: {}", a.name, display_chain(&e));
-            }
-            exited(out, fields, c)
+            held.give_up(&a.name);
+            exited(run.out, fields, c)
         }
-        Outcome::Lost { reason, status } => lost_result(out, fields, &reason, status.as_ref()),
+        Outcome::Lost { reason, status } => lost_result(run.out, fields, &reason, status.as_ref()),
     };
+    let sid = session.id().to_string();
     close(session, &sid);
     Ok(result)
+}
+
+/// What a permit wait is called in messages: "waiting for a permit of semaphore 'X'".
+const PERMIT: &str = "a permit of semaphore";
+
+/// `lock -n N NAME -- CMD`: one of the N permits of the semaphore NAME.
+pub fn semaphore(config: &Config, out: &Out, signals: &Signals, a: &LockArgs, permits: u64) -> Result<u8, Fail> {
+    // Validated before any I/O: the count, then the name (the slot names must fit).
+    let max = simba::semaphore::MAX_PERMITS;
+    let n = match u32::try_from(permits) {
+        Ok(n) if (1..=max).contains(&n) => n,
+        _ => {
+            return Err(Fail::config(format!(
+                "-n {permits} is out of range: a semaphore has 1 to {max} permits (give -n with the number of \
+                 commands that may run at once)"
+            )))
+        }
+    };
+    simba::semaphore::fence_resource(a.name.as_str(), 0)?;
+    if let Err(c) = resolve_command(out, &a.name, &a.command) {
+        return Ok(c);
+    }
+    warn_process_local(config, out);
+    let (backend, session) = open_session(config)?;
+    // Stores the limit on first use, or checks it against the stored one (exit 78 on a mismatch).
+    let sem = match session.semaphore(a.name.as_str(), n) {
+        Ok(s) => s,
+        Err(e) => {
+            let sid = session.id().to_string();
+            close(session, &sid);
+            return Err(e.into());
+        }
+    };
+    let start = Instant::now();
+    let wait = Wait {
+        config,
+        out,
+        signals,
+        name: &a.name,
+        lease: sem.name().clone(),
+        what: PERMIT,
+        start,
+        deadline: a.timeout.and_then(|t| start.checked_add(t)),
+        backend,
+        session,
+        election: None,
+        semaphore: Some(sem),
+        slots_seen: None,
+        events: None,
+        answered: false,
+        first_by: start + config.query_timeout() + ELECTION_SLICE,
+        last_seen: None,
+        last_error: None,
+        reported: None,
+    };
+    let (session, held) = match wait.run() {
+        Ok(r) => r,
+        Err(Ended::Code(c)) => return Ok(c),
+        Err(Ended::Fail(f)) => return Err(f),
+    };
+    let Held::Permit(permit) = &held else {
+        return Err(Fail::new(code::INTERNAL, "internal", "a semaphore wait ended with no permit"));
+    };
+    let token = held.token()?;
+    let (slot, lease) = (permit.slot(), permit.lease_name().to_string());
+    let sid = session.id().to_string();
+    out.progress(
+        "acquired",
+        &format!("acquired permit {slot} of semaphore '{}' (token {token}, session {sid}; {n} permits)", a.name),
+        json!({"name": a.name, "slot": slot, "permits": n, "lease": lease, "token": token.get(), "session": sid}),
+    );
+    let env = [
+        ("SIMBA_TOKEN", token.to_string()),
+        ("SIMBA_SLOT", slot.to_string()),
+        ("SIMBA_LEASE", lease.clone()),
+        ("SIMBA_SESSION", sid.clone()),
+    ];
+    let fields = json!({"name": a.name, "slot": slot, "lease": lease, "token": token.get(), "session": sid});
+    let run = Run { out, name: &a.name, what: PERMIT, grace: a.grace, signals };
+    run_held(&run, a, session, held, &env, &["SIMBA_GROUP"], fields)
+}
+
+/// A slot holder as JSON: the holder's fields, the slot and its lease name.
+pub fn slot_json(slot: u32, sem: &Semaphore, h: &Holder) -> Value {
+    let lease = sem.fence_resource(slot).map(|n| n.to_string()).unwrap_or_default();
+    with(json!({"slot": slot, "lease": lease}), holder_json(h))
 }
 
 fn close(session: Session, sid: &str) {
@@ -580,7 +758,7 @@ pub fn join(config: &Config, out: &Out, signals: &Signals, a: &JoinArgs) -> Resu
         }
     };
     let run = Run { out, name: &a.group, what: "membership of", grace: a.grace, signals };
-    let outcome = run.supervise(&a.command, &env, &["SIMBA_TOKEN", "SIMBA_LEASE"], &lost)?;
+    let outcome = run.supervise(&a.command, &env, &["SIMBA_TOKEN", "SIMBA_LEASE", "SIMBA_SLOT"], &lost)?;
     let fields = json!({"name": a.group, "session": sid});
     let result = match outcome {
         Outcome::Exited(status) => {

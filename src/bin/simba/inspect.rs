@@ -1,4 +1,4 @@
-//! The commands that only look or administer: `leader`, `members`, `schema`, `purge`, `check`.
+//! The commands that only look or administer: `leader`, `holders`, `members`, `schema`, `purge`, `check`.
 
 use std::net::{TcpStream, ToSocketAddrs};
 use std::sync::Arc;
@@ -88,6 +88,70 @@ pub fn leader(config: &Config, out: &Out, name: &str) -> Result<u8, Fail> {
         ),
         None => out.result(&format!("{name}: no holder"), json!({"name": name.as_str(), "leader": null})),
     }
+    Ok(code::OK)
+}
+
+/// `holders NAME`: the semaphore's stored limit and who holds which slot (one read per slot).
+pub fn holders(config: &Config, out: &Out, name: &str) -> Result<u8, Fail> {
+    // Validates the name before any I/O.
+    simba::semaphore::fence_resource(name, 0)?;
+    let name = simba::Name::new(name)?;
+    let backend = backend_only(config)?;
+    let max = simba::semaphore::MAX_PERMITS;
+    let permits = match backend.semaphore_limit(&name, None)? {
+        None => {
+            out.result(
+                &format!(
+                    "{name}: no such semaphore (no limit is stored: it was never used; for a lock, see `simba leader {name}`)"
+                ),
+                json!({"name": name.as_str(), "permits": null, "holders": []}),
+            );
+            return Ok(code::OK);
+        }
+        Some(n) if n == 0 || n > max => {
+            return Err(Fail::new(
+                code::UNAVAILABLE,
+                "unavailable",
+                format!(
+                    "{}: the stored limit of semaphore '{name}' is {n}, which is no valid limit (1 to {max}): the \
+                     stored value was changed by something other than simba",
+                    config.backend_kind()
+                ),
+            ))
+        }
+        Some(n) => n,
+    };
+    let mut held = Vec::new();
+    for slot in 0..permits {
+        let lease = simba::semaphore::fence_resource(name.as_str(), slot)?;
+        if let Some(h) = backend.holder(&lease)? {
+            held.push((slot, lease, h));
+        }
+    }
+    let mut human = format!("{name}: {} of {permits} permits held", held.len());
+    for (slot, _, h) in &held {
+        human.push_str(&format!(
+            "\n  slot {slot}: session {} (token {}, expires in {}){}",
+            h.session,
+            h.token,
+            humantime::format_duration(Duration::from_millis(
+                u64::try_from(h.remaining.as_millis()).unwrap_or(u64::MAX)
+            )),
+            if h.metadata.is_empty() { String::new() } else { format!(" metadata: {}", h.metadata) }
+        ));
+    }
+    let list: Vec<Value> = held
+        .iter()
+        .map(|(slot, lease, h)| {
+            let mut v = holder_json(h);
+            if let Value::Object(m) = &mut v {
+                m.insert("slot".into(), json!(slot));
+                m.insert("lease".into(), json!(lease.as_str()));
+            }
+            v
+        })
+        .collect();
+    out.result(&human, json!({"name": name.as_str(), "permits": permits, "holders": list}));
     Ok(code::OK)
 }
 
