@@ -1,0 +1,339 @@
+//! The simulated backend the shipped runtime talks to: the real [`MemoryBackend`] on the
+//! simulation's virtual clock ([`VirtualClock`], the sim's backend model), behind a layer that
+//! decides each call's fate with the execution's seeded random source and records what the backend
+//! did in the sim's history ([`Event`]).
+//!
+//! Every call takes the history lock for its effect, so the history is one total order of
+//! backend effects, `token()`/`is_leader()`/`is_member()` samples and clock moves (see
+//! `super::clients`).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::FaultCounts;
+use crate::backend::{Acquire, Holder, KeepAlive, LeaseBackend, Member, SessionGrant};
+use crate::error::{Error, ErrorKind, Result};
+use crate::memory::MemoryBackend;
+use crate::sim::clock::VirtualClock;
+use crate::sim::history::{ms as ns, Event, Record};
+use crate::sync::{self, Condvar, Mutex, MutexGuard};
+use crate::types::{Name, SessionId, Token};
+
+/// Per-call fault probabilities of one run (drawn per seed).
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct CallFaults {
+    /// The request is lost: no effect, the caller gets `Unavailable`.
+    pub(crate) fail: f64,
+    /// The call takes effect only after a stall (0–1.5 query timeouts): late delivery.
+    pub(crate) stall: f64,
+    /// The call takes effect, its reply is lost: the caller gets `Unavailable`, at once or after
+    /// its deadline.
+    pub(crate) lost_reply: f64,
+    /// The call takes effect at once, its reply arrives after the caller's deadline.
+    pub(crate) late_reply: f64,
+    /// Every call fails (the backend is unreachable) between these virtual instants (ns).
+    pub(crate) outage: Option<(u64, u64)>,
+}
+
+/// What the history lock guards.
+#[derive(Debug, Default)]
+pub(crate) struct HistState {
+    /// The history (`t`: virtual ns since the run started).
+    pub(crate) records: Vec<Record>,
+    /// Session id → run-wide label (`s0`, `s1`, … in order of creation).
+    pub(crate) labels: HashMap<SessionId, u32>,
+    next_label: u32,
+    /// The fault counters.
+    pub(crate) counts: FaultCounts,
+    /// The application's handles (sampled under this lock).
+    pub(crate) handles: super::clients::Handles,
+}
+
+/// The history shared by the backend, the samplers and the clock driver.
+#[derive(Debug)]
+pub(crate) struct History {
+    state: Mutex<HistState>,
+    /// The virtual instant the run started at.
+    pub(crate) base: Instant,
+}
+
+impl History {
+    pub(crate) fn new() -> History {
+        History { state: Mutex::new(HistState::default()), base: sync::now() }
+    }
+
+    pub(crate) fn lock(&self) -> MutexGuard<'_, HistState> {
+        self.state.lock()
+    }
+
+    /// Virtual ns since the run started (the clients' real time).
+    pub(crate) fn t(&self) -> u64 {
+        ns(sync::now().saturating_duration_since(self.base))
+    }
+
+    /// Appends `event` at the current virtual instant.
+    pub(crate) fn push(&self, h: &mut HistState, event: Event) {
+        h.records.push(Record { t: self.t(), event });
+    }
+}
+
+/// Sleeps until the virtual clock passed `d` from now (only the clock driver moves it).
+pub(crate) fn sleep_virtual(d: Duration) {
+    let Some(deadline) = sync::now().checked_add(d) else { return };
+    let m = Mutex::new(());
+    let cv = Condvar::new();
+    let mut g = m.lock();
+    while sync::now() < deadline {
+        cv.wait_until(&mut g, deadline);
+    }
+}
+
+/// A uniform draw in `0.0..1.0` from the execution's seeded source.
+pub(crate) fn unit() -> f64 {
+    sync::random_below(1 << 53) as f64 / (1u64 << 53) as f64
+}
+
+/// A uniform duration in `0..max`.
+pub(crate) fn below(max: Duration) -> Duration {
+    Duration::from_nanos(sync::random_below(ns(max).max(1)))
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Fate {
+    Complete,
+    Fail,
+    Outage,
+    Stall(Duration),
+    LostReply(Option<Duration>),
+    LateReply(Duration),
+}
+
+/// The backend of a run: see the module docs.
+#[derive(Debug)]
+pub(crate) struct SimBackend {
+    mem: MemoryBackend,
+    clock: Arc<VirtualClock>,
+    hist: Arc<History>,
+    faults: CallFaults,
+    /// The clients' query timeout (a late reply arrives after it).
+    query_timeout: Duration,
+    /// The node clock's rate relative to real time (within the sessions' drift).
+    rate: f64,
+}
+
+impl SimBackend {
+    pub(crate) fn new(hist: Arc<History>, faults: CallFaults, query_timeout: Duration, rate: f64) -> SimBackend {
+        let clock = Arc::new(VirtualClock::default());
+        SimBackend { mem: MemoryBackend::with_clock(clock.clone()), clock, hist, faults, query_timeout, rate }
+    }
+
+    fn draw(&self) -> Fate {
+        let f = self.faults;
+        let t = self.hist.t();
+        if f.outage.is_some_and(|(a, b)| (a..b).contains(&t)) {
+            return Fate::Outage;
+        }
+        let x = unit();
+        let qt = self.query_timeout;
+        let mut acc = f.fail;
+        if x < acc {
+            return Fate::Fail;
+        }
+        acc += f.stall;
+        if x < acc {
+            return Fate::Stall(below(qt + qt / 2));
+        }
+        acc += f.lost_reply;
+        if x < acc {
+            return Fate::LostReply((unit() < 0.5).then(|| qt + below(qt)));
+        }
+        acc += f.late_reply;
+        if x < acc {
+            return Fate::LateReply(qt + below(qt));
+        }
+        Fate::Complete
+    }
+
+    /// Runs one backend call: its fate decides when `apply` takes effect and what the caller sees.
+    /// `apply` runs under the history lock with the node clock (ns) set on the memory backend.
+    fn call<T>(&self, apply: impl FnOnce(&mut HistState, &History, u64) -> Result<T>) -> Result<T> {
+        let fate = self.draw();
+        let effect = |stalled: bool| {
+            let mut h = self.hist.lock();
+            let b = (self.hist.t() as f64 * self.rate) as u64;
+            self.clock.set(b);
+            if stalled {
+                h.counts.stalled += 1;
+            }
+            apply(&mut h, &self.hist, b)
+        };
+        match fate {
+            Fate::Complete => {
+                let r = effect(false);
+                self.hist.lock().counts.completed += 1;
+                r
+            }
+            Fate::Fail => {
+                self.hist.lock().counts.failed += 1;
+                Err(Error::new(ErrorKind::Unavailable, "simulated: the request was lost"))
+            }
+            Fate::Outage => {
+                self.hist.lock().counts.outage += 1;
+                Err(Error::new(ErrorKind::Unavailable, "simulated: the backend is unreachable (outage)"))
+            }
+            Fate::Stall(d) => {
+                sleep_virtual(d);
+                effect(true)
+            }
+            Fate::LostReply(after) => {
+                let _ = effect(false);
+                self.hist.lock().counts.lost_replies += 1;
+                if let Some(d) = after {
+                    sleep_virtual(d);
+                }
+                Err(Error::new(ErrorKind::Unavailable, "simulated: the call took effect, its reply was lost"))
+            }
+            Fate::LateReply(d) => {
+                let r = effect(false);
+                self.hist.lock().counts.late_replies += 1;
+                sleep_virtual(d);
+                r
+            }
+        }
+    }
+
+    fn label(h: &HistState, id: &SessionId) -> u32 {
+        h.labels.get(id).copied().unwrap_or(u32::MAX)
+    }
+}
+
+impl LeaseBackend for SimBackend {
+    fn kind(&self) -> &'static str {
+        "sim"
+    }
+
+    fn open_session(&self, lease_duration: Duration, metadata: &str) -> Result<SessionGrant> {
+        self.call(|h, hist, b| {
+            let g = self.mem.open_session(lease_duration, metadata)?;
+            let sess = h.next_label;
+            h.next_label += 1;
+            h.labels.insert(g.id.clone(), sess);
+            hist.push(h, Event::Opened { node: 0, b, sess, until: b + ns(g.remaining) });
+            Ok(g)
+        })
+    }
+
+    fn keep_alive(&self, session: &SessionId, lease_duration: Duration) -> Result<KeepAlive> {
+        self.call(|h, hist, b| {
+            let sess = Self::label(h, session);
+            let r = self.mem.keep_alive(session, lease_duration)?;
+            match &r {
+                KeepAlive::Alive { remaining, owned, .. } => {
+                    let until = b + ns(*remaining);
+                    hist.push(h, Event::Renewed { node: 0, b, sess, until });
+                    for (name, token) in owned {
+                        hist.push(h, Event::Extended { node: 0, b, sess, name: name.clone(), token: *token, until });
+                    }
+                }
+                KeepAlive::Expired => {
+                    h.counts.backend_expiries += 1;
+                    hist.push(h, Event::Refused { node: 0, b, sess });
+                }
+            }
+            Ok(r)
+        })
+    }
+
+    fn close_session(&self, session: &SessionId) -> Result<()> {
+        self.call(|h, hist, b| {
+            let sess = Self::label(h, session);
+            self.mem.close_session(session)?;
+            hist.push(h, Event::Deleted { node: 0, b, sess, frees_leases: true });
+            Ok(())
+        })
+    }
+
+    fn acquire(&self, session: &SessionId, name: &Name) -> Result<Acquire> {
+        self.call(|h, hist, b| {
+            let sess = Self::label(h, session);
+            match self.mem.acquire(session, name) {
+                Ok(a) => {
+                    hist.push(h, Event::SessionChecked { node: 0, b, sess });
+                    match &a {
+                        Acquire::Acquired { token, remaining } => {
+                            let until = b + ns(*remaining);
+                            hist.push(h, Event::Granted { node: 0, b, sess, name: name.clone(), token: *token, until });
+                        }
+                        Acquire::Busy => hist.push(h, Event::Busy { node: 0, b, sess, name: name.clone() }),
+                    }
+                    Ok(a)
+                }
+                Err(e) => {
+                    if e.is_session_expired() {
+                        h.counts.backend_expiries += 1;
+                        hist.push(h, Event::Refused { node: 0, b, sess });
+                    }
+                    Err(e)
+                }
+            }
+        })
+    }
+
+    fn release(&self, session: &SessionId, name: &Name, token: Token) -> Result<()> {
+        self.call(|h, hist, b| {
+            let sess = Self::label(h, session);
+            self.mem.release(session, name, token)?;
+            hist.push(h, Event::Released { node: 0, b, sess, name: name.clone(), token: Some(token) });
+            Ok(())
+        })
+    }
+
+    fn holder(&self, name: &Name) -> Result<Option<Holder>> {
+        self.call(|h, hist, b| {
+            let r = self.mem.holder(name)?;
+            let holder = r.as_ref().map(|x| (Self::label(h, &x.session), x.token, ns(x.remaining)));
+            // The reading client is not known to the backend; `u8::MAX` marks "some client".
+            hist.push(h, Event::HolderRead { node: 0, b, client: u8::MAX, name: name.clone(), holder });
+            Ok(r)
+        })
+    }
+
+    fn join(&self, session: &SessionId, group: &Name) -> Result<()> {
+        self.call(|h, hist, b| {
+            let sess = Self::label(h, session);
+            match self.mem.join(session, group) {
+                Ok(()) => {
+                    hist.push(h, Event::Joined { node: 0, b, sess, group: group.clone() });
+                    Ok(())
+                }
+                Err(e) => {
+                    if e.is_session_expired() {
+                        h.counts.backend_expiries += 1;
+                        hist.push(h, Event::Refused { node: 0, b, sess });
+                    }
+                    Err(e)
+                }
+            }
+        })
+    }
+
+    fn leave(&self, session: &SessionId, group: &Name) -> Result<()> {
+        self.call(|h, hist, b| {
+            let sess = Self::label(h, session);
+            self.mem.leave(session, group)?;
+            hist.push(h, Event::Left { node: 0, b, sess, group: group.clone() });
+            Ok(())
+        })
+    }
+
+    fn members(&self, group: &Name) -> Result<Vec<Member>> {
+        self.call(|h, hist, b| {
+            let r = self.mem.members(group)?;
+            let mut members: Vec<u32> = r.iter().map(|m| Self::label(h, &m.session)).collect();
+            members.sort_unstable();
+            hist.push(h, Event::MembersRead { node: 0, b, client: u8::MAX, group: group.clone(), members });
+            Ok(r)
+        })
+    }
+}
