@@ -83,3 +83,28 @@ fn replay() {
     println!("{}", o.report(0));
     assert!(o.clean(), "seed {seed} failed:\n{}", o.report(30));
 }
+
+/// Runs seeds `offset..offset + budget` of `scenario` and returns the first that fails.
+fn first_failing(sc: &Scenario, offset: u64, budget: u64) -> Option<shipped::Outcome> {
+    (offset..offset + budget).map(|seed| shipped::run(seed, sc)).find(|o| !o.clean())
+}
+
+#[test]
+#[ignore = "probe"]
+fn probe_bugs() {
+    for sc in [Scenario::default_faults().with_old_release_any_term(), Scenario::elections().with_old_release_any_term()] {
+        let started = Instant::now();
+        match first_failing(&sc, 0, 3_000) {
+            Some(o) => println!("{}: seed {} in {:.2?}\n{}", sc.name, o.seed, started.elapsed(), o.report(12)),
+            None => println!("{}: not found in 3000 seeds ({:.2?})", sc.name, started.elapsed()),
+        }
+    }
+    for bug in [Bug::ReattachKept] {
+        let sc = Scenario::elections().with_bug(bug);
+        let started = Instant::now();
+        match first_failing(&sc, 0, 3_000) {
+            Some(o) => println!("{bug:?}: seed {} in {:.2?}\n{}", o.seed, started.elapsed(), o.report(12)),
+            None => println!("{bug:?}: not found in 3000 seeds ({:.2?})", started.elapsed()),
+        }
+    }
+}

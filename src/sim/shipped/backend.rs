@@ -8,6 +8,7 @@
 //! `super::clients`).
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -48,6 +49,13 @@ pub(crate) struct HistState {
     pub(crate) counts: FaultCounts,
     /// The application's handles (sampled under this lock).
     pub(crate) handles: super::clients::Handles,
+    /// Labels of the sessions the run's `Coordinator` used (learnt by sampling its current one).
+    pub(crate) coordinator_sessions: Vec<u32>,
+    /// The coordinator's campaign for this name was resigned at this instant (virtual ns) and none
+    /// started since: a grant of the name to one of its sessions well after that is a zombie.
+    pub(crate) resigned: Option<(Name, u64)>,
+    /// Violations the backend layer saw directly.
+    pub(crate) violations: Vec<crate::sim::check::Violation>,
 }
 
 /// The history shared by the backend, the samplers and the clock driver.
@@ -80,11 +88,16 @@ impl History {
 
 /// Sleeps until the virtual clock passed `d` from now (only the clock driver moves it).
 pub(crate) fn sleep_virtual(d: Duration) {
+    sleep_unless(d, &AtomicBool::new(false));
+}
+
+/// Like [`sleep_virtual`], ending early once `stop` is set (checked on every wake-up).
+fn sleep_unless(d: Duration, stop: &AtomicBool) {
     let Some(deadline) = sync::now().checked_add(d) else { return };
     let m = Mutex::new(());
     let cv = Condvar::new();
     let mut g = m.lock();
-    while sync::now() < deadline {
+    while sync::now() < deadline && !stop.load(Ordering::SeqCst) {
         cv.wait_until(&mut g, deadline);
     }
 }
@@ -120,15 +133,38 @@ pub(crate) struct SimBackend {
     query_timeout: Duration,
     /// The node clock's rate relative to real time (within the sessions' drift).
     rate: f64,
+    /// Set for the run's teardown: calls complete without faults (a stalled call started then
+    /// would wait for a clock nobody moves any more).
+    quiet: AtomicBool,
+    /// Declares `call_bound() = Some(0)`: user calls run inline, and no call is delayed.
+    inline: bool,
+    /// The old SPI's release: frees whatever term the session holds (see
+    /// [`Scenario::old_release_any_term`](super::Scenario::old_release_any_term)).
+    pub(crate) old_release_any_term: bool,
 }
 
 impl SimBackend {
-    pub(crate) fn new(hist: Arc<History>, faults: CallFaults, query_timeout: Duration, rate: f64) -> SimBackend {
+    pub(crate) fn new(
+        hist: Arc<History>,
+        faults: CallFaults,
+        query_timeout: Duration,
+        rate: f64,
+        inline: bool,
+    ) -> SimBackend {
         let clock = Arc::new(VirtualClock::default());
-        SimBackend { mem: MemoryBackend::with_clock(clock.clone()), clock, hist, faults, query_timeout, rate }
+        let mem = MemoryBackend::with_clock(clock.clone());
+        SimBackend { mem, clock, hist, faults, query_timeout, rate, quiet: AtomicBool::new(false), inline, old_release_any_term: false }
+    }
+
+    /// From now on every call completes at once (the run's teardown).
+    pub(crate) fn quiet(&self) {
+        self.quiet.store(true, Ordering::SeqCst);
     }
 
     fn draw(&self) -> Fate {
+        if self.quiet.load(Ordering::SeqCst) {
+            return Fate::Complete;
+        }
         let f = self.faults;
         let t = self.hist.t();
         if f.outage.is_some_and(|(a, b)| (a..b).contains(&t)) {
@@ -142,15 +178,15 @@ impl SimBackend {
         }
         acc += f.stall;
         if x < acc {
-            return Fate::Stall(below(qt + qt / 2));
+            return if self.inline { Fate::Complete } else { Fate::Stall(below(qt + qt / 2)) };
         }
         acc += f.lost_reply;
         if x < acc {
-            return Fate::LostReply((unit() < 0.5).then(|| qt + below(qt)));
+            return Fate::LostReply((!self.inline && unit() < 0.5).then(|| qt + below(qt)));
         }
         acc += f.late_reply;
         if x < acc {
-            return Fate::LateReply(qt + below(qt));
+            return if self.inline { Fate::Complete } else { Fate::LateReply(qt + below(qt)) };
         }
         Fate::Complete
     }
@@ -183,23 +219,45 @@ impl SimBackend {
                 Err(Error::new(ErrorKind::Unavailable, "simulated: the backend is unreachable (outage)"))
             }
             Fate::Stall(d) => {
-                sleep_virtual(d);
+                sleep_unless(d, &self.quiet);
                 effect(true)
             }
             Fate::LostReply(after) => {
                 let _ = effect(false);
                 self.hist.lock().counts.lost_replies += 1;
                 if let Some(d) = after {
-                    sleep_virtual(d);
+                    sleep_unless(d, &self.quiet);
                 }
                 Err(Error::new(ErrorKind::Unavailable, "simulated: the call took effect, its reply was lost"))
             }
             Fate::LateReply(d) => {
                 let r = effect(false);
                 self.hist.lock().counts.late_replies += 1;
-                sleep_virtual(d);
+                sleep_unless(d, &self.quiet);
                 r
             }
+        }
+    }
+
+    /// A grant of the coordinator's resigned election name to one of its sessions, later than any
+    /// call started before the resign could land (a stall or a late reply lasts under two query
+    /// timeouts), is a campaign that outlived its resign.
+    fn zombie_check(&self, h: &mut HistState, hist: &History, sess: u32, name: &Name, token: Token) {
+        let Some((n, at)) = &h.resigned else { return };
+        let t = hist.t();
+        if n == name && h.coordinator_sessions.contains(&sess) && t > at + 3 * ns(self.query_timeout) {
+            let detail = format!(
+                "'{name}' granted (token {token}) to the coordinator's session s{sess} {} ms after its campaign \
+                 was resigned: a zombie campaign",
+                (t - at) / 1_000_000
+            );
+            let index = h.records.len();
+            h.violations.push(crate::sim::check::Violation {
+                invariant: crate::sim::check::Invariant::NoZombie,
+                index,
+                t,
+                detail,
+            });
         }
     }
 
@@ -211,6 +269,10 @@ impl SimBackend {
 impl LeaseBackend for SimBackend {
     fn kind(&self) -> &'static str {
         "sim"
+    }
+
+    fn call_bound(&self) -> Option<Duration> {
+        self.inline.then_some(Duration::ZERO)
     }
 
     fn open_session(&self, lease_duration: Duration, metadata: &str) -> Result<SessionGrant> {
@@ -262,6 +324,7 @@ impl LeaseBackend for SimBackend {
                     hist.push(h, Event::SessionChecked { node: 0, b, sess });
                     match &a {
                         Acquire::Acquired { token, remaining } => {
+                            self.zombie_check(h, hist, sess, name, *token);
                             let until = b + ns(*remaining);
                             hist.push(h, Event::Granted { node: 0, b, sess, name: name.clone(), token: *token, until });
                         }
@@ -283,6 +346,13 @@ impl LeaseBackend for SimBackend {
     fn release(&self, session: &SessionId, name: &Name, token: Token) -> Result<()> {
         self.call(|h, hist, b| {
             let sess = Self::label(h, session);
+            if self.old_release_any_term {
+                if let Some(held) = self.mem.holder(name)?.filter(|x| &x.session == session) {
+                    self.mem.release(session, name, held.token)?;
+                    hist.push(h, Event::Released { node: 0, b, sess, name: name.clone(), token: None });
+                }
+                return Ok(());
+            }
             self.mem.release(session, name, token)?;
             hist.push(h, Event::Released { node: 0, b, sess, name: name.clone(), token: Some(token) });
             Ok(())

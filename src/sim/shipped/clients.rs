@@ -13,6 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::backend::{below, sleep_virtual, unit, HistState, History};
+use crate::coordinator::Coordinator;
 use crate::election::Election;
 use crate::group::Membership;
 use crate::lease::Lease;
@@ -42,6 +43,10 @@ pub(crate) struct Handles {
     members: Vec<Slot<Membership>>,
     /// Violations the sampler saw directly (not expressible as records).
     pub(crate) violations: Vec<Violation>,
+    /// The run's `Coordinator`, if it has one (its current session is sampled).
+    pub(crate) coordinator: Option<Arc<Coordinator>>,
+    /// Sessions already reported alive again (reported once).
+    revived: Vec<u32>,
     /// Per (client, election name): the last leader token `leader()` returned.
     leader_seen: Vec<(u8, Name, Token)>,
 }
@@ -62,7 +67,8 @@ pub(crate) fn sample(hist: &History, h: &mut HistState) {
             *dead = true;
             h.counts.client_expiries += 1;
             events.push(Event::Expired { client: *client, sess: *sess });
-        } else if alive && *dead {
+        } else if alive && *dead && !hs.revived.contains(sess) {
+            hs.revived.push(*sess);
             hs.violations.push(Violation {
                 invariant: Invariant::NoRevival,
                 index: h.records.len(),
@@ -76,10 +82,31 @@ pub(crate) fn sample(hist: &History, h: &mut HistState) {
     }
     let mut leaders: Vec<(Name, u8, u32)> = Vec::new();
     for slot in &mut hs.elections {
-        if slot.handle.is_leader() {
+        let leading = slot.handle.is_leader();
+        // token() first: a campaign whose token() is Ok is attached to the session read after it
+        // (moving it to another session takes a backend effect, which waits for this lock).
+        let token = slot.handle.token().ok();
+        let sess = slot.handle.session_id().and_then(|id| h.labels.get(&id).copied()).unwrap_or(slot.sess);
+        if sess != slot.sess {
+            // Recovered on a new session (a `Coordinator`): what the old one answered ends.
+            if slot.valid.take().is_some() {
+                events.push(Event::ValidEnd { client: slot.client, sess: slot.sess, name: slot.handle.name().clone() });
+            }
+            slot.sess = sess;
+        }
+        if leading {
             leaders.push((slot.handle.name().clone(), slot.client, slot.sess));
         }
-        token_sample(slot, slot.handle.token().ok(), &mut events);
+        token_sample(slot, token, &mut events);
+    }
+    if let Some(co) = &hs.coordinator {
+        if let Some(id) = co.session_id() {
+            if let Some(label) = h.labels.get(&id) {
+                if !h.coordinator_sessions.contains(label) {
+                    h.coordinator_sessions.push(*label);
+                }
+            }
+        }
     }
     leaders.sort();
     for w in leaders.windows(2) {
@@ -97,6 +124,14 @@ pub(crate) fn sample(hist: &History, h: &mut HistState) {
     }
     for slot in &mut hs.members {
         let member = slot.handle.is_member();
+        let sess = slot.handle.session_id().and_then(|id| h.labels.get(&id).copied()).unwrap_or(slot.sess);
+        if sess != slot.sess {
+            if slot.member {
+                events.push(Event::MemberEnd { client: slot.client, sess: slot.sess, group: slot.handle.group().clone() });
+                slot.member = false;
+            }
+            slot.sess = sess;
+        }
         let (client, sess, group) = (slot.client, slot.sess, slot.handle.group().clone());
         if member != slot.member {
             slot.member = member;
@@ -150,6 +185,10 @@ pub(crate) struct Client {
     pub(crate) election: Name,
     pub(crate) group: Name,
     pub(crate) ops: usize,
+    /// The session the user thread holds, for the node's second user thread (if any).
+    pub(crate) shared: Arc<crate::sync::Mutex<Option<(Arc<Session>, u32)>>>,
+    /// The election-focused workload (see [`Workload`](super::Workload)).
+    pub(crate) elections: bool,
 }
 
 fn arc_unwrap<T>(a: Arc<T>) -> Option<T> {
@@ -190,7 +229,7 @@ impl Client {
 
     /// Holds a handle for a random time, sampling it now and then.
     fn hold(&self) {
-        let total = below(self.lease() * 2);
+        let total = if self.elections { below(self.lease() / 2) } else { below(self.lease() * 2) };
         let step = self.lease() / 4;
         let mut left = total;
         while !left.is_zero() {
@@ -208,6 +247,7 @@ impl Client {
             let (s, sess) = match &session {
                 Some((s, sess)) if s.is_alive() => (s.clone(), *sess),
                 Some(_) => {
+                    self.shared.lock().take();
                     // Expired (or closed): drop it and open a new one.
                     if let Some((s, _)) = session.take() {
                         self.unregister_session(&s);
@@ -219,6 +259,7 @@ impl Client {
                 None => match self.open() {
                     Some(x) => {
                         session = Some(x.clone());
+                        *self.shared.lock() = Some(x.clone());
                         x
                     }
                     None => {
@@ -228,7 +269,12 @@ impl Client {
                 },
             };
             let name = &self.names[crate::sync::random_below(self.names.len() as u64) as usize];
-            let x = unit();
+            // The op mix: `x` picks an op of the general mix; the election-focused workload moves
+            // most draws onto campaigns and same-name try_locks.
+            let mut x = unit();
+            if self.elections {
+                x = if x < 0.5 { 0.40 + (x / 0.5) * 0.15 } else if x < 0.65 { 0.80 + (x - 0.5) } else { x * 0.4 };
+            }
             if x < 0.25 {
                 if let Ok(Some(l)) = s.try_lock(name) {
                     self.with_lease(sess, l);
@@ -261,6 +307,7 @@ impl Client {
                     self.leader_seen(l.map(|l| l.token));
                 }
             } else if x < 0.93 {
+                self.shared.lock().take();
                 if let Some((s, sess)) = session.take() {
                     self.unregister_session(&s);
                     if let Some(s) = arc_unwrap(s) {
@@ -276,6 +323,7 @@ impl Client {
             }
             self.sample();
         }
+        self.shared.lock().take();
         if let Some((s, sess)) = session.take() {
             self.unregister_session(&s);
             if let Some(s) = arc_unwrap(s) {
@@ -284,6 +332,120 @@ impl Client {
                 let mut h = self.hist.lock();
                 self.hist.push(&mut h, Event::Closed { client: c, sess });
             }
+        }
+    }
+
+    /// The node's second user thread: `try_lock`s on the same session as the first, on the lock
+    /// names and on the election's name (the first thread may be campaigning for it, or resigning).
+    pub(crate) fn run_helper(&self) {
+        let me = Client { c: self.c + 64, ..self.clone_parts() };
+        for _ in 0..self.ops {
+            let cur = self.shared.lock().clone();
+            let Some((s, sess)) = cur else {
+                sleep_virtual(below(self.lease() / 2));
+                continue;
+            };
+            let x = unit();
+            let name = if x < 0.5 { self.election.clone() } else { self.names[0].clone() };
+            if x < 0.85 {
+                if let Ok(Some(l)) = s.try_lock(&name) {
+                    drop(s);
+                    me.with_lease(sess, l);
+                }
+            } else {
+                drop(s);
+                sleep_virtual(below(self.lease() / 2));
+            }
+            me.sample();
+        }
+    }
+
+    fn label_of(&self, id: &crate::types::SessionId) -> u32 {
+        self.hist.lock().labels.get(id).copied().unwrap_or(u32::MAX)
+    }
+
+    /// The node as a [`Coordinator`]: its operations on the real `Coordinator` API while the
+    /// coordinator replaces sessions that expire (the outage), then `close`.
+    pub(crate) fn run_coordinator(&self) {
+        let co = loop {
+            match Coordinator::start(self.backend.clone(), self.options.clone()) {
+                Ok(co) => break Arc::new(co),
+                Err(_) => sleep_virtual(self.lease() / 4),
+            }
+        };
+        self.hist.lock().handles.coordinator = Some(co.clone());
+        for _ in 0..self.ops {
+            let x = unit();
+            if x < 0.35 {
+                self.hist.lock().resigned = None;
+                if let Ok(e) = co.campaign(&self.election) {
+                    let sess = e.session_id().map_or(u32::MAX, |id| self.label_of(&id));
+                    let (id, e) = self.register(sess, |h| &mut h.elections, e);
+                    self.hold();
+                    let name = e.name().clone();
+                    drop(e);
+                    if let Some(e) = self.take_token_slot(|h| &mut h.elections, id, name.clone()).and_then(arc_unwrap) {
+                        if unit() < 0.8 {
+                            let _ = e.resign();
+                        } else {
+                            drop(e);
+                        }
+                        let c = self.c;
+                        let mut h = self.hist.lock();
+                        let t = self.hist.t();
+                        h.resigned = Some((name.clone(), t));
+                        self.hist.push(&mut h, Event::Resigned { client: c, sess, name });
+                    }
+                }
+            } else if x < 0.60 {
+                let name = &self.names[crate::sync::random_below(self.names.len() as u64) as usize];
+                if let Ok(Some(l)) = co.try_lock(name) {
+                    let sess = self.label_of(l.session_id());
+                    self.with_lease(sess, l);
+                }
+            } else if x < 0.80 {
+                if let Ok(m) = co.join(&self.group) {
+                    let sess = m.session_id().map_or(u32::MAX, |id| self.label_of(&id));
+                    let c = self.c;
+                    {
+                        let mut h = self.hist.lock();
+                        self.hist.push(&mut h, Event::JoinReturned { client: c, sess, group: self.group.clone() });
+                    }
+                    let (id, m) = self.register(sess, |h| &mut h.members, m);
+                    self.hold();
+                    self.end_membership(sess, id, m);
+                }
+            } else if x < 0.90 {
+                if let Ok(l) = co.leader(&self.election) {
+                    self.leader_seen(l.map(|l| l.token));
+                }
+            } else {
+                sleep_virtual(below(self.lease()));
+            }
+            self.sample();
+        }
+        {
+            let mut h = self.hist.lock();
+            sample(&self.hist, &mut h);
+            h.handles.coordinator.take();
+        }
+        if let Some(co) = arc_unwrap(co) {
+            let _ = co.close();
+        }
+    }
+
+    pub(crate) fn clone_parts(&self) -> Client {
+        Client {
+            c: self.c,
+            hist: self.hist.clone(),
+            backend: self.backend.clone(),
+            options: self.options.clone(),
+            names: self.names.clone(),
+            election: self.election.clone(),
+            group: self.group.clone(),
+            ops: self.ops,
+            shared: self.shared.clone(),
+            elections: self.elections,
         }
     }
 
@@ -329,12 +491,17 @@ impl Client {
             let list = &mut h.handles.members;
             let slot = list.iter().position(|s| s.id == id).map(|i| list.remove(i));
             if let Some(slot) = &slot {
+                // The slot's session: a coordinator's membership may have moved to a new one.
                 if slot.member {
-                    let c = self.c;
-                    self.hist.push(&mut h, Event::MemberEnd { client: c, sess, group: group.clone() });
+                    let (client, sess) = (slot.client, slot.sess);
+                    self.hist.push(&mut h, Event::MemberEnd { client, sess, group: group.clone() });
                 }
             }
-            slot.map(|s| s.handle)
+            slot.map(|s| (s.handle, s.sess))
+        };
+        let (taken, sess) = match taken {
+            Some((m, s)) => (Some(m), s),
+            None => (None, sess),
         };
         if let Some(m) = taken.and_then(arc_unwrap) {
             let wait = unit() < 0.8;

@@ -62,6 +62,22 @@ pub struct Scenario {
     pub intensity: f64,
     /// A fixed bug switched back on for the run (`simba::explore::reintroduce`), or `None`.
     pub bug: Option<Bug>,
+    /// What the user threads do.
+    pub workload: Workload,
+    /// Emulates the old SPI in the backend layer: a release frees whatever term the session holds
+    /// (the design the term-scoped-release finding showed unsafe). Off by default.
+    pub old_release_any_term: bool,
+}
+
+/// What the user threads do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Workload {
+    /// Every operation: locks (`try_lock`, `lock_timeout`), campaigns, joins, `members`,
+    /// `leader`, `close`, idling; a second user thread on half the sessions.
+    Everything,
+    /// Mostly campaigns held briefly and resigned, with the node's second thread `try_lock`ing the
+    /// election's name on the same session (the race of finding 1); a second thread everywhere.
+    Elections,
 }
 
 impl Scenario {
@@ -74,7 +90,21 @@ impl Scenario {
             lease: Duration::from_secs(3),
             intensity: 1.0,
             bug: None,
+            workload: Workload::Everything,
+            old_release_any_term: false,
         }
+    }
+
+    /// The same with the old SPI's release ([`Scenario::old_release_any_term`]).
+    pub fn with_old_release_any_term(mut self) -> Scenario {
+        self.name = format!("{}+oldRelease", self.name);
+        self.old_release_any_term = true;
+        self
+    }
+
+    /// The election-focused workload ([`Workload::Elections`]), every fault class.
+    pub fn elections() -> Scenario {
+        Scenario { name: "shipped-elections".into(), workload: Workload::Elections, ..Scenario::default_faults() }
     }
 
     /// The same with `bug` switched back on.
@@ -106,6 +136,8 @@ pub struct FaultCounts {
     pub client_expiries: u64,
     /// Sessions the application reopened after one ended.
     pub reopened: u64,
+    /// Sessions a `Coordinator` opened to replace one that ended (seen by sampling it).
+    pub recoveries: u64,
 }
 
 impl FaultCounts {
@@ -119,6 +151,7 @@ impl FaultCounts {
         self.backend_expiries += o.backend_expiries;
         self.client_expiries += o.client_expiries;
         self.reopened += o.reopened;
+        self.recoveries += o.recoveries;
     }
 
     /// The classes that never fired.
@@ -133,6 +166,7 @@ impl FaultCounts {
             ("backend_expiries", self.backend_expiries),
             ("client_expiries", self.client_expiries),
             ("reopened", self.reopened),
+            ("recoveries", self.recoveries),
         ];
         all.iter().filter(|(_, n)| *n == 0).map(|(k, _)| *k).collect()
     }
@@ -143,7 +177,7 @@ impl fmt::Display for FaultCounts {
         write!(
             f,
             "completed {} failed {} stalled {} lost-reply {} late-reply {} outage {} backend-expiries {} \
-             client-expiries {} reopened {}",
+             client-expiries {} reopened {} recoveries {}",
             self.completed,
             self.failed,
             self.stalled,
@@ -152,7 +186,8 @@ impl fmt::Display for FaultCounts {
             self.outage,
             self.backend_expiries,
             self.client_expiries,
-            self.reopened
+            self.reopened,
+            self.recoveries
         )
     }
 }
@@ -300,7 +335,13 @@ fn execution(seed: u64, sc: &Scenario) -> Outcome {
     // The node clock runs within the sessions' drift of real time.
     let rate = 1.0 + (unit() - 0.5) * 0.08;
     let hist = Arc::new(History::new());
-    let backend = Arc::new(SimBackend::new(hist.clone(), faults, third, rate));
+    // Half the seeds declare `call_bound() = Some(0)` (as the memory backend does): user-thread
+    // calls then run inline on the caller's thread, and calls are never delayed (a backend that
+    // declares a bound keeps it).
+    let inline = unit() < 0.5;
+    let mut backend = SimBackend::new(hist.clone(), faults, third, rate, inline);
+    backend.old_release_any_term = sc.old_release_any_term;
+    let backend = Arc::new(backend);
     let clients = 2 + sync::random_below((sc.max_clients.max(2) - 1) as u64) as usize;
     {
         let mut h = hist.lock();
@@ -309,6 +350,7 @@ fn execution(seed: u64, sc: &Scenario) -> Outcome {
     }
     let names = vec![name("L0"), name("L1")];
     let mut threads = Vec::new();
+    let mut users = 0;
     let done = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     for c in 0..clients {
         let client = Client {
@@ -320,8 +362,31 @@ fn execution(seed: u64, sc: &Scenario) -> Outcome {
             election: name("E"),
             group: name("G"),
             ops: sc.ops,
+            shared: Arc::new(sync::Mutex::new(None)),
+            elections: sc.workload == Workload::Elections,
         };
+        if c == 0 && unit() < 0.4 {
+            // The first node runs a `Coordinator` on 40 % of the seeds.
+            let done = done.clone();
+            users += 1;
+            threads.push(thread::spawn(move || {
+                client.run_coordinator();
+                done.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            }));
+            continue;
+        }
+        if sc.workload == Workload::Elections || unit() < 0.5 {
+            // A second user thread on the same session.
+            let helper = client.clone_parts();
+            let done = done.clone();
+            users += 1;
+            threads.push(thread::spawn(move || {
+                helper.run_helper();
+                done.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            }));
+        }
         let done = done.clone();
+        users += 1;
         threads.push(thread::spawn(move || {
             client.run();
             done.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
@@ -330,7 +395,7 @@ fn execution(seed: u64, sc: &Scenario) -> Outcome {
     // The clock driver: moves virtual time in random steps, sampling after each, until every
     // user thread finished.
     let mut steps = 0u32;
-    while done.load(std::sync::atomic::Ordering::SeqCst) < clients {
+    while done.load(std::sync::atomic::Ordering::SeqCst) < users {
         steps += 1;
         assert!(steps < 100_000, "the user threads did not finish within 100,000 clock steps");
         let d = Duration::from_millis(1) + below(third);
@@ -349,10 +414,13 @@ fn execution(seed: u64, sc: &Scenario) -> Outcome {
         }
     }
     // Far past every timer: renewal threads and idle workers end.
+    backend.quiet();
     sync::advance(Duration::from_secs(3_600));
-    let h = hist.lock();
+    let mut h = hist.lock();
+    h.counts.recoveries = h.coordinator_sessions.len().saturating_sub(1) as u64;
     let mut violations = check(&h.records, history::ms(lease));
     violations.extend(h.handles.violations.iter().cloned());
+    violations.extend(h.violations.iter().cloned());
     Outcome { seed, records: h.records.clone(), violations, counts: h.counts, panic: None }
 }
 
