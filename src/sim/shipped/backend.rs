@@ -153,7 +153,17 @@ impl SimBackend {
     ) -> SimBackend {
         let clock = Arc::new(VirtualClock::default());
         let mem = MemoryBackend::with_clock(clock.clone());
-        SimBackend { mem, clock, hist, faults, query_timeout, rate, quiet: AtomicBool::new(false), inline, old_release_any_term: false }
+        SimBackend {
+            mem,
+            clock,
+            hist,
+            faults,
+            query_timeout,
+            rate,
+            quiet: AtomicBool::new(false),
+            inline,
+            old_release_any_term: false,
+        }
     }
 
     /// From now on every call completes at once (the run's teardown).

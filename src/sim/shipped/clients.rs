@@ -127,7 +127,11 @@ pub(crate) fn sample(hist: &History, h: &mut HistState) {
         let sess = slot.handle.session_id().and_then(|id| h.labels.get(&id).copied()).unwrap_or(slot.sess);
         if sess != slot.sess {
             if slot.member {
-                events.push(Event::MemberEnd { client: slot.client, sess: slot.sess, group: slot.handle.group().clone() });
+                events.push(Event::MemberEnd {
+                    client: slot.client,
+                    sess: slot.sess,
+                    group: slot.handle.group().clone(),
+                });
                 slot.member = false;
             }
             slot.sess = sess;
@@ -175,6 +179,9 @@ fn token_sample<T: Named>(slot: &mut Slot<T>, now: Option<Token>, events: &mut V
     slot.valid = now;
 }
 
+/// The session a node's first user thread holds, with its label, shared with its second one.
+pub(crate) type SharedSession = Arc<crate::sync::Mutex<Option<(Arc<Session>, u32)>>>;
+
 /// One client: a node of the application with its own session and a user thread.
 pub(crate) struct Client {
     pub(crate) c: u8,
@@ -186,7 +193,7 @@ pub(crate) struct Client {
     pub(crate) group: Name,
     pub(crate) ops: usize,
     /// The session the user thread holds, for the node's second user thread (if any).
-    pub(crate) shared: Arc<crate::sync::Mutex<Option<(Arc<Session>, u32)>>>,
+    pub(crate) shared: SharedSession,
     /// The election-focused workload (see [`Workload`](super::Workload)).
     pub(crate) elections: bool,
 }
@@ -273,7 +280,13 @@ impl Client {
             // most draws onto campaigns and same-name try_locks.
             let mut x = unit();
             if self.elections {
-                x = if x < 0.5 { 0.40 + (x / 0.5) * 0.15 } else if x < 0.65 { 0.80 + (x - 0.5) } else { x * 0.4 };
+                x = if x < 0.5 {
+                    0.40 + (x / 0.5) * 0.15
+                } else if x < 0.65 {
+                    0.80 + (x - 0.5)
+                } else {
+                    x * 0.4
+                };
             }
             if x < 0.25 {
                 if let Ok(Some(l)) = s.try_lock(name) {
@@ -519,7 +532,12 @@ impl Client {
     }
 
     /// Takes a lease or election slot out of the registry, ending its recorded validity.
-    fn take_token_slot<T>(&self, pick: impl Fn(&mut Handles) -> &mut Vec<Slot<T>>, id: u64, name: Name) -> Option<Arc<T>> {
+    fn take_token_slot<T>(
+        &self,
+        pick: impl Fn(&mut Handles) -> &mut Vec<Slot<T>>,
+        id: u64,
+        name: Name,
+    ) -> Option<Arc<T>> {
         let mut h = self.hist.lock();
         sample(&self.hist, &mut h);
         let list = pick(&mut h.handles);

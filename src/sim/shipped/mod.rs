@@ -325,7 +325,8 @@ fn execution(seed: u64, sc: &Scenario) -> Outcome {
         Err(e) => unreachable!("the simulation's options are valid: {e}"),
     };
     let p = |max: f64| unit() * max * sc.intensity;
-    let mut faults = CallFaults { fail: p(0.06), stall: p(0.06), lost_reply: p(0.06), late_reply: p(0.06), outage: None };
+    let mut faults =
+        CallFaults { fail: p(0.06), stall: p(0.06), lost_reply: p(0.06), late_reply: p(0.06), outage: None };
     // One outage per seed (most seeds), 0.5–2.5 leases long, somewhere in the run.
     if unit() < 0.7 {
         let start = below(lease * 4);
