@@ -115,14 +115,34 @@ fn finding_2_late_alive_revival_is_found_on_the_shipped_runtime() {
     assert_finds(&Scenario::default_faults().with_bug(Bug::LateAliveRevives), 0..200, Invariant::NoRevival);
 }
 
-/// The earlier term-scoped-release finding, on the shipped runtime: with the old SPI's release
-/// (free whatever term the session holds) in the backend layer, a release of a resigned
-/// election's term lands after the same session's `try_lock` re-adopted it, and a rival leads while
-/// the first still passes `token()`. The default workload does not reach it within 3,000 seeds;
-/// the election workload does at seed 2,115 of 0..3,000 (so this test runs 2,000..2,500).
+/// Open finding (not fixed; the runtime is outside this slice): in the coordinator workload,
+/// seed 1,225 drops a `Coordinator`'s `Election` while its campaign attempt is in flight; the
+/// coordinator's session keeps the term and is granted the name again by a new acquire 3.3 s
+/// after the drop returned (`no-zombie`). This test pins the replay; when the runtime is fixed it
+/// fails, and the coordinator sweep below loses its `#[ignore]`. (Any change to the simulation's
+/// random draws moves the seed: find it again with the sweep.)
 #[test]
-fn finding_term_scoped_release_is_found_on_the_shipped_runtime() {
-    assert_finds(&Scenario::elections().with_old_release_any_term(), 2_000..2_500, Invariant::ExclusiveToken);
+fn open_finding_zombie_campaign_after_dropping_a_coordinator_election() {
+    let sc = Scenario::coordinator();
+    let o = shipped::run(1_225, &sc);
+    println!("{}\n{}", o.report(10), replay_hint(&sc, 1_225));
+    assert!(
+        o.panic.is_none()
+            && !o.violations.is_empty()
+            && o.violations.iter().all(|v| v.invariant == Invariant::NoZombie),
+        "seed 1225 of the coordinator workload no longer shows (only) the zombie campaign: fixed? Then \
+         un-ignore coordinator_workload_keeps_every_invariant and delete this test.\n{}",
+        o.report(0)
+    );
+}
+
+/// The coordinator workload (a `Coordinator` node campaigning and resigning or dropping while an
+/// outage makes it replace its session): must find nothing. Ignored while the open finding
+/// above stands.
+#[test]
+#[ignore = "open finding: a zombie campaign after dropping a coordinator's Election (seed 1225, see docs/testing.md)"]
+fn coordinator_workload_keeps_every_invariant() {
+    assert_clean(&Scenario::coordinator(), 0..3_000);
 }
 
 #[test]
@@ -149,6 +169,8 @@ fn replay() {
     let sc = match std::env::var("SIMBA_SIM_SCENARIO").ok().as_deref() {
         None | Some("" | "shipped") => Scenario::default_faults(),
         Some("shipped-elections") => Scenario::elections(),
+        Some("shipped-coordinator") => Scenario::coordinator(),
+        Some("shipped-coordinator+ReattachKept") => Scenario::coordinator().with_bug(Bug::ReattachKept),
         Some("shipped+LateAliveRevives") => Scenario::default_faults().with_bug(Bug::LateAliveRevives),
         Some("shipped-elections+oldRelease") => Scenario::elections().with_old_release_any_term(),
         Some(other) => panic!("unknown SIMBA_SIM_SCENARIO {other:?} for the shipped-runtime simulation"),

@@ -13,7 +13,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::FaultCounts;
-use crate::backend::{Acquire, Holder, KeepAlive, LeaseBackend, Member, SessionGrant};
+use crossbeam_channel::{Receiver, Sender};
+
+use crate::backend::{
+    Acquire, Capabilities, Holder, KeepAlive, LeaseBackend, Member, Notification, SessionGrant, Topic,
+};
 use crate::error::{Error, ErrorKind, Result};
 use crate::memory::MemoryBackend;
 use crate::sim::clock::VirtualClock;
@@ -35,6 +39,14 @@ pub(crate) struct CallFaults {
     pub(crate) late_reply: f64,
     /// Every call fails (the backend is unreachable) between these virtual instants (ns).
     pub(crate) outage: Option<(u64, u64)>,
+    /// The backend pushes release and membership notifications (`capabilities()`), relayed at
+    /// the next clock step, each lost with probability `push_lost` or delivered twice with
+    /// `push_duplicated`.
+    pub(crate) push: bool,
+    /// See `push`.
+    pub(crate) push_lost: f64,
+    /// See `push`.
+    pub(crate) push_duplicated: f64,
 }
 
 /// What the history lock guards.
@@ -53,9 +65,12 @@ pub(crate) struct HistState {
     pub(crate) coordinator_sessions: Vec<u32>,
     /// The coordinator's campaign for this name was resigned at this instant (virtual ns) and none
     /// started since: a grant of the name to one of its sessions well after that is a zombie.
-    pub(crate) resigned: Option<(Name, u64)>,
+    pub(crate) resigned: Option<(Name, u64, &'static str)>,
     /// Violations the backend layer saw directly.
     pub(crate) violations: Vec<crate::sim::check::Violation>,
+    /// Pushed notifications on their way: what the memory backend sent on a watch's own channel,
+    /// relayed to the runtime's channel by [`SimBackend::pump`].
+    relays: Vec<(Receiver<Notification>, Sender<Notification>)>,
 }
 
 /// The history shared by the backend, the samplers and the clock driver.
@@ -253,12 +268,12 @@ impl SimBackend {
     /// call started before the resign could land (a stall or a late reply lasts under two query
     /// timeouts), is a campaign that outlived its resign.
     fn zombie_check(&self, h: &mut HistState, hist: &History, sess: u32, name: &Name, token: Token) {
-        let Some((n, at)) = &h.resigned else { return };
+        let Some((n, at, how)) = &h.resigned else { return };
         let t = hist.t();
         if n == name && h.coordinator_sessions.contains(&sess) && t > at + 3 * ns(self.query_timeout) {
             let detail = format!(
                 "'{name}' granted (token {token}) to the coordinator's session s{sess} {} ms after its campaign \
-                 was resigned: a zombie campaign",
+                 was resigned ({how}): a zombie campaign",
                 (t - at) / 1_000_000
             );
             let index = h.records.len();
@@ -269,6 +284,33 @@ impl SimBackend {
                 detail,
             });
         }
+    }
+
+    /// Relays the pushed notifications on their way (the clock driver calls it after each step):
+    /// each is lost, delivered twice or delivered, by the seeded source.
+    pub(crate) fn pump(&self, h: &mut HistState) {
+        let f = self.faults;
+        let mut relays = std::mem::take(&mut h.relays);
+        relays.retain(|(rx, to)| loop {
+            match rx.try_recv() {
+                Ok(n) => {
+                    let x = unit();
+                    if x < f.push_lost {
+                        h.counts.push_lost += 1;
+                    } else {
+                        if x < f.push_lost + f.push_duplicated {
+                            h.counts.push_duplicated += 1;
+                            let _ = to.try_send(n.clone());
+                        }
+                        h.counts.pushed += 1;
+                        let _ = to.try_send(n);
+                    }
+                }
+                Err(crossbeam_channel::TryRecvError::Empty) => return true,
+                Err(crossbeam_channel::TryRecvError::Disconnected) => return false,
+            }
+        });
+        h.relays = relays;
     }
 
     fn label(h: &HistState, id: &SessionId) -> u32 {
@@ -283,6 +325,24 @@ impl LeaseBackend for SimBackend {
 
     fn call_bound(&self) -> Option<Duration> {
         self.inline.then_some(Duration::ZERO)
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        let push = self.faults.push;
+        Capabilities { push_release: push, push_membership: push }
+    }
+
+    fn watch(&self, topic: &Topic, notify: &Sender<Notification>) -> Result<bool> {
+        if !self.faults.push {
+            return Ok(false);
+        }
+        self.call(|h, _, _| {
+            // The memory backend pushes on the watch's own channel; the relay decides its fate.
+            let (tx, rx) = crossbeam_channel::unbounded();
+            let r = self.mem.watch(topic, &tx)?;
+            h.relays.push((rx, notify.clone()));
+            Ok(r)
+        })
     }
 
     fn open_session(&self, lease_duration: Duration, metadata: &str) -> Result<SessionGrant> {

@@ -389,6 +389,8 @@ impl Client {
         self.hist.lock().handles.coordinator = Some(co.clone());
         for _ in 0..self.ops {
             let x = unit();
+            // The focused workloads campaign most of the time.
+            let x = if self.elections && x < 0.5 { x * 0.7 } else { x };
             if x < 0.35 {
                 self.hist.lock().resigned = None;
                 if let Ok(e) = co.campaign(&self.election) {
@@ -398,15 +400,19 @@ impl Client {
                     let name = e.name().clone();
                     drop(e);
                     if let Some(e) = self.take_token_slot(|h| &mut h.elections, id, name.clone()).and_then(arc_unwrap) {
-                        if unit() < 0.8 {
-                            let _ = e.resign();
+                        let how = if unit() < 0.8 {
+                            match e.resign() {
+                                Ok(()) => "resign() returned Ok",
+                                Err(_) => "resign() returned an error",
+                            }
                         } else {
                             drop(e);
-                        }
+                            "the election was dropped"
+                        };
                         let c = self.c;
                         let mut h = self.hist.lock();
                         let t = self.hist.t();
-                        h.resigned = Some((name.clone(), t));
+                        h.resigned = Some((name.clone(), t, how));
                         self.hist.push(&mut h, Event::Resigned { client: c, sess, name });
                     }
                 }

@@ -64,6 +64,8 @@ pub struct Scenario {
     pub bug: Option<Bug>,
     /// What the user threads do.
     pub workload: Workload,
+    /// The backend pushes notifications on half the seeds (`true`) or never (`false`).
+    pub push: bool,
     /// Emulates the old SPI in the backend layer: a release frees whatever term the session holds
     /// (the design the term-scoped-release finding showed unsafe). Off by default.
     pub old_release_any_term: bool,
@@ -78,6 +80,10 @@ pub enum Workload {
     /// Mostly campaigns held briefly and resigned, with the node's second thread `try_lock`ing the
     /// election's name on the same session (the race of finding 1); a second thread everywhere.
     Elections,
+    /// The first node is always a `Coordinator` that mostly campaigns briefly and resigns, and
+    /// every seed has an outage (the coordinator replaces its session while the application
+    /// resigns: the race of finding 5).
+    Coordinator,
 }
 
 impl Scenario {
@@ -92,7 +98,22 @@ impl Scenario {
             bug: None,
             workload: Workload::Everything,
             old_release_any_term: false,
+            push: true,
         }
+    }
+
+    /// The backend never pushes (candidates poll).
+    pub fn without_push(mut self) -> Scenario {
+        self.name = format!("{}+noPush", self.name);
+        self.push = false;
+        self
+    }
+
+    /// Three times the per-call fault probabilities (up to 18 % each).
+    pub fn harsh(mut self) -> Scenario {
+        self.name = format!("{}+harsh", self.name);
+        self.intensity = 3.0;
+        self
     }
 
     /// The same with the old SPI's release ([`Scenario::old_release_any_term`]).
@@ -100,6 +121,11 @@ impl Scenario {
         self.name = format!("{}+oldRelease", self.name);
         self.old_release_any_term = true;
         self
+    }
+
+    /// The coordinator-focused workload ([`Workload::Coordinator`]), every fault class.
+    pub fn coordinator() -> Scenario {
+        Scenario { name: "shipped-coordinator".into(), workload: Workload::Coordinator, ..Scenario::default_faults() }
     }
 
     /// The election-focused workload ([`Workload::Elections`]), every fault class.
@@ -138,6 +164,12 @@ pub struct FaultCounts {
     pub reopened: u64,
     /// Sessions a `Coordinator` opened to replace one that ended (seen by sampling it).
     pub recoveries: u64,
+    /// Pushed notifications delivered (on the seeds whose backend pushes).
+    pub pushed: u64,
+    /// Pushed notifications lost.
+    pub push_lost: u64,
+    /// Pushed notifications delivered twice.
+    pub push_duplicated: u64,
 }
 
 impl FaultCounts {
@@ -152,6 +184,9 @@ impl FaultCounts {
         self.client_expiries += o.client_expiries;
         self.reopened += o.reopened;
         self.recoveries += o.recoveries;
+        self.pushed += o.pushed;
+        self.push_lost += o.push_lost;
+        self.push_duplicated += o.push_duplicated;
     }
 
     /// The classes that never fired.
@@ -167,6 +202,9 @@ impl FaultCounts {
             ("client_expiries", self.client_expiries),
             ("reopened", self.reopened),
             ("recoveries", self.recoveries),
+            ("pushed", self.pushed),
+            ("push_lost", self.push_lost),
+            ("push_duplicated", self.push_duplicated),
         ];
         all.iter().filter(|(_, n)| *n == 0).map(|(k, _)| *k).collect()
     }
@@ -177,7 +215,7 @@ impl fmt::Display for FaultCounts {
         write!(
             f,
             "completed {} failed {} stalled {} lost-reply {} late-reply {} outage {} backend-expiries {} \
-             client-expiries {} reopened {} recoveries {}",
+             client-expiries {} reopened {} recoveries {} pushed {} push-lost {} push-duplicated {}",
             self.completed,
             self.failed,
             self.stalled,
@@ -187,7 +225,10 @@ impl fmt::Display for FaultCounts {
             self.backend_expiries,
             self.client_expiries,
             self.reopened,
-            self.recoveries
+            self.recoveries,
+            self.pushed,
+            self.push_lost,
+            self.push_duplicated
         )
     }
 }
@@ -325,10 +366,18 @@ fn execution(seed: u64, sc: &Scenario) -> Outcome {
         Err(e) => unreachable!("the simulation's options are valid: {e}"),
     };
     let p = |max: f64| unit() * max * sc.intensity;
-    let mut faults =
-        CallFaults { fail: p(0.06), stall: p(0.06), lost_reply: p(0.06), late_reply: p(0.06), outage: None };
+    let mut faults = CallFaults {
+        fail: p(0.06),
+        stall: p(0.06),
+        lost_reply: p(0.06),
+        late_reply: p(0.06),
+        outage: None,
+        push: unit() < 0.5 && sc.push,
+        push_lost: p(0.2),
+        push_duplicated: p(0.2),
+    };
     // One outage per seed (most seeds), 0.5–2.5 leases long, somewhere in the run.
-    if unit() < 0.7 {
+    if unit() < 0.7 || sc.workload == Workload::Coordinator {
         let start = below(lease * 4);
         let len = lease / 2 + below(lease * 2);
         faults.outage = Some((history::ms(start), history::ms(start + len)));
@@ -364,9 +413,9 @@ fn execution(seed: u64, sc: &Scenario) -> Outcome {
             group: name("G"),
             ops: sc.ops,
             shared: Arc::new(sync::Mutex::new(None)),
-            elections: sc.workload == Workload::Elections,
+            elections: sc.workload != Workload::Everything,
         };
-        if c == 0 && unit() < 0.4 {
+        if c == 0 && (unit() < 0.4 || sc.workload == Workload::Coordinator) {
             // The first node runs a `Coordinator` on 40 % of the seeds.
             let done = done.clone();
             users += 1;
@@ -404,6 +453,9 @@ fn execution(seed: u64, sc: &Scenario) -> Outcome {
             let mut h = hist.lock();
             sync::advance(d);
             clients::sample(&hist, &mut h);
+            backend.pump(&mut h);
+            // Wake the receivers of what was relayed (the explorer's select polls on a change).
+            sync::advance(Duration::ZERO);
         }
         for _ in 0..4 {
             thread::yield_now();
