@@ -40,15 +40,24 @@ fn replay_hint(sc: &Scenario, seed: u64) -> String {
     )
 }
 
+/// The open finding's invariant (see `open_finding_zombie_campaign_after_dropping_a_coordinator_election`):
+/// the sweeps report its seeds without failing on them, so CI stays deterministic while it is open.
+const OPEN: &[Invariant] = &[Invariant::NoZombie];
+
 fn assert_clean(sc: &Scenario, seeds: Range<u64>) {
     println!("[{}] seeds {seeds:?} (SIMBA_SIM_SEED_OFFSET={} reruns this sweep)", sc.name, seeds.start);
     let started = Instant::now();
     let s = shipped::sweep(sc, seeds.clone());
     println!("[{}] {} seeds in {:.2?}: {}", sc.name, s.runs, started.elapsed(), s.counts);
-    if let Some(o) = s.failures.first() {
+    let (open, failed): (Vec<_>, Vec<_>) =
+        s.failures.iter().partition(|o| o.panic.is_none() && o.violations.iter().all(|v| OPEN.contains(&v.invariant)));
+    for o in &open {
+        println!("[{}] open finding at seed {}: {}\n  {}", sc.name, o.seed, o.violations[0], replay_hint(sc, o.seed));
+    }
+    if let Some(o) = failed.first() {
         panic!(
             "{} of {} seeds failed; the first:\n{}\n{}",
-            s.failures.len(),
+            failed.len(),
             s.runs,
             o.report(30),
             replay_hint(sc, o.seed)
@@ -119,7 +128,7 @@ fn finding_2_late_alive_revival_is_found_on_the_shipped_runtime() {
 /// seed 1,225 drops a `Coordinator`'s `Election` while its campaign attempt is in flight; the
 /// coordinator's session keeps the term and is granted the name again by a new acquire 3.3 s
 /// after the drop returned (`no-zombie`). This test pins the replay; when the runtime is fixed it
-/// fails, and the coordinator sweep below loses its `#[ignore]`. (Any change to the simulation's
+/// fails, and `OPEN` (the invariants the sweeps report without failing) loses `no-zombie`. (Any change to the simulation's
 /// random draws moves the seed: find it again with the sweep.)
 #[test]
 fn open_finding_zombie_campaign_after_dropping_a_coordinator_election() {
@@ -131,18 +140,18 @@ fn open_finding_zombie_campaign_after_dropping_a_coordinator_election() {
             && !o.violations.is_empty()
             && o.violations.iter().all(|v| v.invariant == Invariant::NoZombie),
         "seed 1225 of the coordinator workload no longer shows (only) the zombie campaign: fixed? Then \
-         un-ignore coordinator_workload_keeps_every_invariant and delete this test.\n{}",
+         remove NoZombie from OPEN and delete this test.\n{}",
         o.report(0)
     );
 }
 
 /// The coordinator workload (a `Coordinator` node campaigning and resigning or dropping while an
-/// outage makes it replace its session): must find nothing. Ignored while the open finding
-/// above stands.
+/// outage makes it replace its session): nothing but the open finding.
 #[test]
-#[ignore = "open finding: a zombie campaign after dropping a coordinator's Election (seed 1225, see docs/testing.md)"]
 fn coordinator_workload_keeps_every_invariant() {
-    assert_clean(&Scenario::coordinator(), 0..3_000);
+    let s = seeds();
+    let n = (s.end - s.start) / 4;
+    assert_clean(&Scenario::coordinator(), s.start..s.start + n);
 }
 
 #[test]
