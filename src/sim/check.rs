@@ -85,11 +85,15 @@ pub enum Invariant {
     /// with no more remaining time than that term has, and `None` only when no term is live (the
     /// `LeaseBackend::holder` contract). Same premises as `one-holder`.
     LeaderRead,
+    /// Coordinator: once `Election::resign()` (or dropping the election) returned, no session of
+    /// the coordinator is granted the name again by that campaign (no zombie campaign after a
+    /// recovery re-attached it; checked by the shipped-runtime simulation, `sim::shipped`).
+    NoZombie,
 }
 
 impl Invariant {
     /// Every invariant.
-    pub const ALL: [Invariant; 10] = [
+    pub const ALL: [Invariant; 11] = [
         Invariant::OneHolder,
         Invariant::ExclusiveToken,
         Invariant::TokenMonotonic,
@@ -100,6 +104,7 @@ impl Invariant {
         Invariant::LeaveFinal,
         Invariant::MemberListed,
         Invariant::LeaderRead,
+        Invariant::NoZombie,
     ];
 
     /// Short name.
@@ -115,6 +120,7 @@ impl Invariant {
             Invariant::LeaveFinal => "leave-final",
             Invariant::MemberListed => "member-listed",
             Invariant::LeaderRead => "leader-read",
+            Invariant::NoZombie => "no-zombie",
         }
     }
 
@@ -130,6 +136,7 @@ impl Invariant {
             Invariant::JoinVisible | Invariant::LeaveFinal => &[Premise::TokenReset],
             Invariant::MemberListed => &[Premise::TokenReset, Premise::ClockJump, Premise::Drift],
             Invariant::LeaderRead => &[Premise::TokenReset, Premise::ClockJump],
+            Invariant::NoZombie => &[],
         }
     }
 }

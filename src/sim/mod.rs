@@ -46,6 +46,10 @@ mod check;
 mod clock;
 mod cluster;
 mod history;
+/// The seeded simulation of the shipped runtime (the `explore` feature and `--cfg simba_explore`
+/// too; see docs/testing.md, "Simulation of the shipped runtime").
+#[cfg(all(feature = "explore", simba_explore))]
+pub mod shipped;
 mod world;
 
 use std::collections::{BTreeMap, BTreeSet};

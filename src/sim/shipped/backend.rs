@@ -1,0 +1,479 @@
+//! The simulated backend the shipped runtime talks to: the real [`MemoryBackend`] on the
+//! simulation's virtual clock ([`VirtualClock`], the sim's backend model), behind a layer that
+//! decides each call's fate with the execution's seeded random source and records what the backend
+//! did in the sim's history ([`Event`]).
+//!
+//! Every call takes the history lock for its effect, so the history is one total order of
+//! backend effects, `token()`/`is_leader()`/`is_member()` samples and clock moves (see
+//! `super::clients`).
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::FaultCounts;
+use crossbeam_channel::{Receiver, Sender};
+
+use crate::backend::{
+    Acquire, Capabilities, Holder, KeepAlive, LeaseBackend, Member, Notification, SessionGrant, Topic,
+};
+use crate::error::{Error, ErrorKind, Result};
+use crate::memory::MemoryBackend;
+use crate::sim::clock::VirtualClock;
+use crate::sim::history::{ms as ns, Event, Record};
+use crate::sync::{self, Condvar, Mutex, MutexGuard};
+use crate::types::{Name, SessionId, Token};
+
+/// Per-call fault probabilities of one run (drawn per seed).
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct CallFaults {
+    /// The request is lost: no effect, the caller gets `Unavailable`.
+    pub(crate) fail: f64,
+    /// The call takes effect only after a stall (0–1.5 query timeouts): late delivery.
+    pub(crate) stall: f64,
+    /// The call takes effect, its reply is lost: the caller gets `Unavailable`, at once or after
+    /// its deadline.
+    pub(crate) lost_reply: f64,
+    /// The call takes effect at once, its reply arrives after the caller's deadline.
+    pub(crate) late_reply: f64,
+    /// Every call fails (the backend is unreachable) between these virtual instants (ns).
+    pub(crate) outage: Option<(u64, u64)>,
+    /// The backend pushes release and membership notifications (`capabilities()`), relayed at
+    /// the next clock step, each lost with probability `push_lost` or delivered twice with
+    /// `push_duplicated`.
+    pub(crate) push: bool,
+    /// See `push`.
+    pub(crate) push_lost: f64,
+    /// See `push`.
+    pub(crate) push_duplicated: f64,
+}
+
+/// What the history lock guards.
+#[derive(Debug, Default)]
+pub(crate) struct HistState {
+    /// The history (`t`: virtual ns since the run started).
+    pub(crate) records: Vec<Record>,
+    /// Session id → run-wide label (`s0`, `s1`, … in order of creation).
+    pub(crate) labels: HashMap<SessionId, u32>,
+    next_label: u32,
+    /// The fault counters.
+    pub(crate) counts: FaultCounts,
+    /// The application's handles (sampled under this lock).
+    pub(crate) handles: super::clients::Handles,
+    /// Labels of the sessions the run's `Coordinator` used (learnt by sampling its current one).
+    pub(crate) coordinator_sessions: Vec<u32>,
+    /// The coordinator's campaign for this name was resigned at this instant (virtual ns) and none
+    /// started since: a grant of the name to one of its sessions well after that is a zombie.
+    pub(crate) resigned: Option<(Name, u64, &'static str)>,
+    /// Violations the backend layer saw directly.
+    pub(crate) violations: Vec<crate::sim::check::Violation>,
+    /// Pushed notifications on their way: what the memory backend sent on a watch's own channel,
+    /// relayed to the runtime's channel by [`SimBackend::pump`].
+    relays: Vec<(Receiver<Notification>, Sender<Notification>)>,
+}
+
+/// The history shared by the backend, the samplers and the clock driver.
+#[derive(Debug)]
+pub(crate) struct History {
+    state: Mutex<HistState>,
+    /// The virtual instant the run started at.
+    pub(crate) base: Instant,
+}
+
+impl History {
+    pub(crate) fn new() -> History {
+        History { state: Mutex::new(HistState::default()), base: sync::now() }
+    }
+
+    pub(crate) fn lock(&self) -> MutexGuard<'_, HistState> {
+        self.state.lock()
+    }
+
+    /// Virtual ns since the run started (the clients' real time).
+    pub(crate) fn t(&self) -> u64 {
+        ns(sync::now().saturating_duration_since(self.base))
+    }
+
+    /// Appends `event` at the current virtual instant.
+    pub(crate) fn push(&self, h: &mut HistState, event: Event) {
+        h.records.push(Record { t: self.t(), event });
+    }
+}
+
+/// Sleeps until the virtual clock passed `d` from now (only the clock driver moves it).
+pub(crate) fn sleep_virtual(d: Duration) {
+    sleep_unless(d, &AtomicBool::new(false));
+}
+
+/// Like [`sleep_virtual`], ending early once `stop` is set (checked on every wake-up).
+fn sleep_unless(d: Duration, stop: &AtomicBool) {
+    let Some(deadline) = sync::now().checked_add(d) else { return };
+    let m = Mutex::new(());
+    let cv = Condvar::new();
+    let mut g = m.lock();
+    while sync::now() < deadline && !stop.load(Ordering::SeqCst) {
+        cv.wait_until(&mut g, deadline);
+    }
+}
+
+/// A uniform draw in `0.0..1.0` from the execution's seeded source.
+pub(crate) fn unit() -> f64 {
+    sync::random_below(1 << 53) as f64 / (1u64 << 53) as f64
+}
+
+/// A uniform duration in `0..max`.
+pub(crate) fn below(max: Duration) -> Duration {
+    Duration::from_nanos(sync::random_below(ns(max).max(1)))
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Fate {
+    Complete,
+    Fail,
+    Outage,
+    Stall(Duration),
+    LostReply(Option<Duration>),
+    LateReply(Duration),
+}
+
+/// The backend of a run: see the module docs.
+#[derive(Debug)]
+pub(crate) struct SimBackend {
+    mem: MemoryBackend,
+    clock: Arc<VirtualClock>,
+    hist: Arc<History>,
+    faults: CallFaults,
+    /// The clients' query timeout (a late reply arrives after it).
+    query_timeout: Duration,
+    /// The node clock's rate relative to real time (within the sessions' drift).
+    rate: f64,
+    /// Set for the run's teardown: calls complete without faults (a stalled call started then
+    /// would wait for a clock nobody moves any more).
+    quiet: AtomicBool,
+    /// Declares `call_bound() = Some(0)`: user calls run inline, and no call is delayed.
+    inline: bool,
+    /// The old SPI's release: frees whatever term the session holds (see
+    /// [`Scenario::old_release_any_term`](super::Scenario::old_release_any_term)).
+    pub(crate) old_release_any_term: bool,
+}
+
+impl SimBackend {
+    pub(crate) fn new(
+        hist: Arc<History>,
+        faults: CallFaults,
+        query_timeout: Duration,
+        rate: f64,
+        inline: bool,
+    ) -> SimBackend {
+        let clock = Arc::new(VirtualClock::default());
+        let mem = MemoryBackend::with_clock(clock.clone());
+        SimBackend {
+            mem,
+            clock,
+            hist,
+            faults,
+            query_timeout,
+            rate,
+            quiet: AtomicBool::new(false),
+            inline,
+            old_release_any_term: false,
+        }
+    }
+
+    /// From now on every call completes at once (the run's teardown).
+    pub(crate) fn quiet(&self) {
+        self.quiet.store(true, Ordering::SeqCst);
+    }
+
+    fn draw(&self) -> Fate {
+        if self.quiet.load(Ordering::SeqCst) {
+            return Fate::Complete;
+        }
+        let f = self.faults;
+        let t = self.hist.t();
+        if f.outage.is_some_and(|(a, b)| (a..b).contains(&t)) {
+            return Fate::Outage;
+        }
+        let x = unit();
+        let qt = self.query_timeout;
+        let mut acc = f.fail;
+        if x < acc {
+            return Fate::Fail;
+        }
+        acc += f.stall;
+        if x < acc {
+            return if self.inline { Fate::Complete } else { Fate::Stall(below(qt + qt / 2)) };
+        }
+        acc += f.lost_reply;
+        if x < acc {
+            return Fate::LostReply((!self.inline && unit() < 0.5).then(|| qt + below(qt)));
+        }
+        acc += f.late_reply;
+        if x < acc {
+            return if self.inline { Fate::Complete } else { Fate::LateReply(qt + below(qt)) };
+        }
+        Fate::Complete
+    }
+
+    /// Runs one backend call: its fate decides when `apply` takes effect and what the caller sees.
+    /// `apply` runs under the history lock with the node clock (ns) set on the memory backend.
+    fn call<T>(&self, apply: impl FnOnce(&mut HistState, &History, u64) -> Result<T>) -> Result<T> {
+        let fate = self.draw();
+        let effect = |stalled: bool| {
+            let mut h = self.hist.lock();
+            let b = (self.hist.t() as f64 * self.rate) as u64;
+            self.clock.set(b);
+            if stalled {
+                h.counts.stalled += 1;
+            }
+            apply(&mut h, &self.hist, b)
+        };
+        match fate {
+            Fate::Complete => {
+                let r = effect(false);
+                self.hist.lock().counts.completed += 1;
+                r
+            }
+            Fate::Fail => {
+                self.hist.lock().counts.failed += 1;
+                Err(Error::new(ErrorKind::Unavailable, "simulated: the request was lost"))
+            }
+            Fate::Outage => {
+                self.hist.lock().counts.outage += 1;
+                Err(Error::new(ErrorKind::Unavailable, "simulated: the backend is unreachable (outage)"))
+            }
+            Fate::Stall(d) => {
+                sleep_unless(d, &self.quiet);
+                effect(true)
+            }
+            Fate::LostReply(after) => {
+                let _ = effect(false);
+                self.hist.lock().counts.lost_replies += 1;
+                if let Some(d) = after {
+                    sleep_unless(d, &self.quiet);
+                }
+                Err(Error::new(ErrorKind::Unavailable, "simulated: the call took effect, its reply was lost"))
+            }
+            Fate::LateReply(d) => {
+                let r = effect(false);
+                self.hist.lock().counts.late_replies += 1;
+                sleep_unless(d, &self.quiet);
+                r
+            }
+        }
+    }
+
+    /// A grant of the coordinator's resigned election name to one of its sessions, later than any
+    /// call started before the resign could land (a stall or a late reply lasts under two query
+    /// timeouts), is a campaign that outlived its resign.
+    fn zombie_check(&self, h: &mut HistState, hist: &History, sess: u32, name: &Name, token: Token) {
+        let Some((n, at, how)) = &h.resigned else { return };
+        let t = hist.t();
+        if n == name && h.coordinator_sessions.contains(&sess) && t > at + 3 * ns(self.query_timeout) {
+            let detail = format!(
+                "'{name}' granted (token {token}) to the coordinator's session s{sess} {} ms after its campaign \
+                 was resigned ({how}): a zombie campaign",
+                (t - at) / 1_000_000
+            );
+            let index = h.records.len();
+            h.violations.push(crate::sim::check::Violation {
+                invariant: crate::sim::check::Invariant::NoZombie,
+                index,
+                t,
+                detail,
+            });
+        }
+    }
+
+    /// Relays the pushed notifications on their way (the clock driver calls it after each step):
+    /// each is lost, delivered twice or delivered, by the seeded source.
+    pub(crate) fn pump(&self, h: &mut HistState) {
+        let f = self.faults;
+        let mut relays = std::mem::take(&mut h.relays);
+        relays.retain(|(rx, to)| loop {
+            match rx.try_recv() {
+                Ok(n) => {
+                    let x = unit();
+                    if x < f.push_lost {
+                        h.counts.push_lost += 1;
+                    } else {
+                        if x < f.push_lost + f.push_duplicated {
+                            h.counts.push_duplicated += 1;
+                            let _ = to.try_send(n.clone());
+                        }
+                        h.counts.pushed += 1;
+                        let _ = to.try_send(n);
+                    }
+                }
+                Err(crossbeam_channel::TryRecvError::Empty) => return true,
+                Err(crossbeam_channel::TryRecvError::Disconnected) => return false,
+            }
+        });
+        h.relays = relays;
+    }
+
+    fn label(h: &HistState, id: &SessionId) -> u32 {
+        h.labels.get(id).copied().unwrap_or(u32::MAX)
+    }
+}
+
+impl LeaseBackend for SimBackend {
+    fn kind(&self) -> &'static str {
+        "sim"
+    }
+
+    fn call_bound(&self) -> Option<Duration> {
+        self.inline.then_some(Duration::ZERO)
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        let push = self.faults.push;
+        Capabilities { push_release: push, push_membership: push }
+    }
+
+    fn watch(&self, topic: &Topic, notify: &Sender<Notification>) -> Result<bool> {
+        if !self.faults.push {
+            return Ok(false);
+        }
+        self.call(|h, _, _| {
+            // The memory backend pushes on the watch's own channel; the relay decides its fate.
+            let (tx, rx) = crossbeam_channel::unbounded();
+            let r = self.mem.watch(topic, &tx)?;
+            h.relays.push((rx, notify.clone()));
+            Ok(r)
+        })
+    }
+
+    fn open_session(&self, lease_duration: Duration, metadata: &str) -> Result<SessionGrant> {
+        self.call(|h, hist, b| {
+            let g = self.mem.open_session(lease_duration, metadata)?;
+            let sess = h.next_label;
+            h.next_label += 1;
+            h.labels.insert(g.id.clone(), sess);
+            hist.push(h, Event::Opened { node: 0, b, sess, until: b + ns(g.remaining) });
+            Ok(g)
+        })
+    }
+
+    fn keep_alive(&self, session: &SessionId, lease_duration: Duration) -> Result<KeepAlive> {
+        self.call(|h, hist, b| {
+            let sess = Self::label(h, session);
+            let r = self.mem.keep_alive(session, lease_duration)?;
+            match &r {
+                KeepAlive::Alive { remaining, owned, .. } => {
+                    let until = b + ns(*remaining);
+                    hist.push(h, Event::Renewed { node: 0, b, sess, until });
+                    for (name, token) in owned {
+                        hist.push(h, Event::Extended { node: 0, b, sess, name: name.clone(), token: *token, until });
+                    }
+                }
+                KeepAlive::Expired => {
+                    h.counts.backend_expiries += 1;
+                    hist.push(h, Event::Refused { node: 0, b, sess });
+                }
+            }
+            Ok(r)
+        })
+    }
+
+    fn close_session(&self, session: &SessionId) -> Result<()> {
+        self.call(|h, hist, b| {
+            let sess = Self::label(h, session);
+            self.mem.close_session(session)?;
+            hist.push(h, Event::Deleted { node: 0, b, sess, frees_leases: true });
+            Ok(())
+        })
+    }
+
+    fn acquire(&self, session: &SessionId, name: &Name) -> Result<Acquire> {
+        self.call(|h, hist, b| {
+            let sess = Self::label(h, session);
+            match self.mem.acquire(session, name) {
+                Ok(a) => {
+                    hist.push(h, Event::SessionChecked { node: 0, b, sess });
+                    match &a {
+                        Acquire::Acquired { token, remaining } => {
+                            self.zombie_check(h, hist, sess, name, *token);
+                            let until = b + ns(*remaining);
+                            hist.push(h, Event::Granted { node: 0, b, sess, name: name.clone(), token: *token, until });
+                        }
+                        Acquire::Busy => hist.push(h, Event::Busy { node: 0, b, sess, name: name.clone() }),
+                    }
+                    Ok(a)
+                }
+                Err(e) => {
+                    if e.is_session_expired() {
+                        h.counts.backend_expiries += 1;
+                        hist.push(h, Event::Refused { node: 0, b, sess });
+                    }
+                    Err(e)
+                }
+            }
+        })
+    }
+
+    fn release(&self, session: &SessionId, name: &Name, token: Token) -> Result<()> {
+        self.call(|h, hist, b| {
+            let sess = Self::label(h, session);
+            if self.old_release_any_term {
+                if let Some(held) = self.mem.holder(name)?.filter(|x| &x.session == session) {
+                    self.mem.release(session, name, held.token)?;
+                    hist.push(h, Event::Released { node: 0, b, sess, name: name.clone(), token: None });
+                }
+                return Ok(());
+            }
+            self.mem.release(session, name, token)?;
+            hist.push(h, Event::Released { node: 0, b, sess, name: name.clone(), token: Some(token) });
+            Ok(())
+        })
+    }
+
+    fn holder(&self, name: &Name) -> Result<Option<Holder>> {
+        self.call(|h, hist, b| {
+            let r = self.mem.holder(name)?;
+            let holder = r.as_ref().map(|x| (Self::label(h, &x.session), x.token, ns(x.remaining)));
+            // The reading client is not known to the backend; `u8::MAX` marks "some client".
+            hist.push(h, Event::HolderRead { node: 0, b, client: u8::MAX, name: name.clone(), holder });
+            Ok(r)
+        })
+    }
+
+    fn join(&self, session: &SessionId, group: &Name) -> Result<()> {
+        self.call(|h, hist, b| {
+            let sess = Self::label(h, session);
+            match self.mem.join(session, group) {
+                Ok(()) => {
+                    hist.push(h, Event::Joined { node: 0, b, sess, group: group.clone() });
+                    Ok(())
+                }
+                Err(e) => {
+                    if e.is_session_expired() {
+                        h.counts.backend_expiries += 1;
+                        hist.push(h, Event::Refused { node: 0, b, sess });
+                    }
+                    Err(e)
+                }
+            }
+        })
+    }
+
+    fn leave(&self, session: &SessionId, group: &Name) -> Result<()> {
+        self.call(|h, hist, b| {
+            let sess = Self::label(h, session);
+            self.mem.leave(session, group)?;
+            hist.push(h, Event::Left { node: 0, b, sess, group: group.clone() });
+            Ok(())
+        })
+    }
+
+    fn members(&self, group: &Name) -> Result<Vec<Member>> {
+        self.call(|h, hist, b| {
+            let r = self.mem.members(group)?;
+            let mut members: Vec<u32> = r.iter().map(|m| Self::label(h, &m.session)).collect();
+            members.sort_unstable();
+            hist.push(h, Event::MembersRead { node: 0, b, client: u8::MAX, group: group.clone(), members });
+            Ok(r)
+        })
+    }
+}

@@ -1,0 +1,480 @@
+//! The seeded simulation of the **shipped** runtime (issue #21 item 1).
+//!
+//! Built only with the `sim` and `explore` features **and** `--cfg simba_explore` (the schedule
+//! explorer's seam, `src/sync.rs`): the real [`Session`](crate::Session), [`Lease`](crate::Lease),
+//! [`Election`](crate::Election) and [`Membership`](crate::Membership) code, its renewal thread and
+//! worker pool, run on shuttle threads with a virtual clock that only this simulation moves. One
+//! seed fixes everything — shuttle's random scheduler is seeded with it and every random choice
+//! (the workload, each backend call's fate, the clock steps) comes from the same source — so a seed
+//! replays exactly.
+//!
+//! What runs:
+//! - **backend** ([`backend`]): the real [`MemoryBackend`](crate::MemoryBackend) on the sim's
+//!   [`VirtualClock`](super::clock::VirtualClock) (the node clock runs at a per-seed rate within the
+//!   sessions' `drift`), behind a layer whose calls complete, fail (request lost), stall (take
+//!   effect late), lose their reply (took effect, the caller gets an error at once or after its
+//!   deadline) or reply late (after the caller's deadline), chosen per call by the seeded source;
+//!   plus one outage per seed in which every call fails, long enough to expire sessions;
+//! - **clients** ([`clients`]): 2–4 user threads, each with its own session on the real API
+//!   (`try_lock`, `lock_timeout`, `release`/drop, `campaign`, `resign`/drop, `join`,
+//!   `leave`/drop, `members`, `leader`, `close`, reopening after expiry), concurrently with the
+//!   sessions' renewal threads;
+//! - **history and checks**: the backend records its effects and the sampler records when
+//!   `token()`, `is_leader()`, `is_member()` and `is_alive()` change, all in one total order (the
+//!   history lock); the sim's checker ([`check`](super::check)) verifies its invariants (each
+//!   naming its premises) over it, plus what the sampler checks directly (at most one
+//!   `is_leader()` per name in a sample, `is_alive()` never true again, `leader()` never going
+//!   backwards for one observer).
+//!
+//! The run asserts nothing itself: [`run`] returns an [`Outcome`], `tests/sim_shipped.rs` sweeps
+//! seeds and requires every fault class to have fired.
+
+mod backend;
+mod clients;
+
+use std::fmt;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::Arc;
+use std::time::Duration;
+
+use backend::{below, unit, CallFaults, History, SimBackend};
+use clients::Client;
+
+use super::check::{check, Violation};
+use super::history::{Event, Record};
+use crate::options::SessionOptions;
+use crate::sync::{self, thread, Bug};
+use crate::types::Name;
+
+/// What to simulate.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Scenario {
+    /// A name for reports.
+    pub name: String,
+    /// Most clients per run (2..=this).
+    pub max_clients: usize,
+    /// Operations per client.
+    pub ops: usize,
+    /// The sessions' lease duration (renew interval and query timeout are a third of it).
+    pub lease: Duration,
+    /// Scales the per-call fault probabilities (1.0: up to 6 % each of failed, stalled,
+    /// lost-reply and late-reply calls per seed).
+    pub intensity: f64,
+    /// A fixed bug switched back on for the run (`simba::explore::reintroduce`), or `None`.
+    pub bug: Option<Bug>,
+    /// What the user threads do.
+    pub workload: Workload,
+    /// The backend pushes notifications on half the seeds (`true`) or never (`false`).
+    pub push: bool,
+    /// Emulates the old SPI in the backend layer: a release frees whatever term the session holds
+    /// (the design the term-scoped-release finding showed unsafe). Off by default.
+    pub old_release_any_term: bool,
+}
+
+/// What the user threads do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Workload {
+    /// Every operation: locks (`try_lock`, `lock_timeout`), campaigns, joins, `members`,
+    /// `leader`, `close`, idling; a second user thread on half the sessions.
+    Everything,
+    /// Mostly campaigns held briefly and resigned, with the node's second thread `try_lock`ing the
+    /// election's name on the same session (the race of finding 1); a second thread everywhere.
+    Elections,
+    /// The first node is always a `Coordinator` that mostly campaigns briefly and resigns, and
+    /// every seed has an outage (the coordinator replaces its session while the application
+    /// resigns: the race of finding 5).
+    Coordinator,
+}
+
+impl Scenario {
+    /// The default: 2–4 clients, 8 operations each, a 3 s lease, every fault class.
+    pub fn default_faults() -> Scenario {
+        Scenario {
+            name: "shipped".into(),
+            max_clients: 4,
+            ops: 8,
+            lease: Duration::from_secs(3),
+            intensity: 1.0,
+            bug: None,
+            workload: Workload::Everything,
+            old_release_any_term: false,
+            push: true,
+        }
+    }
+
+    /// The backend never pushes (candidates poll).
+    pub fn without_push(mut self) -> Scenario {
+        self.name = format!("{}+noPush", self.name);
+        self.push = false;
+        self
+    }
+
+    /// Three times the per-call fault probabilities (up to 18 % each).
+    pub fn harsh(mut self) -> Scenario {
+        self.name = format!("{}+harsh", self.name);
+        self.intensity = 3.0;
+        self
+    }
+
+    /// The same with the old SPI's release ([`Scenario::old_release_any_term`]).
+    pub fn with_old_release_any_term(mut self) -> Scenario {
+        self.name = format!("{}+oldRelease", self.name);
+        self.old_release_any_term = true;
+        self
+    }
+
+    /// The coordinator-focused workload ([`Workload::Coordinator`]), every fault class.
+    pub fn coordinator() -> Scenario {
+        Scenario { name: "shipped-coordinator".into(), workload: Workload::Coordinator, ..Scenario::default_faults() }
+    }
+
+    /// The election-focused workload ([`Workload::Elections`]), every fault class.
+    pub fn elections() -> Scenario {
+        Scenario { name: "shipped-elections".into(), workload: Workload::Elections, ..Scenario::default_faults() }
+    }
+
+    /// The same with `bug` switched back on.
+    pub fn with_bug(mut self, bug: Bug) -> Scenario {
+        self.name = format!("{}+{bug:?}", self.name);
+        self.bug = Some(bug);
+        self
+    }
+}
+
+/// How often each fault class (and each kind of outcome it is there to cause) happened.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FaultCounts {
+    /// Calls that completed normally.
+    pub completed: u64,
+    /// Calls whose request was lost (no effect, `Unavailable`).
+    pub failed: u64,
+    /// Calls that took effect after a stall (late delivery).
+    pub stalled: u64,
+    /// Calls that took effect and whose reply was lost.
+    pub lost_replies: u64,
+    /// Calls that took effect and replied after the caller's deadline.
+    pub late_replies: u64,
+    /// Calls refused by the seed's outage.
+    pub outage: u64,
+    /// Sessions the backend judged expired when asked.
+    pub backend_expiries: u64,
+    /// Sessions whose `is_alive()` turned false while the application held them.
+    pub client_expiries: u64,
+    /// Sessions the application reopened after one ended.
+    pub reopened: u64,
+    /// Sessions a `Coordinator` opened to replace one that ended (seen by sampling it).
+    pub recoveries: u64,
+    /// Pushed notifications delivered (on the seeds whose backend pushes).
+    pub pushed: u64,
+    /// Pushed notifications lost.
+    pub push_lost: u64,
+    /// Pushed notifications delivered twice.
+    pub push_duplicated: u64,
+}
+
+impl FaultCounts {
+    fn add(&mut self, o: &FaultCounts) {
+        self.completed += o.completed;
+        self.failed += o.failed;
+        self.stalled += o.stalled;
+        self.lost_replies += o.lost_replies;
+        self.late_replies += o.late_replies;
+        self.outage += o.outage;
+        self.backend_expiries += o.backend_expiries;
+        self.client_expiries += o.client_expiries;
+        self.reopened += o.reopened;
+        self.recoveries += o.recoveries;
+        self.pushed += o.pushed;
+        self.push_lost += o.push_lost;
+        self.push_duplicated += o.push_duplicated;
+    }
+
+    /// The classes that never fired.
+    pub fn unfired(&self) -> Vec<&'static str> {
+        let all = [
+            ("completed", self.completed),
+            ("failed", self.failed),
+            ("stalled", self.stalled),
+            ("lost_replies", self.lost_replies),
+            ("late_replies", self.late_replies),
+            ("outage", self.outage),
+            ("backend_expiries", self.backend_expiries),
+            ("client_expiries", self.client_expiries),
+            ("reopened", self.reopened),
+            ("recoveries", self.recoveries),
+            ("pushed", self.pushed),
+            ("push_lost", self.push_lost),
+            ("push_duplicated", self.push_duplicated),
+        ];
+        all.iter().filter(|(_, n)| *n == 0).map(|(k, _)| *k).collect()
+    }
+}
+
+impl fmt::Display for FaultCounts {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "completed {} failed {} stalled {} lost-reply {} late-reply {} outage {} backend-expiries {} \
+             client-expiries {} reopened {} recoveries {} pushed {} push-lost {} push-duplicated {}",
+            self.completed,
+            self.failed,
+            self.stalled,
+            self.lost_replies,
+            self.late_replies,
+            self.outage,
+            self.backend_expiries,
+            self.client_expiries,
+            self.reopened,
+            self.recoveries,
+            self.pushed,
+            self.push_lost,
+            self.push_duplicated
+        )
+    }
+}
+
+/// The result of one seed.
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    /// The seed.
+    pub seed: u64,
+    /// The history.
+    pub records: Vec<Record>,
+    /// Invariant violations (the checker's over the history, then the sampler's).
+    pub violations: Vec<Violation>,
+    /// The fault counters.
+    pub counts: FaultCounts,
+    /// The execution panicked (an assertion inside the runtime, a deadlock or a thread that never
+    /// ended, as shuttle reports them).
+    pub panic: Option<String>,
+}
+
+impl Outcome {
+    /// True when the run found nothing.
+    pub fn clean(&self) -> bool {
+        self.violations.is_empty() && self.panic.is_none()
+    }
+
+    /// The violations and the records before the first one.
+    pub fn report(&self, context: usize) -> String {
+        let mut s = format!("seed {}: {}\n", self.seed, self.counts);
+        if let Some(p) = &self.panic {
+            s += &format!("  panicked: {p}\n");
+        }
+        for v in &self.violations {
+            s += &format!("  {v}\n");
+        }
+        if let Some(v) = self.violations.first() {
+            let from = v.index.saturating_sub(context);
+            for (i, r) in self.records.iter().enumerate().take(v.index + 1).skip(from) {
+                s += &format!("  #{i} {r}\n");
+            }
+        }
+        s
+    }
+}
+
+/// Runs `seed`: see the module docs.
+pub fn run(seed: u64, scenario: &Scenario) -> Outcome {
+    let result = Arc::new(std::sync::Mutex::new(None));
+    let (out, sc) = (result.clone(), scenario.clone());
+    let mut config = shuttle::Config::new();
+    config.silence_warnings = true;
+    config.failure_persistence = shuttle::FailurePersistence::None;
+    let ran = catch_unwind(AssertUnwindSafe(|| {
+        let runner = shuttle::Runner::new(shuttle::scheduler::RandomScheduler::new_from_seed(seed, 1), config);
+        runner.run(move || {
+            let o = execution(seed, &sc);
+            if let Ok(mut g) = out.lock() {
+                *g = Some(o);
+            }
+        });
+    }));
+    let stored = result.lock().ok().and_then(|mut g| g.take());
+    match (ran, stored) {
+        (Ok(()), Some(o)) => o,
+        (r, o) => {
+            let panic = match r {
+                Err(p) => p
+                    .downcast_ref::<String>()
+                    .cloned()
+                    .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+                    .unwrap_or_else(|| "a panic".into()),
+                Ok(()) => "the execution ended without an outcome".into(),
+            };
+            let mut o = o.unwrap_or(Outcome {
+                seed,
+                records: Vec::new(),
+                violations: Vec::new(),
+                counts: FaultCounts::default(),
+                panic: None,
+            });
+            o.panic = Some(panic);
+            o
+        }
+    }
+}
+
+/// The results of many seeds.
+#[derive(Debug, Default)]
+pub struct Sweep {
+    /// Seeds run.
+    pub runs: u64,
+    /// The fault counters, summed.
+    pub counts: FaultCounts,
+    /// Every seed that found something.
+    pub failures: Vec<Outcome>,
+}
+
+/// Runs every seed of `seeds`.
+pub fn sweep(scenario: &Scenario, seeds: std::ops::Range<u64>) -> Sweep {
+    let mut s = Sweep::default();
+    for seed in seeds {
+        let o = run(seed, scenario);
+        s.runs += 1;
+        s.counts.add(&o.counts);
+        if !o.clean() {
+            s.failures.push(o);
+        }
+    }
+    s
+}
+
+fn name(s: &str) -> Name {
+    match Name::new(s) {
+        Ok(n) => n,
+        Err(e) => unreachable!("constant names are valid: {e}"),
+    }
+}
+
+/// One explored execution of `scenario` (runs inside shuttle).
+fn execution(seed: u64, sc: &Scenario) -> Outcome {
+    if let Some(bug) = sc.bug {
+        sync::reintroduce(bug);
+    }
+    let lease = sc.lease;
+    let third = lease / 3;
+    let options = match SessionOptions::builder()
+        .lease_duration(lease)
+        .renew_interval(third)
+        .query_timeout(third)
+        .drift(0.05)
+        .worker_threads(8)
+        .build()
+    {
+        Ok(o) => o,
+        Err(e) => unreachable!("the simulation's options are valid: {e}"),
+    };
+    let p = |max: f64| unit() * max * sc.intensity;
+    let mut faults = CallFaults {
+        fail: p(0.06),
+        stall: p(0.06),
+        lost_reply: p(0.06),
+        late_reply: p(0.06),
+        outage: None,
+        push: unit() < 0.5 && sc.push,
+        push_lost: p(0.2),
+        push_duplicated: p(0.2),
+    };
+    // One outage per seed (most seeds), 0.5–2.5 leases long, somewhere in the run.
+    if unit() < 0.7 || sc.workload == Workload::Coordinator {
+        let start = below(lease * 4);
+        let len = lease / 2 + below(lease * 2);
+        faults.outage = Some((history::ms(start), history::ms(start + len)));
+    }
+    // The node clock runs within the sessions' drift of real time.
+    let rate = 1.0 + (unit() - 0.5) * 0.08;
+    let hist = Arc::new(History::new());
+    // Half the seeds declare `call_bound() = Some(0)` (as the memory backend does): user-thread
+    // calls then run inline on the caller's thread, and calls are never delayed (a backend that
+    // declares a bound keeps it).
+    let inline = unit() < 0.5;
+    let mut backend = SimBackend::new(hist.clone(), faults, third, rate, inline);
+    backend.old_release_any_term = sc.old_release_any_term;
+    let backend = Arc::new(backend);
+    let clients = 2 + sync::random_below((sc.max_clients.max(2) - 1) as u64) as usize;
+    {
+        let mut h = hist.lock();
+        let setup = Event::Setup { client_ppm: vec![0; clients], node_ppm: vec![((rate - 1.0) * 1e6) as i64] };
+        hist.push(&mut h, setup);
+    }
+    let names = vec![name("L0"), name("L1")];
+    let mut threads = Vec::new();
+    let mut users = 0;
+    let done = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    for c in 0..clients {
+        let client = Client {
+            c: c as u8,
+            hist: hist.clone(),
+            backend: backend.clone(),
+            options: options.clone(),
+            names: names.clone(),
+            election: name("E"),
+            group: name("G"),
+            ops: sc.ops,
+            shared: Arc::new(sync::Mutex::new(None)),
+            elections: sc.workload != Workload::Everything,
+        };
+        if c == 0 && (unit() < 0.4 || sc.workload == Workload::Coordinator) {
+            // The first node runs a `Coordinator` on 40 % of the seeds.
+            let done = done.clone();
+            users += 1;
+            threads.push(thread::spawn(move || {
+                client.run_coordinator();
+                done.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            }));
+            continue;
+        }
+        if sc.workload == Workload::Elections || unit() < 0.5 {
+            // A second user thread on the same session.
+            let helper = client.clone_parts();
+            let done = done.clone();
+            users += 1;
+            threads.push(thread::spawn(move || {
+                helper.run_helper();
+                done.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            }));
+        }
+        let done = done.clone();
+        users += 1;
+        threads.push(thread::spawn(move || {
+            client.run();
+            done.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }));
+    }
+    // The clock driver: moves virtual time in random steps, sampling after each, until every
+    // user thread finished.
+    let mut steps = 0u32;
+    while done.load(std::sync::atomic::Ordering::SeqCst) < users {
+        steps += 1;
+        assert!(steps < 100_000, "the user threads did not finish within 100,000 clock steps");
+        let d = Duration::from_millis(1) + below(third);
+        {
+            let mut h = hist.lock();
+            sync::advance(d);
+            clients::sample(&hist, &mut h);
+            backend.pump(&mut h);
+            // Wake the receivers of what was relayed (the explorer's select polls on a change).
+            sync::advance(Duration::ZERO);
+        }
+        for _ in 0..4 {
+            thread::yield_now();
+        }
+    }
+    for t in threads {
+        if t.join().is_err() {
+            panic!("a user thread panicked");
+        }
+    }
+    // Far past every timer: renewal threads and idle workers end.
+    backend.quiet();
+    sync::advance(Duration::from_secs(3_600));
+    let mut h = hist.lock();
+    h.counts.recoveries = h.coordinator_sessions.len().saturating_sub(1) as u64;
+    let mut violations = check(&h.records, history::ms(lease));
+    violations.extend(h.handles.violations.iter().cloned());
+    violations.extend(h.violations.iter().cloned());
+    Outcome { seed, records: h.records.clone(), violations, counts: h.counts, panic: None }
+}
+
+use super::history;

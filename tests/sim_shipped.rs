@@ -1,0 +1,193 @@
+//! The seeded simulation of the **shipped** runtime (issue #21 item 1; `simba::sim::shipped`): the
+//! real `Session`/`Lease`/`Election`/`Membership` code, renewal thread and worker pool on the
+//! schedule explorer's seam (shuttle threads, a virtual clock only the simulation moves), over the
+//! real memory backend on the sim's virtual clock behind a layer that fails, stalls, loses and
+//! delays replies per call, with the sim's invariant checker over the history.
+//!
+//! Built only with `--features sim,explore` **and** `--cfg simba_explore` (scripts/test runs it
+//! with the explorer, in its own target directory; see docs/testing.md, "Simulation of the shipped
+//! runtime"). `SIMBA_SIM_SEEDS` sets the seeds of the sweep (default 2,000); the sweep starts at
+//! a rotating offset (`SIMBA_SIM_SEED_OFFSET`, printed); `SIMBA_SIM_SEED=<seed>` replays one seed.
+#![cfg(simba_explore)]
+
+use std::ops::Range;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use simba::explore::Bug;
+use simba::sim::shipped::{self, Scenario};
+use simba::sim::Invariant;
+
+fn env_u64(key: &str) -> Option<u64> {
+    let v = std::env::var(key).ok().filter(|v| !v.trim().is_empty())?;
+    Some(v.trim().parse().unwrap_or_else(|_| panic!("{key}={v:?} is not a number")))
+}
+
+/// The sweep's seeds: `SIMBA_SIM_SEEDS` (default 2,000) from the rotating offset
+/// (`SIMBA_SIM_SEED_OFFSET`, or days since the Unix epoch × 100,000).
+fn seeds() -> Range<u64> {
+    let n = env_u64("SIMBA_SIM_SEEDS").unwrap_or(2_000);
+    let o = env_u64("SIMBA_SIM_SEED_OFFSET").unwrap_or_else(|| {
+        SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().as_secs() / 86_400 * 100_000
+    });
+    o..o + n
+}
+
+fn replay_hint(sc: &Scenario, seed: u64) -> String {
+    format!(
+        "replay: SIMBA_SIM_SCENARIO={} SIMBA_SIM_SEED={seed} CARGO_TARGET_DIR=target/explore RUSTFLAGS=\"--cfg simba_explore\" cargo test \
+         --features sim,explore --test sim_shipped replay -- --nocapture",
+        sc.name
+    )
+}
+
+/// The open finding's invariant (see `open_finding_zombie_campaign_after_dropping_a_coordinator_election`):
+/// the sweeps report its seeds without failing on them, so CI stays deterministic while it is open.
+const OPEN: &[Invariant] = &[Invariant::NoZombie];
+
+fn assert_clean(sc: &Scenario, seeds: Range<u64>) {
+    println!("[{}] seeds {seeds:?} (SIMBA_SIM_SEED_OFFSET={} reruns this sweep)", sc.name, seeds.start);
+    let started = Instant::now();
+    let s = shipped::sweep(sc, seeds.clone());
+    println!("[{}] {} seeds in {:.2?}: {}", sc.name, s.runs, started.elapsed(), s.counts);
+    let (open, failed): (Vec<_>, Vec<_>) =
+        s.failures.iter().partition(|o| o.panic.is_none() && o.violations.iter().all(|v| OPEN.contains(&v.invariant)));
+    for o in &open {
+        println!("[{}] open finding at seed {}: {}\n  {}", sc.name, o.seed, o.violations[0], replay_hint(sc, o.seed));
+    }
+    if let Some(o) = failed.first() {
+        panic!(
+            "{} of {} seeds failed; the first:\n{}\n{}",
+            failed.len(),
+            s.runs,
+            o.report(30),
+            replay_hint(sc, o.seed)
+        );
+    }
+    let unfired = s.counts.unfired();
+    assert!(unfired.is_empty(), "[{}] fault classes that never fired over seeds {seeds:?}: {unfired:?}", sc.name);
+}
+
+/// Every operation, every fault class, plain sessions, a second user thread on half of them, a
+/// `Coordinator` on 40 % of the seeds: no violation, and every fault class fired.
+#[test]
+fn shipped_runtime_keeps_every_invariant_under_every_fault_class() {
+    assert_clean(&Scenario::default_faults(), seeds());
+}
+
+/// The election-focused workload (campaigns resigned while the same session's second thread
+/// `try_lock`s the election's name): no violation.
+#[test]
+fn shipped_runtime_elections_keep_every_invariant() {
+    let s = seeds();
+    let n = (s.end - s.start) / 4;
+    assert_clean(&Scenario::elections(), s.start..s.start + n);
+}
+
+/// With `bug` re-introduced (or the scenario's own toggle), a seed of `seeds` must fail on
+/// `invariant` only, and replay to the same history.
+fn assert_finds(sc: &Scenario, seeds: Range<u64>, invariant: Invariant) {
+    let started = Instant::now();
+    let Some(o) = seeds.clone().map(|seed| shipped::run(seed, sc)).find(|o| !o.clean()) else {
+        panic!("[{}] re-introduced, yet seeds {seeds:?} found nothing", sc.name)
+    };
+    println!(
+        "[{}] found at seed {} after {:.2?}:\n{}\n{}",
+        sc.name,
+        o.seed,
+        started.elapsed(),
+        o.report(20),
+        replay_hint(sc, o.seed)
+    );
+    assert!(
+        o.panic.is_none(),
+        "[{}] seed {} failed by panicking, not on an invariant: {}",
+        sc.name,
+        o.seed,
+        o.report(0)
+    );
+    assert!(
+        o.violations.iter().all(|v| v.invariant == invariant),
+        "[{}] seed {}: unexpected kind of violation:\n{}",
+        sc.name,
+        o.seed,
+        o.report(0)
+    );
+    let again = shipped::run(o.seed, sc);
+    assert_eq!(again.records, o.records, "[{}] seed {} did not replay", sc.name, o.seed);
+}
+
+/// Finding 2 of issue #14 (`Bug::LateAliveRevives`: a keep-alive reply applied after the local
+/// deadline extended it) switched back on in the shipped engine: `is_alive()` turns true again.
+#[test]
+fn finding_2_late_alive_revival_is_found_on_the_shipped_runtime() {
+    // Found at seed 2 (token() of the election succeeding after the engine expired).
+    assert_finds(&Scenario::default_faults().with_bug(Bug::LateAliveRevives), 0..200, Invariant::NoRevival);
+}
+
+/// Open finding (not fixed; the runtime is outside this slice): in the coordinator workload,
+/// seed 1,225 drops a `Coordinator`'s `Election` while its campaign attempt is in flight; the
+/// coordinator's session keeps the term and is granted the name again by a new acquire 3.3 s
+/// after the drop returned (`no-zombie`). This test pins the replay; when the runtime is fixed it
+/// fails, and `OPEN` (the invariants the sweeps report without failing) loses `no-zombie`. (Any change to the simulation's
+/// random draws moves the seed: find it again with the sweep.)
+#[test]
+fn open_finding_zombie_campaign_after_dropping_a_coordinator_election() {
+    let sc = Scenario::coordinator();
+    let o = shipped::run(1_225, &sc);
+    println!("{}\n{}", o.report(10), replay_hint(&sc, 1_225));
+    assert!(
+        o.panic.is_none()
+            && !o.violations.is_empty()
+            && o.violations.iter().all(|v| v.invariant == Invariant::NoZombie),
+        "seed 1225 of the coordinator workload no longer shows (only) the zombie campaign: fixed? Then \
+         remove NoZombie from OPEN and delete this test.\n{}",
+        o.report(0)
+    );
+}
+
+/// The coordinator workload (a `Coordinator` node campaigning and resigning or dropping while an
+/// outage makes it replace its session): nothing but the open finding.
+#[test]
+fn coordinator_workload_keeps_every_invariant() {
+    let s = seeds();
+    let n = (s.end - s.start) / 4;
+    assert_clean(&Scenario::coordinator(), s.start..s.start + n);
+}
+
+#[test]
+fn a_seed_replays_exactly() {
+    let sc = Scenario::default_faults();
+    for seed in [1, 2, 3] {
+        let a = shipped::run(seed, &sc);
+        let b = shipped::run(seed, &sc);
+        assert!(a.records.len() > 10, "seed {seed} recorded almost nothing: {}", a.report(0));
+        assert_eq!(a.records, b.records, "seed {seed} did not replay");
+        assert_eq!(a.counts, b.counts);
+    }
+}
+
+/// Replays `SIMBA_SIM_SEED` (printing its whole history); without it, does nothing but say so.
+#[test]
+fn replay() {
+    let Some(seed) = env_u64("SIMBA_SIM_SEED") else {
+        println!("set SIMBA_SIM_SEED=<seed> to replay one seed of the shipped-runtime simulation");
+        return;
+    };
+    // SIMBA_SIM_SCENARIO: shipped (default), shipped-elections, shipped+LateAliveRevives,
+    // shipped-elections+oldRelease.
+    let sc = match std::env::var("SIMBA_SIM_SCENARIO").ok().as_deref() {
+        None | Some("" | "shipped") => Scenario::default_faults(),
+        Some("shipped-elections") => Scenario::elections(),
+        Some("shipped-coordinator") => Scenario::coordinator(),
+        Some("shipped-coordinator+ReattachKept") => Scenario::coordinator().with_bug(Bug::ReattachKept),
+        Some("shipped+LateAliveRevives") => Scenario::default_faults().with_bug(Bug::LateAliveRevives),
+        Some("shipped-elections+oldRelease") => Scenario::elections().with_old_release_any_term(),
+        Some(other) => panic!("unknown SIMBA_SIM_SCENARIO {other:?} for the shipped-runtime simulation"),
+    };
+    let o = shipped::run(seed, &sc);
+    for (i, r) in o.records.iter().enumerate() {
+        println!("#{i} {r}");
+    }
+    println!("{}", o.report(0));
+    assert!(o.clean(), "seed {seed} failed:\n{}", o.report(30));
+}
