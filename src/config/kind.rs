@@ -7,7 +7,7 @@ use std::str::FromStr;
 use super::values::shorten;
 use crate::error::{Error, Result};
 
-/// The backends [`Config`] can select.
+/// The backends [`Config`](crate::Config) can select.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 #[non_exhaustive]
 pub enum BackendKind {
