@@ -55,6 +55,8 @@ pub use self::values::{parse_drift, parse_duration};
 use crate::backend::LeaseBackend;
 #[cfg(feature = "redis")]
 use crate::backends::redis::{EvictionCheck, RedisOptions, RedisOptionsBuilder};
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+use crate::backends::sql::{SqlOptions, SqlOptionsBuilder};
 #[cfg(feature = "zookeeper")]
 use crate::backends::zookeeper::{AclMode, ZookeeperOptions, ZookeeperSettings};
 use crate::error::{display_chain, Error, Result};
@@ -96,9 +98,10 @@ const GENERIC_VARS: &[&str] = &[
     "SIMBA_METADATA",
 ];
 
-/// The SQL backends' variables.
-const SQL_VARS: &[&str] = &["SIMBA_PURGE_INTERVAL", "SIMBA_SQL_POOL_SIZE"];
-
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+const SQL_VARS: &[&str] = crate::backends::sql::config::ENV_VARS;
+#[cfg(not(any(feature = "postgres", feature = "mysql")))]
+const SQL_VARS: &[&str] = &[];
 #[cfg(feature = "redis")]
 const REDIS_VARS: &[&str] = crate::backends::redis::ENV_VARS;
 #[cfg(not(feature = "redis"))]
@@ -129,9 +132,10 @@ const fn concat(parts: [&[&'static str]; 4]) -> [&'static str; ENV_VAR_COUNT] {
 const ALL_VARS: [&str; ENV_VAR_COUNT] = concat([GENERIC_VARS, SQL_VARS, REDIS_VARS, ZOOKEEPER_VARS]);
 
 /// Every environment variable [`Config::from_env`] reads: the generic ones and those of the
-/// backends compiled in (each backend declares its own: `backends::redis::ENV_VARS`,
-/// `backends::zookeeper::ENV_VARS`). A `SIMBA_REDIS_*`/`SIMBA_ZOOKEEPER_*` variable of a backend
-/// that is not compiled in counts as that backend's setting in the selection rules.
+/// backends compiled in (each backend declares its own: `backends::sql::ENV_VARS`,
+/// `backends::redis::ENV_VARS`, `backends::zookeeper::ENV_VARS`). A `SIMBA_REDIS_*`,
+/// `SIMBA_ZOOKEEPER_*`, `SIMBA_SQL_*` or `SIMBA_PURGE_INTERVAL` variable of a backend that is not
+/// compiled in counts as that backend's setting in the selection rules.
 pub const ENV_VARS: &[&str] = &ALL_VARS;
 
 /// `SIMBA_*` variables that are not settings (the CLI sets them for its children; tests use
@@ -147,8 +151,9 @@ pub struct ConfigBuilder {
     backend: Option<(BackendKind, &'static str)>,
     disabled: Vec<(Family, &'static str)>,
     session: SessionOptionsBuilder,
-    purge_interval: Option<Duration>,
-    sql_pool_size: Option<u32>,
+    /// The SQL backends' own options builder (their variables' parsing lives with them).
+    #[cfg(any(feature = "postgres", feature = "mysql"))]
+    pub(crate) sql: SqlOptionsBuilder,
     /// The Redis backend's own options builder (its `SIMBA_REDIS_*` parsing lives with it).
     #[cfg(feature = "redis")]
     pub(crate) redis: RedisOptionsBuilder,
@@ -167,9 +172,9 @@ impl fmt::Debug for ConfigBuilder {
         let mut d = f.debug_struct("ConfigBuilder");
         d.field("url", &self.url.as_ref().map(|(u, _)| redact_url(u)))
             .field("backend", &self.backend.map(|(b, _)| b))
-            .field("session", &self.session)
-            .field("purge_interval", &self.purge_interval)
-            .field("sql_pool_size", &self.sql_pool_size);
+            .field("session", &self.session);
+        #[cfg(any(feature = "postgres", feature = "mysql"))]
+        d.field("sql", &self.sql);
         #[cfg(feature = "redis")]
         d.field("redis", &self.redis);
         #[cfg(feature = "zookeeper")]
@@ -253,16 +258,12 @@ impl ConfigBuilder {
         if let Some(v) = get("SIMBA_METADATA") {
             b.session = b.session.metadata(v);
         }
-        if let Some(v) = get("SIMBA_PURGE_INTERVAL") {
-            b.purge_interval = Some(parse_duration("SIMBA_PURGE_INTERVAL", &v)?);
-            b.specific.insert((Family::Sql, "SIMBA_PURGE_INTERVAL"));
-        }
-        if let Some(v) = get("SIMBA_SQL_POOL_SIZE") {
-            b.sql_pool_size = Some(parse_count("SIMBA_SQL_POOL_SIZE", &v)?);
-            b.specific.insert((Family::Sql, "SIMBA_SQL_POOL_SIZE"));
-        }
         #[allow(unused_mut)]
         let mut seen: Vec<(Family, &'static str)> = Vec::new();
+        #[cfg(any(feature = "postgres", feature = "mysql"))]
+        {
+            b.sql = b.sql.read_vars(&get, &mut |name| seen.push((Family::Sql, name)))?;
+        }
         #[cfg(feature = "redis")]
         {
             b.redis = b.redis.read_vars(&get, &mut |name| seen.push((Family::Redis, name)))?;
@@ -334,24 +335,11 @@ impl ConfigBuilder {
         self
     }
 
-    /// SQL only: minimum time between purges of expired sessions (default 1 min).
-    #[must_use]
-    pub fn purge_interval(mut self, d: Duration) -> Self {
-        self.purge_interval = Some(d);
-        self.specific.insert((Family::Sql, "purge_interval"));
-        self
-    }
-
-    /// SQL only: connections in the backend's own pool (default 4).
-    #[must_use]
-    pub fn sql_pool_size(mut self, n: u32) -> Self {
-        self.sql_pool_size = Some(n);
-        self.specific.insert((Family::Sql, "sql_pool_size"));
-        self
-    }
-
     /// Records that `setting` (a backend's setter) was set, for the selection rules.
-    #[cfg_attr(not(any(feature = "redis", feature = "zookeeper")), allow(dead_code))]
+    #[cfg_attr(
+        not(any(feature = "postgres", feature = "mysql", feature = "redis", feature = "zookeeper")),
+        allow(dead_code)
+    )]
     pub(crate) fn mark(&mut self, setting: (Family, &'static str)) {
         self.specific.insert(setting);
     }
@@ -399,17 +387,16 @@ impl ConfigBuilder {
                 return Err(Error::config(format!("internal: the {k} backend was chosen without a URL")));
             }
         };
-        if let Some(d) = self.purge_interval {
-            if d.is_zero() {
-                return Err(Error::config("purge_interval must be > 0 (SIMBA_PURGE_INTERVAL, e.g. 1m)"));
-            }
-        }
-        // The backend's own options, from its own parsers (no I/O but reading ZooKeeper's TLS files).
+        // The backend's own options, from its own parsers (no I/O but reading TLS files).
         #[allow(unused_mut)]
         let mut backend = BackendSettings::Memory;
-        #[cfg(any(feature = "redis", feature = "zookeeper"))]
+        #[cfg(any(feature = "postgres", feature = "mysql", feature = "redis", feature = "zookeeper"))]
         if let Some(ep) = endpoint.as_ref() {
             match kind {
+                #[cfg(any(feature = "postgres", feature = "mysql"))]
+                BackendKind::Postgres | BackendKind::Mysql => {
+                    backend = crate::backends::sql::config::resolve(kind, ep, &self.sql, session.query_timeout())?;
+                }
                 #[cfg(feature = "redis")]
                 BackendKind::Redis | BackendKind::RedisCluster => {
                     let url = crate::backends::redis::config::parse_url(&ep.raw.0)?;
@@ -426,17 +413,7 @@ impl ConfigBuilder {
             }
         }
         let endpoint_secrets = endpoint.as_ref().map(Endpoint::secrets).unwrap_or_default();
-        let config = Config {
-            kind,
-            endpoint,
-            session,
-            purge_interval: self.purge_interval,
-            sql_pool_size: self.sql_pool_size,
-            backend,
-            secrets: self.secrets(endpoint_secrets),
-            warnings,
-        };
-        config.validate_backend_options()?;
+        let config = Config { kind, endpoint, session, backend, secrets: self.secrets(endpoint_secrets), warnings };
         Ok(config)
     }
 
@@ -523,13 +500,21 @@ impl ConfigBuilder {
 
 /// The options of the selected backend, from the backend's own parsers.
 #[derive(Clone)]
-enum BackendSettings {
-    /// Memory, or a SQL backend (whose options are built when connecting).
+pub(crate) enum BackendSettings {
     Memory,
+    /// The options, and the purge interval when it was set.
+    #[cfg(any(feature = "postgres", feature = "mysql"))]
+    Sql {
+        options: SqlOptions,
+        purge_interval: Option<Duration>,
+    },
     #[cfg(feature = "redis")]
     Redis(RedisOptions),
     #[cfg(feature = "zookeeper")]
-    Zookeeper { hosts: String, options: ZookeeperOptions },
+    Zookeeper {
+        hosts: String,
+        options: ZookeeperOptions,
+    },
 }
 
 /// A validated configuration: which backend, how to reach it, and the session timing.
@@ -540,9 +525,7 @@ pub struct Config {
     kind: BackendKind,
     endpoint: Option<Endpoint>,
     session: SessionOptions,
-    purge_interval: Option<Duration>,
-    sql_pool_size: Option<u32>,
-    backend: BackendSettings,
+    pub(crate) backend: BackendSettings,
     /// Every secret of the configuration, to scrub from third-party error messages.
     secrets: Vec<Secret>,
     warnings: Vec<String>,
@@ -552,11 +535,12 @@ impl fmt::Debug for Config {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut d = f.debug_struct("Config");
         d.field("backend", &self.kind).field("url", &self.endpoint).field("session", &self.session);
-        if self.kind.is_sql() {
-            d.field("purge_interval", &self.purge_interval).field("sql_pool_size", &self.sql_pool_size);
-        }
         match &self.backend {
             BackendSettings::Memory => {}
+            #[cfg(any(feature = "postgres", feature = "mysql"))]
+            BackendSettings::Sql { options, .. } => {
+                d.field("sql", options);
+            }
             #[cfg(feature = "redis")]
             BackendSettings::Redis(o) => {
                 d.field("redis", o);
@@ -634,11 +618,6 @@ impl Config {
         self.session.query_timeout()
     }
 
-    /// SQL: the purge interval, when set (the backend's default otherwise).
-    pub fn purge_interval(&self) -> Option<Duration> {
-        self.purge_interval
-    }
-
     #[cfg(feature = "redis")]
     /// Redis: the backend's options (`None` for another backend).
     pub fn redis_options(&self) -> Option<&RedisOptions> {
@@ -693,7 +672,7 @@ impl Config {
                 Ok(Arc::new(MemoryBackend::new()))
             }
             #[cfg(any(feature = "postgres", feature = "mysql"))]
-            (BackendKind::Postgres | BackendKind::Mysql, _) => Ok(Arc::new(self.connect_sql()?)),
+            (BackendKind::Postgres | BackendKind::Mysql, _) => Ok(Arc::new(self.connect_sql_inner()?)),
             #[cfg(feature = "redis")]
             (BackendKind::Redis | BackendKind::RedisCluster, BackendSettings::Redis(options)) => {
                 // The backend parses the URL again (the same parser), splitting Cluster hosts and
@@ -713,77 +692,13 @@ impl Config {
         }
     }
 
-    /// Creates the SQL backend itself (for [`init_schema`](crate::backends::sql::SqlBackend::init_schema)
-    /// and other SQL-only operations). No I/O happens here.
-    ///
-    /// # Errors
-    /// `InvalidConfig` when the configured backend is not SQL or the URL is rejected by the driver.
-    #[cfg(any(feature = "postgres", feature = "mysql"))]
-    pub fn connect_sql(&self) -> Result<crate::backends::sql::SqlBackend> {
-        self.connect_sql_inner().map_err(|e| self.scrub(e))
-    }
-
-    #[cfg(any(feature = "postgres", feature = "mysql"))]
-    fn connect_sql_inner(&self) -> Result<crate::backends::sql::SqlBackend> {
-        use crate::backends::sql::SqlBackend;
-        let ep = self.endpoint()?;
-        match self.kind {
-            #[cfg(feature = "postgres")]
-            BackendKind::Postgres => SqlBackend::postgres(&ep.raw.0, self.sql_options()?),
-            #[cfg(feature = "mysql")]
-            BackendKind::Mysql => SqlBackend::mysql(&ep.raw.0, self.sql_options()?),
-            other => Err(Error::config(format!(
-                "the {other} backend is not a SQL backend (postgres or mysql){}",
-                other
-                    .feature()
-                    .filter(|_| !other.is_compiled())
-                    .map(|f| format!(" and needs the `{f}` feature"))
-                    .unwrap_or_default()
-            ))),
-        }
-    }
-
     #[allow(dead_code)]
-    fn endpoint(&self) -> Result<&Endpoint> {
+    pub(crate) fn endpoint(&self) -> Result<&Endpoint> {
         self.endpoint.as_ref().ok_or_else(|| Error::config(format!("internal: the {} backend has no URL", self.kind)))
     }
 
-    /// The SQL backend options of this configuration.
-    #[cfg(any(feature = "postgres", feature = "mysql"))]
-    fn sql_options(&self) -> Result<crate::backends::sql::SqlOptions> {
-        let mut o = crate::backends::sql::SqlOptions::builder().query_timeout(self.query_timeout());
-        if let Some(d) = self.purge_interval {
-            o = o.purge_interval(d);
-        }
-        if let Some(n) = self.sql_pool_size {
-            o = o.pool_size(n);
-        }
-        o.build().map_err(|e| Error::config(format!("SQL options: {e}")))
-    }
-
-    /// Validates the backend's own options (without I/O).
-    fn validate_backend_options(&self) -> Result<()> {
-        match self.kind {
-            #[cfg(feature = "mysql")]
-            BackendKind::Mysql => {
-                self.sql_options()?;
-                // The backend's own URL parsing (ssl-* parameters, TLS files): refused at build time.
-                crate::backends::sql::MysqlConfig::from_url(&self.endpoint()?.raw.0)?;
-            }
-            #[cfg(feature = "postgres")]
-            BackendKind::Postgres => {
-                self.sql_options()?;
-                // The backend's own URL parsing (libpq TLS parameters) and its TLS files.
-                crate::backends::sql::validate_postgres_url(&self.endpoint()?.raw.0)?;
-            }
-            // Redis and ZooKeeper: checked by their own parsers in `build`.
-            _ => {}
-        }
-        Ok(())
-    }
-
     /// Replaces an error whose message chain contains a secret with a redacted copy.
-    fn scrub(&self, e: Error) -> Error {
+    pub(crate) fn scrub(&self, e: Error) -> Error {
         let secrets: Vec<&str> = self.secrets.iter().map(|s| s.0.as_str()).collect();
         let chain = display_chain(&e);
         if secrets.iter().any(|s| chain.contains(*s)) {

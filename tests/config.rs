@@ -41,6 +41,15 @@ fn compiled(kind: BackendKind) -> bool {
     kind.is_compiled()
 }
 
+/// Whether a SQL backend is compiled in (the SQL variables are theirs).
+fn sql_compiled() -> bool {
+    compiled(BackendKind::Postgres) || compiled(BackendKind::Mysql)
+}
+
+fn is_sql_var(v: &str) -> bool {
+    v == "SIMBA_PURGE_INTERVAL" || v.starts_with("SIMBA_SQL_")
+}
+
 // ---------------------------------------------------------------- URLs and backend kinds
 
 #[test]
@@ -116,8 +125,11 @@ fn malformed_urls_are_rejected_with_the_rule() {
         ("redis://h:6379#frag", &["fragment"]),
     ];
     for (url, needles) in cases {
-        // The Redis rules are the Redis backend's (without it, the URL needs the `redis` feature).
-        if url.starts_with("redis") && !compiled(BackendKind::Redis) {
+        // The Redis and SQL rules are the backends' own (without the backend, the URL needs its feature).
+        if (url.starts_with("redis") && !compiled(BackendKind::Redis))
+            || (url.starts_with("postgres") && !compiled(BackendKind::Postgres))
+            || (url.starts_with("mysql") && !compiled(BackendKind::Mysql))
+        {
             continue;
         }
         let e = Config::from_url(url).expect_err(url);
@@ -167,8 +179,10 @@ fn settings_for_two_backends_without_a_choice_are_an_error() {
             "SIMBA_URL or SIMBA_BACKEND",
         ],
     );
-    let m = err(&[("SIMBA_PURGE_INTERVAL", "1m"), ("SIMBA_REDIS_EVICTION", "refuse")]);
-    assert_contains(&m, &["sql (postgres/mysql) (SIMBA_PURGE_INTERVAL)", "redis (SIMBA_REDIS_EVICTION)"]);
+    if sql_compiled() {
+        let m = err(&[("SIMBA_PURGE_INTERVAL", "1m"), ("SIMBA_REDIS_EVICTION", "refuse")]);
+        assert_contains(&m, &["sql (postgres/mysql) (SIMBA_PURGE_INTERVAL)", "redis (SIMBA_REDIS_EVICTION)"]);
+    }
     // One backend's settings still do not choose it.
     let m = err(&[("SIMBA_ZOOKEEPER_AUTH", "digest:u:p")]);
     assert_contains(&m, &["zookeeper settings are set but no backend is chosen", "never guessed"]);
@@ -317,6 +331,7 @@ fn bad_values_name_the_variable_and_the_rule() {
     for (var, value, needles) in cases {
         if (var.starts_with("SIMBA_REDIS_") && !compiled(BackendKind::Redis))
             || (var.starts_with("SIMBA_ZOOKEEPER_") && !compiled(BackendKind::Zookeeper))
+            || (is_sql_var(var) && !sql_compiled())
         {
             continue;
         }
@@ -345,11 +360,9 @@ fn durations() {
     }
 }
 
+#[cfg(feature = "postgres")]
 #[test]
 fn sql_settings() {
-    if !compiled(BackendKind::Postgres) {
-        return;
-    }
     let c = from(&[
         ("SIMBA_URL", "postgres://u@h/db"),
         ("SIMBA_PURGE_INTERVAL", "30s"),
@@ -359,6 +372,26 @@ fn sql_settings() {
     .unwrap();
     assert_eq!(c.purge_interval(), Some(Duration::from_secs(30)));
     assert!(c.warnings().is_empty(), "{:?}", c.warnings());
+    // The backend's own options, with the sessions' query timeout.
+    let o = c.sql_options().expect("a SQL config has SQL options");
+    assert_eq!((o.purge_interval(), o.pool_size()), (Duration::from_secs(30), 8));
+    assert_eq!(o.query_timeout(), c.query_timeout());
+    // The setters override the variables; unset, the backend's defaults apply.
+    let c = simba::ConfigBuilder::from_vars(vars(&[("SIMBA_URL", "postgres://u@h/db"), ("SIMBA_SQL_POOL_SIZE", "8")]))
+        .unwrap()
+        .sql_pool_size(3)
+        .build()
+        .unwrap();
+    assert_eq!((c.purge_interval(), c.sql_options().map(|o| o.pool_size())), (None, Some(3)));
+    let o = c.sql_options().unwrap();
+    assert_eq!(o.purge_interval(), simba::backends::sql::DEFAULT_PURGE_INTERVAL);
+    // Another backend has no SQL options and ignores the SQL settings with a warning.
+    let c = from(&[("SIMBA_URL", "memory://"), ("SIMBA_PURGE_INTERVAL", "30s")]).unwrap();
+    assert!(c.sql_options().is_none() && c.purge_interval().is_none());
+    assert_contains(
+        &c.warnings().join("; "),
+        &["SIMBA_PURGE_INTERVAL is a sql (postgres/mysql) setting and is ignored"],
+    );
     assert_contains(
         &err(&[("SIMBA_URL", "postgres://u@h/db"), ("SIMBA_PURGE_INTERVAL", "0s")]),
         &["purge_interval must be > 0"],
@@ -536,13 +569,16 @@ fn env_var_list_is_complete() {
         "SIMBA_METADATA",
     ] {
         let owner_compiled = (!v.starts_with("SIMBA_REDIS_") || compiled(BackendKind::Redis))
-            && (!v.starts_with("SIMBA_ZOOKEEPER_") || compiled(BackendKind::Zookeeper));
+            && (!v.starts_with("SIMBA_ZOOKEEPER_") || compiled(BackendKind::Zookeeper))
+            && (!is_sql_var(v) || sql_compiled());
         assert_eq!(ENV_VARS.contains(&v), owner_compiled, "{v}");
     }
     #[cfg(feature = "redis")]
     assert!(simba::backends::redis::ENV_VARS.iter().all(|v| ENV_VARS.contains(v)));
     #[cfg(feature = "zookeeper")]
     assert!(simba::backends::zookeeper::ENV_VARS.iter().all(|v| ENV_VARS.contains(v)));
+    #[cfg(any(feature = "postgres", feature = "mysql"))]
+    assert!(simba::backends::sql::ENV_VARS.iter().all(|v| ENV_VARS.contains(v)));
 }
 
 // ---------------------------------------------------------------- secrets

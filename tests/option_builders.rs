@@ -138,8 +138,11 @@ proptest! {
         if let Some(d) = drift { b = b.drift(d); }
         if let Some(d) = query { b = b.query_timeout(d); }
         if let Some(n) = workers { b = b.worker_threads(n); }
+        #[cfg(any(feature = "postgres", feature = "mysql"))]
         if let Some(d) = purge { b = b.purge_interval(d); }
+        #[cfg(feature = "zookeeper")]
         if let Some(d) = zk { b = b.zookeeper_connection_timeout(d); }
+        let _ = (purge, zk); // used only by the backends compiled in
         if let Err(e) = b.build() {
             assert_config_error(&e);
         }

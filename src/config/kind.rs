@@ -7,7 +7,7 @@ use std::str::FromStr;
 use super::values::shorten;
 use crate::error::{Error, Result};
 
-/// The backends [`Config`] can select.
+/// The backends [`Config`](crate::Config) can select.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 #[non_exhaustive]
 pub enum BackendKind {
@@ -151,18 +151,22 @@ impl Family {
         }
     }
 
-    /// The family of a `SIMBA_REDIS_*` or `SIMBA_ZOOKEEPER_*` variable `name` when that backend is
-    /// not compiled in (so this build cannot know its variables).
+    /// The family of a `SIMBA_REDIS_*`, `SIMBA_ZOOKEEPER_*` or SQL (`SIMBA_SQL_*`,
+    /// `SIMBA_PURGE_INTERVAL`) variable `name` when that backend is not compiled in (so this build
+    /// cannot know its variables).
     pub(crate) fn not_compiled_owner(name: &str) -> Option<Family> {
         let family = if name.starts_with("SIMBA_REDIS_") {
             Family::Redis
         } else if name.starts_with("SIMBA_ZOOKEEPER_") {
             Family::Zookeeper
+        } else if name.starts_with("SIMBA_SQL_") || name == "SIMBA_PURGE_INTERVAL" {
+            Family::Sql
         } else {
             return None;
         };
         let compiled = match family {
             Family::Redis => cfg!(feature = "redis"),
+            Family::Sql => cfg!(any(feature = "postgres", feature = "mysql")),
             _ => cfg!(feature = "zookeeper"),
         };
         (!compiled && !name.ends_with("_ENABLED")).then_some(family)
@@ -188,5 +192,26 @@ pub(crate) fn example_url(kind: BackendKind) -> &'static str {
         BackendKind::RedisCluster => "redis+cluster://127.0.0.1:7000,127.0.0.1:7001",
         BackendKind::Zookeeper => "zookeeper://127.0.0.1:2181/simba",
         BackendKind::Memory => "memory://",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn variables_of_backends_not_compiled_still_have_an_owner() {
+        let sql = cfg!(any(feature = "postgres", feature = "mysql"));
+        for (name, family, compiled) in [
+            ("SIMBA_PURGE_INTERVAL", Family::Sql, sql),
+            ("SIMBA_SQL_POOL_SIZE", Family::Sql, sql),
+            ("SIMBA_REDIS_EVICTION", Family::Redis, cfg!(feature = "redis")),
+            ("SIMBA_ZOOKEEPER_ROOT", Family::Zookeeper, cfg!(feature = "zookeeper")),
+        ] {
+            assert_eq!(Family::not_compiled_owner(name), (!compiled).then_some(family), "{name}");
+        }
+        for name in ["SIMBA_REDIS_ENABLED", "SIMBA_PURGE", "SIMBA_LEASE_DURATION", "SIMBA_POSTGRES_ENABLED"] {
+            assert_eq!(Family::not_compiled_owner(name), None, "{name}");
+        }
     }
 }

@@ -187,14 +187,7 @@ pub(crate) fn parse_endpoint(raw: &str) -> Result<Endpoint> {
         None => (tail, None),
     };
     let path = percent_decode(path.strip_prefix('/').unwrap_or(path));
-    // The SQL rules (the Redis and ZooKeeper ones are in their backends' `config` modules).
-    match kind {
-        BackendKind::Mysql if hosts.len() > 1 => return Err(url_error(&redacted, "mysql takes one host")),
-        BackendKind::Postgres | BackendKind::Mysql if path.is_empty() => {
-            return Err(url_error(&redacted, "missing database name, e.g. /simba"))
-        }
-        _ => {}
-    }
+    // Each backend's own rules are in its `config` module.
     Ok(Endpoint {
         kind,
         scheme: scheme.to_ascii_lowercase(),

@@ -50,6 +50,7 @@ use crate::error::{display_chain, Error, ErrorKind, Result};
 use crate::options::DEFAULT_QUERY_TIMEOUT;
 use crate::types::{validate_metadata, Name, SessionId, Token};
 
+pub(crate) mod config;
 #[cfg(feature = "mysql")]
 mod mysql;
 #[cfg(feature = "mysql")]
@@ -62,12 +63,7 @@ pub mod queries;
 #[cfg(feature = "postgres")]
 pub use postgres::{PostgresTls, RootCerts, SslMode};
 
-/// Parses a PostgreSQL URL as [`SqlBackend::postgres`] does and reads its TLS files, without
-/// building a backend (for [`Config`](crate::Config)'s validation before any I/O).
-#[cfg(feature = "postgres")]
-pub(crate) fn validate_postgres_url(url: &str) -> Result<()> {
-    postgres::validate_url(url)
-}
+pub use config::ENV_VARS;
 
 /// Default time between two background purges of expired sessions.
 pub const DEFAULT_PURGE_INTERVAL: Duration = Duration::from_secs(60);
