@@ -517,19 +517,17 @@ fn drop_vs_renewal() {
     teardown();
 }
 
-/// Semaphores (issue #16): permits taken, released and lost to an expiry by racing sessions.
+/// Semaphores (issue #16): permits taken and given back by racing sessions.
 ///
 /// Premises: one backend that grants each slot lease to one session at a time (acquire idempotent
 /// for the holder) and stores the semaphore's limit once; every session asks for the same limit
-/// (2); keep-alives fail from the start, so every permit is lost by its session's local deadline.
-/// Invariant: never more than 2 permits of "S" with `token()` Ok at once, and never two on one
-/// slot — sampled by an observer while three sessions acquire, one releases, and the clock passes
-/// the sessions' deadlines.
-fn semaphore_permits_vs_release_and_expiry() {
+/// (2); no time passes, so no permit is lost to an expiry (the TCK covers expiry). Invariant: never
+/// more than 2 permits of "S" with `token()` Ok at once, and never two on one slot — sampled by an
+/// observer while three sessions take permits (two tries each) and one gives its first back, then
+/// again while a fourth session takes permits as the first session closes.
+fn semaphore_permits_vs_release_and_close() {
     let backend = Arc::new(Script { inline: true, ..Script::default() });
     let held: Arc<Mutex<Vec<simba::Permit>>> = Arc::new(Mutex::new(Vec::new()));
-    let sessions: Vec<Arc<Session>> =
-        (0..3).map(|_| Arc::new(Session::open(backend.clone(), options()).expect("open"))).collect();
     let check = |held: &Mutex<Vec<simba::Permit>>| {
         let held = held.lock().unwrap_or_else(|e| e.into_inner());
         let ok: Vec<u32> = held.iter().filter(|p| p.token().is_ok()).map(|p| p.slot()).collect();
@@ -539,20 +537,27 @@ fn semaphore_permits_vs_release_and_expiry() {
         assert!(ok.len() <= 2, "{} permits of a 2-permit semaphore pass token() at once (slots {ok:?})", ok.len());
         assert_eq!(slots.len(), ok.len(), "two permits on one slot pass token() at once: {ok:?}");
     };
-    let takers: Vec<_> = sessions
-        .iter()
-        .map(|s| {
-            let (s, held) = (s.clone(), held.clone());
-            thread::spawn(move || {
-                let sem = s.semaphore("S", 2).expect("semaphore");
-                for _ in 0..2 {
-                    if let Ok(Some(p)) = sem.try_acquire() {
-                        held.lock().unwrap_or_else(|e| e.into_inner()).push(p);
-                    }
+    let take = |s: Arc<Session>, held: Arc<Mutex<Vec<simba::Permit>>>, tries: usize| {
+        thread::spawn(move || {
+            let sem = s.semaphore("S", 2).expect("semaphore");
+            for _ in 0..tries {
+                if let Ok(Some(p)) = sem.try_acquire() {
+                    held.lock().unwrap_or_else(|e| e.into_inner()).push(p);
                 }
-            })
+            }
         })
-        .collect();
+    };
+    let observe = |held: Arc<Mutex<Vec<simba::Permit>>>| {
+        thread::spawn(move || {
+            for _ in 0..6 {
+                check(&held);
+                thread::yield_now();
+            }
+        })
+    };
+    let mut sessions: Vec<Arc<Session>> =
+        (0..3).map(|_| Arc::new(Session::open(backend.clone(), options()).expect("open"))).collect();
+    let takers: Vec<_> = sessions.iter().map(|s| take(s.clone(), held.clone(), 2)).collect();
     let releaser = {
         let held = held.clone();
         thread::spawn(move || {
@@ -565,27 +570,29 @@ fn semaphore_permits_vs_release_and_expiry() {
             }
         })
     };
-    let observer = {
-        let held = held.clone();
-        thread::spawn(move || {
-            for _ in 0..8 {
-                check(&held);
-                thread::yield_now();
-            }
-        })
-    };
-    // No session is renewed any more: every permit is lost by its session's local deadline.
-    backend.table().keep_alive_fails = true;
-    let clock = thread::spawn(|| explore::advance(LEASE + Duration::from_secs(1)));
+    let observer = observe(held.clone());
     for t in takers {
         t.join().expect("taker");
     }
     releaser.join().expect("releaser");
     observer.join().expect("observer");
-    clock.join().expect("clock");
+    check(&held);
+    // A fourth session takes permits while the first closes (its permits end with it; the takers
+    // of phase one, which shared it, have returned).
+    let fourth = Arc::new(Session::open(backend.clone(), options()).expect("open"));
+    let taker = take(fourth.clone(), held.clone(), 2);
+    let first = sessions.remove(0);
+    let closer = thread::spawn(move || match Arc::try_unwrap(first) {
+        Ok(session) => session.close(),
+        Err(_) => panic!("the first session is still shared"),
+    });
+    let observer = observe(held.clone());
+    taker.join().expect("taker");
+    let _ = closer.join().expect("closer");
+    observer.join().expect("observer");
     check(&held);
     held.lock().unwrap_or_else(|e| e.into_inner()).clear();
-    drop(sessions);
+    drop((sessions, fourth));
     teardown();
 }
 
@@ -618,7 +625,7 @@ fn drop_vs_renewal_frees_everything() {
 
 #[test]
 fn semaphore_never_grants_more_than_its_permits() {
-    explore_clean(semaphore_permits_vs_release_and_expiry);
+    explore_clean(semaphore_permits_vs_release_and_close);
 }
 
 // ----- the re-introduced bugs -----
