@@ -49,7 +49,7 @@ fn url() -> String {
     )
 }
 
-/// A short connection timeout: the refusals below surface only when it runs out (see the docs).
+/// A short connection timeout: a plaintext client to the TLS port is refused only when it runs out.
 fn opts() -> ZookeeperOptions {
     ZookeeperOptions::default().root("/simba-test").connection_timeout(Duration::from_secs(2))
 }
@@ -122,21 +122,28 @@ fn logs() -> &'static Mutex<Vec<String>> {
     LOGS.get_or_init(Mutex::default)
 }
 
-/// Connecting with `opts` fails with `Unavailable`, within the connection timeout plus slack,
-/// and the message says what to check (`words`).
-fn refused(what: &str, opts: ZookeeperOptions, words: &[&str]) {
+/// A long connection timeout for the refusals: each must arrive well before it runs out, because
+/// the backend's TLS probe sees the cause instead of waiting for the client library's retries.
+const LONG: Duration = Duration::from_secs(20);
+
+/// Connecting with TLS `opts` to `hosts` fails with `Backend` (permanent) in under half of
+/// [`LONG`], naming the host and the cause in rustls' words and what to check (`words`).
+fn refused_at_once(what: &str, hosts: &str, opts: ZookeeperOptions, words: &[&str]) {
     let started = Instant::now();
-    let e = match ZookeeperBackend::connect(&hosts(), opts) {
+    let e = match ZookeeperBackend::connect(hosts, opts.connection_timeout(LONG)) {
         Ok(_) => panic!("{what}: connected"),
         Err(e) => e,
     };
+    let took = started.elapsed();
     let shown = simba::display_chain(&e);
-    assert_eq!(e.kind(), ErrorKind::Unavailable, "{what}: {shown}");
-    for w in ["cannot open a ZooKeeper session at 127.0.0.1:2185 within 2s"].iter().chain(words) {
+    assert_eq!(e.kind(), ErrorKind::Backend, "{what}: {shown}");
+    assert!(!e.is_retryable(), "{what}: {shown}");
+    let at = format!("the ZooKeeper server at {hosts} refused the TLS connection");
+    for w in [at.as_str()].iter().chain(words) {
         assert!(shown.contains(w), "{what}: {w:?} missing in: {shown}");
     }
     assert_no_key(what, &shown);
-    assert!(started.elapsed() < Duration::from_secs(30), "{what}: took {:?}", started.elapsed());
+    assert!(took < LONG / 2, "{what}: the refusal took {took:?}, not before the connection timeout {LONG:?}");
 }
 
 #[test]
@@ -220,14 +227,15 @@ fn a_wrong_ca_is_refused() {
         .unwrap()
         .identity_files(file("client.pem"), file("client.key"))
         .unwrap();
-    refused(
+    refused_at_once(
         "a CA that did not sign the server's certificate",
+        &hosts(),
         opts().tls(wrong_ca),
         &[
             "TLS, server certificate verified, client certificate presented",
-            "that the CA",
-            "signed the server's certificate",
-            "without reporting why",
+            "invalid peer certificate: UnknownIssuer",
+            "does not verify against the configured CA",
+            "SIMBA_ZOOKEEPER_TLS_CA",
         ],
     );
 }
@@ -237,26 +245,58 @@ fn a_wrong_ca_is_refused() {
 fn a_missing_client_certificate_is_refused() {
     // The server requires client certificates (ssl.clientAuth=need).
     let no_identity = ZookeeperTls::from_ca_file(file("ca.pem")).unwrap();
-    refused(
+    refused_at_once(
         "no client certificate",
+        &hosts(),
         opts().tls(no_identity),
-        &["no client certificate", "a client certificate is configured", "ssl.clientAuth=need"],
+        &["no client certificate", "received fatal alert", "requires a client certificate", "tls_cert"],
     );
     // A client certificate the server's CA did not sign is no better.
     let (cert, key, dir) = stranger();
     let foreign = ZookeeperTls::from_ca_file(file("ca.pem")).unwrap().identity_files(cert, key).unwrap();
-    refused("a client certificate of another CA", opts().tls(foreign), &["client certificate presented"]);
+    refused_at_once(
+        "a client certificate of another CA",
+        &hosts(),
+        opts().tls(foreign),
+        &["client certificate presented", "received fatal alert", "does not accept the client certificate"],
+    );
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]
 #[serial_test::serial(zookeeper_tls)]
-fn plaintext_to_the_tls_port_is_refused() {
-    refused(
-        "plaintext to the TLS-only port",
-        opts(),
-        &["plaintext TCP", "a TLS-only server (secureClientPort) closes plaintext connections", "configure TLS"],
+fn tls_to_a_plaintext_port_is_refused() {
+    let plain = support::env_or("SIMBA_TEST_ZOOKEEPER_URL", "zookeeper://127.0.0.1:2181/simba-test");
+    let plain = plain.trim_start_matches("zookeeper://").split(['/', '?']).next().unwrap_or_default().to_string();
+    support::require_tcp("the plaintext ZooKeeper (scripts/services up zookeeper)", &plain);
+    refused_at_once(
+        "TLS to a plaintext port",
+        &plain,
+        opts().tls(client_tls()),
+        &["does not speak TLS", "secureClientPort"],
     );
+}
+
+#[test]
+#[serial_test::serial(zookeeper_tls)]
+fn plaintext_to_the_tls_port_is_refused() {
+    // The client library retries until the connection timeout (2 s here); then a TLS probe of
+    // the port names the cause, a permanent error.
+    let started = Instant::now();
+    let e = match ZookeeperBackend::connect(&hosts(), opts()) {
+        Ok(_) => panic!("plaintext to the TLS-only port: connected"),
+        Err(e) => e,
+    };
+    let shown = simba::display_chain(&e);
+    assert_eq!(e.kind(), ErrorKind::Backend, "{shown}");
+    for w in [
+        "cannot open a ZooKeeper session at 127.0.0.1:2185 within 2s (plaintext TCP)",
+        "the server at 127.0.0.1:2185 answers TLS",
+        "configure TLS",
+    ] {
+        assert!(shown.contains(w), "{w:?} missing in: {shown}");
+    }
+    assert!(started.elapsed() < Duration::from_secs(30), "took {:?}", started.elapsed());
 }
 
 #[test]

@@ -28,6 +28,7 @@ pub(crate) mod config;
 mod exec;
 mod options;
 mod paths;
+mod probe;
 mod semaphores;
 mod watch;
 
@@ -412,7 +413,11 @@ impl ZookeeperBackend {
             watches,
             watchdog: Arc::new(Signal::default()),
         });
-        inner.shared(Instant::now() + inner.opts.connection_timeout)?;
+        let deadline = Instant::now() + inner.opts.connection_timeout;
+        if let Some(tls) = &inner.opts.tls {
+            inner.probe_tls(tls, deadline)?;
+        }
+        inner.shared(deadline)?;
         let weak = Arc::downgrade(&inner);
         let signal = Arc::clone(&inner.watchdog);
         thread::Builder::new()
@@ -501,6 +506,9 @@ fn writable_by_anyone(a: &Acl) -> bool {
         && a.permission() != Permission::READ
         && a.permission() != Permission::NONE
 }
+
+/// How long a failed plaintext connect looks for a TLS answer ([`probe::speaks_tls`]).
+const SNIFF_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Checks a connect string `host:port[,…]`; with `prefixes`, each host may be written
 /// `tcp://host:port` or `tcp+tls://host:port`.
@@ -618,12 +626,56 @@ impl Inner {
                 self.connect_hint()
             ))
             .with_source(e)),
+            None if self.tls.is_none() && self.connector.is_none() => {
+                // A plaintext connect that timed out: if a host answers TLS, say so (permanent).
+                let hosts: Vec<&str> = self.hosts.split(',').collect();
+                match probe::speaks_tls(&hosts, Instant::now() + SNIFF_TIMEOUT) {
+                    Some(host) => Err(Error::backend(format!(
+                        "cannot open a ZooKeeper session at {} within {:?} (plaintext TCP): the server at {host} \
+                         answers TLS (a secureClientPort, which closes plaintext connections); configure TLS for \
+                         it (ZookeeperOptions::tls / SIMBA_ZOOKEEPER_TLS_CA / tls_ca=…)",
+                        self.hosts, self.opts.connection_timeout
+                    ))),
+                    None => Err(Error::unavailable(format!(
+                        "cannot open a ZooKeeper session at {} within {:?} ({}); {}",
+                        self.hosts,
+                        self.opts.connection_timeout,
+                        self.transport(),
+                        self.connect_hint()
+                    ))),
+                }
+            }
             None => Err(Error::unavailable(format!(
                 "cannot open a ZooKeeper session at {} within {:?} ({}); {}",
                 self.hosts,
                 self.opts.connection_timeout,
                 self.transport(),
                 self.connect_hint()
+            ))),
+        }
+    }
+
+    /// Runs the TLS probe ([`probe`]) against the TLS hosts: a conclusive refusal fails at once,
+    /// anything else leaves it to the session connect.
+    ///
+    /// # Errors
+    /// `Backend` naming the host, rustls' words (the certificate error or the server's alert) and
+    /// what to check.
+    fn probe_tls(&self, tls: &ZookeeperTls, deadline: Instant) -> Result<()> {
+        let hosts: Vec<&str> = self
+            .hosts
+            .split(',')
+            .filter(|h| !h.starts_with("tcp://"))
+            .map(|h| h.strip_prefix("tcp+tls://").unwrap_or(h))
+            .collect();
+        match probe::probe(&hosts, tls, deadline) {
+            None => Ok(()),
+            Some(r) => Err(Error::backend(format!(
+                "the ZooKeeper server at {} refused the TLS connection ({}): {}; {}",
+                r.host,
+                self.transport(),
+                r.cause,
+                r.hint
             ))),
         }
     }

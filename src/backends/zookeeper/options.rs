@@ -379,6 +379,11 @@ impl ZookeeperTls {
         self.identity.is_some()
     }
 
+    /// The CA PEM and the identity's certificate and key PEM, for the TLS probe.
+    pub(crate) fn pems(&self) -> (&str, Option<(&str, &str)>) {
+        (&self.ca_pem, self.identity.as_ref().map(|(c, k)| (c.as_str(), k.as_str())))
+    }
+
     pub(crate) fn to_client_options(&self) -> Result<TlsOptions> {
         self.parse("", "")
     }
