@@ -136,6 +136,7 @@ fn refused_at_once(what: &str, hosts: &str, opts: ZookeeperOptions, words: &[&st
     };
     let took = started.elapsed();
     let shown = simba::display_chain(&e);
+    eprintln!("{what}, after {took:?}: {shown}");
     assert_eq!(e.kind(), ErrorKind::Backend, "{what}: {shown}");
     assert!(!e.is_retryable(), "{what}: {shown}");
     let at = format!("the ZooKeeper server at {hosts} refused the TLS connection");
@@ -232,7 +233,7 @@ fn a_wrong_ca_is_refused() {
         &hosts(),
         opts().tls(wrong_ca),
         &[
-            "TLS, server certificate verified, client certificate presented",
+            "(client certificate presented)",
             "invalid peer certificate: UnknownIssuer",
             "does not verify against the configured CA",
             "SIMBA_ZOOKEEPER_TLS_CA",
@@ -249,7 +250,7 @@ fn a_missing_client_certificate_is_refused() {
         "no client certificate",
         &hosts(),
         opts().tls(no_identity),
-        &["no client certificate", "received fatal alert", "requires a client certificate", "tls_cert"],
+        &["(no client certificate)", "received fatal alert", "requires a client certificate", "tls_cert"],
     );
     // A client certificate the server's CA did not sign is no better.
     let (cert, key, dir) = stranger();

@@ -673,7 +673,7 @@ impl Inner {
             Some(r) => Err(Error::backend(format!(
                 "the ZooKeeper server at {} refused the TLS connection ({}): {}; {}",
                 r.host,
-                self.transport(),
+                if tls.has_identity() { "client certificate presented" } else { "no client certificate" },
                 r.cause,
                 r.hint
             ))),
