@@ -352,7 +352,10 @@ impl ZookeeperBackend {
     ///
     /// # Errors
     /// `InvalidConfig` for invalid options or hosts; `Unavailable` when no session could be opened
-    /// within the connection timeout; `Backend` when authentication fails.
+    /// within the connection timeout; `Backend` when authentication fails, at once when TLS is
+    /// configured and a probe handshake is refused (the server's certificate does not verify, the
+    /// server's alert for the client certificate, no TLS at the port; in rustls' words), and after
+    /// the connection timeout when a plaintext client meets a host that answers TLS.
     pub fn connect(hosts: &str, options: ZookeeperOptions) -> Result<ZookeeperBackend> {
         options.validate()?;
         validate_hosts(hosts, false)?;

@@ -308,3 +308,33 @@ impl rustls::client::danger::ServerCertVerifier for StopAtCertificate {
         self.0.clone()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rustls::{AlertDescription as A, CertificateError as C, Error as T};
+
+    fn hint(e: T, has_identity: bool) -> (String, &'static str) {
+        match refused(&e, has_identity) {
+            Outcome::Refused(cause, hint) => (cause, hint),
+            _ => panic!("{e:?} not a refusal"),
+        }
+    }
+
+    /// The causes the shared TLS server cannot produce (tests/zk_tls.rs covers the others).
+    #[test]
+    fn each_cause_gets_its_hint_in_rustls_words() {
+        let (cause, h) = hint(T::InvalidCertificate(C::NotValidForName), true);
+        assert!(cause.contains("NotValidForName") && h.contains("does not name the host"), "{cause}: {h}");
+        assert!(hint(T::InvalidCertificate(C::Expired), true).1.contains("validity period"));
+        assert!(hint(T::InvalidCertificate(C::UnknownIssuer), true).1.contains("configured CA"));
+        let (cause, h) = hint(T::AlertReceived(A::CertificateRequired), false);
+        assert!(cause.contains("CertificateRequired") && h.contains("requires a client certificate"), "{cause}");
+        assert!(hint(T::AlertReceived(A::CertificateRequired), true).1.contains("does not accept"));
+        assert_eq!(hint(T::InvalidMessage(rustls::InvalidMessage::InvalidContentType), false).1, NOT_TLS);
+        let eof = io::Error::new(IoKind::UnexpectedEof, "eof");
+        assert!(matches!(failed(&eof, false, false), Outcome::Refused(_, NOT_TLS)));
+        assert!(matches!(failed(&eof, true, false), Outcome::Inconclusive), "closed after an answer");
+        assert!(matches!(failed(&io::Error::from(IoKind::TimedOut), false, false), Outcome::Inconclusive));
+    }
+}
