@@ -673,13 +673,18 @@ impl Inner {
             .collect();
         match probe::probe(&hosts, tls, deadline) {
             None => Ok(()),
-            Some(r) => Err(Error::backend(format!(
-                "the ZooKeeper server at {} refused the TLS connection ({}): {}; {}",
-                r.host,
-                if tls.has_identity() { "client certificate presented" } else { "no client certificate" },
-                r.cause,
-                r.hint
-            ))),
+            Some(r) => {
+                let message = format!(
+                    "the ZooKeeper server at {} refused the TLS connection ({}): {}; {}",
+                    r.host,
+                    if tls.has_identity() { "client certificate presented" } else { "no client certificate" },
+                    r.cause,
+                    r.hint
+                );
+                // A certificate refusal is permanent; a connection closed without an answer may be
+                // a server at its connection limit.
+                Err(if r.transient { Error::unavailable(message) } else { Error::backend(message) })
+            }
         }
     }
 

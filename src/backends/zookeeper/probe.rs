@@ -29,6 +29,9 @@ pub(crate) struct Refusal {
     pub(crate) host: String,
     pub(crate) cause: String,
     pub(crate) hint: &'static str,
+    /// The server closed the connection without a TLS answer: most likely a plaintext port, but a
+    /// server at its connection limit closes the same way, so it is reported as transient.
+    pub(crate) transient: bool,
 }
 
 enum Outcome {
@@ -48,7 +51,10 @@ pub(crate) fn probe(hosts: &[&str], tls: &ZookeeperTls, deadline: Instant) -> Op
             ticket.0.store(false, Ordering::SeqCst);
             match handshake(&config, &name, addr, &ticket, tls.has_identity(), deadline) {
                 Outcome::Passed => return None,
-                Outcome::Refused(cause, hint) => return Some(Refusal { host: host.to_string(), cause, hint }),
+                Outcome::Refused(cause, hint) => {
+                    let transient = hint == NOT_TLS;
+                    return Some(Refusal { host: host.to_string(), cause, hint, transient });
+                }
                 Outcome::Inconclusive => {}
             }
             if Instant::now() >= deadline {
@@ -158,7 +164,8 @@ fn failed(e: &io::Error, received: bool, has_identity: bool) -> Outcome {
 }
 
 const NOT_TLS: &str = "the port does not speak TLS (a plaintext clientPort?): connect to the servers' \
-                       secureClientPort, or remove the TLS settings for a plaintext port";
+                       secureClientPort, or remove the TLS settings for a plaintext port (a server at its \
+                       connection limit closes the same way: retry if the port is known to speak TLS)";
 
 fn refused(e: &rustls::Error, has_identity: bool) -> Outcome {
     use rustls::{AlertDescription as A, CertificateError as C, Error as T};
