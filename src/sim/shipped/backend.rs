@@ -467,6 +467,11 @@ impl LeaseBackend for SimBackend {
         })
     }
 
+    fn semaphore_limit(&self, name: &Name, permits: Option<u32>) -> Result<Option<u32>> {
+        // No workload uses semaphores: forwarded with the call's fate, recorded nowhere.
+        self.call(|_, _, _| self.mem.semaphore_limit(name, permits))
+    }
+
     fn members(&self, group: &Name) -> Result<Vec<Member>> {
         self.call(|h, hist, b| {
             let r = self.mem.members(group)?;
