@@ -54,14 +54,47 @@ impl Hook for Hang {
     }
 }
 
+/// Opens the gate when dropped, also when the test panics: the parked calls hold the backend, so
+/// without it they would stay parked for good and starve every later test of workers.
+struct OpenOnDrop(Arc<Forward<Hang>>);
+
+impl Drop for OpenOnDrop {
+    fn drop(&mut self) {
+        self.0.hook.open_gate();
+    }
+}
+
 /// Opens the gate and waits until every call into `fwd` has returned (no job holds the backend
-/// any more), so the next test starts with every worker free.
+/// any more).
 fn drain(fwd: Arc<Forward<Hang>>) {
     fwd.hook.open_gate();
     let until = Instant::now() + Duration::from_secs(10);
-    while Arc::strong_count(&fwd) > 1 {
+    while Arc::strong_count(&fwd) > 2 {
         assert!(Instant::now() < until, "calls into the backend still running 10 s after the gate opened");
         std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// Waits until the pool has a free worker: a worker whose call returned is busy until it is
+/// back in the pool, so a test starting right after another's calls returned could be refused.
+/// Probes with a session opening (a waited-for call on a worker) over a backend that never
+/// hangs.
+fn pool_is_free() {
+    #[derive(Debug)]
+    struct Pass;
+    impl Hook for Pass {
+        fn before(&self, _: Op) {}
+    }
+    let probe = Forward::memory("probe", Pass);
+    let until = Instant::now() + Duration::from_secs(10);
+    loop {
+        match Session::open(probe.clone(), options(Duration::from_secs(5), Duration::from_secs(1), Duration::from_secs(1))) {
+            Ok(s) => return s.close().unwrap(),
+            Err(e) if e.kind() == ErrorKind::Unavailable && Instant::now() < until => {
+                std::thread::sleep(Duration::from_millis(5))
+            }
+            Err(e) => panic!("the worker pool has no free worker 10 s after the last test: {e}"),
+        }
     }
 }
 
@@ -89,7 +122,9 @@ fn options(lease: Duration, renew: Duration, query: Duration) -> SessionOptions 
 #[test]
 #[serial]
 fn reopen_loop_against_a_hanging_backend_parks_at_most_the_worker_limit() {
+    pool_is_free();
     let fwd = Forward::memory("hang-open", Hang::new());
+    let _open = OpenOnDrop(fwd.clone());
     let opts = options(Duration::from_secs(1), Duration::from_millis(100), Duration::from_millis(20));
     let coordinator = Coordinator::start(fwd.clone(), opts).unwrap();
     let events = coordinator.events();
@@ -121,7 +156,9 @@ fn reopen_loop_against_a_hanging_backend_parks_at_most_the_worker_limit() {
 #[test]
 #[serial]
 fn exhausted_pool_fails_user_calls_at_once_and_loss_detection_is_unaffected() {
+    pool_is_free();
     let fwd = Forward::memory("hang-all", Hang::new());
+    let _open = OpenOnDrop(fwd.clone());
     let opts = options(Duration::from_secs(1), Duration::from_millis(250), Duration::from_millis(200));
     let session = Session::open(fwd.clone(), opts).unwrap();
     let events = session.events();
