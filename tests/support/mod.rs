@@ -10,6 +10,8 @@ use std::time::Duration;
 #[cfg(feature = "cli")]
 pub mod cli;
 pub mod forward;
+#[cfg(all(feature = "postgres", feature = "redis"))]
+pub mod paused;
 pub mod proxy;
 pub mod server;
 #[cfg(any(feature = "postgres", feature = "mysql"))]
