@@ -88,7 +88,10 @@ fn pool_is_free() {
     let probe = Forward::memory("probe", Pass);
     let until = Instant::now() + Duration::from_secs(10);
     loop {
-        match Session::open(probe.clone(), options(Duration::from_secs(5), Duration::from_secs(1), Duration::from_secs(1))) {
+        match Session::open(
+            probe.clone(),
+            options(Duration::from_secs(5), Duration::from_secs(1), Duration::from_secs(1)),
+        ) {
             Ok(s) => return s.close().unwrap(),
             Err(e) if e.kind() == ErrorKind::Unavailable && Instant::now() < until => {
                 std::thread::sleep(Duration::from_millis(5))
