@@ -3,7 +3,7 @@
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crossbeam_channel::Sender;
 use simba::backend::{Acquire, Capabilities, CheckItem, Holder, KeepAlive, LeaseBackend, Member, SessionGrant, Topic};
@@ -64,6 +64,37 @@ impl Summary {
 }
 
 /// `12.3 µs`, `4.56 ms`, `3.21 s`.
+/// Per-operation latencies and the throughput of blocks of operations run back to back.
+#[derive(Default)]
+pub struct Samples {
+    pub per_op: Vec<Duration>,
+    pub busy: Duration,
+    pub ops: usize,
+}
+
+impl Samples {
+    /// Runs `op` `n` times back to back, recording each one's latency and the block's time.
+    pub fn block(&mut self, n: usize, mut op: impl FnMut() -> BenchResult<()>) -> BenchResult<()> {
+        let start = Instant::now();
+        for _ in 0..n {
+            let t = Instant::now();
+            op()?;
+            self.per_op.push(t.elapsed());
+        }
+        self.busy += start.elapsed();
+        self.ops += n;
+        Ok(())
+    }
+
+    pub fn ops_per_s(&self) -> f64 {
+        if self.busy.is_zero() {
+            0.0
+        } else {
+            self.ops as f64 / self.busy.as_secs_f64()
+        }
+    }
+}
+
 pub fn fmt_dur(d: Duration) -> String {
     let ns = d.as_nanos() as f64;
     if ns < 1_000.0 {

@@ -13,7 +13,7 @@ use simba::{LeaseBackend, Session, SessionOptions};
 
 use crate::common::{
     allocations, context_switches, err, fmt_dur, fmt_rate, name, process_cpu_precise, progress, BenchResult, Report,
-    Summary, Table,
+    Samples, Summary, Table,
 };
 use crate::proxy::Proxy;
 use crate::targets::{self, Kind, RawLock, Target};
@@ -21,23 +21,6 @@ use crate::Config;
 
 /// Raw lock name (fixed: the raw locks are always freed, so runs can share it).
 const RAW_NAME: &str = "simba-bench.raw";
-
-#[derive(Default)]
-struct Samples {
-    per_op: Vec<Duration>,
-    busy: Duration,
-    ops: usize,
-}
-
-impl Samples {
-    fn ops_per_s(&self) -> f64 {
-        if self.busy.is_zero() {
-            0.0
-        } else {
-            self.ops as f64 / self.busy.as_secs_f64()
-        }
-    }
-}
 
 /// One of the three ways to take and free a lock.
 enum Variant<'a> {
@@ -73,15 +56,7 @@ impl Variant<'_> {
     }
 
     fn block(&mut self, n: usize, into: &mut Samples) -> BenchResult<()> {
-        let start = Instant::now();
-        for _ in 0..n {
-            let t = Instant::now();
-            self.op()?;
-            into.per_op.push(t.elapsed());
-        }
-        into.busy += start.elapsed();
-        into.ops += n;
-        Ok(())
+        into.block(n, || self.op())
     }
 }
 

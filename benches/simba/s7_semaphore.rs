@@ -8,31 +8,14 @@
 //!
 //! Also round trips per op through the counting proxy, where there is one.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use simba::{LeaseBackend, Permit, Semaphore, Session, SessionOptions};
 
-use crate::common::{err, fmt_dur, fmt_rate, name, progress, BenchResult, Report, Summary, Table};
+use crate::common::{err, fmt_dur, fmt_rate, name, progress, BenchResult, Report, Samples, Summary, Table};
 use crate::proxy::Proxy;
 use crate::targets::{Kind, Target};
 use crate::Config;
-
-#[derive(Default)]
-struct Samples {
-    per_op: Vec<Duration>,
-    busy: Duration,
-    ops: usize,
-}
-
-impl Samples {
-    fn ops_per_s(&self) -> f64 {
-        if self.busy.is_zero() {
-            0.0
-        } else {
-            self.ops as f64 / self.busy.as_secs_f64()
-        }
-    }
-}
 
 /// A lock, or a semaphore whose permit is taken and given back.
 enum Variant<'a> {
@@ -56,15 +39,7 @@ impl Variant<'_> {
     }
 
     fn block(&self, n: usize, into: &mut Samples) -> BenchResult<()> {
-        let start = Instant::now();
-        for _ in 0..n {
-            let t = Instant::now();
-            self.op()?;
-            into.per_op.push(t.elapsed());
-        }
-        into.busy += start.elapsed();
-        into.ops += n;
-        Ok(())
+        into.block(n, || self.op())
     }
 }
 
