@@ -74,6 +74,10 @@ pub enum Bug {
     ElectedAfterExpiry = 4,
     /// Finding 5: a re-attach that raced the application's resign or leave was kept (no detach).
     ReattachKept = 8,
+    /// Finding 6 (found by the shipped-runtime simulation): a campaign attempt that started late
+    /// (queued behind stalled calls) sent its acquire without asking whether its campaign was
+    /// still on, after `resign()` or the election's drop had returned.
+    LateAttempt = 16,
 }
 
 /// True when the explorer switched `bug`'s old behaviour back on. Always `false` outside the

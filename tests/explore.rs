@@ -20,9 +20,11 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crossbeam_channel::Sender;
 use shuttle::scheduler::{PctScheduler, RandomScheduler};
 use shuttle::sync::Mutex;
 use shuttle::{thread, Config, FailurePersistence, Runner};
+use simba::backend::{Capabilities, Notification, Topic};
 use simba::explore::{self, Bug};
 use simba::{
     Acquire, Coordinator, Error, ErrorKind, Holder, KeepAlive, LeaseBackend, Member, Name, Session, SessionEvent,
@@ -80,6 +82,13 @@ struct Table {
     closed: u64,
     /// Semaphore → its stored limit.
     limits: BTreeMap<String, u32>,
+    /// Set by a scenario once its `resign()` returned.
+    resigned: bool,
+    /// A watch registration returned after `resigned` was set (the attempt that made it asks the
+    /// engine only afterwards: its campaign is over).
+    late_watch: bool,
+    /// Acquires that followed such a late watch.
+    acquires_after_late_watch: u64,
 }
 
 /// An in-process backend on the virtual clock: sessions expire `LEASE` after their last
@@ -90,6 +99,9 @@ struct Script {
     /// Declares `call_bound() = Some(0)` (as the memory backend does): calls made for a user's
     /// thread run on that thread instead of a pool worker.
     inline: bool,
+    /// Declares `push_release`, so that campaign attempts register a watch before they send (the
+    /// registration is recorded; no notification is ever sent, candidates still poll).
+    push: bool,
 }
 
 impl Script {
@@ -142,6 +154,18 @@ impl LeaseBackend for Script {
         self.inline.then_some(Duration::ZERO)
     }
 
+    fn capabilities(&self) -> Capabilities {
+        Capabilities { push_release: self.push, push_membership: false }
+    }
+
+    fn watch(&self, _topic: &Topic, _notify: &Sender<Notification>) -> simba::Result<bool> {
+        let mut t = self.table();
+        if t.resigned {
+            t.late_watch = true;
+        }
+        Ok(false)
+    }
+
     fn open_session(&self, lease_duration: Duration, _metadata: &str) -> simba::Result<SessionGrant> {
         let mut t = self.table();
         t.next_session += 1;
@@ -181,6 +205,9 @@ impl LeaseBackend for Script {
     fn acquire(&self, session: &SessionId, lease: &Name) -> simba::Result<Acquire> {
         let mut t = self.table();
         Self::reap(&mut t);
+        if t.late_watch {
+            t.acquires_after_late_watch += 1;
+        }
         let Some(exp) = t.sessions.get(session.as_str()).copied() else { return Err(expired(session)) };
         let remaining = exp.saturating_duration_since(explore::now());
         let entry = t.leases.entry(lease.as_str().to_string()).or_insert((None, 0));
@@ -491,6 +518,32 @@ fn replacement_vs_resign() {
     teardown();
 }
 
+/// Campaign attempt vs resign (finding 6, found first by the shipped-runtime simulation): the
+/// campaign's first attempt runs on a pool worker while another thread resigns.
+///
+/// Premises: the backend pushes, so an attempt registers its watch first and only then asks the
+/// engine whether to send (an attempt queued behind stalled calls starts just as late); the name
+/// is free. Invariant: an attempt whose watch returned after `resign()` returned sends no acquire
+/// (its campaign was over when it asked), and nobody holds the name once things settle.
+fn attempt_vs_resign() {
+    let backend = Arc::new(Script { push: true, ..Script::default() });
+    let s = Session::open(backend.clone(), options()).expect("open");
+    let election = s.campaign("L").expect("campaign");
+    let b = backend.clone();
+    let resigner = thread::spawn(move || {
+        election.resign().expect("resign");
+        b.table().resigned = true;
+    });
+    resigner.join().expect("resign thread");
+    settle(30);
+    let late = backend.table().acquires_after_late_watch;
+    assert_eq!(late, 0, "an attempt that started after resign() returned sent its acquire (finding 6)");
+    let holder = backend.holder_of("L");
+    assert!(holder.is_none(), "the resigned name is held: {holder:?}");
+    drop(s);
+    teardown();
+}
+
 /// Drop vs renewal: the last handles go while a keep-alive is in flight.
 ///
 /// Premises: a keep-alive is dispatched (the clock reaches the renewal time) as the lease guard and
@@ -619,6 +672,11 @@ fn coordinator_replacement_vs_resign_leaves_no_zombie() {
 }
 
 #[test]
+fn campaign_attempt_vs_resign_sends_nothing_late() {
+    explore_clean(attempt_vs_resign);
+}
+
+#[test]
 fn drop_vs_renewal_frees_everything() {
     explore_clean(drop_vs_renewal);
 }
@@ -644,6 +702,11 @@ fn finding_2_late_alive_reviving_an_expired_session_is_found() {
 // Finding 3 (`Bug::ElectedAfterExpiry`) has no test here: 30,000 schedules did not find it (see
 // docs/testing.md); finding 3 is covered by `election::tests::a_term_elected_after_its_sessions_
 // expiry_is_not_led_and_the_reattached_election_campaigns`, and its scenario runs clean above.
+
+#[test]
+fn finding_6_a_late_campaign_attempt_after_a_resign_is_found() {
+    explore_finds(Bug::LateAttempt, attempt_vs_resign, "finding 6", budget(5_000));
+}
 
 #[test]
 fn finding_5_reattach_racing_resign_is_found() {

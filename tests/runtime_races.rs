@@ -29,6 +29,8 @@ struct Gate {
     open_rx: Receiver<()>,
     _never_tx: Sender<()>,
     never_rx: Receiver<()>,
+    /// Every call that reached the hook, in order.
+    seen: Mutex<Vec<Op>>,
 }
 
 impl Gate {
@@ -45,6 +47,7 @@ impl Gate {
             open_rx,
             _never_tx,
             never_rx,
+            seen: Mutex::new(Vec::new()),
         }
     }
     fn hang(&self, op: Op) {
@@ -63,6 +66,7 @@ impl Gate {
 
 impl Hook for Gate {
     fn before(&self, op: Op) {
+        self.seen.lock().unwrap().push(op);
         if self.hung.lock().unwrap().contains(&op) {
             let _ = self.never_rx.recv();
         }
@@ -293,4 +297,39 @@ fn a_leader_contexts_token_fails_once_its_term_is_over() {
     let over = rx.recv_timeout(PATIENCE).expect("the work saw its term end");
     assert!(over.is_err(), "the token of an ended term is still handed out: {over:?}");
     task.stop();
+}
+
+#[test]
+fn a_campaign_attempt_that_starts_late_sends_no_acquire_after_its_resign() {
+    // The open finding of the shipped-runtime simulation (seed 1,225 of the coordinator workload):
+    // an attempt dispatched before a resign but started late (queued in the worker pool behind
+    // stalled calls there; held in its watch registration here, the step before its acquire) sent
+    // its acquire after resign() had returned: a grant of the resigned name, undone only later.
+    // Long timings: no keep-alive and no second attempt of the campaign during the test.
+    let opts = SessionOptions::builder()
+        .lease_duration(Duration::from_secs(120))
+        .renew_interval(Duration::from_secs(40))
+        .query_timeout(Duration::from_secs(30))
+        .build()
+        .unwrap();
+    let backend = Forward::pushing("late-attempt", Gate::new());
+    backend.hook.hold(Op::Watch);
+    let session = Session::open(backend.clone(), opts).unwrap();
+    let idle = Arc::strong_count(&backend);
+    let election = session.campaign("e").unwrap();
+    assert_eq!(backend.hook.entered.recv_timeout(PATIENCE), Ok(Op::Watch), "the attempt registers its watch");
+    election.resign().unwrap();
+    let after_resign = backend.hook.seen.lock().unwrap().len();
+    backend.hook.pass(Op::Watch);
+    backend.hook.open();
+    // The attempt holds the backend until it is done (and so does anything it starts, such as
+    // the undo of a grant): wait for it, then look at what it sent.
+    let until = Instant::now() + PATIENCE;
+    while Arc::strong_count(&backend) > idle {
+        assert!(Instant::now() < until, "the campaign attempt is still running {PATIENCE:?} after its watch returned");
+        thread::sleep(Duration::from_millis(2));
+    }
+    let late: Vec<Op> = backend.hook.seen.lock().unwrap()[after_resign..].to_vec();
+    assert!(!late.contains(&Op::Acquire), "the resigned campaign's attempt sent {late:?} after resign() returned");
+    assert_eq!(backend.inner.holder(&simba::Name::new("e").unwrap()).unwrap(), None, "nobody holds the resigned name");
 }

@@ -40,24 +40,15 @@ fn replay_hint(sc: &Scenario, seed: u64) -> String {
     )
 }
 
-/// The open finding's invariant (see `open_finding_zombie_campaign_after_dropping_a_coordinator_election`):
-/// the sweeps report its seeds without failing on them, so CI stays deterministic while it is open.
-const OPEN: &[Invariant] = &[Invariant::NoZombie];
-
 fn assert_clean(sc: &Scenario, seeds: Range<u64>) {
     println!("[{}] seeds {seeds:?} (SIMBA_SIM_SEED_OFFSET={} reruns this sweep)", sc.name, seeds.start);
     let started = Instant::now();
     let s = shipped::sweep(sc, seeds.clone());
     println!("[{}] {} seeds in {:.2?}: {}", sc.name, s.runs, started.elapsed(), s.counts);
-    let (open, failed): (Vec<_>, Vec<_>) =
-        s.failures.iter().partition(|o| o.panic.is_none() && o.violations.iter().all(|v| OPEN.contains(&v.invariant)));
-    for o in &open {
-        println!("[{}] open finding at seed {}: {}\n  {}", sc.name, o.seed, o.violations[0], replay_hint(sc, o.seed));
-    }
-    if let Some(o) = failed.first() {
+    if let Some(o) = s.failures.first() {
         panic!(
             "{} of {} seeds failed; the first:\n{}\n{}",
-            failed.len(),
+            s.failures.len(),
             s.runs,
             o.report(30),
             replay_hint(sc, o.seed)
@@ -124,29 +115,8 @@ fn finding_2_late_alive_revival_is_found_on_the_shipped_runtime() {
     assert_finds(&Scenario::default_faults().with_bug(Bug::LateAliveRevives), 0..200, Invariant::NoRevival);
 }
 
-/// Open finding (not fixed; the runtime is outside this slice): in the coordinator workload,
-/// seed 1,225 drops a `Coordinator`'s `Election` while its campaign attempt is in flight; the
-/// coordinator's session keeps the term and is granted the name again by a new acquire 3.3 s
-/// after the drop returned (`no-zombie`). This test pins the replay; when the runtime is fixed it
-/// fails, and `OPEN` (the invariants the sweeps report without failing) loses `no-zombie`. (Any change to the simulation's
-/// random draws moves the seed: find it again with the sweep.)
-#[test]
-fn open_finding_zombie_campaign_after_dropping_a_coordinator_election() {
-    let sc = Scenario::coordinator();
-    let o = shipped::run(1_225, &sc);
-    println!("{}\n{}", o.report(10), replay_hint(&sc, 1_225));
-    assert!(
-        o.panic.is_none()
-            && !o.violations.is_empty()
-            && o.violations.iter().all(|v| v.invariant == Invariant::NoZombie),
-        "seed 1225 of the coordinator workload no longer shows (only) the zombie campaign: fixed? Then \
-         remove NoZombie from OPEN and delete this test.\n{}",
-        o.report(0)
-    );
-}
-
 /// The coordinator workload (a `Coordinator` node campaigning and resigning or dropping while an
-/// outage makes it replace its session): nothing but the open finding.
+/// outage makes it replace its session): no violation.
 #[test]
 fn coordinator_workload_keeps_every_invariant() {
     let s = seeds();
@@ -173,7 +143,8 @@ fn replay() {
         println!("set SIMBA_SIM_SEED=<seed> to replay one seed of the shipped-runtime simulation");
         return;
     };
-    // SIMBA_SIM_SCENARIO: shipped (default), shipped-elections, shipped+LateAliveRevives,
+    // SIMBA_SIM_SCENARIO: shipped (default), shipped-elections, shipped-coordinator,
+    // shipped-coordinator+ReattachKept, shipped+LateAliveRevives,
     // shipped-elections+oldRelease.
     let sc = match std::env::var("SIMBA_SIM_SCENARIO").ok().as_deref() {
         None | Some("" | "shipped") => Scenario::default_faults(),

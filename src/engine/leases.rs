@@ -55,7 +55,15 @@ pub enum NotSent {
     /// A release of the name is in flight: an acquire's reply could confirm the very term the
     /// release is about to free. Wait for the release to end, then ask again.
     Releasing,
+    /// The campaign the attempt belongs to is over (resigned, dropped or replaced by a new
+    /// campaign of the name): its attempt must not ask for the name any more.
+    CampaignOver,
 }
+
+/// One campaign of a name on this session (see [`Engine::start_campaign`]): a resigned campaign
+/// and a later one of the same name have different ids.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct CampaignId(pub(super) u64);
 
 /// An acquire in flight, as the engine judges its answer (see [`Engine::acquire_answered`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -64,8 +72,9 @@ pub struct AcquireCall {
     pub sent: Instant,
     /// The release epoch [`Engine::begin_acquire`] returned.
     pub epoch: u64,
-    /// A campaign's attempt (adopted only while the campaign goes on), not a lock.
-    pub campaign: bool,
+    /// The campaign whose attempt this is (adopted only while that campaign goes on), or `None`
+    /// for a lock.
+    pub campaign: Option<CampaignId>,
 }
 
 impl Engine {
@@ -165,10 +174,9 @@ impl Engine {
         remaining: Duration,
         now: Instant,
     ) -> (Adoption, Step) {
-        let adoption = if call.campaign {
-            self.on_campaign_acquired(name, token, call.sent, remaining, now, call.epoch)
-        } else {
-            self.on_acquired(name, token, call.sent, remaining, now, call.epoch)
+        let adoption = match call.campaign {
+            Some(campaign) => self.on_campaign_acquired(name, campaign, token, call.sent, remaining, now, call.epoch),
+            None => self.on_acquired(name, token, call.sent, remaining, now, call.epoch),
         };
         let mut step = Step::none();
         if matches!(adoption, Adoption::Undo | Adoption::GivenUp) {
@@ -224,11 +232,15 @@ impl Engine {
         epoch: u64,
     ) -> Adoption {
         match self.judge_acquired(name, token, sent, remaining, now, epoch) {
-            Adoption::Undo | Adoption::GivenUp if self.leases.get(name).is_some_and(|l| l.token == token) => {
-                Adoption::Kept
-            }
+            Adoption::Undo | Adoption::GivenUp if self.holds(name, token) => Adoption::Kept,
             other => other,
         }
+    }
+
+    /// True while the session holds the term `token` of `name`: a reply bringing that very term
+    /// only confirms it (it is kept, never undone: undoing it would end the held term).
+    pub(super) fn holds(&self, name: &Name, token: Token) -> bool {
+        self.leases.get(name).is_some_and(|l| l.token == token)
     }
 
     fn judge_acquired(
@@ -275,7 +287,7 @@ impl Engine {
     /// release of another term, or by a non-holder, is a no-op there). A newer term of the name
     /// held by another handle stays held. Returns whether the term was held.
     pub fn release(&mut self, name: &Name, token: Token) -> bool {
-        let held = self.leases.get(name).is_some_and(|l| l.token == token);
+        let held = self.holds(name, token);
         self.begin_release(name, token);
         held
     }

@@ -19,8 +19,10 @@
 //! - **adoption** (`leases.rs`): an acquire reply is adopted, kept (it confirms the held term) or
 //!   undone (too late, raced a release, a term given up), and its operation ended, in one
 //!   transition; a term given up is never adopted again while a release of it may land;
-//! - **campaigns** (`campaigns.rs`): an election's attempts are adopted only while its campaign goes
-//!   on; a resign ends the campaign and gives up its term in one transition;
+//! - **campaigns** (`campaigns.rs`): each campaign has its own id; an attempt is sent, and its
+//!   answer adopted, only while its own campaign goes on (asked when it is about to send, so an
+//!   attempt that starts late after a resign sends nothing); a resign ends the campaign and gives
+//!   up its term in one transition;
 //! - **memberships** (`groups.rs`): a joined group missing from a keep-alive's report is lost and
 //!   re-joined; a reported group the session does not hold is left again.
 //!
@@ -36,12 +38,12 @@ mod step;
 mod tests;
 mod timing;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 pub use campaigns::CampaignConflict;
 pub use keep_alive::KeepAliveResult;
-pub use leases::{AcquireCall, Adoption, NotSent};
+pub use leases::{AcquireCall, Adoption, CampaignId, NotSent};
 use leases::{LeaseEntry, Released};
 pub use step::{Command, Event, Step};
 pub use timing::Timing;
@@ -63,9 +65,11 @@ pub struct Engine {
     /// Per name: the newest term this session asked the backend to release, or lost. Never
     /// adopted again.
     released: HashMap<Name, Released>,
-    /// Names this session campaigns for: an acquire answered for a campaign is adopted only
-    /// while its name is in here (and then the session leads that term).
-    campaigns: HashSet<Name>,
+    /// The campaign going on per name: an attempt is sent, and its answer adopted (the session
+    /// then leads that term), only while its own campaign is the one in here.
+    campaigns: HashMap<Name, CampaignId>,
+    /// The last campaign id handed out.
+    last_campaign: u64,
     ka_in_flight: Option<Instant>,
     next_keep_alive: Instant,
     failures: u32,
@@ -83,7 +87,8 @@ impl Engine {
             pending: HashMap::new(),
             releases: HashMap::new(),
             released: HashMap::new(),
-            campaigns: HashSet::new(),
+            campaigns: HashMap::new(),
+            last_campaign: 0,
             ka_in_flight: None,
             next_keep_alive: later(sent, timing.renew_interval),
             failures: 0,

@@ -422,21 +422,21 @@ fn a_campaign_cannot_start_while_a_lock_of_the_name_is_in_flight() {
     assert_eq!(e.on_acquired(&a, t(1), t0, Duration::from_secs(10), t0, epoch), Adoption::Adopted);
     e.end_acquire(&a);
     assert_eq!(e.start_campaign(&a, t0), Err(CampaignConflict::Held));
-    assert_eq!(e.start_campaign(&n("b"), t0), Ok(()));
+    assert!(e.start_campaign(&n("b"), t0).is_ok());
     assert_eq!(e.start_campaign(&n("b"), t0), Err(CampaignConflict::Campaigning));
     // A release in flight does not block a campaign (its attempts wait for it).
     e.begin_release(&n("c"), t(1));
-    assert_eq!(e.start_campaign(&n("c"), t0), Ok(()));
+    assert!(e.start_campaign(&n("c"), t0).is_ok());
 }
 
 #[test]
 fn an_attempt_answering_after_its_campaign_ended_is_undone() {
     let (t0, mut e) = fresh();
     let a = n("a");
-    e.start_campaign(&a, t0).unwrap();
-    let epoch = e.begin_acquire(&a);
-    assert_eq!(e.stop_campaign(&a, None), None, "nothing held yet");
-    assert_eq!(e.on_campaign_acquired(&a, t(1), t0, Duration::from_secs(10), t0, epoch), Adoption::Undo);
+    let campaign = e.start_campaign(&a, t0).unwrap();
+    let epoch = e.begin_attempt(&a, campaign, t0).unwrap();
+    assert_eq!(e.stop_campaign(&a, campaign, None), None, "nothing held yet");
+    assert_eq!(e.on_campaign_acquired(&a, campaign, t(1), t0, Duration::from_secs(10), t0, epoch), Adoption::Undo);
     e.end_acquire(&a);
     assert_eq!(e.token(&a, t0), None);
 }
@@ -445,19 +445,20 @@ fn an_attempt_answering_after_its_campaign_ended_is_undone() {
 fn resign_gives_up_the_held_term_in_the_same_transition() {
     let (t0, mut e) = fresh();
     let a = n("a");
-    e.start_campaign(&a, t0).unwrap();
-    let epoch = e.begin_acquire(&a);
-    assert_eq!(e.on_campaign_acquired(&a, t(4), t0, Duration::from_secs(10), t0, epoch), Adoption::Adopted);
+    let campaign = e.start_campaign(&a, t0).unwrap();
+    let epoch = e.begin_attempt(&a, campaign, t0).unwrap();
+    assert_eq!(e.on_campaign_acquired(&a, campaign, t(4), t0, Duration::from_secs(10), t0, epoch), Adoption::Adopted);
     e.end_acquire(&a);
-    assert_eq!(e.stop_campaign(&a, Some(t(4))), Some(t(4)));
+    assert_eq!(e.stop_campaign(&a, campaign, Some(t(4))), Some(t(4)));
     assert_eq!(e.token(&a, t0), None);
     assert!(e.releasing(&a));
     // A lock racing the resign finds the term given up.
     assert_eq!(one_acquire(&mut e, &a, 4, t0), Adoption::GivenUp);
     e.end_confirmed_release(&a, t(4));
     // After a deadline loss the election's term is still released on resign.
-    e.start_campaign(&a, t0).unwrap();
-    assert_eq!(e.stop_campaign(&a, Some(t(3))), Some(t(3)));
+    let again = e.start_campaign(&a, t0).unwrap();
+    assert_eq!(e.stop_campaign(&a, campaign, Some(t(3))), None, "an ended campaign stops nothing");
+    assert_eq!(e.stop_campaign(&a, again, Some(t(3))), Some(t(3)));
     e.end_release(&a);
 }
 
@@ -501,13 +502,13 @@ fn an_answered_acquire_is_judged_undone_and_ended_in_one_transition() {
     let (t0, mut e) = fresh();
     let a = n("a");
     // Adopted: no command, the operation ended.
-    let call = AcquireCall { sent: t0, epoch: e.begin_acquire(&a), campaign: false };
+    let call = AcquireCall { sent: t0, epoch: e.begin_acquire(&a), campaign: None };
     let (adoption, step) = e.acquire_answered(&a, call, t(1), Duration::from_secs(10), t0);
     assert_eq!((adoption, step), (Adoption::Adopted, Step::none()));
     assert_eq!(e.pending(&a), 0);
     // Raced a release: undone, the term counted as a release in flight by the same transition.
     let b = n("b");
-    let call = AcquireCall { sent: t0, epoch: e.begin_acquire(&b), campaign: false };
+    let call = AcquireCall { sent: t0, epoch: e.begin_acquire(&b), campaign: None };
     e.begin_release(&b, t(1));
     let (adoption, step) = e.acquire_answered(&b, call, t(2), Duration::from_secs(10), t0);
     assert_eq!(adoption, Adoption::Undo);
@@ -516,9 +517,9 @@ fn an_answered_acquire_is_judged_undone_and_ended_in_one_transition() {
     assert_eq!(e.pending(&b), 2, "two releases in flight, the acquire ended");
     // A campaign's attempt answering after its campaign ended: undone the same way.
     let c = n("c");
-    e.start_campaign(&c, t0).unwrap();
-    let call = AcquireCall { sent: t0, epoch: e.begin_acquire(&c), campaign: true };
-    assert_eq!(e.stop_campaign(&c, None), None);
+    let campaign = e.start_campaign(&c, t0).unwrap();
+    let call = AcquireCall { sent: t0, epoch: e.begin_attempt(&c, campaign, t0).unwrap(), campaign: Some(campaign) };
+    assert_eq!(e.stop_campaign(&c, campaign, None), None);
     let (adoption, step) = e.acquire_answered(&c, call, t(3), Duration::from_secs(10), t0);
     assert_eq!(adoption, Adoption::Undo);
     assert_eq!(step, commands(vec![Command::Undo { name: c.clone(), token: t(3) }]));
@@ -561,7 +562,9 @@ fn a_lock_or_an_attempt_is_sent_only_when_the_engine_says_so() {
     let a = n("a");
     e.begin_release(&a, t(1));
     assert_eq!(e.begin_lock(&a, t0), Err(NotSent::Releasing));
-    assert_eq!(e.begin_attempt(&a, t0), Err(NotSent::Releasing));
+    let on_a = e.start_campaign(&a, t0).unwrap();
+    assert_eq!(e.begin_attempt(&a, on_a, t0), Err(NotSent::Releasing));
+    assert_eq!(e.stop_campaign(&a, on_a, None), None);
     e.end_release(&a);
     let epoch = e.begin_lock(&a, t0).unwrap();
     assert_eq!(e.pending(&a), 1);
@@ -569,10 +572,40 @@ fn a_lock_or_an_attempt_is_sent_only_when_the_engine_says_so() {
     e.end_acquire(&a);
     assert_eq!(e.begin_lock(&a, t0), Err(NotSent::Held));
     let b = n("b");
-    e.start_campaign(&b, t0).unwrap();
+    let on_b = e.start_campaign(&b, t0).unwrap();
     assert_eq!(e.begin_lock(&b, t0), Err(NotSent::Held), "a lock of a name the session campaigns for");
-    assert!(e.begin_attempt(&b, t0).is_ok());
+    assert!(e.begin_attempt(&b, on_b, t0).is_ok());
     let late = e.deadline();
     assert_eq!(e.begin_lock(&n("c"), late), Err(NotSent::Ended));
-    assert_eq!(e.begin_attempt(&b, late), Err(NotSent::Ended));
+    assert_eq!(e.begin_attempt(&b, on_b, late), Err(NotSent::Ended));
+}
+
+#[test]
+fn an_attempt_of_an_ended_campaign_is_not_sent_even_when_the_name_campaigns_again() {
+    // Finding 6 (the shipped-runtime simulation's open finding): an attempt scheduled before a
+    // resign that starts late asks only now, and its campaign is over. Nor does a new campaign
+    // of the name take the old one's attempts for its own: each campaign has its own id.
+    let (t0, mut e) = fresh();
+    let a = n("a");
+    let first = e.start_campaign(&a, t0).unwrap();
+    let early = e.begin_attempt(&a, first, t0).unwrap();
+    assert_eq!(e.stop_campaign(&a, first, None), None);
+    assert_eq!(e.begin_attempt(&a, first, t0), Err(NotSent::CampaignOver), "the late attempt sends nothing");
+    // The attempt sent before the resign still answers: its term is undone.
+    let call = AcquireCall { sent: t0, epoch: early, campaign: Some(first) };
+    let (adoption, step) = e.acquire_answered(&a, call, t(1), Duration::from_secs(10), t0);
+    assert_eq!(adoption, Adoption::Undo);
+    assert_eq!(step, commands(vec![Command::Undo { name: a.clone(), token: t(1) }]));
+    e.end_confirmed_release(&a, t(1));
+    // A new campaign of the name: the old one's attempts are still over, and its stop is no
+    // stop of the new one.
+    let second = e.start_campaign(&a, t0).unwrap();
+    assert_ne!(first, second);
+    assert_eq!(e.begin_attempt(&a, first, t0), Err(NotSent::CampaignOver));
+    assert_eq!(e.stop_campaign(&a, first, None), None);
+    assert!(e.is_campaigning(&a), "the new campaign goes on");
+    let epoch = e.begin_attempt(&a, second, t0).unwrap();
+    assert_eq!(e.on_campaign_acquired(&a, first, t(2), t0, Duration::from_secs(10), t0, epoch), Adoption::Undo);
+    let epoch = e.begin_attempt(&a, second, t0).unwrap();
+    assert_eq!(e.on_campaign_acquired(&a, second, t(2), t0, Duration::from_secs(10), t0, epoch), Adoption::Adopted);
 }

@@ -7,7 +7,7 @@ use super::calls::min_opt;
 use super::{pool, SessionInner};
 use crate::backend::{Acquire, Notification, Topic};
 use crate::election::ElectionShared;
-use crate::engine::{later, CampaignConflict, Step};
+use crate::engine::{later, CampaignConflict, CampaignId, NotSent, Step};
 use crate::error::{Error, ErrorKind, Result};
 use crate::sync;
 use crate::types::Name;
@@ -15,6 +15,8 @@ use crate::types::Name;
 #[derive(Debug)]
 pub(super) struct CampaignSlot {
     pub(super) election: Arc<ElectionShared>,
+    /// The engine's id of this campaign: its attempts carry it.
+    pub(super) campaign: CampaignId,
     pub(super) next_attempt: Instant,
     pub(super) in_flight: Option<Instant>,
     /// A release was pushed while an attempt was in flight: retry at once after it.
@@ -31,18 +33,27 @@ impl SessionInner {
                 return Err(err);
             }
             let mut c = self.campaigns.lock();
-            if let Err(conflict) = e.start_campaign(&name, now) {
-                let why = match conflict {
-                    CampaignConflict::Held => "already holds",
-                    CampaignConflict::Campaigning => "already campaigns for",
-                    CampaignConflict::Acquiring => "has a lock in flight for",
-                };
-                return Err(Error::new(ErrorKind::AlreadyHeld, format!("session {} {why} '{name}'", self.id)));
-            }
+            let campaign = match e.start_campaign(&name, now) {
+                Ok(campaign) => campaign,
+                Err(conflict) => {
+                    let why = match conflict {
+                        CampaignConflict::Held => "already holds",
+                        CampaignConflict::Campaigning => "already campaigns for",
+                        CampaignConflict::Acquiring => "has a lock in flight for",
+                    };
+                    return Err(Error::new(ErrorKind::AlreadyHeld, format!("session {} {why} '{name}'", self.id)));
+                }
+            };
             election.attach(Arc::downgrade(self), self.id.clone());
             c.insert(
                 name,
-                CampaignSlot { election: election.clone(), next_attempt: sync::now(), in_flight: None, woken: false },
+                CampaignSlot {
+                    election: election.clone(),
+                    campaign,
+                    next_attempt: sync::now(),
+                    in_flight: None,
+                    woken: false,
+                },
             );
         }
         self.poke();
@@ -66,7 +77,7 @@ impl SessionInner {
             let Some(slot) = ours.then(|| c.remove(name)).flatten() else { return ((None, None), Step::none()) };
             drop(c);
             let leading = slot.election.resigned(logs);
-            ((e.stop_campaign(name, leading), Some(slot)), Step::none())
+            ((e.stop_campaign(name, slot.campaign, leading), Some(slot)), Step::none())
         });
         if let (Some(t), true) = (token, sync::reintroduced(sync::Bug::ResignSplit)) {
             // Old (finding 1): the release counted in a second transition.
@@ -106,27 +117,22 @@ impl SessionInner {
                 }
                 if now >= slot.next_attempt {
                     slot.in_flight = Some(now);
-                    due.push((name.clone(), slot.election.clone()));
+                    due.push((name.clone(), slot.election.clone(), slot.campaign));
                 } else {
                     next = min_opt(next, slot.next_attempt);
                 }
             }
         }
-        for (name, election) in due {
-            self.dispatch_campaign_attempt(name, election);
+        for (name, election, campaign) in due {
+            self.dispatch_campaign_attempt(name, election, campaign);
         }
         next
     }
 
-    fn dispatch_campaign_attempt(self: &Arc<Self>, name: Name, election: Arc<ElectionShared>) {
-        let begun = self.engine.lock().begin_attempt(&name, sync::now());
-        let Ok(epoch) = begun else {
-            if let Some(slot) = self.campaigns.lock().get_mut(&name) {
-                slot.in_flight = None;
-                slot.next_attempt = later(sync::now(), Duration::from_millis(10));
-            }
-            return;
-        };
+    /// Runs one attempt of `campaign` on a worker. The attempt asks the engine whether to send
+    /// only when it really is about to (it may start late, queued behind stalled calls): a
+    /// campaign resigned, dropped or replaced meanwhile sends nothing.
+    fn dispatch_campaign_attempt(self: &Arc<Self>, name: Name, election: Arc<ElectionShared>, campaign: CampaignId) {
         let weak = Arc::downgrade(self);
         let backend = self.backend.clone();
         let notify = self.notify_tx.clone();
@@ -138,6 +144,9 @@ impl SessionInner {
                     log::debug!("session {id}: cannot watch '{name}', polling: {err}");
                 }
             }
+            // No strong reference across the backend call: the session may be dropped meanwhile.
+            let Some(begun) = weak.upgrade().map(|inner| inner.begin_attempt(&name, campaign)) else { return };
+            let Some(epoch) = begun else { return };
             let sent = sync::now();
             let reply = backend.acquire(&id, &name);
             let busy = matches!(reply, Ok(Acquire::Busy));
@@ -147,7 +156,7 @@ impl SessionInner {
             }
             let observed = if busy { backend.holder(&name).ok().flatten() } else { None };
             let Some(inner) = weak.upgrade() else { return };
-            let failed = match inner.finish_acquire(&name, sent, epoch, reply, Some(&election)) {
+            let failed = match inner.finish_acquire(&name, sent, epoch, reply, Some((&election, campaign))) {
                 Ok(Some(_)) => None,
                 Ok(None) => {
                     if let Some(h) = observed {
@@ -161,13 +170,44 @@ impl SessionInner {
                 }
             };
             election.attempt_done(failed.as_ref());
-            if let Some(slot) = inner.campaigns.lock().get_mut(&name) {
-                slot.in_flight = None;
-                slot.next_attempt =
-                    if std::mem::take(&mut slot.woken) { sync::now() } else { later(sync::now(), inner.retry_delay()) };
-            }
-            inner.poke();
+            inner.attempt_over(&name, campaign, |slot| {
+                if std::mem::take(&mut slot.woken) {
+                    sync::now()
+                } else {
+                    later(sync::now(), inner.retry_delay())
+                }
+            });
         });
+    }
+
+    /// The engine's verdict on sending an attempt of `campaign` now: the release epoch, or
+    /// `None` when nothing is to be sent (the campaign's slot is then told when to try again).
+    fn begin_attempt(self: &Arc<Self>, name: &Name, campaign: CampaignId) -> Option<u64> {
+        let begun = self.engine.lock().begin_attempt(name, campaign, sync::now());
+        match begun {
+            Ok(epoch) => Some(epoch),
+            // A release of the name is in flight (shortly again), or the session or the campaign
+            // is over (its slot is gone, or soon will be).
+            Err(NotSent::Releasing | NotSent::Ended | NotSent::CampaignOver | NotSent::Held) => {
+                self.attempt_over(name, campaign, |_| later(sync::now(), Duration::from_millis(10)));
+                None
+            }
+        }
+    }
+
+    /// An attempt of `campaign` is over: its slot (if the campaign still goes on, and not a later
+    /// one of the same name) schedules the next one at `next`'s answer.
+    fn attempt_over(
+        self: &Arc<Self>,
+        name: &Name,
+        campaign: CampaignId,
+        next: impl FnOnce(&mut CampaignSlot) -> Instant,
+    ) {
+        if let Some(slot) = self.campaigns.lock().get_mut(name).filter(|s| s.campaign == campaign) {
+            slot.in_flight = None;
+            slot.next_attempt = next(slot);
+        }
+        self.poke();
     }
 
     pub(super) fn on_notification(self: &Arc<Self>, n: Notification) {

@@ -9,7 +9,7 @@ use super::calls::{bounded_call, inline};
 use super::{pool, SessionInner};
 use crate::backend::{Acquire, Notification, Topic};
 use crate::election::ElectionShared;
-use crate::engine::{later, AcquireCall, Adoption, Command, NotSent, Step};
+use crate::engine::{later, AcquireCall, Adoption, CampaignId, Command, NotSent, Step};
 use crate::error::{Error, ErrorKind, Result};
 use crate::lease::Lease;
 use crate::types::{Name, Token};
@@ -65,7 +65,8 @@ impl SessionInner {
                     Err(NotSent::Ended) => {
                         return Err(self.dead_error(&e, now).unwrap_or_else(|| Error::session_expired(&self.id)))
                     }
-                    Err(NotSent::Held) => {
+                    // (`CampaignOver` is a campaign attempt's answer, never a lock's.)
+                    Err(NotSent::Held | NotSent::CampaignOver) => {
                         return Err(Error::new(
                             ErrorKind::AlreadyHeld,
                             format!("session {} already holds or campaigns for '{name}'", self.id),
@@ -131,11 +132,12 @@ impl SessionInner {
         sent: Instant,
         epoch: u64,
         reply: Result<Acquire>,
-        campaign: Option<&Arc<ElectionShared>>,
+        campaign: Option<(&Arc<ElectionShared>, CampaignId)>,
     ) -> Result<Option<Token>> {
         use log::Level::{Debug, Info};
         let id = &self.id;
-        let call = AcquireCall { sent, epoch, campaign: campaign.is_some() };
+        let call = AcquireCall { sent, epoch, campaign: campaign.map(|(_, c)| c) };
+        let campaign = campaign.map(|(election, _)| election);
         let mut elected_late = None; // old (finding 3): elected() after the transition
         let result = self.apply_logged(|e, logs| {
             let now = sync::now();

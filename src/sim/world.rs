@@ -420,6 +420,8 @@ struct Client {
     camp: Option<elections::Camp>,
     /// When the application (re)starts a campaign.
     camp_next: u64,
+    /// The engine's id of the client's last campaign (its attempts' answers carry it).
+    campaign: Option<crate::engine::CampaignId>,
     /// The next `leader()` read, and the one in flight.
     leader_next: u64,
     leader_reading: Option<u64>,
@@ -533,6 +535,7 @@ impl World {
                     candidate,
                     camp: None,
                     camp_next: 0,
+                    campaign: None,
                     leader_next: 0,
                     leader_reading: None,
                     notify: with_push.then(crossbeam_channel::unbounded),

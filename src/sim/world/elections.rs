@@ -103,10 +103,12 @@ impl World {
                 // (refused while the session holds the name or a lock of it is in flight).
                 let now = self.inst(c);
                 let e = &mut self.clients[c].sessions[si].engine;
-                if !e.is_alive(now) || e.start_campaign(&self.names[0], now).is_err() {
+                let started = if e.is_alive(now) { e.start_campaign(&self.names[0], now).ok() } else { None };
+                let Some(campaign) = started else {
                     self.clients[c].camp_next = self.now + self.lease / 4;
                     return;
-                }
+                };
+                self.clients[c].campaign = Some(campaign);
                 let resign_at = self.now + self.rng.random_range(self.lease * 2..self.lease * 10);
                 self.clients[c].camp = Some(Camp {
                     si,
@@ -215,12 +217,14 @@ impl World {
         let label = self.clients[c].sessions[si].label;
         let mut adopted = None;
         let mut undo = None;
+        // An attempt follows its campaign's start.
+        let Some(campaign) = self.clients[c].campaign else { return };
         {
             let e = &mut self.clients[c].sessions[si].engine;
             if let Res::Acquired { token, remaining } = res {
                 let sent = if self.sc.broken_rule == Some(BrokenRule::DeadlineFromReplyInstant) { now } else { sent };
                 // An attempt is adopted (elected) only while its campaign goes on in the engine.
-                match e.on_campaign_acquired(&name, token, sent, remaining, now, epoch) {
+                match e.on_campaign_acquired(&name, campaign, token, sent, remaining, now, epoch) {
                     Adoption::Adopted => adopted = Some(token),
                     // The fix of finding 4: a reply confirming the held term is kept (`+oldUndo`: released).
                     Adoption::Kept if !self.sc.old_undo => {}
@@ -324,8 +328,9 @@ impl World {
         self.record(Event::Resigned { client: c as u8, sess: label, name: name.clone() });
         // One engine transition ends the campaign and gives up its term (held, or the one the
         // election led); the backend call is the same whether the caller waits or not.
+        let Some(campaign) = self.clients[c].campaign else { return };
         let e = &mut self.clients[c].sessions[si].engine;
-        if let Some(token) = e.stop_campaign(&name, cp.leading) {
+        if let Some(token) = e.stop_campaign(&name, campaign, cp.leading) {
             self.release_call(c, si, 0, token);
         }
         let d = self.rng.random_range(0..self.lease);
