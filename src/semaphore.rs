@@ -393,7 +393,7 @@ impl Semaphore {
                 // "now subscribed" hint) left a message in `rx`, and this round re-arms it before
                 // any attempt. (Re-arming after a busy round instead would miss a release that
                 // lands between the slot's attempt and the re-arm.)
-                self.watch_slots(&tx, deadline);
+                self.watch_slots(&s, &tx, deadline);
             }
             match self.round(&s, deadline, std::mem::take(&mut first)) {
                 Ok(Some(p)) => return Ok(Some(p)),
@@ -415,12 +415,15 @@ impl Semaphore {
         }
     }
 
-    /// Registers a one-shot watch on every slot, all of them within one query timeout (and the
-    /// caller's deadline); a slot whose watch fails or is declined is polled.
-    fn watch_slots(&self, tx: &Sender<Notification>, deadline: Option<Instant>) {
+    /// Registers a one-shot watch on every slot this session does not hold, all of them within
+    /// one query timeout (and the caller's deadline); a slot whose watch fails or is declined is
+    /// polled. A slot held here is not watched: the round skips it anyway, and if the backend
+    /// freed it behind the session's back, its watch would answer "free" at once, every round —
+    /// a busy loop until the next keep-alive corrects the local view.
+    fn watch_slots(&self, s: &SessionInner, tx: &Sender<Notification>, deadline: Option<Instant>) {
         let now = sync::now();
         let end = deadline.map_or(later(now, self.query_timeout), |d| d.min(later(now, self.query_timeout)));
-        for lease in self.slots.iter() {
+        for lease in self.slots.iter().filter(|lease| !s.holds(lease)) {
             let budget = end.saturating_duration_since(sync::now());
             if budget.is_zero() {
                 return;

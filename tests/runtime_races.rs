@@ -333,3 +333,44 @@ fn a_campaign_attempt_that_starts_late_sends_no_acquire_after_its_resign() {
     assert!(!late.contains(&Op::Acquire), "the resigned campaign's attempt sent {late:?} after resign() returned");
     assert_eq!(backend.inner.holder(&simba::Name::new("e").unwrap()).unwrap(), None, "nobody holds the resigned name");
 }
+
+/// Counts the watch registrations made through it.
+#[derive(Debug, Default)]
+struct CountWatches(std::sync::atomic::AtomicUsize);
+
+impl Hook for CountWatches {
+    fn before(&self, op: Op) {
+        if op == Op::Watch {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+}
+
+#[test]
+fn a_semaphore_waiter_does_not_spin_on_its_own_slot_freed_behind_its_back() {
+    // The session holds the semaphore's only slot locally, but the backend freed it (the local
+    // view is corrected at the next keep-alive). A waiter of the same session watched every slot;
+    // the freed slot's watch answered "free" at once, the round skipped the slot (held here), and
+    // the waiter went round again at once: a busy loop of watch and acquire calls until the next
+    // keep-alive. Renewal is far away here: the waiter must just wait out its timeout.
+    let opts = SessionOptions::builder()
+        .lease_duration(Duration::from_secs(120))
+        .renew_interval(Duration::from_secs(60))
+        .query_timeout(Duration::from_secs(5))
+        .build()
+        .unwrap();
+    let inner: Arc<dyn simba::LeaseBackend> = Arc::new(MemoryBackend::new());
+    let backend = Forward::inheriting(inner.clone(), CountWatches::default());
+    let session = Session::open(backend.clone(), opts).unwrap();
+    let sem = session.semaphore("s", 1).unwrap();
+    let permit = sem.try_acquire().unwrap().expect("the free slot");
+    let token = permit.token().unwrap();
+    inner.release(session.id(), permit.lease_name(), token).unwrap();
+    assert_eq!(inner.holder(permit.lease_name()).unwrap(), None, "freed on the backend");
+    let before = backend.hook.0.load(Ordering::SeqCst);
+    let got = sem.acquire_timeout(Duration::from_millis(300)).unwrap();
+    assert!(got.is_none(), "the only slot is this session's own (as far as it knows)");
+    let watches = backend.hook.0.load(Ordering::SeqCst) - before;
+    assert!(watches <= 1, "the waiter registered {watches} watches in one wait: it spun");
+    drop(permit);
+}

@@ -351,6 +351,11 @@ impl SessionInner {
     }
 
     /// The token of `name` if this session holds that term and it is valid now.
+    /// True while the session holds a term of `name` (as far as it knows).
+    pub(crate) fn holds(&self, name: &Name) -> bool {
+        self.engine.lock().token(name, sync::now()).is_some()
+    }
+
     pub(crate) fn lease_token(&self, name: &Name, token: Token) -> Result<Token> {
         let e = self.engine.lock();
         let now = sync::now();
