@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use crossbeam_channel::Sender;
 
-use crate::error::Result;
+use crate::error::{Error, ErrorKind, Result};
 use crate::types::{Name, SessionId, Token};
 
 /// A session created by [`LeaseBackend::open_session`].
@@ -219,9 +219,25 @@ pub trait LeaseBackend: Send + Sync + fmt::Debug + 'static {
     /// already validated (1 to [`MAX_PERMITS`](crate::semaphore::MAX_PERMITS)). The permits
     /// themselves are ordinary leases on the semaphore's slot names (see [`crate::semaphore`]).
     ///
+    /// The default (for backends written before semaphores existed) stores nothing and fails
+    /// with `Unsupported`, so [`Session::semaphore`](crate::Session::semaphore) on such a backend
+    /// says so instead of the backend failing to compile; every backend of this crate implements
+    /// it.
+    ///
     /// # Errors
-    /// `Unavailable`/`Backend`; `Backend` when the stored value is corrupt (not a valid limit).
-    fn semaphore_limit(&self, name: &Name, permits: Option<u32>) -> Result<Option<u32>>;
+    /// `Unavailable`/`Backend`; `Backend` when the stored value is corrupt (not a valid limit);
+    /// `Unsupported` from the default.
+    fn semaphore_limit(&self, name: &Name, permits: Option<u32>) -> Result<Option<u32>> {
+        let _ = permits;
+        Err(Error::new(
+            ErrorKind::Unsupported,
+            format!(
+                "the {} backend does not implement semaphores (LeaseBackend::semaphore_limit), so semaphore '{name}' \
+                 cannot be used on it",
+                self.kind()
+            ),
+        ))
+    }
 
     /// How long any call of this backend (other than [`open_session`](LeaseBackend::open_session))
     /// can take, when the backend bounds its calls itself.

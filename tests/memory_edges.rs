@@ -34,3 +34,53 @@ fn a_lease_duration_of_duration_max_does_not_overflow() {
     assert!(matches!(memory.keep_alive(&grant.id, Duration::MAX).unwrap(), simba::KeepAlive::Alive { .. }));
     assert_eq!(memory.purge_expired().unwrap(), 0);
 }
+
+/// A backend written before semaphores existed: every SPI method but `semaphore_limit`, whose
+/// default answers `Unsupported`.
+#[derive(Debug)]
+struct NoSemaphores(MemoryBackend);
+
+impl simba::LeaseBackend for NoSemaphores {
+    fn kind(&self) -> &'static str {
+        "legacy"
+    }
+    fn open_session(&self, d: Duration, m: &str) -> simba::Result<simba::SessionGrant> {
+        self.0.open_session(d, m)
+    }
+    fn keep_alive(&self, s: &simba::SessionId, d: Duration) -> simba::Result<simba::KeepAlive> {
+        self.0.keep_alive(s, d)
+    }
+    fn close_session(&self, s: &simba::SessionId) -> simba::Result<()> {
+        self.0.close_session(s)
+    }
+    fn acquire(&self, s: &simba::SessionId, n: &Name) -> simba::Result<simba::Acquire> {
+        self.0.acquire(s, n)
+    }
+    fn release(&self, s: &simba::SessionId, n: &Name, t: simba::Token) -> simba::Result<()> {
+        self.0.release(s, n, t)
+    }
+    fn holder(&self, n: &Name) -> simba::Result<Option<simba::Holder>> {
+        self.0.holder(n)
+    }
+    fn join(&self, s: &simba::SessionId, g: &Name) -> simba::Result<()> {
+        self.0.join(s, g)
+    }
+    fn leave(&self, s: &simba::SessionId, g: &Name) -> simba::Result<()> {
+        self.0.leave(s, g)
+    }
+    fn members(&self, g: &Name) -> simba::Result<Vec<simba::Member>> {
+        self.0.members(g)
+    }
+}
+
+#[test]
+fn a_backend_without_semaphores_compiles_and_says_so() {
+    let session = Session::open(Arc::new(NoSemaphores(MemoryBackend::new())), SessionOptions::default()).unwrap();
+    let err = session.semaphore("s", 2).err().expect("no semaphores on this backend");
+    assert_eq!(err.kind(), simba::ErrorKind::Unsupported);
+    let text = err.to_string();
+    assert!(text.contains("legacy backend does not implement semaphores") && text.contains("'s'"), "{text}");
+    // Everything else works.
+    let lease = session.try_lock("l").unwrap().expect("free");
+    lease.release().unwrap();
+}
