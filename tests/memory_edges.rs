@@ -76,7 +76,7 @@ impl simba::LeaseBackend for NoSemaphores {
 #[test]
 fn a_backend_without_semaphores_compiles_and_says_so() {
     let session = Session::open(Arc::new(NoSemaphores(MemoryBackend::new())), SessionOptions::default()).unwrap();
-    let err = session.semaphore("s", 2).err().expect("no semaphores on this backend");
+    let err = session.semaphore("s", 2).expect_err("no semaphores on this backend");
     assert_eq!(err.kind(), simba::ErrorKind::Unsupported);
     let text = err.to_string();
     assert!(text.contains("legacy backend does not implement semaphores") && text.contains("'s'"), "{text}");
