@@ -595,6 +595,19 @@ fn secrets_never_appear_in_debug_or_errors() {
     assert_eq!(redact_url("redis+cluster://u:hunter2@a:1,b:2"), "redis+cluster://u:***@a:1,b:2");
     assert_eq!(redact_url("not a url hunter2"), "<unparsable URL>");
     assert_eq!(redact_url("redis:hunter2@h"), "redis:…");
+    // TLS file parameters name files, not secrets, on every backend: an error about a file must
+    // be able to say which one. The key file's *content* is never read into a message.
+    for (url, file) in [
+        ("postgres://u:hunter2@h/db?sslrootcert=/etc/ca.pem&sslcert=/etc/c.pem&sslkey=/etc/c.key", "/etc/c.key"),
+        ("mysql://u:hunter2@h/db?ssl-ca=/etc/ca.pem&ssl-cert=/etc/c.pem&ssl-key=/etc/c.key", "/etc/c.key"),
+        ("rediss://u:hunter2@h:6390?ca=/etc/ca.pem&cert=/etc/c.pem&key=/etc/c.key", "/etc/c.key"),
+        ("zookeeper://h:2185/r?tls_ca=/etc/ca.pem&tls_cert=/etc/c.pem&tls_key=/etc/c.key", "/etc/c.key"),
+    ] {
+        let shown = redact_url(url);
+        assert!(shown.contains(file) && shown.contains("/etc/c.pem") && shown.contains("/etc/ca.pem"), "{shown}");
+        assert!(!shown.contains("hunter2"), "{shown}");
+    }
+    assert_eq!(redact_url("redis://h?api_key=hunter2&token=hunter2"), "redis://h?api_key=***&token=***");
 
     let mut configs = vec![Config::builder().url("memory://").build().unwrap()];
     if compiled(BackendKind::Postgres) {

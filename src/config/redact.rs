@@ -14,12 +14,21 @@ impl fmt::Debug for Secret {
     }
 }
 
-/// Query keys whose values are hidden in redacted URLs. libpq's TLS file parameters
-/// (`sslrootcert`, `sslcert`, `sslkey`) name files, not secrets: they stay visible, so errors
-/// about those files can name them (`sslpassword` is hidden).
+/// The TLS file parameters of every backend's URL: they name files, not secrets.
+#[rustfmt::skip]
+const FILE_KEYS: [&str; 12] = [
+    "sslrootcert", "sslcert", "sslkey", // PostgreSQL (libpq)
+    "ssl-ca", "ssl-cert", "ssl-key",    // MySQL
+    "ca", "cert", "key",                // Redis
+    "tls_ca", "tls_cert", "tls_key",    // ZooKeeper
+];
+
+/// Query keys whose values are hidden in redacted URLs. The TLS file parameters
+/// ([`FILE_KEYS`]: `sslkey`, `ssl-key`, `key`, `tls_key`, …) name files, not secrets: they stay
+/// visible, so errors about those files can name them (`sslpassword` is hidden).
 pub(crate) fn sensitive_key(key: &str) -> bool {
     let k = key.to_ascii_lowercase();
-    if matches!(k.as_str(), "sslrootcert" | "sslcert" | "sslkey") {
+    if FILE_KEYS.contains(&k.as_str()) {
         return false;
     }
     ["pass", "secret", "token", "auth", "key", "credential", "cert"].iter().any(|s| k.contains(s))
