@@ -95,6 +95,7 @@ const GENERIC_VARS: &[&str] = &[
     "SIMBA_DRIFT",
     "SIMBA_QUERY_TIMEOUT",
     "SIMBA_WORKER_THREADS",
+    "SIMBA_POLL_INTERVAL",
     "SIMBA_METADATA",
 ];
 
@@ -255,6 +256,9 @@ impl ConfigBuilder {
         if let Some(v) = get("SIMBA_WORKER_THREADS") {
             b.session = b.session.worker_threads(parse_count("SIMBA_WORKER_THREADS", &v)? as usize);
         }
+        if let Some(v) = get("SIMBA_POLL_INTERVAL") {
+            b.session = b.session.poll_interval(parse_duration("SIMBA_POLL_INTERVAL", &v)?);
+        }
         if let Some(v) = get("SIMBA_METADATA") {
             b.session = b.session.metadata(v);
         }
@@ -325,6 +329,14 @@ impl ConfigBuilder {
     #[must_use]
     pub fn worker_threads(mut self, n: usize) -> Self {
         self.session = self.session.worker_threads(n);
+        self
+    }
+
+    /// How often a waiter tries again on a backend that does not push releases (default 500 ms;
+    /// see [`SessionOptionsBuilder::poll_interval`](crate::options::SessionOptionsBuilder::poll_interval)).
+    #[must_use]
+    pub fn poll_interval(mut self, d: Duration) -> Self {
+        self.session = self.session.poll_interval(d);
         self
     }
 

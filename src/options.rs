@@ -14,6 +14,14 @@ pub const DEFAULT_DRIFT: f64 = 0.01;
 /// Default per-call timeout of backends constructed without configuration (= the default renew interval).
 pub const DEFAULT_QUERY_TIMEOUT: Duration = DEFAULT_RENEW_INTERVAL;
 
+/// Default time between a waiter's attempts on a backend that does not push releases (see
+/// [`SessionOptionsBuilder::poll_interval`]).
+pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_millis(500);
+
+/// The shortest wait between a waiter's attempts, whatever the timings (a tiny renew interval
+/// must not make waiters spin).
+const MIN_RETRY_INTERVAL: Duration = Duration::from_millis(1);
+
 /// Default most worker threads running backend calls at once, process-wide (see
 /// [`SessionOptionsBuilder::worker_threads`]).
 pub const DEFAULT_WORKER_THREADS: usize = 64;
@@ -30,6 +38,7 @@ pub struct SessionOptions {
     query_timeout: Duration,
     metadata: String,
     worker_threads: usize,
+    poll_interval: Duration,
 }
 
 impl Default for SessionOptions {
@@ -41,6 +50,7 @@ impl Default for SessionOptions {
             query_timeout: DEFAULT_QUERY_TIMEOUT,
             metadata: String::new(),
             worker_threads: DEFAULT_WORKER_THREADS,
+            poll_interval: DEFAULT_POLL_INTERVAL,
         }
     }
 }
@@ -77,9 +87,22 @@ impl SessionOptions {
     pub fn worker_threads(&self) -> usize {
         self.worker_threads
     }
-    /// Base time between campaign/lock attempts on backends that do not push releases.
+    /// How often a waiter (`lock`, a semaphore's `acquire`, a campaign) tries again on a backend
+    /// that does not push releases (see [`SessionOptionsBuilder::poll_interval`]).
+    pub fn poll_interval(&self) -> Duration {
+        self.poll_interval
+    }
+    /// Base time between campaign/lock attempts on backends that do not push releases:
+    /// [`poll_interval`](SessionOptions::poll_interval), at most `renew_interval / 2` (random
+    /// jitter of up to half of it is added to each wait), and never under 1 ms. Backends that
+    /// push releases wait for the push, and retry every `renew_interval / 2` in case one is lost.
     pub fn retry_interval(&self) -> Duration {
-        self.renew_interval / 2
+        self.poll_interval.min(self.renew_interval / 2).max(MIN_RETRY_INTERVAL)
+    }
+    /// Base time between attempts on backends that push releases (in case a push is lost):
+    /// `renew_interval / 2`, never under 1 ms.
+    pub(crate) fn push_retry_interval(&self) -> Duration {
+        (self.renew_interval / 2).max(MIN_RETRY_INTERVAL)
     }
     /// Returns a copy with other metadata.
     ///
@@ -101,6 +124,7 @@ pub struct SessionOptionsBuilder {
     query_timeout: Option<Duration>,
     metadata: Option<String>,
     worker_threads: Option<usize>,
+    poll_interval: Option<Duration>,
 }
 
 impl SessionOptionsBuilder {
@@ -153,6 +177,21 @@ impl SessionOptionsBuilder {
         self
     }
 
+    /// How often a waiter tries again on a backend that does not push releases (default 500 ms;
+    /// must be > 0; at most `renew_interval / 2` is used, so `Duration::MAX` means every
+    /// `renew_interval / 2`).
+    ///
+    /// A waiter is a `lock`/`lock_timeout`/`lock_deadline`, a semaphore's `acquire`, or a
+    /// campaign that does not lead. On a backend that pushes releases (memory, Redis, ZooKeeper,
+    /// PostgreSQL with `LISTEN`) waiters wake at the push and this does not apply. Elsewhere
+    /// (MySQL) a freed lease is taken within about one poll interval, and each waiter costs the
+    /// server one acquire per interval (two per second at the default).
+    #[must_use]
+    pub fn poll_interval(mut self, d: Duration) -> Self {
+        self.poll_interval = Some(d);
+        self
+    }
+
     /// Validates and builds.
     ///
     /// # Errors
@@ -192,6 +231,12 @@ impl SessionOptionsBuilder {
         if !(1..=MAX_WORKER_THREADS).contains(&worker_threads) {
             return Err(Error::config(format!("worker_threads {worker_threads} must be in 1..={MAX_WORKER_THREADS}")));
         }
+        let poll_interval = self.poll_interval.unwrap_or(DEFAULT_POLL_INTERVAL);
+        if poll_interval.is_zero() {
+            return Err(Error::config(
+                "poll_interval 0ns must be > 0 (Duration::MAX: poll every renew_interval / 2)".to_string(),
+            ));
+        }
         Ok(SessionOptions {
             lease_duration: lease,
             renew_interval: renew,
@@ -199,6 +244,7 @@ impl SessionOptionsBuilder {
             query_timeout,
             metadata,
             worker_threads,
+            poll_interval,
         })
     }
 }
@@ -225,5 +271,11 @@ mod tests {
         assert!(SessionOptions::builder().drift(f64::NAN).build().is_err());
         assert!(SessionOptions::builder().metadata("x".repeat(2000)).build().is_err());
         assert!(SessionOptions::builder().lease_duration(Duration::from_millis(1)).build().is_err());
+        assert_eq!(o.poll_interval(), DEFAULT_POLL_INTERVAL);
+        assert_eq!(o.retry_interval(), Duration::from_secs(1) / 6, "at most renew_interval / 2");
+        let o = SessionOptions::builder().poll_interval(Duration::MAX).build().unwrap();
+        assert_eq!(o.retry_interval(), Duration::from_millis(2500));
+        let e = SessionOptions::builder().poll_interval(Duration::ZERO).build().unwrap_err();
+        assert!(e.to_string().contains("poll_interval 0ns must be > 0"), "{e}");
     }
 }

@@ -22,7 +22,7 @@
 //!   held slot, and no one slot's row or key is the hot spot. When every slot is busy, the call
 //!   waits like [`Session::lock`](crate::Session::lock): it watches every slot where the backend
 //!   pushes releases ([`Capabilities::push_release`](crate::Capabilities)) and wakes at once on one,
-//!   and otherwise retries every `renew_interval / 2` plus jitter.
+//!   and otherwise retries every [`poll_interval`](crate::SessionOptions::poll_interval) plus jitter.
 //! - **Several permits per session.** Each successful acquire is a new permit on a slot the
 //!   session does not hold yet, so one session (one process) may hold several permits of one
 //!   semaphore, through one handle or several. Acquiring is therefore *not* idempotent: a second
@@ -285,7 +285,8 @@ impl Semaphore {
     }
 
     /// Takes a permit, waiting as long as it takes (wakes at once on a pushed release of any slot,
-    /// otherwise retries every `renew_interval / 2` plus jitter). Transient failures are retried.
+    /// otherwise retries every [`poll_interval`](crate::SessionOptions::poll_interval) plus
+    /// jitter). Transient failures are retried.
     ///
     /// # Errors
     /// `SessionExpired`/`Closed` when the session ends while waiting (for a coordinator's

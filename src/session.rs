@@ -147,7 +147,7 @@ impl Session {
     }
 
     /// Takes the lease `name`, waiting as long as it takes (wakes at once on a pushed release,
-    /// otherwise retries every `renew_interval / 2` plus jitter). Transient backend failures are
+    /// otherwise retries every [`poll_interval`](SessionOptions::poll_interval) plus jitter). Transient backend failures are
     /// retried; each attempt is bounded by the query timeout.
     ///
     /// # Errors

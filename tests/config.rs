@@ -283,6 +283,7 @@ fn session_timing_variables() {
         ("SIMBA_RENEW_INTERVAL", "500ms"),
         ("SIMBA_DRIFT", "2%"),
         ("SIMBA_QUERY_TIMEOUT", "1s 500ms"),
+        ("SIMBA_POLL_INTERVAL", "200ms"),
         ("SIMBA_METADATA", "host-a"),
     ])
     .unwrap();
@@ -293,6 +294,8 @@ fn session_timing_variables() {
     assert_eq!(o.query_timeout(), Duration::from_millis(1500));
     assert_eq!(c.query_timeout(), Duration::from_millis(1500));
     assert_eq!(o.metadata(), "host-a");
+    assert_eq!(o.poll_interval(), Duration::from_millis(200));
+    assert_eq!(o.retry_interval(), Duration::from_millis(200));
     let c = from(&[("SIMBA_URL", "memory://"), ("SIMBA_DRIFT", "0.05")]).unwrap();
     assert!((c.session_options().drift() - 0.05).abs() < 1e-12);
     // Defaults.
@@ -300,6 +303,7 @@ fn session_timing_variables() {
     assert_eq!(o.lease_duration(), Duration::from_secs(15));
     assert_eq!(o.renew_interval(), Duration::from_secs(5));
     assert_eq!(o.query_timeout(), Duration::from_secs(5));
+    assert_eq!(o.poll_interval(), Duration::from_millis(500));
 }
 
 #[test]
@@ -313,6 +317,8 @@ fn bad_values_name_the_variable_and_the_rule() {
         ("SIMBA_RENEW_INTERVAL", "10s", &["renew_interval 10s", "at most lease_duration / 2"]),
         ("SIMBA_QUERY_TIMEOUT", "-1s", &["SIMBA_QUERY_TIMEOUT=\"-1s\" is not a duration"]),
         ("SIMBA_QUERY_TIMEOUT", "1h", &["query_timeout", "at most lease_duration"]),
+        ("SIMBA_POLL_INTERVAL", "0s", &["poll_interval 0ns must be > 0"]),
+        ("SIMBA_POLL_INTERVAL", "often", &["SIMBA_POLL_INTERVAL=\"often\" is not a duration"]),
         ("SIMBA_DRIFT", "lots", &["SIMBA_DRIFT=\"lots\" is not a number", "0.01", "1%"]),
         ("SIMBA_DRIFT", "0.7", &["drift 0.7 must be in [0, 0.5)"]),
         ("SIMBA_DRIFT", "NaN", &["drift NaN must be in [0, 0.5)"]),
@@ -560,6 +566,7 @@ fn env_var_list_is_complete() {
         "SIMBA_RENEW_INTERVAL",
         "SIMBA_DRIFT",
         "SIMBA_QUERY_TIMEOUT",
+        "SIMBA_POLL_INTERVAL",
         "SIMBA_PURGE_INTERVAL",
         "SIMBA_REDIS_WAIT_REPLICAS",
         "SIMBA_REDIS_EVICTION",

@@ -52,6 +52,7 @@ fn allowed(
     drift: Option<f64>,
     query: Option<Duration>,
     workers: Option<usize>,
+    poll: Option<Duration>,
 ) -> bool {
     let l = lease.unwrap_or(Duration::from_secs(15));
     let r = match (renew, lease) {
@@ -69,6 +70,7 @@ fn allowed(
         && !q.is_zero()
         && q <= l
         && (1..=4096).contains(&w)
+        && poll.is_none_or(|p| !p.is_zero())
 }
 
 fn assert_config_error(e: &simba::Error) {
@@ -86,6 +88,7 @@ proptest! {
         drift in proptest::option::of(float()),
         query in proptest::option::of(duration()),
         workers in proptest::option::of(worker_threads()),
+        poll in proptest::option::of(duration()),
     ) {
         let mut b = SessionOptions::builder();
         if let Some(d) = lease { b = b.lease_duration(d); }
@@ -93,12 +96,15 @@ proptest! {
         if let Some(d) = drift { b = b.drift(d); }
         if let Some(d) = query { b = b.query_timeout(d); }
         if let Some(n) = workers { b = b.worker_threads(n); }
-        let expected = allowed(lease, renew, drift, query, workers);
+        if let Some(d) = poll { b = b.poll_interval(d); }
+        let expected = allowed(lease, renew, drift, query, workers, poll);
         match b.build() {
             Ok(o) => {
                 prop_assert!(expected, "built {o:?}, which the rules do not allow");
                 prop_assert!(o.renew_interval() <= o.lease_duration() / 2);
                 prop_assert!(o.query_timeout() <= o.lease_duration());
+                let most = (o.renew_interval() / 2).max(Duration::from_millis(1));
+                prop_assert!(o.retry_interval() >= Duration::from_millis(1) && o.retry_interval() <= most);
             }
             Err(e) => {
                 prop_assert!(!expected, "refused allowed values: {e}");
@@ -128,6 +134,7 @@ proptest! {
         drift in proptest::option::of(float()),
         query in proptest::option::of(duration()),
         workers in proptest::option::of(worker_threads()),
+        poll in proptest::option::of(duration()),
         purge in proptest::option::of(duration()),
         zk in proptest::option::of(duration()),
         url in prop_oneof![Just("memory://"), Just("postgres://u@h/db"), Just("zookeeper://h:2181/r")],
@@ -138,6 +145,7 @@ proptest! {
         if let Some(d) = drift { b = b.drift(d); }
         if let Some(d) = query { b = b.query_timeout(d); }
         if let Some(n) = workers { b = b.worker_threads(n); }
+        if let Some(d) = poll { b = b.poll_interval(d); }
         #[cfg(any(feature = "postgres", feature = "mysql"))]
         if let Some(d) = purge { b = b.purge_interval(d); }
         #[cfg(feature = "zookeeper")]

@@ -374,3 +374,29 @@ fn a_semaphore_waiter_does_not_spin_on_its_own_slot_freed_behind_its_back() {
     assert!(watches <= 1, "the waiter registered {watches} watches in one wait: it spun");
     drop(permit);
 }
+
+#[test]
+fn a_waiter_on_a_backend_without_pushes_polls_at_the_poll_interval_not_half_the_renewal() {
+    // Without pushed releases a waiting lock retried every renew_interval / 2 (+ jitter): here
+    // ~30 s, far past the waiter's 10 s. It now polls every poll_interval (default 500 ms).
+    let opts = SessionOptions::builder()
+        .lease_duration(Duration::from_secs(120))
+        .renew_interval(Duration::from_secs(60))
+        .query_timeout(Duration::from_secs(5))
+        .build()
+        .unwrap();
+    let backend = Forward::memory("no-push", Gate::new());
+    assert!(!simba::LeaseBackend::capabilities(&*backend).push_release);
+    let holder = Session::open(backend.clone(), opts.clone()).unwrap();
+    let lease = holder.try_lock("x").unwrap().expect("free");
+    let waiter_session = Session::open(backend.clone(), opts).unwrap();
+    let waiter = thread::spawn(move || waiter_session.lock_timeout("x", Duration::from_secs(10)).map(|l| l.is_some()));
+    // The waiter's first attempt is busy (its acquire answered while the lease is held).
+    let until = Instant::now() + PATIENCE;
+    while !backend.hook.seen.lock().unwrap().iter().filter(|o| **o == Op::Acquire).nth(1).is_some() {
+        assert!(Instant::now() < until, "the waiter never tried");
+        thread::sleep(Duration::from_millis(2));
+    }
+    lease.release().unwrap();
+    assert!(waiter.join().unwrap().unwrap(), "the waiter got the lease released while it waited, before its deadline");
+}

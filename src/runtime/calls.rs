@@ -38,7 +38,13 @@ impl SessionInner {
     }
 
     pub(crate) fn retry_delay(&self) -> Duration {
-        self.timing.renew_interval / 2 + jitter(self.timing.renew_interval / 4)
+        let base = if self.backend.capabilities().push_release {
+            // A push wakes the waiter; this only covers a lost one.
+            self.options.push_retry_interval()
+        } else {
+            self.options.retry_interval()
+        };
+        base + jitter(base / 2)
     }
 }
 
