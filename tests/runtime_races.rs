@@ -393,7 +393,7 @@ fn a_waiter_on_a_backend_without_pushes_polls_at_the_poll_interval_not_half_the_
     let waiter = thread::spawn(move || waiter_session.lock_timeout("x", Duration::from_secs(10)).map(|l| l.is_some()));
     // The waiter's first attempt is busy (its acquire answered while the lease is held).
     let until = Instant::now() + PATIENCE;
-    while !backend.hook.seen.lock().unwrap().iter().filter(|o| **o == Op::Acquire).nth(1).is_some() {
+    while backend.hook.seen.lock().unwrap().iter().filter(|o| **o == Op::Acquire).count() < 2 {
         assert!(Instant::now() < until, "the waiter never tried");
         thread::sleep(Duration::from_millis(2));
     }
