@@ -614,6 +614,7 @@ mod redis_impl {
         use std::sync::atomic::{AtomicBool, Ordering};
         let mut c = conn(url)?;
         let stop = std::sync::Arc::new(AtomicBool::new(false));
+        let (started_tx, started_rx) = crossbeam_channel::bounded::<()>(1);
         let pinger = {
             let stop = stop.clone();
             std::thread::spawn(move || -> BenchResult<Vec<Duration>> {
@@ -622,10 +623,13 @@ mod redis_impl {
                     let t0 = std::time::Instant::now();
                     let _: String = redis::cmd("PING").query(&mut c)?;
                     rtts.push(t0.elapsed());
+                    let _ = started_tx.try_send(());
                 }
                 Ok(rtts)
             })
         };
+        // `during` starts once the pinger is in its loop.
+        let _ = started_rx.recv_timeout(Duration::from_secs(5));
         let r = during();
         stop.store(true, Ordering::Relaxed);
         let rtts = pinger.join().map_err(|_| err("ping thread panicked"))??;
