@@ -30,6 +30,17 @@ for i = 4, #ARGV - 1, 2 do
     redis.call('HINCRBY', KEYS[1], 'gen', 1)
   end
 end
+-- Writes that bypass simba (a lease hash deleted or rewritten by hand, or evicted) are caught by
+-- checking a few index entries per renewal, chosen at random: all of them while the session holds
+-- at most 16 leases, else each one in 1 of N/16 renewals on average. A lost entry leaves the index.
+local sample = redis.call('HRANDFIELD', KEYS[2], 16, 'WITHVALUES')
+for i = 1, #sample - 1, 2 do
+  local h = redis.call('HMGET', 'simba:lease:{' .. sample[i] .. '}', 'session', 'token')
+  if h[1] ~= sid or h[2] ~= sample[i + 1] then
+    redis.call('HDEL', KEYS[2], sample[i])
+    redis.call('HINCRBY', KEYS[1], 'gen', 1)
+  end
+end
 local gen = redis.call('HGET', KEYS[1], 'gen') or '0'
 local terms = false
 if gen ~= ARGV[3] then

@@ -84,7 +84,8 @@ fn keep_alive_commands_do_not_grow_with_leases() {
     owned(&b, &sid, D); // loads the script (NOSCRIPT, SCRIPT LOAD) before anything is counted
     let mut held = 0;
     let mut costs = Vec::new();
-    for n in [2, 40, 400] {
+    // From 16 leases on, a renewal checks 16 index entries (at random) against their lease hashes.
+    for n in [16, 40, 400] {
         while held < n {
             token(b.acquire(&sid, &name("ka", held)));
             held += 1;
@@ -140,6 +141,39 @@ fn owned_follows_every_change_of_the_index() {
     assert_eq!(two.keep_alive(&sid, D).unwrap(), KeepAlive::Expired);
     two.close_session(&rival).unwrap();
     one.close_session(&sid).unwrap();
+}
+
+#[test]
+fn a_lease_hash_changed_behind_the_sessions_back_is_not_reported() {
+    let r = PrivateRedis::start(&[]);
+    let b = backend(&r);
+    let sid = b.open_session(D, "").unwrap().id;
+    let held: Vec<(Name, Token)> =
+        (0..4).map(|i| (name("tamper", i), token(b.acquire(&sid, &name("tamper", i))))).collect();
+    assert_eq!(owned(&b, &sid, D), held);
+    // Writes that bypass simba: a lease hash deleted, one given to another session, one whose
+    // token changed. At most 16 leases: the next renewal checks every entry.
+    r.cmd(&["DEL", &format!("simba:lease:{{{}}}", held[0].0)]);
+    r.cmd(&["HSET", &format!("simba:lease:{{{}}}", held[1].0), "session", &SessionId::random().to_string()]);
+    r.cmd(&["HINCRBY", &format!("simba:lease:{{{}}}", held[2].0), "token", "1"]);
+    assert_eq!(owned(&b, &sid, D), held[3..].to_vec());
+    assert_eq!(r.cmd(&["HLEN", &format!("simba:session:{{{sid}}}:terms")]), "1", "lost entries leave the index");
+    // With more leases a renewal checks 16 of them at random: a lost one is dropped within a few
+    // renewals (here each renewal finds it with probability 16/100; 300 renewals miss it with
+    // probability below 1e-22).
+    let many: Vec<Name> = (10..110).map(|i| name("tamper", i)).collect();
+    for l in &many {
+        token(b.acquire(&sid, l));
+    }
+    assert_eq!(owned(&b, &sid, D).len(), 101);
+    r.cmd(&["DEL", &format!("simba:lease:{{{}}}", many[50])]);
+    let mut renewals = 0;
+    while owned(&b, &sid, D).iter().any(|(n, _)| *n == many[50]) {
+        renewals += 1;
+        assert!(renewals < 300, "a deleted lease hash was still reported after {renewals} renewals");
+    }
+    assert_eq!(owned(&b, &sid, D).len(), 100);
+    b.close_session(&sid).unwrap();
 }
 
 /// Runs one of the scripts of clients before the session-judged renewal.
