@@ -154,7 +154,7 @@ fn a_lease_hash_changed_behind_the_sessions_back_is_not_reported() {
     // Writes that bypass simba: a lease hash deleted, one given to another session, one whose
     // token changed. At most 16 leases: the next renewal checks every entry.
     r.cmd(&["DEL", &format!("simba:lease:{{{}}}", held[0].0)]);
-    r.cmd(&["HSET", &format!("simba:lease:{{{}}}", held[1].0), "session", &SessionId::random().to_string()]);
+    r.cmd(&["HSET", &format!("simba:lease:{{{}}}", held[1].0), "session", SessionId::random().as_str()]);
     r.cmd(&["HINCRBY", &format!("simba:lease:{{{}}}", held[2].0), "token", "1"]);
     assert_eq!(owned(&b, &sid, D), held[3..].to_vec());
     assert_eq!(r.cmd(&["HLEN", &format!("simba:session:{{{sid}}}:terms")]), "1", "lost entries leave the index");
