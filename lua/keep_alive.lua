@@ -1,13 +1,15 @@
--- simba: renew a session and everything it holds in one script (standalone only: it touches the
--- lease and group keys named by the session's indexes).
--- KEYS[1] simba:session:{sid}, KEYS[2] simba:session:{sid}:leases, KEYS[3] simba:session:{sid}:groups
--- ARGV[1] session id, ARGV[2] lease duration in ms,
--- ARGV[3..] pairs (name, token) of terms the client abandoned: released here, never reported.
--- Returns {-1} when the session is gone, else {remaining_ms, {name1, token1, name2, token2, ...},
--- {group1, group2, ...}}: the leases the session still owns with their tokens, and the groups it is
--- still a member of (score present and unexpired; the others leave the index and are not listed).
--- A lease of this session without a token (only corrupt data has one) yields nil: the client
--- reports an error.
+-- simba: renew a session in one script (standalone only). Its leases need no write: a term lives
+-- while its session key does (see acquire.lua), so the work does not grow with the leases held.
+-- The session's group memberships are renewed one by one (each group is its own sorted set).
+-- KEYS[1] simba:session:{sid}, KEYS[2] simba:session:{sid}:terms, KEYS[3] simba:session:{sid}:groups
+-- ARGV[1] session id, ARGV[2] lease duration in ms, ARGV[3] the `gen` of the lease index the
+-- client last received ('' for none), ARGV[4..] pairs (name, token) of terms the client
+-- abandoned: released here, never reported.
+-- Returns {-1} when the session is gone, else {remaining_ms, gen, terms, {group1, group2, ...}}:
+-- terms is the lease index {name1, token1, name2, token2, ...} (the leases the session owns)
+-- when its gen differs from ARGV[3], else false (nil: unchanged since that listing); the groups
+-- are those the session is still a member of (score present and unexpired; the others leave the
+-- index and are not listed).
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local sid = ARGV[1]
@@ -16,28 +18,36 @@ if redis.call('EXISTS', KEYS[1]) == 0 then
   return {-1}
 end
 redis.call('PEXPIRE', KEYS[1], d)
-local expires = now + d
-for i = 3, #ARGV - 1, 2 do
+for i = 4, #ARGV - 1, 2 do
   local lease = 'simba:lease:{' .. ARGV[i] .. '}'
   local h = redis.call('HMGET', lease, 'session', 'token')
   if h[1] == sid and h[2] == ARGV[i + 1] then
     redis.call('HSET', lease, 'session', '')
     redis.call('PUBLISH', lease, 'released')
   end
-  redis.call('SREM', KEYS[2], ARGV[i])
-end
-local owned, groups = {}, {}
-for _, name in ipairs(redis.call('SMEMBERS', KEYS[2])) do
-  local lease = 'simba:lease:{' .. name .. '}'
-  local h = redis.call('HMGET', lease, 'session', 'token', 'expires')
-  if h[1] == sid and tonumber(h[3] or 0) > now then
-    redis.call('HSET', lease, 'expires', expires)
-    owned[#owned + 1] = name
-    owned[#owned + 1] = h[2] or false
-  else
-    redis.call('SREM', KEYS[2], name)
+  if redis.call('HGET', KEYS[2], ARGV[i]) == ARGV[i + 1] then
+    redis.call('HDEL', KEYS[2], ARGV[i])
+    redis.call('HINCRBY', KEYS[1], 'gen', 1)
   end
 end
+-- Writes that bypass simba (a lease hash deleted or rewritten by hand, or evicted) are caught by
+-- checking a few index entries per renewal, chosen at random: all of them while the session holds
+-- at most 16 leases, else each one in 1 of N/16 renewals on average. A lost entry leaves the index.
+local sample = redis.call('HRANDFIELD', KEYS[2], 16, 'WITHVALUES')
+for i = 1, #sample - 1, 2 do
+  local h = redis.call('HMGET', 'simba:lease:{' .. sample[i] .. '}', 'session', 'token')
+  if h[1] ~= sid or h[2] ~= sample[i + 1] then
+    redis.call('HDEL', KEYS[2], sample[i])
+    redis.call('HINCRBY', KEYS[1], 'gen', 1)
+  end
+end
+local gen = redis.call('HGET', KEYS[1], 'gen') or '0'
+local terms = false
+if gen ~= ARGV[3] then
+  terms = redis.call('HGETALL', KEYS[2])
+end
+local groups = {}
+local expires = now + d
 for _, group in ipairs(redis.call('SMEMBERS', KEYS[3])) do
   local key = 'simba:group:{' .. group .. '}'
   local score = redis.call('ZSCORE', key, sid)
@@ -53,4 +63,4 @@ for _, group in ipairs(redis.call('SMEMBERS', KEYS[3])) do
 end
 redis.call('PEXPIRE', KEYS[2], 2 * d)
 redis.call('PEXPIRE', KEYS[3], 2 * d)
-return {d, owned, groups}
+return {d, gen, terms, groups}

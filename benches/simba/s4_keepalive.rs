@@ -27,6 +27,8 @@ pub fn run(config: &Config, targets: &[Target], report: &mut Report) {
             "max",
             "round trips / keep-alive",
             "server statements / keep-alive",
+            "server time / keep-alive",
+            "concurrent PING p50 / max",
             "target",
         ],
     );
@@ -46,7 +48,12 @@ pub fn run(config: &Config, targets: &[Target], report: &mut Report) {
          `SHOW GLOBAL STATUS LIKE 'Questions'`, ZooKeeper `mntr` zk_packets_received (4lw over its own TCP \
          connection); the counter's own reads are subtracted and the minimum over the samples is shown, because \
          other clients of the shared servers only ever add to it. PostgreSQL's `pg_stat_database` is flushed with a \
-         delay of up to seconds and is not used here.",
+         delay of up to seconds and is not used here. Server time: the p50 over the samples of the requests' \
+         `INFO commandstats` usec (Redis standalone: steady state, and right after a release + re-acquire, when \
+         the renewal lists the changed lease index) (Redis, a script's time includes the commands it runs; other clients add to it). \
+         Concurrent PING: another client on its own connection PINGs in a loop while the same number of \
+         keep-alives run back to back (Redis standalone: the single-threaded server answers it only between \
+         scripts).",
     );
     report.table(&table);
 }
@@ -84,6 +91,14 @@ fn acquire_range(backend: &Arc<dyn LeaseBackend>, sid: &SessionId, names: &[Name
     })
 }
 
+/// The token `sid` holds `name` with (a repeated acquire returns it).
+fn spi_token(backend: &dyn LeaseBackend, sid: &SessionId, name: &Name) -> BenchResult<simba::Token> {
+    match backend.acquire(sid, name)? {
+        simba::backend::Acquire::Acquired { token, .. } => Ok(token),
+        simba::backend::Acquire::Busy => Err(err(format!("lease {name} is not held by the bench session"))),
+    }
+}
+
 fn keep_alive_owned(backend: &dyn LeaseBackend, sid: &SessionId) -> BenchResult<usize> {
     match backend.keep_alive(sid, LEASE)? {
         KeepAlive::Alive { owned, .. } => Ok(owned.len()),
@@ -107,7 +122,8 @@ fn measure(config: &Config, t: &Target) -> BenchResult<Vec<Vec<String>>> {
         Some(c) => targets::self_cost(c)?,
         None => Reading::default(),
     };
-    let mut timing: Vec<(Summary, Option<Reading>)> = Vec::new();
+    #[allow(clippy::type_complexity)]
+    let mut timing: Vec<(Summary, Option<Reading>, Option<String>, Option<Summary>)> = Vec::new();
     let mut have = 0;
     for &n in &counts {
         acquire_range(&backend, &grant.id, &names[have..n])?;
@@ -118,6 +134,7 @@ fn measure(config: &Config, t: &Target) -> BenchResult<Vec<Vec<String>>> {
         }
         let mut times = Vec::new();
         let mut stmts = Reading::MAX;
+        let mut server_us = Vec::new();
         for _ in 0..samples {
             let c0 = match counter.as_deref_mut() {
                 Some(c) => Some(c.read()?),
@@ -127,10 +144,51 @@ fn measure(config: &Config, t: &Target) -> BenchResult<Vec<Vec<String>>> {
             keep_alive_owned(&*backend, &grant.id)?;
             times.push(t0.elapsed());
             if let (Some(c), Some(c0)) = (counter.as_deref_mut(), c0) {
-                stmts = stmts.min(c.read()?.since(c0, cost));
+                let r = c.read()?.since(c0, cost);
+                server_us.extend(r.server_us.map(Duration::from_micros));
+                stmts = stmts.min(r);
             }
         }
-        timing.push((Summary::of(&times), (stmts != Reading::MAX).then_some(stmts)));
+        // Back-to-back keep-alives (at least `samples`, for at least 200 ms) while another client
+        // PINGs: what the renewal costs the others.
+        let ((), pings) = t.pings_during(|| {
+            let t0 = Instant::now();
+            let mut done = 0;
+            while done < samples || t0.elapsed() < Duration::from_millis(200) {
+                keep_alive_owned(&*backend, &grant.id)?;
+                done += 1;
+            }
+            Ok(())
+        })?;
+        let pings = pings.filter(|p| !p.is_empty());
+        // Redis standalone lists the session's lease index only after it changed: the server time of
+        // a keep-alive right after one release + re-acquire (the worst case of a churning session).
+        let mut changed_us = Vec::new();
+        if t.kind == Kind::Redis {
+            if let (Some(c), Some(last)) = (counter.as_deref_mut(), names[..n].last()) {
+                for _ in 0..samples {
+                    backend.release(&grant.id, last, spi_token(&*backend, &grant.id, last)?)?;
+                    spi_acquire(&*backend, &grant.id, last)?;
+                    let c0 = c.read()?;
+                    keep_alive_owned(&*backend, &grant.id)?;
+                    changed_us.extend(c.read()?.since(c0, cost).server_us.map(Duration::from_micros));
+                }
+            }
+        }
+        let server = (!server_us.is_empty()).then(|| {
+            let steady = fmt_dur(Summary::of(&server_us).p50);
+            if changed_us.is_empty() {
+                steady
+            } else {
+                format!("{steady}; {} after an index change", fmt_dur(Summary::of(&changed_us).p50))
+            }
+        });
+        timing.push((
+            Summary::of(&times),
+            (stmts != Reading::MAX).then_some(stmts),
+            server,
+            pings.map(|p| Summary::of(&p)),
+        ));
     }
     let _ = backend.close_session(&grant.id);
     drop(backend);
@@ -159,7 +217,7 @@ fn measure(config: &Config, t: &Target) -> BenchResult<Vec<Vec<String>>> {
 
     let mut rows = Vec::new();
     for (i, &n) in counts.iter().enumerate() {
-        let (s, stmts) = timing[i];
+        let (s, stmts, server, pings) = timing[i].clone();
         let slots: HashSet<u16> = names[..n].iter().map(|nm| redis_slot(&format!("simba:lease:{{{nm}}}"))).collect();
         let target = match t.kind {
             Kind::RedisCluster => format!("≤ 1 per slot in use ({} slots + the session's)", slots.len()),
@@ -173,6 +231,8 @@ fn measure(config: &Config, t: &Target) -> BenchResult<Vec<Vec<String>>> {
             fmt_dur(s.max),
             rts[i].map_or("—".into(), |r| format!("{r:.0}")),
             stmts.map_or("—".into(), |s| s.per(1.0)),
+            server.unwrap_or_else(|| "—".into()),
+            pings.map_or("—".into(), |p| format!("{} / {}", fmt_dur(p.p50), fmt_dur(p.max))),
             target,
         ]);
     }

@@ -293,6 +293,17 @@ impl Target {
         Ok(Some(c))
     }
 
+    /// A concurrent client's `PING` latencies while `during` runs (Redis standalone only: the
+    /// server is single-threaded, so a long script stalls every other client for its length).
+    /// `None` for the other backends.
+    pub fn pings_during<R>(&self, during: impl FnOnce() -> BenchResult<R>) -> BenchResult<(R, Option<Vec<Duration>>)> {
+        match self.kind {
+            #[cfg(feature = "redis")]
+            Kind::Redis => redis_impl::pings_during(&self.url, during).map(|(r, p)| (r, Some(p))),
+            _ => during().map(|r| (r, None)),
+        }
+    }
+
     /// Deletes what the run left behind (SQL lease rows and Redis lease hashes of its names).
     pub fn cleanup(&self, config: &Config) -> BenchResult<()> {
         let pattern = format!("{}%", config.prefix);
@@ -595,6 +606,34 @@ mod redis_impl {
             }
             Ok(r)
         }
+    }
+
+    /// Runs `during` while another thread sends `PING` after `PING` on its own connection; returns
+    /// what `during` returned and every `PING`'s round-trip time.
+    pub fn pings_during<R>(url: &str, during: impl FnOnce() -> BenchResult<R>) -> BenchResult<(R, Vec<Duration>)> {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let mut c = conn(url)?;
+        let stop = std::sync::Arc::new(AtomicBool::new(false));
+        let (started_tx, started_rx) = crossbeam_channel::bounded::<()>(1);
+        let pinger = {
+            let stop = stop.clone();
+            std::thread::spawn(move || -> BenchResult<Vec<Duration>> {
+                let mut rtts = Vec::new();
+                while !stop.load(Ordering::Relaxed) {
+                    let t0 = std::time::Instant::now();
+                    let _: String = redis::cmd("PING").query(&mut c)?;
+                    rtts.push(t0.elapsed());
+                    let _ = started_tx.try_send(());
+                }
+                Ok(rtts)
+            })
+        };
+        // `during` starts once the pinger is in its loop.
+        let _ = started_rx.recv_timeout(Duration::from_secs(5));
+        let r = during();
+        stop.store(true, Ordering::Relaxed);
+        let rtts = pinger.join().map_err(|_| err("ping thread panicked"))??;
+        Ok((r?, rtts))
     }
 
     /// A script that PUBLISHes on a channel named like a lease's (`simba-bench:notify:{…}`, so

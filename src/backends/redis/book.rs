@@ -1,9 +1,11 @@
 //! What the client remembers about each session it works with, beyond what Redis stores:
 //! terms it abandoned (never to be reported as owned, released by later renewals), calls in
-//! flight (so a renewal does not drop an index entry an acquire or join is about to use), and on
-//! Cluster the index entries to drop and renewal follow-ups that keep failing.
+//! flight (so a renewal does not drop an index entry an acquire or join is about to use), on
+//! standalone the last listing of the session's lease index, and on Cluster the index entries to
+//! drop and renewal follow-ups that keep failing.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
@@ -16,8 +18,19 @@ pub(crate) enum Item {
     Group(Name),
 }
 
+/// Standalone: the session's lease index as the last renewal that listed it returned it, with the
+/// index's generation (`gen` in the session hash, bumped by every change of the index). A renewal
+/// names the generation, and the server lists the index again only when it differs.
+#[derive(Debug, Clone)]
+pub(crate) struct Listing {
+    pub gen: String,
+    pub owned: Arc<Vec<(Name, Token)>>,
+}
+
 #[derive(Default)]
 pub(crate) struct Book {
+    /// Standalone: the last listing of the session's lease index.
+    pub listing: Option<Listing>,
     /// Terms an acquire started but reported as failed (late, or not acknowledged by replicas),
     /// remembered for one lease period. Never reported as owned; renewals release them.
     pub abandoned: HashMap<Name, (Token, Instant)>,
@@ -38,7 +51,8 @@ pub(crate) struct Book {
 
 impl Book {
     fn is_empty(&self) -> bool {
-        self.abandoned.is_empty()
+        self.listing.is_none()
+            && self.abandoned.is_empty()
             && self.confirmed.is_empty()
             && self.inflight.is_empty()
             && self.finished.is_empty()

@@ -4,14 +4,16 @@
 //!
 //! | key | type | content |
 //! |---|---|---|
-//! | `simba:lease:{name}` | hash, never expires | `session`, `token`, `expires` (Redis `TIME`, ms); release clears only `session` |
-//! | `simba:session:{sid}` | hash, `PX` = lease duration | `metadata`, `duration`; once gone, renew, acquire and join fail |
-//! | `simba:session:{sid}:leases` | set, same slot | the session's leases |
+//! | `simba:lease:{name}` | hash, never expires | `session`, `token`, `expires` (Cluster: Redis `TIME`, ms; standalone: 2⁵³−1, the term lives with its session); release clears only `session` |
+//! | `simba:session:{sid}` | hash, `PX` = lease duration | `metadata`, `duration`, standalone `gen`; once gone, renew, acquire and join fail (standalone: and its terms end) |
+//! | `simba:session:{sid}:terms` | hash, same slot | standalone: the session's leases, name → token |
+//! | `simba:session:{sid}:leases` | set, same slot | Cluster: the session's leases |
 //! | `simba:session:{sid}:groups` | set, same slot | the session's groups |
 //! | `simba:group:{group}` | sorted set | members (session ids) scored by expiry in Redis time |
 //!
 //! Every operation is a Lua script from `lua/` (run by SHA) and every time decision inside the
-//! scripts uses Redis `TIME`. Standalone runs one script per operation; on Cluster an operation
+//! scripts uses Redis `TIME`. Standalone runs one script per operation, and a term lives while
+//! its session key does, so renewal writes nothing per lease; on Cluster an operation
 //! first calls the session's slot, then one script per other slot involved (see
 //! `docs/backends/redis.md`). Release publishes `released` on channel `simba:lease:{name}`; joins
 //! and leaves publish on `simba:group:{group}`; a dedicated pub/sub thread serves
@@ -380,6 +382,7 @@ mod tests {
     fn keys_and_tags() {
         assert_eq!(scripts::keys::lease("a.b"), "simba:lease:{a.b}");
         assert_eq!(scripts::keys::session_leases("ff"), "simba:session:{ff}:leases");
+        assert_eq!(scripts::keys::session_terms("ff"), "simba:session:{ff}:terms");
         assert_eq!(scripts::keys::tag("simba:group:{g}"), Some("g"));
         assert_eq!(scripts::keys::semaphore("s:1"), "simba:semaphore:{s:1}");
         for s in scripts::SCRIPTS.clustered() {

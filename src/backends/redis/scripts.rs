@@ -9,7 +9,7 @@ use std::sync::LazyLock;
 pub mod lua {
     /// Opens a session (standalone and Cluster).
     pub const OPEN_SESSION: &str = include_str!("../../../lua/open_session.lua");
-    /// Standalone: renews a session, its leases and memberships in one script.
+    /// Standalone: renews a session and its memberships in one script (its leases live with it).
     pub const KEEP_ALIVE: &str = include_str!("../../../lua/keep_alive.lua");
     /// Standalone: acquires a lease.
     pub const ACQUIRE: &str = include_str!("../../../lua/acquire.lua");
@@ -183,9 +183,14 @@ pub(crate) mod keys {
     pub(crate) fn session(sid: &str) -> String {
         format!("simba:session:{{{sid}}}")
     }
-    /// `simba:session:{sid}:leases`.
+    /// `simba:session:{sid}:leases` — Cluster: the session's lease index, a set of names (on
+    /// standalone only clients before the session-judged renewal wrote it).
     pub(crate) fn session_leases(sid: &str) -> String {
         format!("simba:session:{{{sid}}}:leases")
+    }
+    /// `simba:session:{sid}:terms` — standalone: the session's lease index, a hash name → token.
+    pub(crate) fn session_terms(sid: &str) -> String {
+        format!("simba:session:{{{sid}}}:terms")
     }
     /// `simba:session:{sid}:groups`.
     pub(crate) fn session_groups(sid: &str) -> String {

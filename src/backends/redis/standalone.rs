@@ -1,9 +1,12 @@
-//! Operations on a standalone server: one script per operation (the session's keep-alive renews
-//! the session, every lease it holds and every membership in one call).
+//! Operations on a standalone server: one script per operation. A term lives while its session
+//! key does, so the session's keep-alive renews the session and its memberships in one call and
+//! writes nothing per lease; it lists the session's lease index only when the index changed since
+//! the listing this client last received.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::book::Item;
+use super::book::{Item, Listing};
 use super::reply::{self, array, int, string, unexpected};
 use super::scripts::{keys, SCRIPTS};
 use super::{ms, Inner};
@@ -28,8 +31,9 @@ pub(crate) fn open_session(inner: &Inner, d: Duration, metadata: &str) -> Result
 
 pub(crate) fn keep_alive(inner: &Inner, sid: &SessionId, d: Duration) -> Result<KeepAlive> {
     let script = &SCRIPTS.keep_alive;
-    let abandoned = inner.books.with(sid, |b| b.live_abandoned(Instant::now()));
-    let mut args = vec![sid.to_string(), ms(d)];
+    let (abandoned, listing) = inner.books.with(sid, |b| (b.live_abandoned(Instant::now()), b.listing.clone()));
+    let known = listing.as_ref().map(|l| l.gen.clone()).unwrap_or_default();
+    let mut args = vec![sid.to_string(), ms(d), known];
     for (name, token) in &abandoned {
         args.push(name.to_string());
         args.push(token.to_string());
@@ -37,22 +41,37 @@ pub(crate) fn keep_alive(inner: &Inner, sid: &SessionId, d: Duration) -> Result<
     let s = sid.as_str();
     let v = inner.scripting.eval(
         script,
-        &[keys::session(s), keys::session_leases(s), keys::session_groups(s)],
+        &[keys::session(s), keys::session_terms(s), keys::session_groups(s)],
         &args,
         inner.deadline(),
     )?;
-    let Some(Renewed { remaining_ms, owned: all, groups }) = decode_keep_alive(script.name(), &v, sid)? else {
+    let Some(Renewed { remaining_ms, gen, owned: listed, groups }) = decode_keep_alive(script.name(), &v, sid)? else {
         inner.books.forget(sid);
         log::info!("redis session {sid} is expired");
         return Ok(KeepAlive::Expired);
     };
+    // The index is listed only when it changed since the listing the client named (`gen`);
+    // otherwise that listing is still the truth.
+    let all = match listed {
+        Some(pairs) => {
+            let listing = Listing { gen, owned: Arc::new(pairs) };
+            let all = listing.owned.clone();
+            inner.books.with(sid, |b| b.listing = Some(listing));
+            all
+        }
+        None => match listing {
+            Some(l) if l.gen == gen => l.owned,
+            _ => return Err(unexpected(script.name(), &v)),
+        },
+    };
     let mut owned = Vec::with_capacity(all.len());
-    let pairs: Vec<(Name, Token)> =
-        all.into_iter().filter(|(name, _)| !abandoned.iter().any(|(a, _)| a == name)).collect();
     inner.books.with(sid, |b| {
-        for (name, token) in pairs {
-            if b.reportable(&name, token) {
-                owned.push((name, token));
+        for (name, token) in all.iter() {
+            if abandoned.iter().any(|(a, _)| a == name) {
+                continue;
+            }
+            if b.reportable(name, *token) {
+                owned.push((name.clone(), *token));
             } else {
                 log::debug!("session {sid}: not reporting lease {name} (token {token}): its acquire is in flight");
             }
@@ -65,40 +84,51 @@ pub(crate) fn keep_alive(inner: &Inner, sid: &SessionId, d: Duration) -> Result<
 #[derive(Debug, PartialEq)]
 struct Renewed {
     remaining_ms: i64,
-    /// Every lease the session still owns, with its token (abandoned terms included).
-    owned: Vec<(Name, Token)>,
+    /// The generation of the session's lease index.
+    gen: String,
+    /// The lease index — every lease the session owns, with its token (abandoned terms included) —
+    /// or `None` when it did not change since the generation the client sent.
+    owned: Option<Vec<(Name, Token)>>,
     /// Every group the session is still a member of, sorted.
     groups: Vec<Name>,
 }
 
-/// Decodes `{-1}` (`None`: the session is gone) or `{remaining_ms, {name, token, ...}, {group, ...}}`.
-/// Any other shape is a `Backend` error.
+/// Decodes `{-1}` (`None`: the session is gone) or
+/// `{remaining_ms, gen, {name, token, ...} or nil, {group, ...}}`. Any other shape is a `Backend`
+/// error.
 fn decode_keep_alive(script: &str, v: &redis::Value, sid: &SessionId) -> Result<Option<Renewed>> {
     let items = array(v).ok_or_else(|| unexpected(script, v))?;
-    let (first, owned, groups) = match items {
+    let (first, gen, owned, groups) = match items {
         [first] if int(first).is_some_and(|r| r < 0) => return Ok(None),
-        [first, owned, groups] => (first, owned, groups),
+        [first, gen, owned, groups] => (first, gen, owned, groups),
         _ => return Err(unexpected(script, v)),
     };
     let remaining_ms = int(first).filter(|r| *r >= 0).ok_or_else(|| unexpected(script, v))?;
-    let pairs = array(owned).ok_or_else(|| unexpected(script, v))?;
-    let mut leases = Vec::with_capacity(pairs.len() / 2);
-    for pair in pairs.chunks(2) {
-        let [n, t] = pair else { return Err(unexpected(script, v)) };
-        let name = string(n).ok_or_else(|| unexpected(script, v))?;
-        let name = reply::index_name(sid, &name, "lease")?;
-        let token = reply::token(t, &format!("lease {name}"), script)?;
-        leases.push((name, token));
-    }
+    let gen = int(gen).filter(|g| *g >= 0).ok_or_else(|| unexpected(script, v))?.to_string();
+    let owned = match owned {
+        redis::Value::Nil | redis::Value::Boolean(false) => None,
+        owned => {
+            let pairs = array(owned).ok_or_else(|| unexpected(script, v))?;
+            let mut leases = Vec::with_capacity(pairs.len() / 2);
+            for pair in pairs.chunks(2) {
+                let [n, t] = pair else { return Err(unexpected(script, v)) };
+                let name = string(n).ok_or_else(|| unexpected(script, v))?;
+                let name = reply::index_name(sid, &name, "lease")?;
+                let token = reply::token(t, &format!("lease {name}"), script)?;
+                leases.push((name, token));
+            }
+            Some(leases)
+        }
+    };
     let groups = reply::group_names(groups, sid, script)?;
-    Ok(Some(Renewed { remaining_ms, owned: leases, groups }))
+    Ok(Some(Renewed { remaining_ms, gen, owned, groups }))
 }
 
 pub(crate) fn close_session(inner: &Inner, sid: &SessionId) -> Result<()> {
     let s = sid.as_str();
     inner.scripting.eval(
         &SCRIPTS.close_session,
-        &[keys::session(s), keys::session_leases(s), keys::session_groups(s)],
+        &[keys::session(s), keys::session_terms(s), keys::session_groups(s), keys::session_leases(s)],
         &[sid.to_string()],
         inner.deadline(),
     )?;
@@ -132,7 +162,7 @@ fn decode_acquire(script: &str, v: &redis::Value, name: &Name) -> Result<Acquire
 pub(crate) fn acquire(inner: &Inner, sid: &SessionId, name: &Name) -> Result<Acquire> {
     let script = &SCRIPTS.acquire;
     let s = sid.as_str();
-    let keys = [keys::session(s), keys::session_leases(s), keys::lease(name.as_str())];
+    let keys = [keys::session(s), keys::session_terms(s), keys::lease(name.as_str())];
     let args = [sid.to_string(), name.to_string()];
     let deadline = inner.deadline();
     let _guard = inner.books.inflight(sid, Item::Lease(name.clone()));
@@ -158,7 +188,7 @@ pub(crate) fn acquire(inner: &Inner, sid: &SessionId, name: &Name) -> Result<Acq
                 if abandoned {
                     let released = inner.scripting.eval(
                         &SCRIPTS.release,
-                        &[keys::session_leases(s), keys::lease(name.as_str())],
+                        &[keys::session(s), keys::session_terms(s), keys::lease(name.as_str())],
                         &[sid.to_string(), name.to_string(), token.to_string()],
                         inner.cleanup_deadline(deadline),
                     );
@@ -191,7 +221,7 @@ pub(crate) fn release(inner: &Inner, sid: &SessionId, name: &Name, token: Token)
     let s = sid.as_str();
     inner.scripting.eval(
         &SCRIPTS.release,
-        &[keys::session_leases(s), keys::lease(name.as_str())],
+        &[keys::session(s), keys::session_terms(s), keys::lease(name.as_str())],
         &[sid.to_string(), name.to_string(), token.to_string()],
         inner.deadline(),
     )?;
@@ -314,6 +344,7 @@ mod tests {
         assert_eq!(d(Value::Array(vec![Value::Int(-1)])).unwrap(), None);
         let v = Value::Array(vec![
             Value::Int(900),
+            Value::Int(3),
             Value::Array(vec![bulk("a"), bulk("7")]),
             Value::Array(vec![bulk("g2"), bulk("g1"), bulk("g2")]),
         ]);
@@ -321,12 +352,21 @@ mod tests {
             d(v).unwrap(),
             Some(Renewed {
                 remaining_ms: 900,
-                owned: vec![(name("a"), Token::new(7).unwrap())],
+                gen: "3".into(),
+                owned: Some(vec![(name("a"), Token::new(7).unwrap())]),
                 groups: vec![name("g1"), name("g2")],
             })
         );
-        let empty = Value::Array(vec![Value::Int(5), Value::Array(vec![]), Value::Array(vec![])]);
-        assert_eq!(d(empty).unwrap(), Some(Renewed { remaining_ms: 5, owned: vec![], groups: vec![] }));
+        let empty = Value::Array(vec![Value::Int(5), bulk("0"), Value::Array(vec![]), Value::Array(vec![])]);
+        assert_eq!(
+            d(empty).unwrap(),
+            Some(Renewed { remaining_ms: 5, gen: "0".into(), owned: Some(vec![]), groups: vec![] })
+        );
+        let unchanged = Value::Array(vec![Value::Int(5), Value::Int(12), Value::Nil, Value::Array(vec![])]);
+        assert_eq!(
+            d(unchanged).unwrap(),
+            Some(Renewed { remaining_ms: 5, gen: "12".into(), owned: None, groups: vec![] })
+        );
     }
 
     #[test]
@@ -334,24 +374,30 @@ mod tests {
         let sid = SessionId::random();
         let ok_leases = || Value::Array(vec![bulk("a"), bulk("7")]);
         let ok_groups = || Value::Array(vec![bulk("g")]);
+        let gen = || Value::Int(1);
         let bad = [
             Value::Nil,
             Value::Int(5),
             Value::Array(vec![]),
-            // the old flat format
+            // the flat format before the groups, and the format before the index generation
             Value::Array(vec![Value::Int(5), bulk("a"), bulk("7")]),
-            Value::Array(vec![Value::Int(5), ok_leases()]),
-            Value::Array(vec![Value::Int(5), ok_leases(), ok_groups(), Value::Array(vec![])]),
-            Value::Array(vec![bulk("x"), ok_leases(), ok_groups()]),
-            Value::Array(vec![Value::Int(-1), ok_leases(), ok_groups()]),
-            Value::Array(vec![Value::Int(5), Value::Array(vec![bulk("a")]), ok_groups()]),
-            Value::Array(vec![Value::Int(5), Value::Array(vec![bulk("a"), Value::Nil]), ok_groups()]),
-            Value::Array(vec![Value::Int(5), Value::Array(vec![bulk("a"), bulk("x")]), ok_groups()]),
-            Value::Array(vec![Value::Int(5), Value::Array(vec![bulk(""), bulk("7")]), ok_groups()]),
-            Value::Array(vec![Value::Int(5), ok_leases(), bulk("g")]),
-            Value::Array(vec![Value::Int(5), ok_leases(), Value::Array(vec![Value::Nil])]),
-            Value::Array(vec![Value::Int(5), ok_leases(), Value::Array(vec![bulk("")])]),
-            Value::Array(vec![Value::Int(5), ok_leases(), Value::Array(vec![Value::Array(vec![])])]),
+            Value::Array(vec![Value::Int(5), ok_leases(), ok_groups()]),
+            Value::Array(vec![Value::Int(5), gen(), ok_leases()]),
+            Value::Array(vec![Value::Int(5), gen(), ok_leases(), ok_groups(), Value::Array(vec![])]),
+            Value::Array(vec![bulk("x"), gen(), ok_leases(), ok_groups()]),
+            Value::Array(vec![Value::Int(-1), gen(), ok_leases(), ok_groups()]),
+            Value::Array(vec![Value::Int(5), bulk("x"), ok_leases(), ok_groups()]),
+            Value::Array(vec![Value::Int(5), Value::Int(-2), ok_leases(), ok_groups()]),
+            Value::Array(vec![Value::Int(5), Value::Nil, ok_leases(), ok_groups()]),
+            Value::Array(vec![Value::Int(5), gen(), bulk("a"), ok_groups()]),
+            Value::Array(vec![Value::Int(5), gen(), Value::Array(vec![bulk("a")]), ok_groups()]),
+            Value::Array(vec![Value::Int(5), gen(), Value::Array(vec![bulk("a"), Value::Nil]), ok_groups()]),
+            Value::Array(vec![Value::Int(5), gen(), Value::Array(vec![bulk("a"), bulk("x")]), ok_groups()]),
+            Value::Array(vec![Value::Int(5), gen(), Value::Array(vec![bulk(""), bulk("7")]), ok_groups()]),
+            Value::Array(vec![Value::Int(5), gen(), ok_leases(), bulk("g")]),
+            Value::Array(vec![Value::Int(5), gen(), ok_leases(), Value::Array(vec![Value::Nil])]),
+            Value::Array(vec![Value::Int(5), gen(), ok_leases(), Value::Array(vec![bulk("")])]),
+            Value::Array(vec![Value::Int(5), gen(), ok_leases(), Value::Array(vec![Value::Array(vec![])])]),
         ];
         for v in bad {
             let e = decode_keep_alive("keep_alive", &v, &sid).unwrap_err();

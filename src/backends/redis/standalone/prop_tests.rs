@@ -26,23 +26,28 @@ proptest! {
     #[test]
     fn keep_alive_replies_round_trip(
         remaining_ms in 0i64..i64::MAX,
-        owned in proptest::collection::vec((name(), 1i64..i64::MAX), 0..6),
+        gen in 0i64..i64::MAX,
+        owned in proptest::option::of(proptest::collection::vec((name(), 1i64..i64::MAX), 0..6)),
         groups in proptest::collection::vec(name(), 0..6),
     ) {
         let sid = SessionId::from_u64(7);
-        let pairs = owned.iter().flat_map(|(n, t)| [bulk(n.as_str()), Value::Int(*t)]).collect();
+        let listed = match &owned {
+            Some(owned) => Value::Array(owned.iter().flat_map(|(n, t)| [bulk(n.as_str()), Value::Int(*t)]).collect()),
+            None => Value::Nil,
+        };
         let v = Value::Array(vec![
             Value::Int(remaining_ms),
-            Value::Array(pairs),
+            Value::Int(gen),
+            listed,
             Value::Array(groups.iter().map(|g| bulk(g.as_str())).collect()),
         ]);
         let got = decode_keep_alive("keep_alive.lua", &v, &sid).unwrap().unwrap();
         let mut want_groups = groups.clone();
         want_groups.sort();
         want_groups.dedup();
-        let want_owned =
-            owned.iter().map(|(n, t)| (n.clone(), crate::Token::new(*t as u64).unwrap())).collect();
-        prop_assert_eq!(got, Renewed { remaining_ms, owned: want_owned, groups: want_groups });
+        let want_owned = owned
+            .map(|o| o.iter().map(|(n, t)| (n.clone(), crate::Token::new(*t as u64).unwrap())).collect());
+        prop_assert_eq!(got, Renewed { remaining_ms, gen: gen.to_string(), owned: want_owned, groups: want_groups });
     }
 
     #[test]

@@ -1,0 +1,268 @@
+//! Redis standalone keep-alive: a term lives while its session key does, so renewal writes nothing
+//! per lease and its server work does not grow with the leases held; `owned` stays exact as the
+//! session's lease index changes (from this client or another one); and the scripts of clients
+//! before this change (`tests/lua/legacy/`, verbatim copies) and the current ones never both grant
+//! one term on one server.
+//!
+//! Each test runs on its own private `redis-server` (`INFO` counters are per server; never the
+//! shared one): `redis-server` must be installed (`scripts/services up redis`).
+#![cfg(feature = "redis")]
+
+#[path = "redis_private.rs"]
+mod private;
+mod support;
+
+use std::thread;
+use std::time::{Duration, Instant};
+
+use private::PrivateRedis;
+use simba::backends::redis::{RedisBackend, RedisOptions};
+use simba::{Acquire, KeepAlive, LeaseBackend, Name, SessionId, Token};
+
+const D: Duration = Duration::from_secs(30);
+
+fn backend(r: &PrivateRedis) -> RedisBackend {
+    let options = RedisOptions::builder().query_timeout(Duration::from_secs(5)).build().unwrap();
+    RedisBackend::connect(&r.url(), options)
+        .unwrap_or_else(|e| panic!("cannot connect to the private redis at {}: {e}", r.url()))
+}
+
+fn name(prefix: &str, i: usize) -> Name {
+    Name::new(format!("{prefix}-{i}")).unwrap()
+}
+
+fn token(r: simba::Result<Acquire>) -> Token {
+    match r {
+        Ok(Acquire::Acquired { token, .. }) => token,
+        other => panic!("expected Acquired, got {other:?}"),
+    }
+}
+
+fn owned(b: &RedisBackend, sid: &SessionId, d: Duration) -> Vec<(Name, Token)> {
+    match b.keep_alive(sid, d).unwrap() {
+        KeepAlive::Alive { mut owned, .. } => {
+            owned.sort();
+            owned
+        }
+        KeepAlive::Expired => panic!("session {sid} unexpectedly expired"),
+    }
+}
+
+/// Commands the backend's own connections send at any time, and `INFO` (this count): the pub/sub
+/// thread connects (`HELLO`, `CLIENT SETNAME`/`SETINFO`, `SELECT`) and pings its idle connection.
+const NOT_COUNTED: [&str; 6] = ["ping", "info", "client", "hello", "select", "auth"];
+
+/// Every command the server ran (those inside scripts included, `INFO commandstats`), but
+/// [`NOT_COUNTED`].
+fn commands(r: &PrivateRedis) -> u64 {
+    let info = r.cmd(&["INFO", "commandstats"]);
+    let mut total = 0;
+    for line in info.lines() {
+        let Some((cmd, stats)) = line.strip_prefix("cmdstat_").and_then(|l| l.split_once(':')) else { continue };
+        if NOT_COUNTED.contains(&cmd) || cmd.starts_with("client|") {
+            continue;
+        }
+        let calls = stats.split(',').find_map(|kv| kv.strip_prefix("calls=")).and_then(|c| c.parse::<u64>().ok());
+        total += calls.unwrap_or_else(|| panic!("commandstats line without calls=: {line}"));
+    }
+    total
+}
+
+/// Commands one keep-alive of `sid` ran on the server, and the leases it reported.
+fn keep_alive_commands(r: &PrivateRedis, b: &RedisBackend, sid: &SessionId) -> (u64, usize) {
+    let before = commands(r);
+    let n = owned(b, sid, D).len();
+    (commands(r) - before, n)
+}
+
+#[test]
+fn keep_alive_commands_do_not_grow_with_leases() {
+    let r = PrivateRedis::start(&[]);
+    let b = backend(&r);
+    let sid = b.open_session(D, "").unwrap().id;
+    b.join(&sid, &Name::new("g").unwrap()).unwrap();
+    owned(&b, &sid, D); // loads the script (NOSCRIPT, SCRIPT LOAD) before anything is counted
+    let mut held = 0;
+    let mut costs = Vec::new();
+    // From 16 leases on, a renewal checks 16 index entries (at random) against their lease hashes.
+    for n in [16, 40, 400] {
+        while held < n {
+            token(b.acquire(&sid, &name("ka", held)));
+            held += 1;
+        }
+        // The first renewal after a change lists the index; the next ones do not.
+        let listing = keep_alive_commands(&r, &b, &sid);
+        let steady = keep_alive_commands(&r, &b, &sid);
+        assert_eq!((listing.1, steady.1), (n, n), "owned leases reported");
+        costs.push((n, listing.0, steady.0));
+    }
+    let (_, listing, steady) = costs[0];
+    for (n, l, s) in &costs {
+        assert_eq!((*l, *s), (listing, steady), "commands per keep-alive grew with the leases held: {costs:?} at {n}");
+    }
+    assert!(steady <= listing, "{costs:?}");
+    b.close_session(&sid).unwrap();
+}
+
+#[test]
+fn owned_follows_every_change_of_the_index() {
+    let r = PrivateRedis::start(&[]);
+    let (one, two) = (backend(&r), backend(&r));
+    let sid = one.open_session(D, "").unwrap().id;
+    let (a, b, c) = (name("own", 0), name("own", 1), name("own", 2));
+    let ta = token(one.acquire(&sid, &a));
+    let tb = token(one.acquire(&sid, &b));
+    assert_eq!(owned(&one, &sid, D), vec![(a.clone(), ta), (b.clone(), tb)]);
+    assert_eq!(owned(&one, &sid, D), vec![(a.clone(), ta), (b.clone(), tb)], "unchanged index, same report");
+    one.release(&sid, &a, ta).unwrap();
+    assert_eq!(owned(&one, &sid, D), vec![(b.clone(), tb)], "a released lease is still reported");
+    // Another backend (its own books, no listing) changes the same session's index: the first
+    // backend's next renewal sees it.
+    let tc = token(two.acquire(&sid, &c));
+    assert_eq!(owned(&one, &sid, D), vec![(b.clone(), tb), (c.clone(), tc)]);
+    assert_eq!(owned(&two, &sid, D), vec![(b.clone(), tb), (c.clone(), tc)]);
+    two.release(&sid, &b, tb).unwrap();
+    assert_eq!(owned(&one, &sid, D), vec![(c.clone(), tc)]);
+    // A new term of a released name is a new entry with the next token.
+    let ta2 = token(one.acquire(&sid, &a));
+    assert!(ta2 > ta);
+    assert_eq!(owned(&two, &sid, D), vec![(a.clone(), ta2), (c.clone(), tc)]);
+    // A release of an older term that lands late changes nothing.
+    two.release(&sid, &a, ta).unwrap();
+    assert_eq!(owned(&one, &sid, D), vec![(a.clone(), ta2), (c.clone(), tc)]);
+    // Another session cannot take a term while this session's key lives; once it is gone the
+    // session is expired, never alive with fewer leases.
+    let rival = two.open_session(D, "").unwrap().id;
+    assert_eq!(two.acquire(&rival, &c).unwrap(), Acquire::Busy);
+    r.cmd(&["DEL", &format!("simba:session:{{{sid}}}")]);
+    assert!(two.holder(&c).unwrap().is_none());
+    assert!(token(two.acquire(&rival, &c)) > tc);
+    assert_eq!(one.keep_alive(&sid, D).unwrap(), KeepAlive::Expired);
+    assert_eq!(two.keep_alive(&sid, D).unwrap(), KeepAlive::Expired);
+    two.close_session(&rival).unwrap();
+    one.close_session(&sid).unwrap();
+}
+
+#[test]
+fn a_lease_hash_changed_behind_the_sessions_back_is_not_reported() {
+    let r = PrivateRedis::start(&[]);
+    let b = backend(&r);
+    let sid = b.open_session(D, "").unwrap().id;
+    let held: Vec<(Name, Token)> =
+        (0..4).map(|i| (name("tamper", i), token(b.acquire(&sid, &name("tamper", i))))).collect();
+    assert_eq!(owned(&b, &sid, D), held);
+    // Writes that bypass simba: a lease hash deleted, one given to another session, one whose
+    // token changed. At most 16 leases: the next renewal checks every entry.
+    r.cmd(&["DEL", &format!("simba:lease:{{{}}}", held[0].0)]);
+    r.cmd(&["HSET", &format!("simba:lease:{{{}}}", held[1].0), "session", SessionId::random().as_str()]);
+    r.cmd(&["HINCRBY", &format!("simba:lease:{{{}}}", held[2].0), "token", "1"]);
+    assert_eq!(owned(&b, &sid, D), held[3..].to_vec());
+    assert_eq!(r.cmd(&["HLEN", &format!("simba:session:{{{sid}}}:terms")]), "1", "lost entries leave the index");
+    // With more leases a renewal checks 16 of them at random: a lost one is dropped within a few
+    // renewals (here each renewal finds it with probability 16/100; 300 renewals miss it with
+    // probability below 1e-22).
+    let many: Vec<Name> = (10..110).map(|i| name("tamper", i)).collect();
+    for l in &many {
+        token(b.acquire(&sid, l));
+    }
+    assert_eq!(owned(&b, &sid, D).len(), 101);
+    r.cmd(&["DEL", &format!("simba:lease:{{{}}}", many[50])]);
+    let mut renewals = 0;
+    while owned(&b, &sid, D).iter().any(|(n, _)| *n == many[50]) {
+        renewals += 1;
+        assert!(renewals < 300, "a deleted lease hash was still reported after {renewals} renewals");
+    }
+    assert_eq!(owned(&b, &sid, D).len(), 100);
+    b.close_session(&sid).unwrap();
+}
+
+/// Runs one of the scripts of clients before the session-judged renewal.
+fn legacy(r: &PrivateRedis, script: &str, keys: &[String], args: &[String]) -> redis::Value {
+    let code = match script {
+        "acquire" => include_str!("lua/legacy/acquire.lua"),
+        "keep_alive" => include_str!("lua/legacy/keep_alive.lua"),
+        "holder" => include_str!("lua/legacy/holder.lua"),
+        "close_session" => include_str!("lua/legacy/close_session.lua"),
+        other => panic!("no legacy script {other}"),
+    };
+    let mut con = redis::Client::open(r.url()).unwrap().get_connection().unwrap();
+    let mut cmd = redis::cmd("EVAL");
+    cmd.arg(code).arg(keys.len()).arg(keys).arg(args);
+    cmd.query(&mut con).unwrap_or_else(|e| panic!("legacy {script}: {e}"))
+}
+
+fn legacy_acquire(r: &PrivateRedis, sid: &SessionId, l: &Name) -> Option<u64> {
+    let s = sid.as_str();
+    let keys =
+        [format!("simba:session:{{{s}}}"), format!("simba:session:{{{s}}}:leases"), format!("simba:lease:{{{l}}}")];
+    match legacy(r, "acquire", &keys, &[s.to_string(), l.to_string()]) {
+        redis::Value::Array(v) => match v.as_slice() {
+            [redis::Value::Int(1), redis::Value::Int(t), ..] => Some(*t as u64),
+            [redis::Value::Int(0)] => None,
+            other => panic!("legacy acquire: {other:?}"),
+        },
+        other => panic!("legacy acquire: {other:?}"),
+    }
+}
+
+fn legacy_keep_alive(r: &PrivateRedis, sid: &SessionId, d: Duration) {
+    let s = sid.as_str();
+    let keys = [
+        format!("simba:session:{{{s}}}"),
+        format!("simba:session:{{{s}}}:leases"),
+        format!("simba:session:{{{s}}}:groups"),
+    ];
+    legacy(r, "keep_alive", &keys, &[s.to_string(), d.as_millis().to_string()]);
+}
+
+fn legacy_holder(r: &PrivateRedis, l: &Name) -> Option<String> {
+    match legacy(r, "holder", &[format!("simba:lease:{{{l}}}")], &[]) {
+        redis::Value::Array(v) if v.is_empty() => None,
+        redis::Value::Array(v) => Some(private::value_string(&v[0])),
+        other => panic!("legacy holder: {other:?}"),
+    }
+}
+
+#[test]
+fn old_and_new_scripts_never_both_hold_a_term() {
+    let r = PrivateRedis::start(&[]);
+    let b = backend(&r);
+    let short = Duration::from_millis(600);
+    // An old client's session (open_session.lua did not change) holds `old` by the old rules.
+    let old_client = b.open_session(short, "old").unwrap().id;
+    let (old, new) = (name("mixed", 0), name("mixed", 1));
+    let t_old = legacy_acquire(&r, &old_client, &old).expect("the old client takes a free lease");
+    let me = b.open_session(D, "new").unwrap().id;
+    for _ in 0..3 {
+        legacy_keep_alive(&r, &old_client, short);
+        assert_eq!(b.acquire(&me, &old).unwrap(), Acquire::Busy, "new took an old client's live term");
+        assert_eq!(b.holder(&old).unwrap().map(|h| (h.session, h.token.get())), Some((old_client.clone(), t_old)));
+        thread::sleep(short / 4);
+    }
+    // A term the new scripts started is busy for the old ones while its session lives.
+    let t_new = token(b.acquire(&me, &new));
+    assert_eq!(legacy_acquire(&r, &old_client, &new), None, "an old client took a new client's live term");
+    assert_eq!(legacy_holder(&r, &new).as_deref(), Some(me.as_str()));
+    // The old client stops renewing: its term ends with its session, for both.
+    let end = Instant::now() + short * 2;
+    while Instant::now() < end {
+        owned(&b, &me, D);
+        thread::sleep(short / 4);
+    }
+    assert!(b.holder(&old).unwrap().is_none());
+    assert_eq!(token(b.acquire(&me, &old)).get(), t_old + 1, "the takeover continues the old token");
+    assert_eq!(owned(&b, &me, D), vec![(old.clone(), Token::new(t_old + 1).unwrap()), (new.clone(), t_new)]);
+    // The new client's session ends: an old client takes over with the next token.
+    let late = b.open_session(short, "old again").unwrap().id;
+    r.cmd(&["DEL", &format!("simba:session:{{{me}}}")]);
+    assert_eq!(legacy_acquire(&r, &late, &new), Some(t_new.get() + 1));
+    assert_eq!(legacy_acquire(&r, &late, &old), Some(t_old + 2));
+    // A new client closing an old client's session by id releases the old session's leases.
+    let (tx, rx) = crossbeam_channel::unbounded();
+    assert!(b.watch(&simba::Topic::Lease(new.clone()), &tx).unwrap());
+    b.close_session(&late).unwrap();
+    assert_eq!(r.cmd(&["HGET", &format!("simba:lease:{{{new}}}"), "session"]), "");
+    assert_eq!(r.cmd(&["HGET", &format!("simba:lease:{{{old}}}"), "session"]), "");
+    assert_eq!(rx.recv_timeout(Duration::from_secs(5)).unwrap(), simba::Notification::Released(new.clone()));
+    assert_eq!(r.cmd(&["EXISTS", &format!("simba:session:{{{late}}}:leases")]), "0");
+}
