@@ -113,7 +113,7 @@ pub enum Invariant {
     /// change (everyone on the first); and it lists no session that died or left the group more than
     /// five lease durations before it was received (the watcher uses a reply at most a query
     /// timeout after its call started and inline backends answer at once; the application drains
-    /// the stream at once, so the rest is the explorer's scheduling: a change's read was at most 2.4
+    /// the stream at once, so the rest is the explorer's scheduling: a change's read was at most 2.5
     /// leases old when received over 9,000 clean seeds). The reads rest on what `members-live`
     /// rests on.
     WatchLive,
@@ -124,7 +124,7 @@ pub enum Invariant {
     /// durations after the outage instead. The watcher reads at least every `renew_interval / 2 +
     /// renew_interval / 4` (a quarter lease) plus two calls bounded by the query timeout, whether or
     /// not pushes are lost or duplicated; a read fails with probability under 1/4 outside the outage,
-    /// so four leases leave room for a dozen reads (the longest seen over 9,000 clean seeds was 1.7
+    /// so four leases leave room for a dozen reads (the longest seen over 9,000 clean seeds was 2.1
     /// leases). A backend that loses data forgets joins, hence `tokenReset`.
     WatchSeesJoin,
 }
