@@ -372,6 +372,98 @@ pub enum Event {
         /// Election (lease) name.
         name: Name,
     },
+    /// What one of the application's leader tasks (`Election::run_while_leader`) did (shipped-runtime
+    /// simulation only).
+    LeaderTask {
+        /// Client index.
+        client: u8,
+        /// The task (run-wide number).
+        task: u64,
+        /// Election (lease) name.
+        name: Name,
+        /// What happened.
+        what: TaskStep,
+    },
+    /// What one of the application's member watches (`Session::watch_members`) did (shipped-runtime
+    /// simulation only).
+    Watch {
+        /// Client index.
+        client: u8,
+        /// The watch (run-wide number).
+        watch: u64,
+        /// Group.
+        group: Name,
+        /// What happened.
+        what: WatchStep,
+    },
+    /// The seed's outage: every backend call fails between these real instants (ns).
+    Outage {
+        /// Real time it starts.
+        from: u64,
+        /// Real time it ends.
+        until: u64,
+    },
+    /// The run's teardown begins: from now on every call completes at once and the clock jumps far
+    /// ahead, so bounded waits (a task's exit, a watcher's latency) are not checked past it.
+    Teardown,
+}
+
+/// A step of a leader task ([`Event::LeaderTask`]).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum TaskStep {
+    /// `run_while_leader` returned: the task runs for the election of session `sess` (`durable`: a
+    /// `Coordinator`'s election, which moves to new sessions).
+    Started {
+        /// Session label.
+        sess: u32,
+        /// A coordinator's election.
+        durable: bool,
+    },
+    /// The task's closure ran and, under the history lock right after a sample of every handle, read
+    /// `LeaderContext::is_cancelled()` then `LeaderContext::token()`.
+    Work {
+        /// The election's session now (label).
+        sess: u32,
+        /// `LeaderContext::granted_token()`.
+        granted: Token,
+        /// What `is_cancelled()` answered (read first).
+        cancelled: bool,
+        /// What `token()` answered (read second), if Ok.
+        token: Option<Token>,
+        /// The election's handle is still sampled (its `token()` answer is in the same sample).
+        registered: bool,
+    },
+    /// `Election::resign()` returned, or dropping the election did.
+    ElectionEnded,
+    /// Dropping the `LeaderTask` returned (it asks the task to stop, without waiting).
+    Dropped,
+    /// `LeaderTask::stop()` returned (it waits for the closure's current call).
+    Stopped,
+    /// The task's thread ended (its closure was dropped).
+    Exited,
+}
+
+/// A step of a member watch ([`Event::Watch`]).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum WatchStep {
+    /// `watch_members` returned, on session `sess` (`None`: a `Coordinator`'s watch).
+    Started {
+        /// Session label.
+        sess: Option<u32>,
+    },
+    /// The application received a `GroupChange` (session labels, sorted).
+    Change {
+        /// `GroupChange::members`.
+        members: Vec<u32>,
+        /// `GroupChange::joined`.
+        joined: Vec<u32>,
+        /// `GroupChange::left`.
+        left: Vec<u32>,
+    },
+    /// A receive reported the watcher stopped (its session ended).
+    Disconnected,
+    /// The application dropped the watch.
+    Dropped,
 }
 
 pub(crate) fn ms(d: Duration) -> u64 {

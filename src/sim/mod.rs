@@ -59,7 +59,7 @@ use std::ops::Range;
 use std::time::Duration;
 
 pub use check::{check, Invariant, Premise, Violation};
-pub use history::{Event, Record};
+pub use history::{Event, Record, TaskStep, WatchStep};
 
 /// Which backend the clients run against.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -71,6 +71,9 @@ pub(crate) struct HistState {
     /// Pushed notifications on their way: what the memory backend sent on a watch's own channel,
     /// relayed to the runtime's channel by [`SimBackend::pump`].
     relays: Vec<(Receiver<Notification>, Sender<Notification>)>,
+    /// Per group: the last `members` evaluation (real ns, answer), for
+    /// [`SimBackend::stale_member_reads`].
+    snapshots: HashMap<Name, (u64, Vec<Member>)>,
 }
 
 /// The history shared by the backend, the samplers and the clock driver.
@@ -156,6 +159,12 @@ pub(crate) struct SimBackend {
     /// The old SPI's release: frees whatever term the session holds (see
     /// [`Scenario::old_release_any_term`](super::Scenario::old_release_any_term)).
     pub(crate) old_release_any_term: bool,
+    /// `members` answers a snapshot of the group, evaluated only when over ten leases old (see
+    /// [`Scenario::stale_member_reads`](super::Scenario::stale_member_reads)).
+    pub(crate) stale_member_reads: bool,
+    /// Every `members` reply is lost (see
+    /// [`Scenario::member_replies_lost`](super::Scenario::member_replies_lost)).
+    pub(crate) member_replies_lost: bool,
 }
 
 impl SimBackend {
@@ -178,6 +187,8 @@ impl SimBackend {
             quiet: AtomicBool::new(false),
             inline,
             old_release_any_term: false,
+            stale_member_reads: false,
+            member_replies_lost: false,
         }
     }
 
@@ -473,12 +484,32 @@ impl LeaseBackend for SimBackend {
     }
 
     fn members(&self, group: &Name) -> Result<Vec<Member>> {
-        self.call(|h, hist, b| {
+        let quiet = self.quiet.load(Ordering::SeqCst);
+        let r = self.call(|h, hist, b| {
+            if self.stale_member_reads && !quiet {
+                // A lagging replica: the snapshot, while it is under ten leases old.
+                let lag = ns(self.query_timeout) * 30;
+                if let Some((at, r)) = h.snapshots.get(group).filter(|(at, _)| hist.t() < at + lag) {
+                    let _ = at;
+                    return Ok(r.clone());
+                }
+            }
             let r = self.mem.members(group)?;
             let mut members: Vec<u32> = r.iter().map(|m| Self::label(h, &m.session)).collect();
             members.sort_unstable();
             hist.push(h, Event::MembersRead { node: 0, b, client: u8::MAX, group: group.clone(), members });
+            if self.stale_member_reads {
+                let t = hist.t();
+                h.snapshots.insert(group.clone(), (t, r.clone()));
+            }
             Ok(r)
-        })
+        });
+        if self.member_replies_lost && !quiet && r.is_ok() {
+            return Err(Error::new(
+                ErrorKind::Unavailable,
+                "simulated: the members call took effect, its reply was lost",
+            ));
+        }
+        r
     }
 }

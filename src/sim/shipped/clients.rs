@@ -1,7 +1,13 @@
 //! The application side of a run: user threads calling the real API (`Session::open`, `lock_timeout`,
-//! `try_lock`, `Lease::release`, `campaign`, `Election::resign`, `join`, `Membership::leave`,
-//! `members`, `leader`, `Session::close`, and drops), and the sampler that records when
-//! `token()`, `is_leader()`, `is_member()` and `is_alive()` change their answer.
+//! `try_lock`, `Lease::release`, `campaign`, `Election::resign`, `Election::run_while_leader`
+//! and its `LeaderTask::stop`/drop, `join`, `Membership::leave`, `members`, `watch_members`,
+//! `leader`, `Session::close`, and drops), and the sampler that records when `token()`,
+//! `is_leader()`, `is_member()` and `is_alive()` change their answer.
+//!
+//! A leader task's closure records every call ([`TaskStep::Work`]) under the history lock right
+//! after a sample, so what its `LeaderContext` answered is checked against every handle's answer
+//! at that very point of the history. A watcher thread records every `GroupChange` it receives
+//! ([`WatchStep::Change`]) under the history lock.
 //!
 //! Every handle the application holds is registered here. A sample takes the history lock and
 //! asks **every** registered handle, so each sample is one point of the history's total order (the
@@ -21,6 +27,9 @@ use crate::session::Session;
 use crate::sim::check::{Invariant, Violation};
 use crate::sim::history::Event;
 use crate::types::{Name, Token};
+
+mod tasks;
+use tasks::{Task, TASK_P};
 
 /// A registered handle and what the history last recorded about it.
 struct Slot<T> {
@@ -196,6 +205,9 @@ pub(crate) struct Client {
     pub(crate) shared: SharedSession,
     /// The election-focused workload (see [`Workload`](super::Workload)).
     pub(crate) elections: bool,
+    /// A leader task records `LeaderContext::granted_token()` as if `token()` had returned it
+    /// ([`Scenario::with_unchecked_leader_token`](super::Scenario::with_unchecked_leader_token)).
+    pub(crate) unchecked_leader_token: bool,
 }
 
 fn arc_unwrap<T>(a: Arc<T>) -> Option<T> {
@@ -237,6 +249,20 @@ impl Client {
     /// Holds a handle for a random time, sampling it now and then.
     fn hold(&self) {
         let total = if self.elections { below(self.lease() / 2) } else { below(self.lease() * 2) };
+        self.hold_for(total);
+    }
+
+    /// Holds a membership: like [`hold`](Client::hold), a quarter of the time for 3–5 leases (long
+    /// enough for `watch-sees-join` to wait out its bound).
+    fn hold_membership(&self) {
+        if unit() < 0.25 {
+            self.hold_for(self.lease() * 3 + below(self.lease() * 2));
+        } else {
+            self.hold();
+        }
+    }
+
+    fn hold_for(&self, total: Duration) {
         let step = self.lease() / 4;
         let mut left = total;
         while !left.is_zero() {
@@ -299,8 +325,9 @@ impl Client {
             } else if x < 0.55 {
                 if let Ok(e) = s.campaign(&self.election) {
                     let (id, e) = self.register(sess, |h| &mut h.elections, e);
+                    let task = (unit() < TASK_P).then(|| self.start_task(id, &e, sess, false));
                     self.hold();
-                    self.end_election(id, e);
+                    self.end_election(id, e, task);
                 }
             } else if x < 0.70 {
                 if let Ok(m) = s.join(&self.group) {
@@ -310,7 +337,7 @@ impl Client {
                         self.hist.push(&mut h, Event::JoinReturned { client: c, sess, group: self.group.clone() });
                     }
                     let (id, m) = self.register(sess, |h| &mut h.members, m);
-                    self.hold();
+                    self.hold_membership();
                     self.end_membership(sess, id, m);
                 }
             } else if x < 0.78 {
@@ -396,10 +423,16 @@ impl Client {
                 if let Ok(e) = co.campaign(&self.election) {
                     let sess = e.session_id().map_or(u32::MAX, |id| self.label_of(&id));
                     let (id, e) = self.register(sess, |h| &mut h.elections, e);
+                    let mut task = (unit() < TASK_P).then(|| self.start_task(id, &e, sess, true));
                     self.hold();
                     let name = e.name().clone();
                     drop(e);
-                    if let Some(e) = self.take_token_slot(|h| &mut h.elections, id, name.clone()).and_then(arc_unwrap) {
+                    let (first, wait) = (unit() < 0.4, unit() < 0.5);
+                    if first {
+                        self.stop_task(task.take(), wait);
+                    }
+                    let slot = self.take_token_slot(|h| &mut h.elections, id, name.clone());
+                    if let Some(e) = slot.and_then(arc_unwrap) {
                         let how = if unit() < 0.8 {
                             match e.resign() {
                                 Ok(()) => "resign() returned Ok",
@@ -414,7 +447,10 @@ impl Client {
                         let t = self.hist.t();
                         h.resigned = Some((name.clone(), t, how));
                         self.hist.push(&mut h, Event::Resigned { client: c, sess, name });
+                        drop(h);
+                        self.end_task_election(&task);
                     }
+                    self.stop_task(task, wait);
                 }
             } else if x < 0.60 {
                 let name = &self.names[crate::sync::random_below(self.names.len() as u64) as usize];
@@ -431,7 +467,7 @@ impl Client {
                         self.hist.push(&mut h, Event::JoinReturned { client: c, sess, group: self.group.clone() });
                     }
                     let (id, m) = self.register(sess, |h| &mut h.members, m);
-                    self.hold();
+                    self.hold_membership();
                     self.end_membership(sess, id, m);
                 }
             } else if x < 0.90 {
@@ -465,6 +501,7 @@ impl Client {
             ops: self.ops,
             shared: self.shared.clone(),
             elections: self.elections,
+            unchecked_leader_token: self.unchecked_leader_token,
         }
     }
 
@@ -489,16 +526,24 @@ impl Client {
         }
     }
 
-    fn end_election(&self, id: u64, e: Arc<Election>) {
+    /// Ends a campaign (resign or drop) and its leader task, if it has one: the task is stopped
+    /// (`stop()` or drop) before the election ends, or after, while it runs on.
+    fn end_election(&self, id: u64, e: Arc<Election>, mut task: Option<Task>) {
         let name = e.name().clone();
         drop(e);
+        let (first, wait) = (unit() < 0.4, unit() < 0.5);
+        if first {
+            self.stop_task(task.take(), wait);
+        }
         if let Some(e) = self.take_token_slot(|h| &mut h.elections, id, name).and_then(arc_unwrap) {
             if unit() < 0.8 {
                 let _ = e.resign();
             } else {
                 drop(e);
             }
+            self.end_task_election(&task);
         }
+        self.stop_task(task, wait);
     }
 
     fn end_membership(&self, sess: u32, id: u64, m: Arc<Membership>) {

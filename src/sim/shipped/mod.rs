@@ -18,13 +18,16 @@
 //! - **clients** ([`clients`]): 2–4 user threads, each with its own session on the real API
 //!   (`try_lock`, `lock_timeout`, `release`/drop, `campaign`, `resign`/drop, `join`,
 //!   `leave`/drop, `members`, `leader`, `close`, reopening after expiry), concurrently with the
-//!   sessions' renewal threads;
+//!   sessions' renewal threads; leader tasks (`run_while_leader`, stopped or dropped before or after
+//!   the election ends) on 30 % of the campaigns, and on 40 % of the seeds a watcher thread
+//!   (`watch_members`, sometimes watching its own `join`);
 //! - **history and checks**: the backend records its effects and the sampler records when
 //!   `token()`, `is_leader()`, `is_member()` and `is_alive()` change, all in one total order (the
 //!   history lock); the sim's checker ([`check`](super::check)) verifies its invariants (each
 //!   naming its premises) over it, plus what the sampler checks directly (at most one
 //!   `is_leader()` per name in a sample, `is_alive()` never true again, `leader()` never going
-//!   backwards for one observer).
+//!   backwards for one observer), and over the application's own records `leader-task`,
+//!   `watch-live` and `watch-sees-join`.
 //!
 //! The run asserts nothing itself: [`run`] returns an [`Outcome`], `tests/sim_shipped.rs` sweeps
 //! seeds and requires every fault class to have fired.
@@ -69,6 +72,20 @@ pub struct Scenario {
     /// Emulates the old SPI in the backend layer: a release frees whatever term the session holds
     /// (the design the term-scoped-release finding showed unsafe). Off by default.
     pub old_release_any_term: bool,
+    /// Breaks `leader-task` in the application layer: a leader task's closure takes
+    /// `LeaderContext::granted_token()` for what `token()` answered — what a `token()` that never
+    /// re-checked its term would return. Off by default.
+    pub unchecked_leader_token: bool,
+    /// Breaks `watch-live` in the backend layer: `members` answers come from a snapshot of the
+    /// group that is evaluated (and recorded) only when it is more than ten leases old — a lagging
+    /// replica. Off by default.
+    pub stale_member_reads: bool,
+    /// Breaks `watch-sees-join` in the backend layer: every `members` call takes effect and loses
+    /// its reply, so a watcher never receives a change — what a watcher that stopped reading would
+    /// deliver. Off by default.
+    pub member_replies_lost: bool,
+    /// The share of seeds in which one node has a watcher thread (`watch_members`; 0.4).
+    pub watchers: f64,
 }
 
 /// What the user threads do.
@@ -99,6 +116,10 @@ impl Scenario {
             workload: Workload::Everything,
             old_release_any_term: false,
             push: true,
+            unchecked_leader_token: false,
+            stale_member_reads: false,
+            member_replies_lost: false,
+            watchers: 0.4,
         }
     }
 
@@ -120,6 +141,29 @@ impl Scenario {
     pub fn with_old_release_any_term(mut self) -> Scenario {
         self.name = format!("{}+oldRelease", self.name);
         self.old_release_any_term = true;
+        self
+    }
+
+    /// The same with [`Scenario::unchecked_leader_token`].
+    pub fn with_unchecked_leader_token(mut self) -> Scenario {
+        self.name = format!("{}+uncheckedLeaderToken", self.name);
+        self.unchecked_leader_token = true;
+        self
+    }
+
+    /// The same with [`Scenario::stale_member_reads`].
+    pub fn with_stale_member_reads(mut self) -> Scenario {
+        self.name = format!("{}+staleMemberReads", self.name);
+        self.stale_member_reads = true;
+        self
+    }
+
+    /// The same with [`Scenario::member_replies_lost`], and a watcher thread on every seed (a
+    /// watch must outlive the invariant's bound to show the loss).
+    pub fn with_member_replies_lost(mut self) -> Scenario {
+        self.name = format!("{}+memberRepliesLost", self.name);
+        self.member_replies_lost = true;
+        self.watchers = 1.0;
         self
     }
 
@@ -170,6 +214,16 @@ pub struct FaultCounts {
     pub push_lost: u64,
     /// Pushed notifications delivered twice.
     pub push_duplicated: u64,
+    /// Calls of a leader task's closure whose `LeaderContext::token()` was Ok.
+    pub leader_work: u64,
+    /// Calls of a leader task's closure whose `LeaderContext::token()` failed (the term was over).
+    pub leader_work_refused: u64,
+    /// Leader tasks stopped with `LeaderTask::stop()` (it returned).
+    pub tasks_stopped: u64,
+    /// Member changes a watch delivered.
+    pub watch_changes: u64,
+    /// Member changes after a watch's first that showed a join.
+    pub watch_joins: u64,
 }
 
 impl FaultCounts {
@@ -187,6 +241,11 @@ impl FaultCounts {
         self.pushed += o.pushed;
         self.push_lost += o.push_lost;
         self.push_duplicated += o.push_duplicated;
+        self.leader_work += o.leader_work;
+        self.leader_work_refused += o.leader_work_refused;
+        self.tasks_stopped += o.tasks_stopped;
+        self.watch_changes += o.watch_changes;
+        self.watch_joins += o.watch_joins;
     }
 
     /// The classes that never fired.
@@ -205,6 +264,11 @@ impl FaultCounts {
             ("pushed", self.pushed),
             ("push_lost", self.push_lost),
             ("push_duplicated", self.push_duplicated),
+            ("leader_work", self.leader_work),
+            ("leader_work_refused", self.leader_work_refused),
+            ("tasks_stopped", self.tasks_stopped),
+            ("watch_changes", self.watch_changes),
+            ("watch_joins", self.watch_joins),
         ];
         all.iter().filter(|(_, n)| *n == 0).map(|(k, _)| *k).collect()
     }
@@ -215,7 +279,8 @@ impl fmt::Display for FaultCounts {
         write!(
             f,
             "completed {} failed {} stalled {} lost-reply {} late-reply {} outage {} backend-expiries {} \
-             client-expiries {} reopened {} recoveries {} pushed {} push-lost {} push-duplicated {}",
+             client-expiries {} reopened {} recoveries {} pushed {} push-lost {} push-duplicated {} leader-work {} \
+             leader-work-refused {} tasks-stopped {} watch-changes {} watch-joins {}",
             self.completed,
             self.failed,
             self.stalled,
@@ -228,7 +293,12 @@ impl fmt::Display for FaultCounts {
             self.recoveries,
             self.pushed,
             self.push_lost,
-            self.push_duplicated
+            self.push_duplicated,
+            self.leader_work,
+            self.leader_work_refused,
+            self.tasks_stopped,
+            self.watch_changes,
+            self.watch_joins
         )
     }
 }
@@ -391,13 +461,20 @@ fn execution(seed: u64, sc: &Scenario) -> Outcome {
     let inline = unit() < 0.5;
     let mut backend = SimBackend::new(hist.clone(), faults, third, rate, inline);
     backend.old_release_any_term = sc.old_release_any_term;
+    backend.stale_member_reads = sc.stale_member_reads;
+    backend.member_replies_lost = sc.member_replies_lost;
     let backend = Arc::new(backend);
     let clients = 2 + sync::random_below((sc.max_clients.max(2) - 1) as u64) as usize;
     {
         let mut h = hist.lock();
         let setup = Event::Setup { client_ppm: vec![0; clients], node_ppm: vec![((rate - 1.0) * 1e6) as i64] };
         hist.push(&mut h, setup);
+        if let Some((from, until)) = faults.outage {
+            hist.push(&mut h, Event::Outage { from, until });
+        }
     }
+    // One node in 40 % of the seeds has a watcher thread (`watch_members` on its session).
+    let watcher = (unit() < sc.watchers).then(|| sync::random_below(clients as u64) as usize);
     let names = vec![name("L0"), name("L1")];
     let mut threads = Vec::new();
     let mut users = 0;
@@ -414,6 +491,7 @@ fn execution(seed: u64, sc: &Scenario) -> Outcome {
             ops: sc.ops,
             shared: Arc::new(sync::Mutex::new(None)),
             elections: sc.workload != Workload::Everything,
+            unchecked_leader_token: sc.unchecked_leader_token,
         };
         if c == 0 && (unit() < 0.4 || sc.workload == Workload::Coordinator) {
             // The first node runs a `Coordinator` on 40 % of the seeds.
@@ -424,6 +502,15 @@ fn execution(seed: u64, sc: &Scenario) -> Outcome {
                 done.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
             }));
             continue;
+        }
+        if watcher == Some(c) {
+            let w = client.clone_parts();
+            let done = done.clone();
+            users += 1;
+            threads.push(thread::spawn(move || {
+                w.run_watcher();
+                done.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            }));
         }
         if sc.workload == Workload::Elections || unit() < 0.5 {
             // A second user thread on the same session.
@@ -467,6 +554,10 @@ fn execution(seed: u64, sc: &Scenario) -> Outcome {
         }
     }
     // Far past every timer: renewal threads and idle workers end.
+    {
+        let mut h = hist.lock();
+        hist.push(&mut h, Event::Teardown);
+    }
     backend.quiet();
     sync::advance(Duration::from_secs(3_600));
     let mut h = hist.lock();
