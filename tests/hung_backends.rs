@@ -1,10 +1,11 @@
 //! Real faults that make backend calls hang: a paused PostgreSQL server process (the sync
-//! `postgres` client has no read timeout) and a TCP proxy that stalls every connection. In each
-//! case loss detection must be on time: `token()` fails at the local deadline and the `LeaseLost`
-//! and `Expired` events arrive by then (plus scheduling slack), whatever the driver does. User calls
-//! return by the query timeout too: on a worker the caller abandons (PostgreSQL, which does not
-//! bound its calls), or on the caller's own thread because the driver's timeouts end the call
-//! (Redis standalone and Redis Cluster, which declare `call_bound`). Redis Cluster runs on a
+//! `postgres` client has no read timeout), a paused private MariaDB server and a TCP proxy that
+//! stalls every connection. In each case loss detection must be on time: `token()` fails at the
+//! local deadline and the `LeaseLost` and `Expired` events arrive by then (plus scheduling slack),
+//! whatever the driver does. User calls return by the query timeout too: on a worker the caller
+//! abandons (PostgreSQL, which does not bound its calls), or on the caller's own thread because
+//! the backend's own timeouts end the call (MySQL/MariaDB, Redis standalone and Redis Cluster,
+//! which declare `call_bound`). Redis Cluster runs on a
 //! private cluster whose every node is frozen (`SIGSTOP`: connections are accepted, nothing
 //! answers), since a proxy in front of the shared cluster would be bypassed by the node addresses
 //! the cluster announces.
@@ -158,7 +159,7 @@ fn user_calls_return_on_time(backend: Arc<OnThread>, hang: impl FnOnce(), expect
     // `lock` retries transient failures (a slow first connection on a loaded machine).
     let lease = session.lock(support::unique("hung")).unwrap();
     let me = std::thread::current().id();
-    assert_eq!(backend.hook.ran_on_caller(me), expect_inline);
+    assert_eq!(backend.hook.ran_on_caller(Op::Acquire, me), expect_inline);
     hang();
     backend.hook.forget();
 
@@ -167,60 +168,145 @@ fn user_calls_return_on_time(backend: Arc<OnThread>, hang: impl FnOnce(), expect
     let took = start.elapsed();
     assert!(matches!(e.kind(), ErrorKind::Timeout | ErrorKind::Unavailable), "{e}");
     assert!(took < qt + SLACK, "try_lock took {took:?} against a hung backend");
-    assert_eq!(backend.hook.ran_on_caller(me), expect_inline, "where the acquire ran");
+    assert_eq!(backend.hook.ran_on_caller(Op::Acquire, me), expect_inline, "where the acquire ran");
 
     let start = Instant::now();
     let e = lease.release().unwrap_err();
     let took = start.elapsed();
     assert!(matches!(e.kind(), ErrorKind::Timeout | ErrorKind::Unavailable), "{e}");
     assert!(took < qt + SLACK, "release took {took:?} against a hung backend");
+    assert_eq!(backend.hook.ran_on_caller(Op::Release, me), expect_inline, "where the release ran");
+
+    let start = Instant::now();
+    let e = session.leader(support::unique("hung")).unwrap_err();
+    let took = start.elapsed();
+    assert!(matches!(e.kind(), ErrorKind::Timeout | ErrorKind::Unavailable), "{e}");
+    assert!(took < qt + SLACK, "leader (holder) took {took:?} against a hung backend");
+    assert_eq!(backend.hook.ran_on_caller(Op::Holder, me), expect_inline, "where the holder call ran");
 
     let start = Instant::now();
     let e = session.members(support::unique("g")).unwrap_err();
     let took = start.elapsed();
     assert!(matches!(e.kind(), ErrorKind::Timeout | ErrorKind::Unavailable), "{e}");
     assert!(took < qt + SLACK, "members took {took:?} against a hung backend");
+    assert_eq!(backend.hook.ran_on_caller(Op::Members, me), expect_inline, "where the members call ran");
 
     let start = Instant::now();
     drop(session);
     assert!(start.elapsed() < Duration::from_millis(500), "dropping blocked on the hung backend");
 }
 
-/// Records the threads acquires run on.
+/// Records the threads user calls (acquire, release, holder, members) run on.
 #[derive(Debug, Default)]
-struct AcquireThreads(parking_lot::Mutex<Vec<std::thread::ThreadId>>);
+struct CallThreads(parking_lot::Mutex<Vec<(Op, std::thread::ThreadId)>>);
 
-impl Hook for AcquireThreads {
+impl Hook for CallThreads {
     fn before(&self, op: Op) {
-        if op == Op::Acquire {
-            self.0.lock().push(std::thread::current().id());
+        if matches!(op, Op::Acquire | Op::Release | Op::Holder | Op::Members) {
+            self.0.lock().push((op, std::thread::current().id()));
         }
     }
 }
 
 #[allow(dead_code)]
-impl AcquireThreads {
+impl CallThreads {
     fn forget(&self) {
         self.0.lock().clear();
     }
-    /// True when every recorded acquire ran on `caller`, false when none did (panics when mixed
-    /// or none was recorded).
-    fn ran_on_caller(&self, caller: std::thread::ThreadId) -> bool {
+    /// True when every recorded `op` ran on `caller`, false when none did (panics when mixed or
+    /// none was recorded).
+    fn ran_on_caller(&self, op: Op, caller: std::thread::ThreadId) -> bool {
         let t = self.0.lock();
-        assert!(!t.is_empty(), "no call recorded");
-        let on = t.iter().filter(|x| **x == caller).count();
-        assert!(on == 0 || on == t.len(), "calls ran on mixed threads");
-        on == t.len()
+        let threads: Vec<_> = t.iter().filter(|(o, _)| *o == op).map(|(_, t)| *t).collect();
+        assert!(!threads.is_empty(), "no {op:?} call recorded");
+        let on = threads.iter().filter(|x| **x == caller).count();
+        assert!(on == 0 || on == threads.len(), "{op:?} calls ran on mixed threads");
+        on == threads.len()
     }
 }
 
-/// A real backend (its call bound, capabilities and watches included) whose acquires' threads
+/// A real backend (its call bound, capabilities and watches included) whose user calls' threads
 /// are recorded.
-type OnThread = Forward<AcquireThreads>;
+type OnThread = Forward<CallThreads>;
 
 #[allow(dead_code)]
 fn on_thread(backend: Arc<dyn LeaseBackend>) -> Arc<OnThread> {
-    Forward::inheriting(backend, AcquireThreads::default())
+    Forward::inheriting(backend, CallThreads::default())
+}
+
+/// A private MariaDB server that a test pauses (`SIGSTOP`: connections are accepted, nothing
+/// answers), resumed on drop (before the server itself is killed and removed), also when the test
+/// fails.
+#[cfg(feature = "mysql")]
+struct PausedMariadb {
+    pid: nix::unistd::Pid,
+    // Dropped after `Drop::drop` resumed it.
+    server: support::sql::PrivateMariadb,
+}
+
+#[cfg(feature = "mysql")]
+impl PausedMariadb {
+    fn start(port: u16) -> PausedMariadb {
+        let server = support::sql::PrivateMariadb::start(port);
+        let pid_file = server.proc.dir.join("pid");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let pid = loop {
+            if let Some(pid) = std::fs::read_to_string(&pid_file).ok().and_then(|s| s.trim().parse::<i32>().ok()) {
+                break pid;
+            }
+            assert!(Instant::now() < deadline, "{} never appeared", pid_file.display());
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        PausedMariadb { pid: nix::unistd::Pid::from_raw(pid), server }
+    }
+
+    fn url(&self) -> String {
+        self.server.url()
+    }
+
+    fn pause(&self) {
+        nix::sys::signal::kill(self.pid, nix::sys::signal::Signal::SIGSTOP).unwrap();
+    }
+}
+
+#[cfg(feature = "mysql")]
+impl Drop for PausedMariadb {
+    fn drop(&mut self) {
+        let _ = nix::sys::signal::kill(self.pid, nix::sys::signal::Signal::SIGCONT);
+    }
+}
+
+/// A MySQL backend (query timeout 500 ms) on `server`, its schema created first with the default
+/// query timeout.
+#[cfg(feature = "mysql")]
+fn mysql_backend(server: &PausedMariadb) -> Arc<simba::backends::sql::SqlBackend> {
+    use simba::backends::sql::{SqlBackend, SqlOptions};
+    let setup = SqlBackend::mysql(&server.url(), SqlOptions::default()).unwrap();
+    setup.init_schema().unwrap();
+    drop(setup);
+    let opts = SqlOptions::builder().query_timeout(Duration::from_millis(500)).build().unwrap();
+    Arc::new(SqlBackend::mysql(&server.url(), opts).unwrap())
+}
+
+#[cfg(feature = "mysql")]
+#[test]
+#[serial_test::serial(mysql)]
+fn mysql_paused_server_user_calls_run_inline_and_return_by_themselves() {
+    // MySQL/MariaDB bounds every call by its query timeout (a watchdog shuts down the socket of a
+    // statement still unanswered at the deadline), so user calls run on the caller's thread;
+    // against a paused server they end by themselves within the query timeout.
+    let server = PausedMariadb::start(3393);
+    let backend = mysql_backend(&server);
+    assert_eq!(backend.call_bound(), Some(Duration::from_millis(500)));
+    user_calls_return_on_time(on_thread(backend), || server.pause(), true);
+}
+
+#[cfg(feature = "mysql")]
+#[test]
+#[serial_test::serial(mysql)]
+fn mysql_paused_server_does_not_delay_loss_detection() {
+    let server = PausedMariadb::start(3394);
+    loss_is_on_time(mysql_backend(&server), || server.pause());
 }
 
 #[cfg(feature = "postgres")]

@@ -59,6 +59,8 @@ mod pool;
 #[cfg(feature = "postgres")]
 mod postgres;
 pub mod queries;
+#[cfg(feature = "mysql")]
+mod watchdog;
 
 #[cfg(feature = "postgres")]
 pub use postgres::{PostgresTls, RootCerts, SslMode};
@@ -393,6 +395,17 @@ pub(crate) trait Driver: Send + Sync + 'static {
     fn extra_checks(&self) -> Vec<CheckItem> {
         Vec::new()
     }
+    /// How long any one call of this driver can take (see [`LeaseBackend::call_bound`]); `None`
+    /// when a call may block indefinitely.
+    fn call_bound(&self) -> Option<Duration> {
+        None
+    }
+    /// [`release`](Driver::release) within `deadline` (the dialects that bound their calls end it
+    /// by then; the others ignore it).
+    fn release_until(&self, id: &SessionId, name: &Name, token: i64, deadline: Instant) -> Result<()> {
+        let _ = deadline;
+        self.release(id, name, token)
+    }
 }
 
 /// The SQL [`LeaseBackend`] (PostgreSQL or MySQL/MariaDB). Cheap to clone; clones share the pool.
@@ -722,6 +735,8 @@ impl LeaseBackend for SqlBackend {
     }
 
     fn acquire(&self, session: &SessionId, name: &Name) -> Result<Acquire> {
+        // The cleanup release below shares the acquire's query timeout (`call_bound`).
+        let deadline = Instant::now() + self.inner.options.query_timeout;
         match self.inner.driver.acquire(session, name)? {
             RawAcquire::Expired => {
                 debug!("simba {}: acquire '{name}' by session {session}: session expired", self.inner.dialect);
@@ -734,7 +749,7 @@ impl LeaseBackend for SqlBackend {
                     Err(e) => {
                         // Someone wrote a corrupt token: do not keep a term nobody can use.
                         warn!("simba {}: lease '{name}' has a corrupt token {raw}; releasing it", self.inner.dialect);
-                        if let Err(re) = self.inner.driver.release(session, name, raw) {
+                        if let Err(re) = self.inner.driver.release_until(session, name, raw, deadline) {
                             warn!("simba {}: releasing corrupt lease '{name}' failed: {re}", self.inner.dialect);
                         }
                         return Err(e);
@@ -783,6 +798,12 @@ impl LeaseBackend for SqlBackend {
         }
         out.sort();
         Ok(out)
+    }
+
+    fn call_bound(&self) -> Option<Duration> {
+        // MySQL/MariaDB: every call runs against one deadline, the query timeout from its start
+        // (see `MyDriver::run`); PostgreSQL: none (the sync client has no read timeout).
+        self.inner.driver.call_bound()
     }
 
     fn capabilities(&self) -> Capabilities {
