@@ -264,8 +264,26 @@ impl PausedMariadb {
         self.server.url()
     }
 
+    /// Stops the server and returns once every one of its threads is stopped: `kill` returns
+    /// before a running thread has stopped, and such a thread could still answer a request sent
+    /// right after it.
     fn pause(&self) {
         nix::sys::signal::kill(self.pid, nix::sys::signal::Signal::SIGSTOP).unwrap();
+        let tasks = format!("/proc/{}/task", self.pid);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let states: Vec<String> = std::fs::read_dir(&tasks)
+                .unwrap()
+                .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("stat")).ok())
+                // The state is the field after the parenthesised command name.
+                .filter_map(|stat| stat.rsplit_once(") ").map(|(_, rest)| rest.chars().take(1).collect()))
+                .collect();
+            if !states.is_empty() && states.iter().all(|s| s == "T") {
+                return;
+            }
+            assert!(Instant::now() < deadline, "the server's threads did not all stop: {states:?}");
+            std::thread::sleep(Duration::from_millis(1));
+        }
     }
 }
 
