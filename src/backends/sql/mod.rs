@@ -172,7 +172,8 @@ impl SqlOptions {
     }
 
     /// Server-side timeout of every statement and bound of every connection checkout
-    /// (default [`DEFAULT_QUERY_TIMEOUT`], 5 s). Set it to the sessions' renew interval.
+    /// (default [`DEFAULT_QUERY_TIMEOUT`], 5 s); on MySQL/MariaDB the bound of every whole call
+    /// ([`LeaseBackend::call_bound`]). Set it to the sessions' renew interval.
     pub fn query_timeout(&self) -> Duration {
         self.query_timeout
     }
@@ -216,7 +217,8 @@ pub struct SqlOptionsBuilder {
 
 impl SqlOptionsBuilder {
     /// Server-side timeout of every statement and bound of every connection checkout (default 5 s;
-    /// 1 ms to 1 h). Use the sessions' renew interval: a renewal slower than that counts as failed.
+    /// 1 ms to 1 h); on MySQL/MariaDB the bound of every whole call, statements and retries
+    /// included. Use the sessions' renew interval: a renewal slower than that counts as failed.
     #[must_use]
     pub fn query_timeout(mut self, d: Duration) -> Self {
         self.query_timeout = Some(d);

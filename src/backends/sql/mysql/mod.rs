@@ -2,9 +2,15 @@
 //!
 //! Every connection runs in UTC (`SET time_zone = '+00:00'`), has TCP connect/read/write timeouts,
 //! `innodb_lock_wait_timeout` and a server-side statement limit (MariaDB `max_statement_time`;
-//! MySQL 8 `max_execution_time`, which covers SELECTs only). A connection that saw an I/O error,
-//! a read timeout or any other client-side failure is never used again: after such an error a
-//! `Conn` can be out of step with the server and return the previous statement's reply.
+//! MySQL 8 `max_execution_time`, which covers SELECTs only), a little below the query timeout. A
+//! connection that saw an I/O error, a read timeout or any other client-side failure is never used
+//! again: after such an error a `Conn` can be out of step with the server and return the previous
+//! statement's reply.
+//!
+//! Every call is bounded by the query timeout from its start (the backend's `call_bound`, so the
+//! session engine runs user calls on the caller's thread): the pool checkout waits at most what is
+//! left, and the [watchdog](super::watchdog) shuts down the socket of a connection whose call is
+//! still running at the deadline (see [`MyDriver::run`]).
 //!
 //! Rows are read as [`mysql::Row`] and converted column by column (`get_opt`), never with typed
 //! helpers that panic on an unexpected type.
