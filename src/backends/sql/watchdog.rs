@@ -71,6 +71,12 @@ impl Watchdog {
         })
     }
 
+    /// Whether the thread runs (it could not be started: calls are not watched, and the backend
+    /// must not promise a bound).
+    pub(crate) fn running(&self) -> bool {
+        !self.state.lock().broken
+    }
+
     /// Shuts `socket` down at `deadline` unless the returned guard is disarmed before.
     pub(crate) fn arm(&self, socket: RawFd, deadline: Instant) -> Armed {
         let mut st = self.state.lock();

@@ -616,7 +616,8 @@ impl Driver for MyDriver {
     }
 
     fn call_bound(&self) -> Option<Duration> {
-        Some(self.query_timeout)
+        // Without its watchdog a call is bounded only per socket read and write: no promise.
+        super::watchdog::Watchdog::get().running().then_some(self.query_timeout)
     }
 
     fn release_until(&self, id: &SessionId, name: &Name, token: i64, deadline: Instant) -> Result<()> {
