@@ -1,11 +1,10 @@
-//! Real faults that make backend calls hang: a paused PostgreSQL server process (the sync
-//! `postgres` client has no read timeout), a paused private MariaDB server and a TCP proxy that
+//! Real faults that make backend calls hang: a paused PostgreSQL server process, a paused private
+//! MariaDB server and a TCP proxy that
 //! stalls every connection. In each case loss detection must be on time: `token()` fails at the
 //! local deadline and the `LeaseLost` and `Expired` events arrive by then (plus scheduling slack),
-//! whatever the driver does. User calls return by the query timeout too: on a worker the caller
-//! abandons (PostgreSQL, which does not bound its calls), or on the caller's own thread because
-//! the backend's own timeouts end the call (MySQL/MariaDB, Redis standalone and Redis Cluster,
-//! which declare `call_bound`). Redis Cluster runs on a
+//! whatever the driver does. User calls return by the query timeout too, on the caller's own thread
+//! because the backend's own timeouts end the call (PostgreSQL, MySQL/MariaDB, Redis standalone and
+//! Redis Cluster all declare `call_bound`). Redis Cluster runs on a
 //! private cluster whose every node is frozen (`SIGSTOP`: connections are accepted, nothing
 //! answers), since a proxy in front of the shared cluster would be bypassed by the node addresses
 //! the cluster announces.
@@ -69,30 +68,39 @@ mod postgres {
 
     #[test]
     #[serial_test::serial(postgres)]
-    fn paused_server_process_does_not_delay_loss_detection() {
-        // One pooled connection, so every call goes through the paused server process.
+    fn paused_server_does_not_delay_loss_detection() {
+        let server = PausedPostgres::start(5491);
+        loss_is_on_time(postgres_backend(&server), || server.pause());
+    }
+
+    /// A paused server process (one connection's) costs one call, not the session: the call ends
+    /// at its deadline, its connection is dropped, and the next call opens a new one (the server
+    /// forks a new process for it).
+    #[test]
+    #[serial_test::serial(postgres)]
+    fn paused_connection_process_is_replaced() {
         let opts = SqlOptions::builder().query_timeout(Duration::from_millis(500)).pool_size(1).build().unwrap();
-        let backend =
-            Arc::new(SqlBackend::postgres(&url(), opts).unwrap_or_else(|e| panic!("{e} (run `scripts/services up`)")));
+        let backend = SqlBackend::postgres(&url(), opts).unwrap_or_else(|e| panic!("{e} (run `scripts/services up`)"));
         backend.init_schema().unwrap();
-        let probe = backend.clone();
-        /// Resumes the paused server processes even when the test fails.
-        struct Resume(Vec<u64>);
+        let name = Name::new(support::unique("replaced")).unwrap();
+        assert!(backend.holder(&name).unwrap().is_none());
+        let pids = backend.connection_ids();
+        assert_eq!(pids.len(), 1, "one pooled connection: {pids:?}");
+        struct Resume(Pid);
         impl Drop for Resume {
             fn drop(&mut self) {
-                for pid in &self.0 {
-                    let _ = kill(Pid::from_raw(*pid as i32), Signal::SIGCONT);
-                }
+                let _ = kill(self.0, Signal::SIGCONT);
             }
         }
-        let pids = probe.connection_ids();
-        assert!(!pids.is_empty(), "no pooled connection to pause");
-        let _resume = Resume(pids.clone());
-        loss_is_on_time(backend, || {
-            for pid in &pids {
-                kill(Pid::from_raw(*pid as i32), Signal::SIGSTOP).unwrap();
-            }
-        });
+        let pid = Pid::from_raw(pids[0] as i32);
+        let _resume = Resume(pid);
+        kill(pid, Signal::SIGSTOP).unwrap();
+        wait_stopped(pid);
+        let e = backend.holder(&name).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Timeout, "{e}");
+        assert!(backend.holder(&name).unwrap().is_none(), "a new connection answers");
+        let now = backend.connection_ids();
+        assert!(now.len() == 1 && now[0] != pids[0], "the paused connection was replaced: {pids:?} → {now:?}");
     }
 
     #[test]
@@ -264,26 +272,10 @@ impl PausedMariadb {
         self.server.url()
     }
 
-    /// Stops the server and returns once every one of its threads is stopped: `kill` returns
-    /// before a running thread has stopped, and such a thread could still answer a request sent
-    /// right after it.
+    /// Stops the server; returns once every one of its threads is stopped.
     fn pause(&self) {
         nix::sys::signal::kill(self.pid, nix::sys::signal::Signal::SIGSTOP).unwrap();
-        let tasks = format!("/proc/{}/task", self.pid);
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            let states: Vec<String> = std::fs::read_dir(&tasks)
-                .unwrap()
-                .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("stat")).ok())
-                // The state is the field after the parenthesised command name.
-                .filter_map(|stat| stat.rsplit_once(") ").map(|(_, rest)| rest.chars().take(1).collect()))
-                .collect();
-            if !states.is_empty() && states.iter().all(|s| s == "T") {
-                return;
-            }
-            assert!(Instant::now() < deadline, "the server's threads did not all stop: {states:?}");
-            std::thread::sleep(Duration::from_millis(1));
-        }
+        wait_stopped(self.pid);
     }
 }
 
@@ -304,6 +296,80 @@ fn mysql_backend(server: &PausedMariadb) -> Arc<simba::backends::sql::SqlBackend
     drop(setup);
     let opts = SqlOptions::builder().query_timeout(Duration::from_millis(500)).build().unwrap();
     Arc::new(SqlBackend::mysql(&server.url(), opts).unwrap())
+}
+
+/// A private PostgreSQL cluster that a test pauses (`SIGSTOP` of the postmaster and of every
+/// server process: connections are accepted by the kernel, nothing answers), resumed on drop
+/// (before the cluster itself is stopped and removed), also when the test fails.
+#[cfg(feature = "postgres")]
+struct PausedPostgres {
+    paused: parking_lot::Mutex<Vec<nix::unistd::Pid>>,
+    // Dropped after `Drop::drop` resumed it.
+    server: support::sql::PrivatePostgres,
+}
+
+#[cfg(feature = "postgres")]
+impl PausedPostgres {
+    fn start(port: u16) -> PausedPostgres {
+        PausedPostgres {
+            paused: parking_lot::Mutex::new(Vec::new()),
+            server: support::sql::PrivatePostgres::start(port),
+        }
+    }
+
+    fn url(&self) -> String {
+        self.server.url()
+    }
+
+    /// Stops the postmaster first (no new server process after it), then every process it
+    /// started; returns once all of them are stopped.
+    fn pause(&self) {
+        use nix::sys::signal::{kill, Signal};
+        let pid_file = self.server.dir.join("data").join("postmaster.pid");
+        let text = std::fs::read_to_string(&pid_file).unwrap();
+        let postmaster: i32 = text.lines().next().and_then(|l| l.trim().parse().ok()).unwrap();
+        let postmaster = nix::unistd::Pid::from_raw(postmaster);
+        kill(postmaster, Signal::SIGSTOP).unwrap();
+        wait_stopped(postmaster);
+        let mut paused = vec![postmaster];
+        for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+            let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else { continue };
+            let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else { continue };
+            // Fields after the parenthesised command name: state, ppid, ...
+            let ppid = stat.rsplit_once(") ").and_then(|(_, rest)| rest.split(' ').nth(1)?.parse::<i32>().ok());
+            if ppid == Some(postmaster.as_raw()) {
+                let child = nix::unistd::Pid::from_raw(pid);
+                if kill(child, Signal::SIGSTOP).is_ok() {
+                    paused.push(child);
+                }
+            }
+        }
+        for pid in &paused[1..] {
+            wait_stopped(*pid);
+        }
+        *self.paused.lock() = paused;
+    }
+}
+
+#[cfg(feature = "postgres")]
+impl Drop for PausedPostgres {
+    fn drop(&mut self) {
+        for pid in self.paused.lock().iter() {
+            let _ = nix::sys::signal::kill(*pid, nix::sys::signal::Signal::SIGCONT);
+        }
+    }
+}
+
+/// A PostgreSQL backend (query timeout 500 ms) on `server`, its schema created first with the
+/// default query timeout.
+#[cfg(feature = "postgres")]
+fn postgres_backend(server: &PausedPostgres) -> Arc<simba::backends::sql::SqlBackend> {
+    use simba::backends::sql::{SqlBackend, SqlOptions};
+    let setup = SqlBackend::postgres(&server.url(), SqlOptions::default()).unwrap();
+    setup.init_schema().unwrap();
+    drop(setup);
+    let opts = SqlOptions::builder().query_timeout(Duration::from_millis(500)).build().unwrap();
+    Arc::new(SqlBackend::postgres(&server.url(), opts).unwrap())
 }
 
 #[cfg(feature = "mysql")]
@@ -330,45 +396,35 @@ fn mysql_paused_server_does_not_delay_loss_detection() {
 #[cfg(feature = "postgres")]
 #[test]
 #[serial_test::serial(postgres)]
-fn postgres_paused_server_user_calls_are_abandoned_at_the_query_timeout() {
-    // The sync `postgres` client has no read timeout, so the backend declares no call bound and
-    // every user call runs on a worker the caller abandons at its deadline.
-    use nix::sys::signal::{kill, Signal};
-    use nix::unistd::Pid;
-    use simba::backends::sql::{SqlBackend, SqlOptions};
-    let url = support::env_or("SIMBA_TEST_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432/test");
-    // The schema first, with the default query timeout (DDL may wait for other tests' locks).
-    let setup =
-        SqlBackend::postgres(&url, SqlOptions::default()).unwrap_or_else(|e| panic!("{e} (run `scripts/services up`)"));
-    setup.init_schema().unwrap();
-    drop(setup);
-    let opts = SqlOptions::builder().query_timeout(Duration::from_millis(500)).pool_size(1).build().unwrap();
-    let backend = Arc::new(SqlBackend::postgres(&url, opts).unwrap());
-    assert_eq!(backend.call_bound(), None);
-    struct Resume(Vec<u64>);
-    impl Drop for Resume {
-        fn drop(&mut self) {
-            for pid in &self.0 {
-                let _ = kill(Pid::from_raw(*pid as i32), Signal::SIGCONT);
-            }
+fn postgres_paused_server_user_calls_run_inline_and_return_by_themselves() {
+    // The pool's tokio-postgres connections bound every request by its call's deadline, so the
+    // backend declares the query timeout as its call bound and user calls run on the caller's
+    // thread; against a paused server they end by themselves within the query timeout.
+    let server = PausedPostgres::start(5492);
+    let backend = postgres_backend(&server);
+    assert_eq!(backend.call_bound(), Some(Duration::from_millis(500)));
+    user_calls_return_on_time(on_thread(backend), || server.pause(), true);
+}
+
+/// Returns once every thread of process `pid` is stopped: `kill(SIGSTOP)` returns before a
+/// running thread has stopped, and such a thread could still answer a request sent right after it.
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+fn wait_stopped(pid: nix::unistd::Pid) {
+    let tasks = format!("/proc/{pid}/task");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let states: Vec<String> = std::fs::read_dir(&tasks)
+            .unwrap()
+            .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("stat")).ok())
+            // The state is the field after the parenthesised command name.
+            .filter_map(|stat| stat.rsplit_once(") ").map(|(_, rest)| rest.chars().take(1).collect()))
+            .collect();
+        if !states.is_empty() && states.iter().all(|s| s == "T") {
+            return;
         }
+        assert!(Instant::now() < deadline, "the threads of {pid} did not all stop: {states:?}");
+        std::thread::sleep(Duration::from_millis(1));
     }
-    let probe = backend.clone();
-    let wrapped = on_thread(backend);
-    let mut resume = Resume(Vec::new());
-    user_calls_return_on_time(
-        wrapped,
-        || {
-            // The pool's one connection exists now (the session opened and took a lease through it).
-            let pids = probe.connection_ids();
-            assert!(!pids.is_empty(), "no pooled connection to pause");
-            for pid in &pids {
-                kill(Pid::from_raw(*pid as i32), Signal::SIGSTOP).unwrap();
-            }
-            resume.0 = pids;
-        },
-        false,
-    );
 }
 
 #[cfg(feature = "redis")]

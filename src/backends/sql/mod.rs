@@ -305,6 +305,15 @@ impl SqlOptionsBuilder {
     }
 }
 
+/// The server-side limit of a statement (PostgreSQL `statement_timeout`; MariaDB
+/// `max_statement_time`, MySQL 8 `max_execution_time`, and `innodb_lock_wait_timeout` in whole
+/// seconds, at least 1) for a query timeout `qt`: a little less than `qt` (a quarter of it, at most
+/// 250 ms, less), so that a statement waiting for a lock ends with the server's own error before
+/// the call's deadline, `qt` from the call's start, ends it on the client.
+pub(crate) fn server_limit(qt: Duration) -> Duration {
+    qt - (qt / 4).min(Duration::from_millis(250))
+}
+
 /// What a dialect's acquire reports, before conversion.
 #[derive(Debug)]
 pub(crate) enum RawAcquire {
@@ -977,6 +986,15 @@ mod tests {
         }
         assert!(init_sql(Dialect::Postgres).contains("create table if not exists simba_semaphore"));
         assert!(init_sql(Dialect::Mysql).contains("create table if not exists simba_semaphore"));
+    }
+
+    #[test]
+    fn server_limits_end_before_the_call_deadline() {
+        let ms = Duration::from_millis;
+        assert_eq!(server_limit(ms(300)), ms(225));
+        assert_eq!(server_limit(ms(1000)), ms(750));
+        assert_eq!(server_limit(Duration::from_secs(5)), ms(4750));
+        assert_eq!(server_limit(ms(1)), Duration::from_micros(750));
     }
 
     #[test]

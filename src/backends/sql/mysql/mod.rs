@@ -151,7 +151,7 @@ impl MyDriver {
             .then(|| OptsBuilder::from_opts(opts.clone()).ssl_opts(None).into());
         let registry = Arc::new(Mutex::new(Vec::new()));
         let health = Arc::new(ConnectHealth::default());
-        let server_limit = server_limit(qt);
+        let server_limit = super::server_limit(qt);
         let manager = MyManager {
             opts,
             plain_opts,
@@ -251,15 +251,6 @@ impl MyDriver {
             }
         })
     }
-}
-
-/// The server-side limits of a statement (MariaDB `max_statement_time`, MySQL 8
-/// `max_execution_time`, and `innodb_lock_wait_timeout` in whole seconds, at least 1) for a query
-/// timeout `qt`: a little less than `qt`, so that a statement waiting for a lock ends with the
-/// server's own error before the call's watchdog closes its connection at `qt` from the call's
-/// start (a quarter of `qt` earlier, at most 250 ms).
-fn server_limit(qt: Duration) -> Duration {
-    qt - (qt / 4).min(Duration::from_millis(250))
 }
 
 /// One purge batch on a server with `SKIP LOCKED` (READ COMMITTED: no gap locks): locks the
@@ -681,15 +672,6 @@ mod tests {
         assert_eq!(server_flavour("8.4.0-commercial"), (false, true));
         assert_eq!(server_flavour("5.7.44-log"), (false, false));
         assert_eq!(server_flavour(""), (false, false));
-    }
-
-    #[test]
-    fn server_limits_end_before_the_call_deadline() {
-        let ms = Duration::from_millis;
-        assert_eq!(server_limit(ms(300)), ms(225));
-        assert_eq!(server_limit(ms(1000)), ms(750));
-        assert_eq!(server_limit(Duration::from_secs(5)), ms(4750));
-        assert_eq!(server_limit(ms(1)), Duration::from_micros(750));
     }
 
     #[test]
