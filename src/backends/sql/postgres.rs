@@ -82,7 +82,8 @@ fn fail(conn_broken: &mut bool, e: postgres::Error, what: &str) -> Fail {
         Fail::Retry(Error::unavailable(msg("transaction conflict")).with_source(words))
     } else if code == SqlState::QUERY_CANCELED || code == SqlState::LOCK_NOT_AVAILABLE {
         Fail::Stop(
-            Error::unavailable(msg("statement timed out (statement_timeout = query timeout)")).with_source(words),
+            Error::unavailable(msg("statement timed out (statement_timeout, just under the query timeout)"))
+                .with_source(words),
         )
     } else if code == SqlState::UNDEFINED_TABLE {
         Fail::Stop(
