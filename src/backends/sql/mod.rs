@@ -172,7 +172,7 @@ impl SqlOptions {
     }
 
     /// Server-side timeout of every statement and bound of every connection checkout
-    /// (default [`DEFAULT_QUERY_TIMEOUT`], 5 s); on MySQL/MariaDB the bound of every whole call
+    /// (default [`DEFAULT_QUERY_TIMEOUT`], 5 s), and the bound of every whole call
     /// ([`LeaseBackend::call_bound`]). Set it to the sessions' renew interval.
     pub fn query_timeout(&self) -> Duration {
         self.query_timeout
@@ -217,8 +217,7 @@ pub struct SqlOptionsBuilder {
 
 impl SqlOptionsBuilder {
     /// Server-side timeout of every statement and bound of every connection checkout (default 5 s;
-    /// 1 ms to 1 h); on MySQL/MariaDB the bound of every whole call, statements and retries
-    /// included. Use the sessions' renew interval: a renewal slower than that counts as failed.
+    /// 1 ms to 1 h), and the bound of every whole call, statements and retries included. Use the sessions' renew interval: a renewal slower than that counts as failed.
     #[must_use]
     pub fn query_timeout(mut self, d: Duration) -> Self {
         self.query_timeout = Some(d);
@@ -812,8 +811,9 @@ impl LeaseBackend for SqlBackend {
     }
 
     fn call_bound(&self) -> Option<Duration> {
-        // MySQL/MariaDB: every call runs against one deadline, the query timeout from its start
-        // (see `MyDriver::run`); PostgreSQL: none (the sync client has no read timeout).
+        // Every call runs against one deadline, the query timeout from its start: MySQL/MariaDB
+        // through the watchdog (`MyDriver::run`), PostgreSQL through a timeout on every request
+        // of its tokio-postgres connections (`PgDriver::run`).
         self.inner.driver.call_bound()
     }
 
