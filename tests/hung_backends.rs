@@ -1,10 +1,10 @@
-//! Real faults that make backend calls hang: a paused PostgreSQL server process (the sync
-//! `postgres` client has no read timeout) and a TCP proxy that stalls every connection. In each
-//! case loss detection must be on time: `token()` fails at the local deadline and the `LeaseLost`
-//! and `Expired` events arrive by then (plus scheduling slack), whatever the driver does. User calls
-//! return by the query timeout too: on a worker the caller abandons (PostgreSQL, which does not
-//! bound its calls), or on the caller's own thread because the driver's timeouts end the call
-//! (Redis standalone and Redis Cluster, which declare `call_bound`). Redis Cluster runs on a
+//! Real faults that make backend calls hang: a paused PostgreSQL server process, a paused private
+//! MariaDB server and a TCP proxy that
+//! stalls every connection. In each case loss detection must be on time: `token()` fails at the
+//! local deadline and the `LeaseLost` and `Expired` events arrive by then (plus scheduling slack),
+//! whatever the driver does. User calls return by the query timeout too, on the caller's own thread
+//! because the backend's own timeouts end the call (PostgreSQL, MySQL/MariaDB, Redis standalone and
+//! Redis Cluster all declare `call_bound`). Redis Cluster runs on a
 //! private cluster whose every node is frozen (`SIGSTOP`: connections are accepted, nothing
 //! answers), since a proxy in front of the shared cluster would be bypassed by the node addresses
 //! the cluster announces.
@@ -68,30 +68,39 @@ mod postgres {
 
     #[test]
     #[serial_test::serial(postgres)]
-    fn paused_server_process_does_not_delay_loss_detection() {
-        // One pooled connection, so every call goes through the paused server process.
+    fn paused_server_does_not_delay_loss_detection() {
+        let server = PausedPostgres::start(5491);
+        loss_is_on_time(postgres_backend(&server), || server.pause());
+    }
+
+    /// A paused server process (one connection's) costs one call, not the session: the call ends
+    /// at its deadline, its connection is dropped, and the next call opens a new one (the server
+    /// forks a new process for it).
+    #[test]
+    #[serial_test::serial(postgres)]
+    fn paused_connection_process_is_replaced() {
         let opts = SqlOptions::builder().query_timeout(Duration::from_millis(500)).pool_size(1).build().unwrap();
-        let backend =
-            Arc::new(SqlBackend::postgres(&url(), opts).unwrap_or_else(|e| panic!("{e} (run `scripts/services up`)")));
+        let backend = SqlBackend::postgres(&url(), opts).unwrap_or_else(|e| panic!("{e} (run `scripts/services up`)"));
         backend.init_schema().unwrap();
-        let probe = backend.clone();
-        /// Resumes the paused server processes even when the test fails.
-        struct Resume(Vec<u64>);
+        let name = Name::new(support::unique("replaced")).unwrap();
+        assert!(backend.holder(&name).unwrap().is_none());
+        let pids = backend.connection_ids();
+        assert_eq!(pids.len(), 1, "one pooled connection: {pids:?}");
+        struct Resume(Pid);
         impl Drop for Resume {
             fn drop(&mut self) {
-                for pid in &self.0 {
-                    let _ = kill(Pid::from_raw(*pid as i32), Signal::SIGCONT);
-                }
+                let _ = kill(self.0, Signal::SIGCONT);
             }
         }
-        let pids = probe.connection_ids();
-        assert!(!pids.is_empty(), "no pooled connection to pause");
-        let _resume = Resume(pids.clone());
-        loss_is_on_time(backend, || {
-            for pid in &pids {
-                kill(Pid::from_raw(*pid as i32), Signal::SIGSTOP).unwrap();
-            }
-        });
+        let pid = Pid::from_raw(pids[0] as i32);
+        let _resume = Resume(pid);
+        kill(pid, Signal::SIGSTOP).unwrap();
+        wait_stopped(pid);
+        let e = backend.holder(&name).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Timeout, "{e}");
+        assert!(backend.holder(&name).unwrap().is_none(), "a new connection answers");
+        let now = backend.connection_ids();
+        assert!(now.len() == 1 && now[0] != pids[0], "the paused connection was replaced: {pids:?} → {now:?}");
     }
 
     #[test]
@@ -158,7 +167,7 @@ fn user_calls_return_on_time(backend: Arc<OnThread>, hang: impl FnOnce(), expect
     // `lock` retries transient failures (a slow first connection on a loaded machine).
     let lease = session.lock(support::unique("hung")).unwrap();
     let me = std::thread::current().id();
-    assert_eq!(backend.hook.ran_on_caller(me), expect_inline);
+    assert_eq!(backend.hook.ran_on_caller(Op::Acquire, me), expect_inline);
     hang();
     backend.hook.forget();
 
@@ -167,104 +176,255 @@ fn user_calls_return_on_time(backend: Arc<OnThread>, hang: impl FnOnce(), expect
     let took = start.elapsed();
     assert!(matches!(e.kind(), ErrorKind::Timeout | ErrorKind::Unavailable), "{e}");
     assert!(took < qt + SLACK, "try_lock took {took:?} against a hung backend");
-    assert_eq!(backend.hook.ran_on_caller(me), expect_inline, "where the acquire ran");
+    assert_eq!(backend.hook.ran_on_caller(Op::Acquire, me), expect_inline, "where the acquire ran");
 
     let start = Instant::now();
     let e = lease.release().unwrap_err();
     let took = start.elapsed();
     assert!(matches!(e.kind(), ErrorKind::Timeout | ErrorKind::Unavailable), "{e}");
     assert!(took < qt + SLACK, "release took {took:?} against a hung backend");
+    assert_eq!(backend.hook.ran_on_caller(Op::Release, me), expect_inline, "where the release ran");
+
+    let start = Instant::now();
+    let e = session.leader(support::unique("hung")).unwrap_err();
+    let took = start.elapsed();
+    assert!(matches!(e.kind(), ErrorKind::Timeout | ErrorKind::Unavailable), "{e}");
+    assert!(took < qt + SLACK, "leader (holder) took {took:?} against a hung backend");
+    assert_eq!(backend.hook.ran_on_caller(Op::Holder, me), expect_inline, "where the holder call ran");
 
     let start = Instant::now();
     let e = session.members(support::unique("g")).unwrap_err();
     let took = start.elapsed();
     assert!(matches!(e.kind(), ErrorKind::Timeout | ErrorKind::Unavailable), "{e}");
     assert!(took < qt + SLACK, "members took {took:?} against a hung backend");
+    assert_eq!(backend.hook.ran_on_caller(Op::Members, me), expect_inline, "where the members call ran");
 
     let start = Instant::now();
     drop(session);
     assert!(start.elapsed() < Duration::from_millis(500), "dropping blocked on the hung backend");
 }
 
-/// Records the threads acquires run on.
+/// Records the threads user calls (acquire, release, holder, members) run on.
 #[derive(Debug, Default)]
-struct AcquireThreads(parking_lot::Mutex<Vec<std::thread::ThreadId>>);
+struct CallThreads(parking_lot::Mutex<Vec<(Op, std::thread::ThreadId)>>);
 
-impl Hook for AcquireThreads {
+impl Hook for CallThreads {
     fn before(&self, op: Op) {
-        if op == Op::Acquire {
-            self.0.lock().push(std::thread::current().id());
+        if matches!(op, Op::Acquire | Op::Release | Op::Holder | Op::Members) {
+            self.0.lock().push((op, std::thread::current().id()));
         }
     }
 }
 
 #[allow(dead_code)]
-impl AcquireThreads {
+impl CallThreads {
     fn forget(&self) {
         self.0.lock().clear();
     }
-    /// True when every recorded acquire ran on `caller`, false when none did (panics when mixed
-    /// or none was recorded).
-    fn ran_on_caller(&self, caller: std::thread::ThreadId) -> bool {
+    /// True when every recorded `op` ran on `caller`, false when none did (panics when mixed or
+    /// none was recorded).
+    fn ran_on_caller(&self, op: Op, caller: std::thread::ThreadId) -> bool {
         let t = self.0.lock();
-        assert!(!t.is_empty(), "no call recorded");
-        let on = t.iter().filter(|x| **x == caller).count();
-        assert!(on == 0 || on == t.len(), "calls ran on mixed threads");
-        on == t.len()
+        let threads: Vec<_> = t.iter().filter(|(o, _)| *o == op).map(|(_, t)| *t).collect();
+        assert!(!threads.is_empty(), "no {op:?} call recorded");
+        let on = threads.iter().filter(|x| **x == caller).count();
+        assert!(on == 0 || on == threads.len(), "{op:?} calls ran on mixed threads");
+        on == threads.len()
     }
 }
 
-/// A real backend (its call bound, capabilities and watches included) whose acquires' threads
+/// A real backend (its call bound, capabilities and watches included) whose user calls' threads
 /// are recorded.
-type OnThread = Forward<AcquireThreads>;
+type OnThread = Forward<CallThreads>;
 
 #[allow(dead_code)]
 fn on_thread(backend: Arc<dyn LeaseBackend>) -> Arc<OnThread> {
-    Forward::inheriting(backend, AcquireThreads::default())
+    Forward::inheriting(backend, CallThreads::default())
+}
+
+/// A private MariaDB server that a test pauses (`SIGSTOP`: connections are accepted, nothing
+/// answers), resumed on drop (before the server itself is killed and removed), also when the test
+/// fails.
+#[cfg(feature = "mysql")]
+struct PausedMariadb {
+    pid: nix::unistd::Pid,
+    // Dropped after `Drop::drop` resumed it.
+    server: support::sql::PrivateMariadb,
+}
+
+#[cfg(feature = "mysql")]
+impl PausedMariadb {
+    fn start(port: u16) -> PausedMariadb {
+        let server = support::sql::PrivateMariadb::start(port);
+        let pid_file = server.proc.dir.join("pid");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let pid = loop {
+            if let Some(pid) = std::fs::read_to_string(&pid_file).ok().and_then(|s| s.trim().parse::<i32>().ok()) {
+                break pid;
+            }
+            assert!(Instant::now() < deadline, "{} never appeared", pid_file.display());
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        PausedMariadb { pid: nix::unistd::Pid::from_raw(pid), server }
+    }
+
+    fn url(&self) -> String {
+        self.server.url()
+    }
+
+    /// Stops the server; returns once every one of its threads is stopped.
+    fn pause(&self) {
+        nix::sys::signal::kill(self.pid, nix::sys::signal::Signal::SIGSTOP).unwrap();
+        wait_stopped(self.pid);
+    }
+}
+
+#[cfg(feature = "mysql")]
+impl Drop for PausedMariadb {
+    fn drop(&mut self) {
+        let _ = nix::sys::signal::kill(self.pid, nix::sys::signal::Signal::SIGCONT);
+    }
+}
+
+/// A MySQL backend (query timeout 500 ms) on `server`, its schema created first with the default
+/// query timeout.
+#[cfg(feature = "mysql")]
+fn mysql_backend(server: &PausedMariadb) -> Arc<simba::backends::sql::SqlBackend> {
+    use simba::backends::sql::{SqlBackend, SqlOptions};
+    let setup = SqlBackend::mysql(&server.url(), SqlOptions::default()).unwrap();
+    setup.init_schema().unwrap();
+    drop(setup);
+    let opts = SqlOptions::builder().query_timeout(Duration::from_millis(500)).build().unwrap();
+    Arc::new(SqlBackend::mysql(&server.url(), opts).unwrap())
+}
+
+/// A private PostgreSQL cluster that a test pauses (`SIGSTOP` of the postmaster and of every
+/// server process: connections are accepted by the kernel, nothing answers), resumed on drop
+/// (before the cluster itself is stopped and removed), also when the test fails.
+#[cfg(feature = "postgres")]
+struct PausedPostgres {
+    paused: parking_lot::Mutex<Vec<nix::unistd::Pid>>,
+    // Dropped after `Drop::drop` resumed it.
+    server: support::sql::PrivatePostgres,
+}
+
+#[cfg(feature = "postgres")]
+impl PausedPostgres {
+    fn start(port: u16) -> PausedPostgres {
+        PausedPostgres {
+            paused: parking_lot::Mutex::new(Vec::new()),
+            server: support::sql::PrivatePostgres::start(port),
+        }
+    }
+
+    fn url(&self) -> String {
+        self.server.url()
+    }
+
+    /// Stops the postmaster first (no new server process after it), then every process it
+    /// started; returns once all of them are stopped.
+    fn pause(&self) {
+        use nix::sys::signal::{kill, Signal};
+        let pid_file = self.server.dir.join("data").join("postmaster.pid");
+        let text = std::fs::read_to_string(&pid_file).unwrap();
+        let postmaster: i32 = text.lines().next().and_then(|l| l.trim().parse().ok()).unwrap();
+        let postmaster = nix::unistd::Pid::from_raw(postmaster);
+        kill(postmaster, Signal::SIGSTOP).unwrap();
+        wait_stopped(postmaster);
+        let mut paused = vec![postmaster];
+        for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+            let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else { continue };
+            let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else { continue };
+            // Fields after the parenthesised command name: state, ppid, ...
+            let ppid = stat.rsplit_once(") ").and_then(|(_, rest)| rest.split(' ').nth(1)?.parse::<i32>().ok());
+            if ppid == Some(postmaster.as_raw()) {
+                let child = nix::unistd::Pid::from_raw(pid);
+                if kill(child, Signal::SIGSTOP).is_ok() {
+                    paused.push(child);
+                }
+            }
+        }
+        for pid in &paused[1..] {
+            wait_stopped(*pid);
+        }
+        *self.paused.lock() = paused;
+    }
+}
+
+#[cfg(feature = "postgres")]
+impl Drop for PausedPostgres {
+    fn drop(&mut self) {
+        for pid in self.paused.lock().iter() {
+            let _ = nix::sys::signal::kill(*pid, nix::sys::signal::Signal::SIGCONT);
+        }
+    }
+}
+
+/// A PostgreSQL backend (query timeout 500 ms) on `server`, its schema created first with the
+/// default query timeout.
+#[cfg(feature = "postgres")]
+fn postgres_backend(server: &PausedPostgres) -> Arc<simba::backends::sql::SqlBackend> {
+    use simba::backends::sql::{SqlBackend, SqlOptions};
+    let setup = SqlBackend::postgres(&server.url(), SqlOptions::default()).unwrap();
+    setup.init_schema().unwrap();
+    drop(setup);
+    let opts = SqlOptions::builder().query_timeout(Duration::from_millis(500)).build().unwrap();
+    Arc::new(SqlBackend::postgres(&server.url(), opts).unwrap())
+}
+
+#[cfg(feature = "mysql")]
+#[test]
+#[serial_test::serial(mysql)]
+fn mysql_paused_server_user_calls_run_inline_and_return_by_themselves() {
+    // MySQL/MariaDB bounds every call by its query timeout (a watchdog shuts down the socket of a
+    // statement still unanswered at the deadline), so user calls run on the caller's thread;
+    // against a paused server they end by themselves within the query timeout.
+    let server = PausedMariadb::start(3393);
+    let backend = mysql_backend(&server);
+    assert_eq!(backend.call_bound(), Some(Duration::from_millis(500)));
+    user_calls_return_on_time(on_thread(backend), || server.pause(), true);
+}
+
+#[cfg(feature = "mysql")]
+#[test]
+#[serial_test::serial(mysql)]
+fn mysql_paused_server_does_not_delay_loss_detection() {
+    let server = PausedMariadb::start(3394);
+    loss_is_on_time(mysql_backend(&server), || server.pause());
 }
 
 #[cfg(feature = "postgres")]
 #[test]
 #[serial_test::serial(postgres)]
-fn postgres_paused_server_user_calls_are_abandoned_at_the_query_timeout() {
-    // The sync `postgres` client has no read timeout, so the backend declares no call bound and
-    // every user call runs on a worker the caller abandons at its deadline.
-    use nix::sys::signal::{kill, Signal};
-    use nix::unistd::Pid;
-    use simba::backends::sql::{SqlBackend, SqlOptions};
-    let url = support::env_or("SIMBA_TEST_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432/test");
-    // The schema first, with the default query timeout (DDL may wait for other tests' locks).
-    let setup =
-        SqlBackend::postgres(&url, SqlOptions::default()).unwrap_or_else(|e| panic!("{e} (run `scripts/services up`)"));
-    setup.init_schema().unwrap();
-    drop(setup);
-    let opts = SqlOptions::builder().query_timeout(Duration::from_millis(500)).pool_size(1).build().unwrap();
-    let backend = Arc::new(SqlBackend::postgres(&url, opts).unwrap());
-    assert_eq!(backend.call_bound(), None);
-    struct Resume(Vec<u64>);
-    impl Drop for Resume {
-        fn drop(&mut self) {
-            for pid in &self.0 {
-                let _ = kill(Pid::from_raw(*pid as i32), Signal::SIGCONT);
-            }
+fn postgres_paused_server_user_calls_run_inline_and_return_by_themselves() {
+    // The pool's tokio-postgres connections bound every request by its call's deadline, so the
+    // backend declares the query timeout as its call bound and user calls run on the caller's
+    // thread; against a paused server they end by themselves within the query timeout.
+    let server = PausedPostgres::start(5492);
+    let backend = postgres_backend(&server);
+    assert_eq!(backend.call_bound(), Some(Duration::from_millis(500)));
+    user_calls_return_on_time(on_thread(backend), || server.pause(), true);
+}
+
+/// Returns once every thread of process `pid` is stopped: `kill(SIGSTOP)` returns before a
+/// running thread has stopped, and such a thread could still answer a request sent right after it.
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+fn wait_stopped(pid: nix::unistd::Pid) {
+    let tasks = format!("/proc/{pid}/task");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let states: Vec<String> = std::fs::read_dir(&tasks)
+            .unwrap()
+            .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("stat")).ok())
+            // The state is the field after the parenthesised command name.
+            .filter_map(|stat| stat.rsplit_once(") ").map(|(_, rest)| rest.chars().take(1).collect()))
+            .collect();
+        if !states.is_empty() && states.iter().all(|s| s == "T") {
+            return;
         }
+        assert!(Instant::now() < deadline, "the threads of {pid} did not all stop: {states:?}");
+        std::thread::sleep(Duration::from_millis(1));
     }
-    let probe = backend.clone();
-    let wrapped = on_thread(backend);
-    let mut resume = Resume(Vec::new());
-    user_calls_return_on_time(
-        wrapped,
-        || {
-            // The pool's one connection exists now (the session opened and took a lease through it).
-            let pids = probe.connection_ids();
-            assert!(!pids.is_empty(), "no pooled connection to pause");
-            for pid in &pids {
-                kill(Pid::from_raw(*pid as i32), Signal::SIGSTOP).unwrap();
-            }
-            resume.0 = pids;
-        },
-        false,
-    );
 }
 
 #[cfg(feature = "redis")]

@@ -59,6 +59,8 @@ mod pool;
 #[cfg(feature = "postgres")]
 mod postgres;
 pub mod queries;
+#[cfg(feature = "mysql")]
+mod watchdog;
 
 #[cfg(feature = "postgres")]
 pub use postgres::{PostgresTls, RootCerts, SslMode};
@@ -170,7 +172,8 @@ impl SqlOptions {
     }
 
     /// Server-side timeout of every statement and bound of every connection checkout
-    /// (default [`DEFAULT_QUERY_TIMEOUT`], 5 s). Set it to the sessions' renew interval.
+    /// (default [`DEFAULT_QUERY_TIMEOUT`], 5 s), and the bound of every whole call
+    /// ([`LeaseBackend::call_bound`]). Set it to the sessions' renew interval.
     pub fn query_timeout(&self) -> Duration {
         self.query_timeout
     }
@@ -214,7 +217,7 @@ pub struct SqlOptionsBuilder {
 
 impl SqlOptionsBuilder {
     /// Server-side timeout of every statement and bound of every connection checkout (default 5 s;
-    /// 1 ms to 1 h). Use the sessions' renew interval: a renewal slower than that counts as failed.
+    /// 1 ms to 1 h), and the bound of every whole call, statements and retries included. Use the sessions' renew interval: a renewal slower than that counts as failed.
     #[must_use]
     pub fn query_timeout(mut self, d: Duration) -> Self {
         self.query_timeout = Some(d);
@@ -299,6 +302,15 @@ impl SqlOptionsBuilder {
             connection_lifetime,
         })
     }
+}
+
+/// The server-side limit of a statement (PostgreSQL `statement_timeout`; MariaDB
+/// `max_statement_time`, MySQL 8 `max_execution_time`, and `innodb_lock_wait_timeout` in whole
+/// seconds, at least 1) for a query timeout `qt`: a little less than `qt` (a quarter of it, at most
+/// 250 ms, less), so that a statement waiting for a lock ends with the server's own error before
+/// the call's deadline, `qt` from the call's start, ends it on the client.
+pub(crate) fn server_limit(qt: Duration) -> Duration {
+    qt - (qt / 4).min(Duration::from_millis(250))
 }
 
 /// What a dialect's acquire reports, before conversion.
@@ -392,6 +404,17 @@ pub(crate) trait Driver: Send + Sync + 'static {
     /// server certificate verified), after `reachable`.
     fn extra_checks(&self) -> Vec<CheckItem> {
         Vec::new()
+    }
+    /// How long any one call of this driver can take (see [`LeaseBackend::call_bound`]); `None`
+    /// when a call may block indefinitely.
+    fn call_bound(&self) -> Option<Duration> {
+        None
+    }
+    /// [`release`](Driver::release) within `deadline` (the dialects that bound their calls end it
+    /// by then; the others ignore it).
+    fn release_until(&self, id: &SessionId, name: &Name, token: i64, deadline: Instant) -> Result<()> {
+        let _ = deadline;
+        self.release(id, name, token)
     }
 }
 
@@ -722,6 +745,8 @@ impl LeaseBackend for SqlBackend {
     }
 
     fn acquire(&self, session: &SessionId, name: &Name) -> Result<Acquire> {
+        // The cleanup release below shares the acquire's query timeout (`call_bound`).
+        let deadline = Instant::now() + self.inner.options.query_timeout;
         match self.inner.driver.acquire(session, name)? {
             RawAcquire::Expired => {
                 debug!("simba {}: acquire '{name}' by session {session}: session expired", self.inner.dialect);
@@ -734,7 +759,7 @@ impl LeaseBackend for SqlBackend {
                     Err(e) => {
                         // Someone wrote a corrupt token: do not keep a term nobody can use.
                         warn!("simba {}: lease '{name}' has a corrupt token {raw}; releasing it", self.inner.dialect);
-                        if let Err(re) = self.inner.driver.release(session, name, raw) {
+                        if let Err(re) = self.inner.driver.release_until(session, name, raw, deadline) {
                             warn!("simba {}: releasing corrupt lease '{name}' failed: {re}", self.inner.dialect);
                         }
                         return Err(e);
@@ -783,6 +808,13 @@ impl LeaseBackend for SqlBackend {
         }
         out.sort();
         Ok(out)
+    }
+
+    fn call_bound(&self) -> Option<Duration> {
+        // Every call runs against one deadline, the query timeout from its start: MySQL/MariaDB
+        // through the watchdog (`MyDriver::run`), PostgreSQL through a timeout on every request
+        // of its tokio-postgres connections (`PgDriver::run`).
+        self.inner.driver.call_bound()
     }
 
     fn capabilities(&self) -> Capabilities {
@@ -954,6 +986,15 @@ mod tests {
         }
         assert!(init_sql(Dialect::Postgres).contains("create table if not exists simba_semaphore"));
         assert!(init_sql(Dialect::Mysql).contains("create table if not exists simba_semaphore"));
+    }
+
+    #[test]
+    fn server_limits_end_before_the_call_deadline() {
+        let ms = Duration::from_millis;
+        assert_eq!(server_limit(ms(300)), ms(225));
+        assert_eq!(server_limit(ms(1000)), ms(750));
+        assert_eq!(server_limit(Duration::from_secs(5)), ms(4750));
+        assert_eq!(server_limit(ms(1)), Duration::from_micros(750));
     }
 
     #[test]

@@ -8,6 +8,8 @@ use log::{debug, info, warn};
 use parking_lot::Mutex;
 
 use super::SqlOptions;
+#[cfg(feature = "mysql")]
+use crate::error::ErrorKind;
 use crate::error::{Error, Result};
 
 /// How a failed attempt ends.
@@ -179,8 +181,17 @@ where
 
     /// Runs `f` on a pooled connection, retrying [`Fail::Retry`] failures while the query timeout
     /// allows. The checkout waits at most what is left of the query timeout.
-    pub(crate) fn run<T>(&self, what: &str, mut f: impl FnMut(&mut M::Connection) -> Result<T, Fail>) -> Result<T> {
-        let deadline = Instant::now() + self.timeout;
+    pub(crate) fn run<T>(&self, what: &str, f: impl FnMut(&mut M::Connection) -> Result<T, Fail>) -> Result<T> {
+        self.run_until(what, Instant::now() + self.timeout, f)
+    }
+
+    /// [`run`](Self::run) within `deadline`: no checkout waits past it and no retry starts after it.
+    pub(crate) fn run_until<T>(
+        &self,
+        what: &str,
+        deadline: Instant,
+        mut f: impl FnMut(&mut M::Connection) -> Result<T, Fail>,
+    ) -> Result<T> {
         let mut attempt = 0;
         loop {
             attempt += 1;
@@ -199,5 +210,57 @@ where
                 }
             }
         }
+    }
+}
+
+/// A pooled connection whose socket the [`Watchdog`](super::watchdog::Watchdog) may shut down.
+#[cfg(feature = "mysql")]
+pub(crate) trait Watched {
+    /// The connection's socket.
+    fn socket(&self) -> std::os::fd::RawFd;
+    /// The connection must not be used again (the watchdog shut its socket down).
+    fn set_broken(&mut self);
+}
+
+#[cfg(feature = "mysql")]
+impl<M: r2d2::ManageConnection> SqlPool<M>
+where
+    M::Error: fmt::Display,
+    M::Connection: Watched,
+{
+    /// [`run_until`](Self::run_until), with every attempt watched: the watchdog shuts the
+    /// connection's socket down at `deadline`, so the call returns by then (plus scheduling)
+    /// even when the server stops answering in the middle of a statement. A call the watchdog
+    /// ended fails with `Timeout` (its outcome is unknown, like any reply that never came).
+    pub(crate) fn run_watched<T>(
+        &self,
+        what: &str,
+        deadline: Instant,
+        mut f: impl FnMut(&mut M::Connection) -> Result<T, Fail>,
+    ) -> Result<T> {
+        let timeout = self.timeout;
+        let kind = self.kind;
+        self.run_until(what, deadline, |conn| {
+            let armed = super::watchdog::Watchdog::get().arm(conn.socket(), deadline);
+            let r = f(conn);
+            if !armed.disarm() {
+                return r;
+            }
+            conn.set_broken();
+            match r {
+                // The whole reply was read before the socket was shut down.
+                Ok(v) => Ok(v),
+                Err(Fail::Retry(e) | Fail::Stop(e)) => Err(Fail::Stop(
+                    Error::new(
+                        ErrorKind::Timeout,
+                        format!(
+                            "{kind}: {what}: no reply within the query timeout ({}); the connection was closed",
+                            humantime::format_duration(timeout)
+                        ),
+                    )
+                    .with_source(e),
+                )),
+            }
+        })
     }
 }

@@ -6,14 +6,14 @@
 //! and its libpq-style verifiers; [`PgConnector::connect`] (in `connect`) opens every connection —
 //! the pool's and any dedicated one — with that one TLS setup.
 //!
-//! Timeouts: `statement_timeout` (= query timeout) and `idle_in_transaction_session_timeout` are set
-//! per connection through the `options` startup parameter, `connect_timeout` and TCP keepalives /
-//! `tcp_user_timeout` on the socket. The `postgres` client has **no client-side read timeout**: a
-//! server process that stops answering (SIGSTOP, a hung host whose kernel still acknowledges) blocks
-//! the calling thread until it answers again. The session engine abandons such calls at its own
-//! deadline; the blocked connection stays checked out meanwhile, so the pool shrinks by one.
+//! Timeouts: `statement_timeout` (a little below the query timeout) and
+//! `idle_in_transaction_session_timeout` are set per connection through the `options` startup
+//! parameter, `connect_timeout` and TCP keepalives / `tcp_user_timeout` on the socket. The pool's
+//! connections are `tokio-postgres` ones ([`pooled`]) whose every request is bounded by its call's
+//! deadline, the query timeout from the call's start: the backend declares that as its
+//! `call_bound`, and user calls run on the caller's thread. The notification connection
+//! (`postgres_listen.rs`) stays on the blocking `postgres` client (a thread of its own).
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -21,8 +21,7 @@ use crossbeam_channel::Sender;
 use log::debug;
 use parking_lot::Mutex;
 use postgres::error::SqlState;
-use postgres::types::ToSql;
-use postgres::{Client, Config, Row, Statement};
+use postgres::{Client, Config, Row};
 
 use super::pool::{ConnectFailure, ConnectHealth, Fail, SqlPool};
 use super::queries::postgres as q;
@@ -33,7 +32,10 @@ use crate::types::{Name, SessionId};
 
 pub(crate) mod config;
 mod connect;
+mod pooled;
 mod tls;
+
+use pooled::{PgPoolManager, PgPooled};
 
 pub use config::{PostgresTls, RootCerts, SslMode};
 pub(crate) use connect::{ConnectError, Connected, PgConnector, Transport};
@@ -43,15 +45,10 @@ const KIND: &str = "postgres";
 #[path = "postgres_listen.rs"]
 mod listen;
 
-/// One pooled connection.
+/// A blocking connection (the notification connection's).
 pub(crate) struct PgConn {
-    client: Client,
-    statements: HashMap<usize, Statement>,
-    broken: bool,
-    pid: u64,
-    transport: Transport,
-    /// When it was opened (for the connection lifetime).
-    born: Instant,
+    pub(super) client: Client,
+    pub(super) pid: u64,
     registry: Arc<Mutex<Vec<u64>>>,
 }
 
@@ -85,7 +82,8 @@ fn fail(conn_broken: &mut bool, e: postgres::Error, what: &str) -> Fail {
         Fail::Retry(Error::unavailable(msg("transaction conflict")).with_source(words))
     } else if code == SqlState::QUERY_CANCELED || code == SqlState::LOCK_NOT_AVAILABLE {
         Fail::Stop(
-            Error::unavailable(msg("statement timed out (statement_timeout = query timeout)")).with_source(words),
+            Error::unavailable(msg("statement timed out (statement_timeout, just under the query timeout)"))
+                .with_source(words),
         )
     } else if code == SqlState::UNDEFINED_TABLE {
         Fail::Stop(
@@ -120,32 +118,6 @@ impl std::fmt::Display for ServerWords {
 }
 
 impl std::error::Error for ServerWords {}
-
-impl PgConn {
-    fn statement(&mut self, sql: &'static str, what: &str) -> Result<Statement, Fail> {
-        let key = sql.as_ptr() as usize;
-        if let Some(s) = self.statements.get(&key) {
-            return Ok(s.clone());
-        }
-        match self.client.prepare(sql) {
-            Ok(s) => {
-                self.statements.insert(key, s.clone());
-                Ok(s)
-            }
-            Err(e) => Err(fail(&mut self.broken, e, what)),
-        }
-    }
-
-    fn query(&mut self, sql: &'static str, params: &[&(dyn ToSql + Sync)], what: &str) -> Result<Vec<Row>, Fail> {
-        let st = self.statement(sql, what)?;
-        self.client.query(&st, params).map_err(|e| fail(&mut self.broken, e, what))
-    }
-
-    fn execute(&mut self, sql: &'static str, params: &[&(dyn ToSql + Sync)], what: &str) -> Result<u64, Fail> {
-        let st = self.statement(sql, what)?;
-        self.client.execute(&st, params).map_err(|e| fail(&mut self.broken, e, what))
-    }
-}
 
 /// Reads column `idx`; a type mismatch is a `Backend` error (the schema is not ours).
 fn col<'a, T: postgres::types::FromSql<'a>>(row: &'a Row, idx: usize, what: &str) -> Result<T, Fail> {
@@ -314,15 +286,7 @@ impl r2d2::ManageConnection for PgManager {
         let pid = u64::try_from(pid).unwrap_or(0);
         self.registry.lock().push(pid);
         debug!("simba {KIND}: new connection (server pid {pid}, {transport:?})");
-        Ok(PgConn {
-            client,
-            statements: HashMap::new(),
-            broken: false,
-            pid,
-            transport,
-            born: Instant::now(),
-            registry: self.registry.clone(),
-        })
+        Ok(PgConn { client, pid, registry: self.registry.clone() })
     }
 
     fn is_valid(&self, conn: &mut PgConn) -> Result<(), ConnectError> {
@@ -330,12 +294,14 @@ impl r2d2::ManageConnection for PgManager {
     }
 
     fn has_broken(&self, conn: &mut PgConn) -> bool {
-        conn.broken || conn.client.is_closed() || conn.born.elapsed() >= self.lifetime
+        conn.client.is_closed()
     }
 }
 
 pub(crate) struct PgDriver {
-    pool: SqlPool<PgManager>,
+    pool: SqlPool<PgPoolManager>,
+    /// Every call's bound (see [`PgDriver::run`]).
+    query_timeout: Duration,
     registry: Arc<Mutex<Vec<u64>>>,
     listener: listen::Listener,
     connector: PgConnector,
@@ -368,7 +334,7 @@ impl PgDriver {
 
     fn with_config(mut config: Config, tls: &PostgresTls, options: &SqlOptions, shown: String) -> Result<PgDriver> {
         let setup = tls::TlsSetup::load(tls).map_err(|e| Error::config(format!("{shown}: {e}")))?;
-        let qt_ms = options.query_timeout().as_millis().max(1);
+        let qt_ms = super::server_limit(options.query_timeout()).as_millis().max(1);
         let idle_tx_ms = qt_ms.saturating_mul(4).max(1000);
         let mut opts = config.get_options().map(str::to_string).unwrap_or_default();
         if !opts.is_empty() {
@@ -400,13 +366,44 @@ impl PgDriver {
             lifetime: options.connection_lifetime(),
         };
         let listener = listen::Listener::new(listen_manager, options.connect_timeout(), options.query_timeout());
-        let manager = PgManager {
-            connector: connector.clone(),
-            registry: registry.clone(),
-            health: health.clone(),
-            lifetime: options.connection_lifetime(),
+        let manager = PgPoolManager {
+            base: PgManager {
+                connector: connector.clone(),
+                registry: registry.clone(),
+                health: health.clone(),
+                lifetime: options.connection_lifetime(),
+            },
+            query_timeout: options.query_timeout(),
+            connect_timeout: options.connect_timeout(),
         };
-        Ok(PgDriver { pool: SqlPool::new(manager, health, options, KIND), registry, listener, connector, shown })
+        Ok(PgDriver {
+            pool: SqlPool::new(manager, health, options, KIND),
+            query_timeout: options.query_timeout(),
+            registry,
+            listener,
+            connector,
+            shown,
+        })
+    }
+
+    /// Runs `f` on a pooled connection within the query timeout from now: the checkout waits at
+    /// most that long, every request of every attempt gives up at the deadline (the connection is
+    /// then dropped), and no retry starts after it. This is the bound [`Driver::call_bound`]
+    /// declares.
+    fn run<T>(&self, what: &str, f: impl FnMut(&mut PgPooled) -> Result<T, Fail>) -> Result<T> {
+        self.run_until(what, Instant::now() + self.query_timeout, f)
+    }
+
+    fn run_until<T>(
+        &self,
+        what: &str,
+        deadline: Instant,
+        mut f: impl FnMut(&mut PgPooled) -> Result<T, Fail>,
+    ) -> Result<T> {
+        self.pool.run_until(what, deadline, |c| {
+            c.deadline = deadline;
+            f(c)
+        })
     }
 
     /// How this backend is shown (the redacted URL, or the configuration without its password).
@@ -477,15 +474,10 @@ fn is_loopback(host: &str) -> bool {
 impl Driver for PgDriver {
     fn init_schema(&self) -> Result<()> {
         let what = "init schema";
-        self.pool.run(what, |c| {
-            let r = (|| {
-                let mut tx = c.client.transaction()?;
-                tx.batch_execute(q::INIT_LOCK)?;
-                tx.batch_execute(q::INIT_SIMBA_POSTGRESQL)?;
-                tx.commit()
-            })();
-            r.map_err(|e| fail(&mut c.broken, e, what))
-        })
+        // Setup, not a lease call: the lock wait and the two scripts may each take up to the
+        // statement timeout.
+        let deadline = Instant::now() + self.query_timeout * 3;
+        self.run_until(what, deadline, |c| c.batch_in_transaction(&[q::INIT_LOCK, q::INIT_SIMBA_POSTGRESQL], what))
     }
 
     fn open_session(&self, id: &SessionId, lease_ms: i64, metadata: &str) -> Result<()> {
@@ -494,7 +486,7 @@ impl Driver for PgDriver {
         }
         let what = format!("open session {id}");
         let mut attempt = 0;
-        self.pool.run(&what, |c| {
+        self.run(&what, |c| {
             attempt += 1;
             if attempt > 1 {
                 // A retry after a lost reply: the first insert may have committed.
@@ -509,7 +501,7 @@ impl Driver for PgDriver {
 
     fn keep_alive(&self, id: &SessionId, lease_ms: i64) -> Result<RawKeepAlive> {
         let what = format!("keep-alive of session {id}");
-        self.pool.run(&what, |c| {
+        self.run(&what, |c| {
             // One statement, one round trip: renews (or deletes the expired session) and lists the
             // owned leases and the memberships, one row each; no row at all when the session is
             // expired or unknown.
@@ -530,12 +522,12 @@ impl Driver for PgDriver {
 
     fn close_session(&self, id: &SessionId) -> Result<()> {
         let what = format!("close session {id}");
-        self.pool.run(&what, |c| c.execute(q::CLOSE_SESSION, &[&id.as_str()], &what).map(|_| ()))
+        self.run(&what, |c| c.execute(q::CLOSE_SESSION, &[&id.as_str()], &what).map(|_| ()))
     }
 
     fn acquire(&self, id: &SessionId, name: &Name) -> Result<RawAcquire> {
         let what = format!("acquire '{name}' for session {id}");
-        self.pool.run(&what, |c| {
+        self.run(&what, |c| {
             let rows = c.query(q::ACQUIRE, &[&id.as_str(), &name.as_str()], &what)?;
             let Some(row) = rows.first() else {
                 return Err(Fail::Stop(Error::backend(format!("{KIND}: {what}: no reply row"))));
@@ -552,12 +544,12 @@ impl Driver for PgDriver {
 
     fn release(&self, id: &SessionId, name: &Name, token: i64) -> Result<()> {
         let what = format!("release '{name}' (token {token}) by session {id}");
-        self.pool.run(&what, |c| c.execute(q::RELEASE, &[&id.as_str(), &name.as_str(), &token], &what).map(|_| ()))
+        self.run(&what, |c| c.execute(q::RELEASE, &[&id.as_str(), &name.as_str(), &token], &what).map(|_| ()))
     }
 
     fn holder(&self, name: &Name) -> Result<Option<RawHolder>> {
         let what = format!("holder of '{name}'");
-        self.pool.run(&what, |c| {
+        self.run(&what, |c| {
             let rows = c.query(q::HOLDER, &[&name.as_str()], &what)?;
             match rows.first() {
                 None => Ok(None),
@@ -568,7 +560,7 @@ impl Driver for PgDriver {
 
     fn join(&self, id: &SessionId, group: &Name) -> Result<bool> {
         let what = format!("join '{group}' by session {id}");
-        self.pool.run(&what, |c| {
+        self.run(&what, |c| {
             let rows = c.query(q::JOIN, &[&id.as_str(), &group.as_str()], &what)?;
             let alive: i64 = match rows.first() {
                 Some(r) => col(r, 0, &what)?,
@@ -580,12 +572,12 @@ impl Driver for PgDriver {
 
     fn leave(&self, id: &SessionId, group: &Name) -> Result<()> {
         let what = format!("leave '{group}' by session {id}");
-        self.pool.run(&what, |c| c.execute(q::LEAVE, &[&id.as_str(), &group.as_str()], &what).map(|_| ()))
+        self.run(&what, |c| c.execute(q::LEAVE, &[&id.as_str(), &group.as_str()], &what).map(|_| ()))
     }
 
     fn members(&self, group: &Name) -> Result<Vec<(String, String)>> {
         let what = format!("members of '{group}'");
-        self.pool.run(&what, |c| {
+        self.run(&what, |c| {
             let rows = c.query(q::MEMBERS, &[&group.as_str()], &what)?;
             rows.iter().map(|r| Ok((col(r, 0, &what)?, col(r, 1, &what)?))).collect()
         })
@@ -594,45 +586,18 @@ impl Driver for PgDriver {
     fn purge(&self, limit: usize) -> Result<usize> {
         let what = "purge expired sessions";
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-        self.pool.run(what, |c| {
+        self.run(what, |c| {
             let select = c.statement(q::PURGE_SELECT, what)?;
             let members = c.statement(q::PURGE_MEMBERS, what)?;
             let notify = c.statement(q::PURGE_NOTIFY, what)?;
             let sessions = c.statement(q::PURGE_SESSIONS, what)?;
-            let r = (|| -> Result<Result<usize, Error>, postgres::Error> {
-                let mut tx = c.client.transaction()?;
-                let rows = tx.query(&select, &[&limit])?;
-                let mut ids = Vec::with_capacity(rows.len());
-                for r in &rows {
-                    match r.try_get::<_, String>(0) {
-                        Ok(s) => ids.push(s),
-                        Err(e) => {
-                            return Ok(Err(
-                                Error::backend(format!("{KIND}: {what}: unexpected session id")).with_source(e)
-                            ))
-                        }
-                    }
-                }
-                if ids.is_empty() {
-                    tx.commit()?;
-                    return Ok(Ok(0));
-                }
-                tx.execute(&members, &[&ids])?;
-                tx.execute(&notify, &[&ids])?;
-                let n = tx.execute(&sessions, &[&ids])?;
-                tx.commit()?;
-                Ok(Ok(usize::try_from(n).unwrap_or(usize::MAX)))
-            })();
-            match r {
-                Ok(v) => v.map_err(Fail::Stop),
-                Err(e) => Err(fail(&mut c.broken, e, what)),
-            }
+            c.purge([select, members, notify, sessions], limit, what)?.map_err(Fail::Stop)
         })
     }
 
     fn now_ms(&self) -> Result<i64> {
         let what = "read the database clock";
-        self.pool.run(what, |c| {
+        self.run(what, |c| {
             let rows = c.query(q::NOW, &[], what)?;
             match rows.first() {
                 Some(r) => col(r, 0, what),
@@ -643,7 +608,7 @@ impl Driver for PgDriver {
 
     fn semaphore_limit(&self, name: &Name, permits: Option<i64>) -> Result<Option<i64>> {
         let what = format!("limit of semaphore '{name}' (table simba_semaphore)");
-        self.pool.run(&what, |c| {
+        self.run(&what, |c| {
             let rows = match permits {
                 Some(p) => c.query(q::SEMAPHORE_LIMIT, &[&name.as_str(), &p], &what)?,
                 None => c.query(q::SEMAPHORE_LIMIT_READ, &[&name.as_str()], &what)?,
@@ -654,7 +619,7 @@ impl Driver for PgDriver {
 
     fn semaphore_table(&self) -> Result<bool> {
         let what = "check the semaphore table";
-        self.pool.run(what, |c| {
+        self.run(what, |c| {
             let rows = c.query(q::SEMAPHORE_TABLE_CHECK, &[], what)?;
             Ok(rows.first().map(|r| col::<i64>(r, 0, what)).transpose()?.unwrap_or(0) > 0)
         })
@@ -662,7 +627,7 @@ impl Driver for PgDriver {
 
     fn schema_tables(&self) -> Result<i64> {
         let what = "check the schema";
-        self.pool.run(what, |c| {
+        self.run(what, |c| {
             let rows = c.query(q::SCHEMA_CHECK, &[], what)?;
             match rows.first() {
                 Some(r) => col(r, 0, what),
@@ -673,7 +638,7 @@ impl Driver for PgDriver {
 
     fn server_version(&self) -> Result<String> {
         let what = "read the server version";
-        self.pool.run(what, |c| {
+        self.run(what, |c| {
             let version = c.query(q::SERVER_VERSION, &[], what)?;
             let Some(version) = version.first() else {
                 return Err(Fail::Stop(Error::backend(format!("{KIND}: {what}: no reply row"))));
@@ -683,7 +648,7 @@ impl Driver for PgDriver {
     }
 
     fn extra_checks(&self) -> Vec<CheckItem> {
-        let transport = self.pool.run("check the connection's TLS", |c| Ok(c.transport.clone()));
+        let transport = self.run("check the connection's TLS", |c| Ok(c.transport.clone()));
         vec![match transport {
             Ok(t) => tls_item(&t, &self.connector),
             Err(e) => CheckItem {
@@ -692,6 +657,17 @@ impl Driver for PgDriver {
                 detail: crate::error::display_chain(&e),
             },
         }]
+    }
+
+    fn call_bound(&self) -> Option<Duration> {
+        Some(self.query_timeout)
+    }
+
+    fn release_until(&self, id: &SessionId, name: &Name, token: i64, deadline: Instant) -> Result<()> {
+        let what = format!("release '{name}' (token {token}) by session {id}");
+        self.run_until(&what, deadline, |c| {
+            c.execute(q::RELEASE, &[&id.as_str(), &name.as_str(), &token], &what).map(|_| ())
+        })
     }
 
     fn connection_ids(&self) -> Vec<u64> {

@@ -2,6 +2,7 @@
 //! `PREFERRED`'s fallback, and the session settings the statements depend on), the pooled
 //! connection with its statement helpers, and the classification of driver and connect errors.
 
+use std::os::fd::{AsRawFd, RawFd};
 use std::sync::Arc;
 
 use log::debug;
@@ -9,7 +10,7 @@ use mysql::prelude::Queryable;
 use mysql::{Opts, Params, Row};
 use parking_lot::Mutex;
 
-use super::super::pool::{ConnectFailure, ConnectHealth, Fail};
+use super::super::pool::{ConnectFailure, ConnectHealth, Fail, Watched};
 use super::super::queries::mysql as q;
 use super::tls;
 use super::MysqlTls;
@@ -78,6 +79,11 @@ pub(crate) struct MyConn {
 
 impl Drop for MyConn {
     fn drop(&mut self) {
+        if self.broken {
+            // The driver's own drop still writes (statement closes, `COM_QUIT`): to a server that
+            // stopped reading, a write could block for the write timeout. Shut down, each fails at once.
+            let _ = nix::sys::socket::shutdown(self.conn.as_raw_fd(), nix::sys::socket::Shutdown::Both);
+        }
         let mut ids = self.registry.lock();
         if let Some(i) = ids.iter().position(|p| *p == self.id) {
             ids.swap_remove(i);
@@ -130,6 +136,16 @@ pub(super) fn fail(conn_broken: &mut bool, e: mysql::Error, what: &str) -> Fail 
             *conn_broken = true;
             Fail::Retry(Error::unavailable(msg("connection failed")).with_source(e))
         }
+    }
+}
+
+impl Watched for MyConn {
+    fn socket(&self) -> RawFd {
+        self.conn.as_raw_fd()
+    }
+
+    fn set_broken(&mut self) {
+        self.broken = true;
     }
 }
 

@@ -2,9 +2,15 @@
 //!
 //! Every connection runs in UTC (`SET time_zone = '+00:00'`), has TCP connect/read/write timeouts,
 //! `innodb_lock_wait_timeout` and a server-side statement limit (MariaDB `max_statement_time`;
-//! MySQL 8 `max_execution_time`, which covers SELECTs only). A connection that saw an I/O error,
-//! a read timeout or any other client-side failure is never used again: after such an error a
-//! `Conn` can be out of step with the server and return the previous statement's reply.
+//! MySQL 8 `max_execution_time`, which covers SELECTs only), a little below the query timeout. A
+//! connection that saw an I/O error, a read timeout or any other client-side failure is never used
+//! again: after such an error a `Conn` can be out of step with the server and return the previous
+//! statement's reply.
+//!
+//! Every call is bounded by the query timeout from its start (the backend's `call_bound`, so the
+//! session engine runs user calls on the caller's thread): the pool checkout waits at most what is
+//! left, and the [watchdog](super::watchdog) shuts down the socket of a connection whose call is
+//! still running at the deadline (see [`MyDriver::run`]).
 //!
 //! Rows are read as [`mysql::Row`] and converted column by column (`get_opt`), never with typed
 //! helpers that panic on an unexpected type.
@@ -109,6 +115,8 @@ impl Routine {
 
 pub(crate) struct MyDriver {
     pool: SqlPool<MyManager>,
+    /// Every call's bound (see [`MyDriver::run`]).
+    query_timeout: Duration,
     tls: MysqlTls,
     /// The server is on this host (loopback): plain TCP never crosses a network.
     loopback: bool,
@@ -122,16 +130,19 @@ impl MyDriver {
     /// driver options (see [`SqlBackend::mysql_config`](super::SqlBackend::mysql_config)).
     pub(crate) fn new(config: &MysqlConfig, options: &SqlOptions) -> Result<MyDriver> {
         let qt = options.query_timeout();
-        // The server gives up first (statement / lock wait limits); the socket read timeout is
-        // the last resort for a server that stopped answering. No silent switch to a Unix socket
-        // (it would skip TLS), and affected-row counts as the statements expect (no
+        // Every call of the backend ends by its deadline, the query timeout from its start: the
+        // checkout waits at most that long, and the watchdog shuts down the socket of a statement
+        // still running then (`run`). The socket timeouts bound each read and write of the
+        // connects and session settings on the pool's threads, where no watchdog runs; set to the
+        // query timeout, they override whatever a caller's own `Opts` said. No silent switch to a
+        // Unix socket (it would skip TLS), and affected-row counts as the statements expect (no
         // CLIENT_FOUND_ROWS).
         let capabilities =
             config.opts().get_additional_capabilities() & !mysql::consts::CapabilityFlags::CLIENT_FOUND_ROWS;
         let opts: Opts = OptsBuilder::from_opts(config.opts().clone())
             .prefer_socket(false)
             .tcp_connect_timeout(Some(options.connect_timeout()))
-            .read_timeout(Some(qt + Duration::from_millis(500)))
+            .read_timeout(Some(qt))
             .write_timeout(Some(qt))
             .stmt_cache_size(64)
             .additional_capabilities(capabilities)
@@ -140,18 +151,20 @@ impl MyDriver {
             .then(|| OptsBuilder::from_opts(opts.clone()).ssl_opts(None).into());
         let registry = Arc::new(Mutex::new(Vec::new()));
         let health = Arc::new(ConnectHealth::default());
+        let server_limit = super::server_limit(qt);
         let manager = MyManager {
             opts,
             plain_opts,
             tls: config.tls().clone(),
             health: health.clone(),
-            lock_wait_secs: qt.as_secs_f64().ceil().max(1.0) as u64,
-            statement_secs: qt.as_secs_f64().max(0.001),
-            execution_ms: u64::try_from(qt.as_millis()).unwrap_or(u64::MAX).max(1),
+            lock_wait_secs: server_limit.as_secs().max(1),
+            statement_secs: server_limit.as_secs_f64().max(0.001),
+            execution_ms: u64::try_from(server_limit.as_millis()).unwrap_or(u64::MAX).max(1),
             registry: registry.clone(),
         };
         Ok(MyDriver {
             pool: SqlPool::new(manager, health, options, KIND),
+            query_timeout: qt,
             tls: config.tls().clone(),
             loopback: config.opts().addr_is_loopback(),
             registry,
@@ -222,8 +235,15 @@ impl MyDriver {
         Ok(RawAcquire::Busy)
     }
 
+    /// Runs `f` on a pooled connection within the query timeout from now: the checkout, every
+    /// statement and every retry end by then (the watchdog closes a connection still busy at the
+    /// deadline). This is the bound [`Driver::call_bound`] declares.
+    fn run<T>(&self, what: &str, f: impl FnMut(&mut MyConn) -> Result<T, Fail>) -> Result<T> {
+        self.pool.run_watched(what, Instant::now() + self.query_timeout, f)
+    }
+
     fn one_i64(&self, sql: &'static str, what: &str) -> Result<i64> {
-        self.pool.run(what, |c| {
+        self.run(what, |c| {
             let rows = c.rows(sql, (), what)?;
             match rows.first() {
                 Some(r) => col(r, 0, what),
@@ -383,7 +403,7 @@ impl Driver for MyDriver {
     fn open_session(&self, id: &SessionId, lease_ms: i64, metadata: &str) -> Result<()> {
         let what = format!("open session {id}");
         let mut attempt = 0;
-        self.pool.run(&what, |c| {
+        self.run(&what, |c| {
             attempt += 1;
             if attempt > 1 {
                 // A retry after a lost reply: the first insert may have committed.
@@ -398,7 +418,7 @@ impl Driver for MyDriver {
 
     fn keep_alive(&self, id: &SessionId, lease_ms: i64) -> Result<RawKeepAlive> {
         let what = format!("keep-alive of session {id}");
-        self.pool.run(&what, |c| {
+        self.run(&what, |c| {
             if self.keep_alive_routine.usable() {
                 match c.call_rows(q::KEEP_ALIVE_CALL, (id.as_str(), lease_ms)) {
                     Ok(rows) => {
@@ -417,7 +437,7 @@ impl Driver for MyDriver {
 
     fn close_session(&self, id: &SessionId) -> Result<()> {
         let what = format!("close session {id}");
-        self.pool.run(&what, |c| {
+        self.run(&what, |c| {
             c.exec(q::DELETE_SESSION, (id.as_str(),), &what)?;
             c.exec(q::RELEASE_SESSION_LEASES, (id.as_str(),), &what)?;
             c.exec(q::DELETE_SESSION_MEMBERS, (id.as_str(),), &what)?;
@@ -427,7 +447,7 @@ impl Driver for MyDriver {
 
     fn acquire(&self, id: &SessionId, name: &Name) -> Result<RawAcquire> {
         let what = format!("acquire '{name}' for session {id}");
-        self.pool.run(&what, |c| {
+        self.run(&what, |c| {
             if self.acquire_routine.usable() {
                 match c.call_rows(q::ACQUIRE_CALL, (id.as_str(), name.as_str())) {
                     Ok(rows) => {
@@ -455,12 +475,12 @@ impl Driver for MyDriver {
 
     fn release(&self, id: &SessionId, name: &Name, token: i64) -> Result<()> {
         let what = format!("release '{name}' (token {token}) by session {id}");
-        self.pool.run(&what, |c| c.exec(q::RELEASE, (name.as_str(), id.as_str(), token), &what).map(|_| ()))
+        self.run(&what, |c| c.exec(q::RELEASE, (name.as_str(), id.as_str(), token), &what).map(|_| ()))
     }
 
     fn holder(&self, name: &Name) -> Result<Option<RawHolder>> {
         let what = format!("holder of '{name}'");
-        self.pool.run(&what, |c| {
+        self.run(&what, |c| {
             let rows = c.rows(q::HOLDER, (name.as_str(),), &what)?;
             match rows.first() {
                 None => Ok(None),
@@ -471,7 +491,7 @@ impl Driver for MyDriver {
 
     fn join(&self, id: &SessionId, group: &Name) -> Result<bool> {
         let what = format!("join '{group}' by session {id}");
-        self.pool.run(&what, |c| {
+        self.run(&what, |c| {
             let (affected, _) = c.exec(q::JOIN, (group.as_str(), id.as_str()), &what)?;
             if affected > 0 {
                 return Ok(true);
@@ -488,12 +508,12 @@ impl Driver for MyDriver {
 
     fn leave(&self, id: &SessionId, group: &Name) -> Result<()> {
         let what = format!("leave '{group}' by session {id}");
-        self.pool.run(&what, |c| c.exec(q::LEAVE, (group.as_str(), id.as_str()), &what).map(|_| ()))
+        self.run(&what, |c| c.exec(q::LEAVE, (group.as_str(), id.as_str()), &what).map(|_| ()))
     }
 
     fn members(&self, group: &Name) -> Result<Vec<(String, String)>> {
         let what = format!("members of '{group}'");
-        self.pool.run(&what, |c| {
+        self.run(&what, |c| {
             let rows = c.rows(q::MEMBERS, (group.as_str(),), &what)?;
             rows.iter().map(|r| Ok((col(r, 0, &what)?, col(r, 1, &what)?))).collect()
         })
@@ -502,7 +522,7 @@ impl Driver for MyDriver {
     fn purge(&self, limit: usize) -> Result<usize> {
         let what = "purge expired sessions";
         let limit = u64::try_from(limit).unwrap_or(u64::MAX);
-        self.pool.run(what, |c| {
+        self.run(what, |c| {
             let r = if c.skip_locked { purge_skip_locked(&mut c.conn, limit) } else { purge_range(&mut c.conn, limit) };
             r.map_err(|e| fail(&mut c.broken, e, what))
         })
@@ -514,7 +534,7 @@ impl Driver for MyDriver {
 
     fn semaphore_limit(&self, name: &Name, permits: Option<i64>) -> Result<Option<i64>> {
         let what = format!("limit of semaphore '{name}' (table simba_semaphore)");
-        self.pool.run(&what, |c| {
+        self.run(&what, |c| {
             if let Some(p) = permits {
                 c.exec(q::SEMAPHORE_LIMIT, (name.as_str(), p), &what)?;
             }
@@ -533,7 +553,7 @@ impl Driver for MyDriver {
 
     fn server_version(&self) -> Result<String> {
         let what = "read the server version";
-        self.pool.run(what, |c| {
+        self.run(what, |c| {
             let rows = c.rows(q::SERVER_VERSION, (), what)?;
             match rows.first() {
                 Some(r) => col(r, 0, what),
@@ -544,7 +564,7 @@ impl Driver for MyDriver {
 
     fn missing_routine(&self) -> Result<Option<&'static str>> {
         let what = "check the stored procedures";
-        let present: Vec<String> = self.pool.run(what, |c| {
+        let present: Vec<String> = self.run(what, |c| {
             let rows = c.rows(q::ROUTINE_CHECK, (), what)?;
             rows.iter().map(|r| col(r, 0, what)).collect()
         })?;
@@ -553,7 +573,7 @@ impl Driver for MyDriver {
 
     fn extra_checks(&self) -> Vec<CheckItem> {
         let what = "read the connection's TLS status";
-        let status = self.pool.run(what, |c| {
+        let status = self.run(what, |c| {
             let rows: Vec<Row> = c.conn.query(q::TLS_STATUS).map_err(|e| fail(&mut c.broken, e, what))?;
             let (mut version, mut cipher) = (String::new(), String::new());
             for r in &rows {
@@ -584,6 +604,18 @@ impl Driver for MyDriver {
             }
             Err(e) => item(CheckStatus::Warn, crate::error::display_chain(&e)),
         }]
+    }
+
+    fn call_bound(&self) -> Option<Duration> {
+        // Without its watchdog a call is bounded only per socket read and write: no promise.
+        super::watchdog::Watchdog::get().running().then_some(self.query_timeout)
+    }
+
+    fn release_until(&self, id: &SessionId, name: &Name, token: i64, deadline: Instant) -> Result<()> {
+        let what = format!("release '{name}' (token {token}) by session {id}");
+        self.pool.run_watched(&what, deadline, |c| {
+            c.exec(q::RELEASE, (name.as_str(), id.as_str(), token), &what).map(|_| ())
+        })
     }
 
     fn connection_ids(&self) -> Vec<u64> {
