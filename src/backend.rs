@@ -252,8 +252,8 @@ pub trait LeaseBackend: Send + Sync + fmt::Debug + 'static {
     /// detection never depends on a backend keeping this promise.
     ///
     /// `None` (the default, and the only right answer for a wrapper that may block): a call may block
-    /// indefinitely (the sync `postgres` client has no read timeout); the engine then runs every call
-    /// on a worker and abandons it at its own deadline.
+    /// indefinitely (e.g. a driver without read timeouts against a paused server); the engine then
+    /// runs every call on a worker and abandons it at its own deadline.
     fn call_bound(&self) -> Option<Duration> {
         None
     }

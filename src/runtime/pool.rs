@@ -1,8 +1,8 @@
 //! Bounded backend calls: a blocking backend call that may not run on its caller's thread (see
 //! [`LeaseBackend::call_bound`](crate::LeaseBackend::call_bound)) runs on a worker thread and the
-//! caller waits at most until its deadline. A hung driver call (e.g. the sync `postgres` client
-//! against a paused server, which has no read timeout) then costs a parked worker thread, never a
-//! missed deadline.
+//! caller waits at most until its deadline. A hung driver call (e.g. a third-party backend whose
+//! driver has no read timeout, against a paused server) then costs a parked worker thread, never
+//! a missed deadline.
 //!
 //! Workers are pooled and **bounded**: an idle worker is reused, a new one is started while fewer
 //! than the limit run, and a worker idle for a while exits. The limit is the process's (the pool
