@@ -85,6 +85,17 @@ fn options() -> SessionOptions {
         .unwrap()
 }
 
+/// A 120 s lease renewed every `renew`: no keep-alive (nor a second campaign attempt, with a long
+/// `query_timeout`) gets in the way of a test.
+fn slow_renewal(renew: Duration, query_timeout: Duration) -> SessionOptions {
+    SessionOptions::builder()
+        .lease_duration(Duration::from_secs(120))
+        .renew_interval(renew)
+        .query_timeout(query_timeout)
+        .build()
+        .unwrap()
+}
+
 fn memory_session() -> Session {
     Session::open(Arc::new(MemoryBackend::new()), options()).unwrap()
 }
@@ -306,12 +317,7 @@ fn a_campaign_attempt_that_starts_late_sends_no_acquire_after_its_resign() {
     // stalled calls there; held in its watch registration here, the step before its acquire) sent
     // its acquire after resign() had returned: a grant of the resigned name, undone only later.
     // Long timings: no keep-alive and no second attempt of the campaign during the test.
-    let opts = SessionOptions::builder()
-        .lease_duration(Duration::from_secs(120))
-        .renew_interval(Duration::from_secs(40))
-        .query_timeout(Duration::from_secs(30))
-        .build()
-        .unwrap();
+    let opts = slow_renewal(Duration::from_secs(40), Duration::from_secs(30));
     let backend = Forward::pushing("late-attempt", Gate::new());
     backend.hook.hold(Op::Watch);
     let session = Session::open(backend.clone(), opts).unwrap();
@@ -353,12 +359,7 @@ fn a_semaphore_waiter_does_not_spin_on_its_own_slot_freed_behind_its_back() {
     // the freed slot's watch answered "free" at once, the round skipped the slot (held here), and
     // the waiter went round again at once: a busy loop of watch and acquire calls until the next
     // keep-alive. Renewal is far away here: the waiter must just wait out its timeout.
-    let opts = SessionOptions::builder()
-        .lease_duration(Duration::from_secs(120))
-        .renew_interval(Duration::from_secs(60))
-        .query_timeout(Duration::from_secs(5))
-        .build()
-        .unwrap();
+    let opts = slow_renewal(Duration::from_secs(60), Duration::from_secs(5));
     let inner: Arc<dyn simba::LeaseBackend> = Arc::new(MemoryBackend::new());
     let backend = Forward::inheriting(inner.clone(), CountWatches::default());
     let session = Session::open(backend.clone(), opts).unwrap();
@@ -379,12 +380,7 @@ fn a_semaphore_waiter_does_not_spin_on_its_own_slot_freed_behind_its_back() {
 fn a_waiter_on_a_backend_without_pushes_polls_at_the_poll_interval_not_half_the_renewal() {
     // Without pushed releases a waiting lock retried every renew_interval / 2 (+ jitter): here
     // ~30 s, far past the waiter's 10 s. It now polls every poll_interval (default 500 ms).
-    let opts = SessionOptions::builder()
-        .lease_duration(Duration::from_secs(120))
-        .renew_interval(Duration::from_secs(60))
-        .query_timeout(Duration::from_secs(5))
-        .build()
-        .unwrap();
+    let opts = slow_renewal(Duration::from_secs(60), Duration::from_secs(5));
     let backend = Forward::memory("no-push", Gate::new());
     assert!(!simba::LeaseBackend::capabilities(&*backend).push_release);
     let holder = Session::open(backend.clone(), opts.clone()).unwrap();
