@@ -25,18 +25,7 @@ const LONG: Duration = Duration::from_secs(30);
 const ADDR: &str = "127.0.0.1:5433";
 const CERT_USER: &str = "simba-test-client";
 
-fn dir() -> String {
-    support::env_or("SIMBA_TEST_TLS_DIR", "/tmp/simba-services/tls")
-}
-
-fn file(name: &str) -> String {
-    let path = format!("{}/{name}", dir());
-    assert!(
-        std::path::Path::new(&path).exists(),
-        "{path} is missing: run `scripts/services up postgres-tls` (it runs scripts/tls-certs)"
-    );
-    path
-}
+use support::tls::file;
 
 fn require() {
     support::require_tcp("TLS-only PostgreSQL (scripts/services up postgres-tls)", ADDR);

@@ -25,15 +25,7 @@ fn options() -> RedisOptions {
         .unwrap()
 }
 
-fn tls_file(name: &str) -> Vec<u8> {
-    let path = format!("{}/{name}", support::env_or("SIMBA_TEST_TLS_DIR", "/tmp/simba-services/tls"));
-    std::fs::read(&path)
-        .unwrap_or_else(|e| panic!("{path}: {e}: run `scripts/services up` (it runs scripts/tls-certs)"))
-}
-
-fn tls_path(name: &str) -> String {
-    format!("{}/{name}", support::env_or("SIMBA_TEST_TLS_DIR", "/tmp/simba-services/tls"))
-}
+use support::tls::{file as tls_path, read as tls_file};
 
 /// The application's own TLS connection info: the test CA and client identity built into it.
 fn tls_info(addr: &str) -> ConnectionInfo {

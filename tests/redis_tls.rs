@@ -22,18 +22,7 @@ use simba::{ErrorKind, LeaseBackend, Name, Session, SessionOptions};
 /// A query timeout no failing handshake may wait for: "at once" means well before it.
 const LONG: Duration = Duration::from_secs(30);
 
-fn dir() -> String {
-    support::env_or("SIMBA_TEST_TLS_DIR", "/tmp/simba-services/tls")
-}
-
-fn file(name: &str) -> String {
-    let path = format!("{}/{name}", dir());
-    assert!(
-        std::path::Path::new(&path).exists(),
-        "{path} is missing: run `scripts/services up redis-tls redis-cluster-tls` (it runs scripts/tls-certs)"
-    );
-    path
-}
+use support::tls::file;
 
 fn require(addr: &str) {
     support::require_tcp("TLS-only Redis", addr);

@@ -168,6 +168,13 @@ fn try_url(seen: &mut Seen, what: &str, url: &str, direct: &dyn Fn(&mut Seen, &s
     direct(seen, url);
 }
 
+/// Creates the schema with `backend` (a login that needs no secret), or fails saying where.
+fn init_schema(backend: simba::Result<SqlBackend>, server: &str) {
+    if let Err(e) = backend.and_then(|b| b.init_schema()) {
+        panic!("cannot create the schema on {server}: {e} (run `scripts/services up`)");
+    }
+}
+
 fn url_of(var: &str, default: &str) -> String {
     support::env_or(var, default)
 }
@@ -192,6 +199,12 @@ fn first_host(url: &str) -> String {
 fn postgres_secrets_stay_secret() {
     let base = url_of("SIMBA_TEST_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432/test");
     support::require_tcp("PostgreSQL", &first_host(&base));
+    // The sessions below need the schema on both servers; no other test may be relied on to
+    // have created it (this test failed alone against a fresh server).
+    support::sql::shared_backend(support::sql::Dialect::Postgres);
+    let tls_dir = support::tls::dir();
+    let tls_admin = format!("postgres://postgres@127.0.0.1:5433/test?sslmode=verify-full&sslrootcert={tls_dir}/ca.pem");
+    init_schema(SqlBackend::postgres(&tls_admin, SqlOptions::default()), "the TLS-only PostgreSQL");
     let mut seen = Seen::new();
     // The shared server trusts every login: the password is sent but accepted, so this path
     // shows the backend, session and check output of a configuration holding a password.
@@ -211,7 +224,6 @@ fn postgres_secrets_stay_secret() {
     // Over verified TLS (the TLS-only server trusts postgres too): the check's tls item and the
     // TLS errors hold no password either.
     support::require_tcp("TLS-only PostgreSQL (scripts/services up postgres-tls)", "127.0.0.1:5433");
-    let tls_dir = url_of("SIMBA_TEST_TLS_DIR", "/tmp/simba-services/tls");
     let tls =
         format!("postgres://postgres:{SECRET}@127.0.0.1:5433/test?sslmode=verify-full&sslrootcert={tls_dir}/ca.pem");
     if let Ok(c) = config(&mut seen, &[("SIMBA_URL", &tls)]) {
@@ -295,7 +307,7 @@ fn mysql_secrets_stay_secret() {
 fn mysql_tls_secrets(seen: &mut Seen) {
     use mysql::prelude::Queryable;
     use simba::backends::sql::MysqlConfig;
-    let dir = support::env_or("SIMBA_TEST_TLS_DIR", "/tmp/simba-services/tls");
+    let dir = support::tls::dir();
     support::require_tcp("TLS-only MariaDB (scripts/services up mysql-tls)", "127.0.0.1:3307");
     let ca = format!("{dir}/ca.pem");
     let ssl = mysql::SslOpts::default().with_root_cert_path(Some(std::path::PathBuf::from(&ca)));
@@ -309,6 +321,7 @@ fn mysql_tls_secrets(seen: &mut Seen) {
             .ssl_opts(ssl.clone())
     };
     let user = format!("simba_secret_{:08x}", rand::random::<u32>());
+    init_schema(SqlBackend::mysql_opts(opts("root", ""), SqlOptions::default()), "the TLS-only MariaDB");
     let mut admin = mysql::Conn::new(opts("root", "")).expect("root over TLS on the TLS-only MariaDB");
     admin.query_drop(format!("CREATE USER '{user}'@'127.0.0.1' IDENTIFIED BY '{SECRET}'")).unwrap();
     admin.query_drop(format!("GRANT ALL PRIVILEGES ON test.* TO '{user}'@'127.0.0.1'")).unwrap();

@@ -14,7 +14,7 @@ use std::time::Duration;
 use simba::backends::sql::{SqlBackend, SqlOptions};
 
 fn harness() -> simba::tck::Harness {
-    let dir = support::env_or("SIMBA_TEST_TLS_DIR", "/tmp/simba-services/tls");
+    let dir = support::tls::dir();
     let url = support::env_or(
         "SIMBA_TEST_MYSQL_TLS_URL",
         &format!(

@@ -16,7 +16,7 @@ fn backend() -> Arc<SqlBackend> {
     static BACKEND: OnceLock<Arc<SqlBackend>> = OnceLock::new();
     BACKEND
         .get_or_init(|| {
-            let dir = support::env_or("SIMBA_TEST_TLS_DIR", "/tmp/simba-services/tls");
+            let dir = support::tls::dir();
             let url = support::env_or(
                 "SIMBA_TEST_POSTGRES_TLS_URL",
                 &format!(

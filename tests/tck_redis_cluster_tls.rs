@@ -13,7 +13,7 @@ use std::time::Duration;
 use simba::backends::redis::{RedisBackend, RedisOptions};
 
 fn harness() -> simba::tck::Harness {
-    let dir = support::env_or("SIMBA_TEST_TLS_DIR", "/tmp/simba-services/tls");
+    let dir = support::tls::dir();
     let url = support::env_or(
         "SIMBA_TEST_REDIS_CLUSTER_TLS_URL",
         &format!("rediss+cluster://127.0.0.1:7100,127.0.0.1:7101,127.0.0.1:7102?ca={dir}/ca.pem"),

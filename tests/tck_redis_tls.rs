@@ -11,7 +11,7 @@ use std::time::Duration;
 use simba::backends::redis::{RedisBackend, RedisOptions};
 
 fn harness() -> simba::tck::Harness {
-    let dir = support::env_or("SIMBA_TEST_TLS_DIR", "/tmp/simba-services/tls");
+    let dir = support::tls::dir();
     let url = support::env_or(
         "SIMBA_TEST_REDIS_TLS_URL",
         &format!("rediss://127.0.0.1:6390?ca={dir}/ca.pem&cert={dir}/client.pem&key={dir}/client.key"),

@@ -11,7 +11,7 @@ mod support;
 use simba::backends::zookeeper::{ZookeeperBackend, ZookeeperOptions};
 
 fn harness() -> simba::tck::Harness {
-    let dir = support::env_or("SIMBA_TEST_TLS_DIR", "/tmp/simba-services/tls");
+    let dir = support::tls::dir();
     let url = support::env_or(
         "SIMBA_TEST_ZOOKEEPER_TLS_URL",
         &format!(

@@ -15,11 +15,7 @@ use simba::backends::zookeeper::{ZookeeperBackend, ZookeeperOptions};
 use simba::{LeaseBackend, Name, Session, SessionOptions};
 use zookeeper_client::{Client, TlsOptions};
 
-fn tls_pem(name: &str) -> String {
-    let path = format!("{}/{name}", support::env_or("SIMBA_TEST_TLS_DIR", "/tmp/simba-services/tls"));
-    std::fs::read_to_string(&path)
-        .unwrap_or_else(|e| panic!("{path}: {e}: run `scripts/services up zookeeper-tls` (it runs scripts/tls-certs)"))
-}
+use support::tls::read_text as tls_pem;
 
 /// `host:port,…` of a `zookeeper://` test URL.
 fn hosts_of(url: &str) -> String {

@@ -17,18 +17,14 @@ use simba::{Config, ErrorKind, Session, SessionOptions};
 
 /// The test PKI (`ca.pem`, `client.pem`, `client.key`, `other-ca.pem`, …).
 fn tls_dir() -> PathBuf {
-    PathBuf::from(support::env_or("SIMBA_TEST_TLS_DIR", "/tmp/simba-services/tls"))
+    PathBuf::from(support::tls::dir())
 }
 
 fn file(name: &str) -> PathBuf {
-    let p = tls_dir().join(name);
-    assert!(p.exists(), "{} missing: run `scripts/services up zookeeper-tls` (or set SIMBA_TEST_TLS_DIR)", p.display());
-    p
+    PathBuf::from(support::tls::file(name))
 }
 
-fn path(name: &str) -> String {
-    file(name).to_str().expect("a UTF-8 path").to_string()
-}
+use support::tls::file as path;
 
 /// `host:port` of the TLS-only server, checked to be listening.
 fn hosts() -> String {

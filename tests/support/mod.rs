@@ -16,6 +16,8 @@ pub mod proxy;
 pub mod server;
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 pub mod sql;
+#[cfg(any(feature = "postgres", feature = "mysql", feature = "redis", feature = "zookeeper"))]
+pub mod tls;
 pub mod zk;
 
 /// The value of `var`, or `default`.
