@@ -14,7 +14,7 @@ use redis::{ClientTlsConfig, ConnectionInfo, IntoConnectionInfo, TlsCertificates
 use serial_test::serial;
 use simba::backend::CheckStatus;
 use simba::backends::redis::{RedisBackend, RedisOptions, RedisTls};
-use simba::{ErrorKind, LeaseBackend, Name, Session, SessionOptions};
+use simba::{ErrorKind, LeaseBackend};
 
 fn options() -> RedisOptions {
     RedisOptions::builder()
@@ -37,26 +37,8 @@ fn tls_info(addr: &str) -> ConnectionInfo {
     redis::Client::build_with_tls(format!("rediss://{addr}"), certs).unwrap().get_connection_info().clone()
 }
 
-/// A lock, its holder as another session sees it, a release that wakes the waiter: the backend
-/// works end to end (scripts, pool and pub/sub) on the connections it built from `backend`.
 fn exercise(backend: RedisBackend) {
-    let backend: Arc<dyn LeaseBackend> = Arc::new(backend);
-    let opts = SessionOptions::builder().lease_duration(Duration::from_secs(6)).build().unwrap();
-    let a = Session::open(backend.clone(), opts.clone()).unwrap();
-    let b = Session::open(backend.clone(), opts).unwrap();
-    let name = support::unique("byo");
-    let lease = a.lock(name.as_str()).unwrap();
-    let holder = backend.holder(&Name::new(name.as_str()).unwrap()).unwrap().expect("held");
-    assert_eq!(holder.token, lease.token().unwrap());
-    assert!(b.try_lock(name.as_str()).unwrap().is_none());
-    let waiter = std::thread::spawn(move || {
-        let l = b.lock_timeout(name.as_str(), Duration::from_secs(20)).unwrap().expect("granted after the release");
-        l.release().unwrap();
-        b.close().unwrap();
-    });
-    lease.release().unwrap();
-    waiter.join().unwrap();
-    a.close().unwrap();
+    support::exercise_lock_handoff(Arc::new(backend));
 }
 
 #[test]

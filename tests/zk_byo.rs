@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use serial_test::serial;
 use simba::backends::zookeeper::{ZookeeperBackend, ZookeeperOptions};
-use simba::{LeaseBackend, Name, Session, SessionOptions};
+use simba::LeaseBackend;
 use zookeeper_client::{Client, TlsOptions};
 
 use support::tls::read_text as tls_pem;
@@ -28,26 +28,8 @@ fn options() -> ZookeeperOptions {
         .connection_timeout(Duration::from_secs(5))
 }
 
-/// A lock and its holder as another session sees it, a waiter woken by the release: the clients
-/// the backend cloned from the application's connector work end to end.
 fn exercise(backend: ZookeeperBackend) {
-    let backend: Arc<dyn LeaseBackend> = Arc::new(backend);
-    let opts = SessionOptions::builder().lease_duration(Duration::from_secs(6)).build().unwrap();
-    let a = Session::open(backend.clone(), opts.clone()).unwrap();
-    let b = Session::open(backend.clone(), opts).unwrap();
-    let name = support::unique("byo");
-    let lease = a.lock(name.as_str()).unwrap();
-    let holder = backend.holder(&Name::new(name.as_str()).unwrap()).unwrap().expect("held");
-    assert_eq!(holder.token, lease.token().unwrap());
-    assert!(b.try_lock(name.as_str()).unwrap().is_none());
-    let waiter = std::thread::spawn(move || {
-        let l = b.lock_timeout(name.as_str(), Duration::from_secs(20)).unwrap().expect("granted after the release");
-        l.release().unwrap();
-        b.close().unwrap();
-    });
-    lease.release().unwrap();
-    waiter.join().unwrap();
-    a.close().unwrap();
+    support::exercise_lock_handoff(Arc::new(backend));
 }
 
 #[test]

@@ -5,7 +5,10 @@
 #![allow(dead_code)]
 
 use std::net::{TcpStream, ToSocketAddrs};
+use std::sync::Arc;
 use std::time::Duration;
+
+use simba::{LeaseBackend, Name, Session, SessionOptions};
 
 #[cfg(feature = "cli")]
 pub mod cli;
@@ -76,4 +79,26 @@ pub fn assert_lost_by(
 pub fn unique(prefix: &str) -> String {
     let r: u64 = rand::random();
     format!("{prefix}-{r:016x}")
+}
+
+/// A lock, its holder as another session sees it, a second session refused, then woken by the
+/// release: `backend` works end to end (for a backend built on the application's own
+/// connections: the ones it built from them carry the calls, the pool and the notifications).
+pub fn exercise_lock_handoff(backend: Arc<dyn LeaseBackend>) {
+    let opts = SessionOptions::builder().lease_duration(Duration::from_secs(6)).build().unwrap();
+    let a = Session::open(backend.clone(), opts.clone()).unwrap();
+    let b = Session::open(backend.clone(), opts).unwrap();
+    let name = unique("byo");
+    let lease = a.lock(name.as_str()).unwrap();
+    let holder = backend.holder(&Name::new(name.as_str()).unwrap()).unwrap().expect("held");
+    assert_eq!(holder.token, lease.token().unwrap());
+    assert!(b.try_lock(name.as_str()).unwrap().is_none());
+    let waiter = std::thread::spawn(move || {
+        let l = b.lock_timeout(name.as_str(), Duration::from_secs(20)).unwrap().expect("granted after the release");
+        l.release().unwrap();
+        b.close().unwrap();
+    });
+    lease.release().unwrap();
+    waiter.join().unwrap();
+    a.close().unwrap();
 }
