@@ -29,6 +29,7 @@ use crate::sim::history::Event;
 use crate::types::{Name, Token};
 
 mod tasks;
+mod watch;
 use tasks::{Task, TASK_P};
 
 /// A registered handle and what the history last recorded about it.
@@ -40,6 +41,8 @@ struct Slot<T> {
     /// The token `token()` last returned Ok with (`None`: failing), or `is_member()`.
     valid: Option<Token>,
     member: bool,
+    /// A membership moved to a new session (a `Coordinator`'s) and is not a member there yet.
+    moved: bool,
 }
 
 /// The handles the application holds (guarded by the history lock).
@@ -144,10 +147,16 @@ pub(crate) fn sample(hist: &History, h: &mut HistState) {
                 slot.member = false;
             }
             slot.sess = sess;
+            slot.moved = true;
         }
         let (client, sess, group) = (slot.client, slot.sess, slot.handle.group().clone());
         if member != slot.member {
             slot.member = member;
+            if member && std::mem::take(&mut slot.moved) {
+                // The coordinator's re-join on its new session returned, as far as the application
+                // can tell: watches must show it like any join (`watch-sees-join`).
+                events.push(Event::JoinReturned { client, sess, group: group.clone() });
+            }
             events.push(if member {
                 Event::MemberStart { client, sess, group }
             } else {
@@ -235,7 +244,7 @@ impl Client {
         let mut h = self.hist.lock();
         h.handles.next += 1;
         let id = h.handles.next;
-        let slot = Slot { client: self.c, sess, id, handle: handle.clone(), valid: None, member: false };
+        let slot = Slot { client: self.c, sess, id, handle: handle.clone(), valid: None, member: false, moved: false };
         pick(&mut h.handles).push(slot);
         sample(&self.hist, &mut h);
         (id, handle)
@@ -414,6 +423,11 @@ impl Client {
             }
         };
         self.hist.lock().handles.coordinator = Some(co.clone());
+        // Half the coordinators have a watcher thread (`Coordinator::watch_members`).
+        let watcher = (unit() < 0.5).then(|| {
+            let (w, co) = (self.clone_parts(), co.clone());
+            crate::sync::thread::spawn(move || w.run_coordinator_watcher(&co))
+        });
         for _ in 0..self.ops {
             let x = unit();
             // The focused workloads campaign most of the time.
@@ -459,14 +473,7 @@ impl Client {
                     self.with_lease(sess, l);
                 }
             } else if x < 0.80 {
-                if let Ok(m) = co.join(&self.group) {
-                    let sess = m.session_id().map_or(u32::MAX, |id| self.label_of(&id));
-                    let c = self.c;
-                    {
-                        let mut h = self.hist.lock();
-                        self.hist.push(&mut h, Event::JoinReturned { client: c, sess, group: self.group.clone() });
-                    }
-                    let (id, m) = self.register(sess, |h| &mut h.members, m);
+                if let Some((id, m, sess)) = self.coordinator_join(&co) {
                     self.hold_membership();
                     self.end_membership(sess, id, m);
                 }
@@ -478,6 +485,9 @@ impl Client {
                 sleep_virtual(below(self.lease()));
             }
             self.sample();
+        }
+        if watcher.is_some_and(|t| t.join().is_err()) {
+            panic!("the coordinator's watcher thread panicked");
         }
         {
             let mut h = self.hist.lock();
