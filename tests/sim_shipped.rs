@@ -118,7 +118,7 @@ fn assert_finds_among(sc: &Scenario, seeds: Range<u64>, invariant: Invariant, al
 /// deadline extended it) switched back on in the shipped engine: `is_alive()` turns true again.
 #[test]
 fn finding_2_late_alive_revival_is_found_on_the_shipped_runtime() {
-    // Found at seed 2 (token() of the election succeeding after the engine expired).
+    // Found at seed 1 (is_alive() true again after it was false).
     assert_finds(&Scenario::default_faults().with_bug(Bug::LateAliveRevives), 0..200, Invariant::NoRevival);
 }
 
@@ -139,10 +139,10 @@ fn leader_task_finds_a_closure_acting_after_its_term() {
 #[test]
 fn watch_live_finds_stale_member_changes() {
     let sc = Scenario::default_faults().with_stale_member_reads();
-    // Found at seed 4 (a watch's first change is a snapshot read before the watch started).
+    // Found at seed 3 (a change no read after the watch's previous one listed).
     assert_finds_among(&sc, 0..FINDING_SEEDS, Invariant::WatchLive, &[Invariant::WatchSeesJoin]);
     // And the property as the application sees it: a change listing a session long dead (first at
-    // seed 76).
+    // seed 41).
     let dead = (0..FINDING_SEEDS).map(|seed| shipped::run(seed, &sc)).find(|o| {
         o.violations.iter().any(|v| v.invariant == Invariant::WatchLive && v.detail.contains("showed it dead"))
     });
@@ -161,7 +161,7 @@ fn watch_live_finds_stale_member_changes() {
 /// would deliver), a seed fails on `watch-sees-join` only.
 #[test]
 fn watch_sees_join_finds_a_watch_that_never_delivers() {
-    // Found at seed 135 (a watch of its own join, on a session that outlived the bound).
+    // Found at seed 9 (a coordinator's watch that never showed a join).
     let sc = Scenario::default_faults().with_member_replies_lost();
     assert_finds(&sc, 0..FINDING_SEEDS * 3, Invariant::WatchSeesJoin);
 }

@@ -1,8 +1,10 @@
 //! The application side of a run: user threads calling the real API (`Session::open`, `lock_timeout`,
 //! `try_lock`, `Lease::release`, `campaign`, `Election::resign`, `Election::run_while_leader`
 //! and its `LeaderTask::stop`/drop, `join`, `Membership::leave`, `members`, `watch_members`,
-//! `leader`, `Session::close`, and drops), and the sampler that records when `token()`,
-//! `is_leader()`, `is_member()` and `is_alive()` change their answer.
+//! `leader`, `Session::close`, the same on a `Coordinator` with `Coordinator::watch_members`, and
+//! drops), and the sampler that records when `token()`, `is_leader()`, `is_member()` and
+//! `is_alive()` change their answer (and a coordinator membership's re-join on a new session, as a
+//! `JoinReturned` there).
 //!
 //! A leader task's closure records every call ([`TaskStep::Work`]) under the history lock right
 //! after a sample, so what its `LeaderContext` answered is checked against every handle's answer
