@@ -63,6 +63,9 @@ pub(crate) struct Handles {
     revived: Vec<u32>,
     /// Per (client, election name): the last leader token `leader()` returned.
     leader_seen: Vec<(u8, Name, Token)>,
+    /// Per slot taken out of the registry (its election resigned or dropped next): the session it
+    /// was on when taken, for its leader task's looks until the task ends.
+    taken: Vec<(u64, u32)>,
 }
 
 impl std::fmt::Debug for Handles {
@@ -606,6 +609,7 @@ impl Client {
         let list = pick(&mut h.handles);
         let i = list.iter().position(|s| s.id == id)?;
         let slot = list.remove(i);
+        h.handles.taken.push((id, slot.sess));
         if slot.valid.is_some() {
             let (client, sess) = (slot.client, slot.sess);
             self.hist.push(&mut h, Event::ValidEnd { client, sess, name });

@@ -64,7 +64,14 @@ impl TaskProbe {
                 self.sess = slot.sess;
                 (slot.client, true)
             }
-            None => (self.client, false),
+            None => {
+                // Taken out for its resign or drop: the session it was on then (a coordinator's
+                // election may have moved since the task's last look).
+                if let Some((_, sess)) = h.handles.taken.iter().find(|(id, _)| *id == self.slot) {
+                    self.sess = *sess;
+                }
+                (self.client, false)
+            }
         };
         if token.is_some() {
             h.counts.leader_work += 1;
