@@ -473,7 +473,11 @@ impl Coordinator {
     /// `InvalidName`.
     pub fn watch_members(&self, group: impl IntoName) -> Result<MemberWatch> {
         let group = user_name(group)?;
-        Ok(group::watch(self.inner.backend.clone(), group, self.inner.options.clone(), None))
+        // The break the simulation must see: the watch stops with the session of the moment.
+        let ended = sync::reintroduced(sync::Bug::CoordinatorWatchEndsWithSession)
+            .then(|| self.inner.current().ok().map(|s| s.ended_rx.clone()))
+            .flatten();
+        Ok(group::watch(self.inner.backend.clone(), group, self.inner.options.clone(), ended))
     }
 
     /// Stops the supervisor and closes the current session. A replacement session being

@@ -78,6 +78,11 @@ pub enum Bug {
     /// (queued behind stalled calls) sent its acquire without asking whether its campaign was
     /// still on, after `resign()` or the election's drop had returned.
     LateAttempt = 16,
+    /// Not a finding: a break the shipped-runtime simulation must see (`watch-live`). A
+    /// `Coordinator`'s member watch ends with the session current when it started (as a
+    /// session's watch does), although its rustdoc promises a stream that outlives session
+    /// replacements.
+    CoordinatorWatchEndsWithSession = 1024,
 }
 
 /// True when the explorer switched `bug`'s old behaviour back on. Always `false` outside the

@@ -79,6 +79,8 @@ struct Table {
     keep_alive_fails: bool,
     /// Keep-alives answer `Expired` while set (the backend judged the session expired).
     keep_alive_expires: bool,
+    /// Keep-alives answer only once an acquire of this lease was granted (their reply is slow).
+    keep_alive_after_grant: Option<String>,
     closed: u64,
     /// Semaphore → its stored limit.
     limits: BTreeMap<String, u32>,
@@ -102,6 +104,8 @@ struct Script {
     /// Declares `push_release`, so that campaign attempts register a watch before they send (the
     /// registration is recorded; no notification is ever sent, candidates still poll).
     push: bool,
+    /// Signalled on every grant (for `keep_alive_after_grant`).
+    granted: shuttle::sync::Condvar,
 }
 
 impl Script {
@@ -176,6 +180,9 @@ impl LeaseBackend for Script {
 
     fn keep_alive(&self, session: &SessionId, lease_duration: Duration) -> simba::Result<KeepAlive> {
         let mut t = self.table();
+        while t.keep_alive_after_grant.as_ref().is_some_and(|l| !t.grants.contains_key(l)) {
+            t = self.granted.wait(t).unwrap_or_else(|e| e.into_inner());
+        }
         if t.keep_alive_fails {
             return Err(Error::new(ErrorKind::Unavailable, "scripted: keep-alives fail"));
         }
@@ -221,6 +228,9 @@ impl LeaseBackend for Script {
             }
         };
         *t.grants.entry(lease.as_str().to_string()).or_insert(0) += 1;
+        if t.keep_alive_after_grant.is_some() {
+            self.granted.notify_all();
+        }
         Ok(Acquire::Acquired { token: token(tok), remaining })
     }
 
@@ -447,18 +457,74 @@ fn late_alive_vs_expiry() {
     teardown();
 }
 
+/// The lease finding 3's scenario campaigns for: records naming it go through [`SlowSink`].
+const SLOW_LOGGED: &str = "F3";
+
+/// How many scheduling steps [`SlowSink`] gives away per record.
+const SLOW_LOG_YIELDS: usize = 30;
+
+/// The application's log sink, slow for the records of finding 3's scenario: writing a record
+/// of the runtime that names lease [`SLOW_LOGGED`] takes the writing thread off the CPU for
+/// [`SLOW_LOG_YIELDS`] scheduling steps, as a logger doing I/O is (the runtime writes its records
+/// after unlocking, on the thread that decided them). Every other record is ignored at once, so
+/// the other scenarios run as without a logger.
+struct SlowSink;
+
+impl log::Log for SlowSink {
+    fn enabled(&self, m: &log::Metadata<'_>) -> bool {
+        m.target().starts_with("simba")
+    }
+
+    fn log(&self, record: &log::Record<'_>) {
+        if self.enabled(record.metadata()) && record.args().to_string().contains(&format!("'{SLOW_LOGGED}'")) {
+            settle(SLOW_LOG_YIELDS);
+        }
+    }
+
+    fn flush(&self) {}
+}
+
+/// Installs [`SlowSink`] as the process's logger (once; the explorer's tests share the binary).
+fn slow_log_sink() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        if log::set_logger(&SlowSink).is_ok() {
+            log::set_max_level(log::LevelFilter::Debug);
+        }
+    });
+}
+
+/// The leadership term `events` leaves its election leading: `Elected` not followed by `Revoked`.
+fn last_elected(events: &simba::Events<simba::ElectionEvent>) -> Option<Token> {
+    let mut leading = None;
+    for ev in events.try_iter() {
+        match ev {
+            simba::ElectionEvent::Elected { token } => leading = Some(token),
+            simba::ElectionEvent::Revoked { .. } => leading = None,
+            _ => {}
+        }
+    }
+    leading
+}
+
 /// Finding 3: a campaign attempt adopted just before the session's expiry, elected after it.
 ///
 /// Premises: the backend answers the first keep-alive `Expired` (it judged the session expired),
-/// while the campaign's first attempt may be answered and adopted on either side of that reply.
-/// Invariant: no election leads a term of an expired session — `Elected` is never the last
-/// leadership event once the session expired (it is followed by `Revoked`).
+/// and answers it only once it granted the campaign's first acquire (the keep-alive's reply is
+/// slow), so the keep-alive's expiry and the attempt's adoption land on either side of each
+/// other; the application's logger is slow ([`SlowSink`]: the attempt's worker, writing its
+/// "acquired" record after the adopting transition, is off the CPU for a while — shuttle preempts
+/// only at synchronisation points, the OS anywhere). Invariant: no election leads a term of an
+/// expired session — `Elected` is never the last leadership event once the session expired (it
+/// is followed by `Revoked`).
 fn elected_vs_expiry() {
+    slow_log_sink();
     let backend = Arc::new(Script::default());
     backend.table().keep_alive_expires = true;
+    backend.table().keep_alive_after_grant = Some(SLOW_LOGGED.to_string());
     let s = Session::open(backend, options()).expect("open");
     let events = s.events();
-    let election = s.campaign("L").expect("campaign");
+    let election = s.campaign(SLOW_LOGGED).expect("campaign");
     let election_events = election.events();
     explore::advance(RENEW);
     // The session's end is reported (its renewal thread sees the deadline).
@@ -467,15 +533,41 @@ fn elected_vs_expiry() {
     // Until the session's state is gone, i.e. every worker using it (the attempt's) returned.
     drop(s);
     for _ in events.iter() {}
-    let mut leading = None;
-    for ev in election_events.try_iter() {
-        match ev {
-            simba::ElectionEvent::Elected { token } => leading = Some(token),
-            simba::ElectionEvent::Revoked { .. } => leading = None,
-            _ => {}
-        }
-    }
+    let leading = last_elected(&election_events);
     assert!(leading.is_none(), "election still leads term {leading:?} of an expired session (finding 3)");
+    drop(election);
+    teardown();
+}
+
+/// Finding 3 with a close: the application closes the session just as the campaign's first acquire
+/// is granted.
+///
+/// Premises: the name is free; the application calls `close()` once the backend granted the
+/// campaign's acquire, so the close's transition lands on either side of the attempt's adoption
+/// (its reply on the way to the attempt's worker, or being adopted, or adopted); the
+/// application's logger is slow ([`SlowSink`], as in [`elected_vs_expiry`]). Invariant: no election leads a term of a closed
+/// session — once the session's state is gone (every worker using it returned), `Elected` is
+/// never the last leadership event: a term adopted before the close is revoked by it, one
+/// answered after it is never led.
+fn elected_vs_close() {
+    slow_log_sink();
+    let backend = Arc::new(Script::default());
+    let s = Session::open(backend.clone(), options()).expect("open");
+    let events = s.events();
+    let election = s.campaign(SLOW_LOGGED).expect("campaign");
+    let election_events = election.events();
+    // The attempt runs on a pool worker (no clock move needed): close once it was granted.
+    let mut steps = 0;
+    while !backend.table().grants.contains_key(SLOW_LOGGED) {
+        assert!(steps < 2_000, "the campaign for a free name was not granted within 2,000 steps");
+        thread::yield_now();
+        steps += 1;
+    }
+    let _ = s.close();
+    // Until the session's state is gone, i.e. every worker using it (the attempt's) returned.
+    for _ in events.iter() {}
+    let leading = last_elected(&election_events);
+    assert!(leading.is_none(), "election still leads term {leading:?} of a closed session (finding 3)");
     drop(election);
     teardown();
 }
@@ -674,6 +766,11 @@ fn elected_vs_expiry_leaves_no_leader() {
 }
 
 #[test]
+fn elected_vs_close_leaves_no_leader() {
+    explore_clean(elected_vs_close);
+}
+
+#[test]
 fn coordinator_replacement_vs_resign_leaves_no_zombie() {
     explore_clean(replacement_vs_resign);
 }
@@ -706,9 +803,15 @@ fn finding_2_late_alive_reviving_an_expired_session_is_found() {
     explore_finds(Bug::LateAliveRevives, late_alive_vs_expiry, "finding 2", budget(5_000));
 }
 
-// Finding 3 (`Bug::ElectedAfterExpiry`) has no test here: 30,000 schedules did not find it (see
-// docs/testing.md); finding 3 is covered by `election::tests::a_term_elected_after_its_sessions_
-// expiry_is_not_led_and_the_reattached_election_campaigns`, and its scenario runs clean above.
+#[test]
+fn finding_3_elected_after_the_sessions_expiry_is_found() {
+    explore_finds(Bug::ElectedAfterExpiry, elected_vs_expiry, "finding 3", budget(10_000));
+}
+
+#[test]
+fn finding_3_elected_after_the_sessions_close_is_found() {
+    explore_finds(Bug::ElectedAfterExpiry, elected_vs_close, "finding 3", budget(10_000));
+}
 
 #[test]
 fn finding_6_a_late_campaign_attempt_after_a_resign_is_found() {

@@ -118,7 +118,7 @@ fn assert_finds_among(sc: &Scenario, seeds: Range<u64>, invariant: Invariant, al
 /// deadline extended it) switched back on in the shipped engine: `is_alive()` turns true again.
 #[test]
 fn finding_2_late_alive_revival_is_found_on_the_shipped_runtime() {
-    // Found at seed 2 (token() of the election succeeding after the engine expired).
+    // Found at seed 1 (is_alive() true again after it was false).
     assert_finds(&Scenario::default_faults().with_bug(Bug::LateAliveRevives), 0..200, Invariant::NoRevival);
 }
 
@@ -139,10 +139,10 @@ fn leader_task_finds_a_closure_acting_after_its_term() {
 #[test]
 fn watch_live_finds_stale_member_changes() {
     let sc = Scenario::default_faults().with_stale_member_reads();
-    // Found at seed 4 (a watch's first change is a snapshot read before the watch started).
+    // Found at seed 3 (a change no read after the watch's previous one listed).
     assert_finds_among(&sc, 0..FINDING_SEEDS, Invariant::WatchLive, &[Invariant::WatchSeesJoin]);
     // And the property as the application sees it: a change listing a session long dead (first at
-    // seed 76).
+    // seed 41).
     let dead = (0..FINDING_SEEDS).map(|seed| shipped::run(seed, &sc)).find(|o| {
         o.violations.iter().any(|v| v.invariant == Invariant::WatchLive && v.detail.contains("showed it dead"))
     });
@@ -161,7 +161,7 @@ fn watch_live_finds_stale_member_changes() {
 /// would deliver), a seed fails on `watch-sees-join` only.
 #[test]
 fn watch_sees_join_finds_a_watch_that_never_delivers() {
-    // Found at seed 135 (a watch of its own join, on a session that outlived the bound).
+    // Found at seed 9 (a coordinator's watch that never showed a join).
     let sc = Scenario::default_faults().with_member_replies_lost();
     assert_finds(&sc, 0..FINDING_SEEDS * 3, Invariant::WatchSeesJoin);
 }
@@ -176,6 +176,69 @@ fn coordinator_workload_keeps_every_invariant() {
     let s = seeds();
     let n = (s.end - s.start) / 4;
     assert_clean(&Scenario::coordinator(), s.start..s.start + n);
+}
+
+/// `watch-live` sees a coordinator's member watch that stops with the coordinator's session
+/// (`Bug::CoordinatorWatchEndsWithSession`: `Coordinator::watch_members` tied to the session of
+/// the moment, as `Session::watch_members` is, breaking its promise to outlive replacements): a
+/// seed of the coordinator workload (its watcher thread on half the seeds, the outage replacing
+/// the session) fails on `watch-live` only.
+#[test]
+fn watch_live_finds_a_coordinator_watch_that_ends_with_its_session() {
+    let sc = Scenario::coordinator().with_bug(Bug::CoordinatorWatchEndsWithSession);
+    assert_finds(&sc, 0..FINDING_SEEDS, Invariant::WatchLive);
+}
+
+/// The coordinator workload drives what `Coordinator::watch_members` promises: a coordinator's
+/// watch that started before the seed's outage (which expires the coordinator's session; the
+/// coordinator opens a new one) delivers, after the outage, a change listing a session the
+/// coordinator's membership re-joined after the outage began — held to `watch-live` and
+/// `watch-sees-join` like every watch (the seed is clean).
+#[test]
+fn coordinator_watches_outlive_session_replacements() {
+    let sc = Scenario::coordinator();
+    let Some(o) = (0..FINDING_SEEDS).map(|seed| shipped::run(seed, &sc)).find(watch_spans_replacement) else {
+        panic!("[{}] no coordinator watch across a session replacement in seeds 0..{FINDING_SEEDS}", sc.name)
+    };
+    println!(
+        "[{}] a coordinator watch across a session replacement at seed {}\n{}",
+        sc.name,
+        o.seed,
+        replay_hint(&sc, o.seed)
+    );
+    assert!(o.clean(), "[{}] seed {} failed:\n{}", sc.name, o.seed, o.report(30));
+}
+
+/// True when a coordinator's watch (client 0, the coordinator node) started before the outage and,
+/// after it, delivered a change listing a session whose coordinator join (client 0 or its watcher
+/// thread, 128) returned after the outage began.
+fn watch_spans_replacement(o: &shipped::Outcome) -> bool {
+    use simba::sim::{Event, WatchStep};
+    let Some((from, until)) = o.records.iter().find_map(|r| match r.event {
+        Event::Outage { from, until } => Some((from, until)),
+        _ => None,
+    }) else {
+        return false;
+    };
+    let mut open = Vec::new();
+    let mut rejoined = Vec::new();
+    for r in &o.records {
+        match &r.event {
+            Event::JoinReturned { client: 0 | 128, sess, .. } if r.t > from => rejoined.push(*sess),
+            Event::Watch { client: 0, watch, what, .. } => match what {
+                WatchStep::Started { sess: None } if r.t < from => open.push(*watch),
+                WatchStep::Change { members, .. }
+                    if r.t > until && open.contains(watch) && members.iter().any(|s| rejoined.contains(s)) =>
+                {
+                    return true;
+                }
+                WatchStep::Disconnected | WatchStep::Dropped => open.retain(|w| w != watch),
+                _ => {}
+            },
+            _ => {}
+        }
+    }
+    false
 }
 
 #[test]
@@ -198,7 +261,8 @@ fn replay() {
         return;
     };
     // SIMBA_SIM_SCENARIO: shipped (default), shipped-elections, shipped-coordinator,
-    // shipped-coordinator+ReattachKept, shipped+LateAliveRevives,
+    // shipped-coordinator+ReattachKept, shipped-coordinator+CoordinatorWatchEndsWithSession,
+    // shipped+LateAliveRevives,
     // shipped-elections+oldRelease, shipped+uncheckedLeaderToken, shipped+staleMemberReads,
     // shipped+memberRepliesLost.
     let sc = match std::env::var("SIMBA_SIM_SCENARIO").ok().as_deref() {
@@ -206,6 +270,9 @@ fn replay() {
         Some("shipped-elections") => Scenario::elections(),
         Some("shipped-coordinator") => Scenario::coordinator(),
         Some("shipped-coordinator+ReattachKept") => Scenario::coordinator().with_bug(Bug::ReattachKept),
+        Some("shipped-coordinator+CoordinatorWatchEndsWithSession") => {
+            Scenario::coordinator().with_bug(Bug::CoordinatorWatchEndsWithSession)
+        }
         Some("shipped+LateAliveRevives") => Scenario::default_faults().with_bug(Bug::LateAliveRevives),
         Some("shipped-elections+oldRelease") => Scenario::elections().with_old_release_any_term(),
         Some("shipped+uncheckedLeaderToken") => Scenario::default_faults().with_unchecked_leader_token(),

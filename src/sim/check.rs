@@ -114,10 +114,12 @@ pub enum Invariant {
     /// five lease durations before it was received (the watcher uses a reply at most a query
     /// timeout after its call started and inline backends answer at once; the application drains
     /// the stream at once, so the rest is the explorer's scheduling: a change's read was at most 2.5
-    /// leases old when received over 9,000 clean seeds). The reads rest on what `members-live`
-    /// rests on.
+    /// leases old when received over 9,000 clean seeds). A coordinator's watch
+    /// (`Coordinator::watch_members`, which outlives session replacements) never reports its
+    /// watcher stopped while the coordinator runs. The reads rest on what `members-live` rests on.
     WatchLive,
-    /// Member watches (shipped-runtime simulation): a join that returned is seen — listed by a change
+    /// Member watches (shipped-runtime simulation): a join that returned (a coordinator's re-join on
+    /// its new session counts once its `is_member()` answers true there) is seen — listed by a change
     /// a watch of the group delivers, or by its current view — within four lease durations of the
     /// join returning (or of the watch starting), unless the membership ended (left, or its session
     /// died) or the watch stopped first; a window that overlaps the seed's outage ends four lease

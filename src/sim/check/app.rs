@@ -1,7 +1,8 @@
 //! The application-side checks of the shipped-runtime simulation: leader tasks
 //! (`Election::run_while_leader`, invariant `leader-task`) and member watches
-//! (`Session::watch_members`, invariants `watch-live` and `watch-sees-join`), over the records the
-//! simulation's clients add ([`Event::LeaderTask`], [`Event::Watch`]) and the backend's own.
+//! (`Session::watch_members` and `Coordinator::watch_members`, invariants `watch-live` and
+//! `watch-sees-join`), over the records the simulation's clients add ([`Event::LeaderTask`],
+//! [`Event::Watch`]) and the backend's own.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
@@ -397,8 +398,22 @@ impl Checker {
             }
             WatchStep::Change { members, joined, left } => self.watch_change(i, t, id, group, members, joined, left),
             WatchStep::Disconnected | WatchStep::Dropped => {
+                let mut broken = None;
                 if let Some(w) = self.app.watches.get_mut(&id) {
+                    // A coordinator's watch outlives session replacements (its rustdoc): nothing
+                    // but its drop ends it while the coordinator runs (its watcher thread ends
+                    // before the coordinator closes).
+                    if w.sess.is_none() && *what == WatchStep::Disconnected && !w.stopped {
+                        broken = Some(format!(
+                            "watch {id} of client {client} ('{group}'), a coordinator's, reported its watcher \
+                             stopped while the coordinator ran (last change {:?})",
+                            w.view
+                        ));
+                    }
                     w.stopped = true;
+                }
+                if let Some(msg) = broken {
+                    self.fail(Invariant::WatchLive, i, t, msg);
                 }
                 self.app.pending.retain(|(w, _), _| *w != id);
             }

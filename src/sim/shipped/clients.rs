@@ -1,8 +1,10 @@
 //! The application side of a run: user threads calling the real API (`Session::open`, `lock_timeout`,
 //! `try_lock`, `Lease::release`, `campaign`, `Election::resign`, `Election::run_while_leader`
 //! and its `LeaderTask::stop`/drop, `join`, `Membership::leave`, `members`, `watch_members`,
-//! `leader`, `Session::close`, and drops), and the sampler that records when `token()`,
-//! `is_leader()`, `is_member()` and `is_alive()` change their answer.
+//! `leader`, `Session::close`, the same on a `Coordinator` with `Coordinator::watch_members`, and
+//! drops), and the sampler that records when `token()`, `is_leader()`, `is_member()` and
+//! `is_alive()` change their answer (and a coordinator membership's re-join on a new session, as a
+//! `JoinReturned` there).
 //!
 //! A leader task's closure records every call ([`TaskStep::Work`]) under the history lock right
 //! after a sample, so what its `LeaderContext` answered is checked against every handle's answer
@@ -29,6 +31,7 @@ use crate::sim::history::Event;
 use crate::types::{Name, Token};
 
 mod tasks;
+mod watch;
 use tasks::{Task, TASK_P};
 
 /// A registered handle and what the history last recorded about it.
@@ -40,6 +43,8 @@ struct Slot<T> {
     /// The token `token()` last returned Ok with (`None`: failing), or `is_member()`.
     valid: Option<Token>,
     member: bool,
+    /// A membership moved to a new session (a `Coordinator`'s) and is not a member there yet.
+    moved: bool,
 }
 
 /// The handles the application holds (guarded by the history lock).
@@ -58,6 +63,9 @@ pub(crate) struct Handles {
     revived: Vec<u32>,
     /// Per (client, election name): the last leader token `leader()` returned.
     leader_seen: Vec<(u8, Name, Token)>,
+    /// Per slot taken out of the registry (its election resigned or dropped next): the session it
+    /// was on when taken, for its leader task's looks until the task ends.
+    taken: Vec<(u64, u32)>,
 }
 
 impl std::fmt::Debug for Handles {
@@ -144,10 +152,16 @@ pub(crate) fn sample(hist: &History, h: &mut HistState) {
                 slot.member = false;
             }
             slot.sess = sess;
+            slot.moved = true;
         }
         let (client, sess, group) = (slot.client, slot.sess, slot.handle.group().clone());
         if member != slot.member {
             slot.member = member;
+            if member && std::mem::take(&mut slot.moved) {
+                // The coordinator's re-join on its new session returned, as far as the application
+                // can tell: watches must show it like any join (`watch-sees-join`).
+                events.push(Event::JoinReturned { client, sess, group: group.clone() });
+            }
             events.push(if member {
                 Event::MemberStart { client, sess, group }
             } else {
@@ -235,7 +249,7 @@ impl Client {
         let mut h = self.hist.lock();
         h.handles.next += 1;
         let id = h.handles.next;
-        let slot = Slot { client: self.c, sess, id, handle: handle.clone(), valid: None, member: false };
+        let slot = Slot { client: self.c, sess, id, handle: handle.clone(), valid: None, member: false, moved: false };
         pick(&mut h.handles).push(slot);
         sample(&self.hist, &mut h);
         (id, handle)
@@ -414,6 +428,11 @@ impl Client {
             }
         };
         self.hist.lock().handles.coordinator = Some(co.clone());
+        // Half the coordinators have a watcher thread (`Coordinator::watch_members`).
+        let watcher = (unit() < 0.5).then(|| {
+            let (w, co) = (self.clone_parts(), co.clone());
+            crate::sync::thread::spawn(move || w.run_coordinator_watcher(&co))
+        });
         for _ in 0..self.ops {
             let x = unit();
             // The focused workloads campaign most of the time.
@@ -459,14 +478,7 @@ impl Client {
                     self.with_lease(sess, l);
                 }
             } else if x < 0.80 {
-                if let Ok(m) = co.join(&self.group) {
-                    let sess = m.session_id().map_or(u32::MAX, |id| self.label_of(&id));
-                    let c = self.c;
-                    {
-                        let mut h = self.hist.lock();
-                        self.hist.push(&mut h, Event::JoinReturned { client: c, sess, group: self.group.clone() });
-                    }
-                    let (id, m) = self.register(sess, |h| &mut h.members, m);
+                if let Some((id, m, sess)) = self.coordinator_join(&co) {
                     self.hold_membership();
                     self.end_membership(sess, id, m);
                 }
@@ -478,6 +490,9 @@ impl Client {
                 sleep_virtual(below(self.lease()));
             }
             self.sample();
+        }
+        if watcher.is_some_and(|t| t.join().is_err()) {
+            panic!("the coordinator's watcher thread panicked");
         }
         {
             let mut h = self.hist.lock();
@@ -594,6 +609,7 @@ impl Client {
         let list = pick(&mut h.handles);
         let i = list.iter().position(|s| s.id == id)?;
         let slot = list.remove(i);
+        h.handles.taken.push((id, slot.sess));
         if slot.valid.is_some() {
             let (client, sess) = (slot.client, slot.sess);
             self.hist.push(&mut h, Event::ValidEnd { client, sess, name });

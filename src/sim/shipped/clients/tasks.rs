@@ -1,6 +1,5 @@
-//! Leader tasks (`Election::run_while_leader`) and member watches (`Session::watch_members`) of
-//! the application: the closure's probe that records every look under the history lock, starting
-//! and stopping tasks, and the watcher thread.
+//! Leader tasks (`Election::run_while_leader`) of the application: the closure's probe that
+//! records every look under the history lock, starting and stopping tasks.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -8,9 +7,7 @@ use std::time::Duration;
 use super::super::backend::{below, sleep_virtual, unit, History};
 use super::{sample, Client};
 use crate::election::{Election, LeaderContext, LeaderTask, Schedule};
-use crate::group::{GroupChange, MemberWatch, Membership};
-use crate::session::Session;
-use crate::sim::history::{Event, TaskStep, WatchStep};
+use crate::sim::history::{Event, TaskStep};
 use crate::types::Name;
 
 /// The share of campaigns that run a leader task.
@@ -67,7 +64,14 @@ impl TaskProbe {
                 self.sess = slot.sess;
                 (slot.client, true)
             }
-            None => (self.client, false),
+            None => {
+                // Taken out for its resign or drop: the session it was on then (a coordinator's
+                // election may have moved since the task's last look).
+                if let Some((_, sess)) = h.handles.taken.iter().find(|(id, _)| *id == self.slot) {
+                    self.sess = *sess;
+                }
+                (self.client, false)
+            }
         };
         if token.is_some() {
             h.counts.leader_work += 1;
@@ -152,100 +156,5 @@ impl Client {
         };
         let mut h = self.hist.lock();
         self.hist.push(&mut h, Event::LeaderTask { client: self.c, task: id, name, what });
-    }
-
-    /// A node's watcher thread: watches the group on the node's current session
-    /// (`Session::watch_members`) for 1–6 leases at a time, recording every change it receives,
-    /// sometimes until the watcher stops with its session; half the watches also join the group
-    /// on that session and watch for 5–7 leases.
-    pub(crate) fn run_watcher(&self) {
-        let lease = self.lease();
-        for _ in 0..self.ops.div_ceil(2) {
-            let cur = self.shared.lock().clone();
-            let Some((s, sess)) = cur else {
-                sleep_virtual(below(lease / 2));
-                continue;
-            };
-            // Recorded first: the watcher thread reads as soon as it starts.
-            let id = {
-                let mut h = self.hist.lock();
-                h.handles.next += 1;
-                let id = h.handles.next;
-                let what = WatchStep::Started { sess: Some(sess) };
-                self.hist.push(&mut h, Event::Watch { client: self.c, watch: id, group: self.group.clone(), what });
-                id
-            };
-            let w = s.watch_members(&self.group);
-            // Half the watches watch the thread's own join too (on the node's session, as a second
-            // handle would: `AlreadyHeld` while the node's first thread is a member).
-            let me = Client { c: self.c + 128, ..self.clone_parts() };
-            let own = if w.is_ok() && unit() < 0.5 { me.join_returned(&s, sess) } else { None };
-            drop(s);
-            let Ok(w) = w else {
-                let mut h = self.hist.lock();
-                let what = WatchStep::Dropped;
-                self.hist.push(&mut h, Event::Watch { client: self.c, watch: id, group: self.group.clone(), what });
-                continue;
-            };
-            // A watch of its own join lasts past `watch-sees-join`'s bound (if the session does).
-            let keep = if own.is_some() { lease * 5 + below(lease * 2) } else { lease + below(lease * 5) };
-            let until = crate::sync::now() + keep;
-            let mut first = true;
-            let mut stopped = false;
-            while crate::sync::now() < until {
-                match w.recv_timeout(lease / 4) {
-                    Ok(change) => {
-                        self.record_change(id, &w, change, &mut first);
-                    }
-                    Err(crossbeam_channel::RecvTimeoutError::Timeout) => {}
-                    Err(crossbeam_channel::RecvTimeoutError::Disconnected) => {
-                        stopped = true;
-                        break;
-                    }
-                }
-            }
-            if let Some((mid, m)) = own {
-                me.end_membership(sess, mid, m);
-            }
-            drop(w);
-            let what = if stopped { WatchStep::Disconnected } else { WatchStep::Dropped };
-            let mut h = self.hist.lock();
-            self.hist.push(&mut h, Event::Watch { client: self.c, watch: id, group: self.group.clone(), what });
-            drop(h);
-            sleep_virtual(below(lease / 2));
-        }
-    }
-
-    /// Joins the group on `s`, records the return and registers the membership.
-    pub(super) fn join_returned(&self, s: &Session, sess: u32) -> Option<(u64, Arc<Membership>)> {
-        let m = s.join(&self.group).ok()?;
-        {
-            let mut h = self.hist.lock();
-            self.hist.push(&mut h, Event::JoinReturned { client: self.c, sess, group: self.group.clone() });
-        }
-        Some(self.register(sess, |h| &mut h.members, m))
-    }
-
-    /// Records `change` and every change queued behind it (under the history lock).
-    pub(super) fn record_change(&self, id: u64, w: &MemberWatch, change: GroupChange, first: &mut bool) {
-        let mut h = self.hist.lock();
-        let mut next = Some(change);
-        while let Some(c) = next.take() {
-            let labels = |ms: &[crate::backend::Member]| {
-                let mut v: Vec<u32> =
-                    ms.iter().map(|m| h.labels.get(&m.session).copied().unwrap_or(u32::MAX)).collect();
-                v.sort_unstable();
-                v
-            };
-            let (members, joined, left) = (labels(&c.members), labels(&c.joined), labels(&c.left));
-            h.counts.watch_changes += 1;
-            if !*first && !joined.is_empty() {
-                h.counts.watch_joins += 1;
-            }
-            *first = false;
-            let what = WatchStep::Change { members, joined, left };
-            self.hist.push(&mut h, Event::Watch { client: self.c, watch: id, group: self.group.clone(), what });
-            next = w.try_recv().ok();
-        }
     }
 }
