@@ -71,7 +71,9 @@ pub mod options;
 mod runtime;
 pub mod semaphore;
 pub mod session;
-#[cfg(feature = "sim")]
+/// The deterministic simulation of the shipped runtime (test machinery: the `sim` and `explore`
+/// features with `--cfg simba_explore` only; see docs/testing.md).
+#[cfg(all(feature = "sim", feature = "explore", simba_explore))]
 pub mod sim;
 mod state;
 mod sync;

@@ -292,10 +292,9 @@ impl Engine {
         held
     }
 
-    /// Drops the held entry of `name`, whatever its term, and returns the token it had: the
-    /// application's release as the simulation models it, and a loss forced by tests (the runtime
-    /// releases a handle with [`release`](Engine::release)).
-    #[cfg(any(test, feature = "sim"))]
+    /// Drops the held entry of `name`, whatever its term, and returns the token it had: a loss
+    /// forced by unit tests (the runtime releases a handle with [`release`](Engine::release)).
+    #[cfg(test)]
     pub fn on_release(&mut self, name: &Name) -> Option<Token> {
         self.leases.remove(name).map(|l| l.token)
     }
