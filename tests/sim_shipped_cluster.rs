@@ -148,6 +148,10 @@ fn cluster_sweep_has_no_violation() {
     let started = Instant::now();
     let s = shipped::sweep(&sc, seeds.clone());
     println!("[{}] {} seeds in {:.2?}: {}", sc.name, s.runs, started.elapsed(), s.counts);
+    for o in &s.failures {
+        let first = o.violations.first().map_or_else(|| format!("{:?}", o.panic), ToString::to_string);
+        println!("seed {} failed: {first}", o.seed);
+    }
     if let Some(o) = s.failures.first() {
         panic!("{} of {} seeds failed; the first:\n{}\n{}", s.failures.len(), s.runs, o.report(30), replay_hint(&sc, o.seed));
     }

@@ -11,6 +11,7 @@
 //! ([`record`](super::record)) becomes the sim's [`Event`]s, so the checker sees the backend's
 //! grants, releases, renewals, expiries and memberships in one total order.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -19,11 +20,12 @@ use redis::{Cmd, ConnectionInfo, Value};
 
 use super::keyspace::Reply;
 use super::node::Node;
-use super::record;
+use super::record::{self, PendingRead};
 use crate::backends::redis::{slot_of, LuaScript, RedisScripting, ScriptCall};
 use crate::error::{Error, ErrorKind, Result};
 use crate::sim::history::{ms as ns, Event};
 use crate::sim::shipped::backend::{below, sleep_unless, unit, HistState, History};
+use crate::sync::thread::{self, ThreadId};
 use crate::sync::{self, Mutex};
 
 /// The simulated nodes' clocks start here (µs since the Unix epoch, 2025-06-15), plus each node's
@@ -93,6 +95,8 @@ pub(crate) struct SimCluster {
     query_timeout: Duration,
     late: Mutex<Vec<Late>>,
     quiet: AtomicBool,
+    /// Per thread: its `members` read in progress (see [`record::follow_read`]).
+    reads: Mutex<HashMap<ThreadId, PendingRead>>,
 }
 
 /// The master of `slot` (0–5460, 5461–10922, 10923–16383).
@@ -144,6 +148,7 @@ impl SimCluster {
             query_timeout,
             late: Mutex::new(Vec::new()),
             quiet: AtomicBool::new(false),
+            reads: Mutex::new(HashMap::new()),
         }
     }
 
@@ -190,6 +195,7 @@ impl SimCluster {
         (name, code): (&str, &str),
         keys: &[String],
         args: &[String],
+        replied: bool,
     ) -> Reply {
         let t = self.hist.t();
         let mut nodes = self.nodes.lock();
@@ -206,6 +212,15 @@ impl SimCluster {
         }
         let after = record::Snapshot::take(&nodes, node, keys);
         record::effects(h, &self.hist, &nodes, node, name, keys, args, &reply, &before, &after);
+        if replied {
+            let tid = thread::current().id();
+            let mut reads = self.reads.lock();
+            let mut pending = reads.remove(&tid);
+            record::follow_read(h, &self.hist, &nodes, node, &mut pending, name, keys, &reply);
+            if let Some(p) = pending {
+                reads.insert(tid, p);
+            }
+        }
         reply
     }
 
@@ -226,7 +241,7 @@ impl SimCluster {
         };
         for l in due {
             h.counts.late_deliveries += 1;
-            self.apply(h, l.node, (l.name, &l.code), &l.keys, &l.args);
+            self.apply(h, l.node, (l.name, &l.code), &l.keys, &l.args, false);
         }
     }
 
@@ -253,12 +268,17 @@ impl RedisScripting for SimCluster {
         }
         let node = node_of_slot(slot);
         let which = (script.name(), script.code());
-        match self.draw(node) {
+        let fate = self.draw(node);
+        if !matches!(fate, Fate::Complete | Fate::Stall) {
+            // The caller sees no reply: a read it was making fails.
+            self.reads.lock().remove(&thread::current().id());
+        }
+        match fate {
             Fate::Complete => {
                 let r = {
                     let mut h = self.hist.lock();
                     h.counts.completed += 1;
-                    self.apply(&mut h, node, which, keys, args)
+                    self.apply(&mut h, node, which, keys, args, true)
                 };
                 to_value(r, script.name())
             }
@@ -281,7 +301,7 @@ impl RedisScripting for SimCluster {
                 let r = {
                     let mut h = self.hist.lock();
                     h.counts.stalled += 1;
-                    self.apply(&mut h, node, which, keys, args)
+                    self.apply(&mut h, node, which, keys, args, true)
                 };
                 to_value(r, script.name())
             }
@@ -289,7 +309,7 @@ impl RedisScripting for SimCluster {
                 {
                     let mut h = self.hist.lock();
                     h.counts.lost_replies += 1;
-                    self.apply(&mut h, node, which, keys, args);
+                    self.apply(&mut h, node, which, keys, args, false);
                 }
                 if at_deadline {
                     self.wait_until(deadline);

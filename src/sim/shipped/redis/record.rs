@@ -15,10 +15,72 @@ use super::cluster::{node_of, EPOCH_US};
 use super::keyspace::Reply;
 use super::node::Node;
 use crate::sim::shipped::backend::{HistState, History};
+use crate::sim::check::COMPOSITE_READ;
 use crate::sim::history::Event;
 use crate::types::{Name, SessionId, Token};
 
 const EPOCH_MS: i64 = EPOCH_US / 1000;
+
+/// A `members` read in progress on one thread: the backend called `group_live`, and now calls
+/// `session_info` for each member in order.
+#[derive(Debug)]
+pub(crate) struct PendingRead {
+    group: Name,
+    node: usize,
+    sids: Vec<String>,
+    alive: Vec<u32>,
+}
+
+/// Follows the `members` read of the calling thread: after a `group_live` whose reply reached the
+/// caller, each `session_info` of its members in order; once the last one returned (or at once,
+/// with no member) records the backend's answer as a [`COMPOSITE_READ`]. `pending` is this
+/// thread's read; any other call ends it.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn follow_read(
+    h: &mut HistState,
+    hist: &History,
+    nodes: &[Node],
+    node: usize,
+    pending: &mut Option<PendingRead>,
+    script: &str,
+    keys: &[String],
+    reply: &Reply,
+) {
+    let items = match reply {
+        Reply::Array(a) => a.as_slice(),
+        _ => &[],
+    };
+    let mut read = match (script, pending.take()) {
+        ("group_live", _) => {
+            let Some(group) = keys.first().and_then(|k| tagged(k, "simba:group:{")).and_then(|g| Name::new(g).ok())
+            else {
+                return;
+            };
+            PendingRead { group, node, sids: items.iter().filter_map(bulk).collect(), alive: Vec::new() }
+        }
+        ("session_info", Some(mut read)) => {
+            let sid = keys.first().and_then(|k| tagged(k, "simba:session:{"));
+            if read.sids.first().map(String::as_str) != sid {
+                return;
+            }
+            let sid = read.sids.remove(0);
+            if !items.is_empty() {
+                read.alive.push(label(h, &sid));
+            }
+            read
+        }
+        _ => return,
+    };
+    if !read.sids.is_empty() {
+        *pending = Some(read);
+        return;
+    }
+    read.alive.sort_unstable();
+    let b = ms_to_b(now_ms(nodes, read.node));
+    let event =
+        Event::MembersRead { node: read.node as u8, b, client: COMPOSITE_READ, group: read.group, members: read.alive };
+    hist.push(h, event);
+}
 
 /// What one key of a script looked like.
 #[derive(Debug, Clone, PartialEq)]
@@ -90,6 +152,19 @@ fn session_pttl(nodes: &[Node], sid: &str) -> Option<i64> {
     let when = nodes[n].peek(|ks| ks.peek_expiry(&key)).flatten()?;
     let pttl = when.map_or(i64::MAX, |w| w - now_ms(nodes, n));
     (pttl > 0).then_some(pttl)
+}
+
+/// Like [`session_pttl`]; a session found gone is recorded as refused by its node (at that node's
+/// clock): the backend's `session_info` will treat it as gone, and the checker learns that the
+/// session's node clock ran past its expiry.
+fn live_pttl(h: &mut HistState, hist: &History, nodes: &[Node], sid: &str) -> Option<i64> {
+    let pttl = session_pttl(nodes, sid);
+    let sess = label(h, sid);
+    if pttl.is_none() && sess != u32::MAX {
+        let n = node_of(&format!("simba:session:{{{sid}}}"));
+        hist.push(h, Event::Refused { node: n as u8, b: ms_to_b(now_ms(nodes, n)), sess });
+    }
+    pttl
 }
 
 fn int(r: &Reply) -> Option<i64> {
@@ -223,7 +298,7 @@ pub(crate) fn effects(
                 [sid, token, rem] => {
                     let (Some(sid), Some(rem)) = (bulk(sid), int(rem)) else { return };
                     let token = bulk(token).and_then(|t| t.parse().ok()).and_then(|t| Token::new(t));
-                    match (session_pttl(nodes, &sid), token) {
+                    match (live_pttl(h, hist, nodes, &sid), token) {
                         (Some(pttl), Some(token)) => {
                             Some((label(h, &sid), token, u64::try_from(rem.min(pttl)).unwrap_or(0) * 1_000_000))
                         }
@@ -236,12 +311,12 @@ pub(crate) fn effects(
         }
         "group_live" => {
             let Some(KeyState::Group(group, _)) = after.0.first() else { return };
-            let mut members: Vec<u32> = items
-                .iter()
-                .filter_map(bulk)
-                .filter(|sid| session_pttl(nodes, sid).is_some())
-                .map(|sid| label(h, &sid))
-                .collect();
+            let mut members: Vec<u32> = Vec::new();
+            for sid in items.iter().filter_map(bulk) {
+                if live_pttl(h, hist, nodes, &sid).is_some() {
+                    members.push(label(h, &sid));
+                }
+            }
             members.sort_unstable();
             hist.push(h, Event::MembersRead { node: n8, b, client: u8::MAX, group: group.clone(), members });
         }
