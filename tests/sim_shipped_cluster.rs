@@ -229,3 +229,45 @@ fn replay() {
     }
     println!("{}", o.report(0));
 }
+
+#[test]
+fn tmp_probe() {
+    let Some(n) = env_u64("SIMBA_PROBE") else { return };
+    let mut sc = Scenario::cluster().with_bug(Bug::AbandonConfirmed).harsh();
+    sc.workload = shipped::Workload::Elections;
+    sc.ops = env_u64("SIMBA_PROBE_OPS").unwrap_or(8) as usize;
+    sc.intensity = env_u64("SIMBA_PROBE_INTENSITY").unwrap_or(3) as f64;
+    sc.lease = std::time::Duration::from_millis(env_u64("SIMBA_PROBE_LEASE_MS").unwrap_or(3000));
+    find(&sc, 0..n, "probe", &[Invariant::ExclusiveToken, Invariant::OneHolder, Invariant::GrantedOnly, Invariant::LeaderTask, Invariant::NoRevival, Invariant::LeaderRead]);
+}
+
+/// Found by the Cluster model (a no-revival at a seed of the election workload): in the
+/// millisecond of a session key's expiry, `acquire_session` (PTTL 0) judged the session gone while
+/// `keep_alive_session` (EXISTS 1) renewed it. Every session check now uses PTTL; standalone's
+/// `keep_alive`/`acquire` had the same boundary.
+#[test]
+fn every_script_judges_a_session_gone_in_the_millisecond_of_its_expiry() {
+    use simba::backends::redis::lua;
+    let t0 = 1_750_000_000_000_000;
+    let (s, d) = ("simba:session:{s1}", "3000");
+    let keys = |k: &[&str]| k.iter().map(|k| k.to_string()).collect::<Vec<_>>();
+    let args = |a: &[&str]| a.iter().map(|a| a.to_string()).collect::<Vec<_>>();
+    let mut node = Node::new(t0).expect("a Lua state");
+    assert_eq!(node.eval(lua::OPEN_SESSION, &keys(&[s]), &args(&[d, "m"])), Reply::Int(3000));
+    // The node's clock at the key's expiry, to the millisecond: the key still exists.
+    node.set_now_us(t0 + 3_000_000);
+    assert_eq!(node.command(&["EXISTS", s]), Reply::Int(1));
+    assert_eq!(node.command(&["PTTL", s]), Reply::Int(0));
+    let gone = Reply::Array(vec![Reply::Int(-1)]);
+    let acquire = node.eval(lua::ACQUIRE_SESSION, &keys(&[s, "simba:session:{s1}:leases"]), &args(&["L"]));
+    assert_eq!(acquire, gone, "acquire_session");
+    let cluster = node.eval(
+        lua::KEEP_ALIVE_SESSION,
+        &keys(&[s, "simba:session:{s1}:leases", "simba:session:{s1}:groups"]),
+        &args(&[d, "0"]),
+    );
+    assert_eq!(cluster, gone, "keep_alive_session renewed a session acquire_session judged gone");
+    let standalone =
+        node.eval(lua::KEEP_ALIVE, &keys(&[s, "simba:session:{s1}:terms", "simba:session:{s1}:groups"]), &args(&["s1", d, ""]));
+    assert_eq!(standalone, gone, "keep_alive renewed a session acquire judged gone");
+}
