@@ -110,11 +110,7 @@ fn node_conversion_rules() {
     assert_eq!(node.command(&["EXISTS", "k"]), Reply::Int(1), "Redis keeps a key until its clock is past the expiry");
     node.set_now_us(1_750_000_000_101_000);
     assert_eq!(node.command(&["EXISTS", "k"]), Reply::Int(0));
-    assert_eq!(
-        node.command(&["TIME"]),
-        Reply::Array(vec![b("1750000000"), b("101000")]),
-        "TIME is the node's clock"
-    );
+    assert_eq!(node.command(&["TIME"]), Reply::Array(vec![b("1750000000"), b("101000")]), "TIME is the node's clock");
 }
 
 // ----- the simulation -----
@@ -153,7 +149,13 @@ fn cluster_sweep_has_no_violation() {
         println!("seed {} failed: {first}", o.seed);
     }
     if let Some(o) = s.failures.first() {
-        panic!("{} of {} seeds failed; the first:\n{}\n{}", s.failures.len(), s.runs, o.report(30), replay_hint(&sc, o.seed));
+        panic!(
+            "{} of {} seeds failed; the first:\n{}\n{}",
+            s.failures.len(),
+            s.runs,
+            o.report(30),
+            replay_hint(&sc, o.seed)
+        );
     }
     let unfired = s.counts.cluster_unfired();
     assert!(unfired.is_empty(), "[{}] classes that never fired over seeds {seeds:?}: {unfired:?}", sc.name);
@@ -179,7 +181,13 @@ fn find(sc: &Scenario, seeds: Range<u64>, what: &str, expected: &[Invariant]) {
         if o.clean() {
             continue;
         }
-        println!("[{}] {what}: found at seed {seed} in {:.2?}\n{}\n{}", sc.name, started.elapsed(), o.report(20), replay_hint(sc, seed));
+        println!(
+            "[{}] {what}: found at seed {seed} in {:.2?}\n{}\n{}",
+            sc.name,
+            started.elapsed(),
+            o.report(20),
+            replay_hint(sc, seed)
+        );
         assert!(o.panic.is_none(), "seed {seed} panicked instead: {}", o.report(5));
         assert!(
             o.violations.iter().any(|v| expected.contains(&v.invariant)),
@@ -189,19 +197,6 @@ fn find(sc: &Scenario, seeds: Range<u64>, what: &str, expected: &[Invariant]) {
         return;
     }
     panic!("[{}] {what}: not found over seeds {seeds:?} ({:.2?})", sc.name, started.elapsed());
-}
-
-/// Finding 2 of the model-based simulation, now on the shipped backend: with the books' fix
-/// switched off, a term a late acquire abandoned is released while another acquire of the same
-/// session reports it (or a reported term is abandoned).
-#[test]
-fn finds_abandoned_term_released_after_readoption() {
-    find(
-        &Scenario::cluster().with_bug(Bug::AbandonConfirmed).harsh(),
-        0..env_u64("SIMBA_SIM_FINDING_SEEDS").unwrap_or(400),
-        "an abandoned term released after re-adoption",
-        &[Invariant::ExclusiveToken, Invariant::OneHolder, Invariant::GrantedOnly, Invariant::LeaderTask],
-    );
 }
 
 /// A deliberately broken argument: the lease node is given the lease duration in seconds where the
@@ -230,17 +225,6 @@ fn replay() {
     println!("{}", o.report(0));
 }
 
-#[test]
-fn tmp_probe() {
-    let Some(n) = env_u64("SIMBA_PROBE") else { return };
-    let mut sc = Scenario::cluster().with_bug(Bug::AbandonConfirmed).harsh();
-    sc.workload = shipped::Workload::Elections;
-    sc.ops = env_u64("SIMBA_PROBE_OPS").unwrap_or(8) as usize;
-    sc.intensity = env_u64("SIMBA_PROBE_INTENSITY").unwrap_or(3) as f64;
-    sc.lease = std::time::Duration::from_millis(env_u64("SIMBA_PROBE_LEASE_MS").unwrap_or(3000));
-    find(&sc, 0..n, "probe", &[Invariant::ExclusiveToken, Invariant::OneHolder, Invariant::GrantedOnly, Invariant::LeaderTask, Invariant::NoRevival, Invariant::LeaderRead]);
-}
-
 /// Found by the Cluster model (a no-revival at a seed of the election workload): in the
 /// millisecond of a session key's expiry, `acquire_session` (PTTL 0) judged the session gone while
 /// `keep_alive_session` (EXISTS 1) renewed it. Every session check now uses PTTL; standalone's
@@ -267,7 +251,10 @@ fn every_script_judges_a_session_gone_in_the_millisecond_of_its_expiry() {
         &args(&[d, "0"]),
     );
     assert_eq!(cluster, gone, "keep_alive_session renewed a session acquire_session judged gone");
-    let standalone =
-        node.eval(lua::KEEP_ALIVE, &keys(&[s, "simba:session:{s1}:terms", "simba:session:{s1}:groups"]), &args(&["s1", d, ""]));
+    let standalone = node.eval(
+        lua::KEEP_ALIVE,
+        &keys(&[s, "simba:session:{s1}:terms", "simba:session:{s1}:groups"]),
+        &args(&["s1", d, ""]),
+    );
     assert_eq!(standalone, gone, "keep_alive renewed a session acquire judged gone");
 }

@@ -320,8 +320,14 @@ impl RedisScripting for SimCluster {
             Fate::Late => {
                 let end = ns(deadline.saturating_duration_since(self.hist.base));
                 let at = end + ns(below(self.query_timeout * 2));
-                let late =
-                    Late { at, node, name: script.name(), code: script.code().into(), keys: keys.to_vec(), args: args.to_vec() };
+                let late = Late {
+                    at,
+                    node,
+                    name: script.name(),
+                    code: script.code().into(),
+                    keys: keys.to_vec(),
+                    args: args.to_vec(),
+                };
                 self.late.lock().push(late);
                 self.wait_until(deadline);
                 Err(self.timed_out(script, "no reply by the deadline (the script lands later)"))

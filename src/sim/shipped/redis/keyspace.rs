@@ -207,8 +207,9 @@ impl Keyspace {
             }
             "del" => {
                 need(!a.is_empty())?;
-                Ok(Reply::Int(a.iter().filter(|k| self.live(k).is_some() && self.entries.remove(*k).is_some()).count()
-                    as i64))
+                Ok(Reply::Int(
+                    a.iter().filter(|k| self.live(k).is_some() && self.entries.remove(*k).is_some()).count() as i64
+                ))
             }
             "type" => {
                 need(a.len() == 1)?;
@@ -284,7 +285,9 @@ impl Keyspace {
                     None => 0,
                     Some(v) => int_arg(v).map_err(|_| Reply::Error("ERR hash value is not an integer".into()))?,
                 };
-                let new = cur.checked_add(by).ok_or_else(|| Reply::Error("ERR increment or decrement would overflow".into()))?;
+                let new = cur
+                    .checked_add(by)
+                    .ok_or_else(|| Reply::Error("ERR increment or decrement would overflow".into()))?;
                 h.insert(a[1].clone(), new.to_string().into_bytes());
                 Ok(Reply::Int(new))
             }
@@ -352,11 +355,16 @@ impl Keyspace {
             }
             "smembers" => {
                 need(a.len() == 1)?;
-                Ok(Reply::Array(self.set(&a[0], false)?.map(|s| s.iter().map(|m| bulk(m)).collect()).unwrap_or_default()))
+                Ok(Reply::Array(
+                    self.set(&a[0], false)?.map(|s| s.iter().map(|m| bulk(m)).collect()).unwrap_or_default(),
+                ))
             }
             "zadd" => {
                 need(a.len() >= 3 && a.len() % 2 == 1)?;
-                let pairs = a[1..].chunks(2).map(|p| Ok((float_arg(&p[0])?, p[1].clone()))).collect::<Result<Vec<_>, Reply>>()?;
+                let pairs = a[1..]
+                    .chunks(2)
+                    .map(|p| Ok((float_arg(&p[0])?, p[1].clone())))
+                    .collect::<Result<Vec<_>, Reply>>()?;
                 let z = self.zset(&a[0], true)?.ok_or_else(|| arity(&name))?;
                 Ok(Reply::Int(pairs.into_iter().filter(|(s, m)| z.insert(m.clone(), *s).is_none()).count() as i64))
             }
@@ -371,11 +379,18 @@ impl Keyspace {
             }
             "zscore" => {
                 need(a.len() == 2)?;
-                Ok(self.zset(&a[0], false)?.and_then(|z| z.get(&a[1]).map(|s| Reply::Bulk(score_text(*s)))).unwrap_or(Reply::Nil))
+                Ok(self
+                    .zset(&a[0], false)?
+                    .and_then(|z| z.get(&a[1]).map(|s| Reply::Bulk(score_text(*s))))
+                    .unwrap_or(Reply::Nil))
             }
             "zrange" => {
                 if a.len() != 3 {
-                    return Err(if a.len() < 3 { arity(&name) } else { Reply::Error("ERR ZRANGE options are not simulated".into()) });
+                    return Err(if a.len() < 3 {
+                        arity(&name)
+                    } else {
+                        Reply::Error("ERR ZRANGE options are not simulated".into())
+                    });
                 }
                 let (start, stop) = (int_arg(&a[1])?, int_arg(&a[2])?);
                 let z = self.zset(&a[0], false)?;
@@ -390,7 +405,8 @@ impl Keyspace {
             "zremrangebyscore" => {
                 need(a.len() == 3)?;
                 let ((min, min_ex), (max, max_ex)) = (score_bound(&a[1])?, score_bound(&a[2])?);
-                let inside = |s: f64| (if min_ex { s > min } else { s >= min }) && (if max_ex { s < max } else { s <= max });
+                let inside =
+                    |s: f64| (if min_ex { s > min } else { s >= min }) && (if max_ex { s < max } else { s <= max });
                 let n = match self.zset(&a[0], false)? {
                     None => 0,
                     Some(z) => {

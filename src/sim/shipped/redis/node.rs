@@ -175,7 +175,8 @@ impl Node {
             }
             Err(e) => to_lua(lua, Reply::Error(words(&e))),
         })?;
-        let error_reply = lua.create_function(|lua, e: mlua::LuaString| to_lua(lua, Reply::Error(e.to_string_lossy())))?;
+        let error_reply =
+            lua.create_function(|lua, e: mlua::LuaString| to_lua(lua, Reply::Error(e.to_string_lossy())))?;
         let status_reply =
             lua.create_function(|lua, s: mlua::LuaString| to_lua(lua, Reply::Status(s.to_string_lossy())))?;
         redis.raw_set("call", call)?;

@@ -14,9 +14,9 @@
 use super::cluster::{node_of, EPOCH_US};
 use super::keyspace::Reply;
 use super::node::Node;
-use crate::sim::shipped::backend::{HistState, History};
 use crate::sim::check::COMPOSITE_READ;
 use crate::sim::history::Event;
+use crate::sim::shipped::backend::{HistState, History};
 use crate::types::{Name, SessionId, Token};
 
 const EPOCH_MS: i64 = EPOCH_US / 1000;
@@ -123,7 +123,10 @@ impl Snapshot {
                     }
                     if let Some(name) = tagged(k, "simba:group:{").and_then(|s| Name::new(s).ok()) {
                         let z = n.peek(|ks| ks.peek_zset(k)).unwrap_or_default();
-                        return KeyState::Group(name, z.keys().map(|m| String::from_utf8_lossy(m).into_owned()).collect());
+                        return KeyState::Group(
+                            name,
+                            z.keys().map(|m| String::from_utf8_lossy(m).into_owned()).collect(),
+                        );
                     }
                     KeyState::Other
                 })
