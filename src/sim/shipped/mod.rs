@@ -14,7 +14,10 @@
 //!   sessions' `drift`), behind a layer whose calls complete, fail (request lost), stall (take
 //!   effect late), lose their reply (took effect, the caller gets an error at once or after its
 //!   deadline) or reply late (after the caller's deadline), chosen per call by the seeded source;
-//!   plus one outage per seed in which every call fails, long enough to expire sessions;
+//!   plus one outage per seed in which every call fails, long enough to expire sessions; or, with
+//!   [`Scenario::cluster`] (feature `sim-redis`), the shipped Redis backend in Cluster mode over
+//!   three simulated nodes that run the shipped Lua scripts in a real Lua 5.1 interpreter (see
+//!   [`redis`]);
 //! - **clients** ([`clients`]): 2–4 user threads, each with its own session on the real API
 //!   (`try_lock`, `lock_timeout`, `release`/drop, `campaign`, `resign`/drop, `join`,
 //!   `leave`/drop, `members`, `leader`, `close`, reopening after expiry), concurrently with the

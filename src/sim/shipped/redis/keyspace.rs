@@ -33,12 +33,15 @@ const NOT_INTEGER: &str = "ERR value is not an integer or out of range";
 const NOT_FLOAT: &str = "ERR value is not a valid float";
 const SYNTAX: &str = "ERR syntax error";
 
+type Hash = BTreeMap<Vec<u8>, Vec<u8>>;
+type ZSet = BTreeMap<Vec<u8>, f64>;
+
 #[derive(Debug, Clone)]
 enum Data {
     Str(Vec<u8>),
-    Hash(BTreeMap<Vec<u8>, Vec<u8>>),
+    Hash(Hash),
     Set(BTreeSet<Vec<u8>>),
-    ZSet(BTreeMap<Vec<u8>, f64>),
+    ZSet(ZSet),
 }
 
 #[derive(Debug, Clone)]
@@ -99,7 +102,7 @@ fn index_range(start: i64, stop: i64, len: usize) -> Option<(usize, usize)> {
     let len = len as i64;
     let s = if start < 0 { (len + start).max(0) } else { start };
     let e = if stop < 0 { len + stop } else { stop.min(len - 1) };
-    (s <= e && s < len).then(|| (s as usize, e as usize))
+    (s <= e && s < len).then_some((s as usize, e as usize))
 }
 
 impl Keyspace {
@@ -143,7 +146,7 @@ impl Keyspace {
         }
     }
 
-    fn hash(&mut self, key: &[u8], create: bool) -> Result<Option<&mut BTreeMap<Vec<u8>, Vec<u8>>>, Reply> {
+    fn hash(&mut self, key: &[u8], create: bool) -> Result<Option<&mut Hash>, Reply> {
         if self.live(key).is_none() {
             if !create {
                 return Ok(None);
@@ -169,7 +172,7 @@ impl Keyspace {
         }
     }
 
-    fn zset(&mut self, key: &[u8], create: bool) -> Result<Option<&mut BTreeMap<Vec<u8>, f64>>, Reply> {
+    fn zset(&mut self, key: &[u8], create: bool) -> Result<Option<&mut ZSet>, Reply> {
         if self.live(key).is_none() {
             if !create {
                 return Ok(None);

@@ -272,7 +272,7 @@ pub(crate) fn effects(
             });
             let nl = args.get(2).and_then(|n| n.parse::<usize>().ok()).unwrap_or(0);
             if let (true, Some(t)) = (i < nl, renewed.filter(|t| !t.is_empty())) {
-                if let Some(token) = t.parse().ok().and_then(|t| Token::new(t)) {
+                if let Some(token) = t.parse().ok().and_then(Token::new) {
                     let sess = args.first().map_or(u32::MAX, |s| label(h, s));
                     hist.push(h, Event::Extended { node: n8, b, sess, name: name.clone(), token, until: ms_to_b(*qe) });
                 }
@@ -300,7 +300,7 @@ pub(crate) fn effects(
             let holder = match items {
                 [sid, token, rem] => {
                     let (Some(sid), Some(rem)) = (bulk(sid), int(rem)) else { return };
-                    let token = bulk(token).and_then(|t| t.parse().ok()).and_then(|t| Token::new(t));
+                    let token = bulk(token).and_then(|t| t.parse().ok()).and_then(Token::new);
                     match (live_pttl(h, hist, nodes, &sid), token) {
                         (Some(pttl), Some(token)) => {
                             Some((label(h, &sid), token, u64::try_from(rem.min(pttl)).unwrap_or(0) * 1_000_000))
