@@ -17,7 +17,7 @@
 //!   plus one outage per seed in which every call fails, long enough to expire sessions; or, with
 //!   [`Scenario::cluster`] (feature `sim-redis`), the shipped Redis backend in Cluster mode over
 //!   three simulated nodes that run the shipped Lua scripts in a real Lua 5.1 interpreter (see
-//!   [`redis`]);
+//!   `sim::shipped::redis`);
 //! - **clients** ([`clients`]): 2–4 user threads, each with its own session on the real API
 //!   (`try_lock`, `lock_timeout`, `release`/drop, `campaign`, `resign`/drop, `join`,
 //!   `leave`/drop, `members`, `leader`, `close`, reopening after expiry), concurrently with the
@@ -92,7 +92,7 @@ pub struct Scenario {
     /// The share of seeds in which one node has a watcher thread (`watch_members`; 0.4).
     pub watchers: f64,
     /// The backend: the shipped Redis backend in Cluster mode over three simulated nodes running
-    /// the shipped Lua scripts (`true`, feature `sim-redis`; see [`redis`]), or the memory backend
+    /// the shipped Lua scripts (`true`, feature `sim-redis`; see `sim::shipped::redis`), or the memory backend
     /// (`false`).
     pub cluster: bool,
 }
@@ -625,7 +625,7 @@ enum Backend {
 }
 
 impl Backend {
-    /// The shipped Redis backend in Cluster mode over simulated nodes (see [`redis`]).
+    /// The shipped Redis backend in Cluster mode over simulated nodes (see `redis`).
     #[cfg(all(feature = "sim-redis", simba_explore))]
     fn cluster(hist: &Arc<History>, sc: &Scenario, clients: usize, lease: Duration) -> Backend {
         let (cluster, backend) = redis::run_backend(hist, sc.intensity, clients, lease);
