@@ -14,7 +14,9 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local sid = ARGV[1]
 local d = tonumber(ARGV[2])
-if redis.call('EXISTS', KEYS[1]) == 0 then
+-- PTTL, not EXISTS, as every other session check: in the millisecond of its expiry the key still
+-- exists but its PTTL is 0, which acquire, join and session_info already take as gone.
+if redis.call('PTTL', KEYS[1]) <= 0 then
   return {-1}
 end
 redis.call('PEXPIRE', KEYS[1], d)

@@ -5,7 +5,9 @@
 -- names, ARGV[3+n ..] group names to drop.
 -- Returns {-1} when the session is gone, else {remaining_ms, {lease names}, {group names}}.
 local d = tonumber(ARGV[1])
-if redis.call('EXISTS', KEYS[1]) == 0 then
+-- PTTL, not EXISTS, as every other session check: in the millisecond of its expiry the key still
+-- exists but its PTTL is 0, which acquire, join and session_info already take as gone.
+if redis.call('PTTL', KEYS[1]) <= 0 then
   return {-1}
 end
 redis.call('PEXPIRE', KEYS[1], d)

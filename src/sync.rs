@@ -51,6 +51,12 @@ mod real {
     pub(crate) fn random_below(max: u64) -> u64 {
         rand::random_range(0..max)
     }
+
+    /// A random 128-bit id.
+    #[inline]
+    pub(crate) fn random_id() -> u128 {
+        rand::random()
+    }
 }
 
 #[cfg(not(all(feature = "explore", simba_explore)))]
@@ -83,6 +89,15 @@ pub enum Bug {
     /// session's watch does), although its rustdoc promises a stream that outlives session
     /// replacements.
     CoordinatorWatchEndsWithSession = 1024,
+    /// Finding 2 of the old model-based simulation (`tests/sim.rs`), Redis Cluster: the backend's
+    /// books let a late acquire abandon (and release) a term another acquire of the same session
+    /// had already reported, and reported a term an earlier late acquire had abandoned.
+    AbandonConfirmed = 2048,
+    /// Not a bug that ever shipped: a deliberately broken argument for the shipped simulation's
+    /// Redis Cluster model to find — Cluster acquires send the lease node the lease duration in
+    /// seconds where the script takes milliseconds, so the term runs out long before the holder's
+    /// local deadline.
+    LeaseSeconds = 4096,
 }
 
 /// True when the explorer switched `bug`'s old behaviour back on. Always `false` outside the
@@ -115,6 +130,7 @@ pub(crate) mod explore {
         changed: shuttle::sync::Condvar,
         offset_nanos: AtomicU64,
         bugs: AtomicU32,
+        ids: AtomicU64,
     }
 
     shuttle::lazy_static! {
@@ -123,6 +139,7 @@ pub(crate) mod explore {
             changed: shuttle::sync::Condvar::new(),
             offset_nanos: AtomicU64::new(0),
             bugs: AtomicU32::new(0),
+            ids: AtomicU64::new(0),
         };
     }
 
@@ -161,6 +178,19 @@ pub(crate) mod explore {
     pub(crate) fn random_below(max: u64) -> u64 {
         use shuttle::rand::Rng;
         shuttle::rand::thread_rng().gen_range(0..max)
+    }
+
+    /// Ids that repeat in every execution (the n-th id of each is the same, mixed so that they
+    /// spread over Redis Cluster slots), drawing nothing from shuttle's random source.
+    pub(crate) fn random_id() -> u128 {
+        let mix = |n: u64| {
+            let mut z = n.wrapping_add(0x9E37_79B9_7F4A_7C15);
+            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+            z ^ (z >> 31)
+        };
+        let n = WORLD.ids.fetch_add(1, Ordering::SeqCst);
+        (u128::from(mix(2 * n)) << 64) | u128::from(mix(2 * n + 1))
     }
 
     fn generation() -> u64 {

@@ -178,7 +178,9 @@ pub struct SessionId(Arc<str>);
 impl SessionId {
     /// A new random 128-bit id as 32 lowercase hex digits.
     pub fn random() -> SessionId {
-        let v: u128 = rand::random();
+        // Through the sync facade: `rand`, or in the explorer's build ids that repeat in every
+        // execution (a replayed run routes each session to the same Redis Cluster slot).
+        let v = crate::sync::random_id();
         SessionId(Arc::from(format!("{v:032x}")))
     }
 

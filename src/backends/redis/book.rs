@@ -8,7 +8,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use parking_lot::Mutex;
+use crate::sync::{now, reintroduced, Bug, Mutex};
 
 use crate::types::{Name, SessionId, Token};
 
@@ -65,11 +65,11 @@ impl Book {
     /// session already reported that very term to the caller (then the term is held legitimately
     /// and must not be released). Returns whether the term was abandoned (and must be released).
     pub fn try_abandon(&mut self, name: Name, token: Token, d: Duration) -> bool {
-        if self.confirmed.get(&name) == Some(&token) {
+        if self.confirmed.get(&name) == Some(&token) && !reintroduced(Bug::AbandonConfirmed) {
             return false;
         }
         self.confirmed.remove(&name);
-        self.abandoned.insert(name, (token, Instant::now() + d));
+        self.abandoned.insert(name, (token, now() + d));
         true
     }
 
@@ -103,7 +103,7 @@ impl Book {
     /// abandoned that very term (its release may land at any time): then it must not be reported.
     /// Returns whether the term may be reported.
     pub fn try_confirm(&mut self, name: &Name, token: Token) -> bool {
-        if self.abandoned.get(name).is_some_and(|(t, _)| *t == token) {
+        if self.abandoned.get(name).is_some_and(|(t, _)| *t == token) && !reintroduced(Bug::AbandonConfirmed) {
             return false;
         }
         self.abandoned.remove(name);
@@ -186,7 +186,7 @@ impl Drop for Inflight<'_> {
                 }
             }
             if self.books.track_finish {
-                book.finished.insert(self.item.clone(), Instant::now());
+                book.finished.insert(self.item.clone(), now());
             }
             if book.is_empty() {
                 map.remove(&self.sid);

@@ -71,7 +71,7 @@ pub(crate) fn keep_alive(inner: &Inner, sid: &SessionId, d: Duration) -> Result<
     args.extend(drop_leases.iter().map(Name::to_string));
     args.extend(drop_groups.iter().map(Name::to_string));
     let script = &SCRIPTS.keep_alive_session;
-    let started = Instant::now();
+    let started = crate::sync::now();
     let v = match inner.scripting.eval(
         script,
         &[keys::session(s), keys::session_leases(s), keys::session_groups(s)],
@@ -87,7 +87,7 @@ pub(crate) fn keep_alive(inner: &Inner, sid: &SessionId, d: Duration) -> Result<
             return Err(e);
         }
     };
-    let returned = Instant::now();
+    let returned = crate::sync::now();
     let items = array(&v).ok_or_else(|| unexpected(script.name(), &v))?;
     let first = items.first().and_then(int).ok_or_else(|| unexpected(script.name(), &v))?;
     if first < 0 {
@@ -134,7 +134,7 @@ pub(crate) fn keep_alive(inner: &Inner, sid: &SessionId, d: Duration) -> Result<
     let outcomes = inner.scripting.eval_each(
         plan.work.len(),
         &mut |i| {
-            let elapsed = Instant::now().saturating_duration_since(returned);
+            let elapsed = crate::sync::now().saturating_duration_since(returned);
             if elapsed >= remaining {
                 return Err(Error::unavailable(format!(
                     "session {sid}: renewal follow-up not sent: {elapsed:?} passed since the session call \
@@ -146,7 +146,7 @@ pub(crate) fn keep_alive(inner: &Inner, sid: &SessionId, d: Duration) -> Result<
         deadline,
     );
     for (work, outcome) in plan.work.into_iter().zip(outcomes) {
-        let now = Instant::now();
+        let now = crate::sync::now();
         // A reply that arrived but cannot be read is a `Backend` error for the whole renewal (as
         // a malformed reply of the session call is), not a failed follow-up.
         let outcome = match outcome {
@@ -403,14 +403,14 @@ pub(crate) fn acquire(inner: &Inner, sid: &SessionId, name: &Name) -> Result<Acq
     let deadline = inner.deadline();
     let guard = inner.books.inflight(sid, Item::Lease(name.clone()));
     let s = sid.as_str();
-    let sent = Instant::now();
+    let sent = crate::sync::now();
     let script = &SCRIPTS.acquire_session;
     let v =
         inner.scripting.eval(script, &[keys::session(s), keys::session_leases(s)], &[name.to_string()], deadline)?;
     let Some((remaining, d)) = session_reply(script.name(), &v)? else {
         return Err(Error::session_expired(sid));
     };
-    let took = sent.elapsed();
+    let took = crate::sync::now().saturating_duration_since(sent);
     if took >= remaining {
         return Err(Error::unavailable(format!(
             "session {sid}: acquire of lease {name} gave up: the session call took {took:?}, as long as the \
@@ -419,7 +419,9 @@ pub(crate) fn acquire(inner: &Inner, sid: &SessionId, name: &Name) -> Result<Acq
     }
     let script = &SCRIPTS.acquire_lease;
     let lease_key = keys::lease(name.as_str());
-    let v = inner.scripting.eval(script, std::slice::from_ref(&lease_key), &[sid.to_string(), ms(d)], deadline)?;
+    // `Bug::LeaseSeconds` (a deliberately broken argument, explorer builds only): seconds for ms.
+    let grant = if crate::sync::reintroduced(crate::sync::Bug::LeaseSeconds) { d.as_secs().to_string() } else { ms(d) };
+    let v = inner.scripting.eval(script, std::slice::from_ref(&lease_key), &[sid.to_string(), grant], deadline)?;
     let items = array(&v).ok_or_else(|| unexpected(script.name(), &v))?;
     match items {
         [busy] if int(busy) == Some(0) => {
@@ -439,7 +441,7 @@ pub(crate) fn acquire(inner: &Inner, sid: &SessionId, name: &Name) -> Result<Acq
         [ok, token, new] if int(ok) == Some(1) => {
             let token = reply::token(token, &format!("lease {name}"), script.name())?;
             let new = int(new) == Some(1);
-            let took = sent.elapsed();
+            let took = crate::sync::now().saturating_duration_since(sent);
             if took >= remaining {
                 // Abandon (and release) the term only if no other acquire of this session
                 // reported it meanwhile: that one holds it legitimately.
@@ -531,14 +533,14 @@ pub(crate) fn join(inner: &Inner, sid: &SessionId, group: &Name) -> Result<()> {
     let deadline = inner.deadline();
     let _guard = inner.books.inflight(sid, Item::Group(group.clone()));
     let s = sid.as_str();
-    let sent = Instant::now();
+    let sent = crate::sync::now();
     let script = &SCRIPTS.join_session;
     let v =
         inner.scripting.eval(script, &[keys::session(s), keys::session_groups(s)], &[group.to_string()], deadline)?;
     let Some((remaining, d)) = session_reply(script.name(), &v)? else {
         return Err(Error::session_expired(sid));
     };
-    let took = sent.elapsed();
+    let took = crate::sync::now().saturating_duration_since(sent);
     if took >= remaining {
         return Err(Error::unavailable(format!(
             "session {sid}: join of group {group} gave up: the session call took {took:?}, as long as the \

@@ -56,6 +56,10 @@ pub use port::{ClusteredScripting, RedisScripting, ScriptCall, StandaloneScripti
 pub use scripts::{lua, LuaScript};
 pub use tls::RedisTls;
 
+/// The hash slot of a key (the simulated cluster routes by it).
+#[cfg(all(feature = "sim-redis", simba_explore))]
+pub(crate) use self::router::slot_of;
+
 use self::book::Books;
 use self::config::Target;
 use self::watch::Watchers;
@@ -77,6 +81,9 @@ pub(crate) struct Inner {
     pub(crate) options: RedisOptions,
     pub(crate) books: Books,
     watchers: Arc<Watchers>,
+    /// Whether the scripting port offered a server to subscribe on (no pub/sub thread otherwise,
+    /// and candidates poll).
+    push: bool,
     /// The TLS files in use (URL and options), for `check()`.
     pub(crate) tls: RedisTls,
 }
@@ -178,15 +185,19 @@ impl RedisBackend {
             )));
         }
         let books = Books::new(scripting.is_clustered());
-        let inner = Inner { scripting, options, books, watchers: Watchers::new(), tls };
+        let endpoints = scripting.subscriber_endpoints();
+        let push = !endpoints.is_empty();
+        let inner = Inner { scripting, options, books, watchers: Watchers::new(), push, tls };
         check::startup(&inner)?;
-        watch::spawn(
-            &inner.watchers,
-            inner.scripting.subscriber_endpoints(),
-            inner.options.query_timeout,
-            inner.scripting.target(),
-        )
-        .map_err(|e| Error::unavailable("cannot start the redis pub/sub thread").with_source(e))?;
+        if push {
+            watch::spawn(&inner.watchers, endpoints, inner.options.query_timeout, inner.scripting.target())
+                .map_err(|e| Error::unavailable("cannot start the redis pub/sub thread").with_source(e))?;
+        } else {
+            log::warn!(
+                "redis {}: the scripting port offers no server to subscribe on; no pub/sub thread, candidates poll",
+                inner.scripting.target()
+            );
+        }
         Ok(RedisBackend { inner: Arc::new(inner) })
     }
 
@@ -213,7 +224,7 @@ impl fmt::Debug for RedisBackend {
 
 impl Inner {
     pub(crate) fn deadline(&self) -> Instant {
-        Instant::now() + self.options.query_timeout
+        crate::sync::now() + self.options.query_timeout
     }
 
     /// The deadline of a best-effort clean-up step (releasing a term the call will not report):
@@ -223,7 +234,7 @@ impl Inner {
     /// clean-up get half a query timeout from now: the call has overrun already, and releasing
     /// the term at once frees the name for others sooner than the next renewal would.
     pub(crate) fn cleanup_deadline(&self, deadline: Instant) -> Instant {
-        let now = Instant::now();
+        let now = crate::sync::now();
         if deadline.saturating_duration_since(now) >= Duration::from_millis(1) {
             deadline
         } else {
@@ -338,10 +349,14 @@ impl LeaseBackend for RedisBackend {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities { push_release: true, push_membership: true }
+        let push = self.inner.push;
+        Capabilities { push_release: push, push_membership: push }
     }
 
     fn watch(&self, topic: &Topic, notify: &Sender<Notification>) -> Result<bool> {
+        if !self.inner.push {
+            return Ok(false);
+        }
         self.inner.watchers.register(topic, notify, self.inner.deadline())
     }
 

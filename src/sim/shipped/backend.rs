@@ -104,13 +104,23 @@ impl History {
     }
 }
 
+impl HistState {
+    /// Gives session `id` the next run-wide label.
+    pub(crate) fn new_label(&mut self, id: SessionId) -> u32 {
+        let sess = self.next_label;
+        self.next_label += 1;
+        self.labels.insert(id, sess);
+        sess
+    }
+}
+
 /// Sleeps until the virtual clock passed `d` from now (only the clock driver moves it).
 pub(crate) fn sleep_virtual(d: Duration) {
     sleep_unless(d, &AtomicBool::new(false));
 }
 
 /// Like [`sleep_virtual`], ending early once `stop` is set (checked on every wake-up).
-fn sleep_unless(d: Duration, stop: &AtomicBool) {
+pub(crate) fn sleep_unless(d: Duration, stop: &AtomicBool) {
     let Some(deadline) = sync::now().checked_add(d) else { return };
     let m = Mutex::new(());
     let cv = Condvar::new();
@@ -359,9 +369,7 @@ impl LeaseBackend for SimBackend {
     fn open_session(&self, lease_duration: Duration, metadata: &str) -> Result<SessionGrant> {
         self.call(|h, hist, b| {
             let g = self.mem.open_session(lease_duration, metadata)?;
-            let sess = h.next_label;
-            h.next_label += 1;
-            h.labels.insert(g.id.clone(), sess);
+            let sess = h.new_label(g.id.clone());
             hist.push(h, Event::Opened { node: 0, b, sess, until: b + ns(g.remaining) });
             Ok(g)
         })

@@ -14,7 +14,10 @@
 //!   sessions' `drift`), behind a layer whose calls complete, fail (request lost), stall (take
 //!   effect late), lose their reply (took effect, the caller gets an error at once or after its
 //!   deadline) or reply late (after the caller's deadline), chosen per call by the seeded source;
-//!   plus one outage per seed in which every call fails, long enough to expire sessions;
+//!   plus one outage per seed in which every call fails, long enough to expire sessions; or, with
+//!   [`Scenario::cluster`] (feature `sim-redis`), the shipped Redis backend in Cluster mode over
+//!   three simulated nodes that run the shipped Lua scripts in a real Lua 5.1 interpreter (see
+//!   `sim::shipped::redis`);
 //! - **clients** ([`clients`]): 2–4 user threads, each with its own session on the real API
 //!   (`try_lock`, `lock_timeout`, `release`/drop, `campaign`, `resign`/drop, `join`,
 //!   `leave`/drop, `members`, `leader`, `close`, reopening after expiry), concurrently with the
@@ -34,6 +37,8 @@
 
 mod backend;
 mod clients;
+#[cfg(all(feature = "sim-redis", simba_explore))]
+pub mod redis;
 
 use std::fmt;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -86,6 +91,10 @@ pub struct Scenario {
     pub member_replies_lost: bool,
     /// The share of seeds in which one node has a watcher thread (`watch_members`; 0.4).
     pub watchers: f64,
+    /// The backend: the shipped Redis backend in Cluster mode over three simulated nodes running
+    /// the shipped Lua scripts (`true`, feature `sim-redis`; see `sim::shipped::redis`), or the memory backend
+    /// (`false`).
+    pub cluster: bool,
 }
 
 /// What the user threads do.
@@ -120,7 +129,14 @@ impl Scenario {
             stale_member_reads: false,
             member_replies_lost: false,
             watchers: 0.4,
+            cluster: false,
         }
+    }
+
+    /// The shipped Redis backend in Cluster mode over simulated nodes (feature `sim-redis`; see
+    /// [`Scenario::cluster`]): every fault class of the Cluster model, the default workload.
+    pub fn cluster() -> Scenario {
+        Scenario { name: "shipped-cluster".into(), cluster: true, ..Scenario::default_faults() }
     }
 
     /// The backend never pushes (candidates poll).
@@ -224,6 +240,10 @@ pub struct FaultCounts {
     pub watch_changes: u64,
     /// Member changes after a watch's first that showed a join.
     pub watch_joins: u64,
+    /// Redis Cluster model: scripts that landed on their node after their caller's deadline.
+    pub late_deliveries: u64,
+    /// Redis Cluster model: calls refused because their node was partitioned away.
+    pub partitioned: u64,
 }
 
 impl FaultCounts {
@@ -246,9 +266,32 @@ impl FaultCounts {
         self.tasks_stopped += o.tasks_stopped;
         self.watch_changes += o.watch_changes;
         self.watch_joins += o.watch_joins;
+        self.late_deliveries += o.late_deliveries;
+        self.partitioned += o.partitioned;
     }
 
-    /// The classes that never fired.
+    /// The classes of the Redis Cluster model (no outage, no push) that never fired.
+    pub fn cluster_unfired(&self) -> Vec<&'static str> {
+        let all = [
+            ("completed", self.completed),
+            ("failed", self.failed),
+            ("stalled", self.stalled),
+            ("lost_replies", self.lost_replies),
+            ("late_deliveries", self.late_deliveries),
+            ("partitioned", self.partitioned),
+            ("backend_expiries", self.backend_expiries),
+            ("client_expiries", self.client_expiries),
+            ("reopened", self.reopened),
+            ("leader_work", self.leader_work),
+            ("leader_work_refused", self.leader_work_refused),
+            ("tasks_stopped", self.tasks_stopped),
+            ("watch_changes", self.watch_changes),
+            ("watch_joins", self.watch_joins),
+        ];
+        all.iter().filter(|(_, n)| *n == 0).map(|(k, _)| *k).collect()
+    }
+
+    /// The classes (of the memory backend's runs) that never fired.
     pub fn unfired(&self) -> Vec<&'static str> {
         let all = [
             ("completed", self.completed),
@@ -280,7 +323,7 @@ impl fmt::Display for FaultCounts {
             f,
             "completed {} failed {} stalled {} lost-reply {} late-reply {} outage {} backend-expiries {} \
              client-expiries {} reopened {} recoveries {} pushed {} push-lost {} push-duplicated {} leader-work {} \
-             leader-work-refused {} tasks-stopped {} watch-changes {} watch-joins {}",
+             leader-work-refused {} tasks-stopped {} watch-changes {} watch-joins {} late-deliveries {} partitioned {}",
             self.completed,
             self.failed,
             self.stalled,
@@ -298,7 +341,9 @@ impl fmt::Display for FaultCounts {
             self.leader_work_refused,
             self.tasks_stopped,
             self.watch_changes,
-            self.watch_joins
+            self.watch_joins,
+            self.late_deliveries,
+            self.partitioned
         )
     }
 }
@@ -459,20 +504,22 @@ fn execution(seed: u64, sc: &Scenario) -> Outcome {
     // calls then run inline on the caller's thread, and calls are never delayed (a backend that
     // declares a bound keeps it).
     let inline = unit() < 0.5;
-    let mut backend = SimBackend::new(hist.clone(), faults, third, rate, inline);
-    backend.old_release_any_term = sc.old_release_any_term;
-    backend.stale_member_reads = sc.stale_member_reads;
-    backend.member_replies_lost = sc.member_replies_lost;
-    let backend = Arc::new(backend);
     let clients = 2 + sync::random_below((sc.max_clients.max(2) - 1) as u64) as usize;
-    {
+    let backend = if sc.cluster {
+        Backend::cluster(&hist, sc, clients, lease)
+    } else {
+        let mut backend = SimBackend::new(hist.clone(), faults, third, rate, inline);
+        backend.old_release_any_term = sc.old_release_any_term;
+        backend.stale_member_reads = sc.stale_member_reads;
+        backend.member_replies_lost = sc.member_replies_lost;
         let mut h = hist.lock();
         let setup = Event::Setup { client_ppm: vec![0; clients], node_ppm: vec![((rate - 1.0) * 1e6) as i64] };
         hist.push(&mut h, setup);
         if let Some((from, until)) = faults.outage {
             hist.push(&mut h, Event::Outage { from, until });
         }
-    }
+        Backend::Memory(Arc::new(backend))
+    };
     // One node in 40 % of the seeds has a watcher thread (`watch_members` on its session).
     let watcher = (unit() < sc.watchers).then(|| sync::random_below(clients as u64) as usize);
     let names = vec![name("L0"), name("L1")];
@@ -483,7 +530,7 @@ fn execution(seed: u64, sc: &Scenario) -> Outcome {
         let client = Client {
             c: c as u8,
             hist: hist.clone(),
-            backend: backend.clone(),
+            backend: backend.lease_backend(),
             options: options.clone(),
             names: names.clone(),
             election: name("E"),
@@ -569,3 +616,50 @@ fn execution(seed: u64, sc: &Scenario) -> Outcome {
 }
 
 use super::history;
+
+/// The backend of a run.
+enum Backend {
+    Memory(Arc<SimBackend>),
+    #[cfg(all(feature = "sim-redis", simba_explore))]
+    Cluster(Arc<redis::cluster::SimCluster>, Arc<dyn crate::backend::LeaseBackend>),
+}
+
+impl Backend {
+    /// The shipped Redis backend in Cluster mode over simulated nodes (see `redis`).
+    #[cfg(all(feature = "sim-redis", simba_explore))]
+    fn cluster(hist: &Arc<History>, sc: &Scenario, clients: usize, lease: Duration) -> Backend {
+        let (cluster, backend) = redis::run_backend(hist, sc.intensity, clients, lease);
+        Backend::Cluster(cluster, backend)
+    }
+
+    #[cfg(not(all(feature = "sim-redis", simba_explore)))]
+    fn cluster(_: &Arc<History>, _: &Scenario, _: usize, _: Duration) -> Backend {
+        panic!("Scenario::cluster needs the sim-redis feature (and --cfg simba_explore)")
+    }
+
+    fn lease_backend(&self) -> Arc<dyn crate::backend::LeaseBackend> {
+        match self {
+            Backend::Memory(b) => b.clone(),
+            #[cfg(all(feature = "sim-redis", simba_explore))]
+            Backend::Cluster(_, b) => b.clone(),
+        }
+    }
+
+    /// After each clock step: relays pushed notifications (memory) or lands late scripts (Cluster).
+    fn pump(&self, h: &mut backend::HistState) {
+        match self {
+            Backend::Memory(b) => b.pump(h),
+            #[cfg(all(feature = "sim-redis", simba_explore))]
+            Backend::Cluster(c, _) => c.pump(h),
+        }
+    }
+
+    /// The run's teardown: every call completes at once.
+    fn quiet(&self) {
+        match self {
+            Backend::Memory(b) => b.quiet(),
+            #[cfg(all(feature = "sim-redis", simba_explore))]
+            Backend::Cluster(c, _) => c.quiet(),
+        }
+    }
+}

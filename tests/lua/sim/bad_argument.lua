@@ -1,0 +1,2 @@
+-- redis.call takes strings and numbers only.
+return redis.call('GET', {})
