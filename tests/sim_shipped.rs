@@ -40,7 +40,7 @@ fn replay_hint(sc: &Scenario, seed: u64) -> String {
     )
 }
 
-fn assert_clean(sc: &Scenario, seeds: Range<u64>) {
+fn assert_clean(sc: &Scenario, seeds: Range<u64>) -> shipped::Sweep {
     println!("[{}] seeds {seeds:?} (SIMBA_SIM_SEED_OFFSET={} reruns this sweep)", sc.name, seeds.start);
     let started = Instant::now();
     let s = shipped::sweep(sc, seeds.clone());
@@ -54,8 +54,9 @@ fn assert_clean(sc: &Scenario, seeds: Range<u64>) {
             replay_hint(sc, o.seed)
         );
     }
-    let unfired = s.counts.unfired();
+    let unfired = s.counts.unfired_of(sc);
     assert!(unfired.is_empty(), "[{}] fault classes that never fired over seeds {seeds:?}: {unfired:?}", sc.name);
+    s
 }
 
 /// Every operation, every fault class, plain sessions, a second user thread on half of them, a
@@ -360,21 +361,7 @@ fn late_deliveries_and_partitions_keep_every_invariant_and_late_leaves_are_detec
     let sc = Scenario::default_faults().with_partitions().with_late_deliveries();
     let all = seeds();
     let s = all.start..all.start + (all.end - all.start) * 3 / 10;
-    println!("[{}] seeds {s:?} (SIMBA_SIM_SEED_OFFSET={} reruns this sweep)", sc.name, s.start);
-    let started = Instant::now();
-    let sweep = shipped::sweep(&sc, s.clone());
-    println!("[{}] {} seeds in {:.2?}: {}", sc.name, sweep.runs, started.elapsed(), sweep.counts);
-    if let Some(o) = sweep.failures.first() {
-        panic!(
-            "{} of {} seeds failed; the first:\n{}\n{}",
-            sweep.failures.len(),
-            sweep.runs,
-            o.report(30),
-            replay_hint(&sc, o.seed)
-        );
-    }
-    let unfired = sweep.counts.unfired_of(&sc);
-    assert!(unfired.is_empty(), "[{}] fault classes that never fired over seeds {s:?}: {unfired:?}", sc.name);
+    let sweep = assert_clean(&sc, s.clone());
     assert!(sweep.counts.memberships_lost > 0, "[{}] no late leave was detected over seeds {s:?}", sc.name);
 }
 
