@@ -244,6 +244,8 @@ pub struct FaultCounts {
     pub late_deliveries: u64,
     /// Redis Cluster model: calls refused because their node was partitioned away.
     pub partitioned: u64,
+    /// Redis Cluster model: calls that took effect at once and replied later (before the deadline).
+    pub slow_replies: u64,
 }
 
 impl FaultCounts {
@@ -268,6 +270,7 @@ impl FaultCounts {
         self.watch_joins += o.watch_joins;
         self.late_deliveries += o.late_deliveries;
         self.partitioned += o.partitioned;
+        self.slow_replies += o.slow_replies;
     }
 
     /// The classes of the Redis Cluster model (no outage, no push) that never fired.
@@ -279,6 +282,7 @@ impl FaultCounts {
             ("lost_replies", self.lost_replies),
             ("late_deliveries", self.late_deliveries),
             ("partitioned", self.partitioned),
+            ("slow_replies", self.slow_replies),
             ("backend_expiries", self.backend_expiries),
             ("client_expiries", self.client_expiries),
             ("reopened", self.reopened),
@@ -323,7 +327,7 @@ impl fmt::Display for FaultCounts {
             f,
             "completed {} failed {} stalled {} lost-reply {} late-reply {} outage {} backend-expiries {} \
              client-expiries {} reopened {} recoveries {} pushed {} push-lost {} push-duplicated {} leader-work {} \
-             leader-work-refused {} tasks-stopped {} watch-changes {} watch-joins {} late-deliveries {} partitioned {}",
+             leader-work-refused {} tasks-stopped {} watch-changes {} watch-joins {} late-deliveries {} partitioned {} slow-replies {}",
             self.completed,
             self.failed,
             self.stalled,
@@ -343,7 +347,8 @@ impl fmt::Display for FaultCounts {
             self.watch_changes,
             self.watch_joins,
             self.late_deliveries,
-            self.partitioned
+            self.partitioned,
+            self.slow_replies
         )
     }
 }
