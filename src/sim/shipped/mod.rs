@@ -343,6 +343,8 @@ pub struct FaultCounts {
     /// Calls refused by a partition (the memory backend's [`Scenario::partitions`], or the
     /// Redis Cluster model's partitioned node).
     pub partitioned: u64,
+    /// Redis Cluster model: calls that took effect at once and replied later (before the deadline).
+    pub slow_replies: u64,
 }
 
 impl FaultCounts {
@@ -372,6 +374,7 @@ impl FaultCounts {
         self.memberships_lost += o.memberships_lost;
         self.partitions += o.partitions;
         self.partitioned += o.partitioned;
+        self.slow_replies += o.slow_replies;
     }
 
     /// The fault classes `scenario` enables beyond the default ones (premise breakers, late
@@ -399,6 +402,7 @@ impl FaultCounts {
             ("lost_replies", self.lost_replies),
             ("late_deliveries", self.late_deliveries),
             ("partitioned", self.partitioned),
+            ("slow_replies", self.slow_replies),
             ("backend_expiries", self.backend_expiries),
             ("client_expiries", self.client_expiries),
             ("reopened", self.reopened),
@@ -444,7 +448,7 @@ impl fmt::Display for FaultCounts {
             "completed {} failed {} stalled {} lost-reply {} late-reply {} outage {} backend-expiries {} \
              client-expiries {} reopened {} recoveries {} pushed {} push-lost {} push-duplicated {} leader-work {} \
              leader-work-refused {} tasks-stopped {} watch-changes {} watch-joins {} data-losses {} clock-jumps {} \
-             drift-beyond {} late-deliveries {} memberships-lost {} partitions {} partitioned {}",
+             drift-beyond {} late-deliveries {} memberships-lost {} partitions {} partitioned {} slow-replies {}",
             self.completed,
             self.failed,
             self.stalled,
@@ -469,7 +473,8 @@ impl fmt::Display for FaultCounts {
             self.late_deliveries,
             self.memberships_lost,
             self.partitions,
-            self.partitioned
+            self.partitioned,
+            self.slow_replies
         )
     }
 }
