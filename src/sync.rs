@@ -65,7 +65,8 @@ pub(crate) use real::*;
 #[cfg(all(feature = "explore", simba_explore))]
 pub(crate) use explore::*;
 
-/// A bug fixed in issue #14 whose old behaviour the schedule explorer can switch back on (see
+/// A bug fixed in issue #14 whose old behaviour the schedule explorer can switch back on, or a
+/// rule of the engine the simulation can break on purpose to show it is caught (see
 /// [`reintroduced`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u32)]
@@ -98,6 +99,23 @@ pub enum Bug {
     /// seconds where the script takes milliseconds, so the term runs out long before the holder's
     /// local deadline.
     LeaseSeconds = 4096,
+    /// A deliberately broken rule (never a bug that shipped): deadlines are counted from the
+    /// instant a reply arrived instead of the instant its call was sent (keep-alives, acquires,
+    /// the session's open), so a slow reply makes the local deadline outlive the backend's.
+    DeadlineFromReplyInstant = 32,
+    /// A deliberately broken rule: the engine judges deadlines with a drift of 0, so a backend
+    /// clock running faster than the client's (within the configured `drift`) ends the session
+    /// and its terms before the local deadline does.
+    NoDrift = 64,
+    /// A deliberately broken rule: `Membership::is_member()` ignores the session's local deadline
+    /// (it asks only whether the engine still counts the session active and the group held), so
+    /// a session past its deadline that the renewal thread has not yet expired still claims the
+    /// membership.
+    MemberIgnoresDeadline = 128,
+    /// A deliberately broken rule: the engine ignores the groups a keep-alive reports, so a
+    /// membership the backend lost (a leave that landed after a re-join) is never detected nor
+    /// re-joined, and a join that landed late is never left.
+    GroupReportsIgnored = 256,
 }
 
 /// True when the explorer switched `bug`'s old behaviour back on. Always `false` outside the

@@ -15,7 +15,7 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use simba::explore::Bug;
 use simba::sim::shipped::{self, Scenario};
-use simba::sim::Invariant;
+use simba::sim::{Invariant, Premise};
 
 fn env_u64(key: &str) -> Option<u64> {
     let v = std::env::var(key).ok().filter(|v| !v.trim().is_empty())?;
@@ -40,7 +40,7 @@ fn replay_hint(sc: &Scenario, seed: u64) -> String {
     )
 }
 
-fn assert_clean(sc: &Scenario, seeds: Range<u64>) {
+fn assert_clean(sc: &Scenario, seeds: Range<u64>) -> shipped::Sweep {
     println!("[{}] seeds {seeds:?} (SIMBA_SIM_SEED_OFFSET={} reruns this sweep)", sc.name, seeds.start);
     let started = Instant::now();
     let s = shipped::sweep(sc, seeds.clone());
@@ -54,8 +54,9 @@ fn assert_clean(sc: &Scenario, seeds: Range<u64>) {
             replay_hint(sc, o.seed)
         );
     }
-    let unfired = s.counts.unfired();
+    let unfired = s.counts.unfired_of(sc);
     assert!(unfired.is_empty(), "[{}] fault classes that never fired over seeds {seeds:?}: {unfired:?}", sc.name);
+    s
 }
 
 /// Every operation, every fault class, plain sessions, a second user thread on half of them, a
@@ -260,30 +261,226 @@ fn replay() {
         println!("set SIMBA_SIM_SEED=<seed> to replay one seed of the shipped-runtime simulation");
         return;
     };
-    // SIMBA_SIM_SCENARIO: shipped (default), shipped-elections, shipped-coordinator,
-    // shipped-coordinator+ReattachKept, shipped-coordinator+CoordinatorWatchEndsWithSession,
-    // shipped+LateAliveRevives,
-    // shipped-elections+oldRelease, shipped+uncheckedLeaderToken, shipped+staleMemberReads,
-    // shipped+memberRepliesLost.
-    let sc = match std::env::var("SIMBA_SIM_SCENARIO").ok().as_deref() {
-        None | Some("" | "shipped") => Scenario::default_faults(),
-        Some("shipped-elections") => Scenario::elections(),
-        Some("shipped-coordinator") => Scenario::coordinator(),
-        Some("shipped-coordinator+ReattachKept") => Scenario::coordinator().with_bug(Bug::ReattachKept),
-        Some("shipped-coordinator+CoordinatorWatchEndsWithSession") => {
-            Scenario::coordinator().with_bug(Bug::CoordinatorWatchEndsWithSession)
-        }
-        Some("shipped+LateAliveRevives") => Scenario::default_faults().with_bug(Bug::LateAliveRevives),
-        Some("shipped-elections+oldRelease") => Scenario::elections().with_old_release_any_term(),
-        Some("shipped+uncheckedLeaderToken") => Scenario::default_faults().with_unchecked_leader_token(),
-        Some("shipped+staleMemberReads") => Scenario::default_faults().with_stale_member_reads(),
-        Some("shipped+memberRepliesLost") => Scenario::default_faults().with_member_replies_lost(),
-        Some(other) => panic!("unknown SIMBA_SIM_SCENARIO {other:?} for the shipped-runtime simulation"),
-    };
+    // SIMBA_SIM_SCENARIO: a scenario's name as its report prints it (`scenario_named`).
+    let name = std::env::var("SIMBA_SIM_SCENARIO").ok().filter(|n| !n.is_empty());
+    let name = name.as_deref().unwrap_or("shipped");
+    let sc = scenario_named(name)
+        .unwrap_or_else(|| panic!("unknown SIMBA_SIM_SCENARIO {name:?} for the shipped-runtime simulation"));
+    assert_eq!(sc.name, name, "the scenario's builders spell its name differently");
     let o = shipped::run(seed, &sc);
     for (i, r) in o.records.iter().enumerate() {
         println!("#{i} {r}");
     }
     println!("{}", o.report(0));
     assert!(o.clean(), "seed {seed} failed:\n{}", o.report(30));
+}
+
+// ----- premise breakers, broken rules and old behaviour (ported from tests/sim.rs, issue #21) -----
+
+/// Sweeps `sc` (whose premise breaker breaks `premise`) over `seeds`: the breaker fired, each
+/// invariant of `expect` was violated in some run, no run panicked, and every violation is
+/// explained — its invariant rests on a premise its run broke.
+fn assert_premise_broken(sc: &Scenario, seeds: Range<u64>, premise: Premise, expect: &[Invariant]) {
+    let started = Instant::now();
+    let s = shipped::sweep(sc, seeds.clone());
+    println!("[{}] {} seeds in {:.2?}: {}", sc.name, s.runs, started.elapsed(), s.counts);
+    let unfired = s.counts.unfired_of(sc);
+    assert!(unfired.is_empty(), "[{}] fault classes that never fired over seeds {seeds:?}: {unfired:?}", sc.name);
+    assert!(sc.broken_premises().contains(&premise), "[{}] does not break {premise}", sc.name);
+    let mut by_invariant: Vec<(Invariant, usize)> = Invariant::ALL
+        .iter()
+        .map(|i| (*i, s.failures.iter().filter(|o| o.violations.iter().any(|v| v.invariant == *i)).count()))
+        .filter(|(_, n)| *n > 0)
+        .collect();
+    by_invariant.sort_by_key(|(_, n)| std::cmp::Reverse(*n));
+    let listed: Vec<String> = by_invariant.iter().map(|(i, n)| format!("{} in {n}", i.name())).collect();
+    println!("[{}] {} seeds failed, explained: {}", sc.name, s.failures.len(), listed.join(", "));
+    for o in &s.failures {
+        assert!(
+            o.panic.is_none(),
+            "[{}] seed {} panicked:\n{}\n{}",
+            sc.name,
+            o.seed,
+            o.report(0),
+            replay_hint(sc, o.seed)
+        );
+        assert!(
+            o.unexplained().is_empty(),
+            "[{}] seed {}: violations no broken premise explains:\n{}\n{}",
+            sc.name,
+            o.seed,
+            o.report(30),
+            replay_hint(sc, o.seed)
+        );
+    }
+    for inv in expect {
+        let Some(o) = s.failures.iter().find(|o| o.violations.iter().any(|v| v.invariant == *inv)) else {
+            panic!("[{}] breaking {premise} never violated {inv} over seeds {seeds:?}", sc.name)
+        };
+        let n = s.failures.iter().filter(|o| o.violations.iter().any(|v| v.invariant == *inv)).count();
+        let v = o.violations.iter().find(|v| v.invariant == *inv).map(ToString::to_string).unwrap_or_default();
+        println!("[{}] {inv}: {n} seeds, first {} ({})\n  {v}", sc.name, o.seed, replay_hint(sc, o.seed));
+    }
+}
+
+/// Data loss (the backend restarts empty at a seeded instant: sessions, leases, groups and the
+/// token counter gone) breaks `premise:tokenReset`: a new term reuses a token
+/// (`token-monotonic`), a live session's join is no longer listed (`join-visible`), `leader()`
+/// misses the live term (`leader-read`) — and every violation is explained.
+#[test]
+fn data_loss_breaks_token_reset_on_the_shipped_runtime() {
+    // First found at seeds 1 (token-monotonic), 49 (join-visible) and 16 (leader-read).
+    let sc = Scenario::default_faults().with_data_loss();
+    let expect = [Invariant::TokenMonotonic, Invariant::JoinVisible, Invariant::LeaderRead];
+    assert_premise_broken(&sc, 0..100, Premise::TokenReset, &expect);
+}
+
+/// The node clock 2–8 × the drift faster than the clients' breaks `premise:drift`: the backend
+/// ends a term before its local deadline (`token-in-term`), another session takes it meanwhile
+/// (`exclusive-token`), a membership outlives its listing (`member-listed`). Partitions cut the
+/// holder off so it cannot learn of the end before its deadline.
+#[test]
+fn drift_beyond_the_bound_breaks_drift_on_the_shipped_runtime() {
+    // First found at seeds 376 (exclusive-token) and 172 (member-listed); token-in-term in 99 seeds.
+    let sc = Scenario::default_faults().with_partitions().with_drift_beyond();
+    let expect = [Invariant::TokenInTerm, Invariant::ExclusiveToken, Invariant::MemberListed];
+    assert_premise_broken(&sc, 0..400, Premise::Drift, &expect);
+}
+
+/// Steps of the node clock (± a tenth to two leases) break `premise:clockJump`: `token()` past
+/// the term's end (`token-in-term`), a membership the backend ended while `is_member()` holds
+/// (`member-listed`), a grant while the backend's own record of the previous term runs on
+/// (`one-holder`). `exclusive-token`, which `tests/sim.rs` also sees on the model, was found at
+/// no seed of 1,200 here (see docs/testing.md).
+#[test]
+fn backend_clock_jumps_break_clock_jump_on_the_shipped_runtime() {
+    // First found at seeds 311 (member-listed) and 56 (one-holder); token-in-term in 51 seeds.
+    let sc = Scenario::default_faults().with_partitions().with_clock_jumps();
+    let expect = [Invariant::TokenInTerm, Invariant::MemberListed, Invariant::OneHolder];
+    assert_premise_broken(&sc, 0..400, Premise::ClockJump, &expect);
+}
+
+/// With a rule of the real engine broken (a `Bug` toggle in the shipped code) or an old
+/// behaviour switched back on, a seed of `seeds` violates one of `invariants` with no premise
+/// broken (so unexplained); it replays, and its replay command is printed.
+fn assert_caught(sc: &Scenario, seeds: Range<u64>, invariants: &[Invariant]) {
+    assert!(sc.broken_premises().is_empty(), "[{}] must respect every premise", sc.name);
+    let started = Instant::now();
+    let found = seeds
+        .clone()
+        .map(|seed| shipped::run(seed, sc))
+        .find(|o| o.panic.is_some() || o.unexplained().iter().any(|v| invariants.contains(&v.invariant)));
+    let Some(o) = found else { panic!("[{}] went unnoticed over seeds {seeds:?}", sc.name) };
+    println!(
+        "[{}] caught at seed {} after {:.2?}:\n{}\n{}",
+        sc.name,
+        o.seed,
+        started.elapsed(),
+        o.report(20),
+        replay_hint(sc, o.seed)
+    );
+    assert!(o.panic.is_none(), "[{}] seed {} failed by panicking, not on {invariants:?}", sc.name, o.seed);
+    let again = shipped::run(o.seed, sc);
+    assert_eq!(again.records, o.records, "[{}] seed {} did not replay", sc.name, o.seed);
+}
+
+/// Deadlines counted from the reply instant (`Bug::DeadlineFromReplyInstant`): a late keep-alive
+/// or acquire reply makes the local deadline outlive the backend's: `token()` succeeds past the
+/// term's end (`token-in-term`), or another session's term overlaps (`exclusive-token`).
+#[test]
+fn broken_rule_deadline_from_reply_instant_is_caught_on_the_shipped_runtime() {
+    let sc = Scenario::default_faults().with_bug(Bug::DeadlineFromReplyInstant);
+    assert_caught(&sc, 0..400, &[Invariant::TokenInTerm, Invariant::ExclusiveToken]);
+}
+
+/// The engine judging with a drift of 0 (`Bug::NoDrift`): a node clock running faster (within
+/// the configured drift) ends the term before the local deadline (`token-in-term`; another
+/// session taking the name inside that window, `exclusive-token`, is rarer).
+#[test]
+fn broken_rule_no_drift_is_caught_on_the_shipped_runtime() {
+    // Found at seed 11 (`token-in-term`).
+    let sc = Scenario::default_faults().with_bug(Bug::NoDrift);
+    assert_caught(&sc, 0..300, &[Invariant::TokenInTerm, Invariant::ExclusiveToken]);
+}
+
+/// `is_member()` ignoring the local deadline (`Bug::MemberIgnoresDeadline`): a membership whose
+/// session is past its deadline (`is_alive()` false) but not yet expired by its renewal thread
+/// still answers true (`member-listed`, from the sampler: `is_member()` true while its session's
+/// `is_alive()` is false; with partitions cutting members off, so their deadlines pass while the
+/// others go on).
+#[test]
+fn broken_rule_member_ignores_deadline_is_caught_on_the_shipped_runtime() {
+    let sc = Scenario::default_faults().with_partitions().with_bug(Bug::MemberIgnoresDeadline);
+    assert_caught(&sc, 0..400, &[Invariant::MemberListed]);
+}
+
+/// The clean counterpart of "a late leave undoes a re-join" (`tests/sim.rs`,
+/// `finding_late_leave_undoes_a_rejoin`): with joins, leaves and releases delivered after their
+/// call ended and partitions cutting holders off, no violation, every fault class fired, and the
+/// sessions' keep-alives found memberships the backend lost to a late leave
+/// (`SessionEvent::MembershipLost`; the session re-joins).
+#[test]
+fn late_deliveries_and_partitions_keep_every_invariant_and_late_leaves_are_detected() {
+    let sc = Scenario::default_faults().with_partitions().with_late_deliveries();
+    let all = seeds();
+    let s = all.start..all.start + (all.end - all.start) * 3 / 10;
+    let sweep = assert_clean(&sc, s.clone());
+    assert!(sweep.counts.memberships_lost > 0, "[{}] no late leave was detected over seeds {s:?}", sc.name);
+}
+
+/// Finding 1 of issue #14 (a late release freeing a term the same session took meanwhile) with
+/// the old SPI's release switched back on (`Scenario::with_old_release_any_term`: a release frees
+/// whatever term the session holds) and releases delivered after their call ended: the release
+/// frees the session's newer term while its `token()` still answers Ok (`leader-task`: a leader
+/// task's closure sees `token()` Ok on a term the backend ended; or two holders at once).
+#[test]
+fn finding_1_old_release_is_found_on_the_shipped_runtime_with_late_deliveries() {
+    // Found at seed 576 (a release of term 3 of 'E' landing after the session took term 4).
+    let sc = Scenario::elections().with_old_release_any_term().with_late_deliveries().harsh();
+    assert_caught(&sc, 0..600, &[Invariant::LeaderTask, Invariant::ExclusiveToken, Invariant::OneHolder]);
+}
+
+/// The scenario a name stands for: a base (`shipped`, `shipped-elections`,
+/// `shipped-coordinator`) and the `+`-separated modifiers its builders append, in order (e.g.
+/// `shipped+partitions+harsh+lateDeliveries`, `shipped-coordinator+ReattachKept`).
+fn scenario_named(name: &str) -> Option<Scenario> {
+    let mut parts = name.split('+');
+    let mut sc = match parts.next()? {
+        "shipped" => Scenario::default_faults(),
+        "shipped-elections" => Scenario::elections(),
+        "shipped-coordinator" => Scenario::coordinator(),
+        _ => return None,
+    };
+    for m in parts {
+        sc = match m {
+            "noPush" => sc.without_push(),
+            "harsh" => sc.harsh(),
+            "oldRelease" => sc.with_old_release_any_term(),
+            "uncheckedLeaderToken" => sc.with_unchecked_leader_token(),
+            "staleMemberReads" => sc.with_stale_member_reads(),
+            "memberRepliesLost" => sc.with_member_replies_lost(),
+            "dataLoss" => sc.with_data_loss(),
+            "driftBeyond" => sc.with_drift_beyond(),
+            "clockJumps" => sc.with_clock_jumps(),
+            "lateDeliveries" => sc.with_late_deliveries(),
+            "partitions" => sc.with_partitions(),
+            "watchers" => sc.with_watchers(),
+            bug => sc.with_bug(match bug {
+                "ResignSplit" => Bug::ResignSplit,
+                "LateAliveRevives" => Bug::LateAliveRevives,
+                "ElectedAfterExpiry" => Bug::ElectedAfterExpiry,
+                "ReattachKept" => Bug::ReattachKept,
+                "LateAttempt" => Bug::LateAttempt,
+                "DeadlineFromReplyInstant" => Bug::DeadlineFromReplyInstant,
+                "NoDrift" => Bug::NoDrift,
+                "MemberIgnoresDeadline" => Bug::MemberIgnoresDeadline,
+                "GroupReportsIgnored" => Bug::GroupReportsIgnored,
+                "CoordinatorWatchEndsWithSession" => Bug::CoordinatorWatchEndsWithSession,
+                "AbandonConfirmed" => Bug::AbandonConfirmed,
+                "LeaseSeconds" => Bug::LeaseSeconds,
+                _ => return None,
+            }),
+        };
+    }
+    Some(sc)
 }

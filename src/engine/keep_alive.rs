@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use super::leases::LeaseEntry;
 use super::step::{Command, Event, Step};
-use super::timing::later;
+use super::timing::{deadline_basis, later};
 use super::Engine;
 use crate::backend::KeepAlive;
 use crate::state::{LossReason, SessionState};
@@ -158,7 +158,7 @@ impl Engine {
                     // lock() said so); a late success never revives it (finding 2 of issue #14).
                     return self.expire();
                 }
-                let deadline = self.timing.deadline(sent, remaining);
+                let deadline = self.timing.deadline(deadline_basis(sent, now), remaining);
                 if current {
                     self.failures = 0;
                     self.next_keep_alive = later(sent, self.timing.renew_interval);
@@ -199,7 +199,9 @@ impl Engine {
                     self.begin_release(&name, token);
                     step.command(Command::ReleaseStray { name, token });
                 }
-                step.append(self.groups.on_report(sent, now, &groups));
+                if !crate::sync::reintroduced(crate::sync::Bug::GroupReportsIgnored) {
+                    step.append(self.groups.on_report(sent, now, &groups));
+                }
                 step
             }
         }

@@ -263,7 +263,7 @@ impl Engine {
         if epoch_now != epoch || self.releasing(name) {
             return Adoption::Undo;
         }
-        let deadline = self.timing.deadline(sent, remaining);
+        let deadline = self.timing.deadline(super::timing::deadline_basis(sent, now), remaining);
         if deadline <= now {
             return Adoption::Undo;
         }

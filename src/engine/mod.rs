@@ -47,7 +47,7 @@ pub use leases::{AcquireCall, Adoption, CampaignId, NotSent};
 use leases::{LeaseEntry, Released};
 pub use step::{Command, Event, Step};
 pub use timing::Timing;
-pub(crate) use timing::{deadline_after, later};
+pub(crate) use timing::{deadline_after, deadline_basis, later};
 
 use crate::state::SessionState;
 use crate::types::{Name, Token};

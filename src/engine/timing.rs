@@ -63,7 +63,8 @@ impl Timing {
     /// deadline beyond what an `Instant` holds as far in the future.
     pub fn deadline(&self, sent: Instant, remaining: Duration) -> Instant {
         let remaining = remaining.min(self.lease_duration);
-        let factor = 1.0 - self.drift;
+        let no_drift = crate::sync::reintroduced(crate::sync::Bug::NoDrift); // broken rule: drift 0
+        let factor = 1.0 - if no_drift { 0.0 } else { self.drift };
         let usable = if (0.0..=1.0).contains(&factor) {
             Duration::try_from_secs_f64(remaining.as_secs_f64() * factor).unwrap_or(remaining)
         } else {
@@ -77,6 +78,17 @@ impl Timing {
         let base = (self.renew_interval / 4).max(Duration::from_millis(10));
         let factor = 1u32 << failures.min(3);
         base.saturating_mul(factor).min(self.renew_interval)
+    }
+}
+
+/// The instant a deadline implied by a reply is counted from: the instant its call was `sent`
+/// (the reply may have waited anywhere on its way back). `Bug::DeadlineFromReplyInstant`, a rule
+/// the simulation breaks on purpose, counts from `replied` instead.
+pub(crate) fn deadline_basis(sent: Instant, replied: Instant) -> Instant {
+    if crate::sync::reintroduced(crate::sync::Bug::DeadlineFromReplyInstant) {
+        replied
+    } else {
+        sent
     }
 }
 

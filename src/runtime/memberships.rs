@@ -126,7 +126,12 @@ impl SessionInner {
     /// True while the session is alive and holds `group` without a known loss.
     pub(crate) fn is_joined(&self, group: &Name) -> bool {
         let e = self.engine.lock();
-        self.dead_error(&e, sync::now()).is_none() && e.is_joined(group)
+        let alive = if sync::reintroduced(sync::Bug::MemberIgnoresDeadline) {
+            e.state() == crate::state::SessionState::Active // broken rule: the local deadline ignored
+        } else {
+            self.dead_error(&e, sync::now()).is_none()
+        };
+        alive && e.is_joined(group)
     }
 
     /// Joins `group` again after the backend lost it (the engine counted the join in flight).

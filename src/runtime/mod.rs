@@ -127,7 +127,7 @@ impl SessionInner {
                 ))
             }
         };
-        let engine = Engine::new(timing, sent, grant.remaining);
+        let engine = Engine::new(timing, crate::engine::deadline_basis(sent, sync::now()), grant.remaining);
         let (wake_tx, wake_rx) = unbounded();
         let (notify_tx, notify_rx) = crossbeam_channel::unbounded();
         let (ended_tx, ended_rx) = sync::bounded(0);

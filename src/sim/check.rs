@@ -50,6 +50,11 @@ pub enum Invariant {
     OneHolder,
     /// No two sessions' `Engine::token(name)` succeed at the same simulated real instant.
     ExclusiveToken,
+    /// A `token()` that succeeds names a term the backend still runs: never after the node's
+    /// clock reached the term's end (the local deadline precedes the backend's expiry). Judged
+    /// where the history records the node clock next to the samples (`Event::NodeClock`, the
+    /// shipped-runtime simulation only). Same premises as `exclusive-token`.
+    TokenInTerm,
     /// Every new term of a name has a larger token than every earlier term.
     TokenMonotonic,
     /// A session the backend let expire (by its own clock), refused or deleted is never renewed or
@@ -133,9 +138,10 @@ pub enum Invariant {
 
 impl Invariant {
     /// Every invariant.
-    pub const ALL: [Invariant; 14] = [
+    pub const ALL: [Invariant; 15] = [
         Invariant::OneHolder,
         Invariant::ExclusiveToken,
+        Invariant::TokenInTerm,
         Invariant::TokenMonotonic,
         Invariant::NoRevival,
         Invariant::GrantedOnly,
@@ -155,6 +161,7 @@ impl Invariant {
         match self {
             Invariant::OneHolder => "one-holder",
             Invariant::ExclusiveToken => "exclusive-token",
+            Invariant::TokenInTerm => "token-in-term",
             Invariant::TokenMonotonic => "token-monotonic",
             Invariant::NoRevival => "no-revival",
             Invariant::GrantedOnly => "granted-only",
@@ -174,7 +181,9 @@ impl Invariant {
     pub fn premises(self) -> &'static [Premise] {
         match self {
             Invariant::OneHolder => &[Premise::TokenReset, Premise::ClockJump],
-            Invariant::ExclusiveToken => &[Premise::TokenReset, Premise::ClockJump, Premise::Drift],
+            Invariant::ExclusiveToken | Invariant::TokenInTerm => {
+                &[Premise::TokenReset, Premise::ClockJump, Premise::Drift]
+            }
             Invariant::TokenMonotonic => &[Premise::TokenReset],
             Invariant::NoRevival => &[Premise::TokenReset, Premise::ClockJump],
             Invariant::GrantedOnly => &[],
@@ -291,6 +300,8 @@ struct Checker {
     detect_within: u64,
     /// Leader tasks and member watches (`app`).
     app: app::AppState,
+    /// The `token-in-term` failures reported (one per client, session, name and token).
+    out_of_term: HashSet<(u8, u32, Name, u64)>,
     violations: Vec<Violation>,
 }
 
@@ -340,6 +351,7 @@ impl Checker {
         self.app_observe(i, r);
         match &r.event {
             Event::LeaderTask { .. } | Event::Watch { .. } | Event::Outage { .. } | Event::Teardown => {}
+            Event::NodeClock { node, b } => self.clock_read(i, t, *node, *b),
             Event::Setup { .. }
             | Event::DataLoss { .. }
             | Event::ClockJump { .. }
@@ -522,6 +534,28 @@ impl Checker {
             Event::Elected { client: _, sess, name, token } => {
                 self.granted(i, t, *sess, name, token.get(), "elected");
             }
+        }
+    }
+
+    /// The node's clock reads `b`: every `token()` still succeeding on a current term of that
+    /// node that ran out by it fails `token-in-term`.
+    fn clock_read(&mut self, i: usize, t: u64, node: u8, b: u64) {
+        self.see(node, b);
+        let mut fails = Vec::new();
+        for (name, set) in &self.valid {
+            let Some(p) = self.terms.get(name).filter(|p| p.node == node && p.ran_out && !p.ended) else { continue };
+            for (c, s, tk) in set {
+                if *s == p.sess && *tk == p.token && self.out_of_term.insert((*c, *s, name.clone(), *tk)) {
+                    fails.push(format!(
+                        "token() of '{name}' succeeds for client {c} s{s} (token {tk}) at node {node} clock {b}, past \
+                         the term's end {}",
+                        p.until
+                    ));
+                }
+            }
+        }
+        for msg in fails {
+            self.fail(Invariant::TokenInTerm, i, t, msg);
         }
     }
 

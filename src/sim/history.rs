@@ -406,6 +406,15 @@ pub enum Event {
     /// The run's teardown begins: from now on every call completes at once and the clock jumps far
     /// ahead, so bounded waits (a task's exit, a watcher's latency) are not checked past it.
     Teardown,
+    /// The node's clock read `b` (ns) at this point of the history: the shipped-runtime
+    /// simulation records it after each clock step's sample, so `token-in-term` is judged at
+    /// instants no backend call marks.
+    NodeClock {
+        /// The node.
+        node: u8,
+        /// Node clock (ns).
+        b: u64,
+    },
 }
 
 /// A step of a leader task ([`Event::LeaderTask`]).

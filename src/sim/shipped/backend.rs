@@ -20,7 +20,7 @@ use crate::backend::{
 };
 use crate::error::{Error, ErrorKind, Result};
 use crate::memory::MemoryBackend;
-use crate::sim::clock::VirtualClock;
+use crate::sim::clock::{NodeClock, VirtualClock};
 use crate::sim::history::{ms as ns, Event, Record};
 use crate::sync::{self, Condvar, Mutex, MutexGuard};
 use crate::types::{Name, SessionId, Token};
@@ -47,6 +47,26 @@ pub(crate) struct CallFaults {
     pub(crate) push_lost: f64,
     /// See `push`.
     pub(crate) push_duplicated: f64,
+    /// A join, leave or release request is delivered late: the caller gets `Unavailable` at once
+    /// (its request timed out on the way) and the effect lands 0.2–1.5 leases later, after the
+    /// call ended — a request still on its way (0 unless the scenario enables late deliveries).
+    pub(crate) late_delivery: f64,
+}
+
+/// A request on its way to the backend after its call ended (see [`CallFaults::late_delivery`]),
+/// applied by [`SimBackend::pump`] once the clock passed `due` (virtual ns).
+#[derive(Debug, Clone)]
+struct Delivery {
+    due: u64,
+    session: SessionId,
+    op: Delivered,
+}
+
+#[derive(Debug, Clone)]
+enum Delivered {
+    Join(Name),
+    Leave(Name),
+    Release(Name, Token),
 }
 
 /// What the history lock guards.
@@ -74,6 +94,13 @@ pub(crate) struct HistState {
     /// Per group: the last `members` evaluation (real ns, answer), for
     /// [`SimBackend::stale_member_reads`].
     snapshots: HashMap<Name, (u64, Vec<Member>)>,
+    /// Requests on their way after their call ended ([`CallFaults::late_delivery`]).
+    deliveries: Vec<Delivery>,
+    /// The sessions' events are subscribed to and their `MembershipLost` recorded (only where
+    /// the scenario can lose memberships: subscribing adds scheduling points).
+    pub(crate) membership_events: bool,
+    /// Partitions on now: every call of the session fails until the virtual instant (ns).
+    cut: Vec<(SessionId, u64)>,
 }
 
 /// The history shared by the backend, the samplers and the clock driver.
@@ -153,14 +180,18 @@ enum Fate {
 /// The backend of a run: see the module docs.
 #[derive(Debug)]
 pub(crate) struct SimBackend {
-    mem: MemoryBackend,
+    /// The backend's data: replaced by an empty one on the same clock when the node loses its
+    /// data ([`SimBackend::lose_data`]). A std lock held for no scheduling point: it adds none
+    /// to the explored schedules.
+    mem: std::sync::Mutex<Arc<MemoryBackend>>,
     clock: Arc<VirtualClock>,
     hist: Arc<History>,
     faults: CallFaults,
     /// The clients' query timeout (a late reply arrives after it).
     query_timeout: Duration,
-    /// The node clock's rate relative to real time (within the sessions' drift).
-    rate: f64,
+    /// The node clock: real time at a rate (within the sessions' drift unless the scenario
+    /// breaks it), stepped by [`SimBackend::jump`] (a std lock, like `mem`).
+    node: std::sync::Mutex<NodeClock>,
     /// Set for the run's teardown: calls complete without faults (a stalled call started then
     /// would wait for a clock nobody moves any more).
     quiet: AtomicBool,
@@ -175,6 +206,9 @@ pub(crate) struct SimBackend {
     /// Every `members` reply is lost (see
     /// [`Scenario::member_replies_lost`](super::Scenario::member_replies_lost)).
     pub(crate) member_replies_lost: bool,
+    /// Partitions can cut sessions off ([`SimBackend::partition`]): every call naming a session
+    /// looks its partitions up (only then: the look-up takes the history lock).
+    pub(crate) partitions: bool,
 }
 
 impl SimBackend {
@@ -186,25 +220,116 @@ impl SimBackend {
         inline: bool,
     ) -> SimBackend {
         let clock = Arc::new(VirtualClock::default());
-        let mem = MemoryBackend::with_clock(clock.clone());
+        let mem = std::sync::Mutex::new(Arc::new(MemoryBackend::with_clock(clock.clone())));
         SimBackend {
             mem,
             clock,
             hist,
             faults,
             query_timeout,
-            rate,
+            node: std::sync::Mutex::new(NodeClock::new(0, rate)),
             quiet: AtomicBool::new(false),
             inline,
             old_release_any_term: false,
             stale_member_reads: false,
             member_replies_lost: false,
+            partitions: false,
         }
+    }
+
+    fn mem(&self) -> Arc<MemoryBackend> {
+        self.mem.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// The node's clock reading (ns) now.
+    pub(crate) fn node_now(&self) -> u64 {
+        let t = self.hist.t();
+        self.node.lock().unwrap_or_else(|e| e.into_inner()).value(t)
+    }
+
+    /// Premise breaker: the node loses all its data (a restart without persistence) — sessions,
+    /// leases, groups and the token counter are gone; the backend starts empty on the same clock.
+    pub(crate) fn lose_data(&self, h: &mut HistState) {
+        *self.mem.lock().unwrap_or_else(|e| e.into_inner()) = Arc::new(MemoryBackend::with_clock(self.clock.clone()));
+        h.counts.data_losses += 1;
+        self.hist.push(h, Event::DataLoss { node: 0 });
+    }
+
+    /// Premise breaker: the node's clock steps by `by` ns (negative: back).
+    pub(crate) fn jump(&self, h: &mut HistState, by: i64) {
+        let t = self.hist.t();
+        self.node.lock().unwrap_or_else(|e| e.into_inner()).jump(t, by);
+        h.counts.clock_jumps += 1;
+        self.hist.push(h, Event::ClockJump { node: 0, by_ns: by });
+    }
+
+    /// A partition: for `len`, every call of one session fails, as if the network between its
+    /// node and the backend were cut; other sessions are unaffected. The session is picked by the
+    /// seeded source among those the backend lists as a holder of one of `names` or a member of
+    /// `group` (a nemesis aiming at holders), else among the four newest. Respects every premise.
+    pub(crate) fn partition(&self, h: &mut HistState, len: Duration, names: &[Name], group: &Name) {
+        let mem = self.mem();
+        let mut targets: Vec<SessionId> =
+            names.iter().filter_map(|n| mem.holder(n).ok().flatten()).map(|x| x.session).collect();
+        targets.extend(mem.members(group).unwrap_or_default().into_iter().map(|m| m.session));
+        // Sorted by label: the pick depends only on the seed.
+        targets.sort_by_key(|id| Self::label(h, id));
+        targets.dedup();
+        if targets.is_empty() {
+            let newest = h.next_label.saturating_sub(4)..h.next_label;
+            targets = h.labels.iter().filter(|(_, l)| newest.contains(*l)).map(|(id, _)| id.clone()).collect();
+            targets.sort_by_key(|id| Self::label(h, id));
+        }
+        if targets.is_empty() {
+            return;
+        }
+        let id = targets[sync::random_below(targets.len() as u64) as usize].clone();
+        let until = self.hist.t() + ns(len);
+        h.counts.partitions += 1;
+        h.cut.push((id, until));
+        self.hist.push(h, Event::Partition { client: u8::MAX, node: Some(0), until });
+    }
+
+    /// Fails the call when `session` is cut off by a partition.
+    fn reach(&self, session: &SessionId) -> Result<()> {
+        if !self.partitions || self.quiet.load(Ordering::SeqCst) {
+            return Ok(());
+        }
+        let mut h = self.hist.lock();
+        let t = self.hist.t();
+        h.cut.retain(|(_, until)| *until > t);
+        if h.cut.iter().any(|(id, _)| id == session) {
+            h.counts.partitioned += 1;
+            return Err(Error::new(ErrorKind::Unavailable, "simulated: the session's node is cut off (partition)"));
+        }
+        Ok(())
     }
 
     /// From now on every call completes at once (the run's teardown).
     pub(crate) fn quiet(&self) {
         self.quiet.store(true, Ordering::SeqCst);
+    }
+
+    /// Whether this join, leave or release is delivered late ([`CallFaults::late_delivery`];
+    /// never during the outage nor the teardown). Draws from the seeded source only when the
+    /// scenario enables late deliveries, so other scenarios' seeds replay unchanged.
+    fn delivered_late(&self) -> bool {
+        let f = self.faults;
+        if f.late_delivery <= 0.0 || self.quiet.load(Ordering::SeqCst) {
+            return false;
+        }
+        let t = self.hist.t();
+        !f.outage.is_some_and(|(a, b)| (a..b).contains(&t)) && unit() < f.late_delivery
+    }
+
+    /// Queues `op` of `session` to land 0.2–1.5 leases from now; the caller gets `Unavailable`.
+    fn deliver_late<T>(&self, session: &SessionId, op: Delivered) -> Result<T> {
+        let lease = self.query_timeout * 3;
+        let due = self.hist.t() + ns(lease / 5 + below(lease * 13 / 10));
+        let mut h = self.hist.lock();
+        h.counts.late_deliveries += 1;
+        h.deliveries.push(Delivery { due, session: session.clone(), op });
+        Err(Error::new(ErrorKind::Unavailable, "simulated: the request timed out on its way (it lands later)"))
     }
 
     fn draw(&self) -> Fate {
@@ -243,7 +368,7 @@ impl SimBackend {
         let fate = self.draw();
         let effect = |stalled: bool| {
             let mut h = self.hist.lock();
-            let b = (self.hist.t() as f64 * self.rate) as u64;
+            let b = self.node_now();
             self.clock.set(b);
             if stalled {
                 h.counts.stalled += 1;
@@ -310,6 +435,13 @@ impl SimBackend {
     /// Relays the pushed notifications on their way (the clock driver calls it after each step):
     /// each is lost, delivered twice or delivered, by the seeded source.
     pub(crate) fn pump(&self, h: &mut HistState) {
+        let t = self.hist.t();
+        let (due, later): (Vec<Delivery>, Vec<Delivery>) =
+            std::mem::take(&mut h.deliveries).into_iter().partition(|d| d.due <= t);
+        h.deliveries = later;
+        for d in due {
+            self.land(h, d);
+        }
         let f = self.faults;
         let mut relays = std::mem::take(&mut h.relays);
         relays.retain(|(rx, to)| loop {
@@ -332,6 +464,56 @@ impl SimBackend {
             }
         });
         h.relays = relays;
+    }
+
+    /// A late delivery lands (under the history lock, at the node clock's now).
+    fn land(&self, h: &mut HistState, d: Delivery) {
+        let b = self.node_now();
+        self.clock.set(b);
+        let _ = match &d.op {
+            Delivered::Join(group) => self.join_effect(h, b, &d.session, group),
+            Delivered::Leave(group) => self.leave_effect(h, b, &d.session, group),
+            Delivered::Release(name, token) => self.release_effect(h, b, &d.session, name, *token),
+        };
+    }
+
+    fn join_effect(&self, h: &mut HistState, b: u64, session: &SessionId, group: &Name) -> Result<()> {
+        let sess = Self::label(h, session);
+        match self.mem().join(session, group) {
+            Ok(()) => {
+                self.hist.push(h, Event::Joined { node: 0, b, sess, group: group.clone() });
+                Ok(())
+            }
+            Err(e) => {
+                if e.is_session_expired() {
+                    h.counts.backend_expiries += 1;
+                    self.hist.push(h, Event::Refused { node: 0, b, sess });
+                }
+                Err(e)
+            }
+        }
+    }
+
+    fn leave_effect(&self, h: &mut HistState, b: u64, session: &SessionId, group: &Name) -> Result<()> {
+        let sess = Self::label(h, session);
+        self.mem().leave(session, group)?;
+        self.hist.push(h, Event::Left { node: 0, b, sess, group: group.clone() });
+        Ok(())
+    }
+
+    fn release_effect(&self, h: &mut HistState, b: u64, session: &SessionId, name: &Name, token: Token) -> Result<()> {
+        let sess = Self::label(h, session);
+        let mem = self.mem();
+        if self.old_release_any_term {
+            if let Some(held) = mem.holder(name)?.filter(|x| &x.session == session) {
+                mem.release(session, name, held.token)?;
+                self.hist.push(h, Event::Released { node: 0, b, sess, name: name.clone(), token: None });
+            }
+            return Ok(());
+        }
+        mem.release(session, name, token)?;
+        self.hist.push(h, Event::Released { node: 0, b, sess, name: name.clone(), token: Some(token) });
+        Ok(())
     }
 
     fn label(h: &HistState, id: &SessionId) -> u32 {
@@ -360,7 +542,7 @@ impl LeaseBackend for SimBackend {
         self.call(|h, _, _| {
             // The memory backend pushes on the watch's own channel; the relay decides its fate.
             let (tx, rx) = crossbeam_channel::unbounded();
-            let r = self.mem.watch(topic, &tx)?;
+            let r = self.mem().watch(topic, &tx)?;
             h.relays.push((rx, notify.clone()));
             Ok(r)
         })
@@ -368,7 +550,7 @@ impl LeaseBackend for SimBackend {
 
     fn open_session(&self, lease_duration: Duration, metadata: &str) -> Result<SessionGrant> {
         self.call(|h, hist, b| {
-            let g = self.mem.open_session(lease_duration, metadata)?;
+            let g = self.mem().open_session(lease_duration, metadata)?;
             let sess = h.new_label(g.id.clone());
             hist.push(h, Event::Opened { node: 0, b, sess, until: b + ns(g.remaining) });
             Ok(g)
@@ -376,9 +558,10 @@ impl LeaseBackend for SimBackend {
     }
 
     fn keep_alive(&self, session: &SessionId, lease_duration: Duration) -> Result<KeepAlive> {
+        self.reach(session)?;
         self.call(|h, hist, b| {
             let sess = Self::label(h, session);
-            let r = self.mem.keep_alive(session, lease_duration)?;
+            let r = self.mem().keep_alive(session, lease_duration)?;
             match &r {
                 KeepAlive::Alive { remaining, owned, .. } => {
                     let until = b + ns(*remaining);
@@ -397,18 +580,20 @@ impl LeaseBackend for SimBackend {
     }
 
     fn close_session(&self, session: &SessionId) -> Result<()> {
+        self.reach(session)?;
         self.call(|h, hist, b| {
             let sess = Self::label(h, session);
-            self.mem.close_session(session)?;
+            self.mem().close_session(session)?;
             hist.push(h, Event::Deleted { node: 0, b, sess, frees_leases: true });
             Ok(())
         })
     }
 
     fn acquire(&self, session: &SessionId, name: &Name) -> Result<Acquire> {
+        self.reach(session)?;
         self.call(|h, hist, b| {
             let sess = Self::label(h, session);
-            match self.mem.acquire(session, name) {
+            match self.mem().acquire(session, name) {
                 Ok(a) => {
                     hist.push(h, Event::SessionChecked { node: 0, b, sess });
                     match &a {
@@ -433,24 +618,16 @@ impl LeaseBackend for SimBackend {
     }
 
     fn release(&self, session: &SessionId, name: &Name, token: Token) -> Result<()> {
-        self.call(|h, hist, b| {
-            let sess = Self::label(h, session);
-            if self.old_release_any_term {
-                if let Some(held) = self.mem.holder(name)?.filter(|x| &x.session == session) {
-                    self.mem.release(session, name, held.token)?;
-                    hist.push(h, Event::Released { node: 0, b, sess, name: name.clone(), token: None });
-                }
-                return Ok(());
-            }
-            self.mem.release(session, name, token)?;
-            hist.push(h, Event::Released { node: 0, b, sess, name: name.clone(), token: Some(token) });
-            Ok(())
-        })
+        self.reach(session)?;
+        if self.delivered_late() {
+            return self.deliver_late(session, Delivered::Release(name.clone(), token));
+        }
+        self.call(|h, _, b| self.release_effect(h, b, session, name, token))
     }
 
     fn holder(&self, name: &Name) -> Result<Option<Holder>> {
         self.call(|h, hist, b| {
-            let r = self.mem.holder(name)?;
+            let r = self.mem().holder(name)?;
             let holder = r.as_ref().map(|x| (Self::label(h, &x.session), x.token, ns(x.remaining)));
             // The reading client is not known to the backend; `u8::MAX` marks "some client".
             hist.push(h, Event::HolderRead { node: 0, b, client: u8::MAX, name: name.clone(), holder });
@@ -459,36 +636,24 @@ impl LeaseBackend for SimBackend {
     }
 
     fn join(&self, session: &SessionId, group: &Name) -> Result<()> {
-        self.call(|h, hist, b| {
-            let sess = Self::label(h, session);
-            match self.mem.join(session, group) {
-                Ok(()) => {
-                    hist.push(h, Event::Joined { node: 0, b, sess, group: group.clone() });
-                    Ok(())
-                }
-                Err(e) => {
-                    if e.is_session_expired() {
-                        h.counts.backend_expiries += 1;
-                        hist.push(h, Event::Refused { node: 0, b, sess });
-                    }
-                    Err(e)
-                }
-            }
-        })
+        self.reach(session)?;
+        if self.delivered_late() {
+            return self.deliver_late(session, Delivered::Join(group.clone()));
+        }
+        self.call(|h, _, b| self.join_effect(h, b, session, group))
     }
 
     fn leave(&self, session: &SessionId, group: &Name) -> Result<()> {
-        self.call(|h, hist, b| {
-            let sess = Self::label(h, session);
-            self.mem.leave(session, group)?;
-            hist.push(h, Event::Left { node: 0, b, sess, group: group.clone() });
-            Ok(())
-        })
+        self.reach(session)?;
+        if self.delivered_late() {
+            return self.deliver_late(session, Delivered::Leave(group.clone()));
+        }
+        self.call(|h, _, b| self.leave_effect(h, b, session, group))
     }
 
     fn semaphore_limit(&self, name: &Name, permits: Option<u32>) -> Result<Option<u32>> {
         // No workload uses semaphores: forwarded with the call's fate, recorded nowhere.
-        self.call(|_, _, _| self.mem.semaphore_limit(name, permits))
+        self.call(|_, _, _| self.mem().semaphore_limit(name, permits))
     }
 
     fn members(&self, group: &Name) -> Result<Vec<Member>> {
@@ -502,7 +667,7 @@ impl LeaseBackend for SimBackend {
                     return Ok(r.clone());
                 }
             }
-            let r = self.mem.members(group)?;
+            let r = self.mem().members(group)?;
             let mut members: Vec<u32> = r.iter().map(|m| Self::label(h, &m.session)).collect();
             members.sort_unstable();
             hist.push(h, Event::MembersRead { node: 0, b, client: u8::MAX, group: group.clone(), members });

@@ -23,9 +23,10 @@ use std::time::Duration;
 use super::backend::{below, sleep_virtual, unit, HistState, History};
 use crate::coordinator::Coordinator;
 use crate::election::Election;
+use crate::events::Events;
 use crate::group::Membership;
 use crate::lease::Lease;
-use crate::session::Session;
+use crate::session::{Session, SessionEvent};
 use crate::sim::check::{Invariant, Violation};
 use crate::sim::history::Event;
 use crate::types::{Name, Token};
@@ -66,6 +67,9 @@ pub(crate) struct Handles {
     /// Per slot taken out of the registry (its election resigned or dropped next): the session it
     /// was on when taken, for its leader task's looks until the task ends.
     taken: Vec<(u64, u32)>,
+    /// Each user session's events (from its open on), drained by every sample: a
+    /// `MembershipLost` is recorded and counted.
+    events: Vec<(u8, u32, Events<SessionEvent>)>,
 }
 
 impl std::fmt::Debug for Handles {
@@ -78,8 +82,12 @@ impl std::fmt::Debug for Handles {
 pub(crate) fn sample(hist: &History, h: &mut HistState) {
     let mut events = Vec::new();
     let hs = &mut h.handles;
+    // Each session's `is_alive()`, asked before any `is_member()` of it (expiry is terminal, so
+    // a membership true after its session answered false is one that outlived its session).
+    let mut alive_of: Vec<(u32, bool)> = Vec::new();
     for (client, sess, s, dead) in &mut hs.sessions {
         let alive = s.is_alive();
+        alive_of.push((*sess, alive));
         if !alive && !*dead {
             *dead = true;
             h.counts.client_expiries += 1;
@@ -155,6 +163,15 @@ pub(crate) fn sample(hist: &History, h: &mut HistState) {
             slot.moved = true;
         }
         let (client, sess, group) = (slot.client, slot.sess, slot.handle.group().clone());
+        if member && alive_of.iter().any(|(s, alive)| *s == sess && !*alive) {
+            let detail = format!(
+                "client {client} s{sess}: is_member() of '{group}' true while its session's is_alive() is false"
+            );
+            if !hs.violations.iter().any(|v| v.detail == detail) {
+                let (index, t) = (h.records.len(), hist.t());
+                hs.violations.push(Violation { invariant: Invariant::MemberListed, index, t, detail });
+            }
+        }
         if member != slot.member {
             slot.member = member;
             if member && std::mem::take(&mut slot.moved) {
@@ -167,6 +184,14 @@ pub(crate) fn sample(hist: &History, h: &mut HistState) {
             } else {
                 Event::MemberEnd { client, sess, group }
             });
+        }
+    }
+    for (client, sess, rx) in &h.handles.events {
+        while let Ok(ev) = rx.try_recv() {
+            if let SessionEvent::MembershipLost { group } = ev {
+                h.counts.memberships_lost += 1;
+                events.push(Event::MembershipLost { client: *client, sess: *sess, group });
+            }
         }
     }
     for e in events {
@@ -239,6 +264,9 @@ impl Client {
         let mut h = self.hist.lock();
         let sess = h.labels.get(s.id()).copied().unwrap_or(u32::MAX);
         h.handles.sessions.push((self.c, sess, s.clone(), false));
+        if h.membership_events {
+            h.handles.events.push((self.c, sess, s.events()));
+        }
         let c = self.c;
         self.hist.push(&mut h, Event::SessionStarted { client: c, sess });
         Some((s, sess))

@@ -14,7 +14,11 @@
 //!   sessions' `drift`), behind a layer whose calls complete, fail (request lost), stall (take
 //!   effect late), lose their reply (took effect, the caller gets an error at once or after its
 //!   deadline) or reply late (after the caller's deadline), chosen per call by the seeded source;
-//!   plus one outage per seed in which every call fails, long enough to expire sessions; or, with
+//!   plus one outage per seed in which every call fails, long enough to expire sessions; and,
+//!   where the scenario asks, partitions cutting one session off, joins/leaves/releases delivered
+//!   after their call ended, and the premise breakers (data loss, a node clock beyond the drift,
+//!   clock jumps) — a run records which premises it broke ([`Outcome::broken`]), so the
+//!   violations they cause are explained ([`Outcome::unexplained`]); or, with
 //!   [`Scenario::cluster`] (feature `sim-redis`), the shipped Redis backend in Cluster mode over
 //!   three simulated nodes that run the shipped Lua scripts in a real Lua 5.1 interpreter (see
 //!   `sim::shipped::redis`);
@@ -48,7 +52,7 @@ use std::time::Duration;
 use backend::{below, unit, CallFaults, History, SimBackend};
 use clients::Client;
 
-use super::check::{check, Violation};
+use super::check::{check, Premise, Violation};
 use super::history::{Event, Record};
 use crate::options::SessionOptions;
 use crate::sync::{self, thread, Bug};
@@ -95,6 +99,24 @@ pub struct Scenario {
     /// the shipped Lua scripts (`true`, feature `sim-redis`; see `sim::shipped::redis`), or the memory backend
     /// (`false`).
     pub cluster: bool,
+    /// Premise breaker (`premise:tokenReset`): the backend loses all its data once per seed, at
+    /// a seeded instant 1–5 leases into the run (a restart without persistence: sessions,
+    /// leases, groups and the token counter are gone). Off by default.
+    pub data_loss: bool,
+    /// Premise breaker (`premise:drift`): the node clock runs 2–8 × `drift` faster than the
+    /// clients' instead of within the drift. Off by default.
+    pub drift_beyond: bool,
+    /// Premise breaker (`premise:clockJump`): the node clock steps 1–2 times per seed, at seeded
+    /// instants, by ±(a tenth to two leases) (forward in 70 % of the jumps). Off by default.
+    pub clock_jumps: bool,
+    /// Late deliveries: a join, leave or release request (up to 6 % of them per seed) returns
+    /// `Unavailable` at once and lands 0.2–1.5 leases later, after its call ended (a request
+    /// still on its way when its caller gave up). Respects every premise. Off by default.
+    pub late_deliveries: bool,
+    /// Partitions: 1–3 per seed, at seeded instants within the first six leases, each cutting
+    /// one of the newest sessions off the backend (all its calls fail) for 0.5–2 leases while
+    /// the others go on. Respects every premise. Off by default.
+    pub partitions: bool,
 }
 
 /// What the user threads do.
@@ -130,7 +152,70 @@ impl Scenario {
             member_replies_lost: false,
             watchers: 0.4,
             cluster: false,
+            data_loss: false,
+            drift_beyond: false,
+            clock_jumps: false,
+            late_deliveries: false,
+            partitions: false,
         }
+    }
+
+    /// A watcher thread (`watch_members`, reading the group all along) on every seed.
+    pub fn with_watchers(mut self) -> Scenario {
+        self.name = format!("{}+watchers", self.name);
+        self.watchers = 1.0;
+        self
+    }
+
+    /// The same with [`Scenario::partitions`].
+    pub fn with_partitions(mut self) -> Scenario {
+        self.name = format!("{}+partitions", self.name);
+        self.partitions = true;
+        self
+    }
+
+    /// The same with [`Scenario::data_loss`].
+    pub fn with_data_loss(mut self) -> Scenario {
+        self.name = format!("{}+dataLoss", self.name);
+        self.data_loss = true;
+        self
+    }
+
+    /// The same with [`Scenario::drift_beyond`].
+    pub fn with_drift_beyond(mut self) -> Scenario {
+        self.name = format!("{}+driftBeyond", self.name);
+        self.drift_beyond = true;
+        self
+    }
+
+    /// The same with [`Scenario::clock_jumps`].
+    pub fn with_clock_jumps(mut self) -> Scenario {
+        self.name = format!("{}+clockJumps", self.name);
+        self.clock_jumps = true;
+        self
+    }
+
+    /// The same with [`Scenario::late_deliveries`].
+    pub fn with_late_deliveries(mut self) -> Scenario {
+        self.name = format!("{}+lateDeliveries", self.name);
+        self.late_deliveries = true;
+        self
+    }
+
+    /// The premises the scenario's faults break (a violation of an invariant resting on one of
+    /// them is explained).
+    pub fn broken_premises(&self) -> Vec<Premise> {
+        let mut p = Vec::new();
+        if self.data_loss {
+            p.push(Premise::TokenReset);
+        }
+        if self.clock_jumps {
+            p.push(Premise::ClockJump);
+        }
+        if self.drift_beyond {
+            p.push(Premise::Drift);
+        }
+        p
     }
 
     /// The shipped Redis backend in Cluster mode over simulated nodes (feature `sim-redis`; see
@@ -240,10 +325,26 @@ pub struct FaultCounts {
     pub watch_changes: u64,
     /// Member changes after a watch's first that showed a join.
     pub watch_joins: u64,
-    /// Redis Cluster model: scripts that landed on their node after their caller's deadline.
+    /// Premise breaker: the backend lost its data ([`Scenario::data_loss`]).
+    pub data_losses: u64,
+    /// Premise breaker: the node clock stepped ([`Scenario::clock_jumps`]).
+    pub clock_jumps: u64,
+    /// Premise breaker: runs whose node clock ran beyond the drift ([`Scenario::drift_beyond`]).
+    pub drift_beyond: u64,
+    /// Joins, leaves and releases delivered after their call ended
+    /// ([`Scenario::late_deliveries`]); on the Redis Cluster model, scripts that landed on their
+    /// node after their caller's deadline.
     pub late_deliveries: u64,
-    /// Redis Cluster model: calls refused because their node was partitioned away.
+    /// `SessionEvent::MembershipLost` events the sessions sent (a keep-alive found a membership
+    /// the backend no longer lists).
+    pub memberships_lost: u64,
+    /// Partitions that started ([`Scenario::partitions`]).
+    pub partitions: u64,
+    /// Calls refused by a partition (the memory backend's [`Scenario::partitions`], or the
+    /// Redis Cluster model's partitioned node).
     pub partitioned: u64,
+    /// Redis Cluster model: calls that took effect at once and replied later (before the deadline).
+    pub slow_replies: u64,
 }
 
 impl FaultCounts {
@@ -266,8 +367,30 @@ impl FaultCounts {
         self.tasks_stopped += o.tasks_stopped;
         self.watch_changes += o.watch_changes;
         self.watch_joins += o.watch_joins;
+        self.data_losses += o.data_losses;
+        self.clock_jumps += o.clock_jumps;
+        self.drift_beyond += o.drift_beyond;
         self.late_deliveries += o.late_deliveries;
+        self.memberships_lost += o.memberships_lost;
+        self.partitions += o.partitions;
         self.partitioned += o.partitioned;
+        self.slow_replies += o.slow_replies;
+    }
+
+    /// The fault classes `scenario` enables beyond the default ones (premise breakers, late
+    /// deliveries) that never fired.
+    pub fn unfired_of(&self, scenario: &Scenario) -> Vec<&'static str> {
+        let mut v = self.unfired();
+        let extra = [
+            ("data_losses", scenario.data_loss, self.data_losses),
+            ("clock_jumps", scenario.clock_jumps, self.clock_jumps),
+            ("drift_beyond", scenario.drift_beyond, self.drift_beyond),
+            ("late_deliveries", scenario.late_deliveries, self.late_deliveries),
+            ("partitions", scenario.partitions, self.partitions),
+            ("partitioned", scenario.partitions, self.partitioned),
+        ];
+        v.extend(extra.iter().filter(|(_, on, n)| *on && *n == 0).map(|(k, _, _)| *k));
+        v
     }
 
     /// The classes of the Redis Cluster model (no outage, no push) that never fired.
@@ -279,6 +402,7 @@ impl FaultCounts {
             ("lost_replies", self.lost_replies),
             ("late_deliveries", self.late_deliveries),
             ("partitioned", self.partitioned),
+            ("slow_replies", self.slow_replies),
             ("backend_expiries", self.backend_expiries),
             ("client_expiries", self.client_expiries),
             ("reopened", self.reopened),
@@ -291,7 +415,7 @@ impl FaultCounts {
         all.iter().filter(|(_, n)| *n == 0).map(|(k, _)| *k).collect()
     }
 
-    /// The classes (of the memory backend's runs) that never fired.
+    /// The default classes (every scenario fires them) that never fired.
     pub fn unfired(&self) -> Vec<&'static str> {
         let all = [
             ("completed", self.completed),
@@ -323,7 +447,8 @@ impl fmt::Display for FaultCounts {
             f,
             "completed {} failed {} stalled {} lost-reply {} late-reply {} outage {} backend-expiries {} \
              client-expiries {} reopened {} recoveries {} pushed {} push-lost {} push-duplicated {} leader-work {} \
-             leader-work-refused {} tasks-stopped {} watch-changes {} watch-joins {} late-deliveries {} partitioned {}",
+             leader-work-refused {} tasks-stopped {} watch-changes {} watch-joins {} data-losses {} clock-jumps {} \
+             drift-beyond {} late-deliveries {} memberships-lost {} partitions {} partitioned {} slow-replies {}",
             self.completed,
             self.failed,
             self.stalled,
@@ -342,8 +467,14 @@ impl fmt::Display for FaultCounts {
             self.tasks_stopped,
             self.watch_changes,
             self.watch_joins,
+            self.data_losses,
+            self.clock_jumps,
+            self.drift_beyond,
             self.late_deliveries,
-            self.partitioned
+            self.memberships_lost,
+            self.partitions,
+            self.partitioned,
+            self.slow_replies
         )
     }
 }
@@ -362,6 +493,8 @@ pub struct Outcome {
     /// The execution panicked (an assertion inside the runtime, a deadlock or a thread that never
     /// ended, as shuttle reports them).
     pub panic: Option<String>,
+    /// The premises the run broke (its premise breakers fired).
+    pub broken: Vec<Premise>,
 }
 
 impl Outcome {
@@ -370,11 +503,21 @@ impl Outcome {
         self.violations.is_empty() && self.panic.is_none()
     }
 
+    /// The violations no broken premise of the run explains (none of the invariant's premises
+    /// was broken): what the runtime got wrong.
+    pub fn unexplained(&self) -> Vec<&Violation> {
+        self.violations.iter().filter(|v| !v.invariant.premises().iter().any(|p| self.broken.contains(p))).collect()
+    }
+
     /// The violations and the records before the first one.
     pub fn report(&self, context: usize) -> String {
         let mut s = format!("seed {}: {}\n", self.seed, self.counts);
         if let Some(p) = &self.panic {
             s += &format!("  panicked: {p}\n");
+        }
+        if !self.broken.is_empty() {
+            let tags: Vec<&str> = self.broken.iter().map(|p| p.tag()).collect();
+            s += &format!("  broken premises: {}\n", tags.join(", "));
         }
         for v in &self.violations {
             s += &format!("  {v}\n");
@@ -423,6 +566,7 @@ pub fn run(seed: u64, scenario: &Scenario) -> Outcome {
                 violations: Vec::new(),
                 counts: FaultCounts::default(),
                 panic: None,
+                broken: Vec::new(),
             });
             o.panic = Some(panic);
             o
@@ -462,6 +606,17 @@ fn name(s: &str) -> Name {
     }
 }
 
+/// A fault the clock driver injects at a seeded instant.
+#[derive(Debug, Clone, Copy)]
+enum Timed {
+    /// [`Scenario::data_loss`].
+    DataLoss,
+    /// [`Scenario::clock_jumps`]: the node clock steps by this many ns.
+    Jump(i64),
+    /// [`Scenario::partitions`]: one session is cut off for this long.
+    Partition(Duration),
+}
+
 /// One explored execution of `scenario` (runs inside shuttle).
 fn execution(seed: u64, sc: &Scenario) -> Outcome {
     if let Some(bug) = sc.bug {
@@ -490,6 +645,7 @@ fn execution(seed: u64, sc: &Scenario) -> Outcome {
         push: unit() < 0.5 && sc.push,
         push_lost: p(0.2),
         push_duplicated: p(0.2),
+        late_delivery: if sc.late_deliveries { p(0.06) } else { 0.0 },
     };
     // One outage per seed (most seeds), 0.5–2.5 leases long, somewhere in the run.
     if unit() < 0.7 || sc.workload == Workload::Coordinator {
@@ -497,8 +653,30 @@ fn execution(seed: u64, sc: &Scenario) -> Outcome {
         let len = lease / 2 + below(lease * 2);
         faults.outage = Some((history::ms(start), history::ms(start + len)));
     }
-    // The node clock runs within the sessions' drift of real time.
-    let rate = 1.0 + (unit() - 0.5) * 0.08;
+    // The node clock runs within the sessions' drift of real time (premise breaker: 2–8 ×
+    // the drift faster).
+    let drift = options.drift();
+    let rate = if sc.drift_beyond { 1.0 + (2.0 + unit() * 6.0) * drift } else { 1.0 + (unit() - 0.5) * 0.08 };
+    // Faults at seeded instants (virtual ns): a data loss 1–5 leases in, 1–2 clock jumps and 1–3
+    // partitions within the first six leases.
+    let mut breakers: Vec<(u64, Timed)> = Vec::new();
+    if sc.data_loss {
+        breakers.push((history::ms(lease + below(lease * 4)), Timed::DataLoss));
+    }
+    if sc.partitions {
+        for _ in 0..1 + sync::random_below(3) {
+            let at = history::ms(below(lease * 6));
+            breakers.push((at, Timed::Partition(lease / 2 + below(lease * 3 / 2))));
+        }
+    }
+    if sc.clock_jumps {
+        for _ in 0..1 + sync::random_below(2) {
+            let at = history::ms(below(lease * 6));
+            let by = history::ms(lease / 10 + below(lease * 19 / 10)) as i64;
+            breakers.push((at, Timed::Jump(if unit() < 0.7 { by } else { -by })));
+        }
+    }
+    breakers.sort_by_key(|(at, _)| *at);
     let hist = Arc::new(History::new());
     // Half the seeds declare `call_bound() = Some(0)` (as the memory backend does): user-thread
     // calls then run inline on the caller's thread, and calls are never delayed (a backend that
@@ -512,7 +690,9 @@ fn execution(seed: u64, sc: &Scenario) -> Outcome {
         backend.old_release_any_term = sc.old_release_any_term;
         backend.stale_member_reads = sc.stale_member_reads;
         backend.member_replies_lost = sc.member_replies_lost;
+        backend.partitions = sc.partitions;
         let mut h = hist.lock();
+        h.membership_events = sc.late_deliveries;
         let setup = Event::Setup { client_ppm: vec![0; clients], node_ppm: vec![((rate - 1.0) * 1e6) as i64] };
         hist.push(&mut h, setup);
         if let Some((from, until)) = faults.outage {
@@ -523,6 +703,8 @@ fn execution(seed: u64, sc: &Scenario) -> Outcome {
     // One node in 40 % of the seeds has a watcher thread (`watch_members` on its session).
     let watcher = (unit() < sc.watchers).then(|| sync::random_below(clients as u64) as usize);
     let names = vec![name("L0"), name("L1")];
+    // What a partition aims at: the holders of these names and the members of `group`.
+    let (targets, group) = ([name("L0"), name("L1"), name("E")], name("G"));
     let mut threads = Vec::new();
     let mut users = 0;
     let done = Arc::new(std::sync::atomic::AtomicUsize::new(0));
@@ -586,7 +768,24 @@ fn execution(seed: u64, sc: &Scenario) -> Outcome {
         {
             let mut h = hist.lock();
             sync::advance(d);
+            while let Some(&(_, what)) = breakers.first().filter(|(at, _)| *at <= hist.t()) {
+                breakers.remove(0);
+                // The premise breakers and partitions of the memory layer (the Cluster model
+                // draws its own faults).
+                let Some(mem) = backend.memory() else { continue };
+                match what {
+                    Timed::DataLoss => mem.lose_data(&mut h),
+                    Timed::Jump(by) => mem.jump(&mut h, by),
+                    Timed::Partition(len) => mem.partition(&mut h, len, &targets, &group),
+                }
+            }
             clients::sample(&hist, &mut h);
+            // `token-in-term` judges terms by the node clock after each sample (the memory
+            // backend's one node; the Cluster model records each node's clock with its events).
+            if let Some(mem) = backend.memory() {
+                let b = mem.node_now();
+                hist.push(&mut h, Event::NodeClock { node: 0, b });
+            }
             backend.pump(&mut h);
             // Wake the receivers of what was relayed (the explorer's select polls on a change).
             sync::advance(Duration::ZERO);
@@ -609,10 +808,17 @@ fn execution(seed: u64, sc: &Scenario) -> Outcome {
     sync::advance(Duration::from_secs(3_600));
     let mut h = hist.lock();
     h.counts.recoveries = h.coordinator_sessions.len().saturating_sub(1) as u64;
+    h.counts.drift_beyond = u64::from(sc.drift_beyond);
+    let mut broken = sc.broken_premises();
+    broken.retain(|p| match p {
+        Premise::TokenReset => h.counts.data_losses > 0,
+        Premise::ClockJump => h.counts.clock_jumps > 0,
+        Premise::Drift => true,
+    });
     let mut violations = check(&h.records, history::ms(lease));
     violations.extend(h.handles.violations.iter().cloned());
     violations.extend(h.violations.iter().cloned());
-    Outcome { seed, records: h.records.clone(), violations, counts: h.counts, panic: None }
+    Outcome { seed, records: h.records.clone(), violations, counts: h.counts, panic: None, broken }
 }
 
 use super::history;
@@ -635,6 +841,15 @@ impl Backend {
     #[cfg(not(all(feature = "sim-redis", simba_explore)))]
     fn cluster(_: &Arc<History>, _: &Scenario, _: usize, _: Duration) -> Backend {
         panic!("Scenario::cluster needs the sim-redis feature (and --cfg simba_explore)")
+    }
+
+    /// The memory backend's layer, or `None` on the Cluster model.
+    fn memory(&self) -> Option<&Arc<SimBackend>> {
+        match self {
+            Backend::Memory(b) => Some(b),
+            #[cfg(all(feature = "sim-redis", simba_explore))]
+            Backend::Cluster(..) => None,
+        }
     }
 
     fn lease_backend(&self) -> Arc<dyn crate::backend::LeaseBackend> {

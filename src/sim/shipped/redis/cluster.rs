@@ -2,8 +2,10 @@
 //! create` does), each with its own clock (a per-seed offset and rate within the sessions'
 //! drift), behind [`RedisScripting`] — the port the shipped backend (`backends/redis/cluster.rs`)
 //! runs every script through. Each call's fate is drawn from the execution's seeded source:
-//! complete; request lost (no effect); stalled (takes effect later, before the deadline); reply
-//! lost (took effect); **late delivery** (the call fails at its deadline and the script lands on
+//! complete; request lost (no effect); stalled (takes effect later, before the deadline); **slow
+//! reply** (takes effect at once, its reply arrives later, before the deadline: a slow path back
+//! from one node, so the next script of the same operation goes out late); reply lost (took
+//! effect); **late delivery** (the call fails at its deadline and the script lands on
 //! its node later, at a seeded virtual instant, when the clock driver [`pump`](SimCluster::pump)s);
 //! and one node partitioned per seed for a while (its calls fail at once).
 //!
@@ -44,6 +46,8 @@ pub(crate) struct ClusterFaults {
     pub(crate) stall: f64,
     /// The script takes effect, its reply is lost.
     pub(crate) lost_reply: f64,
+    /// The script takes effect at once, its reply arrives later (before the caller's deadline).
+    pub(crate) slow_reply: f64,
     /// The script lands after the caller's deadline (the call fails at its deadline).
     pub(crate) late: f64,
     /// One node is unreachable between these virtual instants (ns since the run started).
@@ -81,6 +85,7 @@ enum Fate {
     Fail { at_deadline: bool },
     Partitioned,
     Stall,
+    SlowReply,
     LostReply { at_deadline: bool },
     Late,
 }
@@ -180,6 +185,10 @@ impl SimCluster {
         if x < acc {
             return Fate::LostReply { at_deadline: unit() < 0.5 };
         }
+        acc += f.slow_reply;
+        if x < acc {
+            return Fate::SlowReply;
+        }
         acc += f.late;
         if x < acc {
             return Fate::Late;
@@ -269,7 +278,7 @@ impl RedisScripting for SimCluster {
         let node = node_of_slot(slot);
         let which = (script.name(), script.code());
         let fate = self.draw(node);
-        if !matches!(fate, Fate::Complete | Fate::Stall) {
+        if !matches!(fate, Fate::Complete | Fate::Stall | Fate::SlowReply) {
             // The caller sees no reply: a read it was making fails.
             self.reads.lock().remove(&thread::current().id());
         }
@@ -303,6 +312,17 @@ impl RedisScripting for SimCluster {
                     h.counts.stalled += 1;
                     self.apply(&mut h, node, which, keys, args, true)
                 };
+                to_value(r, script.name())
+            }
+            Fate::SlowReply => {
+                // Takes effect now; the reply reaches the caller later, before the deadline.
+                let r = {
+                    let mut h = self.hist.lock();
+                    h.counts.slow_replies += 1;
+                    self.apply(&mut h, node, which, keys, args, true)
+                };
+                let left = deadline.saturating_duration_since(sync::now());
+                sleep_unless(below(left), &self.quiet);
                 to_value(r, script.name())
             }
             Fate::LostReply { at_deadline } => {

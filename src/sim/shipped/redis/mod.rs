@@ -41,8 +41,14 @@ pub(crate) fn run_backend(
 ) -> (Arc<SimCluster>, Arc<dyn LeaseBackend>) {
     let third = lease / 3;
     let p = |max: f64| unit() * max * intensity;
-    let mut faults =
-        ClusterFaults { fail: p(0.06), stall: p(0.06), lost_reply: p(0.06), late: p(0.06), partition: None };
+    let mut faults = ClusterFaults {
+        fail: p(0.06),
+        stall: p(0.06),
+        lost_reply: p(0.06),
+        slow_reply: p(0.06),
+        late: p(0.06),
+        partition: None,
+    };
     // One node partitioned away on most seeds, 0.5–2.5 leases long, somewhere in the run.
     if unit() < 0.7 {
         let node = sync::random_below(MASTERS as u64) as usize;
