@@ -1,9 +1,9 @@
-//! Virtual clocks. Simulated real time is a `u64` of nanoseconds since the start of a run; every
-//! client and backend node reads its own clock, a linear function of real time (rate and offset),
-//! and a node's clock can also step (a jump injected by the simulation).
+//! Virtual clocks. Simulated real time is a `u64` of nanoseconds since the start of a run; a backend
+//! node reads its own clock, a linear function of real time (a rate), which the simulation can also
+//! step (a clock jump).
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::memory::Clock;
 
