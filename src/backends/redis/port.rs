@@ -50,6 +50,17 @@ pub trait RedisScripting: Send + Sync + fmt::Debug + 'static {
         (0..count).map(|i| call(i).and_then(|c| self.eval(c.script, &c.keys, &c.args, deadline))).collect()
     }
 
+    /// Groups calls by the node that will run them: `slots[i]` is the hash slot of call `i`.
+    /// Returns the indices of the calls bound for each node (every index once, in order). The
+    /// backend may then do one group's work in one script call that touches keys of several slots
+    /// of that node (the Cluster renewal does, with `renew_slot.lua`): a slot the node no longer
+    /// serves by then is reported by that call and retried alone. The default puts every call in
+    /// a group of its own (one script call per slot); Redis Cluster groups by the current slot map.
+    fn group_by_node(&self, slots: &[u16], deadline: Instant) -> Vec<Vec<usize>> {
+        let _ = deadline;
+        (0..slots.len()).map(|i| vec![i]).collect()
+    }
+
     /// Runs `script` like [`eval`](RedisScripting::eval), then `WAIT replicas` on the same
     /// connection, with a WAIT timeout ending at `deadline`. Returns the script's reply and how
     /// many replicas acknowledged.
@@ -674,6 +685,10 @@ impl RedisScripting for ClusteredScripting {
                 (None, None) => Err(Error::backend("redis cluster: a batched script call was lost")),
             })
             .collect()
+    }
+
+    fn group_by_node(&self, slots: &[u16], deadline: Instant) -> Vec<Vec<usize>> {
+        self.router.group_by_node(slots, deadline, "slot map")
     }
 
     fn on_masters(&self, cmd: &Cmd, deadline: Instant) -> Result<Vec<(String, Value)>> {
