@@ -1336,7 +1336,8 @@ fn keep_alive_sends_one_call_per_node() {
         .unwrap();
     let d = Duration::from_secs(30);
     let sid = b.open_session(d, "").unwrap().id;
-    let leases: Vec<Name> = (0..60).map(|_| name("pipelined")).collect();
+    // Enough leases for the nodes' pipelines to run at the same time (a large batch).
+    let leases: Vec<Name> = (0..120).map(|_| name("pipelined")).collect();
     for l in &leases {
         token(b.acquire(&sid, l));
     }
@@ -1349,7 +1350,7 @@ fn keep_alive_sends_one_call_per_node() {
         })
         .collect();
     let slots_in_use: HashSet<u16> = leases.iter().map(|l| slot_number(&lease_key(l))).collect();
-    assert_eq!(nodes_in_use.len(), 3, "60 random names land on every node");
+    assert_eq!(nodes_in_use.len(), 3, "120 random names land on every node");
     // Warm up: every node has loaded the scripts, the slot map is fresh.
     assert!(matches!(b.keep_alive(&sid, d).unwrap(), KeepAlive::Alive { .. }));
     let before: usize = proxies.iter().map(|p| p.requests()).sum();
