@@ -64,6 +64,9 @@ struct Faults {
     inner: ClusteredScripting,
     rules: Mutex<Vec<Rule>>,
     calls: Mutex<Vec<Call>>,
+    /// Group every batch as bound for one node (what a stale slot map does); otherwise each call
+    /// is a group of its own (the trait's default).
+    lump: AtomicBool,
 }
 
 impl Faults {
@@ -121,6 +124,14 @@ impl RedisScripting for Faults {
         r
     }
 
+    fn group_by_node(&self, slots: &[u16], _deadline: Instant) -> Vec<Vec<usize>> {
+        if self.lump.load(Ordering::SeqCst) {
+            vec![(0..slots.len()).collect()]
+        } else {
+            (0..slots.len()).map(|i| vec![i]).collect()
+        }
+    }
+
     fn on_masters(&self, cmd: &redis::Cmd, deadline: Instant) -> simba::Result<Vec<(String, redis::Value)>> {
         self.inner.on_masters(cmd, deadline)
     }
@@ -137,7 +148,12 @@ impl RedisScripting for Faults {
 fn faulty() -> (RedisBackend, Arc<Faults>) {
     init_log();
     let inner = ClusteredScripting::new(&nodes(), 8, Duration::from_secs(1)).unwrap();
-    let faults = Arc::new(Faults { inner, rules: Mutex::new(Vec::new()), calls: Mutex::new(Vec::new()) });
+    let faults = Arc::new(Faults {
+        inner,
+        rules: Mutex::new(Vec::new()),
+        calls: Mutex::new(Vec::new()),
+        lump: AtomicBool::new(false),
+    });
     let backend = RedisBackend::with_scripting(faults.clone(), options())
         .unwrap_or_else(|e| panic!("cannot connect to Redis Cluster: {e} (run `scripts/services up redis-cluster`)"));
     (backend, faults)
@@ -1300,7 +1316,7 @@ fn renewals_follow_a_manual_failover_within_the_query_timeout() {
 /// Every client connection goes through a counting proxy: the nodes announce the proxies' ports.
 #[test]
 #[serial(redis_cluster)]
-fn keep_alive_sends_one_pipeline_per_node() {
+fn keep_alive_sends_one_call_per_node() {
     let c = PrivateCluster::start(3, 0);
     let proxies: Vec<support::proxy::Proxy> =
         c.masters.iter().map(|m| support::proxy::Proxy::start(&format!("127.0.0.1:{}", m.port))).collect();
@@ -1320,7 +1336,8 @@ fn keep_alive_sends_one_pipeline_per_node() {
         .unwrap();
     let d = Duration::from_secs(30);
     let sid = b.open_session(d, "").unwrap().id;
-    let leases: Vec<Name> = (0..60).map(|_| name("pipelined")).collect();
+    // Enough leases for the nodes' pipelines to run at the same time (a large batch).
+    let leases: Vec<Name> = (0..120).map(|_| name("pipelined")).collect();
     for l in &leases {
         token(b.acquire(&sid, l));
     }
@@ -1333,12 +1350,14 @@ fn keep_alive_sends_one_pipeline_per_node() {
         })
         .collect();
     let slots_in_use: HashSet<u16> = leases.iter().map(|l| slot_number(&lease_key(l))).collect();
-    assert_eq!(nodes_in_use.len(), 3, "60 random names land on every node");
+    assert_eq!(nodes_in_use.len(), 3, "120 random names land on every node");
     // Warm up: every node has loaded the scripts, the slot map is fresh.
     assert!(matches!(b.keep_alive(&sid, d).unwrap(), KeepAlive::Alive { .. }));
     let before: usize = proxies.iter().map(|p| p.requests()).sum();
+    let scripts_before: u64 = c.masters.iter().map(evalsha_calls).sum();
     let KeepAlive::Alive { owned, .. } = b.keep_alive(&sid, d).unwrap() else { panic!("expired") };
     let round_trips = proxies.iter().map(|p| p.requests()).sum::<usize>() - before;
+    let scripts = c.masters.iter().map(evalsha_calls).sum::<u64>() - scripts_before;
     assert_eq!(owned.len(), leases.len(), "every lease is reported owned: {owned:?}");
     eprintln!("keep-alive of {} leases on {} slots: {round_trips} round trips", leases.len(), slots_in_use.len());
     assert_eq!(
@@ -1347,5 +1366,49 @@ fn keep_alive_sends_one_pipeline_per_node() {
         "the session call plus one pipeline per node ({} slots in use)",
         slots_in_use.len()
     );
+    // One script per node renews all of that node's slots (it was one script per slot).
+    assert_eq!(scripts, 1 + nodes_in_use.len() as u64, "the session script plus one per node");
+    b.close_session(&sid).unwrap();
+}
+
+/// `EVALSHA` calls a private node has run so far (`INFO commandstats`).
+fn evalsha_calls(n: &private_cluster::PrivateRedis) -> u64 {
+    let info = n.cmd(&["INFO", "commandstats"]);
+    info.lines()
+        .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Follow-ups grouped by a stale slot map (here: every slot as if one node served them all) still
+/// renew every lease by its own node: the node the call reaches renews the slots it serves and
+/// reports the others, which are then renewed alone, each on its own node.
+#[test]
+fn follow_ups_grouped_on_the_wrong_node_renew_the_other_slots_alone() {
+    let (b, faults) = faulty();
+    faults.lump.store(true, Ordering::SeqCst);
+    let d = Duration::from_secs(30);
+    let sid = b.open_session(d, "").unwrap().id;
+    let leases: Vec<Name> = (0..30).map(|_| name("lumped")).collect();
+    for l in &leases {
+        token(b.acquire(&sid, l));
+    }
+    let slots: HashSet<u16> = leases.iter().map(|l| slot_number(&lease_key(l))).collect();
+    let before = faults.calls().len();
+    let KeepAlive::Alive { owned, .. } = b.keep_alive(&sid, d).unwrap() else { panic!("expired") };
+    let renewals: Vec<Call> = faults.calls()[before..].iter().filter(|c| c.script == "renew_slot").cloned().collect();
+    assert_eq!(owned.len(), leases.len(), "every lease is renewed: {owned:?}");
+    let first = renewals.first().expect("a follow-up was sent");
+    let node = slot_nodes(slot_number(&first.keys[0])).0;
+    let elsewhere = slots.iter().filter(|s| slot_nodes(**s).0 != node).count();
+    // 30 random names all on one of three masters: a chance of 3^-29.
+    assert!(elsewhere > 0, "every slot is on the node of the first");
+    assert_eq!(renewals.len(), 1 + elsewhere, "one call for all, then one per slot of another node: {renewals:?}");
+    for c in &renewals[1..] {
+        let s = slot_number(&c.keys[0]);
+        assert_ne!(slot_nodes(s).0, node, "{c:?}");
+        assert!(c.keys.iter().all(|k| slot_number(k) == s), "a call alone names one slot's keys: {c:?}");
+    }
     b.close_session(&sid).unwrap();
 }

@@ -1,7 +1,9 @@
 //! A loopback TCP proxy that counts round trips: every time a client sends bytes after having
 //! received bytes (or for the first time) on a connection counts as one round trip. Pipelined
 //! requests therefore count once, which is what "round trips" means for latency. Only this
-//! process's traffic passes through it, so the counts are exact even on a shared server.
+//! process's traffic passes through it, so the counts are exact even on a shared server. It can
+//! also hold every chunk the server sends for a while ([`Proxy::set_delay`]), like a distant
+//! server: a call then costs that delay once per round trip it waits for.
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
@@ -20,6 +22,8 @@ const DOWN: u8 = 2;
 struct Stats {
     round_trips: AtomicU64,
     connections: AtomicU64,
+    /// Microseconds each chunk from the server is held before it is forwarded.
+    delay_us: AtomicU64,
 }
 
 /// A running proxy; stops accepting when dropped (open connections end with their peers).
@@ -46,6 +50,12 @@ impl Proxy {
     /// The address clients connect to.
     pub fn addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// Holds every chunk the server sends for `delay` before forwarding it, from now on (zero:
+    /// forward at once).
+    pub fn set_delay(&self, delay: Duration) {
+        self.stats.delay_us.store(delay.as_micros() as u64, Ordering::SeqCst);
     }
 
     /// Round trips so far over all connections.
@@ -104,6 +114,10 @@ fn pump(mut from: TcpStream, mut to: TcpStream, dir: u8, last: &AtomicU8, stats:
                 stats.round_trips.fetch_add(1, Ordering::SeqCst);
             }
         } else {
+            let delay = stats.delay_us.load(Ordering::SeqCst);
+            if delay > 0 {
+                thread::sleep(Duration::from_micros(delay));
+            }
             last.store(DOWN, Ordering::SeqCst);
         }
         if to.write_all(&buf[..n]).is_err() {

@@ -10,12 +10,17 @@ use std::time::{Duration, Instant};
 use simba::backend::KeepAlive;
 use simba::{LeaseBackend, Name, SessionId};
 
-use crate::common::{err, fmt_dur, name, progress, spi_acquire, BenchResult, Report, Summary, Table};
+use crate::common::{
+    err, fmt_dur, name, process_cpu_precise, progress, spi_acquire, BenchResult, Report, Summary, Table,
+};
 use crate::proxy::Proxy;
 use crate::targets::{self, redis_slot, Kind, Reading, Target};
 use crate::Config;
 
 const LEASE: Duration = Duration::from_secs(120);
+
+/// What the proxy holds each server reply for in the "with 2 ms per server reply" column.
+const DELAY: Duration = Duration::from_millis(2);
 
 pub fn run(config: &Config, targets: &[Target], report: &mut Report) {
     let mut table = Table::new(
@@ -25,7 +30,9 @@ pub fn run(config: &Config, targets: &[Target], report: &mut Report) {
             "leases",
             "keep-alive p50",
             "max",
+            "client CPU / keep-alive",
             "round trips / keep-alive",
+            "keep-alive p50 with 2 ms per server reply",
             "server statements / keep-alive",
             "server time / keep-alive",
             "concurrent PING p50 / max",
@@ -41,7 +48,9 @@ pub fn run(config: &Config, targets: &[Target], report: &mut Report) {
     }
     table.note(
         "Round trips: counted by a loopback TCP proxy in front of the server (a client write after a server reply \
-         starts a round trip; pipelined requests count once); this is how PostgreSQL is counted. Server statements: \
+         starts a round trip; pipelined requests count once); this is how PostgreSQL is counted. With 2 ms per \
+         server reply: the same proxy then holds every chunk the server sends for 2 ms (a distant server), p50 of \
+         up to 5 keep-alives: about 2 ms per round trip the keep-alive waits for, plus its time above. Server statements: \
          Redis requests from `INFO commandstats` (EVALSHA/EVAL calls; on Cluster each is one round trip, summed over \
          the masters) with, in brackets, every command executed including those inside scripts \
          (total_commands_processed), MySQL/MariaDB \
@@ -53,7 +62,9 @@ pub fn run(config: &Config, targets: &[Target], report: &mut Report) {
          the renewal lists the changed lease index) (Redis, a script's time includes the commands it runs; other clients add to it). \
          Concurrent PING: another client on its own connection PINGs in a loop while the same number of \
          keep-alives run back to back (Redis standalone: the single-threaded server answers it only between \
-         scripts).",
+         scripts). Client CPU: the p50 over the samples of this process's CPU time (every thread) during one \
+         keep-alive: building the requests and reading the replies (the rest of the wall time is the servers' \
+         work and the network).",
     );
     report.table(&table);
 }
@@ -123,7 +134,7 @@ fn measure(config: &Config, t: &Target) -> BenchResult<Vec<Vec<String>>> {
         None => Reading::default(),
     };
     #[allow(clippy::type_complexity)]
-    let mut timing: Vec<(Summary, Option<Reading>, Option<String>, Option<Summary>)> = Vec::new();
+    let mut timing: Vec<(Summary, Summary, Option<Reading>, Option<String>, Option<Summary>)> = Vec::new();
     let mut have = 0;
     for &n in &counts {
         acquire_range(&backend, &grant.id, &names[have..n])?;
@@ -133,6 +144,7 @@ fn measure(config: &Config, t: &Target) -> BenchResult<Vec<Vec<String>>> {
             return Err(err(format!("keep-alive reports {owned} leases owned, expected {n}")));
         }
         let mut times = Vec::new();
+        let mut cpu = Vec::new();
         let mut stmts = Reading::MAX;
         let mut server_us = Vec::new();
         for _ in 0..samples {
@@ -140,9 +152,11 @@ fn measure(config: &Config, t: &Target) -> BenchResult<Vec<Vec<String>>> {
                 Some(c) => Some(c.read()?),
                 None => None,
             };
+            let cpu0 = process_cpu_precise()?;
             let t0 = Instant::now();
             keep_alive_owned(&*backend, &grant.id)?;
             times.push(t0.elapsed());
+            cpu.push(process_cpu_precise()?.saturating_sub(cpu0));
             if let (Some(c), Some(c0)) = (counter.as_deref_mut(), c0) {
                 let r = c.read()?.since(c0, cost);
                 server_us.extend(r.server_us.map(Duration::from_micros));
@@ -185,6 +199,7 @@ fn measure(config: &Config, t: &Target) -> BenchResult<Vec<Vec<String>>> {
         });
         timing.push((
             Summary::of(&times),
+            Summary::of(&cpu),
             (stmts != Reading::MAX).then_some(stmts),
             server,
             pings.map(|p| Summary::of(&p)),
@@ -193,8 +208,11 @@ fn measure(config: &Config, t: &Target) -> BenchResult<Vec<Vec<String>>> {
     let _ = backend.close_session(&grant.id);
     drop(backend);
 
-    // Pass 2, through the counting proxy: round trips per keep-alive.
+    // Pass 2, through the counting proxy: round trips per keep-alive, then the time of a
+    // keep-alive when the proxy holds each server reply for DELAY (a distant server: the
+    // round trips the call waits for, in time).
     let mut rts: Vec<Option<f64>> = vec![None; counts.len()];
+    let mut delayed: Vec<Option<Duration>> = vec![None; counts.len()];
     if let Some(up) = t.upstream()? {
         let proxy = Proxy::start(up)?;
         let backend = t.backend_at(Some(proxy.addr()))?;
@@ -211,13 +229,22 @@ fn measure(config: &Config, t: &Target) -> BenchResult<Vec<Vec<String>>> {
                 best = best.min(proxy.round_trips() - r0);
             }
             rts[i] = Some(best as f64);
+            proxy.set_delay(DELAY);
+            let mut times = Vec::new();
+            for _ in 0..samples.min(5) {
+                let t0 = Instant::now();
+                keep_alive_owned(&*backend, &grant.id)?;
+                times.push(t0.elapsed());
+            }
+            proxy.set_delay(Duration::ZERO);
+            delayed[i] = Some(Summary::of(&times).p50);
         }
         let _ = backend.close_session(&grant.id);
     }
 
     let mut rows = Vec::new();
     for (i, &n) in counts.iter().enumerate() {
-        let (s, stmts, server, pings) = timing[i].clone();
+        let (s, cpu, stmts, server, pings) = timing[i].clone();
         let slots: HashSet<u16> = names[..n].iter().map(|nm| redis_slot(&format!("simba:lease:{{{nm}}}"))).collect();
         let target = match t.kind {
             Kind::RedisCluster => format!("≤ 1 per slot in use ({} slots + the session's)", slots.len()),
@@ -229,7 +256,9 @@ fn measure(config: &Config, t: &Target) -> BenchResult<Vec<Vec<String>>> {
             n.to_string(),
             fmt_dur(s.p50),
             fmt_dur(s.max),
+            fmt_dur(cpu.p50),
             rts[i].map_or("—".into(), |r| format!("{r:.0}")),
+            delayed[i].map_or("—".into(), fmt_dur),
             stmts.map_or("—".into(), |s| s.per(1.0)),
             server.unwrap_or_else(|| "—".into()),
             pings.map_or("—".into(), |p| format!("{} / {}", fmt_dur(p.p50), fmt_dur(p.max))),

@@ -130,10 +130,12 @@ pub(crate) fn keep_alive(inner: &Inner, sid: &SessionId, d: Duration) -> Result<
     let mut transient: Option<Error> = None;
     // Each follow-up carries the session's remaining less the time since the session call
     // returned, as of its sending; none is sent once that has passed. On Cluster they all go at
-    // once, one pipeline per node (see `RedisScripting::eval_each`).
-    let outcomes = inner.scripting.eval_each(
-        plan.work.len(),
-        &mut |i| {
+    // once, one call per node in use (see `follow_up`).
+    let outcomes = follow_up::run(
+        inner,
+        sid,
+        &plan.work,
+        &mut || {
             let elapsed = crate::sync::now().saturating_duration_since(returned);
             if elapsed >= remaining {
                 return Err(Error::unavailable(format!(
@@ -141,10 +143,10 @@ pub(crate) fn keep_alive(inner: &Inner, sid: &SessionId, d: Duration) -> Result<
                      returned, the session's remaining was {remaining:?}"
                 )));
             }
-            Ok(renew_slot(sid, &plan.work[i], remaining - elapsed))
+            Ok(remaining - elapsed)
         },
         deadline,
-    );
+    )?;
     for (work, outcome) in plan.work.into_iter().zip(outcomes) {
         let now = crate::sync::now();
         // A reply that arrived but cannot be read is a `Backend` error for the whole renewal (as
@@ -237,18 +239,6 @@ pub(crate) fn keep_alive(inner: &Inner, sid: &SessionId, d: Duration) -> Result<
     Ok(KeepAlive::Alive { remaining, owned, groups: members })
 }
 
-/// One follow-up: renews `work.renew` and `work.groups` up to this node's now + `carry`, releases
-/// `work.release`. Its raw reply is read by [`decode_renew_slot`].
-fn renew_slot<'a>(sid: &SessionId, work: &SlotWork, carry: Duration) -> ScriptCall<'a> {
-    let mut keys_ = Vec::with_capacity(work.renew.len() + work.release.len() + work.groups.len());
-    keys_.extend(work.renew.iter().map(|n| keys::lease(n.as_str())));
-    keys_.extend(work.release.iter().map(|(n, _)| keys::lease(n.as_str())));
-    keys_.extend(work.groups.iter().map(|g| keys::group(g.as_str())));
-    let mut args = vec![sid.to_string(), ms(carry), work.renew.len().to_string(), work.release.len().to_string()];
-    args.extend(work.release.iter().map(|(_, t)| t.to_string()));
-    ScriptCall { script: &SCRIPTS.renew_slot, keys: keys_, args }
-}
-
 /// Decodes a `renew_slot` reply for `work`: the token of each renewed lease still ours (`None`:
 /// no longer ours), and whether each membership is still live. Any other shape (wrong lengths,
 /// a membership flag other than 0 or 1, a token that is not a number) is a `Backend` error.
@@ -263,7 +253,15 @@ fn decode_renew_slot(script: &str, v: &redis::Value, work: &SlotWork) -> Result<
     let mut tokens = Vec::with_capacity(leases.len());
     for (name, t) in work.renew.iter().zip(leases) {
         let raw = string(t).ok_or_else(|| unexpected(script, v))?;
-        tokens.push(if raw.is_empty() { None } else { Some(reply::token(t, &format!("lease {name}"), script)?) });
+        tokens.push(if raw.is_empty() {
+            None
+        } else {
+            // The lease's name is formatted only for the error (this runs once per renewed lease).
+            Some(match int(t).and_then(|n| u64::try_from(n).ok()).and_then(Token::new) {
+                Some(token) => token,
+                None => reply::token(t, &format!("lease {name}"), script)?,
+            })
+        });
     }
     let live = groups
         .iter()
@@ -639,6 +637,8 @@ mod tests {
         }
     }
 }
+
+mod follow_up;
 
 #[cfg(test)]
 mod prop_tests;

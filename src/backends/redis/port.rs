@@ -39,8 +39,8 @@ pub trait RedisScripting: Send + Sync + fmt::Debug + 'static {
     /// outcome, and it is not sent), so what a call carries can depend on when it goes out. The
     /// default sends the calls one after another, building each after the previous reply; Redis
     /// Cluster builds them all, sends the calls bound for one node as one pipeline (one round trip
-    /// per node instead of one per call) and runs alone what a pipeline could not settle (a
-    /// redirect, a server error).
+    /// per node instead of one per call; the nodes' pipelines at the same time when the batch is
+    /// large) and runs alone what a pipeline could not settle (a redirect, a server error).
     fn eval_each<'a>(
         &self,
         count: usize,
@@ -48,6 +48,17 @@ pub trait RedisScripting: Send + Sync + fmt::Debug + 'static {
         deadline: Instant,
     ) -> Vec<Result<Value>> {
         (0..count).map(|i| call(i).and_then(|c| self.eval(c.script, &c.keys, &c.args, deadline))).collect()
+    }
+
+    /// Groups calls by the node that will run them: `slots[i]` is the hash slot of call `i`.
+    /// Returns the indices of the calls bound for each node (every index once, in order). The
+    /// backend may then do one group's work in one script call that touches keys of several slots
+    /// of that node (the Cluster renewal does, with `renew_slot.lua`): a slot the node no longer
+    /// serves by then is reported by that call and retried alone. The default puts every call in
+    /// a group of its own (one script call per slot); Redis Cluster groups by the current slot map.
+    fn group_by_node(&self, slots: &[u16], deadline: Instant) -> Vec<Vec<usize>> {
+        let _ = deadline;
+        (0..slots.len()).map(|i| vec![i]).collect()
     }
 
     /// Runs `script` like [`eval`](RedisScripting::eval), then `WAIT replicas` on the same
@@ -519,6 +530,12 @@ impl RedisScripting for StandaloneScripting {
     }
 }
 
+/// Keys and arguments of a batch ([`RedisScripting::eval_each`]) from which its nodes' pipelines
+/// run at the same time: a thread per node costs tens of microseconds, a node's share of this many
+/// (~100 leases to renew) about as much server time; smaller batches go node after node (at 1,000
+/// sessions × 10 leases, a thread per keep-alive doubled the process's CPU).
+const CONCURRENT_ITEMS: usize = 300;
+
 /// Scripts on Redis Cluster: every call runs on the master of one hash slot, over plain
 /// connections to the nodes (one small pool per node), following `MOVED`/`ASK` redirects. Every
 /// blocking step of a call — reading the slot map, waiting for a pooled connection, connecting,
@@ -658,7 +675,10 @@ impl RedisScripting for ClusteredScripting {
                 }
             }
         }
-        let settled = self.router.pipelined(&pending, deadline, "script pipeline", |con, idx| {
+        // A large batch runs the nodes' pipelines at the same time, a small one node after node.
+        let items: usize = calls.iter().flatten().map(|c| c.keys.len() + c.args.len()).sum();
+        let concurrent = items >= CONCURRENT_ITEMS;
+        let settled = self.router.pipelined(&pending, deadline, "script pipeline", concurrent, |con, idx| {
             run_scripts(con, idx.iter().filter_map(|i| calls[*i].as_ref()), deadline)
         });
         for (i, r) in settled {
@@ -674,6 +694,10 @@ impl RedisScripting for ClusteredScripting {
                 (None, None) => Err(Error::backend("redis cluster: a batched script call was lost")),
             })
             .collect()
+    }
+
+    fn group_by_node(&self, slots: &[u16], deadline: Instant) -> Vec<Vec<usize>> {
+        self.router.group_by_node(slots, deadline, "slot map")
     }
 
     fn on_masters(&self, cmd: &Cmd, deadline: Instant) -> Result<Vec<(String, Value)>> {

@@ -27,7 +27,7 @@ pub mod lua {
     pub const MEMBERS: &str = include_str!("../../../lua/members.lua");
     /// Cluster: renewal, session slot.
     pub const KEEP_ALIVE_SESSION: &str = include_str!("../../../lua/keep_alive_session.lua");
-    /// Cluster: renewal follow-up, one per other slot.
+    /// Cluster: renewal follow-up, one call per node in use (or per slot).
     pub const RENEW_SLOT: &str = include_str!("../../../lua/renew_slot.lua");
     /// Cluster: acquire, session slot.
     pub const ACQUIRE_SESSION: &str = include_str!("../../../lua/acquire_session.lua");

@@ -140,7 +140,8 @@ impl SimCluster {
         let t = hist.t();
         let nodes = clocks
             .iter()
-            .map(|c| match Node::new(c.us(t)) {
+            .enumerate()
+            .map(|(i, c)| match Node::in_cluster(c.us(t), move |key| node_of_slot(slot_of(key)) == i) {
                 Ok(n) => n,
                 Err(e) => panic!("cannot set up a simulated node's Lua interpreter: {e}"),
             })
@@ -211,7 +212,8 @@ impl SimCluster {
         for (n, c) in nodes.iter_mut().zip(&self.clocks) {
             n.set_now_us(c.us(t));
         }
-        let before = record::Snapshot::take(&nodes, node, keys);
+        let touched = record::touched(name, keys, args);
+        let before = record::Snapshot::take(&nodes, node, &touched);
         let reply = nodes[node].eval(code, keys, args);
         if let Reply::Error(e) = &reply {
             // The shipped scripts never fail on the data the backend writes: a failure here is a
@@ -219,7 +221,7 @@ impl SimCluster {
             // broken bridge. Fail the run loudly.
             panic!("simulated redis node {node}: script {name} failed: {e}");
         }
-        let after = record::Snapshot::take(&nodes, node, keys);
+        let after = record::Snapshot::take(&nodes, node, &touched);
         record::effects(h, &self.hist, &nodes, node, name, keys, args, &reply, &before, &after);
         if replied {
             let tid = thread::current().id();
@@ -262,6 +264,18 @@ impl SimCluster {
 impl RedisScripting for SimCluster {
     fn is_clustered(&self) -> bool {
         true
+    }
+
+    fn group_by_node(&self, slots: &[u16], _deadline: Instant) -> Vec<Vec<usize>> {
+        let mut groups: Vec<(usize, Vec<usize>)> = Vec::new();
+        for (i, slot) in slots.iter().enumerate() {
+            let node = node_of_slot(*slot);
+            match groups.iter_mut().find(|(n, _)| *n == node) {
+                Some((_, g)) => g.push(i),
+                None => groups.push((node, vec![i])),
+            }
+        }
+        groups.into_iter().map(|(_, g)| g).collect()
     }
 
     fn eval(&self, script: &LuaScript, keys: &[String], args: &[String], deadline: Instant) -> Result<Value> {

@@ -23,11 +23,44 @@ use mlua::{Lua, MultiValue, Value as LuaValue};
 
 use super::keyspace::{Keyspace, Reply};
 
+/// Which keys a Cluster node serves (`None`: a standalone server, every key is local).
+type Serves = Option<Box<dyn Fn(&[u8]) -> bool + Send>>;
+
 /// A simulated Redis node (see the module docs).
 pub struct Node {
     lua: Lua,
     /// Compiled scripts by source (each shipped script is compiled once per node).
     compiled: HashMap<String, mlua::Function>,
+}
+
+/// The error Redis 7 gives a cluster script that names a key of a slot its node does not serve.
+const NON_LOCAL: &str = "ERR Script attempted to access a non local key in a cluster node script";
+
+/// Redis's check before a command of a script runs on a Cluster node: the command's key (its
+/// first argument, for every command the scripts use but `TIME` and `PUBLISH`) must be one the
+/// node serves.
+fn check_local(lua: &Lua, args: &[Vec<u8>]) -> Option<Reply> {
+    let cmd = args.first()?;
+    if cmd.eq_ignore_ascii_case(b"TIME") || cmd.eq_ignore_ascii_case(b"PUBLISH") {
+        return None;
+    }
+    let key = args.get(1)?;
+    let serves = lua.app_data_ref::<Serves>()?;
+    match serves.as_ref() {
+        Some(serves) if !serves(key) => Some(Reply::Error(NON_LOCAL.into())),
+        _ => None,
+    }
+}
+
+/// A script's body as Redis 7 compiles it: without its `#!lua flags=…` first line (kept as an
+/// empty line, so error line numbers match the file). The simulated node honours no flag but
+/// `allow-cross-slot-keys`, and that one by what every Cluster script gets: a key its node does
+/// not serve is an error (the non-local check), whatever slot it is in.
+fn body(code: &str) -> String {
+    match code.strip_prefix("#!") {
+        Some(rest) => format!("\n{}", rest.split_once('\n').map_or("", |(_, body)| body)),
+        None => code.to_string(),
+    }
 }
 
 impl std::fmt::Debug for Node {
@@ -156,21 +189,42 @@ impl Node {
     /// # Errors
     /// When the Lua interpreter cannot be set up (out of memory).
     pub fn new(now_us: i64) -> mlua::Result<Node> {
+        Node::serving(now_us, None)
+    }
+
+    /// A node of a Cluster that serves the keys for which `serves` is true: a script flagged
+    /// `allow-cross-slot-keys` that names another key gets Redis's non-local-key error there.
+    ///
+    /// # Errors
+    /// As [`Node::new`].
+    pub fn in_cluster(now_us: i64, serves: impl Fn(&[u8]) -> bool + Send + 'static) -> mlua::Result<Node> {
+        Node::serving(now_us, Some(Box::new(serves)))
+    }
+
+    fn serving(now_us: i64, serves: Serves) -> mlua::Result<Node> {
         let lua = Lua::new();
         let mut ks = Keyspace::default();
         ks.set_now_us(now_us);
         lua.set_app_data(ks);
+        lua.set_app_data(serves);
         let redis = lua.create_table()?;
         let call = lua.create_function(|lua, args: MultiValue| {
             let args = command_args(args)?;
-            match with_keyspace(lua, |ks| ks.command(&args))? {
+            let r = match check_local(lua, &args) {
+                Some(refused) => refused,
+                None => with_keyspace(lua, |ks| ks.command(&args))?,
+            };
+            match r {
                 Reply::Error(e) => Err(mlua::Error::RuntimeError(e)),
                 r => to_lua(lua, r),
             }
         })?;
         let pcall = lua.create_function(|lua, args: MultiValue| match command_args(args) {
             Ok(args) => {
-                let r = with_keyspace(lua, |ks| ks.command(&args))?;
+                let r = match check_local(lua, &args) {
+                    Some(refused) => refused,
+                    None => with_keyspace(lua, |ks| ks.command(&args))?,
+                };
                 to_lua(lua, r)
             }
             Err(e) => to_lua(lua, Reply::Error(words(&e))),
@@ -208,7 +262,7 @@ impl Node {
         let f = match self.compiled.get(code) {
             Some(f) => f.clone(),
             None => {
-                let f = self.lua.load(code).set_name("@user_script").into_function()?;
+                let f = self.lua.load(body(code)).set_name("@user_script").into_function()?;
                 self.compiled.insert(code.to_string(), f.clone());
                 f
             }

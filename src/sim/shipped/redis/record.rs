@@ -102,6 +102,40 @@ fn text(v: Option<&Vec<u8>>) -> String {
     v.map(|b| String::from_utf8_lossy(b).into_owned()).unwrap_or_default()
 }
 
+/// `renew_slot.lua`'s layout (one call per node, several slots): per slot, its keys (`nl` lease
+/// keys to renew, then the terms to release, then the groups) and its `nl`. The first slot's keys
+/// are `KEYS`, every other slot's follow its counts and tokens in `ARGV` (see the script).
+pub(crate) fn renew_slot_layout(keys: &[String], args: &[String]) -> Vec<(Vec<String>, usize)> {
+    // 1-based, as the script counts.
+    let num = |i: usize| args.get(i.wrapping_sub(1)).and_then(|v| v.parse::<usize>().ok()).unwrap_or(0);
+    let mut out = Vec::new();
+    let mut a = 4;
+    for s in 1..=num(3) {
+        let (nl, nr, ng) = (num(a), num(a + 1), num(a + 2));
+        let t0 = a + 2;
+        a = t0 + nr + 1;
+        let slot_keys = if s == 1 {
+            keys.iter().take(nl + nr + ng).cloned().collect()
+        } else {
+            let k = args.iter().skip(a - 1).take(nl + nr + ng).cloned().collect();
+            a += nl + nr + ng;
+            k
+        };
+        out.push((slot_keys, nl));
+    }
+    out
+}
+
+/// The keys a script touches: its `KEYS`, and for `renew_slot` every slot's (see
+/// [`renew_slot_layout`]).
+pub(crate) fn touched(script: &str, keys: &[String], args: &[String]) -> Vec<String> {
+    if script == "renew_slot" {
+        renew_slot_layout(keys, args).into_iter().flat_map(|(k, _)| k).collect()
+    } else {
+        keys.to_vec()
+    }
+}
+
 /// The script's keys before or after it ran.
 #[derive(Debug)]
 pub(crate) struct Snapshot(Vec<KeyState>);
@@ -240,7 +274,17 @@ pub(crate) fn effects(
         }
         _ => {}
     }
-    // Leases: new terms, re-grants, releases, renewals.
+    // Leases: new terms, re-grants, releases, renewals. For `renew_slot`, each touched key's
+    // slot entry in the reply, its position in that slot, and the slot's `nl`.
+    let renewed_at: Vec<Option<(usize, usize, usize)>> = if script == "renew_slot" {
+        renew_slot_layout(keys, args)
+            .iter()
+            .enumerate()
+            .flat_map(|(slot, (k, nl))| (0..k.len()).map(move |at| Some((slot, at, *nl))))
+            .collect()
+    } else {
+        Vec::new()
+    };
     for (i, (pre, post)) in before.0.iter().zip(&after.0).enumerate() {
         let (KeyState::Lease(name, ps, pt, _), KeyState::Lease(_, qs, qt, qe)) = (pre, post) else { continue };
         let token = Token::new(*qt);
@@ -265,13 +309,16 @@ pub(crate) fn effects(
             let sess = label(h, ps);
             hist.push(h, Event::Released { node: n8, b, sess, name: name.clone(), token: Token::new(*pt) });
         }
-        if script == "renew_slot" {
-            let renewed = items.first().and_then(|r| match r {
-                Reply::Array(a) => a.get(i).and_then(bulk),
+        if let Some((slot, at, nl)) = renewed_at.get(i).copied().flatten() {
+            // The slot's entry: {{token or '' per renewed lease}, ...}, or its error text.
+            let renewed = match items.get(slot) {
+                Some(Reply::Array(entry)) => match entry.first() {
+                    Some(Reply::Array(tokens)) => tokens.get(at).and_then(bulk),
+                    _ => None,
+                },
                 _ => None,
-            });
-            let nl = args.get(2).and_then(|n| n.parse::<usize>().ok()).unwrap_or(0);
-            if let (true, Some(t)) = (i < nl, renewed.filter(|t| !t.is_empty())) {
+            };
+            if let (true, Some(t)) = (at < nl, renewed.filter(|t| !t.is_empty())) {
                 if let Some(token) = t.parse().ok().and_then(Token::new) {
                     let sess = args.first().map_or(u32::MAX, |s| label(h, s));
                     hist.push(h, Event::Extended { node: n8, b, sess, name: name.clone(), token, until: ms_to_b(*qe) });
