@@ -90,7 +90,7 @@ pub enum Bug {
     /// session's watch does), although its rustdoc promises a stream that outlives session
     /// replacements.
     CoordinatorWatchEndsWithSession = 1024,
-    /// Finding 2 of the old model-based simulation (`tests/sim.rs`), Redis Cluster: the backend's
+    /// Finding 2 of the old model-based simulation (removed), Redis Cluster: the backend's
     /// books let a late acquire abandon (and release) a term another acquire of the same session
     /// had already reported, and reported a term an earlier late acquire had abandoned.
     AbandonConfirmed = 2048,
