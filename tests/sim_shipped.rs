@@ -15,7 +15,7 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use simba::explore::Bug;
 use simba::sim::shipped::{self, Scenario};
-use simba::sim::{Invariant, Premise};
+use simba::sim::{Event, Invariant, Premise};
 
 fn env_u64(key: &str) -> Option<u64> {
     let v = std::env::var(key).ok().filter(|v| !v.trim().is_empty())?;
@@ -177,6 +177,42 @@ fn coordinator_workload_keeps_every_invariant() {
     let s = seeds();
     let n = (s.end - s.start) / 4;
     assert_clean(&Scenario::coordinator(), s.start..s.start + n);
+}
+
+/// The `no-zombie` false alarm of seed 520 (docs/testing.md): the coordinator's recovered session
+/// sent a campaign attempt (`begin_attempt` Ok, the acquire entered the backend) an instant
+/// before the application's `resign()` stopped that campaign, and the simulation held the call —
+/// its thread waiting for the scheduler while the clock driver moved on — until it took effect
+/// 3.9 s (about four query timeouts) later. An acquire already on its way when the resign
+/// returned is no zombie: the runtime cannot recall it, and undoes its reply. The history must
+/// show that very late grant, and the seed must be clean.
+#[test]
+fn an_acquire_on_its_way_when_the_campaign_is_resigned_is_no_zombie() {
+    let sc = scenario_named("shipped+partitions+harsh+lateDeliveries+watchers").expect("a known scenario");
+    let o = shipped::run(520, &sc);
+    let resigned = o.records.iter().find_map(|r| match &r.event {
+        Event::Resigned { name, .. } if name.as_str() == "E" => Some(r.t),
+        _ => None,
+    });
+    let Some(resigned) = resigned else { panic!("seed 520 no longer resigns 'E':\n{}", o.report(0)) };
+    // Three query timeouts: one lease (the query timeout is a third of it).
+    let bound = resigned + u64::try_from(sc.lease.as_nanos()).expect("a short lease");
+    let late = o
+        .records
+        .iter()
+        .any(|r| r.t > bound && matches!(&r.event, Event::Granted { name, sess: 10, .. } if name.as_str() == "E"));
+    assert!(late, "seed 520 no longer grants 'E' to s10 long after the resign (the case is gone):\n{}", o.report(0));
+    assert!(o.clean(), "seed 520 failed:\n{}", o.report(30));
+}
+
+/// `no-zombie` sees a campaign that outlives its resign: with the `Coordinator` node recording
+/// its election resigned but keeping it (`Scenario::with_resign_skipped`, in the simulation's
+/// application layer), the campaign's later attempts are granted the name long after the
+/// "resign" (a leader task of it may also act after it: `leader-task`).
+#[test]
+fn no_zombie_finds_a_campaign_left_running_after_its_resign() {
+    let sc = Scenario::coordinator().with_resign_skipped();
+    assert_finds_among(&sc, 0..FINDING_SEEDS, Invariant::NoZombie, &[Invariant::LeaderTask]);
 }
 
 #[test]
@@ -394,6 +430,7 @@ fn scenario_named(name: &str) -> Option<Scenario> {
             "harsh" => sc.harsh(),
             "oldRelease" => sc.with_old_release_any_term(),
             "uncheckedLeaderToken" => sc.with_unchecked_leader_token(),
+            "resignSkipped" => sc.with_resign_skipped(),
             "staleMemberReads" => sc.with_stale_member_reads(),
             "memberRepliesLost" => sc.with_member_replies_lost(),
             "dataLoss" => sc.with_data_loss(),
