@@ -8,7 +8,7 @@
 //! `super::clients`).
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -83,9 +83,9 @@ pub(crate) struct HistState {
     pub(crate) handles: super::clients::Handles,
     /// Labels of the sessions the run's `Coordinator` used (learnt by sampling its current one).
     pub(crate) coordinator_sessions: Vec<u32>,
-    /// The coordinator's campaign for this name was resigned at this instant (virtual ns) and none
-    /// started since: a grant of the name to one of its sessions well after that is a zombie.
-    pub(crate) resigned: Option<(Name, u64, &'static str)>,
+    /// The coordinator's campaign for a name was resigned and none started since: a grant of the
+    /// name to one of its sessions well after that, by an acquire sent after it, is a zombie.
+    pub(crate) resigned: Option<Resigned>,
     /// Violations the backend layer saw directly.
     pub(crate) violations: Vec<crate::sim::check::Violation>,
     /// Pushed notifications on their way: what the memory backend sent on a watch's own channel,
@@ -103,17 +103,42 @@ pub(crate) struct HistState {
     cut: Vec<(SessionId, u64)>,
 }
 
+/// The resign of the coordinator's campaign for `name` (see [`HistState::resigned`]).
+#[derive(Debug, Clone)]
+pub(crate) struct Resigned {
+    pub(crate) name: Name,
+    /// When it was recorded, after `resign()` (or the drop) returned (virtual ns).
+    pub(crate) at: u64,
+    /// [`History::acquires_entered`] then: acquires numbered below it were on their way already.
+    pub(crate) entered: u64,
+    /// How the campaign ended (for the violation's text).
+    pub(crate) how: &'static str,
+}
+
 /// The history shared by the backend, the samplers and the clock driver.
 #[derive(Debug)]
 pub(crate) struct History {
     state: Mutex<HistState>,
     /// The virtual instant the run started at.
     pub(crate) base: Instant,
+    /// Acquires that entered the backend so far, each numbered by it on entry. A std atomic: no
+    /// scheduling point, so the explored schedules (and every seed's history) stay as they were.
+    acquires: AtomicU64,
 }
 
 impl History {
     pub(crate) fn new() -> History {
-        History { state: Mutex::new(HistState::default()), base: sync::now() }
+        History { state: Mutex::new(HistState::default()), base: sync::now(), acquires: AtomicU64::new(0) }
+    }
+
+    /// How many acquires entered the backend so far.
+    pub(crate) fn acquires_entered(&self) -> u64 {
+        self.acquires.load(Ordering::SeqCst)
+    }
+
+    /// Numbers an acquire entering the backend.
+    fn enter_acquire(&self) -> u64 {
+        self.acquires.fetch_add(1, Ordering::SeqCst)
     }
 
     pub(crate) fn lock(&self) -> MutexGuard<'_, HistState> {
@@ -410,13 +435,17 @@ impl SimBackend {
         }
     }
 
-    /// A grant of the coordinator's resigned election name to one of its sessions, later than any
-    /// call started before the resign could land (a stall or a late reply lasts under two query
-    /// timeouts), is a campaign that outlived its resign.
-    fn zombie_check(&self, h: &mut HistState, hist: &History, sess: u32, name: &Name, token: Token) {
-        let Some((n, at, how)) = &h.resigned else { return };
+    /// A grant of the coordinator's resigned election name to one of its sessions by an acquire
+    /// that entered the backend after the resign, more than three query timeouts after it, is a
+    /// campaign that outlived its resign. An acquire that was on its way already when the resign
+    /// returned is not: the runtime sent it while the campaign went on and cannot recall it (its
+    /// late reply is undone), however long the simulation holds it — its thread may wait for the
+    /// scheduler over many clock steps, beyond any fault's delay.
+    fn zombie_check(&self, h: &mut HistState, hist: &History, entered: u64, sess: u32, name: &Name, token: Token) {
+        let Some(Resigned { name: n, at, entered: then, how }) = &h.resigned else { return };
         let t = hist.t();
-        if n == name && h.coordinator_sessions.contains(&sess) && t > at + 3 * ns(self.query_timeout) {
+        let after = entered >= *then;
+        if n == name && after && h.coordinator_sessions.contains(&sess) && t > at + 3 * ns(self.query_timeout) {
             let detail = format!(
                 "'{name}' granted (token {token}) to the coordinator's session s{sess} {} ms after its campaign \
                  was resigned ({how}): a zombie campaign",
@@ -590,6 +619,7 @@ impl LeaseBackend for SimBackend {
     }
 
     fn acquire(&self, session: &SessionId, name: &Name) -> Result<Acquire> {
+        let entered = self.hist.enter_acquire();
         self.reach(session)?;
         self.call(|h, hist, b| {
             let sess = Self::label(h, session);
@@ -598,7 +628,7 @@ impl LeaseBackend for SimBackend {
                     hist.push(h, Event::SessionChecked { node: 0, b, sess });
                     match &a {
                         Acquire::Acquired { token, remaining } => {
-                            self.zombie_check(h, hist, sess, name, *token);
+                            self.zombie_check(h, hist, entered, sess, name, *token);
                             let until = b + ns(*remaining);
                             hist.push(h, Event::Granted { node: 0, b, sess, name: name.clone(), token: *token, until });
                         }

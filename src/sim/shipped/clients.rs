@@ -20,7 +20,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::backend::{below, sleep_virtual, unit, HistState, History};
+use super::backend::{below, sleep_virtual, unit, HistState, History, Resigned};
 use crate::coordinator::Coordinator;
 use crate::election::Election;
 use crate::events::Events;
@@ -247,6 +247,9 @@ pub(crate) struct Client {
     /// A leader task records `LeaderContext::granted_token()` as if `token()` had returned it
     /// ([`Scenario::with_unchecked_leader_token`](super::Scenario::with_unchecked_leader_token)).
     pub(crate) unchecked_leader_token: bool,
+    /// The coordinator's node records its election resigned but keeps it campaigning
+    /// ([`Scenario::with_resign_skipped`](super::Scenario::with_resign_skipped)).
+    pub(crate) resign_skipped: bool,
 }
 
 fn arc_unwrap<T>(a: Arc<T>) -> Option<T> {
@@ -461,13 +464,21 @@ impl Client {
             let (w, co) = (self.clone_parts(), co.clone());
             crate::sync::thread::spawn(move || w.run_coordinator_watcher(&co))
         });
+        // Elections recorded resigned but left campaigning (`resign_skipped`), dropped at the end.
+        let mut kept = Vec::new();
         for _ in 0..self.ops {
             let x = unit();
             // The focused workloads campaign most of the time.
             let x = if self.elections && x < 0.5 { x * 0.7 } else { x };
             if x < 0.35 {
-                self.hist.lock().resigned = None;
+                if !self.resign_skipped {
+                    self.hist.lock().resigned = None;
+                }
                 if let Ok(e) = co.campaign(&self.election) {
+                    if self.resign_skipped {
+                        // Only a campaign that started ends the watch (a kept one refuses others).
+                        self.hist.lock().resigned = None;
+                    }
                     let sess = e.session_id().map_or(u32::MAX, |id| self.label_of(&id));
                     let (id, e) = self.register(sess, |h| &mut h.elections, e);
                     let mut task = (unit() < TASK_P).then(|| self.start_task(id, &e, sess, true));
@@ -480,7 +491,10 @@ impl Client {
                     }
                     let slot = self.take_token_slot(|h| &mut h.elections, id, name.clone());
                     if let Some(e) = slot.and_then(arc_unwrap) {
-                        let how = if unit() < 0.8 {
+                        let how = if self.resign_skipped {
+                            kept.push(e);
+                            "its resign was skipped (resignSkipped)"
+                        } else if unit() < 0.8 {
                             match e.resign() {
                                 Ok(()) => "resign() returned Ok",
                                 Err(_) => "resign() returned an error",
@@ -492,7 +506,8 @@ impl Client {
                         let c = self.c;
                         let mut h = self.hist.lock();
                         let t = self.hist.t();
-                        h.resigned = Some((name.clone(), t, how));
+                        let entered = self.hist.acquires_entered();
+                        h.resigned = Some(Resigned { name: name.clone(), at: t, entered, how });
                         self.hist.push(&mut h, Event::Resigned { client: c, sess, name });
                         drop(h);
                         self.end_task_election(&task);
@@ -522,6 +537,7 @@ impl Client {
         if watcher.is_some_and(|t| t.join().is_err()) {
             panic!("the coordinator's watcher thread panicked");
         }
+        drop(kept);
         {
             let mut h = self.hist.lock();
             sample(&self.hist, &mut h);
@@ -545,6 +561,7 @@ impl Client {
             shared: self.shared.clone(),
             elections: self.elections,
             unchecked_leader_token: self.unchecked_leader_token,
+            resign_skipped: self.resign_skipped,
         }
     }
 

@@ -93,6 +93,10 @@ pub struct Scenario {
     /// its reply, so a watcher never receives a change — what a watcher that stopped reading would
     /// deliver. Off by default.
     pub member_replies_lost: bool,
+    /// Breaks `no-zombie` in the application layer: the `Coordinator` node records its election
+    /// resigned but keeps it campaigning — what a resign that left the campaign running (on this
+    /// or a replacement session) would do. Off by default.
+    pub resign_skipped: bool,
     /// The share of seeds in which one node has a watcher thread (`watch_members`; 0.4).
     pub watchers: f64,
     /// The backend: the shipped Redis backend in Cluster mode over three simulated nodes running
@@ -150,6 +154,7 @@ impl Scenario {
             unchecked_leader_token: false,
             stale_member_reads: false,
             member_replies_lost: false,
+            resign_skipped: false,
             watchers: 0.4,
             cluster: false,
             data_loss: false,
@@ -249,6 +254,13 @@ impl Scenario {
     pub fn with_unchecked_leader_token(mut self) -> Scenario {
         self.name = format!("{}+uncheckedLeaderToken", self.name);
         self.unchecked_leader_token = true;
+        self
+    }
+
+    /// The same with [`Scenario::resign_skipped`].
+    pub fn with_resign_skipped(mut self) -> Scenario {
+        self.name = format!("{}+resignSkipped", self.name);
+        self.resign_skipped = true;
         self
     }
 
@@ -721,6 +733,7 @@ fn execution(seed: u64, sc: &Scenario) -> Outcome {
             shared: Arc::new(sync::Mutex::new(None)),
             elections: sc.workload != Workload::Everything,
             unchecked_leader_token: sc.unchecked_leader_token,
+            resign_skipped: sc.resign_skipped,
         };
         if c == 0 && (unit() < 0.4 || sc.workload == Workload::Coordinator) {
             // The first node runs a `Coordinator` on 40 % of the seeds.
