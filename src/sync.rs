@@ -93,11 +93,15 @@ pub enum Bug {
     /// Finding 2 of the old model-based simulation (removed), Redis Cluster: the backend's
     /// books let a late acquire abandon (and release) a term another acquire of the same session
     /// had already reported, and reported a term an earlier late acquire had abandoned.
+    // Switched in the Redis backend only.
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
     AbandonConfirmed = 2048,
     /// Not a bug that ever shipped: a deliberately broken argument for the shipped simulation's
     /// Redis Cluster model to find — Cluster acquires send the lease node the lease duration in
     /// seconds where the script takes milliseconds, so the term runs out long before the holder's
     /// local deadline.
+    // Switched in the Redis backend only.
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
     LeaseSeconds = 4096,
     /// A deliberately broken rule (never a bug that shipped): deadlines are counted from the
     /// instant a reply arrived instead of the instant its call was sent (keep-alives, acquires,

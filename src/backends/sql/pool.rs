@@ -180,7 +180,9 @@ where
     }
 
     /// Runs `f` on a pooled connection, retrying [`Fail::Retry`] failures while the query timeout
-    /// allows. The checkout waits at most what is left of the query timeout.
+    /// allows. The checkout waits at most what is left of the query timeout. (Only MySQL runs
+    /// without a deadline of its own; PostgreSQL's calls use `run_until`.)
+    #[cfg_attr(not(feature = "mysql"), allow(dead_code))]
     pub(crate) fn run<T>(&self, what: &str, f: impl FnMut(&mut M::Connection) -> Result<T, Fail>) -> Result<T> {
         self.run_until(what, Instant::now() + self.timeout, f)
     }
