@@ -166,45 +166,33 @@ impl Scenario {
     }
 
     /// A watcher thread (`watch_members`, reading the group all along) on every seed.
-    pub fn with_watchers(mut self) -> Scenario {
-        self.name = format!("{}+watchers", self.name);
-        self.watchers = 1.0;
-        self
+    pub fn with_watchers(self) -> Scenario {
+        self.tagged("watchers", |s| s.watchers = 1.0)
     }
 
     /// The same with [`Scenario::partitions`].
-    pub fn with_partitions(mut self) -> Scenario {
-        self.name = format!("{}+partitions", self.name);
-        self.partitions = true;
-        self
+    pub fn with_partitions(self) -> Scenario {
+        self.tagged("partitions", |s| s.partitions = true)
     }
 
     /// The same with [`Scenario::data_loss`].
-    pub fn with_data_loss(mut self) -> Scenario {
-        self.name = format!("{}+dataLoss", self.name);
-        self.data_loss = true;
-        self
+    pub fn with_data_loss(self) -> Scenario {
+        self.tagged("dataLoss", |s| s.data_loss = true)
     }
 
     /// The same with [`Scenario::drift_beyond`].
-    pub fn with_drift_beyond(mut self) -> Scenario {
-        self.name = format!("{}+driftBeyond", self.name);
-        self.drift_beyond = true;
-        self
+    pub fn with_drift_beyond(self) -> Scenario {
+        self.tagged("driftBeyond", |s| s.drift_beyond = true)
     }
 
     /// The same with [`Scenario::clock_jumps`].
-    pub fn with_clock_jumps(mut self) -> Scenario {
-        self.name = format!("{}+clockJumps", self.name);
-        self.clock_jumps = true;
-        self
+    pub fn with_clock_jumps(self) -> Scenario {
+        self.tagged("clockJumps", |s| s.clock_jumps = true)
     }
 
     /// The same with [`Scenario::late_deliveries`].
-    pub fn with_late_deliveries(mut self) -> Scenario {
-        self.name = format!("{}+lateDeliveries", self.name);
-        self.late_deliveries = true;
-        self
+    pub fn with_late_deliveries(self) -> Scenario {
+        self.tagged("lateDeliveries", |s| s.late_deliveries = true)
     }
 
     /// The premises the scenario's faults break (a violation of an invariant resting on one of
@@ -230,54 +218,42 @@ impl Scenario {
     }
 
     /// The backend never pushes (candidates poll).
-    pub fn without_push(mut self) -> Scenario {
-        self.name = format!("{}+noPush", self.name);
-        self.push = false;
-        self
+    pub fn without_push(self) -> Scenario {
+        self.tagged("noPush", |s| s.push = false)
     }
 
     /// Three times the per-call fault probabilities (up to 18 % each).
-    pub fn harsh(mut self) -> Scenario {
-        self.name = format!("{}+harsh", self.name);
-        self.intensity = 3.0;
-        self
+    pub fn harsh(self) -> Scenario {
+        self.tagged("harsh", |s| s.intensity = 3.0)
     }
 
     /// The same with the old SPI's release ([`Scenario::old_release_any_term`]).
-    pub fn with_old_release_any_term(mut self) -> Scenario {
-        self.name = format!("{}+oldRelease", self.name);
-        self.old_release_any_term = true;
-        self
+    pub fn with_old_release_any_term(self) -> Scenario {
+        self.tagged("oldRelease", |s| s.old_release_any_term = true)
     }
 
     /// The same with [`Scenario::unchecked_leader_token`].
-    pub fn with_unchecked_leader_token(mut self) -> Scenario {
-        self.name = format!("{}+uncheckedLeaderToken", self.name);
-        self.unchecked_leader_token = true;
-        self
+    pub fn with_unchecked_leader_token(self) -> Scenario {
+        self.tagged("uncheckedLeaderToken", |s| s.unchecked_leader_token = true)
     }
 
     /// The same with [`Scenario::resign_skipped`].
-    pub fn with_resign_skipped(mut self) -> Scenario {
-        self.name = format!("{}+resignSkipped", self.name);
-        self.resign_skipped = true;
-        self
+    pub fn with_resign_skipped(self) -> Scenario {
+        self.tagged("resignSkipped", |s| s.resign_skipped = true)
     }
 
     /// The same with [`Scenario::stale_member_reads`].
-    pub fn with_stale_member_reads(mut self) -> Scenario {
-        self.name = format!("{}+staleMemberReads", self.name);
-        self.stale_member_reads = true;
-        self
+    pub fn with_stale_member_reads(self) -> Scenario {
+        self.tagged("staleMemberReads", |s| s.stale_member_reads = true)
     }
 
     /// The same with [`Scenario::member_replies_lost`], and a watcher thread on every seed (a
     /// watch must outlive the invariant's bound to show the loss).
-    pub fn with_member_replies_lost(mut self) -> Scenario {
-        self.name = format!("{}+memberRepliesLost", self.name);
-        self.member_replies_lost = true;
-        self.watchers = 1.0;
-        self
+    pub fn with_member_replies_lost(self) -> Scenario {
+        self.tagged("memberRepliesLost", |s| {
+            s.member_replies_lost = true;
+            s.watchers = 1.0;
+        })
     }
 
     /// The coordinator-focused workload ([`Workload::Coordinator`]), every fault class.
@@ -288,6 +264,13 @@ impl Scenario {
     /// The election-focused workload ([`Workload::Elections`]), every fault class.
     pub fn elections() -> Scenario {
         Scenario { name: "shipped-elections".into(), workload: Workload::Elections, ..Scenario::default_faults() }
+    }
+
+    /// The same with `+tag` appended to the name and `set` applied (every builder above).
+    fn tagged(mut self, tag: &str, set: impl FnOnce(&mut Scenario)) -> Scenario {
+        self.name = format!("{}+{tag}", self.name);
+        set(&mut self);
+        self
     }
 
     /// The same with `bug` switched back on.
