@@ -18,7 +18,8 @@
 //! 4. keep-alive cost with 1, 100 and 10,000 leases held (time and round trips);
 //! 5. scale: 1,000 sessions x 10 leases at default timings;
 //! 6. idle CPU of one session holding 1,000 leases;
-//! 7. semaphore acquire+release vs lock acquire+release.
+//! 7. semaphore acquire+release vs lock acquire+release;
+//! 8. acquire+release against a peer library (tooz on MySQL) on the same server.
 //!
 //! Server URLs come from the same variables as the tests (`SIMBA_TEST_REDIS_URL`, ...). This is a
 //! benchmark, not a test: it asserts nothing about timings; it fails only when a server is
@@ -36,6 +37,7 @@ mod s4_keepalive;
 mod s5_scale;
 mod s6_idle;
 mod s7_semaphore;
+mod s8_peers;
 mod targets;
 
 use std::process::ExitCode;
@@ -55,7 +57,7 @@ pub struct Config {
     pub quick: bool,
     /// Backends to measure (`SIMBA_BENCH`, default every compiled-in backend).
     pub kinds: Vec<Kind>,
-    /// Sections to run (`SIMBA_BENCH_SECTIONS`, default 1-7).
+    /// Sections to run (`SIMBA_BENCH_SECTIONS`, default 1-8).
     pub sections: Vec<u32>,
     /// Random prefix of every name this run uses.
     pub prefix: String,
@@ -93,13 +95,13 @@ impl Config {
                 let mut s = Vec::new();
                 for part in v.split(',').map(str::trim).filter(|p| !p.is_empty()) {
                     match part.parse::<u32>() {
-                        Ok(n @ 1..=7) => s.push(n),
-                        _ => return Err(format!("SIMBA_BENCH_SECTIONS: {part:?} is not a section number 1-7")),
+                        Ok(n @ 1..=8) => s.push(n),
+                        _ => return Err(format!("SIMBA_BENCH_SECTIONS: {part:?} is not a section number 1-8")),
                     }
                 }
                 s
             }
-            _ => (1..=7).collect(),
+            _ => (1..=8).collect(),
         };
         let prefix = format!("simba-bench-{:08x}", rand::random::<u32>());
         Ok(Config { quick, kinds, sections, prefix })
@@ -166,6 +168,7 @@ fn run(config: &Config) -> BenchResult<Report> {
             5 => s5_scale::run(config, &targets, &mut report),
             6 => s6_idle::run(config, &targets, &mut report),
             7 => s7_semaphore::run(config, &targets, &mut report),
+            8 => s8_peers::run(config, &targets, &mut report),
             _ => {}
         }
         report.line(format!(
