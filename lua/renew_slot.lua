@@ -19,6 +19,8 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local sid = ARGV[1]
 local cap = now + tonumber(ARGV[2])
+-- The text redis.call would make of the number (%.17g), made once rather than per lease.
+local cap_text = string.format('%.17g', cap)
 
 local function renew(keys, k0, nl, nr, ng, tokens, t0)
   local leases, released, groups = {}, {}, {}
@@ -28,7 +30,7 @@ local function renew(keys, k0, nl, nr, ng, tokens, t0)
     local expires = tonumber(h[3] or 0)
     if h[1] == sid and expires > now then
       if expires < cap then
-        redis.call('HSET', key, 'expires', cap)
+        redis.call('HSET', key, 'expires', cap_text)
       end
       leases[i] = h[2] or false
     else

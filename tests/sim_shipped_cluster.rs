@@ -42,19 +42,6 @@ fn real_server() -> redis::Connection {
         .unwrap_or_else(|e| panic!("no redis-server at {url} ({e}): run scripts/services up"))
 }
 
-/// A reply as the driver reads it (`Err`: an error reply, with its words).
-fn as_value(r: Reply) -> Result<Value, String> {
-    Ok(match r {
-        Reply::Nil => Value::Nil,
-        Reply::Int(i) => Value::Int(i),
-        Reply::Bulk(b) => Value::BulkString(b),
-        Reply::Status(s) if s == "OK" => Value::Okay,
-        Reply::Status(s) => Value::SimpleString(s),
-        Reply::Error(e) => return Err(e),
-        Reply::Array(a) => Value::Array(a.into_iter().map(as_value).collect::<Result<_, _>>()?),
-    })
-}
-
 /// Every fixture gives the same reply on the simulated node as on the real server (an error on
 /// both, when it fails).
 #[test]
@@ -71,7 +58,7 @@ fn node_replies_as_the_real_server() {
         let real: Result<Value, String> =
             redis::cmd("EVAL").arg(code).arg(nkeys).arg(&keys).query(&mut con).map_err(|e| e.to_string());
         let mut node = Node::new(1_750_000_000_000_000).expect("a Lua state");
-        let sim = as_value(node.eval(code, &keys, &[]));
+        let sim = node.eval(code, &keys, &[]).into_value();
         match (&real, &sim) {
             (Ok(r), Ok(s)) => assert_eq!(r, s, "{name}: the real server and the simulated node differ"),
             (Err(_), Err(_)) => {}
@@ -294,7 +281,7 @@ fn every_script_judges_a_session_gone_in_the_millisecond_of_its_expiry() {
     let cluster = node.eval(
         lua::KEEP_ALIVE_SESSION,
         &keys(&[s, "simba:session:{s1}:leases", "simba:session:{s1}:groups"]),
-        &args(&[d, "0"]),
+        &args(&[d, "", "0"]),
     );
     assert_eq!(cluster, gone, "keep_alive_session renewed a session acquire_session judged gone");
     let standalone = node.eval(

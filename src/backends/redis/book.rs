@@ -27,10 +27,21 @@ pub(crate) struct Listing {
     pub owned: Arc<Vec<(Name, Token)>>,
 }
 
+/// Cluster: the last listing of the session's lease index (a set of names), with each name's
+/// slot, and the index's generation when it was listed: renewals ask for it again only when the
+/// generation changed.
+#[derive(Debug, Clone)]
+pub(crate) struct Index {
+    pub gen: String,
+    pub leases: Arc<Vec<(Name, u16)>>,
+}
+
 #[derive(Default)]
 pub(crate) struct Book {
     /// Standalone: the last listing of the session's lease index.
     pub listing: Option<Listing>,
+    /// Cluster: the last listing of the session's lease index.
+    pub index: Option<Index>,
     /// Terms an acquire started but reported as failed (late, or not acknowledged by replicas),
     /// remembered for one lease period. Never reported as owned; renewals release them.
     pub abandoned: HashMap<Name, (Token, Instant)>,
@@ -52,6 +63,7 @@ pub(crate) struct Book {
 impl Book {
     fn is_empty(&self) -> bool {
         self.listing.is_none()
+            && self.index.is_none()
             && self.abandoned.is_empty()
             && self.confirmed.is_empty()
             && self.inflight.is_empty()

@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use redis::cluster_routing::Slot;
 
-use super::book::Item;
+use super::book::{Index, Item};
 use super::port::ScriptCall;
 use super::reply::{self, array, int, string, strings, unexpected};
 use super::scripts::{keys, SCRIPTS};
@@ -39,25 +39,36 @@ fn slot(key: &str) -> Slot {
 /// The work of one renewal follow-up (one slot).
 #[derive(Default)]
 struct SlotWork {
+    slot: u16,
     renew: Vec<Name>,
     release: Vec<(Name, Token)>,
     groups: Vec<Name>,
 }
 
 /// Follow-up work grouped by slot, in the order slots were first seen.
-#[derive(Default)]
+/// (A renewal of 10,000 leases places each one: a table by slot, not a map, and slots computed
+/// from the names, not from formatted keys.)
 struct Plan {
-    index: HashMap<Slot, usize>,
+    /// The index in `work` of each slot's entry, `u32::MAX` for none yet.
+    index: Vec<u32>,
     work: Vec<SlotWork>,
 }
 
+impl Default for Plan {
+    fn default() -> Plan {
+        Plan { index: vec![u32::MAX; 16384], work: Vec::new() }
+    }
+}
+
 impl Plan {
-    fn at(&mut self, key: &str) -> &mut SlotWork {
-        let next = self.work.len();
-        let i = *self.index.entry(slot(key)).or_insert(next);
-        if i == next {
-            self.work.push(SlotWork::default());
+    fn at(&mut self, slot: u16) -> &mut SlotWork {
+        let entry = &mut self.index[usize::from(slot) % 16384];
+        if *entry == u32::MAX {
+            // At most 16,384 entries: one per slot.
+            *entry = self.work.len() as u32;
+            self.work.push(SlotWork { slot, ..SlotWork::default() });
         }
+        let i = *entry as usize;
         &mut self.work[i]
     }
 }
@@ -65,9 +76,11 @@ impl Plan {
 pub(crate) fn keep_alive(inner: &Inner, sid: &SessionId, d: Duration) -> Result<KeepAlive> {
     let deadline = inner.deadline();
     let s = sid.as_str();
-    let (drop_leases, drop_groups) =
-        inner.books.with(sid, |b| (std::mem::take(&mut b.drop_leases), std::mem::take(&mut b.drop_groups)));
-    let mut args = vec![ms(d), drop_leases.len().to_string()];
+    let (drop_leases, drop_groups, index) = inner
+        .books
+        .with(sid, |b| (std::mem::take(&mut b.drop_leases), std::mem::take(&mut b.drop_groups), b.index.clone()));
+    let known = index.as_ref().map(|i| i.gen.clone()).unwrap_or_default();
+    let mut args = vec![ms(d), known, drop_leases.len().to_string()];
     args.extend(drop_leases.iter().map(Name::to_string));
     args.extend(drop_groups.iter().map(Name::to_string));
     let script = &SCRIPTS.keep_alive_session;
@@ -95,11 +108,26 @@ pub(crate) fn keep_alive(inner: &Inner, sid: &SessionId, d: Duration) -> Result<
         log::info!("redis session {sid} is expired");
         return Ok(KeepAlive::Expired);
     }
-    let [_, leases, groups] = items else {
+    let [_, gen, leases, groups] = items else {
         return Err(unexpected(script.name(), &v));
     };
     let remaining = reply::millis(first, d);
-    let leases = strings(leases, script.name())?;
+    // The lease index, listed again only when it changed since the client's listing.
+    let leases = match (leases, index) {
+        (redis::Value::Nil, Some(index)) => index.leases,
+        (listed, _) => {
+            let gen = string(gen).ok_or_else(|| unexpected(script.name(), &v))?;
+            let listed = array(listed).ok_or_else(|| unexpected(script.name(), &v))?;
+            let mut leases = Vec::with_capacity(listed.len());
+            for raw in listed {
+                let raw = reply::text(raw).ok_or_else(|| unexpected(script.name(), raw))?;
+                leases.push((reply::index_name(sid, raw, "lease")?, keys::lease_slot(raw)));
+            }
+            let leases = std::sync::Arc::new(leases);
+            inner.books.with(sid, |b| b.index = Some(Index { gen, leases: leases.clone() }));
+            leases
+        }
+    };
     let groups = strings(groups, script.name())?;
 
     let abandoned = inner.books.with(sid, |b| {
@@ -107,18 +135,17 @@ pub(crate) fn keep_alive(inner: &Inner, sid: &SessionId, d: Duration) -> Result<
         b.live_abandoned(returned)
     });
     let mut plan = Plan::default();
-    for raw in &leases {
-        let name = reply::index_name(sid, raw, "lease")?;
-        if !abandoned.iter().any(|(a, _)| *a == name) {
-            plan.at(&keys::lease(raw)).renew.push(name);
+    for (name, slot) in leases.iter() {
+        if !abandoned.iter().any(|(a, _)| a == name) {
+            plan.at(*slot).renew.push(name.clone());
         }
     }
     for (name, token) in &abandoned {
-        plan.at(&keys::lease(name.as_str())).release.push((name.clone(), *token));
+        plan.at(keys::lease_slot(name.as_str())).release.push((name.clone(), *token));
     }
     for raw in &groups {
         let name = reply::index_name(sid, raw, "group")?;
-        plan.at(&keys::group(raw)).groups.push(name);
+        plan.at(keys::group_slot(raw)).groups.push(name);
     }
 
     let mut owned = Vec::with_capacity(leases.len());
@@ -252,7 +279,7 @@ fn decode_renew_slot(script: &str, v: &redis::Value, work: &SlotWork) -> Result<
     }
     let mut tokens = Vec::with_capacity(leases.len());
     for (name, t) in work.renew.iter().zip(leases) {
-        let raw = string(t).ok_or_else(|| unexpected(script, v))?;
+        let raw = reply::text(t).ok_or_else(|| unexpected(script, v))?;
         tokens.push(if raw.is_empty() {
             None
         } else {
@@ -426,7 +453,7 @@ pub(crate) fn acquire(inner: &Inner, sid: &SessionId, name: &Name) -> Result<Acq
             if guard.alone() {
                 let removed = inner.scripting.eval(
                     &SCRIPTS.index_remove,
-                    &[keys::session_leases(s)],
+                    &[keys::session_leases(s), keys::session(s)],
                     &[name.to_string()],
                     inner.cleanup_deadline(deadline),
                 );
@@ -595,6 +622,7 @@ mod tests {
 
     fn work() -> SlotWork {
         SlotWork {
+            slot: 0,
             renew: vec![Name::new("a").unwrap(), Name::new("b").unwrap()],
             release: vec![],
             groups: vec![Name::new("g1").unwrap(), Name::new("g2").unwrap()],

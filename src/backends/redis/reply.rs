@@ -30,6 +30,15 @@ pub(crate) fn string(v: &Value) -> Option<String> {
     }
 }
 
+/// A string reply, borrowed (a bulk or simple string of UTF-8).
+pub(crate) fn text(v: &Value) -> Option<&str> {
+    match v {
+        Value::BulkString(b) => std::str::from_utf8(b).ok(),
+        Value::SimpleString(s) | Value::VerbatimString { text: s, .. } => Some(s),
+        _ => None,
+    }
+}
+
 /// An array reply (a RESP3 set counts too).
 pub(crate) fn array(v: &Value) -> Option<&[Value]> {
     match v {

@@ -44,14 +44,30 @@ pub(crate) fn slot_of(key: &[u8]) -> u16 {
         let close = rest.iter().position(|b| *b == b'}')?;
         (close > 0).then(|| &rest[..close])
     });
+    crc16(tagged.unwrap_or(key)) % 16384
+}
+
+/// The hash slot of the key `prefix{name}` (as [`slot_of`] of that key, without building it): the
+/// name up to its first `}` is the hash tag, unless that is empty.
+pub(crate) fn tagged_slot(prefix: &str, name: &str) -> u16 {
+    match name.find('}') {
+        Some(0) => slot_of(format!("{prefix}{{{name}}}").as_bytes()),
+        Some(close) => crc16(&name.as_bytes()[..close]) % 16384,
+        None if name.is_empty() => slot_of(format!("{prefix}{{}}").as_bytes()),
+        None => crc16(name.as_bytes()) % 16384,
+    }
+}
+
+/// CRC16-XMODEM, Redis Cluster's key hash.
+fn crc16(bytes: &[u8]) -> u16 {
     let mut crc: u16 = 0;
-    for b in tagged.unwrap_or(key) {
+    for b in bytes {
         crc ^= u16::from(*b) << 8;
         for _ in 0..8 {
             crc = if crc & 0x8000 != 0 { (crc << 1) ^ 0x1021 } else { crc << 1 };
         }
     }
-    crc % 16384
+    crc
 }
 
 /// The time left before `deadline`, or `Unavailable` when less than a millisecond is left.
@@ -604,6 +620,19 @@ mod tests {
             Value::Int(port),
             Value::BulkString(b"id".to_vec()),
         ])
+    }
+
+    #[test]
+    fn tagged_slots_are_the_slots_of_the_built_keys() {
+        for name in ["job", "a}b", "}a", "", "{x}", "x{y}z", "ü-7", "}", "a}}b"] {
+            for prefix in ["simba:lease:", "simba:group:"] {
+                let key = format!("{prefix}{{{name}}}");
+                assert_eq!(tagged_slot(prefix, name), slot_of(key.as_bytes()), "{key}");
+            }
+        }
+        // Redis's own examples (cluster spec): `{user1000}.following` hashes `user1000`.
+        assert_eq!(slot_of(b"{user1000}.following"), slot_of(b"user1000"));
+        assert_eq!(slot_of(b"123456789"), 12739);
     }
 
     #[test]

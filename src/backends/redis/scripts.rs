@@ -179,6 +179,14 @@ pub(crate) mod keys {
     pub(crate) fn lease(name: &str) -> String {
         format!("simba:lease:{{{name}}}")
     }
+    /// The hash slot of [`lease`]`(name)`, without building the key.
+    pub(crate) fn lease_slot(name: &str) -> u16 {
+        super::super::router::tagged_slot("simba:lease:", name)
+    }
+    /// The hash slot of [`group`]`(name)`, without building the key.
+    pub(crate) fn group_slot(name: &str) -> u16 {
+        super::super::router::tagged_slot("simba:group:", name)
+    }
     /// `simba:session:{sid}`.
     pub(crate) fn session(sid: &str) -> String {
         format!("simba:session:{{{sid}}}")

@@ -15,7 +15,6 @@ use redis::Value;
 
 use super::super::port::ScriptCall;
 use super::super::reply::{array, string, unexpected};
-use super::super::router::slot_of;
 use super::super::scripts::{keys, SCRIPTS};
 use super::super::{ms, Inner};
 use super::SlotWork;
@@ -34,7 +33,7 @@ pub(super) fn run(
     deadline: Instant,
 ) -> Result<Vec<Result<Value>>> {
     let script = SCRIPTS.renew_slot.name();
-    let slots: Vec<u16> = work.iter().map(|w| slot_of(first_key(w).as_bytes())).collect();
+    let slots: Vec<u16> = work.iter().map(|w| w.slot).collect();
     let groups = checked(inner.scripting.group_by_node(&slots, deadline), work.len());
     let mut out: Vec<Option<Result<Value>>> = (0..work.len()).map(|_| None).collect();
     let replies = inner.scripting.eval_each(
@@ -99,15 +98,6 @@ fn checked(groups: Vec<Vec<usize>>, n: usize) -> Vec<Vec<usize>> {
     } else {
         log::warn!("redis: group_by_node did not name every slot exactly once; renewing each slot alone");
         (0..n).map(|i| vec![i]).collect()
-    }
-}
-
-/// The first key of a slot's work (every key of it is in that slot).
-fn first_key(w: &SlotWork) -> String {
-    match (w.renew.first(), w.release.first(), w.groups.first()) {
-        (Some(n), _, _) | (None, Some((n, _)), _) => keys::lease(n.as_str()),
-        (None, None, Some(g)) => keys::group(g.as_str()),
-        (None, None, None) => String::new(),
     }
 }
 

@@ -17,7 +17,7 @@ fn work() -> impl Strategy<Value = (Vec<Name>, Vec<Name>)> {
 }
 
 fn slot_work((renew, groups): &(Vec<Name>, Vec<Name>)) -> SlotWork {
-    SlotWork { renew: renew.clone(), release: Vec::new(), groups: groups.clone() }
+    SlotWork { slot: 0, renew: renew.clone(), release: Vec::new(), groups: groups.clone() }
 }
 
 proptest! {

@@ -119,15 +119,7 @@ pub(crate) fn node_of(key: &str) -> usize {
 }
 
 fn to_value(r: Reply, script: &str) -> Result<Value> {
-    Ok(match r {
-        Reply::Nil => Value::Nil,
-        Reply::Int(i) => Value::Int(i),
-        Reply::Bulk(b) => Value::BulkString(b),
-        Reply::Status(s) if s == "OK" => Value::Okay,
-        Reply::Status(s) => Value::SimpleString(s),
-        Reply::Array(items) => Value::Array(items.into_iter().map(|i| to_value(i, script)).collect::<Result<_>>()?),
-        Reply::Error(e) => return Err(Error::backend(format!("redis script {script} (simulated node): {e}"))),
-    })
+    r.into_value().map_err(|e| Error::backend(format!("redis script {script} (simulated node): {e}")))
 }
 
 impl SimCluster {

@@ -24,6 +24,26 @@ pub enum Reply {
     Array(Vec<Reply>),
 }
 
+impl Reply {
+    /// The reply as the `redis` crate gives it to a client (an error reply anywhere in it, in
+    /// the server's words, is `Err`).
+    ///
+    /// # Errors
+    /// The text of the first error reply in it.
+    pub fn into_value(self) -> Result<redis::Value, String> {
+        use redis::Value;
+        Ok(match self {
+            Reply::Nil => Value::Nil,
+            Reply::Int(i) => Value::Int(i),
+            Reply::Bulk(b) => Value::BulkString(b),
+            Reply::Status(s) if s == "OK" => Value::Okay,
+            Reply::Status(s) => Value::SimpleString(s),
+            Reply::Error(e) => return Err(e),
+            Reply::Array(items) => Value::Array(items.into_iter().map(Reply::into_value).collect::<Result<_, _>>()?),
+        })
+    }
+}
+
 /// The error of a command the simulated node does not implement (the words of Redis 7 for a
 /// command unknown to the server, called from a script).
 pub const UNKNOWN_COMMAND: &str = "ERR Unknown Redis command called from script";
