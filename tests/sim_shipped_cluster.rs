@@ -21,6 +21,10 @@ use simba::sim::shipped::redis::{Node, Reply};
 use simba::sim::shipped::{self, Scenario, Workload};
 use simba::sim::Invariant;
 
+#[path = "support/sim.rs"]
+mod sim_support;
+use sim_support::env_u64;
+
 // ----- the simulated node against the real redis-server -----
 
 const FIXTURES: [(&str, &str, usize); 9] = [
@@ -102,17 +106,8 @@ fn node_conversion_rules() {
 
 // ----- the simulation -----
 
-fn env_u64(key: &str) -> Option<u64> {
-    let v = std::env::var(key).ok().filter(|v| !v.trim().is_empty())?;
-    Some(v.trim().parse().unwrap_or_else(|_| panic!("{key}={v:?} is not a number")))
-}
-
 fn replay_hint(sc: &Scenario, seed: u64) -> String {
-    format!(
-        "replay: SIMBA_SIM_SCENARIO={} SIMBA_SIM_SEED={seed} CARGO_TARGET_DIR=target/explore RUSTFLAGS=\"--cfg \
-         simba_explore\" cargo test --features sim-redis --test sim_shipped_cluster replay -- --nocapture",
-        sc.name
-    )
+    sim_support::replay_hint(sc, seed, "sim_shipped_cluster", "sim-redis")
 }
 
 /// The election workload over the Cluster model with more rivals: 2–6 clients, 24 operations
@@ -190,6 +185,24 @@ fn cluster_seed_replays_exactly() {
         assert_eq!(a.records, b.records, "seed {seed} did not replay");
         assert_eq!(a.counts, b.counts);
     }
+}
+
+/// The recorder reads `renew_slot`'s per-node layout (the slots of one call, their keys and
+/// counts) as the client builds it: renewals are recorded as `Extended` on every node. A layout
+/// read wrongly would record none, and the checker would then miss every renewal-related fault.
+#[test]
+fn renewals_are_recorded_on_every_node() {
+    use simba::sim::Event;
+    let sc = Scenario::cluster();
+    let mut per_node = [0usize; 3];
+    for seed in 0..5 {
+        for r in shipped::run(seed, &sc).records {
+            if let Event::Extended { node, .. } = r.event {
+                per_node[usize::from(node) % 3] += 1;
+            }
+        }
+    }
+    assert!(per_node.iter().all(|n| *n > 0), "Extended events per node over seeds 0..5: {per_node:?}");
 }
 
 /// The first seed of `seeds` on which `sc` violates an invariant; fails when none does.

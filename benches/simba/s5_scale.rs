@@ -33,6 +33,7 @@ pub fn run(config: &Config, targets: &[Target], report: &mut Report) {
             "round trips/s (proxy)",
             "server statements/s",
             "process CPU",
+            "client CPU / keep-alive",
             "threads",
         ],
     );
@@ -50,7 +51,8 @@ pub fn run(config: &Config, targets: &[Target], report: &mut Report) {
          end of the window (target: zero). Round trips/s are counted by the proxy for this process only (Redis \
          standalone, PostgreSQL, MySQL; the proxy adds a little latency); server statements/s come from the server \
          counters of section 4 and include other clients of the shared servers. Process CPU is user + system time \
-         over the window, in % of one core.",
+         over the window, in % of one core; client CPU / keep-alive divides it by the keep-alives sent (it includes \
+         the process's other background work: pools, pub/sub, ZooKeeper pings).",
         sessions / 5
     ));
     report.table(&table);
@@ -181,6 +183,9 @@ fn measure(config: &Config, t: &Target, sessions: usize, window: Duration) -> Be
         rt.map_or("—".into(), fmt_rate),
         stmts.map_or("—".into(), |s| s.per(elapsed)),
         format!("{cpu:.1} %"),
+        // Everything the process spent in the window (renewal threads, pools, pub/sub, pings),
+        // per keep-alive sent: an upper bound of a renewal's own cost.
+        if ka > 0.0 { crate::common::fmt_dur(Duration::from_secs_f64(cpu / 100.0 / ka)) } else { "—".into() },
         threads_now.to_string(),
     ])
 }

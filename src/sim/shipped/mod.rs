@@ -343,7 +343,8 @@ pub struct FaultCounts {
 }
 
 impl FaultCounts {
-    fn add(&mut self, o: &FaultCounts) {
+    /// Adds `o`'s counters to these (summing the runs of a sweep).
+    pub fn add(&mut self, o: &FaultCounts) {
         self.completed += o.completed;
         self.failed += o.failed;
         self.stalled += o.stalled;
