@@ -259,6 +259,31 @@ fn renewal_lists_the_lease_index_only_after_it_changed() {
     assert_eq!(listed, expected, "an acquire changed the index: listed again, without the removed entry");
 }
 
+/// Found by the simulation of the shipped Cluster backend: a name removed from the lease index of
+/// a session that has already expired bumps no generation — `HINCRBY` on the gone session key
+/// would create it again, a hash without an expiry that never goes away.
+#[test]
+#[serial(redis_cluster)]
+fn index_removal_after_the_session_expired_leaves_no_session_key() {
+    let mut raw = Raw::new();
+    let sid = support::unique("gone");
+    let session = format!("simba:session:{{{sid}}}");
+    let index = format!("{session}:leases");
+    let added: i64 = redis::cmd("SADD").arg(&index).arg("L").query(&mut raw.0).unwrap();
+    assert_eq!(added, 1);
+    let removed: i64 = redis::cmd("EVAL")
+        .arg(simba::backends::redis::lua::INDEX_REMOVE)
+        .arg(2)
+        .arg(&index)
+        .arg(&session)
+        .arg("L")
+        .query(&mut raw.0)
+        .unwrap();
+    assert_eq!(removed, 1);
+    let exists: i64 = redis::cmd("EXISTS").arg(&session).query(&mut raw.0).unwrap();
+    assert_eq!(exists, 0, "index_remove created the gone session's key");
+}
+
 #[test]
 #[serial(redis_cluster)]
 fn construction_and_checks() {

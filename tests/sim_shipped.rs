@@ -38,24 +38,8 @@ fn replay_hint(sc: &Scenario, seed: u64) -> String {
 fn assert_clean(sc: &Scenario, seeds: Range<u64>) -> shipped::Sweep {
     println!("[{}] seeds {seeds:?} (SIMBA_SIM_SEED_OFFSET={} reruns this sweep)", sc.name, seeds.start);
     let started = Instant::now();
-    // Every seed of `seeds`, then on (up to four times as many) while an invariant of `expect`
-    // has not been violated yet: a change of the schedule may move the first violation a little
-    // past the range, which should not fail the test.
-    let mut s = shipped::sweep(sc, seeds.clone());
-    let budget = seeds.end.saturating_mul(4);
-    let mut seeds = seeds;
-    while seeds.end < budget
-        && !expect.iter().all(|inv| s.failures.iter().any(|o| o.violations.iter().any(|v| v.invariant == *inv)))
-    {
-        let o = shipped::run(seeds.end, sc);
-        s.runs += 1;
-        s.counts.add(&o.counts);
-        if !o.clean() {
-            s.failures.push(o);
-        }
-        seeds.end += 1;
-    }
-    println!("[{}] {} seeds ({seeds:?}) in {:.2?}: {}", sc.name, s.runs, started.elapsed(), s.counts);
+    let s = shipped::sweep(sc, seeds.clone());
+    println!("[{}] {} seeds in {:.2?}: {}", sc.name, s.runs, started.elapsed(), s.counts);
     if let Some(o) = s.failures.first() {
         panic!(
             "{} of {} seeds failed; the first:\n{}\n{}",
@@ -332,8 +316,24 @@ fn replay() {
 /// explained — its invariant rests on a premise its run broke.
 fn assert_premise_broken(sc: &Scenario, seeds: Range<u64>, premise: Premise, expect: &[Invariant]) {
     let started = Instant::now();
-    let s = shipped::sweep(sc, seeds.clone());
-    println!("[{}] {} seeds in {:.2?}: {}", sc.name, s.runs, started.elapsed(), s.counts);
+    // Every seed of `seeds`, then on (up to four times as many) while an invariant of `expect`
+    // has not been violated yet: a change of the schedule may move the first violation a little
+    // past the range, which should not fail the test.
+    let mut s = shipped::sweep(sc, seeds.clone());
+    let budget = seeds.end.saturating_mul(4);
+    let mut seeds = seeds;
+    while seeds.end < budget
+        && !expect.iter().all(|inv| s.failures.iter().any(|o| o.violations.iter().any(|v| v.invariant == *inv)))
+    {
+        let o = shipped::run(seeds.end, sc);
+        s.runs += 1;
+        s.counts.add(&o.counts);
+        if !o.clean() {
+            s.failures.push(o);
+        }
+        seeds.end += 1;
+    }
+    println!("[{}] {} seeds ({seeds:?}) in {:.2?}: {}", sc.name, s.runs, started.elapsed(), s.counts);
     let unfired = s.counts.unfired_of(sc);
     assert!(unfired.is_empty(), "[{}] fault classes that never fired over seeds {seeds:?}: {unfired:?}", sc.name);
     assert!(sc.broken_premises().contains(&premise), "[{}] does not break {premise}", sc.name);
