@@ -21,17 +21,7 @@ pub fn run(config: &Config, targets: &[Target], report: &mut Report) {
     let rounds = config.pick(10, 2);
     let mut table = Table::new(
         "8. Against a peer library: uncontended acquire+release on the same server",
-        &[
-            "backend",
-            "peer",
-            "peer ops/s",
-            "peer p50",
-            "peer p99",
-            "simba ops/s",
-            "simba p50",
-            "simba p99",
-            "**simba / peer** (p50)",
-        ],
+        &["backend", "peer", "peer ops/s", "peer p50", "peer p99", "simba ops/s", "simba p50", "simba p99", "**simba / peer** (p50)"],
     );
     let mut any = false;
     for t in targets.iter().filter(|t| t.kind == Kind::Mysql) {
@@ -99,9 +89,10 @@ fn api_op(session: &Session, n: &simba::Name) -> BenchResult<()> {
 
 /// Runs `ops` tooz acquire+release in one `python3` process and returns their latencies.
 fn peer_block(url: &str, lock: &str, ops: usize) -> BenchResult<Vec<Duration>> {
-    let out = Command::new("python3").args([SCRIPT, url, lock, &ops.to_string()]).output().map_err(|e| {
-        err(format!("cannot run python3 {SCRIPT}: {e} (the peer needs Python 3 with `pip install tooz pymysql`)"))
-    })?;
+    let out = Command::new("python3")
+        .args([SCRIPT, url, lock, &ops.to_string()])
+        .output()
+        .map_err(|e| err(format!("cannot run python3 {SCRIPT}: {e} (the peer needs Python 3 with `pip install tooz pymysql`)")))?;
     if !out.status.success() {
         return Err(err(format!(
             "the tooz peer failed ({}): {}",
