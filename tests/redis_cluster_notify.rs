@@ -119,14 +119,14 @@ fn releases_and_joins_arrive_through_a_sharded_subscription_on_the_keys_master()
     let channel = lease_channel(&l);
     let x = master_of(&channel);
     let rx = subscribed(&b, &Topic::Lease(l.clone()));
-    // Subscribed on the lease's master, sharded; no plain subscription on any node.
+    // A shard message published on the lease's master alone reaches the watcher...
+    let _ = on(&x, &["SPUBLISH", &channel, "released"]);
+    assert_eq!(rx.recv_timeout(WAIT), Ok(Notification::Released(l.clone())), "no shard message from {x}");
+    // ... through a sharded subscription there; there is no plain subscription on any node.
     assert_eq!(subscribers(&x, &channel, true), 1, "no sharded subscription on the lease's master {x}");
     for n in &all {
         assert_eq!(subscribers(n, &channel, false), 0, "a plain subscription on {n}");
     }
-    // A shard message published on the lease's master alone reaches the watcher.
-    let _ = on(&x, &["SPUBLISH", &channel, "released"]);
-    assert_eq!(rx.recv_timeout(WAIT).unwrap(), Notification::Released(l.clone()));
 
     // A real release, by another backend: its release_slot.lua SPUBLISHes on the lease's master.
     let other = RedisBackend::connect(&url, options()).unwrap();
