@@ -96,6 +96,9 @@ pub(super) fn run(weak: &Weak<Watchers>, endpoints: &[ConnectionInfo], timeout: 
     let mut swept = Instant::now();
     let mut reports: Vec<Report> = Vec::new();
     let mut next_id = 0u64;
+    // After a failed slot map read, the next waits (doubling up to MAX_BACKOFF), so a cluster
+    // that is down is not asked again every round.
+    let (mut map_retry, mut map_step) = (Instant::now(), Duration::from_millis(25));
     loop {
         let Some(w) = weak.upgrade() else {
             log::debug!("redis pub/sub for {target}: backend dropped, subscriber threads stop");
@@ -190,14 +193,19 @@ pub(super) fn run(weak: &Weak<Watchers>, endpoints: &[ConnectionInfo], timeout: 
         }
         // Subscribe each new topic on the master of its slot, one order per slot.
         if !changes.subscribe.is_empty() {
-            if stale || map.is_none() {
+            if (stale || map.is_none()) && now >= map_retry {
                 match read_map(&seeds, map.as_ref(), timeout) {
                     Ok(m) => {
                         map = Some(m);
                         stale = false;
                         moved.clear();
+                        map_step = Duration::from_millis(25);
                     }
-                    Err(e) => log::debug!("redis pub/sub for {target}: cannot read the slot map ({e})"),
+                    Err(e) => {
+                        log::debug!("redis pub/sub for {target}: cannot read the slot map ({e})");
+                        map_step = (map_step * 2).min(MAX_BACKOFF);
+                        map_retry = Instant::now() + map_step;
+                    }
                 }
             }
             let mut join: HashMap<(String, u16), Vec<Topic>> = HashMap::new();
