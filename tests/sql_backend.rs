@@ -1437,6 +1437,62 @@ fn mysql_keep_alive_with_only_the_old_procedure() {
     b.close_session(&s).unwrap();
 }
 
+/// MySQL/MariaDB: a database whose schema an older version made has `simba_acquire_v1` (the read
+/// of the lease row first, always) but not `simba_acquire_v2` (a free or new lease in one upsert).
+/// `check` warns naming the new procedure, acquires fall back to the separate statements (two
+/// round trips for a new lease: the old procedure is never called) with the same outcomes, and
+/// applying the schema again creates `simba_acquire_v2` (one round trip again) and leaves
+/// `simba_acquire_v1` in place for older clients.
+#[cfg(feature = "mysql")]
+#[test]
+#[serial_test::serial(mysql)]
+fn mysql_acquire_with_only_the_old_procedure() {
+    use ::mysql::prelude::Queryable;
+    let iso = make_isolated(Dialect::Mysql, options(Duration::from_secs(5), false));
+    let fx = &iso.fx;
+    let mut admin = ::mysql::Conn::new(::mysql::Opts::from_url(&fx.url).unwrap()).unwrap();
+    admin.query_drop(format!("DROP PROCEDURE {ACQUIRE_PROCEDURE}")).unwrap();
+    admin.query_drop(include_str!("sql/acquire-v1-mysql.sql")).unwrap();
+    let addr = addr_of(&fx.url);
+    let proxy = rtt::CountingProxy::start(&addr);
+    let opts = SqlOptions::builder().pool_size(1).auto_purge(false).build().unwrap();
+    let b = SqlBackend::from_url(&proxy.url(&fx.url, &addr), opts).unwrap();
+    let schema = |b: &SqlBackend| b.check().into_iter().find(|c| c.name == "schema").unwrap();
+    let warn = schema(&b);
+    assert_eq!(warn.status, CheckStatus::Warn, "{warn:?}");
+    assert!(warn.detail.contains("simba_acquire_v2"), "{warn:?}");
+    let p = support::unique("oldacq");
+    let s = b.open_session(Duration::from_secs(10), "upgraded").unwrap().id;
+    let other = b.open_session(Duration::from_secs(10), "upgraded, other").unwrap().id;
+    let lease = name(&format!("{p}-a"));
+    assert_eq!(acquired(b.acquire(&s, &lease).unwrap()), 1, "warm-up (prepares the statements)");
+    let before = proxy.round_trips();
+    assert_eq!(acquired(b.acquire(&s, &name(&format!("{p}-b"))).unwrap()), 1);
+    assert_eq!(proxy.round_trips() - before, 2, "the fallback's two statements, not simba_acquire_v1");
+    assert_eq!(acquired(b.acquire(&s, &lease).unwrap()), 1, "held by this session");
+    assert_eq!(b.acquire(&other, &lease).unwrap(), Acquire::Busy);
+    b.release(&s, &lease, Token::new(1).unwrap()).unwrap();
+    assert_eq!(acquired(b.acquire(&other, &lease).unwrap()), 2, "a free lease: a new term");
+
+    b.init_schema().unwrap();
+    assert_eq!(schema(&b).status, CheckStatus::Ok, "{:?}", schema(&b));
+    let third = name(&format!("{p}-c"));
+    assert_eq!(acquired(b.acquire(&s, &third).unwrap()), 1, "warm-up of the procedure call");
+    b.release(&s, &third, Token::new(1).unwrap()).unwrap();
+    let before = proxy.round_trips();
+    assert_eq!(acquired(b.acquire(&other, &third).unwrap()), 2, "a free lease through simba_acquire_v2");
+    assert_eq!(proxy.round_trips() - before, 1, "the acquire procedure again after init_schema");
+    let old: Vec<::mysql::Row> = admin
+        .query(
+            "SELECT routine_name FROM information_schema.routines WHERE routine_schema = DATABASE() \
+             AND routine_name = 'simba_acquire_v1'",
+        )
+        .unwrap();
+    assert_eq!(old.len(), 1, "the init script leaves the old procedure alone");
+    b.close_session(&s).unwrap();
+    b.close_session(&other).unwrap();
+}
+
 /// MySQL/MariaDB: an application user without EXECUTE on the keep-alive procedure (only the
 /// table privileges an older version needed) keeps working with the separate-statement keep-alive and acquire,
 /// and `check` says why.

@@ -98,9 +98,14 @@ begin
 end//
 delimiter ;
 
--- The acquire in one round trip (CALL simba_acquire_v1(session id, lease name)): the plain read of
--- acquire-observe.sql, then — when the lease looks takeable — the one upsert of acquire.sql, with
--- exactly their semantics (the fallback runs the same two statements from the client). The upsert
+-- The acquire in one round trip (CALL simba_acquire_v2(session id, lease name)). A free or new
+-- lease is taken by ONE upsert (this session read LOCK IN SHARE MODE and alive, the row taken
+-- only while its session_id is ''), then this session's remaining time is read by its
+-- primary key: no read of the lease row first. Otherwise (the lease is held, by this session, by a
+-- live or by an expired holder; this session is not alive; or the free row was taken meanwhile) the
+-- upsert changes nothing and the acquire continues exactly as simba_acquire_v1 did: the plain read
+-- of acquire-observe.sql, then — when the lease looks takeable — the upsert of acquire.sql, with
+-- exactly their semantics (the fallback runs those two statements from the client). That upsert
 -- reads this session and the observed holder's session row LOCK IN SHARE MODE, so a takeover is
 -- serialised with that session's renewal; the token assignment comes first in its SET list. An
 -- upsert that did not take the row (the holder changed between the two statements) is classified
@@ -108,16 +113,18 @@ delimiter ;
 -- the token, NULL when another live session holds the lease).
 -- The lease row is not read inside the INSERT … SELECT itself: there InnoDB would take a shared
 -- lock on it, and racing acquirers would deadlock upgrading it to the upsert's exclusive lock.
--- Versioned like the keep-alive procedure; same requirements (MariaDB 10.1.3+, MySQL 8.0.29+,
--- CREATE ROUTINE); without it the backend falls back to the two statements (two round trips).
+-- The name carries a version like the keep-alive's: simba_acquire_v1 (the read first, always) is
+-- what the previous version calls; this script no longer creates it and never drops it (drop it by
+-- hand once no older client runs). Same requirements (MariaDB 10.1.3+, MySQL 8.0.29+, CREATE
+-- ROUTINE); without it the backend falls back to the two statements (two round trips).
 delimiter //
-create procedure if not exists simba_acquire_v1(
+create procedure if not exists simba_acquire_v2(
     in p_session char(32) character set ascii collate ascii_bin,
     in p_name    varchar(128) character set ascii collate ascii_bin
 )
     modifies sql data
     sql security invoker
-    comment 'Simba acquire in one round trip (sql/mysql/init-simba-mysql.sql)'
+    comment 'Simba acquire in one round trip, a free lease in one upsert (sql/mysql/init-simba-mysql.sql)'
 begin
     declare v_round int default 0;
     declare v_found int default 1;
@@ -126,58 +133,80 @@ begin
     declare v_token bigint default null;
     declare v_holder_alive int default 0;
     declare continue handler for not found set v_found = 0;
-    acquire: loop
-        set v_found = 1, v_remaining = null, v_holder = null, v_token = null, v_holder_alive = 0;
-        select me.expires_at - cast(unix_timestamp(now(3)) * 1000 as signed),
-               l.session_id,
-               l.token,
-               h.session_id is not null
-        into v_remaining, v_holder, v_token, v_holder_alive
+    insert into simba_lease (name, session_id, token)
+    select p_name, me.session_id, 1
+    from simba_session me
+    where me.session_id = p_session
+      and me.expires_at > cast(unix_timestamp(now(3)) * 1000 as signed)
+    lock in share mode
+    on duplicate key update
+        token      = if(simba_lease.session_id = '', last_insert_id(simba_lease.token + 1), simba_lease.token),
+        session_id = if(simba_lease.session_id = '', values(session_id), simba_lease.session_id);
+    set v_token = case row_count() when 1 then 1 when 2 then last_insert_id() else null end;
+    if v_token is not null then
+        -- Taken. NOT FOUND (the session expired since the upsert) leaves v_remaining NULL: the
+        -- reply is "expired", never a lease of a dead session.
+        select me.expires_at - cast(unix_timestamp(now(3)) * 1000 as signed)
+        into v_remaining
         from simba_session me
-        left join simba_lease l on l.name = p_name
-        left join simba_session h
-               on h.session_id = l.session_id
-              and h.session_id <> me.session_id
-              and h.expires_at > cast(unix_timestamp(now(3)) * 1000 as signed)
         where me.session_id = p_session
           and me.expires_at > cast(unix_timestamp(now(3)) * 1000 as signed);
-        if v_found = 0 then
-            select null, null;
-            leave acquire;
-        end if;
-        if v_holder = p_session and v_token is not null then
-            select v_remaining, v_token;
-            leave acquire;
-        end if;
-        if v_holder_alive <> 0 or v_round > 0 then
-            select v_remaining, null;
-            leave acquire;
-        end if;
-        set v_holder = coalesce(v_holder, '');
-        insert into simba_lease (name, session_id, token)
-        select p_name, me.session_id, 1
-        from simba_session me
-        left join simba_session h on h.session_id = v_holder
-        where me.session_id = p_session
-          and me.expires_at > cast(unix_timestamp(now(3)) * 1000 as signed)
-          and (h.session_id is null or h.expires_at <= cast(unix_timestamp(now(3)) * 1000 as signed))
-        lock in share mode
-        on duplicate key update
-            token      = if(simba_lease.session_id = '' or simba_lease.session_id = v_holder,
-                            last_insert_id(simba_lease.token + 1), simba_lease.token),
-            session_id = if(simba_lease.session_id = '' or simba_lease.session_id = v_holder,
-                            values(session_id), simba_lease.session_id);
-        case row_count()
-            when 1 then
-                select v_remaining, 1;
+        select v_remaining, if(v_remaining is null, null, v_token);
+    else
+        -- Not free: simba_acquire_v1's body, unchanged.
+        acquire: loop
+            set v_found = 1, v_remaining = null, v_holder = null, v_token = null, v_holder_alive = 0;
+            select me.expires_at - cast(unix_timestamp(now(3)) * 1000 as signed),
+                   l.session_id,
+                   l.token,
+                   h.session_id is not null
+            into v_remaining, v_holder, v_token, v_holder_alive
+            from simba_session me
+            left join simba_lease l on l.name = p_name
+            left join simba_session h
+                   on h.session_id = l.session_id
+                  and h.session_id <> me.session_id
+                  and h.expires_at > cast(unix_timestamp(now(3)) * 1000 as signed)
+            where me.session_id = p_session
+              and me.expires_at > cast(unix_timestamp(now(3)) * 1000 as signed);
+            if v_found = 0 then
+                select null, null;
                 leave acquire;
-            when 2 then
-                select v_remaining, last_insert_id();
+            end if;
+            if v_holder = p_session and v_token is not null then
+                select v_remaining, v_token;
                 leave acquire;
-            else
-                set v_round = v_round + 1;
-        end case;
-    end loop;
+            end if;
+            if v_holder_alive <> 0 or v_round > 0 then
+                select v_remaining, null;
+                leave acquire;
+            end if;
+            set v_holder = coalesce(v_holder, '');
+            insert into simba_lease (name, session_id, token)
+            select p_name, me.session_id, 1
+            from simba_session me
+            left join simba_session h on h.session_id = v_holder
+            where me.session_id = p_session
+              and me.expires_at > cast(unix_timestamp(now(3)) * 1000 as signed)
+              and (h.session_id is null or h.expires_at <= cast(unix_timestamp(now(3)) * 1000 as signed))
+            lock in share mode
+            on duplicate key update
+                token      = if(simba_lease.session_id = '' or simba_lease.session_id = v_holder,
+                                last_insert_id(simba_lease.token + 1), simba_lease.token),
+                session_id = if(simba_lease.session_id = '' or simba_lease.session_id = v_holder,
+                                values(session_id), simba_lease.session_id);
+            case row_count()
+                when 1 then
+                    select v_remaining, 1;
+                    leave acquire;
+                when 2 then
+                    select v_remaining, last_insert_id();
+                    leave acquire;
+                else
+                    set v_round = v_round + 1;
+            end case;
+        end loop;
+    end if;
 end//
 delimiter ;
 

@@ -67,11 +67,12 @@ pub mod mysql {
     /// `acquire.sql`: Acquire: one upsert taking a free, own or expired-holder lease (token + 1 for a new term).
     pub const ACQUIRE: &str = include_str!("../../../sql/mysql/acquire.sql");
     /// `acquire-call.sql`: The acquire in one round trip: calls the schema's procedure
-    /// [`ACQUIRE_PROCEDURE`], which runs [`ACQUIRE_OBSERVE`] and then [`ACQUIRE`] on the server.
+    /// [`ACQUIRE_PROCEDURE`], which takes a free or new lease with one upsert and otherwise runs
+    /// [`ACQUIRE_OBSERVE`] and then [`ACQUIRE`] on the server.
     pub const ACQUIRE_CALL: &str = include_str!("../../../sql/mysql/acquire-call.sql");
     /// The name of the stored procedure [`ACQUIRE_CALL`] calls, created by [`INIT_SIMBA_MYSQL`] and
     /// looked up by [`ROUTINE_CHECK`] (not SQL text: the name, for messages).
-    pub const ACQUIRE_PROCEDURE: &str = "simba_acquire_v1";
+    pub const ACQUIRE_PROCEDURE: &str = "simba_acquire_v2";
     /// `delete-expired-session.sql`: Fallback keep-alive on an expired session: deletes the session row.
     pub const DELETE_EXPIRED_SESSION: &str = include_str!("../../../sql/mysql/delete-expired-session.sql");
     /// `delete-session-members.sql`: Close step 3 and fallback expired keep-alive: deletes the session's memberships.
