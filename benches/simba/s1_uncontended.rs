@@ -94,7 +94,7 @@ pub fn run(config: &Config, targets: &[Target], report: &mut Report) {
         "{rounds} rounds × blocks of {block} ops per variant, the three variants interleaved (order rotated each round). \
          API = `Session::try_lock` + `Lease::release` (default timings); SPI = `LeaseBackend::acquire` + `release` \
          called directly on the bench thread (no engine, no worker hand-off); raw = the minimal primitive on the same \
-         server and the same kind of connection: Redis `SET NX PX` + compare-and-delete script (EVALSHA); PostgreSQL/MySQL \
+         server and the same kind of connection (PostgreSQL: plain TCP for both, `sslmode=disable` unless the URL names a mode): Redis `SET NX PX` + compare-and-delete script (EVALSHA); PostgreSQL/MySQL \
          one upsert to take + one update to free (prepared once; the spec's \"one upsert\" cannot also free the lock); \
          ZooKeeper create + delete of an ephemeral node (zookeeper-client). memory has no raw primitive: its API/raw \
          column compares with the SPI. Round trips counted by a loopback proxy (memory: none; Redis Cluster: \

@@ -115,6 +115,14 @@ impl Target {
             Kind::Mysql => env_or("SIMBA_TEST_MYSQL_URL", "mysql://root@127.0.0.1:3306/test"),
             Kind::Zookeeper => env_or("SIMBA_TEST_ZOOKEEPER_URL", "zookeeper://127.0.0.1:2181/simba-test"),
         };
+        // The raw PostgreSQL client connects without TLS (`postgres::NoTls`); the library's default
+        // `sslmode=prefer` would use TLS against a server with `ssl = on` and pay the encryption
+        // the raw lock does not. Unless the URL names a mode, both run on plain TCP.
+        let url = if kind == Kind::Postgres && !url.contains("sslmode=") {
+            format!("{url}{}sslmode=disable", if url.contains('?') { '&' } else { '?' })
+        } else {
+            url
+        };
         let mut t = Target { kind, url, server_version: String::new() };
         t.server_version = t.init().map_err(|e| unreachable(kind, &t.url, e))?;
         Ok(t)
