@@ -262,8 +262,8 @@ mod tests {
 
     /// A gate that hung jobs wait on; opened when dropped.
     struct Gate {
-        _open_on_drop: crossbeam_channel::Sender<()>,
-        wait: crossbeam_channel::Receiver<()>,
+        _open_on_drop: sync::Sender<()>,
+        wait: sync::Receiver<()>,
     }
 
     impl Gate {
