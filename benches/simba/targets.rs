@@ -455,7 +455,7 @@ pub fn redis_slot(key: &str) -> u16 {
 #[cfg(feature = "redis")]
 mod redis_impl {
     use super::*;
-    use crate::assets::{REDIS_PUBLISH, REDIS_SPUBLISH, REDIS_UNLOCK};
+    use crate::assets::{REDIS_PUBLISH, REDIS_UNLOCK};
     use redis::ConnectionLike;
 
     pub fn nodes(url: &str) -> Vec<String> {
@@ -644,77 +644,12 @@ mod redis_impl {
         Ok((r?, rtts))
     }
 
-    /// The notification baseline. Standalone: a script that PUBLISHes on a channel named like a
-    /// lease's → the message on a connection PSUBSCRIBEd to the server, as simba's release script
-    /// and pub/sub thread do. Cluster: two baselines, both printed; the one returned (the table's
-    /// column) is what simba does since issue #19 — a script that SPUBLISHes on its key's shard
-    /// channel → a connection SSUBSCRIBEd on the same master; the other is what it did before — a
-    /// script PUBLISH on one master → a PSUBSCRIBEd connection on another master (across the
-    /// cluster bus).
+    /// A script that PUBLISHes on a channel named like a lease's (`simba-bench:notify:{…}`, so
+    /// its hash slot picks the node on Cluster) → the message on a connection PSUBSCRIBEd on the
+    /// first node, as simba's release script and pub/sub thread do.
     pub fn notify(t: &Target, samples: usize) -> BenchResult<Vec<Duration>> {
-        if t.kind != Kind::RedisCluster {
-            let channel = format!("simba-bench:notify:{{{:08x}}}", rand::random::<u32>());
-            return publish_notify(t, &t.url, &channel, samples);
-        }
-        let first = masters(&t.url)?.into_iter().next().ok_or_else(|| err("no master"))?;
-        // A channel whose slot another master serves: the message crosses the bus.
-        let crossing = loop {
-            let channel = format!("simba-bench:notify:{{{:08x}}}", rand::random::<u32>());
-            if master_of(&t.url, redis_slot(&channel))? != first {
-                break channel;
-            }
-        };
-        let cross = publish_notify(t, &first, &crossing, samples)?;
-        let sharded = spublish_notify(t, samples)?;
-        let show = |name: &str, v: &[Duration]| {
-            let mut v = v.to_vec();
-            v.sort();
-            let at = |q: f64| v[((v.len() as f64 * q) as usize).min(v.len() - 1)];
-            crate::common::progress(format!(
-                "  raw notification baseline, {name}: p50 {:?} / p99 {:?} / max {:?} ({} samples)",
-                at(0.5),
-                at(0.99),
-                v[v.len() - 1],
-                v.len()
-            ));
-        };
-        if !cross.is_empty() && !sharded.is_empty() {
-            show("script PUBLISH → PSUBSCRIBE on another master (across the cluster bus)", &cross);
-            show("script SPUBLISH → SSUBSCRIBE on the same master (the table's column)", &sharded);
-        }
-        Ok(sharded)
-    }
-
-    /// The master serving `slot`, as `redis://host:port`, by the first node's `CLUSTER SLOTS`.
-    fn master_of(url: &str, slot: u16) -> BenchResult<String> {
-        let seed = nodes(url).into_iter().next().ok_or_else(|| err("no cluster node"))?;
-        let ranges: Vec<Vec<redis::Value>> = redis::cmd("CLUSTER").arg("SLOTS").query(&mut conn(&seed)?)?;
-        for r in ranges {
-            let (Some(a), Some(b), Some(m)) = (r.first(), r.get(1), r.get(2)) else { continue };
-            let (a, b): (u16, u16) = (redis::from_redis_value(a.clone())?, redis::from_redis_value(b.clone())?);
-            if (a..=b).contains(&slot) {
-                let m: (String, u16) = match redis::from_redis_value::<Vec<redis::Value>>(m.clone())?.as_slice() {
-                    [h, p, ..] => (redis::from_redis_value(h.clone())?, redis::from_redis_value(p.clone())?),
-                    _ => return Err(err("CLUSTER SLOTS: malformed node")),
-                };
-                return Ok(format!("redis://{}:{}", m.0, m.1));
-            }
-        }
-        Err(err(format!("no master serves slot {slot}")))
-    }
-
-    fn publisher(t: &Target) -> BenchResult<Conn> {
-        Ok(if t.kind == Kind::RedisCluster {
-            let client = redis::cluster::ClusterClient::builder(nodes(&t.url)).build()?;
-            Conn::Cluster(Box::new(client.get_connection()?))
-        } else {
-            Conn::One(conn(&t.url)?)
-        })
-    }
-
-    /// Script PUBLISH on `channel` (on its slot's node) → a connection PSUBSCRIBEd on `sub_url`.
-    fn publish_notify(t: &Target, sub_url: &str, channel: &str, samples: usize) -> BenchResult<Vec<Duration>> {
-        let sub_url = sub_url.to_string();
+        let sub_url = if t.kind == Kind::RedisCluster { masters(&t.url)?[0].clone() } else { t.url.clone() };
+        let channel = format!("simba-bench:notify:{{{:08x}}}", rand::random::<u32>());
         let (ready_tx, ready_rx) = crossbeam_channel::bounded::<()>(1);
         let (got_tx, got_rx) = crossbeam_channel::unbounded::<std::time::Instant>();
         let sub = std::thread::spawn(move || -> BenchResult<()> {
@@ -730,59 +665,22 @@ mod redis_impl {
             Ok(())
         });
         ready_rx.recv_timeout(Duration::from_secs(5)).map_err(|_| err("subscriber did not start"))?;
-        let mut publisher = publisher(t)?;
+        let mut publisher = if t.kind == Kind::RedisCluster {
+            let client = redis::cluster::ClusterClient::builder(nodes(&t.url)).build()?;
+            Conn::Cluster(Box::new(client.get_connection()?))
+        } else {
+            Conn::One(conn(&t.url)?)
+        };
         let script = redis::Script::new(REDIS_PUBLISH);
         let mut out = Vec::with_capacity(samples);
         for _ in 0..samples {
             std::thread::sleep(Duration::from_millis(2) + Duration::from_micros(rand::random_range(0..3_000)));
             let t0 = std::time::Instant::now();
-            let _: i64 = script.key(channel).arg("released").invoke(publisher.get())?;
+            let _: i64 = script.key(&channel).arg("released").invoke(publisher.get())?;
             let t1 = got_rx.recv_timeout(Duration::from_secs(5)).map_err(|_| err("message not delivered"))?;
             out.push(t1.saturating_duration_since(t0));
         }
         sub.join().map_err(|_| err("subscriber panicked"))??;
-        Ok(out)
-    }
-
-    /// Cluster: script SPUBLISH on a shard channel → a connection SSUBSCRIBEd to it on the
-    /// channel's own master (RESP2: confirmations and messages are plain replies, read one by one;
-    /// no read times out here, so the driver never skips one).
-    fn spublish_notify(t: &Target, samples: usize) -> BenchResult<Vec<Duration>> {
-        let channel = format!("simba-bench:notify:{{{:08x}}}", rand::random::<u32>());
-        let sub_url = master_of(&t.url, redis_slot(&channel))?;
-        let (ready_tx, ready_rx) = crossbeam_channel::bounded::<()>(1);
-        let (got_tx, got_rx) = crossbeam_channel::unbounded::<std::time::Instant>();
-        let sub_channel = channel.clone();
-        let sub = std::thread::spawn(move || -> BenchResult<()> {
-            let mut c = conn(&sub_url)?;
-            let _: redis::Value = redis::cmd("SSUBSCRIBE").arg(&sub_channel).query(&mut c)?;
-            let _ = ready_tx.send(());
-            let mut got = 0;
-            while got < samples {
-                let v = c.recv_response()?;
-                let kind: Option<String> = match &v {
-                    redis::Value::Array(items) => items.first().and_then(|k| redis::from_redis_value(k.clone()).ok()),
-                    _ => None,
-                };
-                if kind.as_deref() == Some("smessage") {
-                    got += 1;
-                    let _ = got_tx.send(std::time::Instant::now());
-                }
-            }
-            Ok(())
-        });
-        ready_rx.recv_timeout(Duration::from_secs(5)).map_err(|_| err("sharded subscriber did not start"))?;
-        let mut publisher = publisher(t)?;
-        let script = redis::Script::new(REDIS_SPUBLISH);
-        let mut out = Vec::with_capacity(samples);
-        for _ in 0..samples {
-            std::thread::sleep(Duration::from_millis(2) + Duration::from_micros(rand::random_range(0..3_000)));
-            let t0 = std::time::Instant::now();
-            let _: i64 = script.key(&channel).arg("released").invoke(publisher.get())?;
-            let t1 = got_rx.recv_timeout(Duration::from_secs(5)).map_err(|_| err("shard message not delivered"))?;
-            out.push(t1.saturating_duration_since(t0));
-        }
-        sub.join().map_err(|_| err("sharded subscriber panicked"))??;
         Ok(out)
     }
 

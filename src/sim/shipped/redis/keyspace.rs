@@ -441,9 +441,8 @@ impl Keyspace {
                 self.drop_if_empty(&a[0]);
                 Ok(Reply::Int(n as i64))
             }
-            "publish" | "spublish" => {
-                // No subscriber in the simulation (no pub/sub): nobody receives it. (A Cluster
-                // node checks SPUBLISH's channel like a key: the node's non-local check does.)
+            "publish" => {
+                // No subscriber in the simulation (no pub/sub): nobody receives it.
                 need(a.len() == 2)?;
                 Ok(Reply::Int(0))
             }
