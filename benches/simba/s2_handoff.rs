@@ -29,8 +29,8 @@ pub fn run(config: &Config, targets: &[Target], report: &mut Report) {
         "The holder releases at a random moment after the waiter entered `lock()` (push backends: 20–25 ms, so the \
          waiter is parked on its notification; SQL: uniformly within one retry period, so the release lands at a \
          random phase of the waiter's polling). Latency includes the release's own round trip. The last column is the raw \
-         notification alone on the same server (Redis `PUBLISH` → a subscribed connection; on Cluster a script's \
-         `SPUBLISH` → a connection `SSUBSCRIBE`d on the channel's own master, as the backend does; ZooKeeper `delete` → another client's `exists` watch; PostgreSQL an autocommit `pg_notify` → \
+         notification alone on the same server (Redis `PUBLISH` → a subscribed connection, on Cluster through \
+         another master; ZooKeeper `delete` → another client's `exists` watch; PostgreSQL an autocommit `pg_notify` → \
          a `LISTEN`ing connection), measured right after. MySQL target (it polls every poll_interval + jitter: \
          0.5 s + up to 0.25 s at default timings): max ≤ 1 s (issue #19, against tooz's 0.97 s p99).",
     );
