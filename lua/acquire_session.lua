@@ -9,8 +9,10 @@ if pttl <= 0 then
   return {-1}
 end
 local d = tonumber(redis.call('HGET', KEYS[1], 'duration') or pttl)
+-- The index expires one lease duration after the session: every call that creates it or renews
+-- the session sets its TTL so, so a name already in it needs no PEXPIRE.
 if redis.call('SADD', KEYS[2], ARGV[1]) == 1 then
   redis.call('HINCRBY', KEYS[1], 'gen', 1)
+  redis.call('PEXPIRE', KEYS[2], pttl + d)
 end
-redis.call('PEXPIRE', KEYS[2], pttl + d)
 return {pttl, d}

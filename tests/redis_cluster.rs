@@ -181,6 +181,13 @@ impl Raw {
     fn pttl(&mut self, key: &str) -> i64 {
         redis::cmd("PTTL").arg(key).query(&mut self.0).unwrap()
     }
+    /// `cmd` on the master serving `key`, its reply as text.
+    fn on_master_of(&mut self, key: &str, cmd: &mut redis::Cmd) -> String {
+        let route =
+            RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(Route::with_key(key, SlotAddr::Master)));
+        let v = self.0.route_command(cmd, route).unwrap();
+        redis::from_redis_value(v).unwrap()
+    }
     /// Redis `TIME` (ms) on the master serving `key`.
     fn now_at(&mut self, key: &str) -> i64 {
         let route =
@@ -441,6 +448,92 @@ fn ends(raw: &mut Raw, sid: &SessionId, l: &Name) -> (i64, i64) {
     let session_end = raw.now_at(&session_key) + raw.pttl(&session_key);
     let lease_end: i64 = raw.hget(&lease_key(l), "expires").unwrap().parse().unwrap();
     (session_end, lease_end)
+}
+
+/// Pauses writes on the master serving `key` until dropped (`CLIENT PAUSE ... WRITE`: scripts
+/// wait, the cluster bus does not).
+struct Paused<'r>(&'r mut Raw, String);
+
+impl<'r> Paused<'r> {
+    fn new(raw: &'r mut Raw, key: &str) -> Paused<'r> {
+        raw.on_master_of(key, redis::cmd("CLIENT").arg("PAUSE").arg(30_000).arg("WRITE"));
+        Paused(raw, key.to_string())
+    }
+}
+
+impl Drop for Paused<'_> {
+    fn drop(&mut self) {
+        let key = self.1.clone();
+        self.0.on_master_of(&key, redis::cmd("CLIENT").arg("UNPAUSE"));
+    }
+}
+
+/// Once the session's lease duration is known (after its first acquire), an acquire sends its
+/// session call and its lease call together: the lease call takes effect on its node while the
+/// session's node is still paused, and the acquire completes once that node answers.
+#[test]
+#[serial(redis_cluster)]
+fn acquire_sends_the_session_and_lease_calls_together() {
+    init_log();
+    let t = Duration::from_secs(20);
+    let scripting = Arc::new(ClusteredScripting::new(&nodes(), 8, t).unwrap());
+    let b = RedisBackend::with_scripting(scripting, RedisOptions::builder().query_timeout(t).build().unwrap())
+        .unwrap_or_else(|e| panic!("cannot connect to Redis Cluster: {e} (run `scripts/services up redis-cluster`)"));
+    let mut raw = Raw::new();
+    let sid = b.open_session(Duration::from_secs(30), "").unwrap().id;
+    let session_key = format!("simba:session:{{{sid}}}");
+    let session_node = raw.on_master_of(&session_key, redis::cmd("CLUSTER").arg("MYID"));
+    let first = spread("together-first", 1, &sid).remove(0);
+    token(b.acquire(&sid, &first));
+    let l = loop {
+        let l = spread("together", 1, &sid).remove(0);
+        if raw.on_master_of(&lease_key(&l), redis::cmd("CLUSTER").arg("MYID")) != session_node {
+            break l;
+        }
+    };
+    let paused = Paused::new(&mut raw, &session_key);
+    let acquired = thread::scope(|scope| {
+        let acquire = scope.spawn(|| b.acquire(&sid, &l));
+        let mut direct = Raw::new();
+        let started = Instant::now();
+        while direct.hget(&lease_key(&l), "session").as_deref() != Some(sid.as_str()) {
+            assert!(
+                started.elapsed() < Duration::from_secs(10),
+                "the lease call did not reach its node while the session's node was paused"
+            );
+            thread::sleep(Duration::from_millis(5));
+        }
+        assert!(!acquire.is_finished(), "the acquire returned while the session's node was paused");
+        drop(paused);
+        acquire.join().unwrap()
+    });
+    token(acquired);
+    b.close_session(&sid).unwrap();
+}
+
+/// An acquire whose lease call went out with its session call, for a session that turned out to
+/// be gone, releases the term the lease call started (its token stays used) and reports the
+/// session expired.
+#[test]
+#[serial(redis_cluster)]
+fn an_acquire_for_a_gone_session_releases_the_term_its_lease_call_started() {
+    init_log();
+    let plain = RedisBackend::with_scripting(Arc::new(ClusteredScripting::new(&nodes(), 8, D).unwrap()), options())
+        .unwrap_or_else(|e| panic!("cannot connect to Redis Cluster: {e} (run `scripts/services up redis-cluster`)"));
+    let mut raw = Raw::new();
+    let sid = plain.open_session(Duration::from_millis(300), "").unwrap().id;
+    let mut names = spread("gone", 2, &sid);
+    let (first, l) = (names.remove(0), names.remove(0));
+    token(plain.acquire(&sid, &first));
+    let session_key = format!("simba:session:{{{sid}}}");
+    assert!(eventually(Duration::from_secs(5), || raw.pttl(&session_key) == -2), "the session did not expire");
+    match plain.acquire(&sid, &l) {
+        Err(e) if e.kind() == ErrorKind::SessionExpired => {}
+        other => panic!("expected SessionExpired, got {other:?}"),
+    }
+    let h = raw.hgetall(&lease_key(&l));
+    assert_eq!(h.get("token").map(String::as_str), Some("1"), "the lease call ran with the session call: {h:?}");
+    assert_eq!(h.get("session").map(String::as_str), Some(""), "its term was released: {h:?}");
 }
 
 #[test]

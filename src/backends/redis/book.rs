@@ -42,6 +42,9 @@ pub(crate) struct Book {
     pub listing: Option<Listing>,
     /// Cluster: the last listing of the session's lease index.
     pub index: Option<Index>,
+    /// Cluster: the session's lease duration, as its session call last reported it (an acquire
+    /// that knows it sends its session and lease calls together).
+    pub duration: Option<Duration>,
     /// Terms an acquire started but reported as failed (late, or not acknowledged by replicas),
     /// remembered for one lease period. Never reported as owned; renewals release them.
     pub abandoned: HashMap<Name, (Token, Instant)>,
@@ -64,6 +67,7 @@ impl Book {
     fn is_empty(&self) -> bool {
         self.listing.is_none()
             && self.index.is_none()
+            && self.duration.is_none()
             && self.abandoned.is_empty()
             && self.confirmed.is_empty()
             && self.inflight.is_empty()

@@ -424,32 +424,78 @@ fn session_reply(script: &str, v: &redis::Value) -> Result<Option<(Duration, Dur
     }
 }
 
+/// Acquire: the session call (`acquire_session.lua`, on the session's slot: is the session
+/// alive, and the name indexed) and the lease call (`acquire_lease.lua`, on the lease's slot).
+/// Once the session's lease duration is known (from an earlier session call) the two go out
+/// together, so an acquire costs one round trip to each node at the same time (one in all when
+/// both slots are on one node) instead of two in a row. The lease call may then run before the
+/// session call, even when the session is gone: a term it started is released again, and the
+/// acquire fails as the session call says. A term of a dead session holds no one's lease: it only
+/// delays other sessions until that release (or, if the release fails, its expiry).
 pub(crate) fn acquire(inner: &Inner, sid: &SessionId, name: &Name) -> Result<Acquire> {
     let deadline = inner.deadline();
     let guard = inner.books.inflight(sid, Item::Lease(name.clone()));
     let s = sid.as_str();
     let sent = crate::sync::now();
-    let script = &SCRIPTS.acquire_session;
-    let v =
-        inner.scripting.eval(script, &[keys::session(s), keys::session_leases(s)], &[name.to_string()], deadline)?;
-    let Some((remaining, d)) = session_reply(script.name(), &v)? else {
-        return Err(Error::session_expired(sid));
+    let session_script = &SCRIPTS.acquire_session;
+    let session_call = ScriptCall {
+        script: session_script,
+        keys: vec![keys::session(s), keys::session_leases(s)],
+        args: vec![name.to_string()],
     };
-    let took = crate::sync::now().saturating_duration_since(sent);
-    if took >= remaining {
-        return Err(Error::unavailable(format!(
-            "session {sid}: acquire of lease {name} gave up: the session call took {took:?}, as long as the \
-             session's remaining {remaining:?}; no lease call was sent"
-        )));
-    }
-    let script = &SCRIPTS.acquire_lease;
     let lease_key = keys::lease(name.as_str());
-    // `Bug::LeaseSeconds` (a deliberately broken argument, explorer builds only): seconds for ms.
-    let grant = if crate::sync::reintroduced(crate::sync::Bug::LeaseSeconds) { d.as_secs().to_string() } else { ms(d) };
-    let v = inner.scripting.eval(script, std::slice::from_ref(&lease_key), &[sid.to_string(), grant], deadline)?;
-    let items = array(&v).ok_or_else(|| unexpected(script.name(), &v))?;
-    match items {
-        [busy] if int(busy) == Some(0) => {
+    let known = inner.books.with(sid, |b| b.duration);
+    let (remaining, d, v) = match known {
+        Some(d) => {
+            let lease = lease_call(sid, &lease_key, d);
+            let mut replies = inner
+                .scripting
+                .eval_each(2, &mut |i| Ok(if i == 0 { session_call.clone() } else { lease.clone() }), deadline)
+                .into_iter();
+            let (Some(session), Some(granted)) = (replies.next(), replies.next()) else {
+                return Err(Error::backend("redis cluster: an acquire's batched call was lost"));
+            };
+            match session.and_then(|v| session_reply(session_script.name(), &v)) {
+                Ok(Some((remaining, now_d))) if now_d == d => (remaining, d, granted?),
+                Ok(Some((remaining, now_d))) => {
+                    // The duration changed since it was cached: grant again with the session's
+                    // own (a live term of this session is only ever extended).
+                    inner.books.with(sid, |b| b.duration = Some(now_d));
+                    let lease = lease_call(sid, &lease_key, now_d);
+                    (remaining, now_d, inner.scripting.eval(lease.script, &lease.keys, &lease.args, deadline)?)
+                }
+                gone => {
+                    if let Ok(v) = &granted {
+                        if let Ok(Some((token, true))) = granted_term(name, v) {
+                            abandon(inner, sid, name, &lease_key, token, d, deadline);
+                        }
+                    }
+                    return Err(match gone {
+                        Err(e) => e,
+                        _ => Error::session_expired(sid),
+                    });
+                }
+            }
+        }
+        None => {
+            let v = inner.scripting.eval(session_script, &session_call.keys, &session_call.args, deadline)?;
+            let Some((remaining, d)) = session_reply(session_script.name(), &v)? else {
+                return Err(Error::session_expired(sid));
+            };
+            inner.books.with(sid, |b| b.duration = Some(d));
+            let took = crate::sync::now().saturating_duration_since(sent);
+            if took >= remaining {
+                return Err(Error::unavailable(format!(
+                    "session {sid}: acquire of lease {name} gave up: the session call took {took:?}, as long as \
+                     the session's remaining {remaining:?}; no lease call was sent"
+                )));
+            }
+            let lease = lease_call(sid, &lease_key, d);
+            (remaining, d, inner.scripting.eval(lease.script, &lease.keys, &lease.args, deadline)?)
+        }
+    };
+    match granted_term(name, &v)? {
+        None => {
             if guard.alone() {
                 let removed = inner.scripting.eval(
                     &SCRIPTS.index_remove,
@@ -463,28 +509,12 @@ pub(crate) fn acquire(inner: &Inner, sid: &SessionId, name: &Name) -> Result<Acq
             }
             Ok(Acquire::Busy)
         }
-        [ok, token, new] if int(ok) == Some(1) => {
-            let token = reply::token(token, &format!("lease {name}"), script.name())?;
-            let new = int(new) == Some(1);
+        Some((token, new)) => {
             let took = crate::sync::now().saturating_duration_since(sent);
             if took >= remaining {
                 // Abandon (and release) the term only if no other acquire of this session
                 // reported it meanwhile: that one holds it legitimately.
-                let abandoned = new && inner.books.with(sid, |b| b.try_abandon(name.clone(), token, d));
-                if abandoned {
-                    let released = inner.scripting.eval(
-                        &SCRIPTS.release_slot,
-                        &[lease_key],
-                        &[sid.to_string(), "1".to_string(), token.to_string()],
-                        inner.cleanup_deadline(deadline),
-                    );
-                    if let Err(e) = released {
-                        log::warn!(
-                            "session {sid}: releasing the late term of lease {name} (token {token}) failed ({e}); \
-                             renewals keep releasing it and never report it"
-                        );
-                    }
-                }
+                let abandoned = new && abandon(inner, sid, name, &lease_key, token, d, deadline);
                 return Err(Error::unavailable(format!(
                     "session {sid}: acquire of lease {name} returned after {took:?}, later than the session's \
                      remaining {remaining:?}; {}",
@@ -499,8 +529,58 @@ pub(crate) fn acquire(inner: &Inner, sid: &SessionId, name: &Name) -> Result<Acq
             }
             Ok(Acquire::Acquired { token, remaining })
         }
-        _ => Err(unexpected(script.name(), &v)),
     }
+}
+
+/// The lease call of an acquire: a term of `d` for `sid` on the lease's slot.
+fn lease_call<'a>(sid: &SessionId, lease_key: &str, d: Duration) -> ScriptCall<'a> {
+    // `Bug::LeaseSeconds` (a deliberately broken argument, explorer builds only): seconds for ms.
+    let grant = if crate::sync::reintroduced(crate::sync::Bug::LeaseSeconds) { d.as_secs().to_string() } else { ms(d) };
+    ScriptCall { script: &SCRIPTS.acquire_lease, keys: vec![lease_key.to_string()], args: vec![sid.to_string(), grant] }
+}
+
+/// An `acquire_lease.lua` reply: `None` when another session's term is live, else the term's
+/// token and whether the call started it.
+fn granted_term(name: &Name, v: &redis::Value) -> Result<Option<(Token, bool)>> {
+    let script = SCRIPTS.acquire_lease.name();
+    match array(v).ok_or_else(|| unexpected(script, v))? {
+        [busy] if int(busy) == Some(0) => Ok(None),
+        [ok, token, new] if int(ok) == Some(1) => {
+            Ok(Some((reply::token(token, &format!("lease {name}"), script)?, int(new) == Some(1))))
+        }
+        _ => Err(unexpected(script, v)),
+    }
+}
+
+/// Abandons the term `token` an acquire started and failed to report, and releases it — unless
+/// another acquire of this session already reported that term (it is then held legitimately).
+/// Returns whether it was abandoned. A failed release is logged: renewals keep releasing the term
+/// and never report it.
+fn abandon(
+    inner: &Inner,
+    sid: &SessionId,
+    name: &Name,
+    lease_key: &str,
+    token: Token,
+    d: Duration,
+    deadline: Instant,
+) -> bool {
+    if !inner.books.with(sid, |b| b.try_abandon(name.clone(), token, d)) {
+        return false;
+    }
+    let released = inner.scripting.eval(
+        &SCRIPTS.release_slot,
+        &[lease_key.to_string()],
+        &[sid.to_string(), "1".to_string(), token.to_string()],
+        inner.cleanup_deadline(deadline),
+    );
+    if let Err(e) = released {
+        log::warn!(
+            "session {sid}: releasing the late term of lease {name} (token {token}) failed ({e}); renewals keep \
+             releasing it and never report it"
+        );
+    }
+    true
 }
 
 /// Releases the term on the lease's slot only. The name leaves the session's index at the next

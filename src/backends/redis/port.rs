@@ -318,54 +318,64 @@ fn call_slot(script: &LuaScript, keys: &[String]) -> Result<u16> {
     Ok(slot)
 }
 
-/// `EVALSHA` of every call in one pipeline; the scripts a node does not have yet are loaded and
-/// their calls sent again as a second pipeline. Returns each call's reply, or `None` for a call
-/// whose reply was an error to settle alone (a redirect, or any other server error: the single
-/// call reports it in its own words). A transport error fails the whole pipeline.
-fn run_scripts<'c, 'a: 'c>(
+/// The time left before `deadline` for one step of a pipeline, or a timeout error.
+fn pipeline_time_left(deadline: Instant) -> redis::RedisResult<Duration> {
+    let t = deadline.saturating_duration_since(Instant::now());
+    if t < Duration::from_millis(1) {
+        Err(RedisError::from(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            "query timeout reached within a pipeline",
+        )))
+    } else {
+        Ok(t)
+    }
+}
+
+/// Writes `EVALSHA` of every call as one pipeline; nothing is read ([`recv_scripts`] reads the
+/// replies).
+fn send_scripts(con: &mut Connection, calls: &[&ScriptCall<'_>], deadline: Instant) -> redis::RedisResult<()> {
+    let mut pipe = redis::pipe();
+    for c in calls {
+        pipe.cmd("EVALSHA").arg(c.script.sha()).arg(c.keys.len()).arg(&c.keys).arg(&c.args);
+    }
+    con.set_write_timeout(Some(pipeline_time_left(deadline)?))?;
+    con.send_packed_command(&pipe.get_packed_pipeline())
+}
+
+/// Reads the replies of `count` calls, each with the time left (redis-rs' own pipeline read
+/// would wait the full timeout once per reply after the first one timed out).
+fn read_replies(
     con: &mut Connection,
-    calls: impl Iterator<Item = &'c ScriptCall<'a>>,
+    count: usize,
+    deadline: Instant,
+) -> redis::RedisResult<Vec<redis::RedisResult<Value>>> {
+    let mut replies = Vec::with_capacity(count);
+    while replies.len() < count {
+        con.set_read_timeout(Some(pipeline_time_left(deadline)?))?;
+        match con.recv_response()? {
+            Value::Push { .. } => {}
+            v => replies.push(v.extract_error()),
+        }
+    }
+    Ok(replies)
+}
+
+/// Reads the replies of the pipeline [`send_scripts`] wrote for `calls`; the scripts the node
+/// did not have yet are loaded and their calls sent again as a second pipeline. Returns each
+/// call's reply, or `None` for a call whose reply was an error to settle alone (a redirect, or
+/// any other server error: the single call reports it in its own words). A transport error fails
+/// the whole pipeline.
+fn recv_scripts(
+    con: &mut Connection,
+    calls: &[&ScriptCall<'_>],
     deadline: Instant,
 ) -> redis::RedisResult<Vec<Option<Value>>> {
-    let calls: Vec<&ScriptCall<'_>> = calls.collect();
-    // Written at once, then read reply by reply with the time left (redis-rs' own pipeline read
-    // would wait the full timeout once per reply after the first one timed out).
-    let send = |con: &mut Connection, which: &[usize]| -> redis::RedisResult<Vec<redis::RedisResult<Value>>> {
-        let mut pipe = redis::pipe();
-        for i in which {
-            let c = calls[*i];
-            pipe.cmd("EVALSHA").arg(c.script.sha()).arg(c.keys.len()).arg(&c.keys).arg(&c.args);
-        }
-        let time_left = || {
-            let t = deadline.saturating_duration_since(Instant::now());
-            if t < Duration::from_millis(1) {
-                Err(RedisError::from(std::io::Error::new(
-                    std::io::ErrorKind::TimedOut,
-                    "query timeout reached within a pipeline",
-                )))
-            } else {
-                Ok(t)
-            }
-        };
-        con.set_write_timeout(Some(time_left()?))?;
-        con.send_packed_command(&pipe.get_packed_pipeline())?;
-        let mut replies = Vec::with_capacity(which.len());
-        while replies.len() < which.len() {
-            con.set_read_timeout(Some(time_left()?))?;
-            match con.recv_response()? {
-                Value::Push { .. } => {}
-                v => replies.push(v.extract_error()),
-            }
-        }
-        Ok(replies)
-    };
-    let all: Vec<usize> = (0..calls.len()).collect();
     let mut out: Vec<Option<Value>> = vec![None; calls.len()];
     let mut missing = Vec::new();
-    for (i, r) in all.iter().zip(send(con, &all)?) {
+    for (i, r) in read_replies(con, calls.len(), deadline)?.into_iter().enumerate() {
         match r {
-            Ok(v) => out[*i] = Some(v),
-            Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => missing.push(*i),
+            Ok(v) => out[i] = Some(v),
+            Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => missing.push(i),
             Err(_) => {}
         }
     }
@@ -380,7 +390,9 @@ fn run_scripts<'c, 'a: 'c>(
                 loaded.push(script.sha());
             }
         }
-        for (i, r) in missing.iter().zip(send(con, &missing)?) {
+        let again: Vec<&ScriptCall<'_>> = missing.iter().map(|i| calls[*i]).collect();
+        send_scripts(con, &again, deadline)?;
+        for (i, r) in missing.iter().zip(read_replies(con, again.len(), deadline)?) {
             if let Ok(v) = r {
                 out[*i] = Some(v);
             }
@@ -678,9 +690,15 @@ impl RedisScripting for ClusteredScripting {
         // A large batch runs the nodes' pipelines at the same time, a small one node after node.
         let items: usize = calls.iter().flatten().map(|c| c.keys.len() + c.args.len()).sum();
         let concurrent = items >= CONCURRENT_ITEMS;
-        let settled = self.router.pipelined(&pending, deadline, "script pipeline", concurrent, |con, idx| {
-            run_scripts(con, idx.iter().filter_map(|i| calls[*i].as_ref()), deadline)
-        });
+        let of = |idx: &[usize]| -> Vec<&ScriptCall<'a>> { idx.iter().filter_map(|i| calls[*i].as_ref()).collect() };
+        let settled = self.router.pipelined(
+            &pending,
+            deadline,
+            "script pipeline",
+            concurrent,
+            |con, idx| send_scripts(con, &of(idx), deadline),
+            |con, idx| recv_scripts(con, &of(idx), deadline),
+        );
         for (i, r) in settled {
             out[i] = Some(r);
         }

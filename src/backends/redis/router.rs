@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use redis::{Client, Cmd, Connection, ConnectionAddr, ConnectionInfo, ConnectionLike, RedisError, Value};
 
-use super::pool::{Pool, PoolLimits};
+use super::pool::{Pool, PoolLimits, Pooled};
 use super::port::{connect, map_err, must_discard, retry_on_fresh};
 use crate::error::{Error, ErrorKind, Result};
 
@@ -283,11 +283,7 @@ impl Router {
     ) -> Result<Outcome<T>> {
         let mut retried = false;
         loop {
-            left(deadline, what)?;
-            let mut con = node.pool.get(deadline, &node.addr, |t| {
-                connect(&node.client, t, &format!("cannot connect to redis cluster node {}", node.addr))
-                    .inspect_err(|_| self.failed(node))
-            })?;
+            let mut con = self.checkout(node, deadline, what)?;
             match f(&mut con) {
                 Ok(v) => return Ok(Outcome::Done(v)),
                 Err(e) => {
@@ -301,6 +297,15 @@ impl Router {
                 }
             }
         }
+    }
+
+    /// A connection to `node`: a pooled one, or a new one made within the time left.
+    fn checkout<'n>(&self, node: &'n Node, deadline: Instant, what: &str) -> Result<Pooled<'n, Connection>> {
+        left(deadline, what)?;
+        node.pool.get(deadline, &node.addr, |t| {
+            connect(&node.client, t, &format!("cannot connect to redis cluster node {}", node.addr))
+                .inspect_err(|_| self.failed(node))
+        })
     }
 
     fn failed(&self, node: &Node) {
@@ -368,42 +373,39 @@ impl Router {
         }
     }
 
-    /// Runs `f` once per master for the calls bound for it: `calls` are `(index, slot)` pairs, and
-    /// `f` gets a connection to the master of those slots and their indices (one pipeline per node).
-    /// With `concurrent` the nodes' pipelines run at the same time (one thread per node beyond
-    /// the first), each bounded by `deadline`, so a slow or frozen node delays the others' results
-    /// by nothing; otherwise one after another on this thread (a thread costs tens of
-    /// microseconds, more than a small pipeline saves).
+    /// Runs one pipeline per master for the calls bound for it: `calls` are `(index, slot)` pairs;
+    /// `send` writes the pipeline of the given indices on a connection to their master and `recv`
+    /// reads its replies. Every node's pipeline is written before any reply is read, so the nodes
+    /// work at the same time and a batch costs about the slowest node's round trip, not their sum.
+    /// With `concurrent` each node's pipeline is also written and read on a thread of its own (one
+    /// thread per node beyond the first), for batches large enough that reading the replies costs
+    /// more than a thread (tens of microseconds). Every step is bounded by `deadline`.
     /// Returns what the pipelines settled: `(index, Ok(reply))`, or for every call of a node whose
-    /// pipeline failed the node's error (`Err`). Calls `f` left unsettled (`None`) and calls whose
-    /// node was redirected or unknown are not returned: the caller runs them alone.
+    /// pipeline failed the node's error (`Err`). Calls `recv` left unsettled (`None`) and calls
+    /// whose node was redirected or unknown are not returned: the caller runs them alone.
     pub(crate) fn pipelined(
         &self,
         calls: &[(usize, u16)],
         deadline: Instant,
         what: &str,
         concurrent: bool,
-        f: impl Fn(&mut Connection, &[usize]) -> redis::RedisResult<Vec<Option<Value>>> + Sync,
+        send: impl Fn(&mut Connection, &[usize]) -> redis::RedisResult<()> + Sync,
+        recv: impl Fn(&mut Connection, &[usize]) -> redis::RedisResult<Vec<Option<Value>>> + Sync,
     ) -> Vec<(usize, Result<Value>)> {
         let Ok(map) = self.map(deadline, what) else { return Vec::new() };
         let (by_node, _) = by_master(&map, calls.iter().copied());
         let one = |addr: &str, idx: &[usize]| -> Vec<(usize, Result<Value>)> {
             let Ok(node) = self.node(addr) else { return Vec::new() };
-            match self.on_node(&node, deadline, what, |con| f(con, idx)) {
-                Ok(Outcome::Done(replies)) => {
-                    idx.iter().zip(replies).filter_map(|(i, r)| r.map(|v| (*i, Ok(v)))).collect()
-                }
-                Ok(Outcome::Redirect { .. }) => Vec::new(),
-                Err(e) => {
-                    let message = crate::display_chain(&e);
-                    idx.iter().map(|i| (*i, Err(Error::new(e.kind(), message.clone())))).collect()
-                }
-            }
+            let outcome = self.on_node(&node, deadline, what, |con| {
+                send(con, idx)?;
+                recv(con, idx)
+            });
+            settled(idx, outcome)
         };
-        let Some(((first, first_idx), rest)) = by_node.split_first() else { return Vec::new() };
         if !concurrent {
-            return by_node.iter().flat_map(|(addr, idx)| one(addr, idx)).collect();
+            return self.written_then_read(&by_node, deadline, what, &send, &recv, &one);
         }
+        let Some(((first, first_idx), rest)) = by_node.split_first() else { return Vec::new() };
         std::thread::scope(|scope| {
             // A node whose thread cannot be started runs on this thread, after the others.
             let mut inline = Vec::new();
@@ -435,6 +437,60 @@ impl Router {
         })
     }
 
+    /// The nodes' pipelines of [`pipelined`](Router::pipelined) on this thread: each written
+    /// first, then each read. A node whose pipeline could not be written runs alone afterwards
+    /// (`one`, with the usual retry on a fresh connection); so does one whose pooled connection
+    /// turns out to have been closed by the server.
+    fn written_then_read(
+        &self,
+        by_node: &[(&str, Vec<usize>)],
+        deadline: Instant,
+        what: &str,
+        send: &dyn Fn(&mut Connection, &[usize]) -> redis::RedisResult<()>,
+        recv: &dyn Fn(&mut Connection, &[usize]) -> PipelineReplies,
+        one: &dyn Fn(&str, &[usize]) -> Settled,
+    ) -> Settled {
+        let nodes: Vec<_> = by_node.iter().map(|(addr, idx)| (*addr, idx.as_slice(), self.node(addr).ok())).collect();
+        let mut out = Vec::new();
+        let mut again: Vec<(&str, &[usize])> = Vec::new();
+        let mut written = Vec::with_capacity(nodes.len());
+        for (addr, idx, node) in &nodes {
+            let Some(node) = node else { continue };
+            match self.checkout(node, deadline, what) {
+                Ok(mut con) => match send(&mut con, idx) {
+                    Ok(()) => written.push((node, *idx, con)),
+                    Err(e) => {
+                        if must_discard(&e) {
+                            con.discard();
+                        }
+                        again.push((addr, idx));
+                    }
+                },
+                Err(e) => out.extend(settled(idx, Err::<Outcome<Vec<Option<Value>>>, _>(e))),
+            }
+        }
+        for (node, idx, mut con) in written {
+            match recv(&mut con, idx) {
+                Ok(replies) => out.extend(settled(idx, Ok(Outcome::Done(replies)))),
+                Err(e) => {
+                    let mut retried = false;
+                    if retry_on_fresh(con, &e, &mut retried, what, &node.addr) {
+                        again.push((&node.addr, idx));
+                        continue;
+                    }
+                    let outcome = match self.judge(node, e, what) {
+                        Judged::Redirect(addr, asking, error) => Ok(Outcome::Redirect { addr, asking, error }),
+                        Judged::Fail(e) => Err(e),
+                    };
+                    out.extend(settled(idx, outcome));
+                }
+            }
+        }
+        for (addr, idx) in again {
+            out.extend(one(addr, idx));
+        }
+        out
+    }
     /// `slots` (slot of call `i` at `i`) grouped by the master that serves them by the current
     /// slot map (re-read first when stale); a slot no master serves, or every slot when the map
     /// cannot be read, is a group of its own.
@@ -565,6 +621,24 @@ impl Router {
 
 /// `(index, slot)` pairs grouped by the master of the slot in `map`, in order of first use; the
 /// indices of slots no master serves come second.
+/// The replies a node's pipeline settled (`None`: settle that call alone), or its transport error.
+type PipelineReplies = redis::RedisResult<Vec<Option<Value>>>;
+
+/// `(index, reply or error)` of the calls some pipelines settled.
+type Settled = Vec<(usize, Result<Value>)>;
+
+/// What one node's pipeline settled, as [`Router::pipelined`] returns it.
+fn settled(idx: &[usize], outcome: Result<Outcome<Vec<Option<Value>>>>) -> Vec<(usize, Result<Value>)> {
+    match outcome {
+        Ok(Outcome::Done(replies)) => idx.iter().zip(replies).filter_map(|(i, r)| r.map(|v| (*i, Ok(v)))).collect(),
+        Ok(Outcome::Redirect { .. }) => Vec::new(),
+        Err(e) => {
+            let message = crate::display_chain(&e);
+            idx.iter().map(|i| (*i, Err(Error::new(e.kind(), message.clone())))).collect()
+        }
+    }
+}
+
 fn by_master(map: &SlotMap, calls: impl Iterator<Item = (usize, u16)>) -> (Vec<(&str, Vec<usize>)>, Vec<usize>) {
     let mut by_node: Vec<(&str, Vec<usize>)> = Vec::new();
     let mut unserved = Vec::new();

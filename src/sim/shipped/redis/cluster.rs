@@ -367,9 +367,35 @@ impl RedisScripting for SimCluster {
         call: &mut dyn FnMut(usize) -> Result<ScriptCall<'a>>,
         deadline: Instant,
     ) -> Vec<Result<Value>> {
-        // As the real Cluster port: every call is built first, then sent.
+        // As the real Cluster port: every call is built first, then sent, each node's calls as
+        // one pipeline (in order) and the nodes' pipelines at the same time, so calls on
+        // different nodes take effect in any order: the seed picks one.
         let calls: Vec<Result<ScriptCall<'a>>> = (0..count).map(&mut *call).collect();
-        calls.into_iter().map(|c| c.and_then(|c| self.eval(c.script, &c.keys, &c.args, deadline))).collect()
+        let node = |c: &Result<ScriptCall<'a>>| match c {
+            Ok(c) => c.keys.first().map(|k| node_of_slot(slot_of(k.as_bytes()))),
+            Err(_) => None,
+        };
+        let mut queues: Vec<(Option<usize>, Vec<usize>)> = Vec::new();
+        for (i, c) in calls.iter().enumerate() {
+            let n = node(c);
+            match queues.iter_mut().find(|(m, _)| n.is_some() && *m == n) {
+                Some((_, q)) => q.push(i),
+                None => queues.push((n, vec![i])),
+            }
+        }
+        let mut out: Vec<Option<Result<Value>>> = (0..count).map(|_| None).collect();
+        let mut calls: Vec<Option<Result<ScriptCall<'a>>>> = calls.into_iter().map(Some).collect();
+        while !queues.is_empty() {
+            let q = usize::try_from(sync::random_below(queues.len() as u64)).unwrap_or(0);
+            let i = queues[q].1.remove(0);
+            if queues[q].1.is_empty() {
+                queues.remove(q);
+            }
+            out[i] = calls[i].take().map(|c| c.and_then(|c| self.eval(c.script, &c.keys, &c.args, deadline)));
+        }
+        out.into_iter()
+            .map(|r| r.unwrap_or_else(|| Err(Error::backend("simulated: a batched call was lost"))))
+            .collect()
     }
 
     fn on_masters(&self, cmd: &Cmd, _deadline: Instant) -> Result<Vec<(String, Value)>> {
