@@ -447,10 +447,19 @@ pub(crate) fn acquire(inner: &Inner, sid: &SessionId, name: &Name) -> Result<Acq
     let known = inner.books.with(sid, |b| b.duration);
     let (remaining, d, v) = match known {
         Some(d) => {
-            let lease = lease_call(sid, &lease_key, d);
+            let mut calls = [Some(session_call), Some(lease_call(sid, &lease_key, d))];
             let mut replies = inner
                 .scripting
-                .eval_each(2, &mut |i| Ok(if i == 0 { session_call.clone() } else { lease.clone() }), deadline)
+                .eval_each(
+                    2,
+                    &mut |i| {
+                        calls
+                            .get_mut(i)
+                            .and_then(Option::take)
+                            .ok_or_else(|| Error::backend("redis cluster: an acquire's call was built twice"))
+                    },
+                    deadline,
+                )
                 .into_iter();
             let (Some(session), Some(granted)) = (replies.next(), replies.next()) else {
                 return Err(Error::backend("redis cluster: an acquire's batched call was lost"));
