@@ -46,29 +46,45 @@ struct SlotWork {
 }
 
 /// Follow-up work grouped by slot, in the order slots were first seen.
-/// (A renewal of 10,000 leases places each one: a table by slot, not a map, and slots computed
-/// from the names, not from formatted keys.)
+/// (A renewal of 10,000 leases places each one: past a few slots a table by slot, not a map, and
+/// slots computed from the names, not from formatted keys. A small renewal scans its few slots
+/// and never allocates the table.)
+#[derive(Default)]
 struct Plan {
-    /// The index in `work` of each slot's entry, `u32::MAX` for none yet.
+    /// The index in `work` of each slot's entry, `u32::MAX` for none yet; empty until `work` has
+    /// more than [`SCANNED_SLOTS`] entries.
     index: Vec<u32>,
     work: Vec<SlotWork>,
 }
 
-impl Default for Plan {
-    fn default() -> Plan {
-        Plan { index: vec![u32::MAX; 16384], work: Vec::new() }
-    }
-}
+/// Slots a [`Plan`] finds by scanning its work before it builds its table by slot.
+const SCANNED_SLOTS: usize = 32;
 
 impl Plan {
     fn at(&mut self, slot: u16) -> &mut SlotWork {
-        let entry = &mut self.index[usize::from(slot) % 16384];
-        if *entry == u32::MAX {
-            // At most 16,384 entries: one per slot.
-            *entry = self.work.len() as u32;
-            self.work.push(SlotWork { slot, ..SlotWork::default() });
-        }
-        let i = *entry as usize;
+        let i = if self.index.is_empty() {
+            match self.work.iter().position(|w| w.slot == slot) {
+                Some(i) => i,
+                None => {
+                    self.work.push(SlotWork { slot, ..SlotWork::default() });
+                    if self.work.len() > SCANNED_SLOTS {
+                        self.index = vec![u32::MAX; 16384];
+                        for (i, w) in self.work.iter().enumerate() {
+                            // At most 16,384 entries: one per slot.
+                            self.index[usize::from(w.slot) % 16384] = i as u32;
+                        }
+                    }
+                    self.work.len() - 1
+                }
+            }
+        } else {
+            let entry = &mut self.index[usize::from(slot) % 16384];
+            if *entry == u32::MAX {
+                *entry = self.work.len() as u32;
+                self.work.push(SlotWork { slot, ..SlotWork::default() });
+            }
+            *entry as usize
+        };
         &mut self.work[i]
     }
 }
@@ -720,6 +736,23 @@ mod tests {
 
     fn reply(leases: Vec<Value>, groups: Vec<Value>) -> Value {
         Value::Array(vec![Value::Array(leases), Value::Array(vec![]), Value::Array(groups)])
+    }
+
+    #[test]
+    fn plans_group_by_slot_in_first_seen_order_with_and_without_the_table() {
+        for slots in [5usize, SCANNED_SLOTS, SCANNED_SLOTS + 1, 500] {
+            let mut plan = Plan::default();
+            // Every slot three times, interleaved: 7, 7 + 13, ... then again.
+            let order: Vec<u16> = (0..slots).map(|k| ((7 + 13 * k) % 16384) as u16).collect();
+            for round in 0..3 {
+                for (k, slot) in order.iter().enumerate() {
+                    plan.at(*slot).renew.push(Name::new(format!("l-{round}-{k}")).unwrap());
+                }
+            }
+            assert_eq!(plan.work.iter().map(|w| w.slot).collect::<Vec<_>>(), order, "{slots} slots");
+            assert!(plan.work.iter().all(|w| w.renew.len() == 3), "{slots} slots");
+            assert_eq!(plan.index.is_empty(), slots <= SCANNED_SLOTS, "{slots} slots: table built");
+        }
     }
 
     #[test]

@@ -33,6 +33,7 @@ mod book;
 mod check;
 mod cluster;
 pub(crate) mod config;
+mod conn;
 mod pool;
 mod port;
 mod reply;

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use redis::{Client, Cmd, Connection, ConnectionAddr, ConnectionInfo, RedisError, Value};
 
 use super::config::{self, Target};
+use super::conn::Conn;
 use super::pool::{Pool, PoolLimits, Pooled};
 use super::router::{addr_of, left, query, Router};
 use super::scripts::LuaScript;
@@ -115,7 +116,7 @@ pub(crate) fn must_discard(e: &RedisError) -> bool {
 /// pool), and says whether to run the call once more on a fresh one — an idle pooled connection
 /// the server closed (restart, idle timeout) fails at once, and every script is safe to run twice.
 pub(crate) fn retry_on_fresh(
-    con: Pooled<'_, Connection>,
+    con: Pooled<'_, Conn>,
     e: &RedisError,
     retried: &mut bool,
     what: &str,
@@ -262,7 +263,7 @@ pub(crate) use crate::config::redact_url as redact;
 /// `EVALSHA` of `script` (after `ASKING` when `asking`), loading the script and trying again on
 /// `NOSCRIPT`. Every command gets only the time left before `deadline`.
 fn run_script(
-    con: &mut Connection,
+    con: &mut Conn,
     script: &LuaScript,
     keys: &[String],
     args: &[String],
@@ -271,7 +272,7 @@ fn run_script(
 ) -> redis::RedisResult<Value> {
     let mut cmd = redis::cmd("EVALSHA");
     cmd.arg(script.sha()).arg(keys.len()).arg(keys).arg(args);
-    let send = |con: &mut Connection| {
+    let send = |con: &mut Conn| {
         if asking {
             query(con, &redis::cmd("ASKING"), deadline)?;
         }
@@ -333,25 +334,21 @@ fn pipeline_time_left(deadline: Instant) -> redis::RedisResult<Duration> {
 
 /// Writes `EVALSHA` of every call as one pipeline; nothing is read ([`recv_scripts`] reads the
 /// replies).
-fn send_scripts(con: &mut Connection, calls: &[&ScriptCall<'_>], deadline: Instant) -> redis::RedisResult<()> {
+fn send_scripts(con: &mut Conn, calls: &[&ScriptCall<'_>], deadline: Instant) -> redis::RedisResult<()> {
     let mut pipe = redis::pipe();
     for c in calls {
         pipe.cmd("EVALSHA").arg(c.script.sha()).arg(c.keys.len()).arg(&c.keys).arg(&c.args);
     }
-    con.set_write_timeout(Some(pipeline_time_left(deadline)?))?;
+    con.write_within(pipeline_time_left(deadline)?)?;
     con.send_packed_command(&pipe.get_packed_pipeline())
 }
 
 /// Reads the replies of `count` calls, each with the time left (redis-rs' own pipeline read
 /// would wait the full timeout once per reply after the first one timed out).
-fn read_replies(
-    con: &mut Connection,
-    count: usize,
-    deadline: Instant,
-) -> redis::RedisResult<Vec<redis::RedisResult<Value>>> {
+fn read_replies(con: &mut Conn, count: usize, deadline: Instant) -> redis::RedisResult<Vec<redis::RedisResult<Value>>> {
     let mut replies = Vec::with_capacity(count);
     while replies.len() < count {
-        con.set_read_timeout(Some(pipeline_time_left(deadline)?))?;
+        con.read_within(pipeline_time_left(deadline)?)?;
         match con.recv_response()? {
             Value::Push { .. } => {}
             v => replies.push(v.extract_error()),
@@ -366,7 +363,7 @@ fn read_replies(
 /// any other server error: the single call reports it in its own words). A transport error fails
 /// the whole pipeline.
 fn recv_scripts(
-    con: &mut Connection,
+    con: &mut Conn,
     calls: &[&ScriptCall<'_>],
     deadline: Instant,
 ) -> redis::RedisResult<Vec<Option<Value>>> {
@@ -411,7 +408,7 @@ pub(crate) const SETUP_REPLIES: u32 = 4;
 /// pool of connections. A connection that saw an I/O error or timeout is closed, never reused.
 pub struct StandaloneScripting {
     client: Client,
-    pool: Pool<Connection>,
+    pool: Pool<Conn>,
     target: String,
 }
 
@@ -471,12 +468,12 @@ impl StandaloneScripting {
         &self,
         deadline: Instant,
         what: &str,
-        mut f: impl FnMut(&mut Connection, Instant) -> redis::RedisResult<T>,
+        mut f: impl FnMut(&mut Conn, Instant) -> redis::RedisResult<T>,
     ) -> Result<T> {
         let mut retried = false;
         loop {
             let mut con = self.pool.get(deadline, &self.target, |t| {
-                connect(&self.client, t, &format!("cannot connect to redis at {}", self.target))
+                connect(&self.client, t, &format!("cannot connect to redis at {}", self.target)).map(Conn::new)
             })?;
             left(deadline, what)?;
             match f(&mut con, deadline) {
@@ -522,7 +519,7 @@ impl RedisScripting for StandaloneScripting {
             let t = deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(2));
             let margin = (t / 4).max(Duration::from_millis(150));
             let wait_ms = (t.saturating_sub(margin).as_millis() as u64).max(1);
-            con.set_read_timeout(Some(t))?;
+            con.read_for(t)?;
             let acked: i64 = redis::cmd("WAIT").arg(replicas).arg(wait_ms).query(con)?;
             Ok((value, u32::try_from(acked.max(0)).unwrap_or(u32::MAX)))
         })

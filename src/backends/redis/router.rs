@@ -24,8 +24,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
-use redis::{Client, Cmd, Connection, ConnectionAddr, ConnectionInfo, ConnectionLike, RedisError, Value};
+use redis::{Client, Cmd, ConnectionAddr, ConnectionInfo, ConnectionLike, RedisError, Value};
 
+use super::conn::Conn;
 use super::pool::{Pool, PoolLimits, Pooled};
 use super::port::{connect, map_err, must_discard, retry_on_fresh};
 use crate::error::{Error, ErrorKind, Result};
@@ -82,7 +83,7 @@ pub(crate) fn left(deadline: Instant, what: &str) -> Result<Duration> {
 
 /// Sets the connection's read and write timeouts to the time left, then runs `cmd`; a server
 /// error reply (also one nested in an array) is an `Err`.
-pub(crate) fn query(con: &mut Connection, cmd: &Cmd, deadline: Instant) -> redis::RedisResult<Value> {
+pub(crate) fn query(con: &mut Conn, cmd: &Cmd, deadline: Instant) -> redis::RedisResult<Value> {
     let t = deadline.saturating_duration_since(Instant::now());
     if t < Duration::from_millis(1) {
         return Err(RedisError::from(std::io::Error::new(
@@ -90,8 +91,8 @@ pub(crate) fn query(con: &mut Connection, cmd: &Cmd, deadline: Instant) -> redis
             "query timeout reached between two commands of one call",
         )));
     }
-    con.set_read_timeout(Some(t))?;
-    con.set_write_timeout(Some(t))?;
+    con.write_within(t)?;
+    con.read_within(t)?;
     con.req_command(cmd).and_then(Value::extract_error)
 }
 
@@ -100,7 +101,7 @@ pub(crate) fn query(con: &mut Connection, cmd: &Cmd, deadline: Instant) -> redis
 pub(crate) struct Node {
     addr: String,
     client: Client,
-    pool: Pool<Connection>,
+    pool: Pool<Conn>,
     failed: Mutex<Option<Instant>>,
 }
 
@@ -279,7 +280,7 @@ impl Router {
         node: &Node,
         deadline: Instant,
         what: &str,
-        mut f: impl FnMut(&mut Connection) -> redis::RedisResult<T>,
+        mut f: impl FnMut(&mut Conn) -> redis::RedisResult<T>,
     ) -> Result<Outcome<T>> {
         let mut retried = false;
         loop {
@@ -300,10 +301,11 @@ impl Router {
     }
 
     /// A connection to `node`: a pooled one, or a new one made within the time left.
-    fn checkout<'n>(&self, node: &'n Node, deadline: Instant, what: &str) -> Result<Pooled<'n, Connection>> {
+    fn checkout<'n>(&self, node: &'n Node, deadline: Instant, what: &str) -> Result<Pooled<'n, Conn>> {
         left(deadline, what)?;
         node.pool.get(deadline, &node.addr, |t| {
             connect(&node.client, t, &format!("cannot connect to redis cluster node {}", node.addr))
+                .map(Conn::new)
                 .inspect_err(|_| self.failed(node))
         })
     }
@@ -346,7 +348,7 @@ impl Router {
         slot: u16,
         deadline: Instant,
         what: &str,
-        mut f: impl FnMut(&mut Connection, bool) -> redis::RedisResult<T>,
+        mut f: impl FnMut(&mut Conn, bool) -> redis::RedisResult<T>,
     ) -> Result<T> {
         let mut next: Option<(String, bool)> = None;
         let mut hops = 0;
@@ -389,8 +391,8 @@ impl Router {
         deadline: Instant,
         what: &str,
         concurrent: bool,
-        send: impl Fn(&mut Connection, &[usize]) -> redis::RedisResult<()> + Sync,
-        recv: impl Fn(&mut Connection, &[usize]) -> redis::RedisResult<Vec<Option<Value>>> + Sync,
+        send: impl Fn(&mut Conn, &[usize]) -> redis::RedisResult<()> + Sync,
+        recv: impl Fn(&mut Conn, &[usize]) -> redis::RedisResult<Vec<Option<Value>>> + Sync,
     ) -> Vec<(usize, Result<Value>)> {
         let Ok(map) = self.map(deadline, what) else { return Vec::new() };
         let (by_node, _) = by_master(&map, calls.iter().copied());
@@ -446,8 +448,8 @@ impl Router {
         by_node: &[(&str, Vec<usize>)],
         deadline: Instant,
         what: &str,
-        send: &dyn Fn(&mut Connection, &[usize]) -> redis::RedisResult<()>,
-        recv: &dyn Fn(&mut Connection, &[usize]) -> PipelineReplies,
+        send: &dyn Fn(&mut Conn, &[usize]) -> redis::RedisResult<()>,
+        recv: &dyn Fn(&mut Conn, &[usize]) -> PipelineReplies,
         one: &dyn Fn(&str, &[usize]) -> Settled,
     ) -> Settled {
         let nodes: Vec<_> = by_node.iter().map(|(addr, idx)| (*addr, idx.as_slice(), self.node(addr).ok())).collect();
