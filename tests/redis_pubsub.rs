@@ -264,15 +264,6 @@ fn the_subscriber_resubscribes_after_its_connection_is_killed() {
     assert_eq!(rx.recv_timeout(PUSHED).unwrap(), Notification::Released(a), "pushed on the new connection");
 }
 
-/// Threads of this process whose name (truncated to 15 bytes by Linux) is `comm`.
-fn threads_named(comm: &str) -> usize {
-    std::fs::read_dir("/proc/self/task")
-        .unwrap()
-        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
-        .filter(|c| c.trim() == comm)
-        .count()
-}
-
 /// Once its sessions are closed and the last handle on the backend is dropped, the backend's
 /// pub/sub thread stops (it holds only a `Weak`), also after a waiter had subscribed a channel.
 #[test]
@@ -281,17 +272,17 @@ fn the_pubsub_thread_stops_once_the_sessions_and_the_backend_are_gone() {
     init_log();
     let r = PrivateRedis::start(&[]);
     // Backends of earlier tests may still be winding down; no other test holds one now (serial).
-    eventually("earlier backends' pub/sub threads to stop", || threads_named("simba-redis-pub") == 0);
+    eventually("earlier backends' pub/sub threads to stop", || support::threads_named("simba-redis-pub") == 0);
     let b: Arc<dyn LeaseBackend> = Arc::new(backend(&r));
     let holder = Session::open(b.clone(), slow_polling()).unwrap();
     let waiter = Session::open(b.clone(), slow_polling()).unwrap();
     let n = name("gone");
     let lease = holder.try_lock(&n).unwrap().expect("a free name");
     assert!(waiter.lock_timeout(&n, Duration::from_millis(300)).unwrap().is_none());
-    assert_eq!(threads_named("simba-redis-pub"), 1, "one pub/sub thread per backend");
+    assert_eq!(support::threads_named("simba-redis-pub"), 1, "one pub/sub thread per backend");
     lease.release().unwrap();
     holder.close().unwrap();
     waiter.close().unwrap();
     drop(b);
-    eventually("the dropped backend's pub/sub thread to stop", || threads_named("simba-redis-pub") == 0);
+    eventually("the dropped backend's pub/sub thread to stop", || support::threads_named("simba-redis-pub") == 0);
 }

@@ -653,19 +653,10 @@ fn unreachable_ensemble_fails_fast_as_unavailable() {
     assert!(t0.elapsed() < Duration::from_secs(3), "{:?}", t0.elapsed());
 }
 
-/// Threads of this process whose name (truncated to 15 bytes by Linux) is `comm`.
-fn threads_named(comm: &str) -> usize {
-    std::fs::read_dir("/proc/self/task")
-        .unwrap()
-        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
-        .filter(|c| c.trim() == comm)
-        .count()
-}
-
 #[test]
 #[serial(zookeeper)]
 fn dropping_the_backend_stops_its_threads_and_closes_sessions() {
-    let counts = || (threads_named("simba-zk-watchd"), threads_named("simba-zk-watch"));
+    let counts = || (support::threads_named("simba-zk-watchd"), support::threads_named("simba-zk-watch"));
     // Backends of earlier tests may still be winding down; no other test holds one now (serial).
     let t0 = Instant::now();
     while counts() != (0, 0) {

@@ -102,3 +102,12 @@ pub fn exercise_lock_handoff(backend: Arc<dyn LeaseBackend>) {
     waiter.join().unwrap();
     a.close().unwrap();
 }
+
+/// Threads of this process whose name (truncated to 15 bytes by Linux) is `comm`.
+pub fn threads_named(comm: &str) -> usize {
+    std::fs::read_dir("/proc/self/task")
+        .unwrap()
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+        .filter(|c| c.trim() == comm)
+        .count()
+}

@@ -34,12 +34,10 @@ impl Conn {
 
     /// Bounds every read from now on by at most `left` (and at least 7/8 of it).
     pub(crate) fn read_within(&mut self, left: Duration) -> redis::RedisResult<()> {
-        if let Some(t) = fitted(self.read, left) {
-            self.read = None;
-            self.con.set_read_timeout(Some(t))?;
-            self.read = Some(t);
+        match fitted(self.read, left) {
+            Some(t) => self.read_for(t),
+            None => Ok(()),
         }
-        Ok(())
     }
 
     /// Bounds every read from now on by exactly `t` (a `WAIT` whose server-side timeout is
@@ -53,11 +51,10 @@ impl Conn {
 
     /// Bounds every write from now on by at most `left` (and at least 7/8 of it).
     pub(crate) fn write_within(&mut self, left: Duration) -> redis::RedisResult<()> {
-        if let Some(t) = fitted(self.write, left) {
-            self.write = None;
-            self.con.set_write_timeout(Some(t))?;
-            self.write = Some(t);
-        }
+        let Some(t) = fitted(self.write, left) else { return Ok(()) };
+        self.write = None;
+        self.con.set_write_timeout(Some(t))?;
+        self.write = Some(t);
         Ok(())
     }
 }

@@ -291,10 +291,7 @@ impl Router {
                     if retry_on_fresh(con, &e, &mut retried, what, &node.addr) {
                         continue;
                     }
-                    return match self.judge(node, e, what) {
-                        Judged::Redirect(addr, asking, error) => Ok(Outcome::Redirect { addr, asking, error }),
-                        Judged::Fail(e) => Err(e),
-                    };
+                    return self.judged(node, e, what);
                 }
             }
         }
@@ -313,6 +310,15 @@ impl Router {
     fn failed(&self, node: &Node) {
         *node.failed.lock() = Some(Instant::now());
         self.invalidate();
+    }
+
+    /// A failed call's outcome on `node`: a redirect, or the error the caller gets (see
+    /// [`judge`](Router::judge)).
+    fn judged<T>(&self, node: &Node, e: RedisError, what: &str) -> Result<Outcome<T>> {
+        match self.judge(node, e, what) {
+            Judged::Redirect(addr, asking, error) => Ok(Outcome::Redirect { addr, asking, error }),
+            Judged::Fail(e) => Err(e),
+        }
     }
 
     /// Sorts a failed call's error: a redirect, or the error the caller gets (after marking what
@@ -480,11 +486,7 @@ impl Router {
                         again.push((&node.addr, idx));
                         continue;
                     }
-                    let outcome = match self.judge(node, e, what) {
-                        Judged::Redirect(addr, asking, error) => Ok(Outcome::Redirect { addr, asking, error }),
-                        Judged::Fail(e) => Err(e),
-                    };
-                    out.extend(settled(idx, outcome));
+                    out.extend(settled(idx, self.judged(node, e, what)));
                 }
             }
         }
