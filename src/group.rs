@@ -89,7 +89,8 @@ impl MembershipShared {
 }
 
 /// Membership of a group, valid while its session lives. Dropping it leaves the group (in the
-/// background); [`leave`](Membership::leave) waits for the backend.
+/// background; nothing after the session's close, which left it); [`leave`](Membership::leave)
+/// waits for the backend.
 pub struct Membership {
     shared: Arc<MembershipShared>,
     left: bool,
@@ -132,7 +133,8 @@ impl Membership {
         session.is_some_and(|s| s.is_joined(&self.shared.group))
     }
 
-    /// Leaves the group, waiting up to the query timeout.
+    /// Leaves the group, waiting up to the query timeout. Once the session is closed or expired
+    /// this makes no call and returns `Ok`: the session's close left the group.
     ///
     /// # Errors
     /// `Timeout` or the backend's error; the membership ends anyway when the session does.

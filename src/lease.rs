@@ -15,7 +15,8 @@ use crate::types::{Name, SessionId, Token};
 /// I/O: it fails as soon as the lease may no longer be ours — lost in a keep-alive reply, past its
 /// local deadline (even if the renewal thread is stuck in a hung backend call), or released.
 ///
-/// Dropping the guard releases the lease on a background worker without blocking the caller.
+/// Dropping the guard releases the lease on a background worker without blocking the caller (after
+/// the session's close it sends nothing: the close freed the lease).
 pub struct Lease {
     session: Arc<SessionInner>,
     name: Name,
@@ -66,7 +67,8 @@ impl Lease {
     /// from the moment this is called. Waits at most the query timeout: on a backend that bounds
     /// its calls itself ([`LeaseBackend::call_bound`](crate::LeaseBackend::call_bound)) the release
     /// runs on the calling thread and ends with the backend's own timeout; otherwise it runs on a
-    /// worker thread that the caller stops waiting for at the query timeout.
+    /// worker thread that the caller stops waiting for at the query timeout. Once the session is
+    /// closed or expired this makes no call and returns `Ok`: the session's close frees its leases.
     ///
     /// # Errors
     /// `Timeout` when a release on a worker did not finish in time (it goes on in the background);

@@ -328,3 +328,40 @@ fn a_rejoin_waits_for_the_leave_in_flight() {
     drop(membership);
     backend.hook.tx.send(()).unwrap();
 }
+
+/// Waits (up to a generous bound) until nothing but the test holds `backend`: every thread and
+/// background call of its sessions has let go of it, so every call they were going to make is made.
+fn until_only_the_test_holds<T>(backend: &Arc<T>) {
+    let until = Instant::now() + Duration::from_secs(20);
+    while Arc::strong_count(backend) > 1 {
+        assert!(Instant::now() < until, "the session still holds the backend after 20 s");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+#[test]
+fn a_lease_or_membership_let_go_after_close_sends_nothing() {
+    // Close frees every term of the session on the backend and leaves its groups; releasing a
+    // guard afterwards must not make a call of its own (10,000 dropped guards would be 10,000
+    // useless calls).
+    let backend = recording(Some(Duration::from_millis(100)));
+    let session = Session::open(backend.clone(), options()).unwrap();
+    let released = session.lock("released").unwrap();
+    let dropped = session.lock("dropped").unwrap();
+    let election = session.campaign("led").unwrap();
+    election.wait_elected(Duration::from_secs(20)).unwrap();
+    let (left, dropped_member) = (session.join("left").unwrap(), session.join("dropped").unwrap());
+    session.close().unwrap();
+    released.release().unwrap();
+    drop(dropped);
+    election.resign().unwrap();
+    left.leave().unwrap();
+    drop(dropped_member);
+    until_only_the_test_holds(&backend);
+    assert!(backend.hook.threads(Op::CloseSession).len() == 1, "one close");
+    assert_eq!(backend.hook.threads(Op::Release), vec![], "a release after close reached the backend");
+    assert_eq!(backend.hook.threads(Op::Leave), vec![], "a leave after close reached the backend");
+    for name in ["released", "dropped", "led"] {
+        assert!(backend.inner.holder(&Name::new(name).unwrap()).unwrap().is_none(), "{name} is still held");
+    }
+}

@@ -486,9 +486,11 @@ fn late_deliveries_and_partitions_keep_every_invariant_and_late_leaves_are_detec
 /// task's closure sees `token()` Ok on a term the backend ended; or two holders at once).
 #[test]
 fn finding_1_old_release_is_found_on_the_shipped_runtime_with_late_deliveries() {
-    // Found at seed 576 (a release of term 3 of 'E' landing after the session took term 4).
+    // Found at seed 576 (a release of term 3 of 'E' landing after the session took term 4); since
+    // a guard dropped after its session's close sends nothing (session 10) the seeds' streams
+    // differ, and the same violation is first found at seed 3939 (about 2 minutes).
     let sc = Scenario::elections().with_old_release_any_term().with_late_deliveries().harsh();
-    assert_caught(&sc, 0..3_000, &[Invariant::LeaderTask, Invariant::ExclusiveToken, Invariant::OneHolder]);
+    assert_caught(&sc, 0..6_000, &[Invariant::LeaderTask, Invariant::ExclusiveToken, Invariant::OneHolder]);
 }
 
 /// The scenario a name stands for: a base (`shipped`, `shipped-elections`,

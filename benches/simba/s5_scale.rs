@@ -166,9 +166,9 @@ fn measure(config: &Config, t: &Target, sessions: usize, window: Duration) -> Be
             scope.spawn(move || {
                 for Node { session, leases, .. } in part {
                     let _ = session.close();
-                    // The close released every lease on the backend; dropping the guards would
-                    // send one more (no-op) release each. The guards only hold the closed session.
-                    std::mem::forget(leases);
+                    // The close released every lease on the backend: dropping a guard after it
+                    // sends nothing (the engine's rule), so the backend goes with the last guard.
+                    drop(leases);
                 }
             });
         }

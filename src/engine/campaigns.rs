@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use super::leases::{Adoption, CampaignId, NotSent};
 use super::Engine;
+use crate::state::SessionState;
 use crate::types::{Name, Token};
 
 /// Why a campaign cannot start (see [`Engine::start_campaign`]).
@@ -88,7 +89,7 @@ impl Engine {
     /// up and counted as a release in flight. Returns the term to release on the backend (then
     /// call [`end_release`](Engine::end_release) or
     /// [`end_confirmed_release`](Engine::end_confirmed_release)); nothing when `campaign` is not
-    /// the one going on.
+    /// the one going on, or once the session is closed or expired.
     pub fn stop_campaign(&mut self, name: &Name, campaign: CampaignId, leading: Option<Token>) -> Option<Token> {
         if !self.is_current(name, campaign) {
             return None;
@@ -99,6 +100,10 @@ impl Engine {
             return self.leases.remove(name).map(|l| l.token).or(leading);
         }
         let token = self.leases.get(name).map(|l| l.token).or(leading)?;
+        // After close or expiry the session's close frees the term (as in `release`).
+        if self.state != SessionState::Active {
+            return None;
+        }
         self.begin_release(name, token);
         Some(token)
     }

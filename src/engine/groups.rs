@@ -17,6 +17,7 @@ use std::time::Instant;
 
 use super::step::{Command, Event, Step};
 use super::Engine;
+use crate::state::SessionState;
 use crate::types::Name;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -200,9 +201,15 @@ impl Engine {
         self.groups.join_abandoned(group, now);
     }
 
-    /// Records that a leave of `group` is being sent: the group is no longer held.
-    pub fn begin_leave(&mut self, group: &Name) {
+    /// A membership of `group` is left (or dropped): the group is no longer held, and the leave
+    /// is counted in flight. Returns whether to send it: once the session is closed or expired
+    /// nothing is sent or counted, since the session's close leaves every group.
+    pub fn begin_leave(&mut self, group: &Name) -> bool {
+        if self.state != SessionState::Active {
+            return false;
+        }
         self.groups.begin_leave(group);
+        true
     }
 
     /// Records that a leave of `group` ended at `now` (whatever its outcome).

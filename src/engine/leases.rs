@@ -5,6 +5,7 @@ use std::time::{Duration, Instant};
 
 use super::step::{Command, Step};
 use super::Engine;
+use crate::state::SessionState;
 use crate::types::{Name, Token};
 
 /// A held term.
@@ -285,11 +286,17 @@ impl Engine {
     /// term is no longer held and its release on the backend is counted in flight — even when it
     /// was lost locally, since after a deadline loss the backend may still count it ours (a
     /// release of another term, or by a non-holder, is a no-op there). A newer term of the name
-    /// held by another handle stays held. Returns whether the term was held.
+    /// held by another handle stays held. Returns whether to send that release.
+    ///
+    /// Once the session is closed or expired nothing is sent or counted: the close (the
+    /// application's, or the one an expiry commands) frees every term of the session on the
+    /// backend, so a guard dropped afterwards costs no call.
     pub fn release(&mut self, name: &Name, token: Token) -> bool {
-        let held = self.holds(name, token);
+        if self.state != SessionState::Active {
+            return false;
+        }
         self.begin_release(name, token);
-        held
+        true
     }
 
     /// Drops the held entry of `name`, whatever its term, and returns the token it had: a loss

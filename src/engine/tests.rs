@@ -551,9 +551,50 @@ fn releasing_a_handle_gives_up_its_term_and_counts_the_release_in_one_transition
     e.end_confirmed_release(&a, t(3));
     // A term lost locally is still released on the backend; a newer term held stays held.
     assert_eq!(one_acquire(&mut e, &a, 4, t0), Adoption::Adopted);
-    assert!(!e.release(&a, t(2)));
+    assert!(e.release(&a, t(2)));
     assert_eq!(e.token(&a, t0), Some(t(4)));
     assert!(e.releasing(&a));
+}
+
+#[test]
+fn a_handle_released_after_close_or_expiry_needs_no_backend_call() {
+    // Close (or the close an expiry commands) frees every term of the session on the backend: a
+    // guard dropped afterwards must not send a release of its own, nor count one in flight.
+    let (t0, mut e) = fresh();
+    let a = n("a");
+    assert_eq!(one_acquire(&mut e, &a, 3, t0), Adoption::Adopted);
+    assert!(e.close().events.contains(&Event::Closed));
+    assert!(!e.release(&a, t(3)), "closed: the close released it");
+    assert_eq!(e.pending(&a), 0);
+    assert!(!e.releasing(&a));
+
+    let (t0, mut e) = fresh();
+    assert_eq!(one_acquire(&mut e, &a, 4, t0), Adoption::Adopted);
+    let step = e.poll(t0 + Duration::from_secs(11));
+    assert!(step.commands.contains(&Command::CloseSession), "{step:?}");
+    assert!(!e.release(&a, t(4)), "expired: the commanded close releases it");
+    assert_eq!(e.pending(&a), 0);
+
+    // The same for a resign after close (the runtime detaches elections at close; the engine
+    // does not rely on it).
+    let (t0, mut e) = fresh();
+    let campaign = e.start_campaign(&a, t0).unwrap();
+    let epoch = e.begin_attempt(&a, campaign, t0).unwrap();
+    assert_eq!(e.on_campaign_acquired(&a, campaign, t(5), t0, Duration::from_secs(10), t0, epoch), Adoption::Adopted);
+    e.end_acquire(&a);
+    assert!(e.close().events.contains(&Event::Closed));
+    assert_eq!(e.stop_campaign(&a, campaign, Some(t(5))), None, "closed: the close released it");
+    assert_eq!(e.pending(&a), 0);
+
+    // And for a membership: the close left the group.
+    let (t0, mut e) = fresh();
+    let g = n("g");
+    e.begin_join(&g);
+    e.end_join(&g, t0);
+    assert_eq!(e.joined(&g, t0), Step::none());
+    assert!(e.close().events.contains(&Event::Closed));
+    assert!(!e.begin_leave(&g), "closed: the close left it");
+    assert!(!e.leaving(&g));
 }
 
 #[test]

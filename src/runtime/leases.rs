@@ -295,8 +295,11 @@ impl SessionInner {
     /// Called by [`Lease`]: gives up `name` locally at once and releases it on the backend. Waits
     /// for the result up to the query timeout when `wait` is true.
     pub(crate) fn release_lease(self: &Arc<Self>, name: &Name, token: Token, wait: bool) -> Result<()> {
-        let held = self.apply(|e| (e.release(name, token), Step::none()));
-        log::debug!("session {}: releasing '{}' (token {}, held: {})", self.id, name, token, held);
+        if !self.apply(|e| (e.release(name, token), Step::none())) {
+            log::debug!("session {}: '{}' (token {}) was freed by the session's close", self.id, name, token);
+            return Ok(());
+        }
+        log::debug!("session {}: releasing '{}' (token {})", self.id, name, token);
         self.perform_release(name, token, wait)
     }
 

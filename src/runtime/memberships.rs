@@ -85,10 +85,9 @@ impl SessionInner {
             // Count the leave (under the engine lock) as the membership disappears from the map,
             // so a join that no longer finds the membership always finds the leave.
             let mut e = self.engine.lock();
-            if self.memberships.lock().remove(group).is_none() {
+            if self.memberships.lock().remove(group).is_none() || !e.begin_leave(group) {
                 return Ok(());
             }
-            e.begin_leave(group);
         }
         if wait {
             bounded_call(&self.backend, self.timing.query_timeout, self.leave_call(group))
