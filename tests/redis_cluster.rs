@@ -468,8 +468,8 @@ impl Drop for Paused<'_> {
     }
 }
 
-/// Once the session's lease duration is known (after its first acquire), an acquire sends its
-/// session call and its lease call together: the lease call takes effect on its node while the
+/// An acquire sends its session call and its lease call together, the session's first one too
+/// (its lease duration is known from the open): the lease call takes effect on its node while the
 /// session's node is still paused, and the acquire completes once that node answers.
 #[test]
 #[serial(redis_cluster)]
@@ -483,8 +483,6 @@ fn acquire_sends_the_session_and_lease_calls_together() {
     let sid = b.open_session(Duration::from_secs(30), "").unwrap().id;
     let session_key = format!("simba:session:{{{sid}}}");
     let session_node = raw.on_master_of(&session_key, redis::cmd("CLUSTER").arg("MYID"));
-    let first = spread("together-first", 1, &sid).remove(0);
-    token(b.acquire(&sid, &first));
     let l = loop {
         let l = spread("together", 1, &sid).remove(0);
         if raw.on_master_of(&lease_key(&l), redis::cmd("CLUSTER").arg("MYID")) != session_node {
@@ -695,25 +693,20 @@ fn an_acquire_that_returns_late_releases_its_term_which_is_never_reported() {
 fn acquire_and_join_send_nothing_once_the_session_remaining_has_passed() {
     let (b, faults) = faulty();
     let mut raw = Raw::new();
-    let sid = b.open_session(D, "").unwrap().id;
+    // Opened by another backend: `b` does not know the session's lease duration, so its acquire
+    // sends the session call first, as every join does.
+    let other = RedisBackend::with_scripting(Arc::new(ClusteredScripting::new(&nodes(), 8, D).unwrap()), options())
+        .unwrap_or_else(|e| panic!("cannot connect to Redis Cluster: {e} (run `scripts/services up redis-cluster`)"));
+    let late = |script| Rule { script, after: D + Duration::from_millis(50), times: Some(1), ..Rule::default() };
+    let sid = other.open_session(D, "").unwrap().id;
     let (l, g) = (name("gaveup"), name("gaveup-g"));
-    faults.rule(Rule {
-        script: "acquire_session",
-        after: D + Duration::from_millis(50),
-        times: Some(1),
-        ..Rule::default()
-    });
-    faults.rule(Rule {
-        script: "join_session",
-        after: D + Duration::from_millis(50),
-        times: Some(1),
-        ..Rule::default()
-    });
+    faults.rule(late("acquire_session"));
+    faults.rule(late("join_session"));
     let err = b.acquire(&sid, &l).unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
     assert_eq!(faults.count("acquire_lease"), 0);
     assert!(raw.hgetall(&lease_key(&l)).is_empty(), "no lease call was sent");
-    let sid = b.open_session(D, "").unwrap().id;
+    let sid = other.open_session(D, "").unwrap().id;
     let err = b.join(&sid, &g).unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
     assert_eq!(faults.count("join_group"), 0);

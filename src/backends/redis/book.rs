@@ -42,8 +42,8 @@ pub(crate) struct Book {
     pub listing: Option<Listing>,
     /// Cluster: the last listing of the session's lease index.
     pub index: Option<Index>,
-    /// Cluster: the session's lease duration, as its session call last reported it (an acquire
-    /// that knows it sends its session and lease calls together).
+    /// Cluster: the session's lease duration, as its open set it or its session call last
+    /// reported it (an acquire that knows it sends its session and lease calls together).
     pub duration: Option<Duration>,
     /// Terms an acquire started but reported as failed (late, or not acknowledged by replicas),
     /// remembered for one lease period. Never reported as owned; renewals release them.

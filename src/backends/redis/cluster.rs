@@ -442,7 +442,7 @@ fn session_reply(script: &str, v: &redis::Value) -> Result<Option<(Duration, Dur
 
 /// Acquire: the session call (`acquire_session.lua`, on the session's slot: is the session
 /// alive, and the name indexed) and the lease call (`acquire_lease.lua`, on the lease's slot).
-/// Once the session's lease duration is known (from an earlier session call) the two go out
+/// Once the session's lease duration is known (from its open, or a later session call) the two go out
 /// together, so an acquire costs one round trip to each node at the same time (one in all when
 /// both slots are on one node) instead of two in a row. The lease call may then run before the
 /// session call, even when the session is gone: a term it started is released again, and the

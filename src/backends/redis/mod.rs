@@ -258,7 +258,13 @@ impl LeaseBackend for RedisBackend {
         if lease_duration < Duration::from_millis(1) {
             return Err(Error::config(format!("lease duration {lease_duration:?} must be at least 1ms")));
         }
-        standalone::open_session(&self.inner, lease_duration, metadata)
+        let grant = standalone::open_session(&self.inner, lease_duration, metadata)?;
+        if self.is_clustered() {
+            // The session hash now holds this duration: the session's first acquire can send its
+            // session and lease calls together, like every later one (cluster::acquire).
+            self.inner.books.with(&grant.id, |b| b.duration = Some(lease_duration));
+        }
+        Ok(grant)
     }
 
     fn keep_alive(&self, session: &SessionId, lease_duration: Duration) -> Result<KeepAlive> {
