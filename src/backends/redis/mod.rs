@@ -349,9 +349,11 @@ impl LeaseBackend for RedisBackend {
         // every command: `EVALSHA`, `SCRIPT LOAD` on `NOSCRIPT`, `ASKING`, `WAIT`). Cluster routing
         // is the backend's own (`router.rs`): re-reading the slot map after a failure or a `MOVED`,
         // and following `MOVED`/`ASK` redirects, are such steps too. A step that would start with
-        // less than a millisecond left is not started. The one exception, a best-effort release
-        // after a reply the calling thread saw only after the deadline, only runs once the call
-        // has already overrun by scheduling (see `Inner::cleanup_deadline`).
+        // less than a millisecond left is not started, with two exceptions. The read of a small
+        // batch's node whose turn comes after another node's read used up the deadline waits up
+        // to 2 ms more (`router::DRAIN`): its replies are usually in already. A best-effort release
+        // after a reply the calling thread saw only after the deadline only runs once the call has
+        // already overrun by scheduling (see `Inner::cleanup_deadline`).
         Some(self.inner.options.query_timeout)
     }
 

@@ -694,7 +694,7 @@ impl RedisScripting for ClusteredScripting {
             "script pipeline",
             concurrent,
             |con, idx| send_scripts(con, &of(idx), deadline),
-            |con, idx| recv_scripts(con, &of(idx), deadline),
+            |con, idx, by| recv_scripts(con, &of(idx), by),
         );
         for (i, r) in settled {
             out[i] = Some(r);

@@ -38,6 +38,13 @@ pub(crate) const MAX_REDIRECTS: usize = 5;
 /// A node that failed less than this long ago is asked for the slot map only after the others.
 const SUSPECT_FOR: Duration = Duration::from_secs(30);
 
+/// How long [`Router::pipelined`] still waits, past a small batch's deadline, for the replies of a
+/// node whose read starts late: replies already in are read at once (a few microseconds each).
+/// A node that does not answer, read first, takes the whole deadline (and its socket timeout
+/// ends in whole kernel ticks, seen here up to ~35 ms late): without this the nodes
+/// read after it would fail although their replies arrived long before.
+const DRAIN: Duration = Duration::from_millis(2);
+
 /// The hash slot of `key` (CRC16-XMODEM of its hash tag, or of the whole key, modulo 16384).
 pub(crate) fn slot_of(key: &[u8]) -> u16 {
     let tagged = key.iter().position(|b| *b == b'{').and_then(|open| {
@@ -398,7 +405,7 @@ impl Router {
         what: &str,
         concurrent: bool,
         send: impl Fn(&mut Conn, &[usize]) -> redis::RedisResult<()> + Sync,
-        recv: impl Fn(&mut Conn, &[usize]) -> redis::RedisResult<Vec<Option<Value>>> + Sync,
+        recv: impl Fn(&mut Conn, &[usize], Instant) -> redis::RedisResult<Vec<Option<Value>>> + Sync,
     ) -> Vec<(usize, Result<Value>)> {
         let Ok(map) = self.map(deadline, what) else { return Vec::new() };
         let (by_node, _) = by_master(&map, calls.iter().copied());
@@ -406,7 +413,7 @@ impl Router {
             let Ok(node) = self.node(addr) else { return Vec::new() };
             let outcome = self.on_node(&node, deadline, what, |con| {
                 send(con, idx)?;
-                recv(con, idx)
+                recv(con, idx, deadline)
             });
             settled(idx, outcome)
         };
@@ -455,7 +462,7 @@ impl Router {
         deadline: Instant,
         what: &str,
         send: &dyn Fn(&mut Conn, &[usize]) -> redis::RedisResult<()>,
-        recv: &dyn Fn(&mut Conn, &[usize]) -> PipelineReplies,
+        recv: &dyn Fn(&mut Conn, &[usize], Instant) -> PipelineReplies,
         one: &dyn Fn(&str, &[usize]) -> Settled,
     ) -> Settled {
         let nodes: Vec<_> = by_node.iter().map(|(addr, idx)| (*addr, idx.as_slice(), self.node(addr).ok())).collect();
@@ -478,7 +485,8 @@ impl Router {
             }
         }
         for (node, idx, mut con) in written {
-            match recv(&mut con, idx) {
+            let by = deadline.max(Instant::now() + DRAIN);
+            match recv(&mut con, idx, by) {
                 Ok(replies) => out.extend(settled(idx, Ok(Outcome::Done(replies)))),
                 Err(e) => {
                     let mut retried = false;
