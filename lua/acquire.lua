@@ -34,9 +34,11 @@ end
 -- The index names the term; every change of the index bumps the session's `gen`, so renewals
 -- list the index again (and only then). PEXPIRE is a write too: a following WAIT covers the
 -- term even when this call (a repeated acquire on another connection) changed nothing else.
-if redis.call('HGET', KEYS[2], ARGV[2]) ~= token then
+-- A new term is never in the index yet; an indexed term already has the index's TTL (set when it
+-- was indexed, extended by every keep-alive), so only a change of the index sets it.
+if new == 1 or redis.call('HGET', KEYS[2], ARGV[2]) ~= token then
   redis.call('HSET', KEYS[2], ARGV[2], token)
   redis.call('HINCRBY', KEYS[1], 'gen', 1)
+  redis.call('PEXPIRE', KEYS[2], pttl + d)
 end
-redis.call('PEXPIRE', KEYS[2], pttl + d)
 return {1, token, pttl, new, d}
