@@ -468,27 +468,36 @@ impl Drop for Paused<'_> {
     }
 }
 
+/// Lease duration of the sessions [`session_and_lease_on_another_node`] opens.
+const SESSION_LEASE: Duration = Duration::from_secs(30);
+
+/// A backend with query timeout `t`, a raw client, a session (lease duration [`SESSION_LEASE`])
+/// and a lease name whose master is not the session's.
+fn session_and_lease_on_another_node(t: Duration, prefix: &str) -> (RedisBackend, Raw, SessionId, Name) {
+    init_log();
+    let scripting = Arc::new(ClusteredScripting::new(&nodes(), 8, t).unwrap());
+    let b = RedisBackend::with_scripting(scripting, RedisOptions::builder().query_timeout(t).build().unwrap())
+        .unwrap_or_else(|e| panic!("cannot connect to Redis Cluster: {e} (run `scripts/services up redis-cluster`)"));
+    let mut raw = Raw::new();
+    let sid = b.open_session(SESSION_LEASE, "").unwrap().id;
+    let session_node = raw.on_master_of(&format!("simba:session:{{{sid}}}"), redis::cmd("CLUSTER").arg("MYID"));
+    let l = loop {
+        let l = spread(prefix, 1, &sid).remove(0);
+        if raw.on_master_of(&lease_key(&l), redis::cmd("CLUSTER").arg("MYID")) != session_node {
+            break l;
+        }
+    };
+    (b, raw, sid, l)
+}
+
 /// An acquire sends its session call and its lease call together, the session's first one too
 /// (its lease duration is known from the open): the lease call takes effect on its node while the
 /// session's node is still paused, and the acquire completes once that node answers.
 #[test]
 #[serial(redis_cluster)]
 fn acquire_sends_the_session_and_lease_calls_together() {
-    init_log();
-    let t = Duration::from_secs(20);
-    let scripting = Arc::new(ClusteredScripting::new(&nodes(), 8, t).unwrap());
-    let b = RedisBackend::with_scripting(scripting, RedisOptions::builder().query_timeout(t).build().unwrap())
-        .unwrap_or_else(|e| panic!("cannot connect to Redis Cluster: {e} (run `scripts/services up redis-cluster`)"));
-    let mut raw = Raw::new();
-    let sid = b.open_session(Duration::from_secs(30), "").unwrap().id;
+    let (b, mut raw, sid, l) = session_and_lease_on_another_node(Duration::from_secs(20), "together");
     let session_key = format!("simba:session:{{{sid}}}");
-    let session_node = raw.on_master_of(&session_key, redis::cmd("CLUSTER").arg("MYID"));
-    let l = loop {
-        let l = spread("together", 1, &sid).remove(0);
-        if raw.on_master_of(&lease_key(&l), redis::cmd("CLUSTER").arg("MYID")) != session_node {
-            break l;
-        }
-    };
     let paused = Paused::new(&mut raw, &session_key);
     let acquired = thread::scope(|scope| {
         let acquire = scope.spawn(|| b.acquire(&sid, &l));
@@ -518,22 +527,9 @@ fn acquire_sends_the_session_and_lease_calls_together() {
 #[test]
 #[serial(redis_cluster)]
 fn a_node_that_does_not_answer_does_not_cost_the_others_in_its_batch_their_replies() {
-    init_log();
-    let t = Duration::from_millis(500);
-    let scripting = Arc::new(ClusteredScripting::new(&nodes(), 8, t).unwrap());
-    let b = RedisBackend::with_scripting(scripting, RedisOptions::builder().query_timeout(t).build().unwrap())
-        .unwrap_or_else(|e| panic!("cannot connect to Redis Cluster: {e} (run `scripts/services up redis-cluster`)"));
-    let mut raw = Raw::new();
-    let d = Duration::from_secs(30);
-    let sid = b.open_session(d, "").unwrap().id;
+    let (b, mut raw, sid, l) = session_and_lease_on_another_node(Duration::from_millis(500), "unanswered");
+    let d = SESSION_LEASE;
     let session_key = format!("simba:session:{{{sid}}}");
-    let session_node = raw.on_master_of(&session_key, redis::cmd("CLUSTER").arg("MYID"));
-    let l = loop {
-        let l = spread("unanswered", 1, &sid).remove(0);
-        if raw.on_master_of(&lease_key(&l), redis::cmd("CLUSTER").arg("MYID")) != session_node {
-            break l;
-        }
-    };
     let paused = Paused::new(&mut raw, &session_key);
     let err = b.acquire(&sid, &l).unwrap_err();
     drop(paused);
