@@ -58,6 +58,26 @@ impl Variant<'_> {
     fn block(&mut self, n: usize, into: &mut Samples) -> BenchResult<()> {
         into.block(n, || self.op())
     }
+
+    /// Runs a block into `into` and returns that block's own p50.
+    fn block_p50(&mut self, n: usize, into: &mut Samples) -> BenchResult<Duration> {
+        let from = into.per_op.len();
+        self.block(n, into)?;
+        Ok(Summary::of(&into.per_op[from..]).p50)
+    }
+}
+
+/// API−SPI estimated from the rounds: each round's API block p50 minus the same round's SPI block
+/// p50 (the two blocks run next to each other, so slow drifts of the machine cancel), as the
+/// median of the rounds and their interquartile range, in µs (signed: the API can be faster).
+fn paired_difference(api: &[Duration], spi: &[Duration]) -> String {
+    let mut d: Vec<f64> = api.iter().zip(spi).map(|(a, s)| (a.as_secs_f64() - s.as_secs_f64()) * 1e6).collect();
+    if d.is_empty() {
+        return "—".into();
+    }
+    d.sort_by(f64::total_cmp);
+    let at = |q: f64| d[((d.len() - 1) as f64 * q).round() as usize];
+    format!("{:+.1} µs ({:+.1} … {:+.1})", at(0.5), at(0.25), at(0.75))
 }
 
 pub fn run(config: &Config, targets: &[Target], report: &mut Report) {
@@ -76,6 +96,7 @@ pub fn run(config: &Config, targets: &[Target], report: &mut Report) {
             "**API/raw** (p50)",
             "API/raw (ops/s)",
             "API−SPI p50",
+            "API−SPI paired per round: median (IQR)",
             "round trips/op API / SPI / raw",
             "Redis server time/op API / SPI / raw",
             "context switches/op API / SPI / raw",
@@ -97,7 +118,8 @@ pub fn run(config: &Config, targets: &[Target], report: &mut Report) {
          server and the same kind of connection (PostgreSQL: plain TCP for both, `sslmode=disable` unless the URL names a mode): Redis `SET NX PX` + compare-and-delete script (EVALSHA); PostgreSQL/MySQL \
          one upsert to take + one update to free (prepared once; the spec's \"one upsert\" cannot also free the lock); \
          ZooKeeper create + delete of an ephemeral node (zookeeper-client). memory has no raw primitive: its API/raw \
-         column compares with the SPI. Round trips counted by a loopback proxy (memory: none; Redis Cluster: \
+         column compares with the SPI. API−SPI paired: per round, the API block's p50 minus the SPI block's p50 \
+         (adjacent blocks, so the machine's slow drifts cancel), median and interquartile range over the rounds. Round trips counted by a loopback proxy (memory: none; Redis Cluster: \
          requests per op from `INFO commandstats` (EVALSHA/EVAL + SET calls; each is one round trip on the sync \
          cluster connection), summed over the masters; in brackets every command executed, including those inside \
          scripts). Client CPU/op and allocations/op are the whole bench process's (every thread, so the API's \
@@ -125,6 +147,7 @@ fn measure(config: &Config, t: &Target, block: usize, rounds: usize) -> BenchRes
     let mut api = Samples::default();
     let mut spis = Samples::default();
     let mut raws = Samples::default();
+    let (mut api_rounds, mut spi_rounds) = (Vec::new(), Vec::new());
     // Warm-up (connections, script caches, prepared statements).
     {
         let mut scratch = Samples::default();
@@ -137,8 +160,8 @@ fn measure(config: &Config, t: &Target, block: usize, rounds: usize) -> BenchRes
     for round in 0..rounds {
         for k in 0..3 {
             match (round + k) % 3 {
-                0 => Variant::Api(&session, &api_name).block(block, &mut api)?,
-                1 => Variant::Spi(&*backend, &spi.id, &spi_name).block(block, &mut spis)?,
+                0 => api_rounds.push(Variant::Api(&session, &api_name).block_p50(block, &mut api)?),
+                1 => spi_rounds.push(Variant::Spi(&*backend, &spi.id, &spi_name).block_p50(block, &mut spis)?),
                 _ => {
                     if let Some(r) = raw.as_deref_mut() {
                         Variant::Raw(r).block(block, &mut raws)?;
@@ -208,6 +231,7 @@ fn measure(config: &Config, t: &Target, block: usize, rounds: usize) -> BenchRes
         mark(ratio_p50),
         format!("{ratio_rate:.2}"),
         fmt_dur(a.p50.saturating_sub(s.p50)),
+        paired_difference(&api_rounds, &spi_rounds),
         rts,
         server,
         costs[0].clone(),
