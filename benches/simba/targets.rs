@@ -231,6 +231,23 @@ impl Target {
         }
     }
 
+    /// Redis Cluster: whether the keys of session `sid` and of lease `name` live on the same
+    /// master (then an acquire's two scripts go to one connection; else to two, written first and
+    /// read after). `None` on every other backend. The keys hash-tag the id and the name, so
+    /// `{id}` and `{name}` have their slots.
+    #[cfg_attr(not(feature = "redis"), allow(unused_variables))]
+    pub fn cluster_same_master(&self, sid: &str, name: &str) -> BenchResult<Option<bool>> {
+        match self.kind {
+            #[cfg(feature = "redis")]
+            Kind::RedisCluster => {
+                let a = redis_impl::master_of(&self.url, &format!("{{{sid}}}"))?;
+                let b = redis_impl::master_of(&self.url, &format!("{{{name}}}"))?;
+                Ok(Some(a == b))
+            }
+            _ => Ok(None),
+        }
+    }
+
     /// The raw primitive on the same server (through `via` when given), or `None` for memory.
     #[cfg_attr(
         not(any(feature = "redis", feature = "postgres", feature = "mysql", feature = "zookeeper")),
@@ -494,6 +511,32 @@ mod redis_impl {
             return Err(err("CLUSTER NODES lists no master"));
         }
         Ok(out)
+    }
+
+    /// The address (`ip:port`) of the master serving `key`'s slot.
+    pub fn master_of(url: &str, key: &str) -> BenchResult<String> {
+        let seed = nodes(url).into_iter().next().ok_or_else(|| err("no cluster node"))?;
+        let mut c = conn(&seed)?;
+        let slot: u16 = redis::cmd("CLUSTER").arg("KEYSLOT").arg(key).query(&mut c)?;
+        let text: String = redis::cmd("CLUSTER").arg("NODES").query(&mut c)?;
+        for line in text.lines() {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            if f.len() < 9 || !f[2].split(',').any(|x| x == "master") {
+                continue;
+            }
+            let serves = f[8..].iter().any(|r| {
+                let mut ends = r.splitn(2, '-').map(|x| x.parse::<u16>().ok());
+                match (ends.next().flatten(), ends.next()) {
+                    (Some(lo), None) => lo == slot,
+                    (Some(lo), Some(Some(hi))) => (lo..=hi).contains(&slot),
+                    _ => false, // a migrating/importing slot entry `[…]`
+                }
+            });
+            if serves {
+                return Ok(f[1].split('@').next().unwrap_or("").to_string());
+            }
+        }
+        Err(err(format!("CLUSTER NODES names no master for slot {slot}")))
     }
 
     pub fn init(t: &Target) -> BenchResult<String> {
