@@ -279,17 +279,29 @@ impl Target {
     }
 
     /// Latencies of the raw notification primitive: Redis `PUBLISH` → a `SUBSCRIBE`d connection
-    /// (Cluster: published through another master than the subscriber's), ZooKeeper `delete` →
+    /// (Cluster: the subscriber on another master than the channel's, so the message crosses the
+    /// cluster bus), ZooKeeper `delete` →
     /// an `exists` watch on another client. `None` where there is none (SQL, memory).
     pub fn raw_notify(&self, samples: usize) -> BenchResult<Option<Vec<Duration>>> {
         let _ = samples;
         match self.kind {
             #[cfg(feature = "redis")]
-            Kind::Redis | Kind::RedisCluster => redis_impl::notify(self, samples).map(Some),
+            Kind::Redis | Kind::RedisCluster => redis_impl::notify(self, samples, false).map(Some),
             #[cfg(feature = "zookeeper")]
             Kind::Zookeeper => zk_impl::notify(&self.zk_hosts()?, samples).map(Some),
             #[cfg(feature = "postgres")]
             Kind::Postgres => pg_impl::notify(&self.url, samples).map(Some),
+            _ => Ok(None),
+        }
+    }
+
+    /// Redis Cluster: the raw notification with the subscriber on the channel's own master (no
+    /// message crosses the cluster bus). `None` on every other backend.
+    pub fn raw_notify_own_master(&self, samples: usize) -> BenchResult<Option<Vec<Duration>>> {
+        let _ = samples;
+        match self.kind {
+            #[cfg(feature = "redis")]
+            Kind::RedisCluster => redis_impl::notify(self, samples, true).map(Some),
             _ => Ok(None),
         }
     }
@@ -690,9 +702,23 @@ mod redis_impl {
     /// A script that PUBLISHes on a channel named like a lease's (`simba-bench:notify:{…}`, so
     /// its hash slot picks the node on Cluster) → the message on a connection PSUBSCRIBEd on the
     /// first node, as simba's release script and pub/sub thread do.
-    pub fn notify(t: &Target, samples: usize) -> BenchResult<Vec<Duration>> {
-        let sub_url = if t.kind == Kind::RedisCluster { masters(&t.url)?[0].clone() } else { t.url.clone() };
+    ///
+    /// On Cluster, `own_master` picks where the subscriber connects: the channel's own master, or
+    /// another master (so every message crosses the cluster bus).
+    pub fn notify(t: &Target, samples: usize, own_master: bool) -> BenchResult<Vec<Duration>> {
         let channel = format!("simba-bench:notify:{{{:08x}}}", rand::random::<u32>());
+        let sub_url = if t.kind == Kind::RedisCluster {
+            let home = format!("redis://{}", master_of(&t.url, &channel)?);
+            let mut all = masters(&t.url)?;
+            if own_master {
+                home
+            } else {
+                all.retain(|m| *m != home);
+                all.into_iter().next().ok_or_else(|| err("the cluster has one master: no bus to cross"))?
+            }
+        } else {
+            t.url.clone()
+        };
         let (ready_tx, ready_rx) = crossbeam_channel::bounded::<()>(1);
         let (got_tx, got_rx) = crossbeam_channel::unbounded::<std::time::Instant>();
         let sub = std::thread::spawn(move || -> BenchResult<()> {
