@@ -240,8 +240,7 @@ impl Target {
         match self.kind {
             #[cfg(feature = "redis")]
             Kind::RedisCluster => {
-                let a = redis_impl::master_of(&self.url, &format!("{{{sid}}}"))?;
-                let b = redis_impl::master_of(&self.url, &format!("{{{name}}}"))?;
+                let [a, b] = redis_impl::masters_of(&self.url, [&format!("{{{sid}}}"), &format!("{{{name}}}")])?;
                 Ok(Some(a == b))
             }
             _ => Ok(None),
@@ -506,17 +505,23 @@ mod redis_impl {
             .ok_or_else(|| err(format!("INFO {section} has no {field}")))
     }
 
-    /// Addresses (`redis://ip:port`) of the cluster's masters.
-    pub fn masters(url: &str) -> BenchResult<Vec<String>> {
-        let seed = nodes(url).into_iter().next().ok_or_else(|| err("no cluster node"))?;
-        let mut c = conn(&seed)?;
-        let text: String = redis::cmd("CLUSTER").arg("NODES").query(&mut c)?;
+    /// A master's address (`redis://ip:port`) and the slot ranges (inclusive) it serves.
+    type Master = (String, Vec<(u16, u16)>);
+
+    /// The cluster's live masters as `CLUSTER NODES` lists them.
+    fn master_table(c: &mut redis::Connection) -> BenchResult<Vec<Master>> {
+        let text: String = redis::cmd("CLUSTER").arg("NODES").query(c)?;
         let mut out = Vec::new();
         for line in text.lines() {
             let f: Vec<&str> = line.split_whitespace().collect();
             if f.len() > 2 && f[2].split(',').any(|x| x == "master") && !f[2].contains("fail") {
                 let addr = f[1].split('@').next().unwrap_or("");
-                out.push(format!("redis://{addr}"));
+                // `lo-hi` or a single slot; a migrating/importing entry `[…]` serves nothing yet.
+                let ranges = f.iter().skip(8).filter_map(|r| {
+                    let (lo, hi) = r.split_once('-').unwrap_or((r, r));
+                    Some((lo.parse().ok()?, hi.parse().ok()?))
+                });
+                out.push((format!("redis://{addr}"), ranges.collect()));
             }
         }
         if out.is_empty() {
@@ -525,30 +530,28 @@ mod redis_impl {
         Ok(out)
     }
 
-    /// The address (`ip:port`) of the master serving `key`'s slot.
-    pub fn master_of(url: &str, key: &str) -> BenchResult<String> {
+    /// Addresses (`redis://ip:port`) of the cluster's masters.
+    pub fn masters(url: &str) -> BenchResult<Vec<String>> {
+        let seed = nodes(url).into_iter().next().ok_or_else(|| err("no cluster node"))?;
+        Ok(master_table(&mut conn(&seed)?)?.into_iter().map(|(addr, _)| addr).collect())
+    }
+
+    /// The addresses (`redis://ip:port`) of the masters serving each of `keys`' slots, read over
+    /// one connection.
+    pub fn masters_of<const N: usize>(url: &str, keys: [&str; N]) -> BenchResult<[String; N]> {
         let seed = nodes(url).into_iter().next().ok_or_else(|| err("no cluster node"))?;
         let mut c = conn(&seed)?;
-        let slot: u16 = redis::cmd("CLUSTER").arg("KEYSLOT").arg(key).query(&mut c)?;
-        let text: String = redis::cmd("CLUSTER").arg("NODES").query(&mut c)?;
-        for line in text.lines() {
-            let f: Vec<&str> = line.split_whitespace().collect();
-            if f.len() < 9 || !f[2].split(',').any(|x| x == "master") {
-                continue;
-            }
-            let serves = f[8..].iter().any(|r| {
-                let mut ends = r.splitn(2, '-').map(|x| x.parse::<u16>().ok());
-                match (ends.next().flatten(), ends.next()) {
-                    (Some(lo), None) => lo == slot,
-                    (Some(lo), Some(Some(hi))) => (lo..=hi).contains(&slot),
-                    _ => false, // a migrating/importing slot entry `[…]`
-                }
-            });
-            if serves {
-                return Ok(f[1].split('@').next().unwrap_or("").to_string());
-            }
+        let table = master_table(&mut c)?;
+        let mut out = [const { String::new() }; N];
+        for (key, addr) in keys.iter().zip(out.iter_mut()) {
+            let slot: u16 = redis::cmd("CLUSTER").arg("KEYSLOT").arg(*key).query(&mut c)?;
+            let (a, _) = table
+                .iter()
+                .find(|(_, ranges)| ranges.iter().any(|(lo, hi)| (*lo..=*hi).contains(&slot)))
+                .ok_or_else(|| err(format!("CLUSTER NODES names no master for slot {slot}")))?;
+            addr.clone_from(a);
         }
-        Err(err(format!("CLUSTER NODES names no master for slot {slot}")))
+        Ok(out)
     }
 
     pub fn init(t: &Target) -> BenchResult<String> {
@@ -708,7 +711,7 @@ mod redis_impl {
     pub fn notify(t: &Target, samples: usize, own_master: bool) -> BenchResult<Vec<Duration>> {
         let channel = format!("simba-bench:notify:{{{:08x}}}", rand::random::<u32>());
         let sub_url = if t.kind == Kind::RedisCluster {
-            let home = format!("redis://{}", master_of(&t.url, &channel)?);
+            let [home] = masters_of(&t.url, [&channel])?;
             let mut all = masters(&t.url)?;
             if own_master {
                 home
