@@ -65,20 +65,21 @@ fn fast_poll() -> SessionOptions {
         .unwrap()
 }
 
-/// Counts `watch` calls: a `lock` waiter watches before its first attempt and again after each
-/// busy one, so its second watch means it found the lease held.
+/// Counts busy acquire replies: the waiter's first one means it found the lease held (with a
+/// watch armed before that attempt).
 #[derive(Debug, Default)]
-struct Watches(AtomicUsize);
+struct Busy(AtomicUsize);
 
-impl Hook for Arc<Watches> {
-    fn before(&self, op: Op) {
-        if op == Op::Watch {
+impl Hook for Arc<Busy> {
+    fn before(&self, _op: Op) {}
+    fn acquired(&self, _session: &simba::SessionId, reply: &simba::Result<simba::Acquire>) {
+        if matches!(reply, Ok(simba::Acquire::Busy)) {
             self.0.fetch_add(1, Ordering::SeqCst);
         }
     }
 }
 
-impl Watches {
+impl Busy {
     fn count(&self) -> usize {
         self.0.load(Ordering::SeqCst)
     }
@@ -86,17 +87,12 @@ impl Watches {
 
 /// `holder` holds `l`; a waiter on `waiter_backend` calls `lock`; once it found `l` busy, the
 /// holder releases. Returns the time from the release to the waiter holding the lease.
-fn hand_off(
-    holder: &Session,
-    waiter_backend: Arc<dyn LeaseBackend>,
-    watches: &Watches,
-    options: SessionOptions,
-) -> Duration {
+fn hand_off(holder: &Session, waiter_backend: Arc<dyn LeaseBackend>, busy: &Busy, options: SessionOptions) -> Duration {
     let l = name("l");
     let first = holder.lock(&l).unwrap();
     let t1 = first.token().unwrap();
     let waiter = Arc::new(Session::open(waiter_backend, options).unwrap());
-    let before = watches.count();
+    let before = busy.count();
     let w = {
         let (waiter, l) = (waiter.clone(), l.clone());
         thread::spawn(move || {
@@ -104,7 +100,7 @@ fn hand_off(
             (Instant::now(), lease)
         })
     };
-    assert!(eventually(PATIENCE, || watches.count() >= before + 2), "the waiter never found the lease busy");
+    assert!(eventually(PATIENCE, || busy.count() > before), "the waiter never found the lease busy");
     let released = Instant::now();
     first.release().unwrap();
     let (got, lease) = w.join().unwrap();
@@ -124,9 +120,9 @@ fn lock_waiter_is_woken_by_notify_long_before_its_poll() {
     assert!(shared.capabilities().push_release);
     assert!(!shared.capabilities().push_membership);
     let holder = Session::open(shared.clone(), slow_poll()).unwrap();
-    let watches = Arc::new(Watches::default());
-    let spy = Forward::inheriting(shared.clone(), watches.clone());
-    let took = hand_off(&holder, spy, &watches, slow_poll());
+    let busy = Arc::new(Busy::default());
+    let spy = Forward::inheriting(shared.clone(), busy.clone());
+    let took = hand_off(&holder, spy, &busy, slow_poll());
     // The waiter's next poll is ≥ 30 s after its busy attempt; only the notification wakes it here.
     assert!(took < PUSHED, "the waiter got the lease {took:?} after the release: not pushed (poll: 30-45 s)");
     holder.close().unwrap();
@@ -297,13 +293,13 @@ fn a_killed_notification_connection_falls_back_to_polling_and_recovers() {
     let role = Role::create();
     let options = SqlOptions::builder().query_timeout(Duration::from_secs(1)).pool_size(1).build().unwrap();
     let limited = Arc::new(SqlBackend::postgres(&role.url(), options).unwrap());
-    let watches = Arc::new(Watches::default());
-    let spy: Arc<dyn LeaseBackend> = Forward::inheriting(limited.clone(), watches.clone());
+    let busy = Arc::new(Busy::default());
+    let spy: Arc<dyn LeaseBackend> = Forward::inheriting(limited.clone(), busy.clone());
     let holder = Session::open(shared_backend(Dialect::Postgres), fast_poll()).unwrap();
 
     // Pushed at first (this also opens the pool's one connection and the notification connection).
     assert!(limited.notification_connection_id().is_none(), "no connection before the first watch");
-    let took = hand_off(&holder, spy.clone(), &watches, slow_poll());
+    let took = hand_off(&holder, spy.clone(), &busy, slow_poll());
     assert!(took < PUSHED, "not pushed before the fault: {took:?}");
     let first = limited.notification_connection_id().expect("listening");
 
@@ -323,7 +319,7 @@ fn a_killed_notification_connection_falls_back_to_polling_and_recovers() {
     let (tx, _rx) = crossbeam_channel::unbounded();
     assert!(!limited.watch(&Topic::Lease(name("x")), &tx).unwrap(), "watch accepted while the connection is down");
     // Waiters poll meanwhile: this one gets the lease by its retries (every 1-1.5 s).
-    let _ = hand_off(&holder, spy.clone(), &watches, fast_poll());
+    let _ = hand_off(&holder, spy.clone(), &busy, fast_poll());
     assert!(limited.notification_connection_id().is_none(), "it reconnected despite the connection limit");
     // Reconnection attempts failed several times; each cause was logged once.
     assert!(
@@ -341,7 +337,7 @@ fn a_killed_notification_connection_falls_back_to_polling_and_recovers() {
         "the notification connection never came back"
     );
     assert_eq!(lines(log::Level::Info, "release notifications are back"), back + 1);
-    let took = hand_off(&holder, spy, &watches, slow_poll());
+    let took = hand_off(&holder, spy, &busy, slow_poll());
     assert!(took < PUSHED, "not pushed after recovery: {took:?}");
     holder.close().unwrap();
 }

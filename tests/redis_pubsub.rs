@@ -71,37 +71,38 @@ fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
     }
 }
 
-/// Counts the waiter's calls as they start, and runs `on_watch(n)` before its `n`-th watch.
+/// Counts the waiter's acquires as they start and their busy replies, and runs `on_busy(n)` right
+/// after its `n`-th busy reply (before the runtime sees it).
 #[derive(Default)]
 struct Calls {
     acquires: AtomicUsize,
-    watches: AtomicUsize,
+    busy: AtomicUsize,
     #[allow(clippy::type_complexity)]
-    on_watch: Mutex<Option<(usize, Box<dyn FnOnce() + Send>)>>,
+    on_busy: Mutex<Option<(usize, Box<dyn FnOnce() + Send>)>>,
 }
 
 impl std::fmt::Debug for Calls {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Calls({:?}, {:?})", self.acquires, self.watches)
+        write!(f, "Calls({:?}, {:?})", self.acquires, self.busy)
     }
 }
 
 impl Hook for Arc<Calls> {
     fn before(&self, op: Op) {
-        match op {
-            Op::Acquire => {
-                self.acquires.fetch_add(1, Ordering::SeqCst);
-            }
-            Op::Watch => {
-                let n = self.watches.fetch_add(1, Ordering::SeqCst) + 1;
-                let mut hook = self.on_watch.lock().unwrap();
-                if hook.as_ref().is_some_and(|(at, _)| *at == n) {
-                    let (_, f) = hook.take().unwrap();
-                    drop(hook);
-                    f();
-                }
-            }
-            _ => {}
+        if op == Op::Acquire {
+            self.acquires.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+    fn acquired(&self, _session: &simba::SessionId, reply: &simba::Result<simba::Acquire>) {
+        if !matches!(reply, Ok(simba::Acquire::Busy)) {
+            return;
+        }
+        let n = self.busy.fetch_add(1, Ordering::SeqCst) + 1;
+        let mut hook = self.on_busy.lock().unwrap();
+        if hook.as_ref().is_some_and(|(at, _)| *at == n) {
+            let (_, f) = hook.take().unwrap();
+            drop(hook);
+            f();
         }
     }
 }
@@ -190,9 +191,9 @@ fn a_waiter_wakes_at_once_on_release() {
 
     let calls = Arc::new(Calls::default());
     let got = waiter(&waiting, &calls, &a);
-    // The second watch comes after the first attempt found a busy (the first one, made before
-    // that attempt, is still registered): the waiter now waits for the push.
-    eventually("the waiter's first attempt failed", || calls.watches.load(Ordering::SeqCst) >= 2);
+    // The first attempt answered busy; the watch armed before it is registered, and the channel
+    // is subscribed already: the waiter now waits for the push.
+    eventually("the waiter's first attempt failed", || calls.busy.load(Ordering::SeqCst) >= 1);
     let released = Instant::now();
     held.release().unwrap();
     let (at, lease) = got.recv_timeout(Duration::from_secs(30)).expect("the waiter never got the lease");
@@ -212,14 +213,14 @@ fn a_release_between_the_failed_attempt_and_the_subscription_still_wakes_the_wai
         let a = name("gap");
         let held = Arc::new(Mutex::new(Some(holder.try_lock(&a).unwrap().unwrap())));
         // A fresh backend: nothing subscribed yet. The release runs on the waiter's thread right
-        // after its first attempt failed (before the watch that follows it), so it normally
-        // lands before the subscriber thread has subscribed.
+        // after its first attempt answered busy (before the runtime sees the reply), so it
+        // normally lands before the subscriber thread has subscribed.
         let waiting = backend(&r);
         let calls = Arc::new(Calls::default());
         let released = Arc::new(Mutex::new(None));
         let (held2, released2) = (held.clone(), released.clone());
-        *calls.on_watch.lock().unwrap() = Some((
-            2,
+        *calls.on_busy.lock().unwrap() = Some((
+            1,
             Box::new(move || {
                 let lease = held2.lock().unwrap().take().unwrap();
                 lease.release().unwrap();

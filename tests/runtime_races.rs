@@ -396,3 +396,94 @@ fn a_waiter_on_a_backend_without_pushes_polls_at_the_poll_interval_not_half_the_
     lease.release().unwrap();
     assert!(waiter.join().unwrap().unwrap(), "the waiter got the lease released while it waited, before its deadline");
 }
+
+/// Watches as plain one-shot subscriptions, the way Redis and PostgreSQL serve them: a
+/// registration does not look at the lease (the memory backend's answers "free" at once when it
+/// is), and a release notifies the registrations made before it. [`hint`](Subscriptions::hint)
+/// notifies them without a release, as Redis does once a channel's `SUBSCRIBE` is confirmed
+/// ("re-check"). Once armed, a hint goes out right before the waiter's next acquire (consuming
+/// whatever it registered before), and that acquire, busy, releases the holder's lease before its
+/// reply reaches the runtime: the release lands between the attempt and what follows it.
+#[derive(Debug, Default)]
+struct Subscriptions {
+    registered: Mutex<Vec<Sender<simba::backend::Notification>>>,
+    waiter: Mutex<Option<simba::SessionId>>,
+    busy_tx: Mutex<Option<Sender<()>>>,
+    release_on_busy: Mutex<Option<simba::Lease>>,
+}
+
+impl Subscriptions {
+    fn hint(&self) {
+        for tx in self.registered.lock().unwrap().drain(..) {
+            let _ = tx.try_send(simba::backend::Notification::Released(simba::Name::new("x").unwrap()));
+        }
+    }
+}
+
+impl Hook for Subscriptions {
+    fn before(&self, op: Op) {
+        if op == Op::Acquire && self.release_on_busy.lock().unwrap().is_some() {
+            self.hint();
+        }
+    }
+    fn watch(
+        &self,
+        _topic: &simba::backend::Topic,
+        notify: &Sender<simba::backend::Notification>,
+    ) -> Option<simba::Result<bool>> {
+        let mut registered = self.registered.lock().unwrap();
+        if !registered.iter().any(|tx| tx.same_channel(notify)) {
+            registered.push(notify.clone());
+        }
+        Some(Ok(true))
+    }
+    fn acquired(&self, session: &simba::SessionId, reply: &simba::Result<simba::backend::Acquire>) {
+        if self.waiter.lock().unwrap().as_ref() != Some(session) || !matches!(reply, Ok(simba::backend::Acquire::Busy))
+        {
+            return;
+        }
+        let armed = self.release_on_busy.lock().unwrap().take();
+        if let Some(lease) = armed {
+            lease.release().unwrap();
+        }
+        if let Some(tx) = &*self.busy_tx.lock().unwrap() {
+            let _ = tx.send(());
+        }
+    }
+    fn released(&self, _name: &simba::Name) {
+        self.hint();
+    }
+}
+
+#[test]
+fn a_lock_waiter_woken_for_nothing_still_hears_a_release_right_after_its_next_attempt() {
+    // lock() re-armed its one-shot watch after a busy attempt (only the first attempt had one
+    // armed before it). Once a notification had consumed the watch without freeing the lease
+    // (Redis's "subscribed now, re-check", or a release another contender won), a release that
+    // landed between the next busy attempt and the re-arm notified nobody: the waiter slept to
+    // its poll (renew_interval / 2, here 30 s; seen as a 3.29 s hand-off on a Redis Cluster TLS
+    // run). Each attempt now has a watch armed before it.
+    let opts = slow_renewal(Duration::from_secs(60), Duration::from_secs(5));
+    let (busy_tx, busy) = unbounded();
+    let hook = Subscriptions { busy_tx: Mutex::new(Some(busy_tx)), ..Subscriptions::default() };
+    let backend = Forward::pushing("subscriptions", hook);
+    let holder = Session::open(backend.clone(), opts.clone()).unwrap();
+    let lease = holder.try_lock("x").unwrap().expect("free");
+    let waiter_session = Session::open(backend.clone(), opts).unwrap();
+    *backend.hook.waiter.lock().unwrap() = Some(waiter_session.id().clone());
+    let waiter = thread::spawn(move || {
+        let got = waiter_session.lock_timeout("x", Duration::from_secs(10)).map(|l| l.is_some());
+        (got, waiter_session)
+    });
+    assert_eq!(busy.recv_timeout(PATIENCE), Ok(()), "the waiter's first attempt is busy");
+    // Wake the waiter for nothing; its next attempt finds its watch consumed by another hint,
+    // answers busy, and the lease is released right after.
+    *backend.hook.release_on_busy.lock().unwrap() = Some(lease);
+    backend.hook.hint();
+    assert_eq!(busy.recv_timeout(PATIENCE), Ok(()), "the waiter's second attempt is busy");
+    let (got, _waiter_session) = waiter.join().unwrap();
+    assert!(
+        got.unwrap(),
+        "the lease was released right after the waiter's busy attempt, and the waiter never heard of it"
+    );
+}

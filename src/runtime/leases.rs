@@ -262,19 +262,19 @@ impl SessionInner {
         let mut first = true;
         loop {
             let now = sync::now();
-            if !first && deadline.is_some_and(|d| now >= d) {
+            if !std::mem::take(&mut first) && deadline.is_some_and(|d| now >= d) {
                 return Ok(None);
             }
-            if std::mem::take(&mut first) {
-                // Register before the attempt so a release right after it is not missed (later
-                // rounds registered after their busy attempt).
-                watch(left(now));
-            }
+            // Before every attempt, so that a release during or after it is pushed: a one-shot
+            // watch consumed since the last attempt (by a release another contender won, or by a
+            // backend's "subscribed now, re-check" hint) left a message in `rx`, and is re-armed
+            // here. Re-arming after a busy attempt instead misses a release that lands between
+            // the attempt and the re-arm (the semaphore's rounds do the same).
+            watch(left(now));
             let bound = later(sync::now(), qt);
             match self.attempt_lock(name, bound) {
                 Ok(Some(lease)) => return Ok(Some(lease)),
-                // Watch again: a one-shot watch may have fired for an instant the lease was free.
-                Ok(None) => watch(left(sync::now())),
+                Ok(None) => {}
                 Err(err) if err.is_retryable() => {
                     log::debug!("session {}: lock '{}' attempt failed, retrying: {}", self.id, name, err);
                 }

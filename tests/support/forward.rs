@@ -34,6 +34,14 @@ pub trait Hook: Send + Sync + fmt::Debug + 'static {
     fn fail(&self, _op: Op) -> Option<simba::Error> {
         None
     }
+    /// After `before`: the answer to a watch instead of forwarding it (none by default).
+    fn watch(&self, _topic: &Topic, _notify: &Sender<Notification>) -> Option<simba::Result<bool>> {
+        None
+    }
+    /// After a forwarded acquire returned `reply`, before the caller sees it (nothing by default).
+    fn acquired(&self, _session: &SessionId, _reply: &simba::Result<Acquire>) {}
+    /// After a forwarded release of `name` returned (nothing by default).
+    fn released(&self, _name: &Name) {}
 }
 
 /// Forwards to `inner` after `hook.before(op)`. Reports `kind`; `call_bound` and push
@@ -100,11 +108,15 @@ impl<H: Hook> LeaseBackend for Forward<H> {
     }
     fn acquire(&self, s: &SessionId, n: &Name) -> simba::Result<Acquire> {
         self.enter(Op::Acquire)?;
-        self.inner.acquire(s, n)
+        let reply = self.inner.acquire(s, n);
+        self.hook.acquired(s, &reply);
+        reply
     }
     fn release(&self, s: &SessionId, n: &Name, t: Token) -> simba::Result<()> {
         self.enter(Op::Release)?;
-        self.inner.release(s, n, t)
+        let r = self.inner.release(s, n, t);
+        self.hook.released(n);
+        r
     }
     fn holder(&self, n: &Name) -> simba::Result<Option<Holder>> {
         self.enter(Op::Holder)?;
@@ -138,6 +150,9 @@ impl<H: Hook> LeaseBackend for Forward<H> {
             return Ok(false);
         }
         self.enter(Op::Watch)?;
-        self.inner.watch(topic, notify)
+        match self.hook.watch(topic, notify) {
+            Some(answer) => answer,
+            None => self.inner.watch(topic, notify),
+        }
     }
 }
