@@ -3,6 +3,8 @@
 -- KEYS: nl lease keys, then group keys.
 -- ARGV[1] session id, ARGV[2] nl, ARGV[3 .. 2+nl] for each lease the token of the term to release,
 -- or '0' for any term of this session.
+-- Notifies with SPUBLISH on each key's own (sharded) channel: the key's slot is this node's, so
+-- the message never crosses the cluster bus (docs/backends/redis.md, Notifications).
 -- Returns {leases released, groups left}.
 local sid = ARGV[1]
 local nl = tonumber(ARGV[2])
@@ -11,13 +13,13 @@ for i = 1, nl do
   local h = redis.call('HMGET', KEYS[i], 'session', 'token')
   if h[1] == sid and (ARGV[2 + i] == '0' or h[2] == ARGV[2 + i]) then
     redis.call('HSET', KEYS[i], 'session', '')
-    redis.call('PUBLISH', KEYS[i], 'released')
+    redis.call('SPUBLISH', KEYS[i], 'released')
     released = released + 1
   end
 end
 for k = nl + 1, #KEYS do
   if redis.call('ZREM', KEYS[k], sid) == 1 then
-    redis.call('PUBLISH', KEYS[k], 'left')
+    redis.call('SPUBLISH', KEYS[k], 'left')
     left = left + 1
   end
 end

@@ -42,7 +42,7 @@ local function renew(keys, k0, nl, nr, ng, tokens, t0)
     local h = redis.call('HMGET', key, 'session', 'token')
     if h[1] == sid and h[2] == tokens[t0 + j] then
       redis.call('HSET', key, 'session', '')
-      redis.call('PUBLISH', key, 'released')
+      redis.call('SPUBLISH', key, 'released')
       released[j] = 1
     else
       released[j] = 0

@@ -9,6 +9,10 @@ pub const REDIS_UNLOCK: &str = include_str!("../../lua/bench-unlock.lua");
 #[cfg(feature = "redis")]
 pub const REDIS_PUBLISH: &str = include_str!("../../lua/bench-publish.lua");
 
+/// Redis Cluster: SPUBLISH from inside a script (the sharded notification baseline).
+#[cfg(feature = "redis")]
+pub const REDIS_SPUBLISH: &str = include_str!("../../lua/bench-spublish.lua");
+
 /// PostgreSQL statements.
 #[cfg(feature = "postgres")]
 pub mod postgres {

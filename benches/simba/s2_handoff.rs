@@ -30,8 +30,9 @@ pub fn run(config: &Config, targets: &[Target], report: &mut Report) {
          waiter is parked on its notification; SQL: uniformly within one retry period, so the release lands at a \
          random phase of the waiter's polling). Latency includes the release's own round trip. The last column is the raw \
          notification alone on the same server (Redis `PUBLISH` → a subscribed connection; on Cluster twice: \
-         subscribed on another master than the channel's, so the message crosses the cluster bus, and on the \
-         channel's own master; ZooKeeper `delete` → another client's `exists` watch; PostgreSQL an autocommit `pg_notify` → \
+         sharded as simba notifies since issue #19, a script's `SPUBLISH` → a connection `SSUBSCRIBE`d on the \
+         channel's own master, and classic, a `PUBLISH` to a subscriber on another master, so the message crosses \
+         the cluster bus; ZooKeeper `delete` → another client's `exists` watch; PostgreSQL an autocommit `pg_notify` → \
          a `LISTEN`ing connection), measured right after. MySQL target (it polls every poll_interval + jitter: \
          0.5 s + up to 0.25 s at default timings): max ≤ 1 s (issue #19, against tooz's 0.97 s p99).",
     );
@@ -107,8 +108,11 @@ fn measure(config: &Config, t: &Target) -> BenchResult<Vec<String>> {
         Some(r) => three(&r),
         None => "—".into(),
     };
-    if let Some(own) = t.raw_notify_own_master(samples_wanted)? {
-        raw = format!("across the bus {raw}; on the channel's own master {}", three(&own));
+    if let Some(own) = t.raw_notify_sharded(samples_wanted)? {
+        raw = format!(
+            "sharded, as simba (`SPUBLISH` → `SSUBSCRIBE` on the own master) {}; classic across the bus {raw}",
+            three(&own)
+        );
     }
     let s = Summary::of(&samples);
     let (target, met) = if push {

@@ -294,9 +294,10 @@ impl Target {
         }
     }
 
-    /// Redis Cluster: the raw notification with the subscriber on the channel's own master (no
-    /// message crosses the cluster bus). `None` on every other backend.
-    pub fn raw_notify_own_master(&self, samples: usize) -> BenchResult<Option<Vec<Duration>>> {
+    /// Redis Cluster: the raw sharded notification, as simba's (script `SPUBLISH` → `SSUBSCRIBE`
+    /// on the channel's own master: no message crosses the cluster bus). `None` on every other
+    /// backend.
+    pub fn raw_notify_sharded(&self, samples: usize) -> BenchResult<Option<Vec<Duration>>> {
         let _ = samples;
         match self.kind {
             #[cfg(feature = "redis")]
@@ -483,7 +484,7 @@ pub fn redis_slot(key: &str) -> u16 {
 #[cfg(feature = "redis")]
 mod redis_impl {
     use super::*;
-    use crate::assets::{REDIS_PUBLISH, REDIS_UNLOCK};
+    use crate::assets::{REDIS_PUBLISH, REDIS_SPUBLISH, REDIS_UNLOCK};
     use redis::ConnectionLike;
 
     pub fn nodes(url: &str) -> Vec<String> {
@@ -706,19 +707,20 @@ mod redis_impl {
     /// its hash slot picks the node on Cluster) → the message on a connection PSUBSCRIBEd on the
     /// first node, as simba's release script and pub/sub thread do.
     ///
-    /// On Cluster, `own_master` picks where the subscriber connects: the channel's own master, or
-    /// another master (so every message crosses the cluster bus).
-    pub fn notify(t: &Target, samples: usize, own_master: bool) -> BenchResult<Vec<Duration>> {
+    /// On Cluster, `sharded` picks what simba does since issue #19: a script `SPUBLISH` on the
+    /// channel → a connection `SSUBSCRIBE`d on the channel's own master ([`spublish_notify`]);
+    /// otherwise the classic `PUBLISH` with the subscriber on another master (so every message
+    /// crosses the cluster bus).
+    pub fn notify(t: &Target, samples: usize, sharded: bool) -> BenchResult<Vec<Duration>> {
         let channel = format!("simba-bench:notify:{{{:08x}}}", rand::random::<u32>());
         let sub_url = if t.kind == Kind::RedisCluster {
             let [home] = masters_of(&t.url, [&channel])?;
-            let mut all = masters(&t.url)?;
-            if own_master {
-                home
-            } else {
-                all.retain(|m| *m != home);
-                all.into_iter().next().ok_or_else(|| err("the cluster has one master: no bus to cross"))?
+            if sharded {
+                return spublish_notify(t, &home, &channel, samples);
             }
+            let mut all = masters(&t.url)?;
+            all.retain(|m| *m != home);
+            all.into_iter().next().ok_or_else(|| err("the cluster has one master: no bus to cross"))?
         } else {
             t.url.clone()
         };
@@ -753,6 +755,47 @@ mod redis_impl {
             out.push(t1.saturating_duration_since(t0));
         }
         sub.join().map_err(|_| err("subscriber panicked"))??;
+        Ok(out)
+    }
+
+    /// Cluster: a script `SPUBLISH` on `channel` → a connection `SSUBSCRIBE`d to it on `home`, the
+    /// channel's own master (RESP2: the confirmation and the messages are plain replies, read one
+    /// by one; no read times out here, so the driver never skips one).
+    fn spublish_notify(t: &Target, home: &str, channel: &str, samples: usize) -> BenchResult<Vec<Duration>> {
+        let (ready_tx, ready_rx) = crossbeam_channel::bounded::<()>(1);
+        let (got_tx, got_rx) = crossbeam_channel::unbounded::<std::time::Instant>();
+        let (sub_url, sub_channel) = (home.to_string(), channel.to_string());
+        let sub = std::thread::spawn(move || -> BenchResult<()> {
+            let mut c = conn(&sub_url)?;
+            let _: redis::Value = redis::cmd("SSUBSCRIBE").arg(&sub_channel).query(&mut c)?;
+            c.set_read_timeout(Some(Duration::from_secs(5)))?;
+            let _ = ready_tx.send(());
+            let mut got = 0;
+            while got < samples {
+                let kind: Option<String> = match c.recv_response()? {
+                    redis::Value::Array(items) => items.first().and_then(|k| redis::from_redis_value(k.clone()).ok()),
+                    _ => None,
+                };
+                if kind.as_deref() == Some("smessage") {
+                    got += 1;
+                    let _ = got_tx.send(std::time::Instant::now());
+                }
+            }
+            Ok(())
+        });
+        ready_rx.recv_timeout(Duration::from_secs(5)).map_err(|_| err("sharded subscriber did not start"))?;
+        let client = redis::cluster::ClusterClient::builder(nodes(&t.url)).build()?;
+        let mut publisher = Conn::Cluster(Box::new(client.get_connection()?));
+        let script = redis::Script::new(REDIS_SPUBLISH);
+        let mut out = Vec::with_capacity(samples);
+        for _ in 0..samples {
+            std::thread::sleep(Duration::from_millis(2) + Duration::from_micros(rand::random_range(0..3_000)));
+            let t0 = std::time::Instant::now();
+            let _: i64 = script.key(channel).arg("released").invoke(publisher.get())?;
+            let t1 = got_rx.recv_timeout(Duration::from_secs(5)).map_err(|_| err("shard message not delivered"))?;
+            out.push(t1.saturating_duration_since(t0));
+        }
+        sub.join().map_err(|_| err("sharded subscriber panicked"))??;
         Ok(out)
     }
 

@@ -16,7 +16,8 @@
 //! its session key does, so renewal writes nothing per lease; on Cluster an operation
 //! first calls the session's slot, then one script per other slot involved (see
 //! `docs/backends/redis.md`). Release publishes `released` on channel `simba:lease:{name}`; joins
-//! and leaves publish on `simba:group:{group}`; a dedicated pub/sub thread serves
+//! and leaves publish on `simba:group:{group}` (on Cluster with `SPUBLISH`, on the key's own shard
+//! channel, received by `SSUBSCRIBE` on the slot's master); a dedicated pub/sub thread serves
 //! [`LeaseBackend::watch`].
 //!
 //! TLS: `rediss://` and `rediss+cluster://` with a CA and a client identity ([`RedisTls`], or
@@ -191,7 +192,8 @@ impl RedisBackend {
         let inner = Inner { scripting, options, books, watchers: Watchers::new(), push, tls };
         check::startup(&inner)?;
         if push {
-            watch::spawn(&inner.watchers, endpoints, inner.options.query_timeout, inner.scripting.target())
+            let sharded = inner.scripting.is_clustered();
+            watch::spawn(&inner.watchers, endpoints, inner.options.query_timeout, inner.scripting.target(), sharded)
                 .map_err(|e| Error::unavailable("cannot start the redis pub/sub thread").with_source(e))?;
         } else {
             log::warn!(

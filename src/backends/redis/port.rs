@@ -87,8 +87,10 @@ pub trait RedisScripting: Send + Sync + fmt::Debug + 'static {
     /// As [`eval`](RedisScripting::eval).
     fn on_masters(&self, cmd: &Cmd, deadline: Instant) -> Result<Vec<(String, Value)>>;
 
-    /// Servers a pub/sub connection may subscribe on, in order of preference (on Cluster any node
-    /// works: `PUBLISH` reaches every node).
+    /// Servers a pub/sub connection may subscribe on, in order of preference. On Cluster, the
+    /// nodes to read the slot map from: the Cluster scripts `SPUBLISH` on each key's own shard
+    /// channel, and the backend `SSUBSCRIBE`s each channel on its slot's master (reached with the
+    /// first endpoint's settings: credentials, TLS).
     fn subscriber_endpoints(&self) -> Vec<ConnectionInfo>;
 
     /// The target without secrets, for logs and errors (e.g. `redis://127.0.0.1:6379`).

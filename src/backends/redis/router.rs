@@ -195,7 +195,7 @@ impl SlotMap {
     }
 
     /// Every node (masters first), once each.
-    fn nodes(&self) -> Vec<&str> {
+    pub(crate) fn nodes(&self) -> Vec<&str> {
         let mut out = self.masters();
         for r in &self.ranges {
             for n in &r.3 {
@@ -231,6 +231,26 @@ pub(crate) fn addr_of(info: &ConnectionInfo) -> Option<String> {
     }
 }
 
+/// How to reach the node the cluster names `addr` (`host:port`): a configured node's own info, or
+/// the first configured node's settings (credentials, TLS, protocol) at that address.
+pub(crate) fn node_info(seeds: &[(String, ConnectionInfo)], addr: &str) -> Result<ConnectionInfo> {
+    if let Some((_, info)) = seeds.iter().find(|(a, _)| a == addr) {
+        return Ok(info.clone());
+    }
+    let (host, port) = addr
+        .rsplit_once(':')
+        .and_then(|(h, p)| Some((h.trim_start_matches('[').trim_end_matches(']'), p.parse::<u16>().ok()?)))
+        .ok_or_else(|| Error::backend(format!("redis cluster announced an invalid node address {addr:?}")))?;
+    let template = &seeds.first().ok_or_else(|| Error::config("redis cluster: no node configured"))?.1;
+    let addr = match template.addr() {
+        ConnectionAddr::TcpTls { insecure, tls_params, .. } => {
+            ConnectionAddr::TcpTls { host: host.to_string(), port, insecure: *insecure, tls_params: tls_params.clone() }
+        }
+        _ => ConnectionAddr::Tcp(host.to_string(), port),
+    };
+    Ok(template.clone().set_addr(addr))
+}
+
 impl Router {
     /// A router for the cluster reachable through `seeds` (TCP addresses). No I/O happens here.
     pub(crate) fn new(seeds: Vec<(String, ConnectionInfo)>, limits: PoolLimits) -> Router {
@@ -247,28 +267,7 @@ impl Router {
         if let Some(n) = self.state.lock().nodes.get(addr) {
             return Ok(n.clone());
         }
-        let info = match self.seeds.iter().find(|(a, _)| a == addr) {
-            Some((_, info)) => info.clone(),
-            None => {
-                let (host, port) = addr
-                    .rsplit_once(':')
-                    .and_then(|(h, p)| Some((h.trim_start_matches('[').trim_end_matches(']'), p.parse::<u16>().ok()?)))
-                    .ok_or_else(|| {
-                        Error::backend(format!("redis cluster announced an invalid node address {addr:?}"))
-                    })?;
-                let template = &self.seeds[0].1;
-                let addr = match template.addr() {
-                    ConnectionAddr::TcpTls { insecure, tls_params, .. } => ConnectionAddr::TcpTls {
-                        host: host.to_string(),
-                        port,
-                        insecure: *insecure,
-                        tls_params: tls_params.clone(),
-                    },
-                    _ => ConnectionAddr::Tcp(host.to_string(), port),
-                };
-                template.clone().set_addr(addr)
-            }
-        };
+        let info = node_info(&self.seeds, addr)?;
         let node = Arc::new(Node::new(addr.to_string(), info, self.limits)?);
         Ok(self.state.lock().nodes.entry(addr.to_string()).or_insert(node).clone())
     }

@@ -1,5 +1,7 @@
-//! Release and membership notifications: one dedicated blocking pub/sub connection per backend,
-//! on its own thread, serving one-shot registrations. It subscribes only to the channels someone
+//! Release and membership notifications: on standalone Redis one dedicated blocking pub/sub
+//! connection per backend, on its own thread, serving one-shot registrations (on Redis Cluster,
+//! sharded pub/sub on each channel's own master instead: see [`sharded`]; the registrations and
+//! their rules below are the same). It subscribes only to the channels someone
 //! is waiting on (`SUBSCRIBE simba:lease:{name}` / `simba:group:{name}`), so a process receives
 //! the releases of the names it waits for, not every release on the server:
 //!
@@ -32,6 +34,8 @@ use super::scripts::keys;
 use crate::backend::{Notification, Topic};
 use crate::error::{Error, Result};
 use crate::types::Name;
+
+mod sharded;
 
 /// How long one blocking read on the pub/sub connection may last: how soon a new registration's
 /// channel is subscribed, and how long the thread outlives its backend.
@@ -219,6 +223,44 @@ impl Watchers {
         }
     }
 
+    /// Cluster: the subscriptions of `topics` ended (their slot moved away, or their master's
+    /// connection failed), or their subscribe failed. A topic that was subscribed wakes its
+    /// registrations (messages may have been missed; a caller that still waits registers again and
+    /// so subscribes on the slot's new master); one that was not is subscribed again, without
+    /// waking anyone (it was never relied on).
+    fn lost(&self, topics: &[Topic]) {
+        let mut woken = Vec::new();
+        {
+            let mut state = self.state.lock();
+            for topic in topics {
+                if state.subscribed.remove(topic) {
+                    state.idle.remove(topic);
+                    if let Some(waiting) = state.registry.remove(topic) {
+                        woken.push((topic, waiting.senders));
+                    }
+                } else if state.registry.contains_key(topic) {
+                    state.pending.insert(topic.clone());
+                }
+            }
+        }
+        for (topic, senders) in woken {
+            notify(topic, senders);
+        }
+    }
+
+    /// Cluster: `topics` could not be placed on a master now; the next round tries again.
+    fn retry(&self, topics: &[Topic]) {
+        if topics.is_empty() {
+            return;
+        }
+        let mut state = self.state.lock();
+        for topic in topics {
+            if state.registry.contains_key(topic) && !state.subscribed.contains(topic) {
+                state.pending.insert(topic.clone());
+            }
+        }
+    }
+
     /// Every registered topic (to subscribe after a reconnect).
     fn registered_topics(&self) -> Vec<Topic> {
         self.state.lock().registry.keys().cloned().collect()
@@ -264,15 +306,24 @@ fn topic_of(channel: &str) -> Option<Topic> {
     }
 }
 
-/// Starts the subscriber thread.
+/// Starts the subscriber thread: plain `SUBSCRIBE` on one of `endpoints` (standalone), or with
+/// `sharded` (Redis Cluster) `SSUBSCRIBE` of each channel on its slot's master, the cluster
+/// reached through `endpoints`.
 pub(crate) fn spawn(
     watchers: &Arc<Watchers>,
     endpoints: Vec<ConnectionInfo>,
     timeout: Duration,
     target: String,
+    sharded: bool,
 ) -> std::io::Result<()> {
     let weak = Arc::downgrade(watchers);
-    thread::Builder::new().name("simba-redis-pubsub".into()).spawn(move || run(&weak, &endpoints, timeout, &target))?;
+    thread::Builder::new().name("simba-redis-pubsub".into()).spawn(move || {
+        if sharded {
+            sharded::run(&weak, &endpoints, timeout, &target);
+        } else {
+            run(&weak, &endpoints, timeout, &target);
+        }
+    })?;
     Ok(())
 }
 
@@ -532,6 +583,38 @@ mod tests {
         // A registration after the unsubscribe subscribes again.
         w.register(&a, &tx, now).unwrap();
         assert_eq!(w.changes(now + LINGER, true).subscribe, vec![a.clone()]);
+    }
+
+    #[test]
+    fn lost_subscriptions_wake_their_watchers_and_refused_subscribes_retry_silently() {
+        let w = Watchers::new();
+        w.connected();
+        let (tx, rx) = crossbeam_channel::unbounded();
+        let (a, b) = (lease("a"), lease("b"));
+        let t0 = Instant::now();
+        w.register(&a, &tx, t0).unwrap();
+        assert_eq!(w.changes(t0, false).subscribe, vec![a.clone()]);
+        w.confirmed(std::slice::from_ref(&a));
+        assert!(rx.try_recv().is_ok());
+        w.register(&a, &tx, t0).unwrap();
+        w.register(&b, &tx, t0).unwrap();
+        assert_eq!(w.changes(t0, false).subscribe, vec![b.clone()]);
+        // b's subscribe was refused (MOVED, a failed master): tried again, nobody woken.
+        w.lost(std::slice::from_ref(&b));
+        assert!(rx.try_recv().is_err());
+        assert_eq!(w.changes(t0, false).subscribe, vec![b.clone()]);
+        // a's subscription ended (its slot moved): woken, forgotten, and subscribed again only
+        // once it registers again.
+        w.lost(std::slice::from_ref(&a));
+        assert_eq!(rx.try_recv().unwrap(), Notification::Released(Name::new("a").unwrap()));
+        assert!(w.changes(t0, false).subscribe.is_empty());
+        w.register(&a, &tx, t0).unwrap();
+        assert_eq!(w.changes(t0, false).subscribe, vec![a.clone()]);
+        // A topic that could not be placed is offered again; one nobody waits on is not.
+        w.retry(std::slice::from_ref(&a));
+        assert_eq!(w.changes(t0, false).subscribe, vec![a.clone()]);
+        w.retry(&[lease("nobody")]);
+        assert!(w.changes(t0, false).subscribe.is_empty());
     }
 
     #[test]

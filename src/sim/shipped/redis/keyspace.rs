@@ -441,8 +441,9 @@ impl Keyspace {
                 self.drop_if_empty(&a[0]);
                 Ok(Reply::Int(n as i64))
             }
-            "publish" => {
-                // No subscriber in the simulation (no pub/sub): nobody receives it.
+            "publish" | "spublish" => {
+                // No subscriber in the simulation (no pub/sub): nobody receives it. (A Cluster
+                // node checks SPUBLISH's channel like a key: the node's non-local check does.)
                 need(a.len() == 2)?;
                 Ok(Reply::Int(0))
             }
