@@ -393,9 +393,12 @@ fn data_loss_breaks_token_reset_on_the_shipped_runtime() {
 #[test]
 fn drift_beyond_the_bound_breaks_drift_on_the_shipped_runtime() {
     // First found at seeds 376 (exclusive-token) and 172 (member-listed); token-in-term in 99 seeds.
+    // exclusive-token is rare (2 seeds in 2,000 then; 1 in 2,000, at seed 1991, once lock() armed
+    // its watch before every attempt in session 12, which moved every schedule): the range is
+    // searched on up to 4,000 seeds for it.
     let sc = Scenario::default_faults().with_partitions().with_drift_beyond();
     let expect = [Invariant::TokenInTerm, Invariant::ExclusiveToken, Invariant::MemberListed];
-    assert_premise_broken(&sc, 0..400, Premise::Drift, &expect);
+    assert_premise_broken(&sc, 0..1000, Premise::Drift, &expect);
 }
 
 /// Steps of the node clock (± a tenth to two leases) break `premise:clockJump`: `token()` past

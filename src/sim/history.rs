@@ -271,6 +271,14 @@ pub enum Event {
         /// Group.
         group: Name,
     },
+    /// A `members(group)` read that listed `members` returned to its caller only after the
+    /// query timeout (the simulated scheduler ran its thread late): the caller had given up on it.
+    MembersReplyLate {
+        /// Group.
+        group: Name,
+        /// Session labels the read listed (sorted).
+        members: Vec<u32>,
+    },
     /// The backend evaluated a `members(group)` read and returned these sessions.
     MembersRead {
         /// Node.

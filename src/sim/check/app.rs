@@ -129,6 +129,18 @@ impl Checker {
             Event::MembersRead { group, members, .. } => {
                 self.app.reads.entry(group.clone()).or_default().push((i, t, members.clone()));
             }
+            Event::MembersReplyLate { group, members } => {
+                // A read that listed the member reached its watcher too late to be used (the
+                // simulated scheduler starved the call past the query timeout): the watch's
+                // chance to show the join starts again.
+                let due = self.app.due(t);
+                let watches = &self.app.watches;
+                for ((w, s), p) in self.app.pending.iter_mut() {
+                    if members.contains(s) && watches.get(w).is_some_and(|x| &x.group == group) {
+                        p.due = p.due.max(due);
+                    }
+                }
+            }
             Event::Left { sess, group, .. } => {
                 self.app.left_at.insert((group.clone(), *sess), t);
                 self.membership_ended(group, *sess);

@@ -688,6 +688,8 @@ impl LeaseBackend for SimBackend {
 
     fn members(&self, group: &Name) -> Result<Vec<Member>> {
         let quiet = self.quiet.load(Ordering::SeqCst);
+        let started = crate::sync::now();
+        let listed = std::cell::RefCell::new(Vec::new());
         let r = self.call(|h, hist, b| {
             if self.stale_member_reads && !quiet {
                 // A lagging replica: the snapshot, while it is under ten leases old.
@@ -700,6 +702,7 @@ impl LeaseBackend for SimBackend {
             let r = self.mem().members(group)?;
             let mut members: Vec<u32> = r.iter().map(|m| Self::label(h, &m.session)).collect();
             members.sort_unstable();
+            listed.borrow_mut().clone_from(&members);
             hist.push(h, Event::MembersRead { node: 0, b, client: u8::MAX, group: group.clone(), members });
             if self.stale_member_reads {
                 let t = hist.t();
@@ -707,6 +710,11 @@ impl LeaseBackend for SimBackend {
             }
             Ok(r)
         });
+        if r.is_ok() && crate::sync::now().saturating_duration_since(started) >= self.query_timeout {
+            // Its caller gave up on it (the checker's `watch-sees-join` bound restarts here).
+            let mut h = self.hist.lock();
+            self.hist.push(&mut h, Event::MembersReplyLate { group: group.clone(), members: listed.take() });
+        }
         if self.member_replies_lost && !quiet && r.is_ok() {
             return Err(Error::new(
                 ErrorKind::Unavailable,
