@@ -6,6 +6,8 @@
 
 mod support;
 
+use support::redis_cluster_nodes as nodes;
+
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -21,15 +23,6 @@ use simba::{Acquire, Error, ErrorKind, KeepAlive, LeaseBackend, Name, Notificati
 
 fn init_log() {
     let _ = env_logger::builder().is_test(true).try_init();
-}
-
-fn nodes() -> Vec<String> {
-    let url =
-        support::env_or("SIMBA_TEST_REDIS_CLUSTER_URL", "redis+cluster://127.0.0.1:7000,127.0.0.1:7001,127.0.0.1:7002");
-    let nodes: Vec<String> =
-        url.trim_start_matches("redis+cluster://").split(',').map(|s| s.trim().to_string()).collect();
-    support::require_tcp("Redis Cluster", &nodes[0]);
-    nodes
 }
 
 fn options() -> RedisOptions {

@@ -12,6 +12,8 @@
 
 mod support;
 
+use support::redis_cluster_nodes as shared_nodes;
+
 #[path = "redis_private_cluster.rs"]
 mod private_cluster;
 
@@ -24,15 +26,6 @@ use simba::tck::eventually;
 use simba::{Acquire, LeaseBackend, Name, Notification, Topic};
 
 use private_cluster::PrivateCluster;
-
-fn shared_nodes() -> Vec<String> {
-    let url =
-        support::env_or("SIMBA_TEST_REDIS_CLUSTER_URL", "redis+cluster://127.0.0.1:7000,127.0.0.1:7001,127.0.0.1:7002");
-    let nodes: Vec<String> =
-        url.trim_start_matches("redis+cluster://").split(',').map(|s| s.trim().to_string()).collect();
-    support::require_tcp("Redis Cluster", &nodes[0]);
-    nodes
-}
 
 fn options() -> RedisOptions {
     RedisOptions::builder().query_timeout(Duration::from_secs(1)).build().unwrap()

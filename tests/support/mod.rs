@@ -28,6 +28,16 @@ pub fn env_or(var: &str, default: &str) -> String {
     std::env::var(var).ok().filter(|v| !v.is_empty()).unwrap_or_else(|| default.to_string())
 }
 
+/// The shared Redis Cluster's nodes (`host:port`), from `SIMBA_TEST_REDIS_CLUSTER_URL`; panics
+/// with a clear message unless the first one is reachable.
+pub fn redis_cluster_nodes() -> Vec<String> {
+    let url = env_or("SIMBA_TEST_REDIS_CLUSTER_URL", "redis+cluster://127.0.0.1:7000,127.0.0.1:7001,127.0.0.1:7002");
+    let nodes: Vec<String> =
+        url.trim_start_matches("redis+cluster://").split(',').map(|s| s.trim().to_string()).collect();
+    require_tcp("Redis Cluster", &nodes[0]);
+    nodes
+}
+
 /// Panics with a clear message unless something listens on `host:port`.
 pub fn require_tcp(what: &str, addr: &str) {
     let ok = addr

@@ -198,6 +198,21 @@ impl Watchers {
         out
     }
 
+    /// One round of a subscriber thread: [`changes`](Watchers::changes) now, sweeping once
+    /// [`SWEEP`] has passed since `swept` (then moved on), with the stale registrations notified.
+    fn round(&self, swept: &mut Instant) -> Changes {
+        let now = Instant::now();
+        let sweep = now.saturating_duration_since(*swept) >= SWEEP;
+        if sweep {
+            *swept = now;
+        }
+        let mut changes = self.changes(now, sweep);
+        for (topic, senders) in changes.stale.drain(..) {
+            notify(&topic, senders);
+        }
+        changes
+    }
+
     /// Redis confirmed the `SUBSCRIBE` of `topics`: marks them subscribed and notifies every
     /// registration made before (a release may have happened before the subscription).
     fn confirmed(&self, topics: &[Topic]) {
@@ -475,15 +490,7 @@ fn subscribe(
     let mut swept = Instant::now();
     loop {
         let Some(w) = weak.upgrade() else { return Ok(Stop::BackendDropped) };
-        let now = Instant::now();
-        let sweep = now.saturating_duration_since(swept) >= SWEEP;
-        if sweep {
-            swept = now;
-        }
-        let changes = w.changes(now, sweep);
-        for (topic, senders) in changes.stale {
-            notify(&topic, senders);
-        }
+        let changes = w.round(&mut swept);
         if !changes.subscribe.is_empty() || !changes.unsubscribe.is_empty() {
             subscribe(&mut sub, &w, &changes.subscribe).map_err(io)?;
             for chunk in changes.unsubscribe.chunks(CHUNK) {

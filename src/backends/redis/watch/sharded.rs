@@ -31,7 +31,7 @@ use redis::{Client, Connection, ConnectionInfo, PushInfo, PushKind, Value};
 use super::super::conn::Conn;
 use super::super::port::{connect, map_err};
 use super::super::router::{addr_of, node_info, query, slot_of, SlotMap};
-use super::{channel, topic_of, Warned, Watchers, CHUNK, MAX_BACKOFF, POLL, SWEEP};
+use super::{channel, topic_of, Warned, Watchers, CHUNK, MAX_BACKOFF, POLL};
 use crate::backend::Topic;
 use crate::error::{Error, Result};
 
@@ -167,14 +167,7 @@ pub(super) fn run(weak: &Weak<Watchers>, endpoints: &[ConnectionInfo], timeout: 
         }
 
         let now = Instant::now();
-        let sweep = now.saturating_duration_since(swept) >= SWEEP;
-        if sweep {
-            swept = now;
-        }
-        let changes = w.changes(now, sweep);
-        for (topic, senders) in changes.stale {
-            super::notify(&topic, senders);
-        }
+        let changes = w.round(&mut swept);
         // Unsubscribe on the master that holds each topic, one order per slot.
         let mut leave: HashMap<(String, u16), Vec<Topic>> = HashMap::new();
         for t in changes.unsubscribe {
