@@ -12,9 +12,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Once};
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::Receiver;
 use parking_lot::Mutex;
-use simba::{Coordinator, CoordinatorEvent, Name, SessionId, SessionOptions};
+use simba::{Coordinator, CoordinatorEvent, Events, Name, SessionId, SessionOptions};
 use support::forward::{Forward, Hook, Op};
 
 type Action = Box<dyn FnOnce() + Send>;
@@ -87,7 +86,7 @@ fn expire_current(fwd: &Forward<Trap>, coordinator: &Coordinator) -> SessionId {
 }
 
 /// The next `Recovered` event (the replacement is in place and everything re-attached).
-fn recovered(events: &Receiver<CoordinatorEvent>) -> SessionId {
+fn recovered(events: &Events<CoordinatorEvent>) -> SessionId {
     let until = Instant::now() + Duration::from_secs(10);
     loop {
         match events.recv_deadline(until) {
@@ -100,7 +99,7 @@ fn recovered(events: &Receiver<CoordinatorEvent>) -> SessionId {
 
 /// Every event until the coordinator is gone (its last handle and its supervisor), so that
 /// whatever it did is done.
-fn all_events(events: &Receiver<CoordinatorEvent>) -> Vec<CoordinatorEvent> {
+fn all_events(events: &Events<CoordinatorEvent>) -> Vec<CoordinatorEvent> {
     let until = Instant::now() + Duration::from_secs(10);
     let mut got = Vec::new();
     loop {
@@ -126,7 +125,7 @@ fn opened_besides(events: &[CoordinatorEvent], first: &SessionId) -> Vec<Session
 /// the backend and nothing of it holds `group`.
 fn nothing_outlives_the_coordinator(
     fwd: &Forward<Trap>,
-    events: &Receiver<CoordinatorEvent>,
+    events: &Events<CoordinatorEvent>,
     expired: &SessionId,
     group: &Name,
 ) {
