@@ -16,7 +16,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use support::cli::{clean_command, code, stderr, stdout};
+use support::cli::{clean_command, code, stderr, stdout, Lines};
 
 const BIN: &str = env!("CARGO_BIN_EXE_simba");
 
@@ -803,55 +803,6 @@ fn join_and_members(url: &str) {
         c
     });
     assert_eq!(stdout(&o).trim(), format!("{group}: no members"), "members left behind");
-}
-
-/// Reads a child's stderr line by line on a thread: the lines so far, and a wait for a line.
-#[allow(dead_code)]
-struct Lines {
-    rx: crossbeam_channel::Receiver<String>,
-    seen: Vec<String>,
-}
-
-#[allow(dead_code)]
-impl Lines {
-    fn of(child: &mut Child) -> Lines {
-        let err = child.stderr.take().expect("stderr piped");
-        let (tx, rx) = crossbeam_channel::unbounded();
-        thread::spawn(move || {
-            use std::io::BufRead;
-            for line in std::io::BufReader::new(err).lines() {
-                let Ok(line) = line else { return };
-                if tx.send(line).is_err() {
-                    return;
-                }
-            }
-        });
-        Lines { rx, seen: Vec::new() }
-    }
-
-    /// Waits (at most 60 s, a safety net) for a line containing `needle`; panics with the lines
-    /// seen when stderr ends first.
-    fn wait_for(&mut self, needle: &str) -> String {
-        loop {
-            match self.rx.recv_timeout(Duration::from_secs(60)) {
-                Ok(line) => {
-                    self.seen.push(line.clone());
-                    if line.contains(needle) {
-                        return line;
-                    }
-                }
-                Err(_) => panic!("no line with {needle:?} on stderr; lines:\n{}", self.seen.join("\n")),
-            }
-        }
-    }
-
-    /// Every line until stderr closes.
-    fn rest(mut self) -> Vec<String> {
-        while let Ok(line) = self.rx.recv_timeout(Duration::from_secs(60)) {
-            self.seen.push(line);
-        }
-        self.seen
-    }
 }
 
 /// True once `pid` no longer runs (gone, or a zombie nobody reaped yet).

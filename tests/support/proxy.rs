@@ -1,7 +1,9 @@
 //! A TCP proxy for fault tests: forwards between a client and a server on loopback, and can stall
 //! (stop forwarding, keep connections open) or cut (close every connection) on demand, and
 //! counts requests: data the client sends after the server last answered on that connection (one
-//! round trip; a pipeline written at once counts once).
+//! round trip; a pipeline written at once counts once). It can also hold back one connection's
+//! client data from the first chunk that contains a given byte string (a statement, a command)
+//! until the test lets it through, while every other connection flows.
 #![allow(dead_code)]
 
 use std::io::{Read, Write};
@@ -18,6 +20,33 @@ pub struct Proxy {
     stop: Arc<AtomicBool>,
     conns: Arc<Mutex<Vec<TcpStream>>>,
     requests: Arc<AtomicUsize>,
+    hold: Arc<Hold>,
+}
+
+/// What [`Proxy::hold_on`] holds back: the pattern, whether a chunk has been held, whether it may go.
+#[derive(Default)]
+struct Hold {
+    pattern: Mutex<Option<Vec<u8>>>,
+    holding: AtomicBool,
+    released: AtomicBool,
+}
+
+impl Hold {
+    /// Blocks a client chunk that contains the pattern (and, as the pump is sequential, everything
+    /// after it on that connection) until [`Proxy::let_through`].
+    fn gate(&self, chunk: &[u8]) {
+        let matches = match &*self.pattern.lock().unwrap() {
+            Some(p) => !p.is_empty() && chunk.windows(p.len()).any(|w| w == p.as_slice()),
+            None => false,
+        };
+        if !matches {
+            return;
+        }
+        self.holding.store(true, Ordering::SeqCst);
+        while !self.released.load(Ordering::SeqCst) {
+            thread::sleep(Duration::from_millis(2));
+        }
+    }
 }
 
 impl Proxy {
@@ -32,6 +61,8 @@ impl Proxy {
         let requests = Arc::new(AtomicUsize::new(0));
         let (s2, st2, c2, up) = (stalled.clone(), stop.clone(), conns.clone(), upstream.to_string());
         let r2 = requests.clone();
+        let hold = Arc::new(Hold::default());
+        let h2 = hold.clone();
         thread::spawn(move || {
             while !st2.load(Ordering::SeqCst) {
                 match listener.accept() {
@@ -45,7 +76,7 @@ impl Proxy {
                         }
                         // Set when the server spoke last: the client's next data starts a request.
                         let answered = Arc::new(AtomicBool::new(true));
-                        let up = Direction::Up { answered: answered.clone(), requests: r2.clone() };
+                        let up = Direction::Up { answered: answered.clone(), requests: r2.clone(), hold: h2.clone() };
                         pump(client.try_clone().unwrap(), server.try_clone().unwrap(), s2.clone(), up);
                         pump(server, client, s2.clone(), Direction::Down { answered });
                     }
@@ -53,7 +84,24 @@ impl Proxy {
                 }
             }
         });
-        Proxy { port, stalled, stop, conns, requests }
+        Proxy { port, stalled, stop, conns, requests, hold }
+    }
+
+    /// From now on, holds back the client data of a connection from its first chunk containing
+    /// `pattern` until [`let_through`](Proxy::let_through) (other connections flow).
+    pub fn hold_on(&self, pattern: &[u8]) {
+        *self.hold.pattern.lock().unwrap() = Some(pattern.to_vec());
+    }
+
+    /// True once a chunk containing the [`hold_on`](Proxy::hold_on) pattern is being held.
+    pub fn holding(&self) -> bool {
+        self.hold.holding.load(Ordering::SeqCst)
+    }
+
+    /// Forwards what [`hold_on`](Proxy::hold_on) held, and holds nothing more.
+    pub fn let_through(&self) {
+        *self.hold.pattern.lock().unwrap() = None;
+        self.hold.released.store(true, Ordering::SeqCst);
     }
 
     /// The proxy's address, `127.0.0.1:<port>`.
@@ -92,6 +140,7 @@ impl Proxy {
 impl Drop for Proxy {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::SeqCst);
+        self.let_through();
         self.resume();
         self.cut();
     }
@@ -99,8 +148,8 @@ impl Drop for Proxy {
 
 /// Which way a pump forwards, with the per-connection request bookkeeping.
 enum Direction {
-    /// Client to server: counts a request when the server spoke last.
-    Up { answered: Arc<AtomicBool>, requests: Arc<AtomicUsize> },
+    /// Client to server: counts a request when the server spoke last; holds what [`Hold`] matches.
+    Up { answered: Arc<AtomicBool>, requests: Arc<AtomicUsize>, hold: Arc<Hold> },
     /// Server to client.
     Down { answered: Arc<AtomicBool> },
 }
@@ -116,10 +165,11 @@ fn pump(mut from: TcpStream, mut to: TcpStream, stalled: Arc<AtomicBool>, direct
                 Ok(0) | Err(_) => break,
                 Ok(n) => {
                     match &direction {
-                        Direction::Up { answered, requests } => {
+                        Direction::Up { answered, requests, hold } => {
                             if answered.swap(false, Ordering::SeqCst) {
                                 requests.fetch_add(1, Ordering::SeqCst);
                             }
+                            hold.gate(&buf[..n]);
                         }
                         Direction::Down { answered } => answered.store(true, Ordering::SeqCst),
                     }

@@ -15,10 +15,10 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{select, unbounded};
+use crossbeam_channel::{bounded, select, unbounded, Sender};
 use nix::sys::signal::Signal;
 use serde_json::{json, Value};
-use simba::backend::{Holder, LeaseBackend, Topic};
+use simba::backend::{Holder, LeaseBackend, Notification, Topic};
 use simba::{
     display_chain, Config, Election, ElectionEvent, ErrorKind, Events, Lease, Permit, Semaphore, Session, SessionId,
 };
@@ -427,6 +427,49 @@ impl Wait<'_> {
         }
     }
 
+    /// Registers a one-shot interest in the release of the lock (of any slot, for a permit) and
+    /// waits for the registration to complete, so that a release landing right after the next
+    /// attempt found the lock busy is pushed to `wake`. (Registering without waiting lets the
+    /// attempt overtake it: the backend's first registration may have to open its notification
+    /// connection, and a release between the busy attempt and the registration woke nobody.)
+    /// The registration runs on a thread, as it is a backend call and may hang: the wait for it
+    /// is bounded by the query timeout, after which the attempt goes ahead and the poll covers
+    /// a missed release. `Some(signal)` when a signal came meanwhile.
+    fn register(&self, wake: &Sender<Notification>) -> Option<Signal> {
+        let topics: Vec<Topic> = match &self.semaphore {
+            Some(sem) => (0..sem.permits()).filter_map(|i| sem.fence_resource(i).ok()).map(Topic::Lease).collect(),
+            None => vec![Topic::Lease(self.lease.clone())],
+        };
+        let (backend, tx) = (Arc::clone(&self.backend), wake.clone());
+        let (done_tx, done_rx) = bounded::<()>(1);
+        let spawned = thread::Builder::new().name("simba-watch".into()).spawn(move || {
+            for topic in topics {
+                if let Err(e) = backend.watch(&topic, &tx) {
+                    log::debug!("watching {topic:?} failed (polling instead): {e}");
+                }
+            }
+            let _ = done_tx.send(());
+        });
+        if let Err(e) = spawned {
+            log::debug!("cannot start a thread to watch for releases (polling instead): {e}");
+            return None;
+        }
+        let bound = self.config.query_timeout();
+        select! {
+            recv(done_rx) -> _ => None,
+            recv(self.signals.receiver()) -> sig => sig.ok(),
+            default(bound) => {
+                log::debug!(
+                    "registering for the release of {} '{}' took longer than {}: attempting anyway (polling covers it)",
+                    self.what,
+                    self.name,
+                    humantime::format_duration(bound)
+                );
+                None
+            }
+        }
+    }
+
     /// Waits for the lock (leadership): at least one attempt, however short `--timeout` is.
     fn run(mut self) -> Result<(Session, Held), Ended> {
         let push = self.backend.capabilities().push_release;
@@ -437,23 +480,9 @@ impl Wait<'_> {
                 return Err(self.interrupted(sig));
             }
             if push && self.election.is_none() {
-                // Registered before the attempt, so a release right after it is not missed; on a
-                // thread, as the registration is a backend call and may hang. A permit waits
-                // for a release of any slot.
-                let topics: Vec<Topic> = match &self.semaphore {
-                    Some(sem) => {
-                        (0..sem.permits()).filter_map(|i| sem.fence_resource(i).ok()).map(Topic::Lease).collect()
-                    }
-                    None => vec![Topic::Lease(self.lease.clone())],
-                };
-                let (backend, tx) = (Arc::clone(&self.backend), wake_tx.clone());
-                thread::spawn(move || {
-                    for topic in topics {
-                        if let Err(e) = backend.watch(&topic, &tx) {
-                            log::debug!("watching {topic:?} failed (polling instead): {e}");
-                        }
-                    }
-                });
+                if let Some(sig) = self.register(&wake_tx) {
+                    return Err(self.interrupted(sig));
+                }
             }
             if let Some(held) = self.attempt()? {
                 return Ok((self.session, held));
