@@ -153,6 +153,7 @@ pub(crate) mod explore {
         offset_nanos: AtomicU64,
         bugs: AtomicU32,
         ids: AtomicU64,
+        progress: AtomicU64,
     }
 
     shuttle::lazy_static! {
@@ -162,6 +163,7 @@ pub(crate) mod explore {
             offset_nanos: AtomicU64::new(0),
             bugs: AtomicU32::new(0),
             ids: AtomicU64::new(0),
+            progress: AtomicU64::new(0),
         };
     }
 
@@ -215,6 +217,20 @@ pub(crate) mod explore {
         (u128::from(mix(2 * n)) << 64) | u128::from(mix(2 * n + 1))
     }
 
+    /// Counts a step taken by an explored thread through this module (a lock taken, a channel
+    /// used, a wait entered or woken): see [`progress`].
+    fn step() {
+        WORLD.progress.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// How many steps this execution's threads have taken so far: a clock driver that yields and
+    /// sees it unchanged knows the others had nothing to do (every thread the scheduler could
+    /// pick was the driver itself), so moving time then starves nobody. A plain atomic, not one
+    /// of shuttle's, so reading and bumping it is no scheduling point.
+    pub(crate) fn progress() -> u64 {
+        WORLD.progress.load(Ordering::Relaxed)
+    }
+
     fn generation() -> u64 {
         *WORLD.generation.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -230,6 +246,7 @@ pub(crate) mod explore {
     fn wait_change(seen: u64, deadline: Option<Instant>) -> bool {
         let mut g = WORLD.generation.lock().unwrap_or_else(|e| e.into_inner());
         loop {
+            step();
             if deadline.is_some_and(|d| now() >= d) {
                 return true;
             }
@@ -264,6 +281,7 @@ pub(crate) mod explore {
 
     impl<T: ?Sized> Mutex<T> {
         pub(crate) fn lock(&self) -> MutexGuard<'_, T> {
+            step();
             MutexGuard { lock: &self.inner, guard: Some(self.inner.lock().unwrap_or_else(|e| e.into_inner())) }
         }
     }
@@ -358,6 +376,7 @@ pub(crate) mod explore {
 
     impl<T> Chan<T> {
         fn lock(&self) -> SGuard<'_, ChanState<T>> {
+            step();
             self.st.lock().unwrap_or_else(|e| e.into_inner())
         }
     }

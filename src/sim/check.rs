@@ -133,9 +133,9 @@ pub enum Invariant {
     /// not pushes are lost or duplicated; a read fails with probability under 1/4 outside the outage,
     /// so four leases leave room for a dozen reads (the longest seen over 9,000 clean seeds was 2.1
     /// leases). A read that listed the member but returned to its caller only after the query
-    /// timeout (the simulated scheduler left its thread unscheduled that long: `MembersReplyLate`)
-    /// restarts the four leases from its return, as the outage does; seen in session 12 as five
-    /// such reads in a row on one coordinator watch. A backend that loses data forgets joins, hence
+    /// timeout (a stalled or late reply: `MembersReplyLate`) restarts the four leases from its
+    /// return, as the outage does; seen in session 12 as five such reads in a row on one
+    /// coordinator watch, when the simulated scheduler still starved threads (see `settle`). A backend that loses data forgets joins, hence
     /// `tokenReset`.
     WatchSeesJoin,
 }

@@ -272,7 +272,7 @@ pub enum Event {
         group: Name,
     },
     /// A `members(group)` read that listed `members` returned to its caller only after the
-    /// query timeout (the simulated scheduler ran its thread late): the caller had given up on it.
+    /// query timeout (a stalled or late reply): the caller had given up on it.
     MembersReplyLate {
         /// Group.
         group: Name,

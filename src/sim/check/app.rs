@@ -130,9 +130,9 @@ impl Checker {
                 self.app.reads.entry(group.clone()).or_default().push((i, t, members.clone()));
             }
             Event::MembersReplyLate { group, members } => {
-                // A read that listed the member reached its watcher too late to be used (the
-                // simulated scheduler starved the call past the query timeout): the watch's
-                // chance to show the join starts again.
+                // A read that listed the member reached its watcher too late to be used (a
+                // stalled or late reply, past the query timeout): the watch's chance to show the
+                // join starts again.
                 let due = self.app.due(t);
                 let watches = &self.app.watches;
                 for ((w, s), p) in self.app.pending.iter_mut() {

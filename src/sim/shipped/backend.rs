@@ -96,8 +96,9 @@ pub(crate) struct HistState {
     snapshots: HashMap<Name, (u64, Vec<Member>)>,
     /// Requests on their way after their call ended ([`CallFaults::late_delivery`]).
     deliveries: Vec<Delivery>,
-    /// The sessions' events are subscribed to and their `MembershipLost` recorded (only where
-    /// the scenario can lose memberships: subscribing adds scheduling points).
+    /// The sessions' (and the coordinator's) events are subscribed to and their `MembershipLost`
+    /// recorded (only where the scenario can lose memberships — late deliveries, the Redis Cluster
+    /// model: subscribing adds scheduling points).
     pub(crate) membership_events: bool,
     /// Partitions on now: every call of the session fails until the virtual instant (ns).
     cut: Vec<(SessionId, u64)>,
@@ -402,8 +403,14 @@ impl SimBackend {
         };
         match fate {
             Fate::Complete => {
+                let started = crate::sync::now();
                 let r = effect(false);
-                self.hist.lock().counts.completed += 1;
+                // The clock driver's largest step is 1 ms + a query timeout (see `execution`).
+                let step = self.query_timeout + Duration::from_millis(1);
+                let starved = crate::sync::now().saturating_duration_since(started) > step;
+                let mut h = self.hist.lock();
+                h.counts.completed += 1;
+                h.counts.starved += u64::from(starved);
                 r
             }
             Fate::Fail => {
@@ -439,8 +446,8 @@ impl SimBackend {
     /// that entered the backend after the resign, more than three query timeouts after it, is a
     /// campaign that outlived its resign. An acquire that was on its way already when the resign
     /// returned is not: the runtime sent it while the campaign went on and cannot recall it (its
-    /// late reply is undone), however long the simulation holds it — its thread may wait for the
-    /// scheduler over many clock steps, beyond any fault's delay.
+    /// late reply is undone), however long the simulation holds it (a stalled call; until the
+    /// clock driver waited for every thread to wait, also the scheduler over many clock steps).
     fn zombie_check(&self, h: &mut HistState, hist: &History, entered: u64, sess: u32, name: &Name, token: Token) {
         let Some(Resigned { name: n, at, entered: then, how }) = &h.resigned else { return };
         let t = hist.t();

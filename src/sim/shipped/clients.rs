@@ -21,7 +21,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::backend::{below, sleep_virtual, unit, HistState, History, Resigned};
-use crate::coordinator::Coordinator;
+use crate::coordinator::{Coordinator, CoordinatorEvent};
 use crate::election::Election;
 use crate::events::Events;
 use crate::group::Membership;
@@ -70,6 +70,9 @@ pub(crate) struct Handles {
     /// Each user session's events (from its open on), drained by every sample: a
     /// `MembershipLost` is recorded and counted.
     events: Vec<(u8, u32, Events<SessionEvent>)>,
+    /// The coordinator's events (its client, from its start on), drained by every sample: the
+    /// `MembershipLost` of its sessions is recorded and counted, as a user session's is.
+    coordinator_events: Option<(u8, Events<CoordinatorEvent>)>,
 }
 
 impl std::fmt::Debug for Handles {
@@ -191,6 +194,15 @@ pub(crate) fn sample(hist: &History, h: &mut HistState) {
             if let SessionEvent::MembershipLost { group } = ev {
                 h.counts.memberships_lost += 1;
                 events.push(Event::MembershipLost { client: *client, sess: *sess, group });
+            }
+        }
+    }
+    if let Some((client, rx)) = &h.handles.coordinator_events {
+        while let Ok(ev) = rx.try_recv() {
+            if let CoordinatorEvent::MembershipLost { session, group } = ev {
+                let sess = h.labels.get(&session).copied().unwrap_or(u32::MAX);
+                h.counts.memberships_lost += 1;
+                events.push(Event::MembershipLost { client: *client, sess, group });
             }
         }
     }
@@ -458,7 +470,13 @@ impl Client {
                 Err(_) => sleep_virtual(self.lease() / 4),
             }
         };
-        self.hist.lock().handles.coordinator = Some(co.clone());
+        {
+            let mut h = self.hist.lock();
+            h.handles.coordinator = Some(co.clone());
+            if h.membership_events {
+                h.handles.coordinator_events = Some((self.c, co.events()));
+            }
+        }
         // Half the coordinators have a watcher thread (`Coordinator::watch_members`).
         let watcher = (unit() < 0.5).then(|| {
             let (w, co) = (self.clone_parts(), co.clone());
@@ -542,6 +560,7 @@ impl Client {
             let mut h = self.hist.lock();
             sample(&self.hist, &mut h);
             h.handles.coordinator.take();
+            h.handles.coordinator_events.take();
         }
         if let Some(co) = arc_unwrap(co) {
             let _ = co.close();
