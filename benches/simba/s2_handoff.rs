@@ -32,7 +32,9 @@ pub fn run(config: &Config, targets: &[Target], report: &mut Report) {
          notification alone on the same server (Redis `PUBLISH` → a subscribed connection; on Cluster twice: \
          sharded as simba notifies since issue #19, a script's `SPUBLISH` → a connection `SSUBSCRIBE`d on the \
          channel's own master, and classic, a `PUBLISH` to a subscriber on another master, so the message crosses \
-         the cluster bus; ZooKeeper `delete` → another client's `exists` watch; PostgreSQL an autocommit `pg_notify` → \
+         the cluster bus; ZooKeeper `delete` → another client's `exists` watch, then the raw hand-off, that watch's \
+         client creating the node as simba's waiter does (two durable writes in a row), and the server's fsyncs \
+         (`mntr` zk_cnt/sum/max_fsynctime, ms) over simba's samples; PostgreSQL an autocommit `pg_notify` → \
          a `LISTEN`ing connection), measured right after. MySQL target (it polls every poll_interval + jitter: \
          0.5 s + up to 0.25 s at default timings): max ≤ 1 s (issue #19, against tooz's 0.97 s p99).",
     );
@@ -55,6 +57,7 @@ fn measure(config: &Config, t: &Target) -> BenchResult<Vec<String>> {
     let mut held: Lease = sessions[0].try_lock(&lease_name)?.ok_or_else(|| err("hand-off lease busy"))?;
     let mut holder = 0usize;
     let mut samples = Vec::with_capacity(samples_wanted);
+    let fsync_before = t.fsync_stats()?;
     for i in 0..samples_wanted {
         let waiter = &sessions[1 - holder];
         let (ready_tx, ready_rx) = bounded::<()>(1);
@@ -91,6 +94,7 @@ fn measure(config: &Config, t: &Target) -> BenchResult<Vec<String>> {
         }
     }
     held.release()?;
+    let fsync_after = t.fsync_stats()?;
     let mut slow = samples.clone();
     slow.sort();
     slow.reverse();
@@ -112,6 +116,16 @@ fn measure(config: &Config, t: &Target) -> BenchResult<Vec<String>> {
         raw = format!(
             "sharded, as simba (`SPUBLISH` → `SSUBSCRIBE` on the own master) {}; classic across the bus {raw}",
             three(&own)
+        );
+    }
+    if let Some(r) = t.raw_handoff(samples_wanted)? {
+        raw = format!("{raw}; raw hand-off (`delete` → watch → the other client's `create` returns) {}", three(&r));
+    }
+    if let (Some((c0, s0, _)), Some((c1, s1, max))) = (fsync_before, fsync_after) {
+        let (n, ms) = (c1.saturating_sub(c0), s1.saturating_sub(s0));
+        let avg = if n == 0 { 0.0 } else { ms as f64 / n as f64 };
+        raw = format!(
+            "{raw}; the server's fsyncs during simba's samples: {n}, {avg:.2} ms on average (longest since it started: {max} ms)"
         );
     }
     let s = Summary::of(&samples);

@@ -294,6 +294,27 @@ impl Target {
         }
     }
 
+    /// ZooKeeper: the raw hand-off (delete → another client's watch → its create returns), the
+    /// two durable writes simba's hand-off makes. `None` on every other backend.
+    pub fn raw_handoff(&self, samples: usize) -> BenchResult<Option<Vec<Duration>>> {
+        let _ = samples;
+        match self.kind {
+            #[cfg(feature = "zookeeper")]
+            Kind::Zookeeper => zk_impl::handoff(&self.zk_hosts()?, samples).map(Some),
+            _ => Ok(None),
+        }
+    }
+
+    /// ZooKeeper: the server's (fsync count, total fsync ms, longest fsync ms since it started),
+    /// from `mntr`. `None` on every other backend.
+    pub fn fsync_stats(&self) -> BenchResult<Option<(u64, u64, u64)>> {
+        match self.kind {
+            #[cfg(feature = "zookeeper")]
+            Kind::Zookeeper => zk_impl::fsync(self.upstream()?.ok_or_else(|| err("no ZooKeeper address"))?).map(Some),
+            _ => Ok(None),
+        }
+    }
+
     /// Redis Cluster: the raw sharded notification, as simba's (script `SPUBLISH` → `SSUBSCRIBE`
     /// on the channel's own master: no message crosses the cluster bus). `None` on every other
     /// backend.
@@ -1087,6 +1108,53 @@ mod zk_impl {
             out.push(t1.saturating_duration_since(t0));
         }
         Ok(out)
+    }
+
+    /// The raw hand-off, what simba's does on ZooKeeper: delete on one client → the `exists`
+    /// watch of another client fires → that client creates the node (its lock is taken once the
+    /// create returns). Two durable writes, one after the other.
+    pub fn handoff(hosts: &str, samples: usize) -> BenchResult<Vec<Duration>> {
+        let writer = client(hosts)?;
+        let taker = client(hosts)?;
+        let path = format!("{ZK_RAW_DIR}/handoff-{:08x}", rand::random::<u32>());
+        let opts = CreateMode::Ephemeral.with_acls(Acls::anyone_all());
+        let mut out = Vec::with_capacity(samples);
+        for _ in 0..samples {
+            block_on(writer.create(&path, &[], &opts))?;
+            let (_, watch) = block_on(taker.check_and_watch_stat(&path))?;
+            let (tx, rx) = crossbeam_channel::bounded::<Result<std::time::Instant, String>>(1);
+            let (t2, p2, o2) = (taker.clone(), path.clone(), opts.clone());
+            let h = std::thread::spawn(move || {
+                block_on(watch.changed());
+                let r = block_on(t2.create(&p2, &[], &o2)).map(|_| std::time::Instant::now());
+                let _ = tx.send(r.map_err(|e| e.to_string()));
+            });
+            std::thread::sleep(Duration::from_millis(2) + Duration::from_micros(rand::random_range(0..3_000)));
+            let t0 = std::time::Instant::now();
+            block_on(writer.delete(&path, None))?;
+            let t1 = rx
+                .recv_timeout(Duration::from_secs(5))
+                .map_err(|_| err("the raw hand-off's watch did not fire"))?
+                .map_err(|e| err(format!("the raw hand-off's create failed: {e}")))?;
+            let _ = h.join();
+            out.push(t1.saturating_duration_since(t0));
+            block_on(taker.delete(&path, None))?;
+        }
+        Ok(out)
+    }
+
+    /// The server's fsync count and total time in ms (`mntr` zk_cnt_fsynctime, zk_sum_fsynctime)
+    /// and its longest fsync since it started (zk_max_fsynctime).
+    pub fn fsync(addr: SocketAddr) -> BenchResult<(u64, u64, u64)> {
+        let m = zk_four_letter(addr, "mntr")?;
+        let get = |key: &str| -> BenchResult<u64> {
+            let v = m
+                .lines()
+                .find_map(|l| l.strip_prefix(key).filter(|r| r.starts_with('\t')))
+                .ok_or_else(|| err(format!("mntr has no {key} (is mntr in 4lw.commands.whitelist?)")))?;
+            Ok(v.trim().parse()?)
+        };
+        Ok((get("zk_cnt_fsynctime")?, get("zk_sum_fsynctime")?, get("zk_max_fsynctime")?))
     }
 
     /// `mntr` zk_packets_received (a four-letter word over its own TCP connection).
