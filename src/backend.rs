@@ -88,6 +88,14 @@ pub struct Capabilities {
     pub push_release: bool,
     /// The backend sends [`Notification::MembersChanged`] on joins and leaves.
     pub push_membership: bool,
+    /// A lease registration checks the lease: [`watch`](LeaseBackend::watch) of
+    /// [`Topic::Lease`] sends [`Notification::Released`] at once when the lease is free at
+    /// registration (memory; ZooKeeper, whose registration is an `exists` watch). Waiters then
+    /// register only after a busy attempt — a release between the two is still pushed — so a
+    /// `lock()` that finds the lease free makes no registration at all, and a woken waiter's
+    /// next attempt is its only call. Without it (a subscription that does not look at the
+    /// lease: Redis, PostgreSQL) waiters register before every attempt.
+    pub watch_checks_lease: bool,
 }
 
 /// What a watcher asks to be told about (see [`LeaseBackend::watch`]).

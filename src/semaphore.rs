@@ -381,19 +381,23 @@ impl Semaphore {
     /// rounds for a pushed release of any slot or the retry delay.
     fn acquire_until(&self, deadline: Option<Instant>) -> Result<Option<Permit>> {
         let s = self.source.session()?;
-        let push = self.backend.capabilities().push_release;
+        let caps = self.backend.capabilities();
+        // Registrations go before every round, or — where they check the lease — after a busy one.
+        let (watch_first, watch_after) =
+            (caps.push_release && !caps.watch_checks_lease, caps.push_release && caps.watch_checks_lease);
         let (tx, rx) = unbounded::<Notification>();
         let mut first = true;
         loop {
             if !first && deadline.is_some_and(|d| sync::now() >= d) {
                 return Ok(None);
             }
-            if push {
+            if watch_first {
                 // Before every round, so that a release during or after its attempts is pushed: a
                 // one-shot watch consumed since the last round (by a release, or by a backend's
                 // "now subscribed" hint) left a message in `rx`, and this round re-arms it before
                 // any attempt. (Re-arming after a busy round instead would miss a release that
-                // lands between the slot's attempt and the re-arm.)
+                // lands between the slot's attempt and the re-arm — unless the registration
+                // checks the lease, `watch_checks_lease`: then it answers that release at once.)
                 self.watch_slots(&s, &tx, deadline);
             }
             match self.round(&s, deadline, std::mem::take(&mut first)) {
@@ -403,6 +407,9 @@ impl Semaphore {
                     log::debug!("session {}: acquire of semaphore '{}' failed, retrying: {e}", s.id, self.name);
                 }
                 Err(e) => return Err(e),
+            }
+            if watch_after {
+                self.watch_slots(&s, &tx, deadline);
             }
             let mut wait = s.retry_delay();
             if let Some(d) = deadline {
@@ -679,7 +686,7 @@ mod push_race {
             self.inner.call_bound()
         }
         fn capabilities(&self) -> Capabilities {
-            Capabilities { push_release: true, push_membership: false }
+            Capabilities { push_release: true, push_membership: false, watch_checks_lease: false }
         }
         fn watch(&self, topic: &Topic, notify: &Sender<Notification>) -> Result<bool> {
             let second = {

@@ -159,7 +159,7 @@ impl LeaseBackend for Script {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities { push_release: self.push, push_membership: false }
+        Capabilities { push_release: self.push, push_membership: false, watch_checks_lease: false }
     }
 
     fn watch(&self, _topic: &Topic, _notify: &Sender<Notification>) -> simba::Result<bool> {

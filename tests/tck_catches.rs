@@ -28,6 +28,9 @@ enum Flaw {
     ClaimsPushNeverSends,
     /// Claims no push but accepts watches (and pushes).
     PushesUndeclared,
+    /// Claims `watch_checks_lease` (as the memory backend does), but a lease registration made
+    /// while the lease is free is never answered: a subscription that does not look at the lease.
+    WatchIgnoresFreeLease,
     /// An acquire or join on an expired session succeeds until a keep-alive reported it expired
     /// (as an SQL backend whose keep-alive alone deletes the expired row could).
     FirstCallRevives,
@@ -143,13 +146,19 @@ impl LeaseBackend for Flawed {
     fn capabilities(&self) -> Capabilities {
         match self.flaw {
             Flaw::PushesUndeclared => Capabilities::default(),
-            Flaw::ClaimsPushNeverSends => Capabilities { push_release: true, push_membership: true },
+            Flaw::ClaimsPushNeverSends => {
+                Capabilities { push_release: true, push_membership: true, watch_checks_lease: true }
+            }
             _ => self.inner.capabilities(),
         }
     }
     fn watch(&self, topic: &Topic, notify: &Sender<Notification>) -> simba::Result<bool> {
         match self.flaw {
             Flaw::ClaimsPushNeverSends => Ok(true),
+            Flaw::WatchIgnoresFreeLease => match topic {
+                Topic::Lease(name) if self.inner.holder(name)?.is_none() => Ok(true),
+                _ => self.inner.watch(topic, notify),
+            },
             _ => self.inner.watch(topic, notify),
         }
     }
@@ -202,6 +211,14 @@ fn undeclared_push_is_caught() {
 }
 
 #[test]
+fn checked_watch_that_does_not_check_is_caught() {
+    caught(
+        Flaw::WatchIgnoresFreeLease,
+        &["watch_of_a_free_lease_answers_at_once", "lock_registers_where_it_cannot_miss_a_release"],
+    );
+}
+
+#[test]
 fn expired_session_accepting_its_first_call_is_caught() {
     caught(Flaw::FirstCallRevives, &["expired_session_never_revives"]);
 }
@@ -240,8 +257,10 @@ fn case_list_is_whole() {
         selected,
         [
             "release_is_pushed",
+            "watch_of_a_free_lease_answers_at_once",
             "membership_changes_are_pushed",
             "lock_waiter_wakes_on_release",
+            "lock_registers_where_it_cannot_miss_a_release",
             "permit_waiter_wakes_on_release"
         ]
     );

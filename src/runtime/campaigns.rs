@@ -137,9 +137,12 @@ impl SessionInner {
         let backend = self.backend.clone();
         let notify = self.notify_tx.clone();
         let id = self.id.clone();
-        let push = backend.capabilities().push_release;
+        let caps = backend.capabilities();
+        let push = caps.push_release;
+        // A registration that checks the lease goes after a busy attempt only (below).
+        let watch_first = push && !caps.watch_checks_lease;
         pool::spawn(move || {
-            if push {
+            if watch_first {
                 if let Err(err) = backend.watch(&Topic::Lease(name.clone()), &notify) {
                     log::debug!("session {id}: cannot watch '{name}', polling: {err}");
                 }

@@ -247,13 +247,17 @@ impl SessionInner {
     /// made; every attempt runs to its own bound (the query timeout) and none is sent after the
     /// deadline, so this returns by the deadline plus at most one bounded call.
     pub(crate) fn lock_until(self: &Arc<Self>, name: &Name, deadline: Option<Instant>) -> Result<Option<Lease>> {
-        let push = self.backend.capabilities().push_release;
+        let caps = self.backend.capabilities();
+        let push = caps.push_release;
+        // Where the registration goes: before every attempt, or — on a backend whose
+        // registration checks the lease — only after a busy one.
+        let (watch_first, watch_after) = (push && !caps.watch_checks_lease, push && caps.watch_checks_lease);
         let (tx, rx) = crossbeam_channel::unbounded::<Notification>();
         let qt = self.timing.query_timeout;
         // Time left before the caller's deadline, at most a query timeout (for the watches).
         let left = |now: Instant| deadline.map_or(qt, |d| d.saturating_duration_since(now).min(qt));
         let watch = |budget: Duration| {
-            if push && !budget.is_zero() {
+            if !budget.is_zero() {
                 let topic = Topic::Lease(name.clone());
                 let t = tx.clone();
                 let _ = bounded_call(&self.backend, budget, move |b| b.watch(&topic, &t));
@@ -269,8 +273,12 @@ impl SessionInner {
             // watch consumed since the last attempt (by a release another contender won, or by a
             // backend's "subscribed now, re-check" hint) left a message in `rx`, and is re-armed
             // here. Re-arming after a busy attempt instead misses a release that lands between
-            // the attempt and the re-arm (the semaphore's rounds do the same).
-            watch(left(now));
+            // the attempt and the re-arm (the semaphore's rounds do the same) — unless the
+            // registration itself checks the lease (`watch_checks_lease`): then it answers such
+            // a release at once, and goes after the attempt, which a free lease ends.
+            if watch_first {
+                watch(left(now));
+            }
             let bound = later(sync::now(), qt);
             match self.attempt_lock(name, bound) {
                 Ok(Some(lease)) => return Ok(Some(lease)),
@@ -279,6 +287,9 @@ impl SessionInner {
                     log::debug!("session {}: lock '{}' attempt failed, retrying: {}", self.id, name, err);
                 }
                 Err(err) => return Err(err),
+            }
+            if watch_after {
+                watch(left(sync::now()));
             }
             let mut wait = self.retry_delay();
             if let Some(d) = deadline {

@@ -241,6 +241,8 @@ pub enum Capability {
     PushRelease,
     /// `push_membership`: the backend pushes `Notification::MembersChanged` on joins and leaves.
     PushMembership,
+    /// `watch_checks_lease`: a lease registration answers a free lease at once.
+    WatchChecksLease,
 }
 
 impl Capability {
@@ -250,6 +252,7 @@ impl Capability {
         match self {
             Capability::PushRelease => caps.push_release,
             Capability::PushMembership => caps.push_membership,
+            Capability::WatchChecksLease => caps.watch_checks_lease,
         }
     }
 }
@@ -360,6 +363,7 @@ macro_rules! __tck_case_list {
                 names_are_case_sensitive,
                 racing_sessions_one_winner,
                 release_is_pushed(PushRelease),
+                watch_of_a_free_lease_answers_at_once(WatchChecksLease),
             }
             groups {
                 keep_alive_reports_groups,
@@ -384,6 +388,7 @@ macro_rules! __tck_case_list {
                 lease_taken_behind_back_is_lost,
                 token_exclusive_over_real_time,
                 lock_waiter_wakes_on_release(PushRelease),
+                lock_registers_where_it_cannot_miss_a_release(WatchChecksLease),
             }
             elections {
                 exactly_one_leader,

@@ -413,3 +413,35 @@ pub(super) fn release_is_pushed(h: &Harness, claimed: bool) {
     assert_eq!(next_notification(h, &rx), Some(Notification::Released(l.clone())), "no Released after close");
     h.backend.close_session(&a).unwrap();
 }
+
+/// Capability `watch_checks_lease`: a lease registration looks at the lease. Registered while
+/// the lease is free — never taken, released by its holder, or freed by its holder's close — the
+/// backend sends `Released` at once: a waiter that registers only after its busy attempt relies
+/// on it to hear a release that landed in between. A backend that does not claim it may stay
+/// silent there; it must still accept a lease watch exactly when it claims `push_release`.
+pub(super) fn watch_of_a_free_lease_answers_at_once(h: &Harness, claimed: bool) {
+    let a = h.raw_session("");
+    let l = h.name("l");
+    let (tx, rx) = crossbeam_channel::unbounded();
+    let registered_free = |when: &str| {
+        while rx.try_recv().is_ok() {}
+        let watching = h.backend.watch(&Topic::Lease(l.clone()), &tx).unwrap();
+        assert_eq!(watching, h.backend.capabilities().push_release, "a lease watch accepted iff push_release");
+        if claimed {
+            assert_eq!(
+                next_notification(h, &rx),
+                Some(Notification::Released(l.clone())),
+                "the backend claims watch_checks_lease, yet a registration {when} was not answered at once"
+            );
+        }
+    };
+    registered_free("of a lease never taken");
+    let t = acquired(h.backend.acquire(&a, &l), "acquire");
+    h.backend.release(&a, &l, t).unwrap();
+    registered_free("after the holder's release");
+    let b = h.raw_session("");
+    acquired(h.backend.acquire(&b, &l), "acquire by b");
+    h.backend.close_session(&b).unwrap();
+    registered_free("after the holder's close");
+    h.backend.close_session(&a).unwrap();
+}

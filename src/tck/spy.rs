@@ -1,6 +1,8 @@
 //! A backend that forwards every call to the backend under test while a case watches or holds
-//! some of them: it counts `Busy` acquire replies (so a case knows a waiter is waiting) and can
-//! hang keep-alives (so a session stops renewing while its process goes on).
+//! some of them: it counts `Busy` acquire replies (so a case knows a waiter is waiting), logs
+//! acquires and lease watches in order, can release a lease at the first watch that follows a
+//! busy reply (a release between a waiter's attempt and its registration), and can hang
+//! keep-alives (so a session stops renewing while its process goes on).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -9,6 +11,17 @@ use parking_lot::{Condvar, Mutex};
 
 use super::*;
 use crate::backend::{Capabilities, CheckItem, Holder, Member, Notification, SessionGrant, Topic};
+use crate::Lease;
+
+/// A logged call: an acquire of a name (with whether it came back `Busy`) or a watch of a lease.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Call {
+    Acquire { name: Name, busy: bool },
+    Watch(Name),
+}
+
+/// When a release made at a watch returned, or its error.
+type Released = std::result::Result<Instant, String>;
 
 /// Forwards to `inner`, reporting its kind, call bound, capabilities and watches.
 #[derive(Debug)]
@@ -17,6 +30,10 @@ pub(super) struct Spy {
     busy: AtomicU64,
     hung: Mutex<bool>,
     unhung: Condvar,
+    calls: Mutex<Vec<Call>>,
+    /// Released (on the watching thread, before the watch is forwarded) at the first lease
+    /// watch after a busy reply; then the instant its release returned (or its error).
+    release_at_watch: Mutex<(Option<Lease>, Option<Released>)>,
 }
 
 /// Keep-alives hang while this lives; dropping it lets them (and any hung one) go on.
@@ -31,7 +48,32 @@ impl Drop for Hang<'_> {
 
 impl Spy {
     pub(super) fn new(inner: Arc<dyn LeaseBackend>) -> Arc<Spy> {
-        Arc::new(Spy { inner, busy: AtomicU64::new(0), hung: Mutex::new(false), unhung: Condvar::new() })
+        Arc::new(Spy {
+            inner,
+            busy: AtomicU64::new(0),
+            hung: Mutex::new(false),
+            unhung: Condvar::new(),
+            calls: Mutex::new(Vec::new()),
+            release_at_watch: Mutex::new((None, None)),
+        })
+    }
+
+    /// The acquires and lease watches so far, in the order they reached the spy.
+    pub(super) fn calls(&self) -> Vec<Call> {
+        self.calls.lock().clone()
+    }
+
+    /// Releases `lease` at the first lease watch that follows a busy acquire reply, before that
+    /// watch reaches the backend: the release lands between a waiter's busy attempt and its
+    /// registration.
+    pub(super) fn release_at_watch_after_busy(&self, lease: Lease) {
+        *self.release_at_watch.lock() = (Some(lease), None);
+    }
+
+    /// When the lease given to [`release_at_watch_after_busy`](Spy::release_at_watch_after_busy)
+    /// was released (its release had returned), or the release's error; `None` before.
+    pub(super) fn released_at_watch(&self) -> Option<Released> {
+        self.release_at_watch.lock().1.clone()
     }
 
     /// `Busy` replies to acquires so far.
@@ -66,9 +108,11 @@ impl LeaseBackend for Spy {
     }
     fn acquire(&self, s: &SessionId, n: &Name) -> crate::Result<Acquire> {
         let r = self.inner.acquire(s, n);
-        if matches!(r, Ok(Acquire::Busy)) {
+        let busy = matches!(r, Ok(Acquire::Busy));
+        if busy {
             self.busy.fetch_add(1, Ordering::SeqCst);
         }
+        self.calls.lock().push(Call::Acquire { name: n.clone(), busy });
         r
     }
     fn release(&self, s: &SessionId, n: &Name, t: Token) -> crate::Result<()> {
@@ -96,6 +140,22 @@ impl LeaseBackend for Spy {
         self.inner.capabilities()
     }
     fn watch(&self, topic: &Topic, notify: &Sender<Notification>) -> crate::Result<bool> {
+        if let Topic::Lease(n) = topic {
+            self.calls.lock().push(Call::Watch(n.clone()));
+            let lease = {
+                let mut slot = self.release_at_watch.lock();
+                if self.busy_replies() > 0 {
+                    slot.0.take()
+                } else {
+                    None
+                }
+            };
+            if let Some(lease) = lease {
+                // Outside the spy's lock: the release is a call on another session's backend.
+                let released = lease.release().map(|()| Instant::now()).map_err(|e| e.to_string());
+                self.release_at_watch.lock().1 = Some(released);
+            }
+        }
         self.inner.watch(topic, notify)
     }
     fn purge_expired(&self) -> crate::Result<usize> {

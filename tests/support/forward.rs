@@ -53,30 +53,40 @@ pub struct Forward<H> {
     kind: &'static str,
     call_bound: Option<Duration>,
     inherit: bool,
+    /// With `inherit`: keeps the inner backend's `watch_checks_lease` (only `inheriting` does).
+    watch_checks: bool,
 }
 
 impl<H: Hook> Forward<H> {
     /// Over a fresh memory backend, with no call bound and no push (candidates poll).
     pub fn memory(kind: &'static str, hook: H) -> Arc<Forward<H>> {
-        Arc::new(Forward { inner: Arc::new(MemoryBackend::new()), hook, kind, call_bound: None, inherit: false })
+        Self::over_memory(kind, hook, None, false)
     }
 
     /// Over a fresh memory backend, declaring `bound` as its call bound (no push).
     pub fn memory_bounded(kind: &'static str, bound: Option<Duration>, hook: H) -> Arc<Forward<H>> {
-        Arc::new(Forward { inner: Arc::new(MemoryBackend::new()), hook, kind, call_bound: bound, inherit: false })
+        Self::over_memory(kind, hook, bound, false)
     }
 
     /// Over a fresh memory backend with its push capabilities and watches, but no call bound
-    /// (every user call runs on a worker the caller abandons at its deadline).
+    /// (every user call runs on a worker the caller abandons at its deadline). Its registrations
+    /// are not declared to check the lease (`watch_checks_lease`: the hook may answer watches
+    /// itself, as a subscription that does not look at the lease), so waiters register before
+    /// every attempt, as on Redis and PostgreSQL.
     pub fn pushing(kind: &'static str, hook: H) -> Arc<Forward<H>> {
-        Arc::new(Forward { inner: Arc::new(MemoryBackend::new()), hook, kind, call_bound: None, inherit: true })
+        Self::over_memory(kind, hook, None, true)
+    }
+
+    fn over_memory(kind: &'static str, hook: H, call_bound: Option<Duration>, inherit: bool) -> Arc<Forward<H>> {
+        let inner = Arc::new(MemoryBackend::new());
+        Arc::new(Forward { inner, hook, kind, call_bound, inherit, watch_checks: false })
     }
 
     /// Over `inner`, with its kind, call bound, capabilities and watches.
     pub fn inheriting(inner: Arc<dyn LeaseBackend>, hook: H) -> Arc<Forward<H>> {
         let kind = inner.kind();
         let call_bound = inner.call_bound();
-        Arc::new(Forward { inner, hook, kind, call_bound, inherit: true })
+        Arc::new(Forward { inner, hook, kind, call_bound, inherit: true, watch_checks: true })
     }
 }
 
@@ -140,7 +150,8 @@ impl<H: Hook> LeaseBackend for Forward<H> {
     }
     fn capabilities(&self) -> Capabilities {
         if self.inherit {
-            self.inner.capabilities()
+            let caps = self.inner.capabilities();
+            Capabilities { watch_checks_lease: caps.watch_checks_lease && self.watch_checks, ..caps }
         } else {
             Capabilities::default()
         }

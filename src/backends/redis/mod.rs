@@ -361,7 +361,7 @@ impl LeaseBackend for RedisBackend {
 
     fn capabilities(&self) -> Capabilities {
         let push = self.inner.push;
-        Capabilities { push_release: push, push_membership: push }
+        Capabilities { push_release: push, push_membership: push, watch_checks_lease: false }
     }
 
     fn watch(&self, topic: &Topic, notify: &Sender<Notification>) -> Result<bool> {

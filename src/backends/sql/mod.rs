@@ -818,7 +818,11 @@ impl LeaseBackend for SqlBackend {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities { push_release: self.inner.driver.push_release(), push_membership: false }
+        Capabilities {
+            push_release: self.inner.driver.push_release(),
+            push_membership: false,
+            watch_checks_lease: false,
+        }
     }
 
     fn watch(&self, topic: &Topic, notify: &Sender<Notification>) -> Result<bool> {

@@ -521,7 +521,8 @@ impl LeaseBackend for ZookeeperBackend {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities { push_release: true, push_membership: true }
+        // A lease watch is an `exists` watch: a free lease fires it at once.
+        Capabilities { push_release: true, push_membership: true, watch_checks_lease: true }
     }
 
     fn watch(&self, topic: &Topic, notify: &Sender<Notification>) -> Result<bool> {

@@ -235,6 +235,9 @@ pub(crate) struct SimBackend {
     /// Partitions can cut sessions off ([`SimBackend::partition`]): every call naming a session
     /// looks its partitions up (only then: the look-up takes the history lock).
     pub(crate) partitions: bool,
+    /// Declares `watch_checks_lease` (with push): the memory backend's lease registration
+    /// answers a free lease at once, so the runtime registers after a busy attempt only.
+    pub(crate) checked_watch: bool,
 }
 
 impl SimBackend {
@@ -260,6 +263,7 @@ impl SimBackend {
             stale_member_reads: false,
             member_replies_lost: false,
             partitions: false,
+            checked_watch: false,
         }
     }
 
@@ -568,7 +572,7 @@ impl LeaseBackend for SimBackend {
 
     fn capabilities(&self) -> Capabilities {
         let push = self.faults.push;
-        Capabilities { push_release: push, push_membership: push }
+        Capabilities { push_release: push, push_membership: push, watch_checks_lease: push && self.checked_watch }
     }
 
     fn watch(&self, topic: &Topic, notify: &Sender<Notification>) -> Result<bool> {

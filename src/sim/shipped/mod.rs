@@ -720,6 +720,9 @@ fn execution(seed: u64, sc: &Scenario) -> Outcome {
         backend.stale_member_reads = sc.stale_member_reads;
         backend.member_replies_lost = sc.member_replies_lost;
         backend.partitions = sc.partitions;
+        // Half the seeds let the runtime register after a busy attempt (the memory backend's
+        // registration checks the lease), half before every attempt (as on Redis, PostgreSQL).
+        backend.checked_watch = unit() < 0.5;
         let mut h = hist.lock();
         h.membership_events = sc.late_deliveries;
         let setup = Event::Setup { client_ppm: vec![0; clients], node_ppm: vec![((rate - 1.0) * 1e6) as i64] };
