@@ -9,6 +9,10 @@
 //! finds the lock busy and misses the release the test makes meanwhile; its polls are set 30 s
 //! apart, so nothing else wakes it within the test's bound.
 //!
+//! The same held `listen` also makes every registration hang (each slot's registration waits for
+//! the notification connection up to the connect timeout, here the query timeout): a wait keeps
+//! at most one registration in flight however many rounds pass meanwhile.
+//!
 //! `SIMBA_TEST_POSTGRES_URL` (default `postgres://postgres@127.0.0.1:5432/test`); start the server
 //! with `scripts/services up`.
 #![cfg(all(feature = "cli", feature = "postgres"))]
@@ -104,5 +108,81 @@ fn a_lock_wait_registers_for_the_release_before_it_attempts() {
     assert!(
         early.is_none(),
         "the wait attempted while its registration for the release was still pending: {early:?} (it took the lock {took:?} after the release)"
+    );
+}
+
+/// Threads of process `pid` named `name` now (`/proc/<pid>/task/*/comm`).
+fn threads_named(pid: u32, name: &str) -> usize {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).expect("read /proc/<pid>/task");
+    tasks
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+        .filter(|comm| comm.trim_end() == name)
+        .count()
+}
+
+/// The debug line of a round whose registration did not complete within the query timeout.
+const ROUND_TIMED_OUT: &str = "took longer than";
+
+#[test]
+#[serial(postgres)]
+fn a_hanging_release_registration_is_not_started_again_every_round() {
+    // How many rounds whose registration hung to watch, and the slots of the semaphore: each
+    // slot's registration waits up to the query timeout for the held notification connection, so
+    // one registration hangs for SLOTS rounds and a wait that starts one per round runs about
+    // SLOTS at once.
+    const ROUNDS: usize = 8;
+    const SLOTS: u32 = 3;
+    let backend = shared_backend(Dialect::Postgres);
+    let url = Dialect::Postgres.url();
+    let proxy = Proxy::start(&upstream(&url));
+    proxy.hold_on(b"listen simba_release");
+
+    let name = support::unique("clipile");
+    let holder = Session::open(Arc::clone(&backend) as Arc<dyn LeaseBackend>, SessionOptions::default()).unwrap();
+    let sem = holder.semaphore(name.as_str(), SLOTS).unwrap();
+    let permits: Vec<_> = (0..SLOTS).map(|_| sem.try_acquire().unwrap().expect("a free permit")).collect();
+
+    let mut waiter = clean_command(BIN)
+        .env("RUST_LOG", "warn,simba=debug")
+        .env("SIMBA_URL", through(&url, &proxy.addr()))
+        .env("SIMBA_LEASE_DURATION", "120s")
+        .env("SIMBA_RENEW_INTERVAL", "60s")
+        .env("SIMBA_POLL_INTERVAL", "10ms")
+        .env("SIMBA_QUERY_TIMEOUT", "250ms")
+        .args(["lock", "-n", &SLOTS.to_string(), name.as_str(), "--", "true"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run simba");
+    let pid = waiter.id();
+    let mut lines = Lines::of(&mut waiter);
+
+    // After each round whose registration timed out (the waiter says so, then attempts), count
+    // the registration threads.
+    let mut counts = Vec::new();
+    for _ in 0..ROUNDS {
+        if lines.wait_within(ROUND_TIMED_OUT, Duration::from_secs(30)).is_none() {
+            break;
+        }
+        counts.push(threads_named(pid, "simba-watch"));
+    }
+    let held = proxy.holding();
+    let _ = waiter.kill();
+    let _ = waiter.wait();
+    for p in permits {
+        p.release().unwrap();
+    }
+    holder.close().unwrap();
+    assert!(held, "the notification connection's listen was never held; stderr:\n{}", lines.seen.join("\n"));
+    assert_eq!(
+        counts.len(),
+        ROUNDS,
+        "fewer rounds than expected timed out their registration; stderr:\n{}",
+        lines.seen.join("\n")
+    );
+    assert!(
+        counts.iter().all(|&n| n <= 1),
+        "more than one release registration in flight: simba-watch threads after each of {ROUNDS} rounds: {counts:?}"
     );
 }

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{bounded, select, unbounded, Sender};
+use crossbeam_channel::{bounded, select, unbounded, Receiver, Sender, TryRecvError};
 use nix::sys::signal::Signal;
 use serde_json::{json, Value};
 use simba::backend::{Holder, LeaseBackend, Notification, Topic};
@@ -165,6 +165,24 @@ struct Wait<'a> {
     last_error: Option<String>,
     /// The last error reported (digits removed) and when.
     reported: Option<(String, Instant)>,
+    /// The release registration still running from an earlier round (its wait timed out): the
+    /// next rounds wait for it instead of starting another.
+    registering: Option<Registration>,
+}
+
+/// A release registration running on its own thread: `done` gets a message when it finished.
+struct Registration {
+    done: Receiver<()>,
+    thread: thread::JoinHandle<()>,
+}
+
+impl Registration {
+    /// Waits for the (finished) thread, so that it is gone before another one starts.
+    fn join(self) {
+        if self.thread.join().is_err() {
+            log::debug!("the thread registering for releases panicked (polling covers it)");
+        }
+    }
 }
 
 /// How a wait ended without the lock.
@@ -434,14 +452,59 @@ impl Wait<'_> {
     /// connection, and a release between the busy attempt and the registration woke nobody.)
     /// The registration runs on a thread, as it is a backend call and may hang: the wait for it
     /// is bounded by the query timeout, after which the attempt goes ahead and the poll covers
-    /// a missed release. `Some(signal)` when a signal came meanwhile.
-    fn register(&self, wake: &Sender<Notification>) -> Option<Signal> {
+    /// a missed release. A registration still running from an earlier round is waited for again
+    /// (with the same bound) instead of starting another beside it, so a backend whose
+    /// registrations hang has at most one in flight, not one more per round. `Some(signal)` when
+    /// a signal came meanwhile.
+    fn register(&mut self, wake: &Sender<Notification>) -> Option<Signal> {
+        let pending = match self.registering.take() {
+            Some(r) if matches!(r.done.try_recv(), Err(TryRecvError::Empty)) => Some(r),
+            Some(r) => {
+                r.join();
+                None
+            }
+            None => None,
+        };
+        let (registration, earlier) = match pending {
+            Some(r) => (r, true),
+            None => match self.start_registration(wake) {
+                Some(r) => (r, false),
+                None => return None,
+            },
+        };
+        let bound = self.config.query_timeout();
+        select! {
+            recv(registration.done) -> _ => {
+                registration.join();
+                None
+            }
+            recv(self.signals.receiver()) -> sig => {
+                self.registering = Some(registration);
+                sig.ok()
+            }
+            default(bound) => {
+                let since = if earlier { " (still the one of an earlier attempt)" } else { "" };
+                log::debug!(
+                    "registering for the release of {} '{}' took longer than {}{since}: attempting anyway (polling covers it)",
+                    self.what,
+                    self.name,
+                    humantime::format_duration(bound)
+                );
+                self.registering = Some(registration);
+                None
+            }
+        }
+    }
+
+    /// Starts a registration for the release of the lock (of every slot, for a permit) on its own
+    /// thread; `None` when no thread can be started (the wait polls).
+    fn start_registration(&self, wake: &Sender<Notification>) -> Option<Registration> {
         let topics: Vec<Topic> = match &self.semaphore {
             Some(sem) => (0..sem.permits()).filter_map(|i| sem.fence_resource(i).ok()).map(Topic::Lease).collect(),
             None => vec![Topic::Lease(self.lease.clone())],
         };
         let (backend, tx) = (Arc::clone(&self.backend), wake.clone());
-        let (done_tx, done_rx) = bounded::<()>(1);
+        let (done_tx, done) = bounded::<()>(1);
         let spawned = thread::Builder::new().name("simba-watch".into()).spawn(move || {
             for topic in topics {
                 if let Err(e) = backend.watch(&topic, &tx) {
@@ -450,21 +513,10 @@ impl Wait<'_> {
             }
             let _ = done_tx.send(());
         });
-        if let Err(e) = spawned {
-            log::debug!("cannot start a thread to watch for releases (polling instead): {e}");
-            return None;
-        }
-        let bound = self.config.query_timeout();
-        select! {
-            recv(done_rx) -> _ => None,
-            recv(self.signals.receiver()) -> sig => sig.ok(),
-            default(bound) => {
-                log::debug!(
-                    "registering for the release of {} '{}' took longer than {}: attempting anyway (polling covers it)",
-                    self.what,
-                    self.name,
-                    humantime::format_duration(bound)
-                );
+        match spawned {
+            Ok(thread) => Some(Registration { done, thread }),
+            Err(e) => {
+                log::debug!("cannot start a thread to watch for releases (polling instead): {e}");
                 None
             }
         }
@@ -556,6 +608,7 @@ pub fn lock(config: &Config, out: &Out, signals: &Signals, a: &LockArgs, elect: 
         last_seen: None,
         last_error: None,
         reported: None,
+        registering: None,
     };
     let (session, held) = match wait.run() {
         Ok(r) => r,
@@ -653,6 +706,7 @@ pub fn semaphore(config: &Config, out: &Out, signals: &Signals, a: &LockArgs, pe
         last_seen: None,
         last_error: None,
         reported: None,
+        registering: None,
     };
     let (session, held) = match wait.run() {
         Ok(r) => r,
