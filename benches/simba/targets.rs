@@ -287,7 +287,7 @@ impl Target {
             #[cfg(feature = "redis")]
             Kind::Redis | Kind::RedisCluster => redis_impl::notify(self, samples, false).map(Some),
             #[cfg(feature = "zookeeper")]
-            Kind::Zookeeper => zk_impl::notify(&self.zk_hosts()?, samples).map(Some),
+            Kind::Zookeeper => zk_impl::samples(&self.zk_hosts()?, samples, zk_impl::Sample::Notify).map(Some),
             #[cfg(feature = "postgres")]
             Kind::Postgres => pg_impl::notify(&self.url, samples).map(Some),
             _ => Ok(None),
@@ -300,7 +300,7 @@ impl Target {
         let _ = samples;
         match self.kind {
             #[cfg(feature = "zookeeper")]
-            Kind::Zookeeper => zk_impl::handoff(&self.zk_hosts()?, samples).map(Some),
+            Kind::Zookeeper => zk_impl::samples(&self.zk_hosts()?, samples, zk_impl::Sample::Handoff).map(Some),
             _ => Ok(None),
         }
     }
@@ -1085,48 +1085,39 @@ mod zk_impl {
         }
     }
 
-    /// delete on one client → the `exists` watch of another client fires.
-    pub fn notify(hosts: &str, samples: usize) -> BenchResult<Vec<Duration>> {
+    /// What a raw sample measures, from one client's delete of the node another client watches.
+    #[derive(Clone, Copy, PartialEq, Eq)]
+    pub enum Sample {
+        /// Until the watch fires.
+        Notify,
+        /// The raw hand-off, what simba's does on ZooKeeper: the watcher then creates the node (its
+        /// lock is taken once the create returns). Two durable writes, one after the other.
+        Handoff,
+    }
+
+    /// delete on one client → the `exists` watch of another client fires (→ for a hand-off, that
+    /// client creates the node): the time from the delete, per sample.
+    pub fn samples(hosts: &str, samples: usize, sample: Sample) -> BenchResult<Vec<Duration>> {
         let writer = client(hosts)?;
         let watcher = client(hosts)?;
-        let path = format!("{ZK_RAW_DIR}/notify-{:08x}", rand::random::<u32>());
+        let (prefix, what) = match sample {
+            Sample::Notify => ("notify", "watch"),
+            Sample::Handoff => ("handoff", "the raw hand-off's watch"),
+        };
+        let path = format!("{ZK_RAW_DIR}/{prefix}-{:08x}", rand::random::<u32>());
         let opts = CreateMode::Ephemeral.with_acls(Acls::anyone_all());
         let mut out = Vec::with_capacity(samples);
         for _ in 0..samples {
             block_on(writer.create(&path, &[], &opts))?;
             let (_, watch) = block_on(watcher.check_and_watch_stat(&path))?;
-            let (tx, rx) = crossbeam_channel::bounded::<std::time::Instant>(1);
-            let h = std::thread::spawn(move || {
-                block_on(watch.changed());
-                let _ = tx.send(std::time::Instant::now());
-            });
-            std::thread::sleep(Duration::from_millis(2) + Duration::from_micros(rand::random_range(0..3_000)));
-            let t0 = std::time::Instant::now();
-            block_on(writer.delete(&path, None))?;
-            let t1 = rx.recv_timeout(Duration::from_secs(5)).map_err(|_| err("watch did not fire"))?;
-            let _ = h.join();
-            out.push(t1.saturating_duration_since(t0));
-        }
-        Ok(out)
-    }
-
-    /// The raw hand-off, what simba's does on ZooKeeper: delete on one client → the `exists`
-    /// watch of another client fires → that client creates the node (its lock is taken once the
-    /// create returns). Two durable writes, one after the other.
-    pub fn handoff(hosts: &str, samples: usize) -> BenchResult<Vec<Duration>> {
-        let writer = client(hosts)?;
-        let taker = client(hosts)?;
-        let path = format!("{ZK_RAW_DIR}/handoff-{:08x}", rand::random::<u32>());
-        let opts = CreateMode::Ephemeral.with_acls(Acls::anyone_all());
-        let mut out = Vec::with_capacity(samples);
-        for _ in 0..samples {
-            block_on(writer.create(&path, &[], &opts))?;
-            let (_, watch) = block_on(taker.check_and_watch_stat(&path))?;
             let (tx, rx) = crossbeam_channel::bounded::<Result<std::time::Instant, String>>(1);
-            let (t2, p2, o2) = (taker.clone(), path.clone(), opts.clone());
+            let take = (sample == Sample::Handoff).then(|| (watcher.clone(), path.clone(), opts.clone()));
             let h = std::thread::spawn(move || {
                 block_on(watch.changed());
-                let r = block_on(t2.create(&p2, &[], &o2)).map(|_| std::time::Instant::now());
+                let r = match take {
+                    None => Ok(std::time::Instant::now()),
+                    Some((c, p, o)) => block_on(c.create(&p, &[], &o)).map(|_| std::time::Instant::now()),
+                };
                 let _ = tx.send(r.map_err(|e| e.to_string()));
             });
             std::thread::sleep(Duration::from_millis(2) + Duration::from_micros(rand::random_range(0..3_000)));
@@ -1134,11 +1125,13 @@ mod zk_impl {
             block_on(writer.delete(&path, None))?;
             let t1 = rx
                 .recv_timeout(Duration::from_secs(5))
-                .map_err(|_| err("the raw hand-off's watch did not fire"))?
+                .map_err(|_| err(format!("{what} did not fire")))?
                 .map_err(|e| err(format!("the raw hand-off's create failed: {e}")))?;
             let _ = h.join();
             out.push(t1.saturating_duration_since(t0));
-            block_on(taker.delete(&path, None))?;
+            if sample == Sample::Handoff {
+                block_on(watcher.delete(&path, None))?;
+            }
         }
         Ok(out)
     }
