@@ -1,0 +1,516 @@
+//! The backends under test: how to connect (directly or through the counting proxy), the raw
+//! primitive each is compared with, and the server-side statement counters. Each backend's raw
+//! side is in its own file (`redis_impl.rs`, `pg_impl.rs`, `my_impl.rs`, `zk_impl.rs`).
+
+#![allow(dead_code)]
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
+use std::sync::Arc;
+use std::time::Duration;
+
+use simba::{LeaseBackend, MemoryBackend};
+
+use crate::common::{err, BenchResult};
+use crate::Config;
+
+/// A backend kind, as named in `SIMBA_BENCH`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Kind {
+    Memory,
+    Redis,
+    RedisCluster,
+    Postgres,
+    Mysql,
+    Zookeeper,
+}
+
+impl Kind {
+    pub const ALL: [Kind; 6] =
+        [Kind::Memory, Kind::Redis, Kind::RedisCluster, Kind::Postgres, Kind::Mysql, Kind::Zookeeper];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Memory => "memory",
+            Kind::Redis => "redis",
+            Kind::RedisCluster => "redis-cluster",
+            Kind::Postgres => "postgres",
+            Kind::Mysql => "mysql",
+            Kind::Zookeeper => "zookeeper",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Kind> {
+        Kind::ALL.iter().copied().find(|k| k.name() == s)
+    }
+
+    pub fn feature(self) -> &'static str {
+        match self {
+            Kind::Memory => "(none)",
+            Kind::Redis | Kind::RedisCluster => "redis",
+            Kind::Postgres => "postgres",
+            Kind::Mysql => "mysql",
+            Kind::Zookeeper => "zookeeper",
+        }
+    }
+
+    pub fn compiled(self) -> bool {
+        match self {
+            Kind::Memory => true,
+            Kind::Redis | Kind::RedisCluster => cfg!(feature = "redis"),
+            Kind::Postgres => cfg!(feature = "postgres"),
+            Kind::Mysql => cfg!(feature = "mysql"),
+            Kind::Zookeeper => cfg!(feature = "zookeeper"),
+        }
+    }
+
+    /// True when the backend pushes releases (candidates wake at once instead of polling).
+    pub fn pushes(self) -> bool {
+        !matches!(self, Kind::Mysql)
+    }
+
+    /// True for the SQL backends.
+    pub fn is_sql(self) -> bool {
+        matches!(self, Kind::Postgres | Kind::Mysql)
+    }
+}
+
+fn env_or(var: &str, default: &str) -> String {
+    std::env::var(var).ok().filter(|v| !v.is_empty()).unwrap_or_else(|| default.to_string())
+}
+
+/// Root of the ZooKeeper backend's nodes in benchmarks.
+pub const ZK_ROOT: &str = "/simba-bench";
+/// Parent of the raw ZooKeeper lock nodes.
+pub const ZK_RAW_DIR: &str = "/simba-bench-raw";
+/// Expiry of the raw Redis/SQL locks (they are always released long before).
+pub const RAW_TTL_MS: i64 = 15_000;
+
+/// One backend under test.
+#[derive(Debug)]
+pub struct Target {
+    pub kind: Kind,
+    /// Connection URL (standalone) or seed nodes (cluster); empty for memory.
+    pub url: String,
+    pub server_version: String,
+}
+
+fn unreachable(kind: Kind, url: &str, e: impl std::fmt::Display) -> crate::common::BenchError {
+    err(format!(
+        "{} is not reachable at {url}: {e} — run `scripts/services up` (or set the SIMBA_TEST_* URL)",
+        kind.name()
+    ))
+}
+
+impl Target {
+    /// Checks the server, creates the tables the benchmark needs, and reads the server version.
+    pub fn prepare(kind: Kind, config: &Config) -> BenchResult<Target> {
+        let _ = config;
+        let url = match kind {
+            Kind::Memory => String::new(),
+            Kind::Redis => env_or("SIMBA_TEST_REDIS_URL", "redis://127.0.0.1:6379"),
+            Kind::RedisCluster => {
+                env_or("SIMBA_TEST_REDIS_CLUSTER_URL", "redis+cluster://127.0.0.1:7000,127.0.0.1:7001,127.0.0.1:7002")
+            }
+            Kind::Postgres => env_or("SIMBA_TEST_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432/test"),
+            Kind::Mysql => env_or("SIMBA_TEST_MYSQL_URL", "mysql://root@127.0.0.1:3306/test"),
+            Kind::Zookeeper => env_or("SIMBA_TEST_ZOOKEEPER_URL", "zookeeper://127.0.0.1:2181/simba-test"),
+        };
+        // The raw PostgreSQL client connects without TLS (`postgres::NoTls`); the library's default
+        // `sslmode=prefer` would use TLS against a server with `ssl = on` and pay the encryption
+        // the raw lock does not. Unless the URL names a mode, both run on plain TCP.
+        let url = if kind == Kind::Postgres && !url.contains("sslmode=") {
+            format!("{url}{}sslmode=disable", if url.contains('?') { '&' } else { '?' })
+        } else {
+            url
+        };
+        let mut t = Target { kind, url, server_version: String::new() };
+        t.server_version = t.init().map_err(|e| unreachable(kind, &t.url, e))?;
+        Ok(t)
+    }
+
+    fn init(&self) -> BenchResult<String> {
+        match self.kind {
+            Kind::Memory => Ok("in-process (simba::MemoryBackend)".into()),
+            #[cfg(feature = "redis")]
+            Kind::Redis | Kind::RedisCluster => redis_impl::init(self),
+            #[cfg(feature = "postgres")]
+            Kind::Postgres => pg_impl::init(&self.url),
+            #[cfg(feature = "mysql")]
+            Kind::Mysql => my_impl::init(&self.url),
+            #[cfg(feature = "zookeeper")]
+            Kind::Zookeeper => zk_impl::init(&self.zk_hosts()?),
+            #[allow(unreachable_patterns)]
+            k => Err(err(format!("{} is not compiled in", k.name()))),
+        }
+    }
+
+    /// `host:port` list of the ZooKeeper URL.
+    pub fn zk_hosts(&self) -> BenchResult<String> {
+        let rest =
+            self.url.strip_prefix("zookeeper://").ok_or_else(|| err("ZooKeeper URL must start with zookeeper://"))?;
+        Ok(rest.split('/').next().unwrap_or("").to_string())
+    }
+
+    /// A new backend instance (memory: a new, empty one; share it within a measurement).
+    pub fn backend(&self) -> BenchResult<Arc<dyn LeaseBackend>> {
+        self.backend_at(None)
+    }
+
+    /// The server address the proxy can stand in for (`None` for memory and Redis Cluster, whose
+    /// clients follow redirections to the nodes' own addresses).
+    pub fn upstream(&self) -> BenchResult<Option<SocketAddr>> {
+        let hostport = match self.kind {
+            Kind::Memory | Kind::RedisCluster => return Ok(None),
+            Kind::Zookeeper => {
+                let hosts = self.zk_hosts()?;
+                if hosts.contains(',') {
+                    return Ok(None);
+                }
+                hosts
+            }
+            _ => {
+                let u = url::Url::parse(&self.url)?;
+                let host = u.host_str().ok_or_else(|| err("URL without host"))?.to_string();
+                let port = u.port().unwrap_or(match self.kind {
+                    Kind::Redis => 6379,
+                    Kind::Postgres => 5432,
+                    _ => 3306,
+                });
+                format!("{host}:{port}")
+            }
+        };
+        Ok(hostport.to_socket_addrs()?.next())
+    }
+
+    /// The URL with its host and port replaced by `addr` (standalone kinds only).
+    fn url_at(&self, addr: SocketAddr) -> BenchResult<String> {
+        if self.kind == Kind::Zookeeper {
+            return Ok(addr.to_string());
+        }
+        let mut u = url::Url::parse(&self.url)?;
+        u.set_host(Some(&addr.ip().to_string()))?;
+        u.set_port(Some(addr.port())).map_err(|_| err("cannot set the port of the URL"))?;
+        Ok(u.to_string())
+    }
+
+    /// A new backend instance, connected to `via` (the proxy) instead of the server when given.
+    #[cfg_attr(
+        not(any(feature = "redis", feature = "postgres", feature = "mysql", feature = "zookeeper")),
+        allow(unused_variables, unreachable_code)
+    )] // memory only
+    pub fn backend_at(&self, via: Option<SocketAddr>) -> BenchResult<Arc<dyn LeaseBackend>> {
+        let url = match via {
+            Some(a) => self.url_at(a)?,
+            None => self.url.clone(),
+        };
+        match self.kind {
+            Kind::Memory => Ok(Arc::new(MemoryBackend::new())),
+            #[cfg(feature = "redis")]
+            Kind::Redis | Kind::RedisCluster => {
+                use simba::backends::redis::{RedisBackend, RedisOptions};
+                Ok(Arc::new(RedisBackend::connect(&url, RedisOptions::default())?))
+            }
+            #[cfg(feature = "postgres")]
+            Kind::Postgres => {
+                use simba::backends::sql::{SqlBackend, SqlOptions};
+                Ok(Arc::new(SqlBackend::postgres(&url, SqlOptions::default())?))
+            }
+            #[cfg(feature = "mysql")]
+            Kind::Mysql => {
+                use simba::backends::sql::{SqlBackend, SqlOptions};
+                Ok(Arc::new(SqlBackend::mysql(&url, SqlOptions::default())?))
+            }
+            #[cfg(feature = "zookeeper")]
+            Kind::Zookeeper => {
+                use simba::backends::zookeeper::{ZookeeperBackend, ZookeeperOptions};
+                let hosts = if via.is_some() { url } else { self.zk_hosts()? };
+                Ok(Arc::new(ZookeeperBackend::connect(&hosts, ZookeeperOptions::default().root(ZK_ROOT))?))
+            }
+            #[allow(unreachable_patterns)]
+            k => Err(err(format!("{} is not compiled in", k.name()))),
+        }
+    }
+
+    /// Redis Cluster: whether the keys of session `sid` and of lease `name` live on the same
+    /// master (then an acquire's two scripts go to one connection; else to two, written first and
+    /// read after). `None` on every other backend. The keys hash-tag the id and the name, so
+    /// `{id}` and `{name}` have their slots.
+    #[cfg_attr(not(feature = "redis"), allow(unused_variables))]
+    pub fn cluster_same_master(&self, sid: &str, name: &str) -> BenchResult<Option<bool>> {
+        match self.kind {
+            #[cfg(feature = "redis")]
+            Kind::RedisCluster => {
+                let [a, b] = redis_impl::masters_of(&self.url, [&format!("{{{sid}}}"), &format!("{{{name}}}")])?;
+                Ok(Some(a == b))
+            }
+            _ => Ok(None),
+        }
+    }
+
+    /// The raw primitive on the same server (through `via` when given), or `None` for memory.
+    #[cfg_attr(
+        not(any(feature = "redis", feature = "postgres", feature = "mysql", feature = "zookeeper")),
+        allow(unused_variables, unreachable_code)
+    )] // memory only
+    pub fn raw(&self, via: Option<SocketAddr>) -> BenchResult<Option<Box<dyn RawLock>>> {
+        let url = match via {
+            Some(a) => self.url_at(a)?,
+            None => self.url.clone(),
+        };
+        match self.kind {
+            Kind::Memory => Ok(None),
+            #[cfg(feature = "redis")]
+            Kind::Redis => Ok(Some(Box::new(redis_impl::RawRedis::standalone(&url, owner())?))),
+            #[cfg(feature = "redis")]
+            Kind::RedisCluster => Ok(Some(Box::new(redis_impl::RawRedis::cluster(&url, owner())?))),
+            #[cfg(feature = "postgres")]
+            Kind::Postgres => Ok(Some(Box::new(pg_impl::RawPg::connect(&url, owner())?))),
+            #[cfg(feature = "mysql")]
+            Kind::Mysql => Ok(Some(Box::new(my_impl::RawMy::connect(&url, owner())?))),
+            #[cfg(feature = "zookeeper")]
+            Kind::Zookeeper => {
+                let hosts = if via.is_some() { url } else { self.zk_hosts()? };
+                Ok(Some(Box::new(zk_impl::RawZk::connect(&hosts)?)))
+            }
+            #[allow(unreachable_patterns)]
+            k => Err(err(format!("{} is not compiled in", k.name()))),
+        }
+    }
+
+    /// Latencies of the raw notification primitive: Redis `PUBLISH` → a `SUBSCRIBE`d connection
+    /// (Cluster: the subscriber on another master than the channel's, so the message crosses the
+    /// cluster bus), ZooKeeper `delete` →
+    /// an `exists` watch on another client. `None` where there is none (SQL, memory).
+    pub fn raw_notify(&self, samples: usize) -> BenchResult<Option<Vec<Duration>>> {
+        let _ = samples;
+        match self.kind {
+            #[cfg(feature = "redis")]
+            Kind::Redis | Kind::RedisCluster => redis_impl::notify(self, samples, false).map(Some),
+            #[cfg(feature = "zookeeper")]
+            Kind::Zookeeper => zk_impl::samples(&self.zk_hosts()?, samples, zk_impl::Sample::Notify).map(Some),
+            #[cfg(feature = "postgres")]
+            Kind::Postgres => pg_impl::notify(&self.url, samples).map(Some),
+            _ => Ok(None),
+        }
+    }
+
+    /// ZooKeeper: the raw hand-off (delete → another client's watch → its create returns), the
+    /// two durable writes simba's hand-off makes. `None` on every other backend.
+    pub fn raw_handoff(&self, samples: usize) -> BenchResult<Option<Vec<Duration>>> {
+        let _ = samples;
+        match self.kind {
+            #[cfg(feature = "zookeeper")]
+            Kind::Zookeeper => zk_impl::samples(&self.zk_hosts()?, samples, zk_impl::Sample::Handoff).map(Some),
+            _ => Ok(None),
+        }
+    }
+
+    /// ZooKeeper: the server's (fsync count, total fsync ms, longest fsync ms since it started),
+    /// from `mntr`. `None` on every other backend.
+    pub fn fsync_stats(&self) -> BenchResult<Option<(u64, u64, u64)>> {
+        match self.kind {
+            #[cfg(feature = "zookeeper")]
+            Kind::Zookeeper => zk_impl::fsync(self.upstream()?.ok_or_else(|| err("no ZooKeeper address"))?).map(Some),
+            _ => Ok(None),
+        }
+    }
+
+    /// Redis Cluster: the raw sharded notification, as simba's (script `SPUBLISH` → `SSUBSCRIBE`
+    /// on the channel's own master: no message crosses the cluster bus). `None` on every other
+    /// backend.
+    pub fn raw_notify_sharded(&self, samples: usize) -> BenchResult<Option<Vec<Duration>>> {
+        let _ = samples;
+        match self.kind {
+            #[cfg(feature = "redis")]
+            Kind::RedisCluster => redis_impl::notify(self, samples, true).map(Some),
+            _ => Ok(None),
+        }
+    }
+
+    /// A server-side statement counter, or `None` where there is no reliable one.
+    #[cfg_attr(
+        not(any(feature = "redis", feature = "postgres", feature = "mysql", feature = "zookeeper")),
+        allow(unused_variables, unreachable_code)
+    )] // memory only
+    pub fn counter(&self) -> BenchResult<Option<Box<dyn ServerCounter>>> {
+        let c: Box<dyn ServerCounter> = match self.kind {
+            Kind::Memory => return Ok(None),
+            #[cfg(feature = "redis")]
+            Kind::Redis | Kind::RedisCluster => Box::new(redis_impl::InfoCounter::connect(self)?),
+            #[cfg(feature = "postgres")]
+            Kind::Postgres => Box::new(pg_impl::CommitCounter::connect(&self.url)?),
+            #[cfg(feature = "mysql")]
+            Kind::Mysql => Box::new(my_impl::QuestionsCounter::connect(&self.url)?),
+            #[cfg(feature = "zookeeper")]
+            Kind::Zookeeper => {
+                Box::new(zk_impl::MntrCounter::new(self.upstream()?.ok_or_else(|| err("no ZooKeeper address"))?))
+            }
+            #[allow(unreachable_patterns)]
+            k => return Err(err(format!("{} is not compiled in", k.name()))),
+        };
+        Ok(Some(c))
+    }
+
+    /// A concurrent client's `PING` latencies while `during` runs (Redis standalone only: the
+    /// server is single-threaded, so a long script stalls every other client for its length).
+    /// `None` for the other backends.
+    pub fn pings_during<R>(&self, during: impl FnOnce() -> BenchResult<R>) -> BenchResult<(R, Option<Vec<Duration>>)> {
+        match self.kind {
+            #[cfg(feature = "redis")]
+            Kind::Redis => redis_impl::pings_during(&self.url, during).map(|(r, p)| (r, Some(p))),
+            _ => during().map(|r| (r, None)),
+        }
+    }
+
+    /// Deletes what the run left behind (SQL lease rows and Redis lease hashes of its names).
+    pub fn cleanup(&self, config: &Config) -> BenchResult<()> {
+        let pattern = format!("{}%", config.prefix);
+        let _ = &pattern;
+        match self.kind {
+            #[cfg(feature = "redis")]
+            Kind::Redis | Kind::RedisCluster => redis_impl::cleanup(self, &config.prefix),
+            #[cfg(feature = "postgres")]
+            Kind::Postgres => pg_impl::cleanup(&self.url, &pattern),
+            #[cfg(feature = "mysql")]
+            Kind::Mysql => my_impl::cleanup(&self.url, &pattern),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// A random owner value for a raw lock client.
+fn owner() -> String {
+    format!("{:032x}", rand::random::<u128>())
+}
+
+/// The raw lock a backend's acquire+release is compared with.
+pub trait RawLock: Send {
+    /// Takes `name`; false when busy.
+    fn lock(&mut self, name: &str) -> BenchResult<bool>;
+    /// Frees `name` if this client holds it.
+    fn unlock(&mut self, name: &str) -> BenchResult<()>;
+}
+
+/// Cumulative server counters (for every client of the server).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Reading {
+    /// Requests clients sent: Redis EVAL/EVALSHA + SET calls (`INFO commandstats`; commands run
+    /// inside scripts are not requests), MySQL `Questions`, ZooKeeper packets received,
+    /// PostgreSQL transactions.
+    pub requests: u64,
+    /// Redis only: every command executed, including those run inside scripts
+    /// (`total_commands_processed`).
+    pub executed: Option<u64>,
+    /// Redis only: server CPU time spent in the requests (µs, `INFO commandstats` usec; a script's
+    /// time includes the commands it runs).
+    pub server_us: Option<u64>,
+}
+
+impl Reading {
+    /// `self - earlier - cost`, saturating.
+    pub fn since(self, earlier: Reading, cost: Reading) -> Reading {
+        Reading {
+            requests: self.requests.saturating_sub(earlier.requests).saturating_sub(cost.requests),
+            executed: match (self.executed, earlier.executed) {
+                (Some(a), Some(b)) => Some(a.saturating_sub(b).saturating_sub(cost.executed.unwrap_or(0))),
+                _ => None,
+            },
+            server_us: match (self.server_us, earlier.server_us) {
+                (Some(a), Some(b)) => Some(a.saturating_sub(b)),
+                _ => None,
+            },
+        }
+    }
+
+    /// Field-wise minimum.
+    pub fn min(self, other: Reading) -> Reading {
+        Reading {
+            requests: self.requests.min(other.requests),
+            executed: match (self.executed, other.executed) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            },
+            server_us: match (self.server_us, other.server_us) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            },
+        }
+    }
+
+    /// The largest possible reading (start value of a minimum).
+    pub const MAX: Reading = Reading { requests: u64::MAX, executed: None, server_us: None };
+
+    /// `12` or `12 (2008 commands)`, divided by `per`.
+    pub fn per(self, per: f64) -> String {
+        let r = self.requests as f64 / per;
+        let fmt = |v: f64| {
+            if v >= 100.0 || (v - v.round()).abs() < 0.005 {
+                format!("{v:.0}")
+            } else if v >= 10.0 {
+                format!("{v:.1}")
+            } else {
+                format!("{v:.2}")
+            }
+        };
+        match self.executed {
+            Some(e) => format!("{} ({} cmds)", fmt(r), fmt(e as f64 / per)),
+            None => fmt(r),
+        }
+    }
+}
+
+/// A server-side counter of what clients ask of the server.
+pub trait ServerCounter: Send {
+    fn read(&mut self) -> BenchResult<Reading>;
+}
+
+/// What a counter read itself adds (two reads back to back, minimum of a few tries).
+pub fn self_cost(c: &mut dyn ServerCounter) -> BenchResult<Reading> {
+    let mut best = Reading::MAX;
+    for _ in 0..5 {
+        let a = c.read()?;
+        let b = c.read()?;
+        best = best.min(b.since(a, Reading::default()));
+    }
+    Ok(best)
+}
+
+/// Sends a ZooKeeper four-letter word and returns the reply.
+pub fn zk_four_letter(addr: SocketAddr, word: &str) -> BenchResult<String> {
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(5))?;
+    s.set_read_timeout(Some(Duration::from_secs(5)))?;
+    s.write_all(word.as_bytes())?;
+    let mut out = String::new();
+    s.read_to_string(&mut out)?;
+    Ok(out)
+}
+
+/// Redis Cluster hash slot of a key (CRC16/XMODEM of the hash tag or the whole key, mod 16384).
+pub fn redis_slot(key: &str) -> u16 {
+    let b = key.as_bytes();
+    let tagged = b.iter().position(|&c| c == b'{').and_then(|open| {
+        b[open + 1..].iter().position(|&c| c == b'}').filter(|&len| len > 0).map(|len| &b[open + 1..open + 1 + len])
+    });
+    let data = tagged.unwrap_or(b);
+    let mut crc: u16 = 0;
+    for &byte in data {
+        crc ^= u16::from(byte) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 { (crc << 1) ^ 0x1021 } else { crc << 1 };
+        }
+    }
+    crc % 16384
+}
+
+#[cfg(feature = "redis")]
+mod redis_impl;
+
+#[cfg(feature = "postgres")]
+mod pg_impl;
+
+#[cfg(feature = "mysql")]
+mod my_impl;
+
+#[cfg(feature = "zookeeper")]
+mod zk_impl;
