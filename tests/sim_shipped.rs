@@ -114,13 +114,15 @@ fn assert_finds_among(sc: &Scenario, seeds: Range<u64>, invariant: Invariant, al
 /// deadline extended it) switched back on in the shipped engine: `is_alive()` turns true again.
 #[test]
 fn finding_2_late_alive_revival_is_found_on_the_shipped_runtime() {
-    // Found at seed 6 (is_alive() true again after it was false; the revived session's
-    // membership shows at the expiry too: member-listed, the same broken property).
+    // Found at seed 12 (is_alive() true again after it was false). The revived session's
+    // memberships and leader tasks show the same broken property from their side: member-listed
+    // (a membership at the expiry), leader-task (the revived term's token() Ok after its session
+    // ended; seed 12 since the runs draw `checked_watch`, session 14).
     assert_finds_among(
         &Scenario::default_faults().with_bug(Bug::LateAliveRevives),
         0..200,
         Invariant::NoRevival,
-        &[Invariant::MemberListed],
+        &[Invariant::MemberListed, Invariant::LeaderTask],
     );
 }
 

@@ -411,6 +411,7 @@ macro_rules! __tck_case_list {
                 expiry_frees_a_permit,
                 coordinator_semaphore_uses_current_session,
                 permit_waiter_wakes_on_release(PushRelease),
+                permit_waiter_registers_where_it_cannot_miss_a_release(WatchChecksLease),
             }
         }
     };

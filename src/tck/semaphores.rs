@@ -7,7 +7,7 @@ use std::collections::HashMap;
 
 use parking_lot::Mutex;
 
-use super::spy::Spy;
+use super::spy::{Call, Spy};
 use super::*;
 use crate::semaphore::{slot_of, Permit, Semaphore, MAX_PERMITS, MAX_SEMAPHORE_NAME_LEN};
 
@@ -385,4 +385,33 @@ pub(super) fn permit_waiter_wakes_on_release(h: &Harness, claimed: bool) {
         Ok(b) => b.close().unwrap(),
         Err(_) => panic!("TCK bug: the waiter kept its session"),
     }
+}
+
+/// Capability `watch_checks_lease`, for a permit waiter (see
+/// `lock_registers_where_it_cannot_miss_a_release`): with one permit held elsewhere, the waiter's
+/// round finds the slot busy, the spy releases the permit between that attempt and the slot's
+/// registration, and on a claiming backend the registration must answer it at once; on a push
+/// backend that does not claim it, the waiter registers before its first round; on a polling
+/// one, a round registers nothing.
+pub(super) fn permit_waiter_registers_where_it_cannot_miss_a_release(h: &Harness, claimed: bool) {
+    let options = super::options(Duration::from_secs(12), Duration::from_secs(6));
+    let spy = Spy::new(h.backend.clone());
+    let a = h.session_on(h.backend.clone(), options.clone());
+    let b = h.session_on(spy.clone(), options);
+    let name = h.name("order");
+    let held = a.semaphore(&name, 1).unwrap().acquire().unwrap();
+    let slot = held.lease_name().clone();
+    let sem = b.semaphore(&name, 1).unwrap();
+    if !h.backend.capabilities().push_release {
+        assert!(sem.acquire_timeout(Duration::ZERO).unwrap().is_none(), "the held permit was taken");
+        let calls = spy.calls_of(&slot);
+        assert!(!calls.iter().any(|c| matches!(c, Call::Watch(_))), "a polling backend's round watched: {calls:?}");
+    } else {
+        spy.release_at_watch_after_busy(move || held.release());
+        let p = sem.acquire_timeout(h.patience()).expect("acquire").expect("the waiter never got the permit");
+        spy.check_registration(&slot, claimed, Instant::now(), b.options());
+        drop(p);
+    }
+    a.close().unwrap();
+    b.close().unwrap();
 }

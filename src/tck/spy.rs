@@ -11,7 +11,6 @@ use parking_lot::{Condvar, Mutex};
 
 use super::*;
 use crate::backend::{Capabilities, CheckItem, Holder, Member, Notification, SessionGrant, Topic};
-use crate::Lease;
 
 /// A logged call: an acquire of a name (with whether it came back `Busy`) or a watch of a lease.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -23,6 +22,15 @@ pub(super) enum Call {
 /// When a release made at a watch returned, or its error.
 type Released = std::result::Result<Instant, String>;
 
+/// A release the spy makes at a watch (a lease's or a permit's).
+struct AtWatch(Box<dyn FnOnce() -> crate::Result<()> + Send>);
+
+impl std::fmt::Debug for AtWatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("AtWatch")
+    }
+}
+
 /// Forwards to `inner`, reporting its kind, call bound, capabilities and watches.
 #[derive(Debug)]
 pub(super) struct Spy {
@@ -33,7 +41,7 @@ pub(super) struct Spy {
     calls: Mutex<Vec<Call>>,
     /// Released (on the watching thread, before the watch is forwarded) at the first lease
     /// watch after a busy reply; then the instant its release returned (or its error).
-    release_at_watch: Mutex<(Option<Lease>, Option<Released>)>,
+    release_at_watch: Mutex<(Option<AtWatch>, Option<Released>)>,
 }
 
 /// Keep-alives hang while this lives; dropping it lets them (and any hung one) go on.
@@ -63,15 +71,44 @@ impl Spy {
         self.calls.lock().clone()
     }
 
-    /// Releases `lease` at the first lease watch that follows a busy acquire reply, before that
-    /// watch reaches the backend: the release lands between a waiter's busy attempt and its
-    /// registration.
-    pub(super) fn release_at_watch_after_busy(&self, lease: Lease) {
-        *self.release_at_watch.lock() = (Some(lease), None);
+    /// The acquires of `name` and the watches of its lease so far, in order.
+    pub(super) fn calls_of(&self, name: &Name) -> Vec<Call> {
+        let of = |c: &Call| matches!(c, Call::Acquire { name: n, .. } | Call::Watch(n) if n == name);
+        self.calls().into_iter().filter(of).collect()
     }
 
-    /// When the lease given to [`release_at_watch_after_busy`](Spy::release_at_watch_after_busy)
-    /// was released (its release had returned), or the release's error; `None` before.
+    /// The checks of the `…_registers_where_it_cannot_miss_a_release` cases, once the waiter got
+    /// `name` at `woken` after the release made at its watch: on a backend that claims
+    /// `watch_checks_lease` it made exactly busy attempt → registration → attempt and got the
+    /// lease within `renew_interval / 4` of the release (a poll retries after `renew_interval /
+    /// 2`); on a push backend that does not, it registered before its first attempt.
+    pub(super) fn check_registration(&self, name: &Name, claimed: bool, woken: Instant, options: &SessionOptions) {
+        let calls = self.calls_of(name);
+        if !claimed {
+            assert_eq!(calls.first(), Some(&Call::Watch(name.clone())), "a waiter's first call: {calls:?}");
+            return;
+        }
+        let acquire = |busy| Call::Acquire { name: name.clone(), busy };
+        assert_eq!(calls, [acquire(true), Call::Watch(name.clone()), acquire(false)], "a waiter's calls");
+        let released = self.released_at_watch().expect("no release at the watch").expect("the release failed");
+        let (took, bound) = (woken.duration_since(released), options.renew_interval() / 4);
+        assert!(
+            took < bound,
+            "released between the waiter's busy attempt and its registration, '{name}' reached the waiter \
+             {took:?} later (a poll retries after {:?}; the registration must answer inside {bound:?})",
+            options.renew_interval() / 2
+        );
+    }
+
+    /// Runs `release` (a lease's or a permit's) at the first lease watch that follows a busy
+    /// acquire reply, before that watch reaches the backend: the release lands between a
+    /// waiter's busy attempt and its registration.
+    pub(super) fn release_at_watch_after_busy(&self, release: impl FnOnce() -> crate::Result<()> + Send + 'static) {
+        *self.release_at_watch.lock() = (Some(AtWatch(Box::new(release))), None);
+    }
+
+    /// When the release given to [`release_at_watch_after_busy`](Spy::release_at_watch_after_busy)
+    /// returned, or its error; `None` before.
     pub(super) fn released_at_watch(&self) -> Option<Released> {
         self.release_at_watch.lock().1.clone()
     }
@@ -142,7 +179,7 @@ impl LeaseBackend for Spy {
     fn watch(&self, topic: &Topic, notify: &Sender<Notification>) -> crate::Result<bool> {
         if let Topic::Lease(n) = topic {
             self.calls.lock().push(Call::Watch(n.clone()));
-            let lease = {
+            let release = {
                 let mut slot = self.release_at_watch.lock();
                 if self.busy_replies() > 0 {
                     slot.0.take()
@@ -150,9 +187,9 @@ impl LeaseBackend for Spy {
                     None
                 }
             };
-            if let Some(lease) = lease {
+            if let Some(AtWatch(release)) = release {
                 // Outside the spy's lock: the release is a call on another session's backend.
-                let released = lease.release().map(|()| Instant::now()).map_err(|e| e.to_string());
+                let released = release().map(|()| Instant::now()).map_err(|e| e.to_string());
                 self.release_at_watch.lock().1 = Some(released);
             }
         }
