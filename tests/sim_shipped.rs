@@ -181,12 +181,14 @@ const FINDING_SEEDS: u64 = 200;
 #[test]
 fn a_call_completed_at_once_is_not_held_by_the_scheduler() {
     for sc in [Scenario::default_faults(), Scenario::coordinator(), Scenario::elections()] {
-        let (mut starved, mut completed) = (0, 0);
+        let (mut starved, mut completed, mut unsettled) = (0, 0, 0);
         for seed in 0..40 {
             let o = shipped::run(seed, &sc);
             starved += o.counts.starved;
             completed += o.counts.completed;
+            unsettled += o.counts.unsettled;
         }
+        assert_eq!(unsettled, 0, "[{}] {unsettled} clock steps moved while a thread still ran", sc.name);
         assert!(completed > 1_000, "[{}] only {completed} calls completed in 40 seeds", sc.name);
         assert_eq!(
             starved, 0,

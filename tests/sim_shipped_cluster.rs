@@ -162,6 +162,7 @@ fn sweep_clean(sc: &Scenario, default_seeds: u64) -> shipped::FaultCounts {
 fn cluster_sweep_has_no_violation() {
     let sc = Scenario::cluster();
     let counts = sweep_clean(&sc, 1_000);
+    assert_eq!(counts.unsettled, 0, "[{}] clock steps moved while a thread still ran", sc.name);
     let unfired = counts.cluster_unfired();
     assert!(unfired.is_empty(), "[{}] classes that never fired: {unfired:?}", sc.name);
 }

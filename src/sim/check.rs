@@ -369,6 +369,12 @@ impl Checker {
             | Event::Busy { .. }
             | Event::Lost { .. }
             | Event::Closed { .. } => {}
+            Event::Closing { sess, .. } => {
+                for set in self.member_valid.values_mut() {
+                    set.retain(|(_, s)| s != sess);
+                }
+                self.undetected.retain(|(_, _, s), _| s != sess);
+            }
             Event::Opened { node, b, sess, until } => {
                 self.see(*node, *b);
                 self.sessions.insert(*sess, SessState { node: *node, until: *until, dead: None, dead_at: 0 });
@@ -533,8 +539,11 @@ impl Checker {
                 }
                 self.undetected.remove(&(group.clone(), *client, *sess));
             }
-            Event::MembershipLost { client, sess, group } => {
-                self.undetected.remove(&(group.clone(), *client, *sess));
+            Event::MembershipLost { client: _, sess, group } => {
+                // The session's membership of `group`, whichever handle claims it: a session has
+                // one membership per group, and another thread's handle (a watcher's join) or the
+                // coordinator's shares it, while the event is recorded for the session's owner.
+                self.undetected.retain(|(g, _, s), _| (g, s) != (group, sess));
             }
             Event::HolderRead { node, b, client, name, holder } => {
                 self.holder_read(i, t, *node, *b, *client, name, *holder)

@@ -222,6 +222,16 @@ pub enum Event {
         /// Session label.
         sess: u32,
     },
+    /// The application is about to call `close()` on the session (recorded after a last sample,
+    /// before the call). `close()` ends the session's memberships in the engine before any
+    /// backend call, so from here none of them is claimed: a read that misses one after the
+    /// close's delete is not a lost membership, whatever the next sample records.
+    Closing {
+        /// Client index.
+        client: u8,
+        /// Session label.
+        sess: u32,
+    },
     /// The application closed the session.
     Closed {
         /// Client index.

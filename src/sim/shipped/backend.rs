@@ -409,8 +409,8 @@ impl SimBackend {
             Fate::Complete => {
                 let started = crate::sync::now();
                 let r = effect(false);
-                // The clock driver's largest step is 1 ms + a query timeout (see `execution`).
-                let step = self.query_timeout + Duration::from_millis(1);
+                // The query timeout is the driver's third of the lease.
+                let step = super::largest_step(self.query_timeout);
                 let starved = crate::sync::now().saturating_duration_since(started) > step;
                 let mut h = self.hist.lock();
                 h.counts.completed += 1;

@@ -340,7 +340,7 @@ impl Client {
                     self.shared.lock().take();
                     // Expired (or closed): drop it and open a new one.
                     if let Some((s, _)) = session.take() {
-                        self.unregister_session(&s);
+                        self.unregister_session(&s, None);
                         drop(s);
                     }
                     self.hist.lock().counts.reopened += 1;
@@ -406,7 +406,7 @@ impl Client {
             } else if x < 0.93 {
                 self.shared.lock().take();
                 if let Some((s, sess)) = session.take() {
-                    self.unregister_session(&s);
+                    self.unregister_session(&s, Some(sess));
                     if let Some(s) = arc_unwrap(s) {
                         let _ = s.close();
                         let c = self.c;
@@ -422,7 +422,7 @@ impl Client {
         }
         self.shared.lock().take();
         if let Some((s, sess)) = session.take() {
-            self.unregister_session(&s);
+            self.unregister_session(&s, Some(sess));
             if let Some(s) = arc_unwrap(s) {
                 let _ = s.close();
                 let c = self.c;
@@ -584,10 +584,17 @@ impl Client {
         }
     }
 
-    fn unregister_session(&self, s: &Arc<Session>) {
+    /// The session out of the sampled handles, after a last sample. `closing`: the session's
+    /// label when the caller closes it next (`Closing` is recorded); `None` for an ended session
+    /// the caller drops.
+    fn unregister_session(&self, s: &Arc<Session>, closing: Option<u32>) {
         let mut h = self.hist.lock();
         sample(&self.hist, &mut h);
         h.handles.sessions.retain(|(_, _, x, _)| !Arc::ptr_eq(x, s));
+        if let Some(sess) = closing {
+            let client = self.c;
+            self.hist.push(&mut h, Event::Closing { client, sess });
+        }
     }
 
     fn with_lease(&self, sess: u32, l: Lease) {

@@ -341,11 +341,13 @@ pub struct FaultCounts {
     /// Redis Cluster model: calls that took effect at once and replied later (before the deadline).
     pub slow_replies: u64,
     /// Calls the memory layer completed at once (no fault) that still took longer than one clock
-    /// step of virtual time: their thread waited for the simulated scheduler while the clock
-    /// moved. A scheduling artifact, not a modelled fault; zero on the memory layer since the clock
-    /// driver moves time only once no other thread can run (`settle`; not counted on the Redis
-    /// Cluster model, which keeps the old pacing).
+    /// step of virtual time ([`largest_step`]): their thread waited for the simulated scheduler
+    /// while the clock moved. A scheduling artifact, not a modelled fault; zero since the clock
+    /// driver moves time only once no other thread can run (`settle`; counted on the memory layer).
     pub starved: u64,
+    /// Clock steps taken although some thread still ran: `settle` gave up after
+    /// `MAX_YIELDS` yields (a thread that never waits, i.e. busy-loops). Zero in a sound run.
+    pub unsettled: u64,
 }
 
 impl FaultCounts {
@@ -378,6 +380,7 @@ impl FaultCounts {
         self.partitioned += o.partitioned;
         self.slow_replies += o.slow_replies;
         self.starved += o.starved;
+        self.unsettled += o.unsettled;
     }
 
     /// The fault classes `scenario` enables beyond the default ones (premise breakers, late
@@ -451,7 +454,8 @@ impl fmt::Display for FaultCounts {
             "completed {} failed {} stalled {} lost-reply {} late-reply {} outage {} backend-expiries {} \
              client-expiries {} reopened {} recoveries {} pushed {} push-lost {} push-duplicated {} leader-work {} \
              leader-work-refused {} tasks-stopped {} watch-changes {} watch-joins {} data-losses {} clock-jumps {} \
-             drift-beyond {} late-deliveries {} memberships-lost {} partitions {} partitioned {} slow-replies {} starved {}",
+             drift-beyond {} late-deliveries {} memberships-lost {} partitions {} partitioned {} slow-replies {} starved {} \
+             unsettled {}",
             self.completed,
             self.failed,
             self.stalled,
@@ -478,7 +482,8 @@ impl fmt::Display for FaultCounts {
             self.partitions,
             self.partitioned,
             self.slow_replies,
-            self.starved
+            self.starved,
+            self.unsettled
         )
     }
 }
@@ -542,8 +547,24 @@ impl Outcome {
 const QUIET_YIELDS: u32 = 16;
 
 /// At most this many yields per clock step, in case a thread never waits (it would be a
-/// busy-looping bug; the clock then moves on rather than hang the run).
+/// busy-looping bug; the clock then moves on rather than hang the run, and the step is counted in
+/// [`FaultCounts::unsettled`]).
 const MAX_YIELDS: u32 = 20_000;
+
+/// The clock driver's smallest step; a step is this plus up to a third of the lease (below).
+const MIN_STEP: Duration = Duration::from_millis(1);
+
+/// One clock step: [`MIN_STEP`] plus a random part below `third` (a third of the lease, the
+/// query timeout of the simulated backends).
+fn clock_step(third: Duration) -> Duration {
+    MIN_STEP + below(third)
+}
+
+/// The longest clock step when a third of the lease is `third`: a call that takes longer than
+/// this waited more than one step ([`FaultCounts::starved`]).
+pub(crate) fn largest_step(third: Duration) -> Duration {
+    MIN_STEP + third
+}
 
 /// Lets every other thread run until all of them wait (on a lock, a channel, a condition or the
 /// clock), before the driver moves the clock again. Virtual time passes only when nothing can
@@ -551,7 +572,8 @@ const MAX_YIELDS: u32 = 20_000;
 /// returns at once, not a clock step or many later because the scheduler picked other threads.
 /// (The driver used to yield four times per step: a thread among ~30 runnable ones then waited
 /// for ~8 steps, up to seconds of virtual time, and calls took longer than their query timeout.)
-fn settle() {
+/// Returns whether every other thread waits (false: `MAX_YIELDS` ran out first).
+fn settle() -> bool {
     let (mut quiet, mut yields) = (0, 0);
     while quiet < QUIET_YIELDS && yields < MAX_YIELDS {
         let before = sync::progress();
@@ -559,6 +581,7 @@ fn settle() {
         yields += 1;
         quiet = if sync::progress() == before { quiet + 1 } else { 0 };
     }
+    quiet >= QUIET_YIELDS
 }
 
 /// Runs `seed`: see the module docs.
@@ -797,7 +820,7 @@ fn execution(seed: u64, sc: &Scenario) -> Outcome {
     while done.load(std::sync::atomic::Ordering::SeqCst) < users {
         steps += 1;
         assert!(steps < 100_000, "the user threads did not finish within 100,000 clock steps");
-        let d = Duration::from_millis(1) + below(third);
+        let d = clock_step(third);
         {
             let mut h = hist.lock();
             sync::advance(d);
@@ -823,14 +846,8 @@ fn execution(seed: u64, sc: &Scenario) -> Outcome {
             // Wake the receivers of what was relayed (the explorer's select polls on a change).
             sync::advance(Duration::ZERO);
         }
-        if sc.cluster {
-            // The Redis Cluster model keeps the old pacing until its findings under `settle`
-            // are triaged (docs/testing.md, "Clock driver").
-            for _ in 0..4 {
-                thread::yield_now();
-            }
-        } else {
-            settle();
+        if !settle() {
+            hist.lock().counts.unsettled += 1;
         }
     }
     for t in threads {
