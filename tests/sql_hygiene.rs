@@ -106,29 +106,41 @@ fn autocommit_is_forced_on_every_connection() {
 }
 
 /// The purge never waits for a row another transaction holds (`SKIP LOCKED`, MySQL 8 and
-/// MariaDB 10.6+): with one expired session's row locked by a raw connection for longer than
-/// the query timeout, it deletes every other expired session at once; the locked one goes in the
-/// next purge after the lock is released.
+/// MariaDB 10.6+): with one expired session's row locked by a raw connection, it deletes every
+/// other expired session at once; the locked one goes in the next purge after the lock is
+/// released. A purge that waited would wait until the row is released, which happens only after
+/// the purge returns: it would end at the query timeout (5 s) with an error. The set-up takes no
+/// bet on speed: the sessions live 30 s until every join is in, then the test sets their expiry
+/// a second in the past.
 #[test]
 #[serial_test::serial(mysql)]
 fn purge_skips_rows_others_hold() {
     let db = MysqlDatabase::create();
-    let opts = SqlOptions::builder().query_timeout(Duration::from_millis(500)).auto_purge(false).build().unwrap();
+    let opts = SqlOptions::builder().query_timeout(Duration::from_secs(5)).auto_purge(false).build().unwrap();
     let b = SqlBackend::mysql(&db.url, opts).unwrap();
     b.init_schema().unwrap();
     let group = name(&support::unique("purge-group"));
-    let short = Duration::from_millis(200);
-    let sessions: Vec<SessionId> = (0..6).map(|_| b.open_session(short, "purge").unwrap().id).collect();
+    let sessions: Vec<SessionId> =
+        (0..6).map(|_| b.open_session(Duration::from_secs(30), "purge").unwrap().id).collect();
     for s in &sessions {
         b.join(s, &group).unwrap();
     }
-    thread::sleep(Duration::from_millis(400));
+    // Expired on the server, oldest first (a keep-alive of 1 ms could find its own session
+    // expired and delete it).
+    let mut raw = db.connect();
+    for (i, s) in (0_i64..).zip(&sessions) {
+        raw.exec_drop(
+            "UPDATE simba_session SET expires_at = CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED) - 1000 + ? \
+             WHERE session_id = ?",
+            (i, s.as_str()),
+        )
+        .unwrap();
+    }
     // The oldest: the first in the purge's order, so a purge that waited would wait for it first.
     let held = Held::session_row(&db.url, &sessions[0]);
     let purged =
         b.purge_expired().unwrap_or_else(|e| panic!("the purge waited for the locked row: {}", display_chain(&e)));
     assert_eq!(purged, 5, "every expired session but the locked one");
-    let mut raw = db.connect();
     assert_eq!(count(&mut raw, "SELECT COUNT(*) FROM simba_session", ()), 1);
     assert_eq!(count(&mut raw, "SELECT COUNT(*) FROM simba_member WHERE session_id = ?", (sessions[0].as_str(),)), 1);
     assert_eq!(
@@ -154,12 +166,20 @@ fn writes_and_calls_are_bounded_by_the_statement_time_on_mariadb() {
     let version: Vec<Row> = raw.query("SELECT VERSION()").unwrap();
     let version: String = version[0].get_opt::<String, usize>(0).unwrap().unwrap();
     assert!(version.contains("MariaDB"), "this test is about MariaDB's max_statement_time; the server is {version}");
-    let opts = SqlOptions::builder().query_timeout(Duration::from_millis(300)).auto_purge(false).build().unwrap();
-    let b = SqlBackend::mysql(&db.url, opts).unwrap();
-    b.init_schema().unwrap();
-    let s = b.open_session(Duration::from_secs(30), "bounded").unwrap().id;
+    // The set-up gets a generous timeout; only the calls under test run with 300 ms, on one
+    // pooled connection made beforehand (a connect on a busy machine may take longer than that,
+    // which is not what this test is about).
+    let generous = SqlOptions::builder().query_timeout(Duration::from_secs(5)).auto_purge(false).build().unwrap();
+    let setup = SqlBackend::mysql(&db.url, generous).unwrap();
+    setup.init_schema().unwrap();
+    let s = setup.open_session(Duration::from_secs(30), "bounded").unwrap().id;
     let lease = name(&support::unique("bounded"));
     let group = name(&support::unique("bounded-group"));
+    let opts =
+        SqlOptions::builder().query_timeout(Duration::from_millis(300)).pool_size(1).auto_purge(false).build().unwrap();
+    let b = SqlBackend::mysql(&db.url, opts).unwrap();
+    let connected = (0..20).any(|_| b.holder(&lease).is_ok());
+    assert!(connected, "no connection to {} within 20 tries of 300 ms", db.url);
     let held = Held::session_row(&db.url, &s);
     let interrupted = |what: &str, e: simba::Error| {
         let chain = display_chain(&e);
