@@ -98,6 +98,43 @@ pub struct Capabilities {
     pub watch_checks_lease: bool,
 }
 
+/// Where a waiter registers for a lease's release, relative to its attempts (from
+/// [`Capabilities::lease_registration`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Registration {
+    /// No push: the waiter polls.
+    Never,
+    /// Before every attempt, so that a release during or after it is pushed (a subscription
+    /// that does not look at the lease).
+    BeforeEachAttempt,
+    /// After a busy attempt only: the registration itself answers a lease freed in between
+    /// ([`Capabilities::watch_checks_lease`]).
+    AfterBusy,
+}
+
+impl Registration {
+    /// Register before the next attempt.
+    pub(crate) fn before_attempt(self) -> bool {
+        self == Registration::BeforeEachAttempt
+    }
+
+    /// Register after an attempt that found the lease busy.
+    pub(crate) fn after_busy(self) -> bool {
+        self == Registration::AfterBusy
+    }
+}
+
+impl Capabilities {
+    /// Where waiters on this backend register for a lease's release.
+    pub(crate) fn lease_registration(&self) -> Registration {
+        match (self.push_release, self.watch_checks_lease) {
+            (false, _) => Registration::Never,
+            (true, false) => Registration::BeforeEachAttempt,
+            (true, true) => Registration::AfterBusy,
+        }
+    }
+}
+
 /// What a watcher asks to be told about (see [`LeaseBackend::watch`]).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Topic {

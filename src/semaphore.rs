@@ -381,17 +381,14 @@ impl Semaphore {
     /// rounds for a pushed release of any slot or the retry delay.
     fn acquire_until(&self, deadline: Option<Instant>) -> Result<Option<Permit>> {
         let s = self.source.session()?;
-        let caps = self.backend.capabilities();
-        // Registrations go before every round, or — where they check the lease — after a busy one.
-        let (watch_first, watch_after) =
-            (caps.push_release && !caps.watch_checks_lease, caps.push_release && caps.watch_checks_lease);
+        let registration = self.backend.capabilities().lease_registration();
         let (tx, rx) = unbounded::<Notification>();
         let mut first = true;
         loop {
             if !first && deadline.is_some_and(|d| sync::now() >= d) {
                 return Ok(None);
             }
-            if watch_first {
+            if registration.before_attempt() {
                 // Before every round, so that a release during or after its attempts is pushed: a
                 // one-shot watch consumed since the last round (by a release, or by a backend's
                 // "now subscribed" hint) left a message in `rx`, and this round re-arms it before
@@ -408,7 +405,7 @@ impl Semaphore {
                 }
                 Err(e) => return Err(e),
             }
-            if watch_after {
+            if registration.after_busy() {
                 self.watch_slots(&s, &tx, deadline);
             }
             let mut wait = s.retry_delay();

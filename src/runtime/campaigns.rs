@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use super::calls::min_opt;
 use super::{pool, SessionInner};
-use crate::backend::{Acquire, Notification, Topic};
+use crate::backend::{Acquire, Notification, Registration, Topic};
 use crate::election::ElectionShared;
 use crate::engine::{later, CampaignConflict, CampaignId, NotSent, Step};
 use crate::error::{Error, ErrorKind, Result};
@@ -137,12 +137,12 @@ impl SessionInner {
         let backend = self.backend.clone();
         let notify = self.notify_tx.clone();
         let id = self.id.clone();
-        let caps = backend.capabilities();
-        let push = caps.push_release;
-        // A registration that checks the lease goes after a busy attempt only (below).
-        let watch_first = push && !caps.watch_checks_lease;
+        let registration = backend.capabilities().lease_registration();
+        // Registered before the attempt where the registration does not check the lease, and
+        // on every push backend again after a busy attempt (below).
+        let push = registration != Registration::Never;
         pool::spawn(move || {
-            if watch_first {
+            if registration.before_attempt() {
                 if let Err(err) = backend.watch(&Topic::Lease(name.clone()), &notify) {
                     log::debug!("session {id}: cannot watch '{name}', polling: {err}");
                 }

@@ -247,11 +247,7 @@ impl SessionInner {
     /// made; every attempt runs to its own bound (the query timeout) and none is sent after the
     /// deadline, so this returns by the deadline plus at most one bounded call.
     pub(crate) fn lock_until(self: &Arc<Self>, name: &Name, deadline: Option<Instant>) -> Result<Option<Lease>> {
-        let caps = self.backend.capabilities();
-        let push = caps.push_release;
-        // Where the registration goes: before every attempt, or — on a backend whose
-        // registration checks the lease — only after a busy one.
-        let (watch_first, watch_after) = (push && !caps.watch_checks_lease, push && caps.watch_checks_lease);
+        let registration = self.backend.capabilities().lease_registration();
         let (tx, rx) = crossbeam_channel::unbounded::<Notification>();
         let qt = self.timing.query_timeout;
         // Time left before the caller's deadline, at most a query timeout (for the watches).
@@ -276,7 +272,7 @@ impl SessionInner {
             // the attempt and the re-arm (the semaphore's rounds do the same) — unless the
             // registration itself checks the lease (`watch_checks_lease`): then it answers such
             // a release at once, and goes after the attempt, which a free lease ends.
-            if watch_first {
+            if registration.before_attempt() {
                 watch(left(now));
             }
             let bound = later(sync::now(), qt);
@@ -288,7 +284,7 @@ impl SessionInner {
                 }
                 Err(err) => return Err(err),
             }
-            if watch_after {
+            if registration.after_busy() {
                 watch(left(sync::now()));
             }
             let mut wait = self.retry_delay();
