@@ -99,34 +99,36 @@ pub struct Capabilities {
 }
 
 /// Where a waiter registers for a lease's release, relative to its attempts (from
-/// [`Capabilities::lease_registration`]).
+/// [`Capabilities::lease_registration`]): what `lock()`, a semaphore's rounds, campaigns and
+/// `simba lock` follow, and what a caller waiting on the SPI directly should follow too.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Registration {
-    /// No push: the waiter polls.
+#[non_exhaustive]
+pub enum Registration {
+    /// No push ([`Capabilities::push_release`] is false): the waiter polls.
     Never,
     /// Before every attempt, so that a release during or after it is pushed (a subscription
     /// that does not look at the lease).
     BeforeEachAttempt,
     /// After a busy attempt only: the registration itself answers a lease freed in between
-    /// ([`Capabilities::watch_checks_lease`]).
+    /// ([`Capabilities::watch_checks_lease`]), and an attempt that finds the lease free needs none.
     AfterBusy,
 }
 
 impl Registration {
     /// Register before the next attempt.
-    pub(crate) fn before_attempt(self) -> bool {
+    pub fn before_attempt(self) -> bool {
         self == Registration::BeforeEachAttempt
     }
 
     /// Register after an attempt that found the lease busy.
-    pub(crate) fn after_busy(self) -> bool {
+    pub fn after_busy(self) -> bool {
         self == Registration::AfterBusy
     }
 }
 
 impl Capabilities {
     /// Where waiters on this backend register for a lease's release.
-    pub(crate) fn lease_registration(&self) -> Registration {
+    pub fn lease_registration(&self) -> Registration {
         match (self.push_release, self.watch_checks_lease) {
             (false, _) => Registration::Never,
             (true, false) => Registration::BeforeEachAttempt,

@@ -81,7 +81,9 @@ mod sync;
 pub mod tck;
 mod types;
 
-pub use backend::{Acquire, Capabilities, Holder, KeepAlive, LeaseBackend, Member, Notification, SessionGrant, Topic};
+pub use backend::{
+    Acquire, Capabilities, Holder, KeepAlive, LeaseBackend, Member, Notification, Registration, SessionGrant, Topic,
+};
 #[cfg(feature = "redis")]
 pub use config::RedisEviction;
 #[cfg(feature = "zookeeper")]

@@ -503,6 +503,7 @@ impl Wait<'_> {
             Some(sem) => (0..sem.permits()).filter_map(|i| sem.fence_resource(i).ok()).map(Topic::Lease).collect(),
             None => vec![Topic::Lease(self.lease.clone())],
         };
+        log::debug!("registering for the release of {} '{}'", self.what, self.name);
         let (backend, tx) = (Arc::clone(&self.backend), wake.clone());
         let (done_tx, done) = bounded::<()>(1);
         let spawned = thread::Builder::new().name("simba-watch".into()).spawn(move || {
@@ -524,14 +525,16 @@ impl Wait<'_> {
 
     /// Waits for the lock (leadership): at least one attempt, however short `--timeout` is.
     fn run(mut self) -> Result<(Session, Held), Ended> {
-        let push = self.backend.capabilities().push_release;
+        // Before every attempt, or — where the registration checks the lease itself — after a
+        // busy one only (a lock found free then needs no registration at all).
+        let registration = self.backend.capabilities().lease_registration();
         let (wake_tx, wake_rx) = unbounded();
         let retry = self.config.session_options().retry_interval();
         loop {
             if let Ok(sig) = self.signals.receiver().try_recv() {
                 return Err(self.interrupted(sig));
             }
-            if push && self.election.is_none() {
+            if registration.before_attempt() && self.election.is_none() {
                 if let Some(sig) = self.register(&wake_tx) {
                     return Err(self.interrupted(sig));
                 }
@@ -545,6 +548,11 @@ impl Wait<'_> {
             }
             if self.election.is_some() {
                 continue;
+            }
+            if registration.after_busy() {
+                if let Some(sig) = self.register(&wake_tx) {
+                    return Err(self.interrupted(sig));
+                }
             }
             let jitter = retry.mul_f64(rand::random::<f64>() / 2.0);
             let pause = self.give_up_at().map_or(retry + jitter, |d| (retry + jitter).min(d - now));
