@@ -5,7 +5,9 @@
 -- KEYS[1] simba:session:{sid}, KEYS[2] simba:session:{sid}:terms, KEYS[3] simba:lease:{name}
 -- ARGV[1] session id, ARGV[2] lease name
 -- Returns {-1} when the session is gone, {0} when another live session holds the lease,
--- else {1, token, remaining_ms, new_term (1 or 0), lease duration in ms}.
+-- else {1, token, remaining_ms, new_term (1 or 0), lease duration in ms, gen}: gen is the index's
+-- generation when this call changed the index (by exactly this one entry), else 0 — so a client
+-- that holds the listing of gen - 1 can follow the change instead of listing the index again.
 local sid = ARGV[1]
 local pttl = redis.call('PTTL', KEYS[1])
 if pttl <= 0 then
@@ -20,7 +22,7 @@ if h[1] and h[1] ~= '' then
   live = (not h[3] or tonumber(h[3]) > now)
     and (h[1] == sid or redis.call('EXISTS', 'simba:session:{' .. h[1] .. '}') == 1)
 end
-local token, new = h[2], 0
+local token, new, gen = h[2], 0, 0
 if live and h[1] ~= sid then
   return {0}
 end
@@ -38,7 +40,7 @@ end
 -- was indexed, extended by every keep-alive), so only a change of the index sets it.
 if new == 1 or redis.call('HGET', KEYS[2], ARGV[2]) ~= token then
   redis.call('HSET', KEYS[2], ARGV[2], token)
-  redis.call('HINCRBY', KEYS[1], 'gen', 1)
+  gen = redis.call('HINCRBY', KEYS[1], 'gen', 1)
   redis.call('PEXPIRE', KEYS[2], pttl + d)
 end
-return {1, token, pttl, new, d}
+return {1, token, pttl, new, d, gen}

@@ -18,13 +18,32 @@ pub(crate) enum Item {
     Group(Name),
 }
 
-/// Standalone: the session's lease index as the last renewal that listed it returned it, with the
-/// index's generation (`gen` in the session hash, bumped by every change of the index). A renewal
-/// names the generation, and the server lists the index again only when it differs.
+/// Standalone: the session's lease index as the last renewal that listed it returned it — or as
+/// this client's own acquires and releases changed it since — with the index's generation (`gen`
+/// in the session hash, bumped by every change of the index). A renewal names the generation,
+/// and the server lists the index again only when it differs.
 #[derive(Debug, Clone)]
 pub(crate) struct Listing {
     pub gen: String,
-    pub owned: Arc<Vec<(Name, Token)>>,
+    pub owned: Arc<HashMap<Name, Token>>,
+}
+
+impl Listing {
+    /// Follows one change this client's own call made to the index, which the server made in the
+    /// same script as it bumped the generation to `gen`: a listing exact at `gen - 1` is then
+    /// exact at `gen`. Any other listing is left as it is (another change came between, or the
+    /// reply overtook an earlier one), and so is one a renewal is reading right now (never copied
+    /// on the caller's path): the server lists the index again at the next renewal, as it did
+    /// before this client followed its own changes. Returns whether the listing followed.
+    pub fn follow(&mut self, gen: i64, change: impl FnOnce(&mut HashMap<Name, Token>)) -> bool {
+        if self.gen.parse::<i64>().ok().and_then(|g| g.checked_add(1)) != Some(gen) {
+            return false;
+        }
+        let Some(owned) = Arc::get_mut(&mut self.owned) else { return false };
+        change(owned);
+        self.gen = gen.to_string();
+        true
+    }
 }
 
 /// Cluster: the last listing of the session's lease index (a set of names), with each name's
@@ -230,5 +249,52 @@ mod tests {
         assert!(!b.try_confirm(&n, t6), "an abandoned term was reported");
         b.released(&n, t6);
         assert!(b.try_confirm(&n, t6));
+    }
+
+    /// A listing follows only the change that comes right after it, and never copies a listing
+    /// a renewal is reading: otherwise it stays stale (the server lists the index again).
+    #[test]
+    fn a_listing_follows_only_the_next_change_and_never_a_shared_one() {
+        let (a, b) = (Name::new("a").unwrap(), Name::new("b").unwrap());
+        let (t1, t2) = (Token::new(1).unwrap(), Token::new(2).unwrap());
+        let mut l = Listing { gen: "7".into(), owned: Arc::new(HashMap::from([(a.clone(), t1)])) };
+        assert!(
+            !l.follow(9, |o| {
+                o.insert(b.clone(), t2);
+            }),
+            "gen 8 came between"
+        );
+        assert!(
+            !l.follow(7, |o| {
+                o.remove(&a);
+            }),
+            "an older change"
+        );
+        assert_eq!((l.gen.as_str(), l.owned.len()), ("7", 1));
+        assert!(l.follow(8, |o| {
+            o.insert(b.clone(), t2);
+        }));
+        assert_eq!(l.gen, "8");
+        assert_eq!(l.owned.get(&b), Some(&t2));
+        let reading = l.owned.clone();
+        assert!(
+            !l.follow(9, |o| {
+                o.remove(&a);
+            }),
+            "a renewal holds the listing"
+        );
+        assert_eq!((l.gen.as_str(), reading.len()), ("8", 2));
+        drop(reading);
+        assert!(l.follow(9, |o| {
+            o.remove(&a);
+        }));
+        assert_eq!((l.gen.as_str(), l.owned.len()), ("9", 1));
+        let mut bad = Listing { gen: String::new(), owned: Arc::new(HashMap::new()) };
+        assert!(
+            !bad.follow(1, |o| {
+                o.insert(a.clone(), t1);
+            }),
+            "no generation listed yet"
+        );
     }
 }

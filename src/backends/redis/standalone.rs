@@ -54,7 +54,7 @@ pub(crate) fn keep_alive(inner: &Inner, sid: &SessionId, d: Duration) -> Result<
     // otherwise that listing is still the truth.
     let all = match listed {
         Some(pairs) => {
-            let listing = Listing { gen, owned: Arc::new(pairs) };
+            let listing = Listing { gen, owned: Arc::new(pairs.into_iter().collect()) };
             let all = listing.owned.clone();
             inner.books.with(sid, |b| b.listing = Some(listing));
             all
@@ -141,7 +141,15 @@ pub(crate) fn close_session(inner: &Inner, sid: &SessionId) -> Result<()> {
 pub(crate) enum Acquired {
     Expired,
     Busy,
-    Term { token: Token, remaining_ms: i64, new: bool, duration_ms: i64 },
+    /// `gen`: the index's generation after this acquire indexed the term, 0 when it changed
+    /// nothing in the index.
+    Term {
+        token: Token,
+        remaining_ms: i64,
+        new: bool,
+        duration_ms: i64,
+        gen: i64,
+    },
 }
 
 fn decode_acquire(script: &str, v: &redis::Value, name: &Name) -> Result<Acquired> {
@@ -149,11 +157,12 @@ fn decode_acquire(script: &str, v: &redis::Value, name: &Name) -> Result<Acquire
     match items.first().and_then(int) {
         Some(-1) => Ok(Acquired::Expired),
         Some(0) => Ok(Acquired::Busy),
-        Some(1) if items.len() >= 5 => Ok(Acquired::Term {
+        Some(1) if items.len() >= 6 => Ok(Acquired::Term {
             token: reply::token(&items[1], &format!("lease {name}"), script)?,
             remaining_ms: int(&items[2]).ok_or_else(|| unexpected(script, v))?,
             new: int(&items[3]) == Some(1),
             duration_ms: int(&items[4]).ok_or_else(|| unexpected(script, v))?,
+            gen: int(&items[5]).filter(|g| *g >= 0).ok_or_else(|| unexpected(script, v))?,
         }),
         _ => Err(unexpected(script, v)),
     }
@@ -178,7 +187,18 @@ pub(crate) fn acquire(inner: &Inner, sid: &SessionId, name: &Name) -> Result<Acq
     match decode_acquire(script.name(), &v, name)? {
         Acquired::Expired => Err(Error::session_expired(sid)),
         Acquired::Busy => Ok(Acquire::Busy),
-        Acquired::Term { token, remaining_ms, new, duration_ms } => {
+        Acquired::Term { token, remaining_ms, new, duration_ms, gen } => {
+            if gen > 0 {
+                // The script indexed the term: the listing follows, so the next renewal need
+                // not list the index again for this client's own change.
+                inner.books.with(sid, |b| {
+                    if let Some(l) = b.listing.as_mut() {
+                        l.follow(gen, |owned| {
+                            owned.insert(name.clone(), token);
+                        });
+                    }
+                });
+            }
             let d = reply::millis(duration_ms, Duration::MAX);
             if let Some(acked) = acked.filter(|a| *a < wait) {
                 let what = if new { "new term" } else { "term" };
@@ -219,14 +239,34 @@ pub(crate) fn acquire(inner: &Inner, sid: &SessionId, name: &Name) -> Result<Acq
 
 pub(crate) fn release(inner: &Inner, sid: &SessionId, name: &Name, token: Token) -> Result<()> {
     let s = sid.as_str();
-    inner.scripting.eval(
-        &SCRIPTS.release,
+    let script = &SCRIPTS.release;
+    let v = inner.scripting.eval(
+        script,
         &[keys::session(s), keys::session_terms(s), keys::lease(name.as_str())],
         &[sid.to_string(), name.to_string(), token.to_string()],
         inner.deadline(),
     )?;
-    inner.books.with(sid, |b| b.released(name, token));
+    let gen = decode_release(script.name(), &v)?;
+    inner.books.with(sid, |b| {
+        b.released(name, token);
+        // The script removed the name from the index: the listing follows (see `acquire`).
+        if let (true, Some(l)) = (gen > 0, b.listing.as_mut()) {
+            l.follow(gen, |owned| {
+                owned.remove(name);
+            });
+        }
+    });
     Ok(())
+}
+
+/// The index generation of `release.lua`'s reply `{released, gen}` (0: the index did not change).
+fn decode_release(script: &str, v: &redis::Value) -> Result<i64> {
+    match array(v) {
+        Some([released, gen]) if matches!(int(released), Some(0 | 1)) => {
+            int(gen).filter(|g| *g >= 0).ok_or_else(|| unexpected(script, v))
+        }
+        _ => Err(unexpected(script, v)),
+    }
 }
 
 pub(crate) fn holder(inner: &Inner, name: &Name) -> Result<Option<Holder>> {
@@ -335,6 +375,17 @@ mod tests {
 
     fn name(s: &str) -> Name {
         Name::new(s).unwrap()
+    }
+
+    #[test]
+    fn release_replies_name_the_index_generation_or_are_rejected() {
+        let reply = |r: i64, g: i64| Value::Array(vec![Value::Int(r), Value::Int(g)]);
+        assert_eq!(decode_release("release.lua", &reply(1, 9)).unwrap(), 9);
+        assert_eq!(decode_release("release.lua", &reply(0, 0)).unwrap(), 0);
+        for bad in [reply(2, 1), reply(1, -1), Value::Int(1), Value::Array(vec![Value::Int(1)]), Value::Nil] {
+            let e = decode_release("release.lua", &bad).unwrap_err();
+            assert!(e.to_string().contains("release.lua"), "{e}");
+        }
     }
 
     #[test]

@@ -62,6 +62,7 @@ proptest! {
         remaining_ms in any::<i64>(),
         new in any::<bool>(),
         duration_ms in any::<i64>(),
+        gen in 0i64..i64::MAX,
     ) {
         let lease = Name::new("lease").unwrap();
         let v = Value::Array(vec![
@@ -70,11 +71,12 @@ proptest! {
             Value::Int(remaining_ms),
             Value::Int(i64::from(new)),
             Value::Int(duration_ms),
+            Value::Int(gen),
         ]);
         match decode_acquire("acquire.lua", &v, &lease).unwrap() {
-            Acquired::Term { token: t, remaining_ms: r, new: n, duration_ms: d } => {
+            Acquired::Term { token: t, remaining_ms: r, new: n, duration_ms: d, gen: g } => {
                 prop_assert_eq!(t.get(), token as u64);
-                prop_assert_eq!((r, n, d), (remaining_ms, new, duration_ms));
+                prop_assert_eq!((r, n, d, g), (remaining_ms, new, duration_ms, gen));
             }
             _ => prop_assert!(false, "not a term"),
         }
