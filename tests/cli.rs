@@ -989,6 +989,23 @@ fn a_command_typo_never_takes_the_lock(url: &str) {
     }
 }
 
+/// A `simba lock` that holds `name` (it has the lock when this returns) until it is killed.
+fn holding(url: &str, name: &str, tag: &str) -> Child {
+    let dir = temp_dir(tag);
+    let ready = dir.join("ready");
+    let mut holder = simba(Some(url))
+        .args(["lock", name, "--", "sh", "-c"])
+        .arg(format!("echo > {}; exec sleep 30", ready.display()))
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_for_file(&ready, &mut holder);
+    // The holder wrote its file and never looks at it again.
+    let _ = fs::remove_dir_all(&dir);
+    holder
+}
+
 /// `simba lock` registers for the release where its backend's `lease_registration` says: where
 /// the registration checks the lease itself (ZooKeeper), a lock found free makes none and a
 /// busy attempt is followed by one; where it does not (Redis, PostgreSQL), one goes before every
@@ -1014,16 +1031,7 @@ fn a_wait_registers_where_its_backend_says(url: &str) {
         "{registration:?}: registrations of an uncontended lock:\n{}",
         stderr(&o)
     );
-    let dir = temp_dir("cli-reg");
-    let ready = dir.join("ready");
-    let mut holder = simba(Some(url))
-        .args(["lock", &name, "--", "sh", "-c"])
-        .arg(format!("echo > {}; exec sleep 30", ready.display()))
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    wait_for_file(&ready, &mut holder);
+    let mut holder = holding(url, &name, "cli-reg");
     let o = logged(&["lock", &name, "--timeout", "1s", "--", "true"]);
     let _ = holder.kill();
     let _ = holder.wait();
@@ -1050,16 +1058,7 @@ fn a_wait_registers_where_its_backend_says(url: &str) {
 #[allow(dead_code)]
 fn an_interrupted_wait_ends_with_a_json_result(url: &str) {
     let name = support::unique("cli-int");
-    let dir = temp_dir("cli-int");
-    let ready = dir.join("ready");
-    let mut holder = simba(Some(url))
-        .args(["lock", &name, "--", "sh", "-c"])
-        .arg(format!("echo > {}; exec sleep 30", ready.display()))
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    wait_for_file(&ready, &mut holder);
+    let holder = holding(url, &name, "cli-int");
     let mut waiter = simba(Some(url))
         .args(["--json", "lock", &name, "--", "true"])
         .stdout(Stdio::piped())
@@ -1080,7 +1079,6 @@ fn an_interrupted_wait_ends_with_a_json_result(url: &str) {
     assert_eq!(v["exit_code"], 130, "{v}");
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(holder.id() as i32), nix::sys::signal::Signal::SIGTERM).unwrap();
     let _ = wait_output(holder, Duration::from_secs(20));
-    let _ = fs::remove_dir_all(&dir);
 }
 
 /// Redis `WAIT` for a replica that does not exist: every acquire takes the whole query timeout

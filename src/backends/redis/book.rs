@@ -108,6 +108,15 @@ impl Book {
         true
     }
 
+    /// Standalone: the listing follows one change this client's call made to the index, which
+    /// the server reported with the generation `gen` it produced (0: the index did not change,
+    /// nothing to follow). See [`Listing::follow`].
+    pub fn follow_index(&mut self, gen: i64, change: impl FnOnce(&mut HashMap<Name, Token>)) {
+        if let (true, Some(l)) = (gen > 0, self.listing.as_mut()) {
+            l.follow(gen, change);
+        }
+    }
+
     /// The abandoned terms still worth releasing; older ones are forgotten (and, on Cluster,
     /// their names leave the index).
     pub fn live_abandoned(&mut self, now: Instant) -> Vec<(Name, Token)> {

@@ -188,17 +188,13 @@ pub(crate) fn acquire(inner: &Inner, sid: &SessionId, name: &Name) -> Result<Acq
         Acquired::Expired => Err(Error::session_expired(sid)),
         Acquired::Busy => Ok(Acquire::Busy),
         Acquired::Term { token, remaining_ms, new, duration_ms, gen } => {
-            if gen > 0 {
-                // The script indexed the term: the listing follows, so the next renewal need
-                // not list the index again for this client's own change.
-                inner.books.with(sid, |b| {
-                    if let Some(l) = b.listing.as_mut() {
-                        l.follow(gen, |owned| {
-                            owned.insert(name.clone(), token);
-                        });
-                    }
-                });
-            }
+            // The script indexed the term: the listing follows, so the next renewal need not
+            // list the index again for this client's own change.
+            inner.books.with(sid, |b| {
+                b.follow_index(gen, |owned| {
+                    owned.insert(name.clone(), token);
+                })
+            });
             let d = reply::millis(duration_ms, Duration::MAX);
             if let Some(acked) = acked.filter(|a| *a < wait) {
                 let what = if new { "new term" } else { "term" };
@@ -246,17 +242,17 @@ pub(crate) fn release(inner: &Inner, sid: &SessionId, name: &Name, token: Token)
         &[sid.to_string(), name.to_string(), token.to_string()],
         inner.deadline(),
     )?;
-    let gen = decode_release(script.name(), &v)?;
+    let gen = decode_release(script.name(), &v);
     inner.books.with(sid, |b| {
         b.released(name, token);
         // The script removed the name from the index: the listing follows (see `acquire`).
-        if let (true, Some(l)) = (gen > 0, b.listing.as_mut()) {
-            l.follow(gen, |owned| {
+        if let Ok(gen) = gen {
+            b.follow_index(gen, |owned| {
                 owned.remove(name);
             });
         }
     });
-    Ok(())
+    gen.map(|_| ())
 }
 
 /// The index generation of `release.lua`'s reply `{released, gen}` (0: the index did not change).
