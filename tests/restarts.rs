@@ -60,9 +60,17 @@ fn survive_restarts(backend: Arc<dyn LeaseBackend>, mut restart: impl FnMut(Dura
     restart(Duration::from_secs(8));
     let e2 = election.wait_elected(Duration::from_secs(30)).unwrap();
     assert!(e2 > e1, "re-election token {e2} not > {e1}");
-    let evs: Vec<_> = events.try_iter().collect();
+    // `Recovered` follows the re-attach of the election, whose first attempt may win before the
+    // supervisor gets to emit it: wait for it (bounded), do not assume it already came.
+    let mut evs: Vec<_> = Vec::new();
+    let until = Instant::now() + Duration::from_secs(10);
+    while !evs.iter().any(|e| matches!(e, CoordinatorEvent::Recovered { .. })) {
+        match events.recv_timeout(until.saturating_duration_since(Instant::now())) {
+            Ok(e) => evs.push(e),
+            Err(_) => panic!("no Recovered within 10 s of the re-election: {evs:?}"),
+        }
+    }
     assert!(evs.iter().any(|e| matches!(e, CoordinatorEvent::SessionLost { .. })), "{evs:?}");
-    assert!(evs.iter().any(|e| matches!(e, CoordinatorEvent::Recovered { .. })), "{evs:?}");
     drop(election);
     coordinator.close().unwrap();
 }
