@@ -18,9 +18,19 @@ pub struct PrivateRedis {
     child: Option<Child>,
 }
 
-/// A port nothing listens on right now.
+/// A port nothing listens on right now, and never handed out before in this process: a cluster
+/// node takes two (its bus port is picked before the node's own), and the kernel may offer a port
+/// it just got back again, which would leave the node unable to start.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    static GIVEN: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+    let mut given = GIVEN.lock().unwrap_or_else(|e| e.into_inner());
+    loop {
+        let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        if !given.contains(&port) {
+            given.push(port);
+            return port;
+        }
+    }
 }
 
 impl PrivateRedis {
