@@ -51,11 +51,54 @@ pub enum Acquire {
     Acquired {
         /// The term's fencing token.
         token: Token,
-        /// Time the lease is held without renewal, by the backend's clock (at most the lease duration).
-        remaining: Duration,
+        /// How long the term is held without renewal.
+        remaining: TermRemaining,
     },
     /// Another live session holds the lease.
     Busy,
+}
+
+impl Acquire {
+    /// The token of an acquired term; `None` when busy.
+    pub fn token(&self) -> Option<Token> {
+        match self {
+            Acquire::Acquired { token, .. } => Some(*token),
+            Acquire::Busy => None,
+        }
+    }
+}
+
+/// How long an acquired term is held without renewal ([`Acquire::Acquired`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TermRemaining {
+    /// This long, by the backend's clock (at most the lease duration).
+    Known(Duration),
+    /// Exactly as long as the session: the term ends when the session does, and the backend did
+    /// not read the session's time left with this acquire. The engine then holds the term until
+    /// the session's own local deadline, which the session's open and renewals set — a lower
+    /// bound of the session's life, so of the term's.
+    ///
+    /// Only a backend whose terms never outlive their session and never end before it (unless
+    /// released, taken after expiry, or reported lost by a keep-alive) may answer this. MySQL's
+    /// acquire of a free or new lease does: one upsert whose only reply is the OK packet (the
+    /// token travels as `LAST_INSERT_ID`), with no second statement to read the time left.
+    WithSession,
+}
+
+impl From<Duration> for TermRemaining {
+    fn from(d: Duration) -> TermRemaining {
+        TermRemaining::Known(d)
+    }
+}
+
+impl TermRemaining {
+    /// The duration, when the backend measured it.
+    pub fn known(self) -> Option<Duration> {
+        match self {
+            TermRemaining::Known(d) => Some(d),
+            TermRemaining::WithSession => None,
+        }
+    }
 }
 
 /// The current holder of a lease, from [`LeaseBackend::holder`].
@@ -216,6 +259,10 @@ pub trait LeaseBackend: Send + Sync + fmt::Debug + 'static {
     /// Takes `name` when it is free or its holder's session has expired (new term: token + 1, or
     /// a larger token on backends whose tokens are not contiguous). When this session already
     /// holds it, returns the same token (idempotent). Otherwise returns [`Acquire::Busy`].
+    ///
+    /// The term's time left is the backend's measurement ([`TermRemaining::Known`]), or — where
+    /// the term ends exactly with its session and the acquire did not read the session's time
+    /// left — [`TermRemaining::WithSession`].
     ///
     /// # Errors
     /// `SessionExpired` when `session` is not alive; `Unavailable`/`Backend` otherwise.

@@ -82,7 +82,8 @@ pub mod tck;
 mod types;
 
 pub use backend::{
-    Acquire, Capabilities, Holder, KeepAlive, LeaseBackend, Member, Notification, Registration, SessionGrant, Topic,
+    Acquire, Capabilities, Holder, KeepAlive, LeaseBackend, Member, Notification, Registration, SessionGrant,
+    TermRemaining, Topic,
 };
 #[cfg(feature = "redis")]
 pub use config::RedisEviction;

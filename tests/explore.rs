@@ -231,7 +231,7 @@ impl LeaseBackend for Script {
         if t.keep_alive_after_grant.is_some() {
             self.granted.notify_all();
         }
-        Ok(Acquire::Acquired { token: token(tok), remaining })
+        Ok(Acquire::Acquired { token: token(tok), remaining: remaining.into() })
     }
 
     fn release(&self, session: &SessionId, lease: &Name, tok: Token) -> simba::Result<()> {

@@ -19,7 +19,7 @@ use simba::backend::CheckStatus;
 #[cfg(feature = "mysql")]
 use simba::backends::sql::queries::mysql::{ACQUIRE_PROCEDURE, KEEP_ALIVE_PROCEDURE};
 use simba::backends::sql::{Dialect, SqlBackend, SqlOptions, PURGE_BATCH};
-use simba::{Acquire, ErrorKind, KeepAlive, LeaseBackend, Name, SessionId, Token};
+use simba::{Acquire, ErrorKind, KeepAlive, LeaseBackend, Name, SessionId, TermRemaining, Token};
 
 /// Direct table access for verification.
 trait Raw {
@@ -154,6 +154,18 @@ fn make_isolated(dialect: Dialect, opts: SqlOptions) -> Isolated {
 
 fn name(s: &str) -> Name {
     Name::new(s).unwrap()
+}
+
+/// Round trips (through `proxy`, which `b` connects through) of a takeover by `s` of a fresh
+/// lease `{prefix}-{tag}` whose holder session just expired (its token 2 is checked).
+fn takeover_round_trips(b: &SqlBackend, proxy: &rtt::CountingProxy, s: &SessionId, prefix: &str, tag: &str) -> u64 {
+    let dying = b.open_session(Duration::from_millis(300), "holder dies").unwrap().id;
+    let taken = name(&format!("{prefix}-{tag}"));
+    assert_eq!(acquired(b.acquire(&dying, &taken).unwrap()), 1);
+    thread::sleep(Duration::from_millis(600));
+    let before = proxy.round_trips();
+    assert_eq!(acquired(b.acquire(s, &taken).unwrap()), 2, "{tag}: a takeover");
+    proxy.round_trips() - before
 }
 
 fn acquired(a: Acquire) -> u64 {
@@ -762,7 +774,11 @@ mod cases {
         let s = b.open_session(Duration::from_secs(1), "tz").unwrap().id;
         let Acquire::Acquired { token, remaining } = b.acquire(&s, &lease).unwrap() else { panic!("busy") };
         assert_eq!(token.get(), 1);
-        assert!(remaining > Duration::ZERO && remaining <= Duration::from_secs(1), "{remaining:?}");
+        match remaining {
+            TermRemaining::Known(r) => assert!(r > Duration::ZERO && r <= Duration::from_secs(1), "{r:?}"),
+            // MySQL's free-lease upsert reads no time left: the term is the session's.
+            TermRemaining::WithSession => assert_eq!(b.dialect(), Dialect::Mysql, "{remaining:?}"),
+        }
         let h = observer.holder(&lease).unwrap().expect("held");
         assert_eq!(h.session, s);
         assert!(h.remaining > Duration::from_millis(200) && h.remaining <= Duration::from_secs(1), "{:?}", h.remaining);
@@ -952,40 +968,52 @@ mod cases {
         b.close_session(&s).unwrap();
     }
 
-    /// An acquire is one round trip in every case — a new lease, a free one, one whose holder
-    /// expired (takeover), one this session already holds, a busy one, and an acquire by an
-    /// expired session — counted at the TCP level like the keep-alive (first call of each
-    /// statement warms the connection and prepares it; the counted ones reuse it).
-    pub fn acquire_is_one_round_trip(fx: &mut Fx) {
+    /// Round trips per acquire, counted at the TCP level like the keep-alive (the first call of
+    /// each statement warms the connection and prepares it; the counted ones reuse it).
+    /// PostgreSQL: one in every case — a new lease, a free one, one whose holder expired
+    /// (takeover), one this session already holds, a busy one, an acquire by an expired session.
+    /// MySQL/MariaDB: one for a new or free lease (the upsert alone), and for a name this backend
+    /// last found busy (straight to the procedure); otherwise the upsert takes nothing and the
+    /// procedure follows: two.
+    pub fn acquire_round_trips(fx: &mut Fx) {
         let (proxy, b) = counted_backend(&fx.url);
         let direct = &fx.backend;
         let p = support::unique("acq-rtt");
         let s = direct.open_session(LONG, "acq-rtt").unwrap().id;
         let other = direct.open_session(LONG, "acq-rtt-other").unwrap().id;
         assert_eq!(acquired(b.acquire(&s, &name(&format!("{p}-warm"))).unwrap()), 1, "warm-up");
-        let counted = |what: &str, f: &dyn Fn() -> Acquire| {
+        // The procedure's warm-up: a name held by this session.
+        assert_eq!(acquired(b.acquire(&s, &name(&format!("{p}-warm"))).unwrap()), 1, "warm-up");
+        let (one, held) = match fx.dialect {
+            Dialect::Postgres => (1, 1),
+            Dialect::Mysql => (1, 2),
+        };
+        let counted = |what: &str, want: u64, f: &dyn Fn() -> Acquire| {
             let before = proxy.round_trips();
             let a = f();
             let trips = proxy.round_trips() - before;
-            assert_eq!(trips, 1, "{what}: {trips} round trips ({a:?})");
+            assert_eq!(trips, want, "{what}: {trips} round trips ({a:?})");
             a
         };
         let new = name(&format!("{p}-new"));
-        assert_eq!(acquired(counted("a new lease", &|| b.acquire(&s, &new).unwrap())), 1);
-        assert_eq!(acquired(counted("held by this session", &|| b.acquire(&s, &new).unwrap())), 1);
-        assert_eq!(counted("held by a live session", &|| b.acquire(&other, &new).unwrap()), Acquire::Busy);
+        assert_eq!(acquired(counted("a new lease", one, &|| b.acquire(&s, &new).unwrap())), 1);
+        assert_eq!(acquired(counted("held by this session", held, &|| b.acquire(&s, &new).unwrap())), 1);
+        assert_eq!(counted("held by a live session", held, &|| b.acquire(&other, &new).unwrap()), Acquire::Busy);
+        assert_eq!(counted("seen busy before", one, &|| b.acquire(&other, &new).unwrap()), Acquire::Busy);
         direct.release(&s, &new, Token::new(1).unwrap()).unwrap();
-        assert_eq!(acquired(counted("a free lease", &|| b.acquire(&other, &new).unwrap())), 2);
+        assert_eq!(acquired(counted("a free lease seen busy before", one, &|| b.acquire(&other, &new).unwrap())), 2);
+        direct.release(&other, &new, Token::new(2).unwrap()).unwrap();
+        assert_eq!(acquired(counted("a free lease", one, &|| b.acquire(&s, &new).unwrap())), 3);
         let short = Duration::from_millis(300);
         let dying = direct.open_session(short, "acq-rtt-dying").unwrap().id;
         let taken = name(&format!("{p}-taken"));
         assert_eq!(acquired(direct.acquire(&dying, &taken).unwrap()), 1);
         thread::sleep(Duration::from_millis(600));
-        assert_eq!(acquired(counted("a takeover", &|| b.acquire(&s, &taken).unwrap())), 2);
+        assert_eq!(acquired(counted("a takeover", held, &|| b.acquire(&s, &taken).unwrap())), 2);
         let before = proxy.round_trips();
         let err = b.acquire(&dying, &taken).unwrap_err();
         assert_eq!(err.kind(), ErrorKind::SessionExpired, "{err:?}");
-        assert_eq!(proxy.round_trips() - before, 1, "an acquire by an expired session");
+        assert_eq!(proxy.round_trips() - before, held, "an acquire by an expired session");
         direct.close_session(&s).unwrap();
         direct.close_session(&other).unwrap();
     }
@@ -1243,8 +1271,8 @@ macro_rules! dialect_tests {
 
             #[test]
             #[serial_test::serial($module)]
-            fn acquire_is_one_round_trip() {
-                cases::acquire_is_one_round_trip(&mut fx());
+            fn acquire_round_trips() {
+                cases::acquire_round_trips(&mut fx());
             }
 
             #[test]
@@ -1308,9 +1336,15 @@ fn mysql_keep_alive_without_the_procedure() {
     assert_eq!(acquired(b.acquire(&s, &lease).unwrap()), 1);
     let before = proxy.round_trips();
     assert_eq!(acquired(b.acquire(&s, &name(&format!("{p}-second"))).unwrap()), 1);
-    assert_eq!(proxy.round_trips() - before, 2, "the fallback acquire: read, then upsert");
+    assert_eq!(proxy.round_trips() - before, 1, "a new lease: the one upsert, with or without the procedure");
     b.release(&s, &name(&format!("{p}-second")), Token::new(1).unwrap()).unwrap();
     assert_eq!(b.acquire(&other, &lease).unwrap(), Acquire::Busy);
+    takeover_round_trips(&b, &proxy, &other, &p, "warm-up"); // prepares the fallback's statements
+    assert_eq!(
+        takeover_round_trips(&b, &proxy, &other, &p, "taken"),
+        3,
+        "a takeover without the procedure: the upsert takes nothing, then the read, then the upsert"
+    );
     let one = Token::new(1).unwrap();
     for i in 0..6 {
         match i {
@@ -1363,9 +1397,53 @@ fn mysql_keep_alive_without_the_procedure() {
     assert_eq!(owned, vec![(lease.clone(), one)]);
     assert_eq!(groups, vec![g1.clone(), g2.clone()], "the procedure reports the groups");
     assert_eq!(proxy.round_trips() - before, 1, "the procedure again after init_schema");
-    let before = proxy.round_trips();
-    assert_eq!(acquired(b.acquire(&s, &name(&format!("{p}-third"))).unwrap()), 1);
-    assert_eq!(proxy.round_trips() - before, 1, "the acquire procedure again after init_schema");
+    takeover_round_trips(&b, &proxy, &s, &p, "warm-up-2"); // prepares the call
+    assert_eq!(
+        takeover_round_trips(&b, &proxy, &s, &p, "third"),
+        2,
+        "a takeover: the upsert takes nothing, then the procedure"
+    );
+    b.close_session(&s).unwrap();
+    b.close_session(&other).unwrap();
+}
+
+/// MySQL/MariaDB: an uncontended lock runs no stored procedure — the acquire of a new or a free
+/// lease is the one upsert (its token in the OK packet; the term lasts as long as the session, so
+/// no second statement reads the time left) and the release one update — while a lease held by
+/// another session still goes through `simba_acquire_v2`. Counted by the server
+/// (`Com_call_procedure` is global: the MySQL tests of this binary run one at a time, and this
+/// one's sessions are raw SPI sessions that nothing renews).
+#[cfg(feature = "mysql")]
+#[test]
+#[serial_test::serial(mysql)]
+fn mysql_uncontended_acquire_calls_no_procedure() {
+    use ::mysql::prelude::Queryable;
+    let iso = make_isolated(Dialect::Mysql, options(Duration::from_secs(5), false));
+    let b = &iso.fx.backend;
+    let mut admin = ::mysql::Conn::new(::mysql::Opts::from_url(&iso.fx.url).unwrap()).unwrap();
+    let mut calls = || -> u64 {
+        let row: Option<(String, u64)> = admin.query_first("SHOW GLOBAL STATUS LIKE 'Com_call_procedure'").unwrap();
+        row.expect("Com_call_procedure").1
+    };
+    let p = support::unique("nocall");
+    let s = b.open_session(Duration::from_secs(10), "uncontended").unwrap().id;
+    let other = b.open_session(Duration::from_secs(10), "other").unwrap().id;
+    let before = calls();
+    for i in 0..10 {
+        let lease = name(&format!("{p}-{}", i % 3));
+        let a = b.acquire(&s, &lease).unwrap();
+        assert_eq!(
+            a,
+            Acquire::Acquired { token: Token::new(i / 3 + 1).unwrap(), remaining: TermRemaining::WithSession }
+        );
+        b.release(&s, &lease, a.token().unwrap()).unwrap();
+    }
+    assert_eq!(calls() - before, 0, "10 uncontended acquires (new and free leases) and releases");
+    let held = name(&format!("{p}-held"));
+    assert_eq!(acquired(b.acquire(&s, &held).unwrap()), 1);
+    let before = calls();
+    assert_eq!(b.acquire(&other, &held).unwrap(), Acquire::Busy);
+    assert_eq!(calls() - before, 1, "a held lease: the procedure classifies it");
     b.close_session(&s).unwrap();
     b.close_session(&other).unwrap();
 }
@@ -1439,10 +1517,11 @@ fn mysql_keep_alive_with_only_the_old_procedure() {
 
 /// MySQL/MariaDB: a database whose schema an older version made has `simba_acquire_v1` (the read
 /// of the lease row first, always) but not `simba_acquire_v2` (a free or new lease in one upsert).
-/// `check` warns naming the new procedure, acquires fall back to the separate statements (two
-/// round trips for a new lease: the old procedure is never called) with the same outcomes, and
-/// applying the schema again creates `simba_acquire_v2` (one round trip again) and leaves
-/// `simba_acquire_v1` in place for older clients.
+/// `check` warns naming the new procedure; an acquire the free-lease upsert cannot answer falls
+/// back to the separate statements (a takeover: the upsert, the read, the upsert again — three
+/// round trips; the old procedure, never called, would make it two) with the same outcomes; and
+/// applying the schema again creates `simba_acquire_v2` (a takeover in two round trips again) and
+/// leaves `simba_acquire_v1` in place for older clients.
 #[cfg(feature = "mysql")]
 #[test]
 #[serial_test::serial(mysql)]
@@ -1465,23 +1544,26 @@ fn mysql_acquire_with_only_the_old_procedure() {
     let s = b.open_session(Duration::from_secs(10), "upgraded").unwrap().id;
     let other = b.open_session(Duration::from_secs(10), "upgraded, other").unwrap().id;
     let lease = name(&format!("{p}-a"));
-    assert_eq!(acquired(b.acquire(&s, &lease).unwrap()), 1, "warm-up (prepares the statements)");
-    let before = proxy.round_trips();
-    assert_eq!(acquired(b.acquire(&s, &name(&format!("{p}-b"))).unwrap()), 1);
-    assert_eq!(proxy.round_trips() - before, 2, "the fallback's two statements, not simba_acquire_v1");
-    assert_eq!(acquired(b.acquire(&s, &lease).unwrap()), 1, "held by this session");
+    assert_eq!(acquired(b.acquire(&s, &lease).unwrap()), 1, "warm-up (prepares the upsert)");
+    assert_eq!(acquired(b.acquire(&s, &lease).unwrap()), 1, "held by this session (prepares the read)");
     assert_eq!(b.acquire(&other, &lease).unwrap(), Acquire::Busy);
     b.release(&s, &lease, Token::new(1).unwrap()).unwrap();
     assert_eq!(acquired(b.acquire(&other, &lease).unwrap()), 2, "a free lease: a new term");
+    takeover_round_trips(&b, &proxy, &s, &p, "warm-up"); // prepares the fallback's upsert
+    assert_eq!(
+        takeover_round_trips(&b, &proxy, &s, &p, "b"),
+        3,
+        "a takeover: the fallback's statements after the upsert, not simba_acquire_v1"
+    );
 
     b.init_schema().unwrap();
     assert_eq!(schema(&b).status, CheckStatus::Ok, "{:?}", schema(&b));
-    let third = name(&format!("{p}-c"));
-    assert_eq!(acquired(b.acquire(&s, &third).unwrap()), 1, "warm-up of the procedure call");
-    b.release(&s, &third, Token::new(1).unwrap()).unwrap();
-    let before = proxy.round_trips();
-    assert_eq!(acquired(b.acquire(&other, &third).unwrap()), 2, "a free lease through simba_acquire_v2");
-    assert_eq!(proxy.round_trips() - before, 1, "the acquire procedure again after init_schema");
+    assert_eq!(b.acquire(&s, &lease).unwrap(), Acquire::Busy, "warm-up of the procedure call");
+    assert_eq!(
+        takeover_round_trips(&b, &proxy, &s, &p, "c"),
+        2,
+        "a takeover: simba_acquire_v2 after the upsert, after init_schema"
+    );
     let old: Vec<::mysql::Row> = admin
         .query(
             "SELECT routine_name FROM information_schema.routines WHERE routine_schema = DATABASE() \

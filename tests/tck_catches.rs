@@ -15,7 +15,7 @@ use simba::backend::{
     Acquire, Capabilities, Holder, KeepAlive, LeaseBackend, Member, Notification, SessionGrant, Topic,
 };
 use simba::tck::{self, Harness};
-use simba::{ErrorKind, MemoryBackend, Name, SessionId, Token};
+use simba::{ErrorKind, MemoryBackend, Name, SessionId, TermRemaining, Token};
 
 /// What the wrapped backend gets wrong.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -107,12 +107,13 @@ impl LeaseBackend for Flawed {
     }
     fn acquire(&self, s: &SessionId, n: &Name) -> simba::Result<Acquire> {
         match self.inner.acquire(s, n) {
-            Ok(Acquire::Acquired { token, remaining }) => {
-                Ok(Acquire::Acquired { token, remaining: self.reported(remaining) })
+            Ok(Acquire::Acquired { token, remaining: TermRemaining::Known(remaining) }) => {
+                Ok(Acquire::Acquired { token, remaining: self.reported(remaining).into() })
             }
-            Err(e) if self.revives(s, &e) => {
-                Ok(Acquire::Acquired { token: Token::new(1).expect("1 is a token"), remaining: Duration::from_secs(1) })
-            }
+            Err(e) if self.revives(s, &e) => Ok(Acquire::Acquired {
+                token: Token::new(1).expect("1 is a token"),
+                remaining: Duration::from_secs(1).into(),
+            }),
             other => other,
         }
     }

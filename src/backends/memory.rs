@@ -247,7 +247,7 @@ impl LeaseBackend for MemoryBackend {
             match &lease.session {
                 Some(holder) if holder == session => {
                     let token = Token::new(lease.token).ok_or_else(|| Error::backend("memory token is 0"))?;
-                    Ok(Acquire::Acquired { token, remaining })
+                    Ok(Acquire::Acquired { token, remaining: remaining.into() })
                 }
                 Some(_) => Ok(Acquire::Busy),
                 None => {
@@ -257,7 +257,7 @@ impl LeaseBackend for MemoryBackend {
                     if let Some(s) = st.sessions.get_mut(session) {
                         s.leases.insert(name.clone());
                     }
-                    Ok(Acquire::Acquired { token, remaining })
+                    Ok(Acquire::Acquired { token, remaining: remaining.into() })
                 }
             }
         })

@@ -5,10 +5,11 @@
 //! its campaign over and sends nothing, even when a new campaign of the same name has started
 //! meanwhile.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use super::leases::{Adoption, CampaignId, NotSent};
 use super::Engine;
+use crate::backend::TermRemaining;
 use crate::state::SessionState;
 use crate::types::{Name, Token};
 
@@ -118,7 +119,7 @@ impl Engine {
         campaign: CampaignId,
         token: Token,
         sent: Instant,
-        remaining: Duration,
+        remaining: impl Into<TermRemaining>,
         now: Instant,
         epoch: u64,
     ) -> Adoption {

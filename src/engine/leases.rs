@@ -1,10 +1,11 @@
 //! Leases and terms: acquires and releases in flight, the release epochs, the terms given up,
 //! and the adoption verdict on an acquire reply.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use super::step::{Command, Step};
 use super::Engine;
+use crate::backend::TermRemaining;
 use crate::state::SessionState;
 use crate::types::{Name, Token};
 
@@ -172,9 +173,10 @@ impl Engine {
         name: &Name,
         call: AcquireCall,
         token: Token,
-        remaining: Duration,
+        remaining: impl Into<TermRemaining>,
         now: Instant,
     ) -> (Adoption, Step) {
+        let remaining = remaining.into();
         let adoption = match call.campaign {
             Some(campaign) => self.on_campaign_acquired(name, campaign, token, call.sent, remaining, now, call.epoch),
             None => self.on_acquired(name, token, call.sent, remaining, now, call.epoch),
@@ -223,16 +225,20 @@ impl Engine {
     /// too late to be of use, or a release of the name overlapped the call. The caller releases
     /// the term on the backend when this returns [`Adoption::Undo`] — never for
     /// [`Adoption::Kept`], a reply confirming the term the session already holds.
+    ///
+    /// The term's local deadline is `sent + remaining × (1 − drift)` for a measured remaining,
+    /// and the session's own local deadline for [`TermRemaining::WithSession`] (a term that ends
+    /// with its session: the session's deadline is a lower bound of both lives).
     pub fn on_acquired(
         &mut self,
         name: &Name,
         token: Token,
         sent: Instant,
-        remaining: Duration,
+        remaining: impl Into<TermRemaining>,
         now: Instant,
         epoch: u64,
     ) -> Adoption {
-        match self.judge_acquired(name, token, sent, remaining, now, epoch) {
+        match self.judge_acquired(name, token, sent, remaining.into(), now, epoch) {
             Adoption::Undo | Adoption::GivenUp if self.holds(name, token) => Adoption::Kept,
             other => other,
         }
@@ -249,7 +255,7 @@ impl Engine {
         name: &Name,
         token: Token,
         sent: Instant,
-        remaining: Duration,
+        remaining: TermRemaining,
         now: Instant,
         epoch: u64,
     ) -> Adoption {
@@ -264,7 +270,10 @@ impl Engine {
         if epoch_now != epoch || self.releasing(name) {
             return Adoption::Undo;
         }
-        let deadline = self.timing.deadline(super::timing::deadline_basis(sent, now), remaining);
+        let deadline = match remaining {
+            TermRemaining::Known(r) => self.timing.deadline(super::timing::deadline_basis(sent, now), r),
+            TermRemaining::WithSession => self.deadline,
+        };
         if deadline <= now {
             return Adoption::Undo;
         }

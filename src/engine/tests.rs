@@ -4,7 +4,7 @@
 use std::time::{Duration, Instant};
 
 use super::*;
-use crate::backend::KeepAlive;
+use crate::backend::{KeepAlive, TermRemaining};
 use crate::state::LossReason;
 
 fn timing() -> Timing {
@@ -192,6 +192,46 @@ fn a_lease_with_a_short_grant_expires_on_its_own_deadline() {
     assert_eq!(out, events(vec![Event::LeaseLost { name: n("a"), token: t(1), reason: LossReason::Deadline }]));
     // A reply too late to be useful is not adopted.
     assert_eq!(e.on_acquired(&n("b"), t(1), t0, ms(1_000), t0 + ms(991), 0), Adoption::Undo);
+}
+
+/// A term answered "as long as the session" (MySQL's free-lease upsert) is held until the
+/// session's own local deadline, whenever in the session's life it was acquired, and renewals
+/// that list it carry it on with the session.
+#[test]
+fn a_term_that_lasts_with_its_session_ends_at_the_session_deadline() {
+    let t0 = Instant::now();
+    let mut e = Engine::new(timing(), t0, Duration::from_secs(10));
+    let session_deadline = e.deadline();
+    assert_eq!(session_deadline, t0 + ms(9_900));
+    let at = t0 + ms(4_000);
+    assert_eq!(e.on_acquired(&n("a"), t(3), at, TermRemaining::WithSession, at + ms(1), 0), Adoption::Adopted);
+    assert_eq!(e.remaining(&n("a"), at + ms(1)), Some(ms(5_899)), "the session's time left, not a lease's");
+    assert_eq!(e.token(&n("a"), t0 + ms(9_899)), Some(t(3)));
+    // A renewal that lists it extends it with the session.
+    let out = e.on_keep_alive(t0 + ms(5_000), t0 + ms(5_010), alive(Duration::from_secs(10), &[("a", 3)]));
+    assert!(out.events.is_empty(), "{out:?}");
+    assert_eq!(e.deadline(), t0 + ms(14_900));
+    assert_eq!(e.token(&n("a"), t0 + ms(14_899)), Some(t(3)));
+    assert_eq!(e.remaining(&n("a"), t0 + ms(14_000)), Some(ms(900)));
+    let out = e.poll(t0 + ms(14_900));
+    assert_eq!(out.events.last(), Some(&Event::Expired), "{out:?}");
+    assert_eq!(e.token(&n("a"), t0 + ms(14_900)), None);
+}
+
+/// The session's deadline is the term's: an answer after it is not adopted, and a term adopted
+/// just before it is lost with the session, never held past it.
+#[test]
+fn a_term_that_lasts_with_its_session_never_outlives_the_session_deadline() {
+    let t0 = Instant::now();
+    let mut e = Engine::new(timing(), t0, Duration::from_secs(10));
+    let sent = t0 + ms(9_000);
+    assert_eq!(e.on_acquired(&n("a"), t(1), sent, TermRemaining::WithSession, t0 + ms(9_899), 0), Adoption::Adopted);
+    assert_eq!(e.remaining(&n("a"), t0 + ms(9_899)), Some(ms(1)));
+    assert_eq!(e.token(&n("a"), t0 + ms(9_900)), None);
+    assert_eq!(
+        e.on_acquired(&n("b"), t(1), sent, TermRemaining::WithSession, t0 + ms(9_900), 0),
+        Adoption::SessionEnded
+    );
 }
 
 #[test]

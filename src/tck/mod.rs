@@ -39,7 +39,7 @@ use std::sync::{Arc, Barrier};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use crate::backend::{Acquire, KeepAlive, LeaseBackend, Notification, Topic};
+use crate::backend::{Acquire, KeepAlive, LeaseBackend, Notification, TermRemaining, Topic};
 use crate::coordinator::{Coordinator, CoordinatorEvent};
 use crate::election::{ElectionEvent, RevokeReason, Schedule};
 use crate::error::ErrorKind;

@@ -552,7 +552,7 @@ pub(crate) fn acquire(inner: &Inner, sid: &SessionId, name: &Name) -> Result<Acq
                      and is being released; try again"
                 )));
             }
-            Ok(Acquire::Acquired { token, remaining })
+            Ok(Acquire::Acquired { token, remaining: remaining.into() })
         }
     }
 }

@@ -228,7 +228,7 @@ pub(crate) fn acquire(inner: &Inner, sid: &SessionId, name: &Name) -> Result<Acq
                      and is being released; try again"
                 )));
             }
-            Ok(Acquire::Acquired { token, remaining: reply::millis(remaining_ms, d) })
+            Ok(Acquire::Acquired { token, remaining: reply::millis(remaining_ms, d).into() })
         }
     }
 }

@@ -44,7 +44,7 @@ use crossbeam_channel::Sender;
 
 use crate::backend::{
     Acquire, Capabilities, CheckItem, CheckStatus, Holder, KeepAlive, LeaseBackend, Member, Notification, SessionGrant,
-    Topic,
+    TermRemaining, Topic,
 };
 use crate::error::{display_chain, Error, ErrorKind, Result};
 use crate::options::DEFAULT_QUERY_TIMEOUT;
@@ -316,7 +316,12 @@ pub(crate) fn server_limit(qt: Duration) -> Duration {
 /// What a dialect's acquire reports, before conversion.
 #[derive(Debug)]
 pub(crate) enum RawAcquire {
-    Acquired { token: i64, remaining_ms: i64 },
+    /// Held with `token`; `remaining_ms` is the session's time left, `None` when the acquire did
+    /// not read it (the term lasts as long as the session: [`TermRemaining::WithSession`]).
+    Acquired {
+        token: i64,
+        remaining_ms: Option<i64>,
+    },
     Busy,
     Expired,
 }
@@ -766,7 +771,11 @@ impl LeaseBackend for SqlBackend {
                     }
                 };
                 debug!("simba {}: session {session} holds '{name}' with token {token}", self.inner.dialect);
-                Ok(Acquire::Acquired { token, remaining: self.remaining(Some(session), remaining_ms) })
+                let remaining = match remaining_ms {
+                    Some(ms) => TermRemaining::Known(self.remaining(Some(session), ms)),
+                    None => TermRemaining::WithSession,
+                };
+                Ok(Acquire::Acquired { token, remaining })
             }
         }
     }

@@ -537,7 +537,7 @@ impl Driver for PgDriver {
             Ok(match (remaining, token) {
                 (None, _) => RawAcquire::Expired,
                 (Some(_), None) => RawAcquire::Busy,
-                (Some(remaining_ms), Some(token)) => RawAcquire::Acquired { token, remaining_ms },
+                (Some(remaining_ms), Some(token)) => RawAcquire::Acquired { token, remaining_ms: Some(remaining_ms) },
             })
         })
     }

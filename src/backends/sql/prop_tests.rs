@@ -51,7 +51,7 @@ impl Driver for Scripted {
     }
     fn acquire(&self, _: &SessionId, _: &Name) -> Result<RawAcquire> {
         Ok(match self.0.lock().acquire {
-            Some((token, remaining_ms)) => RawAcquire::Acquired { token, remaining_ms },
+            Some((token, remaining_ms)) => RawAcquire::Acquired { token, remaining_ms: Some(remaining_ms) },
             None => RawAcquire::Busy,
         })
     }

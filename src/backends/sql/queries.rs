@@ -66,6 +66,9 @@ pub mod mysql {
     pub const ACQUIRE_OBSERVE: &str = include_str!("../../../sql/mysql/acquire-observe.sql");
     /// `acquire.sql`: Acquire: one upsert taking a free, own or expired-holder lease (token + 1 for a new term).
     pub const ACQUIRE: &str = include_str!("../../../sql/mysql/acquire.sql");
+    /// `acquire-free.sql`: Acquire of a free or new lease in one upsert (no result set, no time
+    /// left: the term lasts as long as the session); 0 affected rows sends the full acquire.
+    pub const ACQUIRE_FREE: &str = include_str!("../../../sql/mysql/acquire-free.sql");
     /// `acquire-call.sql`: The acquire in one round trip: calls the schema's procedure
     /// [`ACQUIRE_PROCEDURE`], which takes a free or new lease with one upsert and otherwise runs
     /// [`ACQUIRE_OBSERVE`] and then [`ACQUIRE`] on the server.

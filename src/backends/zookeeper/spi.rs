@@ -256,7 +256,7 @@ impl LeaseBackend for ZookeeperBackend {
                 match s.remaining_from(t0) {
                     Some(remaining) if !remaining.is_zero() => {
                         log::debug!("zookeeper session {session}: acquired lease {name} (token {token})");
-                        Ok(Acquire::Acquired { token, remaining })
+                        Ok(Acquire::Acquired { token, remaining: remaining.into() })
                     }
                     // Closed (or due) meanwhile: the node vanishes with the session.
                     _ => Err(Error::session_expired(session)),

@@ -16,7 +16,7 @@ use super::FaultCounts;
 use crossbeam_channel::{Receiver, Sender};
 
 use crate::backend::{
-    Acquire, Capabilities, Holder, KeepAlive, LeaseBackend, Member, Notification, SessionGrant, Topic,
+    Acquire, Capabilities, Holder, KeepAlive, LeaseBackend, Member, Notification, SessionGrant, TermRemaining, Topic,
 };
 use crate::error::{Error, ErrorKind, Result};
 use crate::memory::MemoryBackend;
@@ -238,6 +238,10 @@ pub(crate) struct SimBackend {
     /// Declares `watch_checks_lease` (with push): the memory backend's lease registration
     /// answers a free lease at once, so the runtime registers after a busy attempt only.
     pub(crate) checked_watch: bool,
+    /// Acquires answer [`TermRemaining::WithSession`] (as MySQL's free-lease upsert does) instead
+    /// of the time left: the memory backend's terms end with their session, so the engine holds
+    /// them until the session's own deadline.
+    pub(crate) terms_with_session: bool,
 }
 
 impl SimBackend {
@@ -264,6 +268,7 @@ impl SimBackend {
             member_replies_lost: false,
             partitions: false,
             checked_watch: false,
+            terms_with_session: false,
         }
     }
 
@@ -637,15 +642,22 @@ impl LeaseBackend for SimBackend {
             match self.mem().acquire(session, name) {
                 Ok(a) => {
                     hist.push(h, Event::SessionChecked { node: 0, b, sess });
-                    match &a {
+                    match a {
                         Acquire::Acquired { token, remaining } => {
-                            self.zombie_check(h, hist, entered, sess, name, *token);
-                            let until = b + ns(*remaining);
-                            hist.push(h, Event::Granted { node: 0, b, sess, name: name.clone(), token: *token, until });
+                            self.zombie_check(h, hist, entered, sess, name, token);
+                            // The memory backend measures the time left: the term's end on the
+                            // backend, whatever the reply says.
+                            let until = b + ns(remaining.known().unwrap_or_default());
+                            hist.push(h, Event::Granted { node: 0, b, sess, name: name.clone(), token, until });
+                            let remaining =
+                                if self.terms_with_session { TermRemaining::WithSession } else { remaining };
+                            Ok(Acquire::Acquired { token, remaining })
                         }
-                        Acquire::Busy => hist.push(h, Event::Busy { node: 0, b, sess, name: name.clone() }),
+                        Acquire::Busy => {
+                            hist.push(h, Event::Busy { node: 0, b, sess, name: name.clone() });
+                            Ok(Acquire::Busy)
+                        }
                     }
-                    Ok(a)
                 }
                 Err(e) => {
                     if e.is_session_expired() {

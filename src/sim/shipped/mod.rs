@@ -746,6 +746,9 @@ fn execution(seed: u64, sc: &Scenario) -> Outcome {
         // Half the seeds let the runtime register after a busy attempt (the memory backend's
         // registration checks the lease), half before every attempt (as on Redis, PostgreSQL).
         backend.checked_watch = unit() < 0.5;
+        // Half the seeds answer acquires with "as long as the session" (as MySQL's free-lease
+        // upsert does), half with the time left.
+        backend.terms_with_session = unit() < 0.5;
         let mut h = hist.lock();
         h.membership_events = sc.late_deliveries;
         let setup = Event::Setup { client_ppm: vec![0; clients], node_ppm: vec![((rate - 1.0) * 1e6) as i64] };

@@ -25,12 +25,17 @@
 //! statement, after the lock is granted: a renewal that waited for a takeover never revives a
 //! session that expired meanwhile (MySQL 8 fixes `NOW()` at statement start).
 //!
+//! The acquire ([`acquire`]) takes a free or new lease with one plain upsert, whose OK packet
+//! carries the token and which reads no time left (the term lasts as long as the session); any
+//! other case goes on with the schema's `simba_acquire_v2` (or its statements).
+//!
 //! Connections use TLS as [`MysqlConfig`] says ([`MysqlSslMode`], MySQL's `ssl-mode`), through
 //! the driver's rustls; `PREFERRED` falls back to plain TCP when the server offers no TLS. A TLS
 //! handshake that fails is a permanent connect failure (calls fail at once, with rustls' words
 //! and what to change). `check` reports the server's view of the session's TLS (`Ssl_version`,
 //! `Ssl_cipher`) and what the client verified.
 
+mod acquire;
 mod config;
 mod conn;
 mod tls;
@@ -81,7 +86,7 @@ impl Routine {
     /// The procedure answered: say so once if it had been missing.
     fn answered(&self) {
         if self.missing.lock().take().is_some() {
-            debug!("simba {KIND}: the procedure {} is back: {} take one round trip again", self.name, self.fallback);
+            debug!("simba {KIND}: the procedure {} is back (without it, {})", self.name, self.fallback);
         }
     }
 
@@ -123,6 +128,8 @@ pub(crate) struct MyDriver {
     registry: Arc<Mutex<Vec<u64>>>,
     keep_alive_routine: Routine,
     acquire_routine: Routine,
+    /// The names just seen busy, whose acquire skips the free-lease upsert.
+    contended: acquire::Contended,
 }
 
 impl MyDriver {
@@ -172,7 +179,11 @@ impl MyDriver {
                 q::KEEP_ALIVE_PROCEDURE,
                 "keep-alives take five round trips instead of one",
             ),
-            acquire_routine: Routine::new(q::ACQUIRE_PROCEDURE, "acquires take two round trips instead of one"),
+            acquire_routine: Routine::new(
+                q::ACQUIRE_PROCEDURE,
+                "acquires of a lease an expired session holds take one more round trip",
+            ),
+            contended: acquire::Contended::default(),
         })
     }
 
@@ -197,42 +208,6 @@ impl MyDriver {
             return Ok(None);
         }
         keep_alive_reply(&rows, what)
-    }
-
-    /// The acquire as the two statements the procedure replaces: a plain read, then (when the
-    /// lease looks takeable) the upsert; an upsert that did not take the row is classified by one
-    /// more read.
-    fn acquire_statements(c: &mut MyConn, id: &SessionId, name: &Name, what: &str) -> Result<RawAcquire, Fail> {
-        for round in 0..2 {
-            let rows = c.rows(q::ACQUIRE_OBSERVE, (name.as_str(), id.as_str()), what)?;
-            let Some(row) = rows.first() else {
-                return Ok(RawAcquire::Expired);
-            };
-            let remaining_ms: i64 = col(row, 0, what)?;
-            let holder: Option<String> = col(row, 1, what)?;
-            let token: Option<i64> = col(row, 2, what)?;
-            let holder_alive: i64 = col(row, 3, what)?;
-            if holder.as_deref() == Some(id.as_str()) {
-                if let Some(token) = token {
-                    return Ok(RawAcquire::Acquired { token, remaining_ms });
-                }
-            }
-            if holder_alive != 0 || round == 1 {
-                return Ok(RawAcquire::Busy);
-            }
-            let observed = holder.unwrap_or_default();
-            let (affected, last_id) = c.exec(
-                q::ACQUIRE,
-                (name.as_str(), observed.as_str(), id.as_str(), observed.as_str(), observed.as_str()),
-                what,
-            )?;
-            match (affected, i64::try_from(last_id)) {
-                (1, _) => return Ok(RawAcquire::Acquired { token: 1, remaining_ms }),
-                (2, Ok(token)) if token > 0 => return Ok(RawAcquire::Acquired { token, remaining_ms }),
-                _ => {}
-            }
-        }
-        Ok(RawAcquire::Busy)
     }
 
     /// Runs `f` on a pooled connection within the query timeout from now: the checkout, every
@@ -446,31 +421,7 @@ impl Driver for MyDriver {
     }
 
     fn acquire(&self, id: &SessionId, name: &Name) -> Result<RawAcquire> {
-        let what = format!("acquire '{name}' for session {id}");
-        self.run(&what, |c| {
-            if self.acquire_routine.usable() {
-                match c.call_rows(q::ACQUIRE_CALL, (id.as_str(), name.as_str())) {
-                    Ok(rows) => {
-                        self.acquire_routine.answered();
-                        let Some(row) = rows.first() else {
-                            return Err(Fail::Stop(Error::backend(format!("{KIND}: {what}: no reply row"))));
-                        };
-                        let remaining_ms: Option<i64> = col(row, 0, &what)?;
-                        let token: Option<i64> = col(row, 1, &what)?;
-                        return Ok(match (remaining_ms, token) {
-                            (None, _) => RawAcquire::Expired,
-                            (Some(_), None) => RawAcquire::Busy,
-                            (Some(remaining_ms), Some(token)) => RawAcquire::Acquired { token, remaining_ms },
-                        });
-                    }
-                    Err(e) => match Routine::is_unavailable(&e) {
-                        Some(se) => self.acquire_routine.unavailable(se),
-                        None => return Err(fail(&mut c.broken, e, &what)),
-                    },
-                }
-            }
-            MyDriver::acquire_statements(c, id, name, &what)
-        })
+        self.acquire_lease(id, name)
     }
 
     fn release(&self, id: &SessionId, name: &Name, token: i64) -> Result<()> {
