@@ -556,11 +556,20 @@ impl Client {
             panic!("the coordinator's watcher thread panicked");
         }
         drop(kept);
+        // `Coordinator::close` closes its current session as `Session::close` does (its
+        // memberships end in the engine before any backend call): recorded as `Closing`, like a
+        // plain session's close. Read before the history lock (the coordinator's own lock is
+        // never taken under it); a replacement opened in between is not labelled, as before.
+        let current = co.session_id();
         {
             let mut h = self.hist.lock();
             sample(&self.hist, &mut h);
             h.handles.coordinator.take();
             h.handles.coordinator_events.take();
+            if let Some(sess) = current.and_then(|id| h.labels.get(&id).copied()) {
+                let client = self.c;
+                self.hist.push(&mut h, Event::Closing { client, sess });
+            }
         }
         if let Some(co) = arc_unwrap(co) {
             let _ = co.close();
