@@ -180,6 +180,16 @@ impl Engine {
                         _ => lost.push((name, LossReason::NotOwned)),
                     }
                 }
+                // A term established after the send is not judged by this reply (the reply may
+                // predate it), but one it lists is what the session owns after this renewal, so
+                // the renewal renewed it: it is extended like the others. (A term adopted with the
+                // session's deadline, `TermRemaining::WithSession`, while this keep-alive was in
+                // flight would otherwise keep the deadline of the keep-alive before.)
+                for (name, entry) in self.leases.iter_mut().filter(|(_, l)| l.established > sent) {
+                    if owned.get(name) == Some(&entry.token) && now < entry.deadline {
+                        entry.deadline = entry.deadline.max(deadline);
+                    }
+                }
                 lost.sort_by(|a, b| a.0.cmp(&b.0));
                 for (name, reason) in lost {
                     if let Some(l) = self.leases.remove(&name) {

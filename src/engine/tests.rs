@@ -218,6 +218,29 @@ fn a_term_that_lasts_with_its_session_ends_at_the_session_deadline() {
     assert_eq!(e.token(&n("a"), t0 + ms(14_900)), None);
 }
 
+/// A term adopted while a keep-alive is in flight, and listed by its reply, is extended by that
+/// reply: the reply's `owned` is what the session owns after the renewal, so the renewal renewed
+/// it. (It is not judged lost when the reply does not list it: the reply may predate the term.)
+/// Without this, a term that took the session's deadline (`WithSession`) at its adoption would
+/// keep the deadline of the keep-alive before, and with a renew interval near half the lease be
+/// lost before the next reply.
+#[test]
+fn a_reply_listing_a_term_adopted_while_it_was_in_flight_extends_it() {
+    let t0 = Instant::now();
+    let mut e = Engine::new(timing(), t0, Duration::from_secs(10));
+    let out = e.poll(t0 + ms(3_000));
+    let Command::SendKeepAlive { sent } = out.commands[0] else { panic!("{out:?}") };
+    let at = t0 + ms(3_010);
+    assert_eq!(e.on_acquired(&n("a"), t(4), at, TermRemaining::WithSession, at, 0), Adoption::Adopted);
+    assert_eq!(e.on_acquired(&n("b"), t(5), at, TermRemaining::WithSession, at, 0), Adoption::Adopted);
+    let out = e.on_keep_alive(sent, t0 + ms(3_020), alive(Duration::from_secs(10), &[("a", 4)]));
+    assert!(out.events.is_empty(), "{out:?}");
+    assert_eq!(e.deadline(), t0 + ms(12_900));
+    assert_eq!(e.token(&n("a"), t0 + ms(12_899)), Some(t(4)), "listed: renewed with the session");
+    assert_eq!(e.token(&n("b"), t0 + ms(9_899)), Some(t(5)), "not listed: not judged, still held");
+    assert_eq!(e.token(&n("b"), t0 + ms(9_900)), None, "not listed: not extended either");
+}
+
 /// The session's deadline is the term's: an answer after it is not adopted, and a term adopted
 /// just before it is lost with the session, never held past it.
 #[test]
