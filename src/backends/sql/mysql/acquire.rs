@@ -104,14 +104,20 @@ impl MyDriver {
     }
 }
 
-/// `acquire-free.sql`: the token when the upsert took a free row (or inserted a new one).
-fn take_free(c: &mut MyConn, id: &SessionId, name: &Name, what: &str) -> Result<Option<i64>, Fail> {
-    let (affected, last_id) = c.exec(q::ACQUIRE_FREE, (name.as_str(), id.as_str()), what)?;
-    Ok(match (affected, i64::try_from(last_id)) {
+/// The token of an acquire upsert's term from its OK packet: affected rows 1 = inserted (token 1),
+/// 2 = taken (the token is `LAST_INSERT_ID`), anything else = not taken.
+fn taken(affected: u64, last_id: u64) -> Option<i64> {
+    match (affected, i64::try_from(last_id)) {
         (1, _) => Some(1),
         (2, Ok(token)) if token > 0 => Some(token),
         _ => None,
-    })
+    }
+}
+
+/// `acquire-free.sql`: the token when the upsert took a free row (or inserted a new one).
+fn take_free(c: &mut MyConn, id: &SessionId, name: &Name, what: &str) -> Result<Option<i64>, Fail> {
+    let (affected, last_id) = c.exec(q::ACQUIRE_FREE, (name.as_str(), id.as_str()), what)?;
+    Ok(taken(affected, last_id))
 }
 
 /// The acquire as the two statements the procedure replaces: a plain read, then (when the lease
@@ -140,10 +146,8 @@ fn acquire_statements(c: &mut MyConn, id: &SessionId, name: &Name, what: &str) -
             (name.as_str(), observed.as_str(), id.as_str(), observed.as_str(), observed.as_str()),
             what,
         )?;
-        match (affected, i64::try_from(last_id)) {
-            (1, _) => return Ok(RawAcquire::Acquired { token: 1, remaining_ms: Some(remaining_ms) }),
-            (2, Ok(token)) if token > 0 => return Ok(RawAcquire::Acquired { token, remaining_ms: Some(remaining_ms) }),
-            _ => {}
+        if let Some(token) = taken(affected, last_id) {
+            return Ok(RawAcquire::Acquired { token, remaining_ms: Some(remaining_ms) });
         }
     }
     Ok(RawAcquire::Busy)
