@@ -365,3 +365,72 @@ fn a_lease_or_membership_let_go_after_close_sends_nothing() {
         assert!(backend.inner.holder(&Name::new(name).unwrap()).unwrap().is_none(), "{name} is still held");
     }
 }
+
+/// Over the memory backend: every acquire answers `TermRemaining::WithSession` (as MySQL's
+/// one-upsert acquire does), and one keep-alive, once armed, is held after its listing was read
+/// until the test lets it answer.
+#[derive(Debug)]
+struct HeldListing {
+    armed: AtomicBool,
+    /// Told when the armed keep-alive has read its listing.
+    listed_tx: Sender<()>,
+    listed_rx: Receiver<()>,
+    /// The armed keep-alive answers once this is sent on.
+    answer_tx: Sender<()>,
+    answer_rx: Receiver<()>,
+}
+
+impl Hook for HeldListing {
+    fn before(&self, _: Op) {}
+    fn answer_acquire(&self, reply: simba::Result<simba::backend::Acquire>) -> simba::Result<simba::backend::Acquire> {
+        reply.map(|a| match a {
+            simba::backend::Acquire::Acquired { token, .. } => {
+                simba::backend::Acquire::Acquired { token, remaining: simba::backend::TermRemaining::WithSession }
+            }
+            busy => busy,
+        })
+    }
+    fn kept_alive(&self) {
+        if self.armed.swap(false, Ordering::SeqCst) {
+            let _ = self.listed_tx.send(());
+            let _ = self.answer_rx.recv();
+        }
+    }
+}
+
+/// Finding 3 of issue #36: a term that lasts with its session, taken while a keep-alive is in
+/// flight whose listing predates it, is still held after the session's previous deadline — the
+/// keep-alive renewed the session, and the term lives as long as the session. Lease 4 s, renew
+/// 2 s: before the fix the term kept the deadline of the session's open (~4 s) and was reported
+/// lost before the next keep-alive was even sent (at 4 s), while the session lived on.
+#[test]
+fn a_term_lasting_with_its_session_taken_during_a_keep_alive_outlives_the_previous_deadline() {
+    let (listed_tx, listed_rx) = crossbeam_channel::bounded(1);
+    let (answer_tx, answer_rx) = crossbeam_channel::bounded(1);
+    let hook = HeldListing { armed: AtomicBool::new(true), listed_tx, listed_rx, answer_tx, answer_rx };
+    let backend = Forward::memory("held-listing", hook);
+    let options = SessionOptions::builder()
+        .lease_duration(Duration::from_secs(4))
+        .renew_interval(Duration::from_secs(2))
+        .build()
+        .unwrap();
+    let session = Session::open(backend.clone(), options).unwrap();
+    // Every deadline the open set lies before this (open's send + 4 s × (1 − drift)).
+    let previous_deadline = Instant::now() + Duration::from_secs(4);
+    let events = session.events();
+    // The first keep-alive (sent 2 s after the open) has read its listing: the lock comes after.
+    backend.hook.listed_rx.recv_timeout(Duration::from_secs(10)).expect("no keep-alive within 10 s");
+    let lease = session.lock("job").unwrap();
+    let token = lease.token().unwrap();
+    backend.hook.answer_tx.send(()).unwrap();
+    // Past the open's deadline, before the renewed one (the keep-alive was sent ≥ 2 s after the
+    // open started: its deadline is ≥ 5.96 s after it, ≥ 1.7 s after this instant).
+    std::thread::sleep(previous_deadline.saturating_duration_since(Instant::now()) + Duration::from_millis(200));
+    assert!(session.is_alive(), "the session lives on");
+    assert_eq!(lease.token().map_err(|e| e.to_string()), Ok(token), "the term must live as long as its session");
+    while let Ok(ev) = events.try_recv() {
+        assert!(!matches!(ev, SessionEvent::LeaseLost { .. }), "a lease lost for no reason: {ev:?}");
+    }
+    session.close().unwrap();
+}
+

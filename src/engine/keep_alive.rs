@@ -181,12 +181,14 @@ impl Engine {
                     }
                 }
                 // A term established after the send is not judged by this reply (the reply may
-                // predate it), but one it lists is what the session owns after this renewal, so
-                // the renewal renewed it: it is extended like the others. (A term adopted with the
-                // session's deadline, `TermRemaining::WithSession`, while this keep-alive was in
-                // flight would otherwise keep the deadline of the keep-alive before.)
+                // predate it). One it lists is what the session owns after this renewal, and one
+                // that lasts with its session (`TermRemaining::WithSession`) lives as long as the
+                // session this reply renewed: either is extended like the others. (Otherwise a
+                // term adopted with the session's deadline while this keep-alive was in flight
+                // would keep the deadline of the keep-alive before: finding 3 of issue #36.)
                 for (name, entry) in self.leases.iter_mut().filter(|(_, l)| l.established > sent) {
-                    if owned.get(name) == Some(&entry.token) && now < entry.deadline {
+                    let renewed = entry.with_session || owned.get(name) == Some(&entry.token);
+                    if renewed && now < entry.deadline {
                         entry.deadline = entry.deadline.max(deadline);
                     }
                 }

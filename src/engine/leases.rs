@@ -17,6 +17,9 @@ pub(super) struct LeaseEntry {
     /// Reply instant of the acquire that established the term: only keep-alives sent after it may
     /// judge the lease.
     pub(super) established: Instant,
+    /// The term lasts as long as its session on the backend ([`TermRemaining::WithSession`]): every
+    /// keep-alive reply that renews the session renews it, also one that predates it.
+    pub(super) with_session: bool,
 }
 
 /// What became of an acquire reply (see [`Engine::on_acquired`]).
@@ -287,7 +290,8 @@ impl Engine {
                 return Adoption::Kept;
             }
         }
-        self.leases.insert(name.clone(), LeaseEntry { token, deadline, established: now });
+        let with_session = remaining == TermRemaining::WithSession;
+        self.leases.insert(name.clone(), LeaseEntry { token, deadline, established: now, with_session });
         Adoption::Adopted
     }
 

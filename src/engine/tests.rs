@@ -237,8 +237,50 @@ fn a_reply_listing_a_term_adopted_while_it_was_in_flight_extends_it() {
     assert!(out.events.is_empty(), "{out:?}");
     assert_eq!(e.deadline(), t0 + ms(12_900));
     assert_eq!(e.token(&n("a"), t0 + ms(12_899)), Some(t(4)), "listed: renewed with the session");
-    assert_eq!(e.token(&n("b"), t0 + ms(9_899)), Some(t(5)), "not listed: not judged, still held");
-    assert_eq!(e.token(&n("b"), t0 + ms(9_900)), None, "not listed: not extended either");
+    assert_eq!(e.token(&n("b"), t0 + ms(12_899)), Some(t(5)), "not listed: not judged, and it lasts with its session");
+    assert_eq!(e.token(&n("b"), t0 + ms(12_900)), None);
+}
+
+/// Finding 3 of issue #36: a term that lasts with its session (`WithSession`, MySQL's one-upsert
+/// acquire) adopted while a keep-alive was in flight, which that keep-alive's reply does not list
+/// (its listing was read before the acquire committed), follows the session's deadline: the reply
+/// renewed the session, and the term lives exactly as long as the session on the backend. Before
+/// the fix it kept the deadline of the keep-alive before and, with a renew interval of half the
+/// lease, was reported lost before the next keep-alive was even sent, while the session lived on.
+/// A term with a measured remaining is not extended by a reply that predates it; and a later reply
+/// sent after the term was established judges it as any other.
+#[test]
+fn a_term_lasting_with_its_session_adopted_during_a_keep_alive_follows_the_session_deadline() {
+    let t0 = Instant::now();
+    let timing = Timing { renew_interval: Duration::from_secs(5), ..timing() };
+    let mut e = Engine::new(timing, t0, Duration::from_secs(10));
+    let out = e.poll(t0 + ms(5_000));
+    let Command::SendKeepAlive { sent } = out.commands[0] else { panic!("{out:?}") };
+    let at = t0 + ms(5_500);
+    assert_eq!(e.on_acquired(&n("with"), t(7), at, TermRemaining::WithSession, at, 0), Adoption::Adopted);
+    assert_eq!(e.on_acquired(&n("known"), t(8), at, ms(4_000), at, 0), Adoption::Adopted);
+    // The reply (read before either acquire committed) lists neither.
+    let out = e.on_keep_alive(sent, t0 + ms(6_500), alive(Duration::from_secs(10), &[]));
+    assert!(out.events.is_empty(), "{out:?}");
+    assert_eq!(e.deadline(), t0 + ms(14_900));
+    // The session's deadline before this reply: the term must outlive it.
+    let out = e.poll(t0 + ms(9_900));
+    assert!(out.events.iter().all(|ev| !matches!(ev, Event::LeaseLost { name, .. } if name == &n("with"))), "{out:?}");
+    assert_eq!(e.token(&n("with"), t0 + ms(9_900)), Some(t(7)), "lost at the session's previous deadline");
+    assert_eq!(e.remaining(&n("with"), t0 + ms(9_900)), Some(ms(5_000)));
+    // The measured term keeps its own deadline (5.5 s + 4 s × 0.99 = 9.46 s).
+    assert_eq!(e.token(&n("known"), t0 + ms(9_460)), None);
+    // The next keep-alive, sent after the term was established, judges it: listed, it is renewed.
+    let out = e.poll(t0 + ms(10_000));
+    let Command::SendKeepAlive { sent } = out.commands[0] else { panic!("{out:?}") };
+    let out = e.on_keep_alive(sent, t0 + ms(10_100), alive(Duration::from_secs(10), &[("with", 7)]));
+    assert!(out.events.is_empty(), "{out:?}");
+    assert_eq!(e.token(&n("with"), t0 + ms(19_899)), Some(t(7)));
+    // Not listed by a reply sent after it was established: lost, as any other term.
+    let out = e.poll(t0 + ms(15_000));
+    let Command::SendKeepAlive { sent } = out.commands[0] else { panic!("{out:?}") };
+    let out = e.on_keep_alive(sent, t0 + ms(15_100), alive(Duration::from_secs(10), &[]));
+    assert_eq!(out.events, vec![Event::LeaseLost { name: n("with"), token: t(7), reason: LossReason::NotOwned }]);
 }
 
 /// The session's deadline is the term's: an answer after it is not adopted, and a term adopted

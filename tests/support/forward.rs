@@ -40,6 +40,13 @@ pub trait Hook: Send + Sync + fmt::Debug + 'static {
     }
     /// After a forwarded acquire returned `reply`, before the caller sees it (nothing by default).
     fn acquired(&self, _session: &SessionId, _reply: &simba::Result<Acquire>) {}
+    /// After `acquired`: the reply the caller sees (the forwarded one by default).
+    fn answer_acquire(&self, reply: simba::Result<Acquire>) -> simba::Result<Acquire> {
+        reply
+    }
+    /// After the forwarded keep-alive returned, before the caller sees its reply (nothing by
+    /// default): a keep-alive whose listing was read before what happens here.
+    fn kept_alive(&self) {}
     /// After a forwarded release of `name` returned (nothing by default).
     fn released(&self, _name: &Name) {}
 }
@@ -110,7 +117,9 @@ impl<H: Hook> LeaseBackend for Forward<H> {
     }
     fn keep_alive(&self, s: &SessionId, d: Duration) -> simba::Result<KeepAlive> {
         self.enter(Op::KeepAlive)?;
-        self.inner.keep_alive(s, d)
+        let reply = self.inner.keep_alive(s, d);
+        self.hook.kept_alive();
+        reply
     }
     fn close_session(&self, s: &SessionId) -> simba::Result<()> {
         self.enter(Op::CloseSession)?;
@@ -120,7 +129,7 @@ impl<H: Hook> LeaseBackend for Forward<H> {
         self.enter(Op::Acquire)?;
         let reply = self.inner.acquire(s, n);
         self.hook.acquired(s, &reply);
-        reply
+        self.hook.answer_acquire(reply)
     }
     fn release(&self, s: &SessionId, n: &Name, t: Token) -> simba::Result<()> {
         self.enter(Op::Release)?;

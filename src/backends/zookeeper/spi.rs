@@ -254,9 +254,14 @@ impl LeaseBackend for ZookeeperBackend {
                 };
                 s.end_create(name, Some(token), true);
                 match s.remaining_from(t0) {
+                    // An ephemeral node lives exactly as long as its ZooKeeper session, which the
+                    // watchdog closes at its deadline: the term lasts with the session. (A measured
+                    // remaining taken while a keep-alive is in flight would be the watchdog's
+                    // deadline before that keep-alive, and a reply whose listing predates the
+                    // create would not extend it: finding 3 of issue #36.)
                     Some(remaining) if !remaining.is_zero() => {
                         log::debug!("zookeeper session {session}: acquired lease {name} (token {token})");
-                        Ok(Acquire::Acquired { token, remaining: remaining.into() })
+                        Ok(Acquire::Acquired { token, remaining: crate::backend::TermRemaining::WithSession })
                     }
                     // Closed (or due) meanwhile: the node vanishes with the session.
                     _ => Err(Error::session_expired(session)),
