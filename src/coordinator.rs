@@ -132,6 +132,8 @@ impl Attach for MembershipShared {
 }
 
 struct CoordInner {
+    /// The application's backend, `runtime::guarded` once for every session
+    /// and call of the coordinator.
     backend: Arc<dyn LeaseBackend>,
     options: SessionOptions,
     /// The one lock: every decision about sessions and re-attaches is one call on it.
@@ -275,6 +277,7 @@ impl Coordinator {
     /// # Errors
     /// As [`Session::open`](crate::Session::open).
     pub fn start(backend: Arc<dyn LeaseBackend>, options: SessionOptions) -> Result<Coordinator> {
+        let backend = crate::runtime::guarded(backend);
         let first = SessionInner::open(backend.clone(), options.clone())?;
         let events = first.subscribe();
         let first_id = first.id.clone();
@@ -310,7 +313,7 @@ impl Coordinator {
     /// # Errors
     /// As [`Session::open`](crate::Session::open).
     pub fn open_session(&self) -> Result<crate::Session> {
-        crate::Session::open(self.inner.backend.clone(), self.inner.options.clone())
+        crate::Session::open_guarded(self.inner.backend.clone(), self.inner.options.clone())
     }
 
     /// A new subscription to the coordinator's events (every event after this call, in order).
@@ -380,7 +383,8 @@ impl Coordinator {
         let name = user_name(name)?;
         self.inner
             .current()?
-            .lock_until(&name, None)?
+            .lock_until(&name, None)
+            .map_err(Error::on_replaced_session)?
             .ok_or_else(|| Error::new(ErrorKind::Timeout, format!("lock '{name}' gave up")))
     }
 
@@ -394,7 +398,7 @@ impl Coordinator {
         let s = self.inner.current()?;
         let deadline = deadline_after(self.inner.options.query_timeout())
             .ok_or_else(|| Error::config("the query timeout is past what an Instant can hold"))?;
-        s.attempt_lock(&name, deadline)
+        s.attempt_lock(&name, deadline).map_err(Error::on_replaced_session)
     }
 
     /// Takes a lease on the current session, giving up after `timeout` with `Ok(None)`
@@ -404,7 +408,7 @@ impl Coordinator {
     /// As [`lock`](Coordinator::lock).
     pub fn lock_timeout(&self, name: impl IntoName, timeout: Duration) -> Result<Option<Lease>> {
         let name = user_name(name)?;
-        self.inner.current()?.lock_until(&name, deadline_after(timeout))
+        self.inner.current()?.lock_until(&name, deadline_after(timeout)).map_err(Error::on_replaced_session)
     }
 
     /// Takes a lease on the current session, giving up at `deadline` with `Ok(None)`.
@@ -413,7 +417,7 @@ impl Coordinator {
     /// As [`lock`](Coordinator::lock).
     pub fn lock_deadline(&self, name: impl IntoName, deadline: Instant) -> Result<Option<Lease>> {
         let name = user_name(name)?;
-        self.inner.current()?.lock_until(&name, Some(deadline))
+        self.inner.current()?.lock_until(&name, Some(deadline)).map_err(Error::on_replaced_session)
     }
 
     /// The counted semaphore `name` with `permits` permits (see [`crate::semaphore`]). Each

@@ -102,6 +102,16 @@ impl Error {
         Error::new(ErrorKind::SessionExpired, format!("session {session} expired"))
     }
 
+    /// The error of a call on a coordinator's current session: that session expiring under the
+    /// call is `Unavailable` (the coordinator replaces it; retry), with the expiry as its source,
+    /// as a call made while it is being replaced is. Any other error is returned as it is.
+    pub(crate) fn on_replaced_session(self) -> Error {
+        if self.kind != ErrorKind::SessionExpired {
+            return self;
+        }
+        Error::unavailable("the coordinator's session expired during the call and is being replaced").with_source(self)
+    }
+
     /// What kind of failure this is.
     pub fn kind(&self) -> ErrorKind {
         self.kind

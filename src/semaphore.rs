@@ -167,6 +167,15 @@ impl Source {
             Source::Current(f) => f(),
         }
     }
+
+    /// The error of a call made on [`session`](Source::session): for a coordinator's current
+    /// session, its expiry under the call is `Unavailable`, as the coordinator's calls say.
+    fn error(&self, e: Error) -> Error {
+        match self {
+            Source::Session(_) => e,
+            Source::Current(_) => e.on_replaced_session(),
+        }
+    }
 }
 
 /// A counted semaphore: at most [`permits`](Semaphore::permits) [`Permit`]s held at once, over
@@ -309,7 +318,7 @@ impl Semaphore {
     /// known to be "all busy").
     pub fn try_acquire(&self) -> Result<Option<Permit>> {
         let s = self.source.session()?;
-        self.round(&s, None, true)
+        self.round(&s, None, true).map_err(|e| self.source.error(e))
     }
 
     /// Like [`acquire`](Semaphore::acquire), giving up after `timeout` with `Ok(None)`
@@ -381,6 +390,10 @@ impl Semaphore {
     /// rounds for a pushed release of any slot or the retry delay.
     fn acquire_until(&self, deadline: Option<Instant>) -> Result<Option<Permit>> {
         let s = self.source.session()?;
+        self.acquire_on(&s, deadline).map_err(|e| self.source.error(e))
+    }
+
+    fn acquire_on(&self, s: &Arc<SessionInner>, deadline: Option<Instant>) -> Result<Option<Permit>> {
         let registration = self.backend.capabilities().lease_registration();
         let (tx, rx) = unbounded::<Notification>();
         let mut first = true;
@@ -395,9 +408,9 @@ impl Semaphore {
                 // any attempt. (Re-arming after a busy round instead would miss a release that
                 // lands between the slot's attempt and the re-arm — unless the registration
                 // checks the lease, `watch_checks_lease`: then it answers that release at once.)
-                self.watch_slots(&s, &tx, deadline);
+                self.watch_slots(s, &tx, deadline);
             }
-            match self.round(&s, deadline, std::mem::take(&mut first)) {
+            match self.round(s, deadline, std::mem::take(&mut first)) {
                 Ok(Some(p)) => return Ok(Some(p)),
                 Ok(None) => {}
                 Err(e) if e.is_retryable() => {
@@ -406,7 +419,7 @@ impl Semaphore {
                 Err(e) => return Err(e),
             }
             if registration.after_busy() {
-                self.watch_slots(&s, &tx, deadline);
+                self.watch_slots(s, &tx, deadline);
             }
             let mut wait = s.retry_delay();
             if let Some(d) = deadline {

@@ -80,6 +80,11 @@ impl Session {
     /// `Timeout` when the backend does not answer within the query timeout; the backend's error
     /// (`Unavailable`, `Backend`) otherwise.
     pub fn open(backend: Arc<dyn LeaseBackend>, options: SessionOptions) -> Result<Session> {
+        Session::open_guarded(crate::runtime::guarded(backend), options)
+    }
+
+    /// [`open`](Session::open) on a backend already wrapped in `runtime::guarded`.
+    pub(crate) fn open_guarded(backend: Arc<dyn LeaseBackend>, options: SessionOptions) -> Result<Session> {
         Ok(Session { inner: SessionInner::open(backend, options)? })
     }
 
@@ -236,9 +241,13 @@ impl Session {
 
     /// Starts contending for leadership of `name` in the background (on the renewal thread).
     ///
+    /// An acquire of `name` still in flight on this session (a lock, or the last attempt of a
+    /// campaign just resigned) is waited for, up to the query timeout: its outcome decides.
+    ///
     /// # Errors
     /// `InvalidName`; `SessionExpired`/`Closed`; `AlreadyHeld` when this session already campaigns
-    /// for or holds `name`.
+    /// for or holds `name`; `Unavailable` when an acquire of `name` in flight has not returned
+    /// within the query timeout.
     pub fn campaign(&self, name: impl IntoName) -> Result<Election> {
         let name = user_name(name)?;
         let shared = ElectionShared::new(name, self.inner.backend.clone(), self.inner.timing.query_timeout, false);

@@ -336,3 +336,32 @@ fn lock_deadline_gives_up_at_the_deadline_and_takes_a_free_lease() {
     drop(lease);
     coordinator.close().unwrap();
 }
+
+/// Finding 9 of issue #36: a coordinator's call whose current session expires under it fails
+/// with `Unavailable` (the session is being replaced; retry), as the coordinator's docs say —
+/// a semaphore's acquire and a lock returned `SessionExpired`. The session is ended on the
+/// backend right before the call's first acquire reaches it.
+#[test]
+fn a_coordinator_call_spanning_a_replacement_is_unavailable() {
+    let fwd = backend();
+    let coordinator = Coordinator::start(fwd.clone(), options()).unwrap();
+    let events = coordinator.events();
+    let semaphore = coordinator.semaphore(name("sem-replaced"), 2).unwrap();
+    let (f, c) = (fwd.clone(), coordinator.session_id().expect("a current session"));
+    fwd.hook.arm(Op::Acquire, move || f.inner.close_session(&c).unwrap());
+    let err = semaphore.acquire().map(|_| ()).unwrap_err();
+    assert!(fwd.hook.fired.load(Ordering::SeqCst));
+    assert_eq!(err.kind(), simba::ErrorKind::Unavailable, "{err}");
+    recovered(&events);
+
+    let (f, c) = (fwd.clone(), coordinator.session_id().expect("a current session"));
+    fwd.hook.arm(Op::Acquire, move || f.inner.close_session(&c).unwrap());
+    let err = coordinator.lock(name("lock-replaced")).map(|_| ()).unwrap_err();
+    assert_eq!(err.kind(), simba::ErrorKind::Unavailable, "{err}");
+    recovered(&events);
+    // And once replaced, both work.
+    let permit = semaphore.acquire().unwrap();
+    let lease = coordinator.lock(name("lock-replaced")).unwrap();
+    drop((permit, lease));
+    coordinator.close().unwrap();
+}

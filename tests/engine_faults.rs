@@ -434,3 +434,49 @@ fn a_term_lasting_with_its_session_taken_during_a_keep_alive_outlives_the_previo
     session.close().unwrap();
 }
 
+/// Over the memory backend: the first acquire, once armed, tells the test it was sent and waits
+/// until the test lets it through.
+#[derive(Debug)]
+struct HeldAcquire {
+    armed: AtomicBool,
+    sent_tx: Sender<()>,
+    sent_rx: Receiver<()>,
+    go_tx: Sender<()>,
+    go_rx: Receiver<()>,
+}
+
+impl Hook for HeldAcquire {
+    fn before(&self, op: Op) {
+        if op == Op::Acquire && self.armed.swap(false, Ordering::SeqCst) {
+            let _ = self.sent_tx.send(());
+            let _ = self.go_rx.recv();
+        }
+    }
+}
+
+/// Finding 9 of issue #36: `campaign(name)` right after `resign()`, while the resigned campaign's
+/// attempt is still in flight, waits for that attempt and campaigns — it was refused with
+/// `AlreadyHeld` and a misleading "has a lock in flight".
+#[test]
+fn a_campaign_right_after_resign_waits_for_the_old_attempt() {
+    let (sent_tx, sent_rx) = crossbeam_channel::bounded(1);
+    let (go_tx, go_rx) = crossbeam_channel::bounded(1);
+    let hook = HeldAcquire { armed: AtomicBool::new(true), sent_tx, sent_rx, go_tx, go_rx };
+    let backend = Forward::memory("held-acquire", hook);
+    let session = Session::open(backend.clone(), options()).unwrap();
+    let first = session.campaign("lead").unwrap();
+    backend.hook.sent_rx.recv_timeout(Duration::from_secs(10)).expect("the first attempt was sent");
+    first.resign().unwrap();
+    // The held attempt answers a little later, whenever this thread is inside campaign() or not:
+    // the outcome must not depend on which.
+    let go = backend.hook.go_tx.clone();
+    let opener = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(200));
+        go.send(()).unwrap();
+    });
+    let second = session.campaign("lead").map_err(|e| e.to_string()).expect("campaign after resign");
+    second.wait_elected(Duration::from_secs(10)).expect("the new campaign leads");
+    opener.join().unwrap();
+    second.resign().unwrap();
+    session.close().unwrap();
+}

@@ -26,24 +26,35 @@ pub(super) struct CampaignSlot {
 impl SessionInner {
     pub(crate) fn attach_campaign(self: &Arc<Self>, election: &Arc<ElectionShared>) -> Result<()> {
         let name = election.name().clone();
+        let deadline = later(sync::now(), self.timing.query_timeout);
         {
             let mut e = self.engine.lock();
-            let now = sync::now();
-            if let Some(err) = self.dead_error(&e, now) {
-                return Err(err);
-            }
-            let mut c = self.campaigns.lock();
-            let campaign = match e.start_campaign(&name, now) {
-                Ok(campaign) => campaign,
-                Err(conflict) => {
-                    let why = match conflict {
-                        CampaignConflict::Held => "already holds",
-                        CampaignConflict::Campaigning => "already campaigns for",
-                        CampaignConflict::Acquiring => "has a lock in flight for",
-                    };
-                    return Err(Error::new(ErrorKind::AlreadyHeld, format!("session {} {why} '{name}'", self.id)));
+            let campaign = loop {
+                let now = sync::now();
+                if let Some(err) = self.dead_error(&e, now) {
+                    return Err(err);
                 }
+                let why = match e.start_campaign(&name, now) {
+                    Ok(campaign) => break campaign,
+                    // An acquire of the name is in flight (a lock, or the last attempt of a
+                    // campaign just resigned): its outcome decides, so wait for it (finding 9 of
+                    // issue #36: it was refused as "a lock in flight").
+                    Err(CampaignConflict::Acquiring) => {
+                        if self.cond.wait_until(&mut e, deadline).timed_out() {
+                            return Err(Error::unavailable(format!(
+                                "session {}: an acquire of '{name}' is still in flight (its backend call has not \
+                                 returned within the query timeout); retry the campaign",
+                                self.id
+                            )));
+                        }
+                        continue;
+                    }
+                    Err(CampaignConflict::Held) => "already holds",
+                    Err(CampaignConflict::Campaigning) => "already campaigns for",
+                };
+                return Err(Error::new(ErrorKind::AlreadyHeld, format!("session {} {why} '{name}'", self.id)));
             };
+            let mut c = self.campaigns.lock();
             election.attach(Arc::downgrade(self), self.id.clone());
             c.insert(
                 name,

@@ -45,6 +45,7 @@ use crate::types::{Name, SessionId};
 
 mod calls;
 mod campaigns;
+mod guard;
 mod leases;
 mod memberships;
 mod pool;
@@ -52,6 +53,7 @@ mod renewal;
 
 pub(crate) use calls::{bounded_call, jitter, Logs};
 use campaigns::CampaignSlot;
+pub(crate) use guard::guarded;
 use renewal::renewal_thread;
 
 enum Wake {
@@ -93,6 +95,8 @@ impl fmt::Debug for SessionInner {
 }
 
 impl SessionInner {
+    /// Opens a session on `backend`, which its opener already wrapped in [`guarded`] (once: a
+    /// coordinator opens every session of its own on its one guarded backend).
     pub(crate) fn open(backend: Arc<dyn LeaseBackend>, options: SessionOptions) -> Result<Arc<SessionInner>> {
         pool::admit(options.worker_threads());
         let timing = Timing::from(&options);

@@ -21,6 +21,7 @@
 //! worker; a waited-for call fails at once with `Unavailable` instead.
 
 use std::collections::VecDeque;
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -29,6 +30,8 @@ use crate::sync::{self, bounded, thread, Condvar, Mutex};
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::options::DEFAULT_WORKER_THREADS;
+
+use super::guard::panic_message;
 
 type Job = Box<dyn FnOnce() + Send + 'static>;
 
@@ -147,7 +150,12 @@ impl Pool {
         loop {
             if let Some((_, job)) = st.queue.pop_front() {
                 drop(st);
-                job();
+                // A job that panics ends; its worker goes on (the pool never shrinks by a panic).
+                // Backend calls never get here panicking (`guard.rs` makes their panic their
+                // error); this covers anything else a job runs.
+                if let Err(payload) = catch_unwind(AssertUnwindSafe(job)) {
+                    log::error!("a simba worker's job panicked: {}", panic_message(&*payload));
+                }
                 st = self.st.lock();
                 continue;
             }
@@ -208,7 +216,12 @@ where
     let slot = Arc::new(Mutex::new(true));
     let worker_slot = slot.clone();
     let job: Job = Box::new(move || {
-        let value = f();
+        // A panic is the call's error: its caller (or `late`) always gets a result.
+        let value = catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|payload| {
+            let message = format!("a backend call panicked: {}", panic_message(&*payload));
+            log::error!("{message}");
+            Err(Error::new(ErrorKind::Backend, message))
+        });
         let guard = worker_slot.lock();
         if *guard {
             // The caller waits (or is just giving up: it re-checks the channel under the lock).
@@ -410,6 +423,50 @@ mod tests {
         assert_eq!(call_until_on(&p, sync::now() + Duration::from_secs(10), || Ok(1), |_| {}).unwrap().unwrap(), 1);
         until(&p, |(workers, _, _)| workers == 0);
         assert_eq!(call_until_on(&p, sync::now() + Duration::from_secs(10), || Ok(2), |_| {}).unwrap().unwrap(), 2);
+    }
+
+    /// Finding 5 of issue #36: a call that panics is its caller's error (never a lost result
+    /// taken for a timeout), and its worker stays in the pool: with a limit of one worker, the
+    /// next calls still run. Before, the worker died still counted, and every later waited-for
+    /// call was refused as if the pool were exhausted.
+    #[test]
+    fn a_panicking_call_is_its_callers_error_and_its_worker_stays() {
+        let p = pool(1);
+        let r =
+            call_until_on(&p, sync::now() + Duration::from_secs(60), || -> Result<()> { panic!("driver bug") }, |_| {});
+        let err = r.expect("the caller gets the panic as the call's result").unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Backend);
+        assert!(err.to_string().contains("panicked: driver bug"), "{err}");
+        p.submit(Box::new(|| panic!("a job nobody waits for")), WhenFull::Queue).ok().unwrap();
+        for i in 0..3 {
+            let r = call_until_on(&p, sync::now() + Duration::from_secs(60), move || Ok(i), |_| {});
+            assert_eq!(r.expect("answered").expect("run, not refused"), i);
+        }
+        until(&p, |(workers, idle, queued)| workers == 1 && idle == 1 && queued == 0);
+    }
+
+    /// A panicking call whose caller gave up hands its error to `late` (which ends its engine
+    /// accounting), as any late result.
+    #[test]
+    fn a_late_panicking_call_hands_its_error_to_late() {
+        let p = pool(2);
+        let (go_tx, go_rx) = bounded::<()>(0);
+        let (late_tx, late_rx) = bounded::<Result<()>>(1);
+        let r = call_until_on(
+            &p,
+            sync::now(),
+            move || -> Result<()> {
+                let _ = go_rx.recv();
+                panic!("late driver bug")
+            },
+            move |v| {
+                let _ = late_tx.send(v);
+            },
+        );
+        assert!(r.is_none());
+        drop(go_tx);
+        let late = late_rx.recv_timeout(Duration::from_secs(10)).expect("late was told");
+        assert!(late.unwrap_err().to_string().contains("panicked: late driver bug"));
     }
 
     #[test]
