@@ -190,6 +190,44 @@ fn a_command_that_cannot_run() {
     assert_eq!(code(&run(c)), 126);
 }
 
+/// Finding 9 of issue #36: simba re-executes its running image (as the command's trampoline and
+/// watcher), not the file at its path — a `simba` replaced on disk while it waits (an upgrade, a
+/// rebuild) used to fail with exit 127 and a message blaming the command, or run the other
+/// program. A copy of simba waits for a lock another simba holds; its file is then replaced by a
+/// script that would exit 42; the lock is let go, and the waiting simba runs the command.
+#[cfg(feature = "redis")]
+#[test]
+#[serial_test::serial(redis)]
+fn a_simba_replaced_on_disk_while_it_waits_still_runs_the_command() {
+    use std::os::unix::fs::PermissionsExt;
+    let url = support::env_or("SIMBA_TEST_REDIS_URL", "redis://127.0.0.1:6379");
+    prepare(&url);
+    let dir = temp_dir("cli-exe");
+    let copy = dir.join("simba");
+    fs::copy(BIN, &copy).unwrap();
+    let name = support::unique("cli-exe");
+    let mut holder = holding(&url, &name, "cli-exe-holder");
+    let env = simba(Some(&url));
+    let mut waiter = clean_command(copy.to_str().unwrap())
+        .envs(env.get_envs().filter_map(|(k, v)| Some((k.to_owned(), v?.to_owned()))))
+        .args(["lock", &name, "--timeout", "60s", "--", "sh", "-c", "exit 0"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = Lines::of(&mut waiter);
+    lines.wait_for(&format!("waiting for lock '{name}'"));
+    fs::remove_file(&copy).unwrap();
+    fs::write(&copy, "#!/bin/sh\nexit 42\n").unwrap();
+    fs::set_permissions(&copy, fs::Permissions::from_mode(0o755)).unwrap();
+    let _ = holder.kill();
+    let _ = holder.wait();
+    let (o, _) = wait_output(waiter, Duration::from_secs(90));
+    assert_eq!(code(&o), 0, "stderr:\n{}", lines.rest().join("\n"));
+    let _ = fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn configuration_errors_exit_78() {
     let o = run({

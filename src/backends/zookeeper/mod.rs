@@ -377,20 +377,14 @@ impl Inner {
     /// Runs `sync` pipelined with `read` (one round trip; the read then sees everything that
     /// returned on any server of the ensemble), bounded by `deadline`. `Ok(None)` when the node
     /// does not exist.
-    fn synced_read<S, T>(
+    fn synced_read<T>(
         &self,
-        sync: impl Future<Output = S>,
+        sync: impl Future<Output = std::result::Result<(), ZkError>>,
         read: impl Future<Output = std::result::Result<T, ZkError>>,
         deadline: Instant,
         what: &str,
     ) -> Result<Option<T>> {
-        let res = run_until(
-            async move {
-                let _ = sync.await;
-                read.await
-            },
-            deadline,
-        );
+        let res = run_until(sync_then_read(sync, read), deadline);
         match res {
             None => Err(self.fail(Fail::Timeout, what, self.opts.query_timeout)),
             Some(Err(ZkError::NoNode)) => Ok(None),
@@ -662,9 +656,38 @@ impl Inner {
     }
 }
 
+/// `read` after `sync`: the read's answer, or the sync's failure — a read after a failed sync
+/// may be served by a server that has not seen a write that returned elsewhere (finding 9 of
+/// issue #36: a `members` read right after a join could miss it). Both are sent at once (one
+/// round trip); a sync of a path that does not exist is no failure (the read answers `NoNode`).
+async fn sync_then_read<T>(
+    sync: impl Future<Output = std::result::Result<(), ZkError>>,
+    read: impl Future<Output = std::result::Result<T, ZkError>>,
+) -> std::result::Result<T, ZkError> {
+    let synced = sync.await;
+    let value = read.await;
+    match synced {
+        Ok(()) | Err(ZkError::NoNode) => value,
+        Err(e) => Err(e),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_read_after_a_failed_sync_fails_with_the_sync() {
+        async fn read(v: u32) -> std::result::Result<u32, ZkError> {
+            Ok(v)
+        }
+        use futures::executor::block_on as run;
+        assert_eq!(run(sync_then_read(async { Ok(()) }, read(1))), Ok(1));
+        assert_eq!(run(sync_then_read(async { Err(ZkError::NoNode) }, read(2))), Ok(2));
+        assert_eq!(run(sync_then_read(async { Err(ZkError::ConnectionLoss) }, read(3))), Err(ZkError::ConnectionLoss));
+        let no_node = async { Err::<u32, ZkError>(ZkError::NoNode) };
+        assert_eq!(run(sync_then_read(async { Ok(()) }, no_node)), Err(ZkError::NoNode));
+    }
 
     #[test]
     fn hosts_and_connect_strings() {

@@ -269,6 +269,18 @@ pub struct Job<'a> {
     pub json: bool,
 }
 
+/// The image this process runs, to re-execute as trampoline and watcher: on Linux
+/// `/proc/self/exe`, which stays this very program when its file is replaced or deleted on disk
+/// (an upgrade or a rebuild while simba runs) — `current_exe()`'s path would then start another
+/// version, or nothing (finding 9 of issue #36). Elsewhere, `current_exe()`.
+fn running_image() -> io::Result<std::path::PathBuf> {
+    let proc_exe = std::path::Path::new("/proc/self/exe");
+    if cfg!(target_os = "linux") && proc_exe.exists() {
+        return Ok(proc_exe.to_path_buf());
+    }
+    std::env::current_exe()
+}
+
 /// Runs `job.cmd` with `job.env` added (and `job.env_remove` removed) in its own process group and
 /// waits for it. Every [`POLL`] it asks `lost()`; once that returns a reason the group gets SIGTERM
 /// and, after the grace period, SIGKILL. Signals received by simba are forwarded to the group.
@@ -285,7 +297,7 @@ pub fn run(
     let Some(program) = cmd.first() else {
         return Err(SpawnError { not_found: true, message: "no command given after --".into() });
     };
-    let me = std::env::current_exe()
+    let me = running_image()
         .map_err(|e| SpawnError { not_found: false, message: format!("cannot find the simba executable: {e}") })?;
     let mut command = Command::new(&me);
     command.arg(TRAMPOLINE).arg(std::process::id().to_string()).arg("--").args(cmd).process_group(0);
@@ -295,9 +307,11 @@ pub fn run(
     for (k, v) in job.env {
         command.env(k, v);
     }
+    // What fails here is simba's own re-execution (the trampoline), never the user's command:
+    // the trampoline reports that one itself (exit 127 or 126).
     let mut child = command.spawn().map_err(|e| SpawnError {
-        not_found: e.kind() == io::ErrorKind::NotFound,
-        message: format!("cannot run {}: {e}", program.to_string_lossy()),
+        not_found: false,
+        message: format!("simba cannot re-execute itself ({}) to run {}: {e}", me.display(), program.to_string_lossy()),
     })?;
     let pid = child.id();
     let group = Pid::from_raw(i32::try_from(pid).unwrap_or(i32::MAX));
