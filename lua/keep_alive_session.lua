@@ -5,8 +5,10 @@
 -- listing is still the index (at 10,000 leases the listing is most of this call's cost).
 -- KEYS[1] simba:session:{sid}, KEYS[2] simba:session:{sid}:leases, KEYS[3] simba:session:{sid}:groups
 -- ARGV[1] lease duration in ms, ARGV[2] the gen of the client's last listing ('' for none),
--- ARGV[3] number n of lease names to drop, ARGV[4 .. 3+n] those lease names, ARGV[4+n ..] group
--- names to drop.
+-- ARGV[3] number n of lease names to drop, ARGV[4] number m of group names to drop, ARGV[5]
+-- number a of lease names to index again, then those n, m and a names, then the group names to
+-- index again. (A name is indexed again when the client acquired or joined it while a renewal
+-- dropped it: the acquire's or join's own SADD may have come first.)
 -- Returns {-1} when the session is gone, else {remaining_ms, gen, {lease names} or false (nil:
 -- unchanged since the client's listing), {group names}}.
 local d = tonumber(ARGV[1])
@@ -16,16 +18,22 @@ if redis.call('PTTL', KEYS[1]) <= 0 then
   return {-1}
 end
 redis.call('PEXPIRE', KEYS[1], d)
-local n = tonumber(ARGV[3])
-local removed = 0
-for i = 4, 3 + n do
-  removed = removed + redis.call('SREM', KEYS[2], ARGV[i])
+local n, m, a = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
+local changed = 0
+for i = 6, 5 + n do
+  changed = changed + redis.call('SREM', KEYS[2], ARGV[i])
 end
-if removed > 0 then
-  redis.call('HINCRBY', KEYS[1], 'gen', 1)
-end
-for i = 4 + n, #ARGV do
+for i = 6 + n, 5 + n + m do
   redis.call('SREM', KEYS[3], ARGV[i])
+end
+for i = 6 + n + m, 5 + n + m + a do
+  changed = changed + redis.call('SADD', KEYS[2], ARGV[i])
+end
+for i = 6 + n + m + a, #ARGV do
+  redis.call('SADD', KEYS[3], ARGV[i])
+end
+if changed > 0 then
+  redis.call('HINCRBY', KEYS[1], 'gen', 1)
 end
 redis.call('PEXPIRE', KEYS[2], 2 * d)
 redis.call('PEXPIRE', KEYS[3], 2 * d)

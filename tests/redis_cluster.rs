@@ -60,6 +60,16 @@ struct Faults {
     /// Group every batch as bound for one node (what a stale slot map does); otherwise each call
     /// is a group of its own (the trait's default).
     lump: AtomicBool,
+    /// Holds the next call of a script before it is sent: the call says it arrived, then waits
+    /// for the go (see [`Faults::hold_next`]).
+    hold: Mutex<Option<Hold>>,
+}
+
+#[derive(Debug)]
+struct Hold {
+    script: &'static str,
+    arrived: crossbeam_channel::Sender<()>,
+    go: crossbeam_channel::Receiver<()>,
 }
 
 impl Faults {
@@ -76,6 +86,14 @@ impl Faults {
     fn count(&self, script: &str) -> usize {
         self.calls.lock().iter().filter(|c| c.script == script).count()
     }
+    /// Holds the next call of `script` before it is sent. Returns a receiver that gets one message
+    /// when the call arrived, and the sender that lets it go on.
+    fn hold_next(&self, script: &'static str) -> (crossbeam_channel::Receiver<()>, crossbeam_channel::Sender<()>) {
+        let (arrived, arrived_rx) = crossbeam_channel::bounded(1);
+        let (go_tx, go) = crossbeam_channel::bounded(1);
+        *self.hold.lock() = Some(Hold { script, arrived, go });
+        (arrived_rx, go_tx)
+    }
 }
 
 impl RedisScripting for Faults {
@@ -90,6 +108,18 @@ impl RedisScripting for Faults {
         args: &[String],
         deadline: Instant,
     ) -> simba::Result<redis::Value> {
+        let held = {
+            let mut hold = self.hold.lock();
+            if hold.as_ref().is_some_and(|h| h.script == script.name()) {
+                hold.take()
+            } else {
+                None
+            }
+        };
+        if let Some(h) = held {
+            let _ = h.arrived.send(());
+            let _ = h.go.recv_timeout(Duration::from_secs(30));
+        }
         self.calls.lock().push(Call { script: script.name(), keys: keys.to_vec() });
         let rule = {
             let mut rules = self.rules.lock();
@@ -146,6 +176,7 @@ fn faulty() -> (RedisBackend, Arc<Faults>) {
         rules: Mutex::new(Vec::new()),
         calls: Mutex::new(Vec::new()),
         lump: AtomicBool::new(false),
+        hold: Mutex::new(None),
     });
     let backend = RedisBackend::with_scripting(faults.clone(), options())
         .unwrap_or_else(|e| panic!("cannot connect to Redis Cluster: {e} (run `scripts/services up redis-cluster`)"));
@@ -1575,4 +1606,154 @@ fn follow_ups_grouped_on_the_wrong_node_renew_the_other_slots_alone() {
         assert!(c.keys.iter().all(|k| slot_number(k) == s), "a call alone names one slot's keys: {c:?}");
     }
     b.close_session(&sid).unwrap();
+}
+
+/// Issue #36 finding 1: a release leaves the name in the session's lease index; the next renewal
+/// finds it free and schedules its removal; the session acquires it again (the name is already
+/// indexed: no generation bump) — and the renewal after that removed it from the index without
+/// looking again, so the valid term was reported lost one renewal later. A name scheduled for
+/// removal is unscheduled when the session acquires it again: the new term stays indexed and is
+/// listed by every renewal, as a control lease held throughout is.
+#[test]
+#[serial(redis_cluster)]
+fn a_lease_acquired_again_after_a_renewal_scheduled_its_removal_stays_owned() {
+    let (b, _) = faulty();
+    let mut raw = Raw::new();
+    let sid = b.open_session(D, "").unwrap().id;
+    let names = spread("reacquire", 2, &sid);
+    let (x, control) = (&names[0], &names[1]);
+    let tc = token(b.acquire(&sid, control));
+    let t1 = token(b.acquire(&sid, x));
+    b.release(&sid, x, t1).unwrap();
+    let first = owned(&b, &sid, D);
+    assert_eq!(first, vec![(control.clone(), tc)], "the released term is not owned");
+    let t2 = token(b.acquire(&sid, x));
+    assert_eq!(t2.get(), t1.get() + 1);
+    for k in 1..=2 {
+        let mut o = owned(&b, &sid, D);
+        o.sort();
+        let mut expected = vec![(control.clone(), tc), (x.clone(), t2)];
+        expected.sort();
+        assert_eq!(o, expected, "renewal {k} after the re-acquire");
+    }
+    let index = format!("simba:session:{{{sid}}}:leases");
+    assert!(raw.smembers(&index).contains(x.as_str()), "the re-acquired name left the index");
+    b.close_session(&sid).unwrap();
+}
+
+/// The group form of the same finding: a join whose group call failed leaves the name in the
+/// session's group index without a membership; the next renewal finds the membership gone and
+/// schedules the name's removal; the session joins again (already indexed) — and the renewal
+/// after that removed the name, so the membership was reported missing (a spurious
+/// `MembershipLost`, then `MembershipRestored` once re-joined).
+#[test]
+#[serial(redis_cluster)]
+fn a_group_joined_again_after_a_renewal_scheduled_its_removal_stays_a_membership() {
+    let (b, faults) = faulty();
+    let sid = b.open_session(D, "").unwrap().id;
+    let g = name("rejoin");
+    let groups = |b: &RedisBackend| match b.keep_alive(&sid, D).unwrap() {
+        KeepAlive::Alive { groups, .. } => groups,
+        KeepAlive::Expired => panic!("session {sid} unexpectedly expired"),
+    };
+    faults.rule(Rule { script: "join_group", fail: true, times: Some(1), ..Rule::default() });
+    let err = b.join(&sid, &g).unwrap_err();
+    assert!(err.to_string().contains("injected failure"), "{err}");
+    assert!(groups(&b).is_empty(), "no membership after the failed join");
+    b.join(&sid, &g).unwrap();
+    for k in 1..=2 {
+        assert_eq!(groups(&b), vec![g.clone()], "renewal {k} after the join");
+    }
+    b.close_session(&sid).unwrap();
+}
+
+/// The sequence of the issue for groups, join → leave → renewal → join → two renewals: the leave
+/// removes the name from the index itself, so no renewal schedules it (this passed before the
+/// fix too; kept as the brief's sequence).
+#[test]
+#[serial(redis_cluster)]
+fn a_group_joined_again_after_a_leave_and_a_renewal_stays_a_membership() {
+    let (b, _) = faulty();
+    let sid = b.open_session(D, "").unwrap().id;
+    let g = name("releave");
+    let groups = |b: &RedisBackend| match b.keep_alive(&sid, D).unwrap() {
+        KeepAlive::Alive { groups, .. } => groups,
+        KeepAlive::Expired => panic!("session {sid} unexpectedly expired"),
+    };
+    b.join(&sid, &g).unwrap();
+    b.leave(&sid, &g).unwrap();
+    assert!(groups(&b).is_empty());
+    b.join(&sid, &g).unwrap();
+    for k in 1..=2 {
+        assert_eq!(groups(&b), vec![g.clone()], "renewal {k} after the join");
+    }
+    b.close_session(&sid).unwrap();
+}
+
+/// Finding 1 with the re-acquire racing the removal: the renewal after the one that found the
+/// name free has taken the removal and is about to send it when the session acquires the name
+/// again (already indexed: its own `SADD` changes nothing, then the removal lands). The renewal
+/// that removed it does not list the new term (established after its send, which the engine does
+/// not judge by that reply); the renewal after it indexes the name again and lists the term.
+#[test]
+#[serial(redis_cluster)]
+fn a_lease_acquired_again_while_a_renewal_removes_it_is_indexed_again() {
+    let (b, faults) = faulty();
+    let mut raw = Raw::new();
+    let sid = b.open_session(D, "").unwrap().id;
+    let x = spread("race-reacquire", 1, &sid).remove(0);
+    let t1 = token(b.acquire(&sid, &x));
+    b.release(&sid, &x, t1).unwrap();
+    assert!(owned(&b, &sid, D).is_empty());
+    let (arrived, go) = faults.hold_next("keep_alive_session");
+    let renewal = {
+        let (b, sid) = (b.clone(), sid.clone());
+        thread::spawn(move || b.keep_alive(&sid, D))
+    };
+    arrived.recv_timeout(Duration::from_secs(10)).expect("the renewal reached the port");
+    let t2 = token(b.acquire(&sid, &x));
+    go.send(()).unwrap();
+    let KeepAlive::Alive { .. } = renewal.join().unwrap().unwrap() else { panic!("expired") };
+    for k in 1..=2 {
+        assert_eq!(owned(&b, &sid, D), vec![(x.clone(), t2)], "renewal {k} after the one that raced");
+    }
+    let index = format!("simba:session:{{{sid}}}:leases");
+    assert!(raw.smembers(&index).contains(x.as_str()), "the re-acquired name is indexed");
+    b.close_session(&sid).unwrap();
+}
+
+/// Finding 1 through the public API: lock, release, lock again across renewals (lease 1 s, renew
+/// every 250 ms), with the re-acquire placed at the port between the renewal that found the name
+/// free and the next one's session call (held there until the lock is back): no `LeaseLost`, and
+/// `token()` stays Ok over the renewals after it.
+#[test]
+#[serial(redis_cluster)]
+fn a_lock_taken_again_after_its_release_is_never_reported_lost() {
+    let (b, faults) = faulty();
+    let options =
+        simba::SessionOptions::builder().lease_duration(D).renew_interval(Duration::from_millis(250)).build().unwrap();
+    let session = simba::Session::open(Arc::new(b), options).unwrap();
+    let events = session.events();
+    let x = name("api-relock");
+    let lease = session.lock(x.clone()).unwrap();
+    lease.release().unwrap();
+    // The first renewal sent after the release (its follow-up finds the name free)...
+    let (arrived, go) = faults.hold_next("keep_alive_session");
+    arrived.recv_timeout(Duration::from_secs(5)).expect("the session renews");
+    let (arrived, next) = faults.hold_next("keep_alive_session");
+    go.send(()).unwrap();
+    // ... is over once the next one is held (renewals of one session run one at a time).
+    arrived.recv_timeout(Duration::from_secs(5)).expect("the session renews again");
+    let lease = session.lock(x.clone()).unwrap();
+    let t2 = lease.token().unwrap();
+    next.send(()).unwrap();
+    let renewals = || faults.count("keep_alive_session");
+    let from = renewals();
+    assert!(eventually(Duration::from_secs(5), || renewals() >= from + 3), "the session did not renew");
+    assert_eq!(lease.token().unwrap(), t2, "the re-acquired lock is still held");
+    while let Ok(e) = events.try_recv() {
+        assert!(!matches!(e, simba::SessionEvent::LeaseLost { .. }), "a valid term was reported lost: {e:?}");
+    }
+    lease.release().unwrap();
+    session.close().unwrap();
 }

@@ -193,6 +193,33 @@ fn owned_follows_every_change_of_the_index() {
     one.close_session(&sid).unwrap();
 }
 
+/// Issue #36 finding 1 on standalone: acquire → release → renewal → acquire again → two renewals
+/// list the new term. It cannot go wrong here: the release removes the name from the index in
+/// the same script as it ends the term, and a renewal drops an entry it finds lost in the same
+/// script as it checks it — the client never schedules a removal for a later renewal (the Cluster
+/// backend does, which is where the finding was). Both groups and leases are checked.
+#[test]
+fn a_lease_acquired_again_after_its_release_and_a_renewal_stays_owned() {
+    let r = PrivateRedis::start(&[]);
+    let b = backend(&r);
+    let sid = b.open_session(D, "").unwrap().id;
+    let (x, control, g) = (name("again", 0), name("again", 1), name("again-group", 0));
+    let tc = token(b.acquire(&sid, &control));
+    let t1 = token(b.acquire(&sid, &x));
+    b.join(&sid, &g).unwrap();
+    b.release(&sid, &x, t1).unwrap();
+    b.leave(&sid, &g).unwrap();
+    assert_eq!(owned(&b, &sid, D), vec![(control.clone(), tc)]);
+    let t2 = token(b.acquire(&sid, &x));
+    b.join(&sid, &g).unwrap();
+    for k in 1..=2 {
+        assert_eq!(owned(&b, &sid, D), vec![(x.clone(), t2), (control.clone(), tc)], "renewal {k} after");
+        let KeepAlive::Alive { groups, .. } = b.keep_alive(&sid, D).unwrap() else { panic!("expired") };
+        assert_eq!(groups, vec![g.clone()], "renewal {k} after the re-join");
+    }
+    b.close_session(&sid).unwrap();
+}
+
 #[test]
 fn a_lease_hash_changed_behind_the_sessions_back_is_not_reported() {
     let r = PrivateRedis::start(&[]);

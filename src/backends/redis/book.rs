@@ -76,10 +76,38 @@ pub(crate) struct Book {
     pub finished: HashMap<Item, Instant>,
     /// Cluster: lease names whose renewal follow-up failed, since when.
     pub failing: HashMap<Name, Instant>,
-    /// Cluster: lease names to remove from the session's lease index at the next renewal.
-    pub drop_leases: HashSet<Name>,
-    /// Cluster: group names to remove from the session's group index at the next renewal.
-    pub drop_groups: HashSet<Name>,
+    /// Cluster: leases and groups to remove from the session's indexes at the next renewal (see
+    /// [`Book::schedule_drop`]). An acquire or join of the item unschedules it.
+    pub drops: HashSet<Item>,
+    /// Cluster: leases and groups the next renewal indexes again: a renewal removed them while
+    /// this client acquired or joined them again (see [`Book::index_changes_sent`]).
+    pub reindex: HashSet<Item>,
+}
+
+/// Cluster: the index changes one renewal took from the book and sends with its session call.
+#[derive(Debug)]
+pub(crate) struct IndexChanges {
+    /// Items to remove from the indexes.
+    pub drops: Vec<Item>,
+    /// Items to (re-)add to the indexes.
+    pub reindex: Vec<Item>,
+    /// When they were taken: an acquire or join of a dropped item since may have indexed it
+    /// before the removal reached the server.
+    pub taken: Instant,
+}
+
+impl IndexChanges {
+    /// The lease names and the group names of `items`.
+    pub fn split(items: &[Item]) -> (Vec<&Name>, Vec<&Name>) {
+        let (mut leases, mut groups) = (Vec::new(), Vec::new());
+        for item in items {
+            match item {
+                Item::Lease(n) => leases.push(n),
+                Item::Group(n) => groups.push(n),
+            }
+        }
+        (leases, groups)
+    }
 }
 
 impl Book {
@@ -92,8 +120,8 @@ impl Book {
             && self.inflight.is_empty()
             && self.finished.is_empty()
             && self.failing.is_empty()
-            && self.drop_leases.is_empty()
-            && self.drop_groups.is_empty()
+            && self.drops.is_empty()
+            && self.reindex.is_empty()
     }
 
     /// Remembers an abandoned term for one lease period `d` — unless another acquire of this
@@ -124,7 +152,7 @@ impl Book {
             self.abandoned.iter().filter(|(_, (_, until))| now >= *until).map(|(n, _)| n.clone()).collect();
         for n in expired {
             self.abandoned.remove(&n);
-            self.drop_leases.insert(n);
+            self.schedule_drop(Item::Lease(n), now);
         }
         self.abandoned.iter().map(|(n, (t, _))| (n.clone(), *t)).collect()
     }
@@ -133,6 +161,49 @@ impl Book {
     /// that started at `since` must then not drop the item from the session's index.
     pub fn touched_since(&self, item: &Item, since: Instant) -> bool {
         self.inflight.get(item).is_some_and(|n| *n > 0) || self.finished.get(item).is_some_and(|t| *t >= since)
+    }
+
+    /// Cluster: schedules `item`'s removal from the session's index at the next renewal, found
+    /// lost (or given up) by a renewal that started at `since` — unless an acquire or join of the
+    /// item is in flight or finished since: that one may have established a term or membership
+    /// the renewal did not see, and a removal would unindex it (issue #36, finding 1). Returns
+    /// whether it was scheduled.
+    pub fn schedule_drop(&mut self, item: Item, since: Instant) -> bool {
+        if self.touched_since(&item, since) {
+            return false;
+        }
+        self.reindex.remove(&item);
+        self.drops.insert(item)
+    }
+
+    /// Cluster: takes the index changes the next session call sends (`now`: when).
+    pub fn take_index_changes(&mut self, now: Instant) -> IndexChanges {
+        IndexChanges { drops: self.drops.drain().collect(), reindex: self.reindex.drain().collect(), taken: now }
+    }
+
+    /// Cluster: the session call that carried `changes` returned (`applied`: it ran; otherwise it
+    /// may or may not have). A dropped item this client acquired or joined again since the changes
+    /// were taken may have been indexed by that acquire or join before the removal reached the
+    /// server: the next renewal indexes it again (its own reply may not list it; the term or
+    /// membership was established after its send, which the engine does not judge by it). Items
+    /// not sent for sure are kept for the next renewal.
+    pub fn index_changes_sent(&mut self, changes: IndexChanges, applied: bool) {
+        let taken = changes.taken;
+        for item in changes.drops {
+            if self.touched_since(&item, taken) {
+                self.drops.remove(&item);
+                self.reindex.insert(item);
+            } else if !applied {
+                self.drops.insert(item);
+            }
+        }
+        if !applied {
+            for item in changes.reindex {
+                if !self.drops.contains(&item) {
+                    self.reindex.insert(item);
+                }
+            }
+        }
     }
 
     /// Whether a renewal may report `(name, token)` as owned: not while an acquire of `name` is in
@@ -200,8 +271,13 @@ impl Books {
     }
 
     /// Marks an acquire or join as in flight until the guard drops.
+    /// An item scheduled for removal from the session's index is unscheduled: the acquire or
+    /// join may establish a term or membership the renewal that scheduled it did not see.
     pub fn inflight<'a>(&'a self, sid: &SessionId, item: Item) -> Inflight<'a> {
-        self.with(sid, |b| *b.inflight.entry(item.clone()).or_default() += 1);
+        self.with(sid, |b| {
+            b.drops.remove(&item);
+            *b.inflight.entry(item.clone()).or_default() += 1;
+        });
         Inflight { books: self, sid: sid.clone(), item }
     }
 }
@@ -258,6 +334,41 @@ mod tests {
         assert!(!b.try_confirm(&n, t6), "an abandoned term was reported");
         b.released(&n, t6);
         assert!(b.try_confirm(&n, t6));
+    }
+
+    /// Issue #36 finding 1: a removal scheduled for the next renewal never removes a term or
+    /// membership established after the renewal that scheduled it. An acquire or join unschedules
+    /// it; one that runs while the next renewal already sends it has the item indexed again by the
+    /// renewal after; and a removal found lost while an acquire is in flight is not scheduled.
+    #[test]
+    fn a_scheduled_removal_never_outlives_a_new_acquire_or_join() {
+        let books = Books::new(true);
+        let sid = SessionId::random();
+        let (x, g) = (Item::Lease(Name::new("x").unwrap()), Item::Group(Name::new("g").unwrap()));
+        let t0 = now();
+        for item in [&x, &g] {
+            assert!(books.with(&sid, |b| b.schedule_drop(item.clone(), t0)));
+            drop(books.inflight(&sid, item.clone()));
+            let taken = books.with(&sid, |b| b.take_index_changes(now()));
+            assert!(taken.drops.is_empty(), "{item:?}: the acquire or join unscheduled it");
+        }
+        // Taken by a renewal, then acquired again before the renewal's session call returned.
+        assert!(books.with(&sid, |b| b.schedule_drop(x.clone(), now())));
+        let taken = books.with(&sid, |b| b.take_index_changes(now()));
+        assert_eq!(taken.drops, vec![x.clone()]);
+        drop(books.inflight(&sid, x.clone()));
+        books.with(&sid, |b| b.index_changes_sent(taken, true));
+        let next = books.with(&sid, |b| b.take_index_changes(now()));
+        assert_eq!((next.drops.len(), next.reindex), (0, vec![x.clone()]), "indexed again");
+        // Not touched since: the removal stands; a failed session call keeps it for the next one.
+        assert!(books.with(&sid, |b| b.schedule_drop(g.clone(), now())));
+        let taken = books.with(&sid, |b| b.take_index_changes(now()));
+        books.with(&sid, |b| b.index_changes_sent(taken, false));
+        assert_eq!(books.with(&sid, |b| b.take_index_changes(now())).drops, vec![g.clone()]);
+        // In flight: not scheduled at all.
+        let guard = books.inflight(&sid, x.clone());
+        assert!(!books.with(&sid, |b| b.schedule_drop(x.clone(), now())));
+        drop(guard);
     }
 
     /// A listing follows only the change that comes right after it, and never copies a listing

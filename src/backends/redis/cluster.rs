@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use redis::cluster_routing::Slot;
 
-use super::book::{Index, Item};
+use super::book::{Index, IndexChanges, Item};
 use super::port::ScriptCall;
 use super::reply::{self, array, int, string, strings, unexpected};
 use super::scripts::{keys, SCRIPTS};
@@ -92,30 +92,25 @@ impl Plan {
 pub(crate) fn keep_alive(inner: &Inner, sid: &SessionId, d: Duration) -> Result<KeepAlive> {
     let deadline = inner.deadline();
     let s = sid.as_str();
-    let (drop_leases, drop_groups, index) = inner
-        .books
-        .with(sid, |b| (std::mem::take(&mut b.drop_leases), std::mem::take(&mut b.drop_groups), b.index.clone()));
+    let (changes, index) = inner.books.with(sid, |b| (b.take_index_changes(crate::sync::now()), b.index.clone()));
     let known = index.as_ref().map(|i| i.gen.clone()).unwrap_or_default();
-    let mut args = vec![ms(d), known, drop_leases.len().to_string()];
-    args.extend(drop_leases.iter().map(Name::to_string));
-    args.extend(drop_groups.iter().map(Name::to_string));
+    let (drop_leases, drop_groups) = IndexChanges::split(&changes.drops);
+    let (add_leases, add_groups) = IndexChanges::split(&changes.reindex);
+    let mut args =
+        vec![ms(d), known, drop_leases.len().to_string(), drop_groups.len().to_string(), add_leases.len().to_string()];
+    for names in [drop_leases, drop_groups, add_leases, add_groups] {
+        args.extend(names.into_iter().map(Name::to_string));
+    }
     let script = &SCRIPTS.keep_alive_session;
     let started = crate::sync::now();
-    let v = match inner.scripting.eval(
+    let called = inner.scripting.eval(
         script,
         &[keys::session(s), keys::session_leases(s), keys::session_groups(s)],
         &args,
         deadline,
-    ) {
-        Ok(v) => v,
-        Err(e) => {
-            inner.books.with(sid, |b| {
-                b.drop_leases.extend(drop_leases);
-                b.drop_groups.extend(drop_groups);
-            });
-            return Err(e);
-        }
-    };
+    );
+    inner.books.with(sid, |b| b.index_changes_sent(changes, called.is_ok()));
+    let v = called?;
     let returned = crate::sync::now();
     let items = array(&v).ok_or_else(|| unexpected(script.name(), &v))?;
     let first = items.first().and_then(int).ok_or_else(|| unexpected(script.name(), &v))?;
@@ -210,11 +205,10 @@ pub(crate) fn keep_alive(inner: &Inner, sid: &SessionId, d: Duration) -> Result<
                             );
                         }
                         None => {
-                            if !b.touched_since(&Item::Lease(name.clone()), started) {
+                            if b.schedule_drop(Item::Lease(name.clone()), started) {
                                 log::debug!(
                                     "session {sid}: lease {name} is no longer held; dropping it from the index"
                                 );
-                                b.drop_leases.insert(name.clone());
                             }
                         }
                     }
@@ -222,9 +216,8 @@ pub(crate) fn keep_alive(inner: &Inner, sid: &SessionId, d: Duration) -> Result<
                 for (group, ok) in work.groups.iter().zip(group_ok) {
                     if ok {
                         members.push(group.clone());
-                    } else if !b.touched_since(&Item::Group(group.clone()), started) {
+                    } else if b.schedule_drop(Item::Group(group.clone()), started) {
                         log::warn!("session {sid}: membership of group {group} expired; dropping it from the index");
-                        b.drop_groups.insert(group.clone());
                     }
                 }
             }),
@@ -252,12 +245,13 @@ pub(crate) fn keep_alive(inner: &Inner, sid: &SessionId, d: Duration) -> Result<
                         let failing_for = now.saturating_duration_since(since);
                         recent |= failing_for < give_up;
                         if failing_for >= d {
-                            log::warn!(
-                                "session {sid}: lease {name} could not be renewed for one lease period; dropping it \
-                                 from the index"
-                            );
                             b.failing.remove(name);
-                            b.drop_leases.insert(name.clone());
+                            if b.schedule_drop(Item::Lease(name.clone()), started) {
+                                log::warn!(
+                                    "session {sid}: lease {name} could not be renewed for one lease period; dropping \
+                                     it from the index"
+                                );
+                            }
                         }
                     }
                     recent
@@ -392,8 +386,11 @@ pub(crate) fn close_session(inner: &Inner, sid: &SessionId) -> Result<()> {
     for raw in strings(leases, script.name())? {
         releases.push((reply::index_name(sid, &raw, "lease")?, None));
     }
-    let abandoned =
-        inner.books.with(sid, |b| b.abandoned.iter().map(|(n, (t, _))| (n.clone(), *t)).collect::<Vec<_>>());
+    // Abandoned terms, and what a renewal removed from the indexes while this client acquired or
+    // joined it again (to be indexed again by the next renewal): the index does not list them.
+    let (abandoned, reindex) = inner
+        .books
+        .with(sid, |b| (b.abandoned.iter().map(|(n, (t, _))| (n.clone(), *t)).collect::<Vec<_>>(), b.reindex.clone()));
     for (name, token) in abandoned {
         if !releases.iter().any(|(n, _)| *n == name) {
             releases.push((name, Some(token)));
@@ -402,6 +399,13 @@ pub(crate) fn close_session(inner: &Inner, sid: &SessionId) -> Result<()> {
     let mut left = Vec::new();
     for raw in strings(groups, script.name())? {
         left.push(reply::index_name(sid, &raw, "group")?);
+    }
+    for item in reindex {
+        match item {
+            Item::Lease(name) if !releases.iter().any(|(n, _)| *n == name) => releases.push((name, None)),
+            Item::Group(name) if !left.contains(&name) => left.push(name),
+            _ => {}
+        }
     }
     release_all(inner, sid, &releases, &left, deadline).map_err(|e| {
         Error::new(
