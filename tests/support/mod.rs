@@ -13,6 +13,7 @@ use simba::{LeaseBackend, Name, Session, SessionOptions};
 #[cfg(feature = "cli")]
 pub mod cli;
 pub mod forward;
+pub mod netfault;
 #[cfg(all(feature = "postgres", feature = "redis"))]
 pub mod paused;
 pub mod proxy;

@@ -21,6 +21,15 @@ pub struct ZkConfig {
     pub tls: Option<ZkTlsFiles>,
     /// Enable SASL DIGEST-MD5 with these users (`user`, `password`).
     pub sasl_users: Vec<(String, String)>,
+    /// `tickTime` in milliseconds (default 250).
+    pub tick_ms: Option<u32>,
+    /// `syncLimit` in ticks (default 20).
+    pub sync_limit: Option<u32>,
+    /// Each ensemble member's address (`server.N=` lines; this member's `clientPortAddress` and
+    /// the address [`PrivateZk::four_letters`] uses); default 127.0.0.1 for all.
+    pub member_hosts: Vec<String>,
+    /// Run the server inside this network namespace (see `support::netfault::Netns`).
+    pub netns: Option<String>,
 }
 
 /// The ports of one ensemble member.
@@ -49,6 +58,8 @@ pub struct PrivateZk {
     pub port: u16,
     /// TLS client port, when TLS is configured.
     pub secure_port: Option<u16>,
+    /// The address the server serves clients on (127.0.0.1 unless `member_hosts` says otherwise).
+    pub host: String,
     config: ZkConfig,
 }
 
@@ -70,7 +81,7 @@ impl PrivateZk {
     }
 
     /// Writes the configuration of a private ZooKeeper in a fresh directory; starts nothing.
-    fn configure(label: &str, config: ZkConfig) -> PrivateZk {
+    pub fn configure(label: &str, config: ZkConfig) -> PrivateZk {
         let dir = std::env::temp_dir().join(super::unique(label));
         std::fs::create_dir_all(dir.join("data")).unwrap();
         let port = match &config.ensemble {
@@ -78,15 +89,27 @@ impl PrivateZk {
             None => free_port(),
         };
         let secure_port = config.tls.as_ref().map(|_| free_port());
-        let mut cfg = format!(
-            "tickTime=250\ninitLimit=40\nsyncLimit=20\ndataDir={}\nclientPort={port}\nclientPortAddress=127.0.0.1\n\
-             minSessionTimeout=500\nmaxSessionTimeout=60000\nmaxClientCnxns=0\nadmin.enableServer=false\n\
-             4lw.commands.whitelist=srvr,cons\n",
-            dir.join("data").display()
-        );
+        let host_of = |i: usize| config.member_hosts.get(i).cloned().unwrap_or_else(|| "127.0.0.1".to_string());
+        let host = config.ensemble.as_ref().map_or_else(|| host_of(usize::MAX), |(id, _)| host_of(id - 1));
+        let mut cfg = match (config.tick_ms, config.sync_limit) {
+            (None, None) => format!(
+                "tickTime=250\ninitLimit=40\nsyncLimit=20\ndataDir={}\nclientPort={port}\nclientPortAddress={host}\n\
+                 minSessionTimeout=500\nmaxSessionTimeout=60000\nmaxClientCnxns=0\nadmin.enableServer=false\n\
+                 4lw.commands.whitelist=srvr,cons\n",
+                dir.join("data").display()
+            ),
+            // A realistic tick: ZooKeeper's default session timeout bounds (2 and 20 ticks).
+            (tick, sync) => format!(
+                "tickTime={}\ninitLimit=10\nsyncLimit={}\ndataDir={}\nclientPort={port}\nclientPortAddress={host}\n\
+                 maxClientCnxns=0\nadmin.enableServer=false\n4lw.commands.whitelist=srvr,cons,conf\n",
+                tick.unwrap_or(2000),
+                sync.unwrap_or(5),
+                dir.join("data").display()
+            ),
+        };
         if let Some((id, members)) = &config.ensemble {
             for (i, m) in members.iter().enumerate() {
-                cfg.push_str(&format!("server.{}=127.0.0.1:{}:{}\n", i + 1, m.quorum, m.election));
+                cfg.push_str(&format!("server.{}={}:{}:{}\n", i + 1, host_of(i), m.quorum, m.election));
             }
             std::fs::write(dir.join("data").join("myid"), format!("{id}\n")).unwrap();
         }
@@ -103,7 +126,7 @@ impl PrivateZk {
             );
             std::fs::write(dir.join("jaas.conf"), jaas).unwrap();
         }
-        PrivateZk { proc: ServerProcess::new(dir), port, secure_port, config }
+        PrivateZk { proc: ServerProcess::new(dir), port, secure_port, host, config }
     }
 
     /// Starts (or restarts) the process and waits until it serves.
@@ -123,7 +146,14 @@ impl PrivateZk {
                 cp.push_str(j);
             }
         }
-        let mut cmd = Command::new("java");
+        let mut cmd = match &self.config.netns {
+            Some(ns) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", ns, "java"]);
+                c
+            }
+            None => Command::new("java"),
+        };
         cmd.args(["-Xms32m", "-Xmx256m", "-XX:+UseSerialGC"]);
         if let Some(t) = &self.config.tls {
             cmd.arg("-Dzookeeper.serverCnxnFactory=org.apache.zookeeper.server.NettyServerCnxnFactory")
@@ -170,7 +200,7 @@ impl PrivateZk {
 
     /// The answer to a four-letter command (`srvr`, `cons`), `None` when the server does not answer.
     pub fn four_letters(&self, cmd: &str) -> Option<String> {
-        four_letters(self.port, cmd)
+        four_letters_at(&self.host, self.port, cmd)
     }
 
     /// `leader`, `follower` or `standalone` (from `srvr`), `None` while not serving.
@@ -181,7 +211,7 @@ impl PrivateZk {
 
     /// The ids of the ZooKeeper sessions connected to this server (from `cons`).
     pub fn connected_sessions(&self) -> Vec<u64> {
-        connected_sessions(self.port)
+        parse_sessions(&self.four_letters("cons").unwrap_or_default())
     }
 
     /// Stops the process gracefully.
@@ -189,9 +219,9 @@ impl PrivateZk {
         self.proc.terminate();
     }
 
-    /// `zookeeper://127.0.0.1:<plain port>/simba`.
+    /// `zookeeper://<host>:<plain port>/simba`.
     pub fn url(&self) -> String {
-        format!("zookeeper://127.0.0.1:{}/simba", self.port)
+        format!("zookeeper://{}:{}/simba", self.host, self.port)
     }
 
     /// `127.0.0.1:<TLS port>`.
@@ -202,8 +232,14 @@ impl PrivateZk {
 
 /// The answer of the ZooKeeper on `127.0.0.1:port` to a four-letter command.
 pub fn four_letters(port: u16, cmd: &str) -> Option<String> {
+    four_letters_at("127.0.0.1", port, cmd)
+}
+
+/// The answer of the ZooKeeper on `host:port` to a four-letter command.
+pub fn four_letters_at(host: &str, port: u16, cmd: &str) -> Option<String> {
     use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    let addr: std::net::SocketAddr = format!("{host}:{port}").parse().ok()?;
+    let mut s = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(2)).ok()?;
     let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
     let mut out = String::new();
     s.write_all(cmd.as_bytes()).ok()?;
@@ -214,7 +250,10 @@ pub fn four_letters(port: u16, cmd: &str) -> Option<String> {
 /// The ids of the sessions connected to the ZooKeeper on `127.0.0.1:port` (its `cons` answer:
 /// `…(…,sid=0x1000…,…)` per connection; the `cons` connection itself has none).
 pub fn connected_sessions(port: u16) -> Vec<u64> {
-    let out = four_letters(port, "cons").unwrap_or_default();
+    parse_sessions(&four_letters(port, "cons").unwrap_or_default())
+}
+
+fn parse_sessions(out: &str) -> Vec<u64> {
     out.split("sid=0x")
         .skip(1)
         .filter_map(|rest| {

@@ -242,6 +242,33 @@ impl Book {
     }
 }
 
+/// Log records made while the books' lock is held, written once it is released: the application's
+/// logger is user code, and the books' mutex is shared by every session of the backend (a slow
+/// logger would stall them all, one that calls back into simba would deadlock; issue #36, finding
+/// 6).
+pub(crate) struct Logs {
+    target: &'static str,
+    records: Vec<(log::Level, String)>,
+}
+
+impl Logs {
+    /// Records to be written with `target` (the caller's `module_path!()`).
+    pub fn new(target: &'static str) -> Logs {
+        Logs { target, records: Vec::new() }
+    }
+
+    pub fn push(&mut self, level: log::Level, message: String) {
+        self.records.push((level, message));
+    }
+
+    /// Writes the records; call it with no internal lock held.
+    pub fn write(self) {
+        for (level, message) in self.records {
+            log::log!(target: self.target, level, "{message}");
+        }
+    }
+}
+
 /// The books of every session this backend works with.
 pub(crate) struct Books {
     map: Mutex<HashMap<SessionId, Book>>,

@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use redis::cluster_routing::Slot;
 
-use super::book::{Index, IndexChanges, Item};
+use super::book::{Index, IndexChanges, Item, Logs};
 use super::port::ScriptCall;
 use super::reply::{self, array, int, string, strings, unexpected};
 use super::scripts::{keys, SCRIPTS};
@@ -193,21 +193,25 @@ pub(crate) fn keep_alive(inner: &Inner, sid: &SessionId, d: Duration) -> Result<
             Ok(v) => Ok(decode_renew_slot(SCRIPTS.renew_slot.name(), &v, &work)?),
             Err(e) => Err(e),
         };
+        // What to log is collected under the books' lock and written after it (see `Logs`).
+        let mut logs = Logs::new(module_path!());
         match outcome {
             Ok((tokens, group_ok)) => inner.books.with(sid, |b| {
                 for (name, token) in work.renew.iter().zip(tokens) {
                     b.failing.remove(name);
                     match token {
                         Some(t) if b.reportable(name, t) => owned.push((name.clone(), t)),
-                        Some(t) => {
-                            log::debug!(
-                                "session {sid}: not reporting lease {name} (token {t}): its acquire is in flight"
-                            );
-                        }
+                        Some(t) => logs.push(
+                            log::Level::Debug,
+                            format!("session {sid}: not reporting lease {name} (token {t}): its acquire is in flight"),
+                        ),
                         None => {
                             if b.schedule_drop(Item::Lease(name.clone()), started) {
-                                log::debug!(
-                                    "session {sid}: lease {name} is no longer held; dropping it from the index"
+                                logs.push(
+                                    log::Level::Debug,
+                                    format!(
+                                        "session {sid}: lease {name} is no longer held; dropping it from the index"
+                                    ),
                                 );
                             }
                         }
@@ -217,7 +221,10 @@ pub(crate) fn keep_alive(inner: &Inner, sid: &SessionId, d: Duration) -> Result<
                     if ok {
                         members.push(group.clone());
                     } else if b.schedule_drop(Item::Group(group.clone()), started) {
-                        log::warn!("session {sid}: membership of group {group} expired; dropping it from the index");
+                        logs.push(
+                            log::Level::Warn,
+                            format!("session {sid}: membership of group {group} expired; dropping it from the index"),
+                        );
                     }
                 }
             }),
@@ -247,9 +254,12 @@ pub(crate) fn keep_alive(inner: &Inner, sid: &SessionId, d: Duration) -> Result<
                         if failing_for >= d {
                             b.failing.remove(name);
                             if b.schedule_drop(Item::Lease(name.clone()), started) {
-                                log::warn!(
-                                    "session {sid}: lease {name} could not be renewed for one lease period; dropping \
-                                     it from the index"
+                                logs.push(
+                                    log::Level::Warn,
+                                    format!(
+                                        "session {sid}: lease {name} could not be renewed for one lease period; \
+                                         dropping it from the index"
+                                    ),
                                 );
                             }
                         }
@@ -267,6 +277,7 @@ pub(crate) fn keep_alive(inner: &Inner, sid: &SessionId, d: Duration) -> Result<
                 }
             }
         }
+        logs.write();
     }
     if let Some(e) = transient {
         return Err(e);

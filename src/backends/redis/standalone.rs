@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::book::{Item, Listing};
+use super::book::{Item, Listing, Logs};
 use super::reply::{self, array, int, string, unexpected};
 use super::scripts::{keys, SCRIPTS};
 use super::{ms, Inner};
@@ -65,6 +65,8 @@ pub(crate) fn keep_alive(inner: &Inner, sid: &SessionId, d: Duration) -> Result<
         },
     };
     let mut owned = Vec::with_capacity(all.len());
+    // What to log is collected under the books' lock and written after it (see `Logs`).
+    let mut logs = Logs::new(module_path!());
     inner.books.with(sid, |b| {
         for (name, token) in all.iter() {
             if abandoned.iter().any(|(a, _)| a == name) {
@@ -73,10 +75,14 @@ pub(crate) fn keep_alive(inner: &Inner, sid: &SessionId, d: Duration) -> Result<
             if b.reportable(name, *token) {
                 owned.push((name.clone(), *token));
             } else {
-                log::debug!("session {sid}: not reporting lease {name} (token {token}): its acquire is in flight");
+                logs.push(
+                    log::Level::Debug,
+                    format!("session {sid}: not reporting lease {name} (token {token}): its acquire is in flight"),
+                );
             }
         }
     });
+    logs.write();
     Ok(KeepAlive::Alive { remaining: reply::millis(remaining_ms, d), owned, groups })
 }
 

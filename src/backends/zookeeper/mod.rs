@@ -527,15 +527,27 @@ impl Inner {
                 self.hosts
             )));
         };
+        let mut ended = None;
         if let Some(c) = guard.as_ref() {
             if !c.state().is_terminated() {
                 return Ok(c.clone());
             }
-            log::info!("zookeeper shared reader session {:?} ended ({}); opening a new one", c.session_id(), c.state());
+            ended = Some(format!("zookeeper shared reader session {:?} ended ({})", c.session_id(), c.state()));
         }
-        let c = self.connect_client(SHARED_SESSION_TIMEOUT, deadline)?;
-        *guard = Some(c.clone());
-        Ok(c)
+        let connected = self.connect_client(SHARED_SESSION_TIMEOUT, deadline);
+        if let Ok(c) = &connected {
+            *guard = Some(c.clone());
+        }
+        drop(guard);
+        // Logged once the lock is released: the application's logger is user code (issue #36,
+        // finding 6).
+        if let Some(ended) = ended {
+            match &connected {
+                Ok(_) => log::info!("{ended}; opened a new one"),
+                Err(e) => log::info!("{ended}; opening a new one failed: {e}"),
+            }
+        }
+        connected
     }
 
     fn session(&self, id: &SessionId) -> Option<Arc<ZkSession>> {

@@ -9,14 +9,13 @@ impl ZkSession {
     /// its watchdog deadline (which closes it), `Unavailable` while disconnected.
     pub(super) fn gate(&self) -> Result<Client> {
         let dropped;
+        // Logged once the lock is released: the application's logger is user code (issue #36,
+        // finding 6).
+        let mut overdue = None;
         {
             let mut life = self.life.lock();
             if !life.closed && Instant::now() >= life.deadline {
-                log::warn!(
-                    "zookeeper session {}: not renewed within its lease duration {:?}; closing it (watchdog)",
-                    self.id,
-                    life.lease_duration
-                );
+                overdue = Some(life.lease_duration);
                 life.closed = true;
             }
             if life.closed {
@@ -36,6 +35,12 @@ impl ZkSession {
                     ))),
                 };
             }
+        }
+        if let Some(lease_duration) = overdue {
+            log::warn!(
+                "zookeeper session {}: not renewed within its lease duration {lease_duration:?}; closing it (watchdog)",
+                self.id
+            );
         }
         drop(dropped);
         Err(Error::session_expired(&self.id))

@@ -167,16 +167,22 @@ impl LeaseBackend for ZookeeperBackend {
             life.deadline = life.deadline.max(t0 + lease_duration);
             life.lease_duration = lease_duration;
         }
+        // What to log is collected under the session's lock and written after it: the
+        // application's logger is user code (issue #36, finding 6).
+        let mut logs: Vec<(log::Level, String)> = Vec::new();
         let mut l = s.leases.lock();
         for (name, r) in to_check.into_iter().zip(checks) {
             let idle = l.pending.get(&name) == Some(&0);
             match r {
                 Ok((_, stat)) if stat.ephemeral_owner == s.zk_id => {
                     if let Ok(t) = token_of(stat.czxid, name.as_str()) {
-                        log::info!(
-                            "zookeeper session {session}: lease {name} (token {t}) whose create outcome was unknown \
-                             is owned; reporting it"
-                        );
+                        logs.push((
+                            log::Level::Info,
+                            format!(
+                                "zookeeper session {session}: lease {name} (token {t}) whose create outcome was \
+                                 unknown is owned; reporting it"
+                            ),
+                        ));
                         l.known.insert(name.clone(), t);
                     }
                     if idle {
@@ -188,7 +194,10 @@ impl LeaseBackend for ZookeeperBackend {
                         l.pending.remove(&name);
                     }
                 }
-                Err(e) => log::debug!("zookeeper session {session}: cannot check possibly owned lease {name}: {e}"),
+                Err(e) => logs.push((
+                    log::Level::Debug,
+                    format!("zookeeper session {session}: cannot check possibly owned lease {name}: {e}"),
+                )),
             }
         }
         if let Some((_, leases)) = &listed {
@@ -196,16 +205,22 @@ impl LeaseBackend for ZookeeperBackend {
                 // Still the same term in memory (not released or re-acquired meanwhile), and its
                 // node is no longer this session's on the server: lost.
                 if !leases.contains(&name) && l.known.get(&name) == Some(&token) {
-                    log::warn!(
-                        "zookeeper session {session}: the node of lease {name} (token {token}) is gone from the \
-                         server (deleted by another client); reporting the lease lost"
-                    );
+                    logs.push((
+                        log::Level::Warn,
+                        format!(
+                            "zookeeper session {session}: the node of lease {name} (token {token}) is gone from the \
+                             server (deleted by another client); reporting the lease lost"
+                        ),
+                    ));
                     l.known.remove(&name);
                 }
             }
         }
         let mut owned: Vec<(Name, Token)> = l.known.iter().map(|(n, t)| (n.clone(), *t)).collect();
         drop(l);
+        for (level, message) in logs {
+            log::log!(level, "{message}");
+        }
         owned.sort();
         let groups = match listed {
             Some((groups, _)) => groups,
@@ -295,7 +310,7 @@ impl LeaseBackend for ZookeeperBackend {
             return Ok(());
         };
         let deadline = inner.query_deadline();
-        let Some(_one_at_a_time) = s.release_lock.try_lock_until(deadline) else {
+        let Some(one_at_a_time) = s.release_lock.try_lock_until(deadline) else {
             return Err(Error::unavailable(format!(
                 "release of lease {name} by session {session}: other releases of the session did not finish within {:?}",
                 inner.opts.query_timeout
@@ -342,10 +357,14 @@ impl LeaseBackend for ZookeeperBackend {
         };
         match run_until(client.delete(&path, version), deadline) {
             Some(Ok(())) | Some(Err(ZkError::NoNode)) => {
-                let mut l = s.leases.lock();
-                if l.pending.get(name) == Some(&0) {
-                    l.pending.remove(name);
+                {
+                    let mut l = s.leases.lock();
+                    if l.pending.get(name) == Some(&0) {
+                        l.pending.remove(name);
+                    }
                 }
+                // The application's logger runs under no lock of the session (issue #36, finding 6).
+                drop(one_at_a_time);
                 log::debug!("zookeeper session {session}: released lease {name} (token {token})");
                 Ok(())
             }
@@ -532,7 +551,7 @@ impl LeaseBackend for ZookeeperBackend {
 
     fn watch(&self, topic: &Topic, notify: &Sender<Notification>) -> Result<bool> {
         let inner = &self.inner;
-        if !inner.watches.add(topic, notify) {
+        if !inner.watches.add(topic, notify)? {
             return Ok(true); // a watch is already armed for this topic
         }
         let deadline = inner.query_deadline();
@@ -582,7 +601,7 @@ impl LeaseBackend for ZookeeperBackend {
 
     fn check(&self) -> Vec<CheckItem> {
         let inner = &self.inner;
-        let mut items = Vec::new();
+        let mut items = vec![inner.watches.check_item()];
         let deadline = inner.query_deadline();
         let client = match inner.shared(deadline) {
             Ok(c) => c,
