@@ -4,6 +4,9 @@
 
 pub mod memory;
 
+#[cfg(any(feature = "redis", feature = "postgres", feature = "zookeeper"))]
+pub(crate) mod notifier;
+
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 pub mod sql;
 

@@ -135,6 +135,9 @@ pub(crate) fn check(inner: &Inner) -> Vec<CheckItem> {
     }
 
     items.push(transport(inner, &target));
+    if inner.push {
+        items.push(inner.watchers.check_item());
+    }
 
     if !inner.scripting.is_clustered() {
         items.push(match cluster_enabled(inner) {

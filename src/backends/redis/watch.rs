@@ -19,6 +19,11 @@
 //! backend is dropped; it reconnects (rotating through the endpoints) after any failure,
 //! resubscribes, and then wakes every registered watcher, since messages may have been missed. It
 //! warns once per failing cause, not once per retry.
+//!
+//! The thread runs under the supervision rule of [`crate::backends::notifier`]: if it panics (or
+//! returns while the backend lives) every registered watcher is woken, registrations fail at once
+//! with `Unavailable` (saying why) until a restarted thread is connected again, and `check()` fails
+//! its "notifications" item meanwhile.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Weak};
@@ -31,7 +36,8 @@ use redis::{Client, Cmd, Connection, ConnectionInfo, Msg, Value};
 
 use super::port::map_err;
 use super::scripts::keys;
-use crate::backend::{Notification, Topic};
+use crate::backend::{CheckItem, Notification, Topic};
+use crate::backends::notifier::{supervise, Notifier, NotifierHealth, Supervised};
 use crate::error::{Error, Result};
 use crate::types::Name;
 
@@ -76,6 +82,8 @@ struct State {
 pub(crate) struct Watchers {
     state: Mutex<State>,
     changed: Condvar,
+    /// The subscriber thread's supervision (see [`crate::backends::notifier`]).
+    notifier: Arc<Notifier>,
 }
 
 /// What the thread must change on its connection.
@@ -89,16 +97,36 @@ struct Changes {
 
 impl Watchers {
     pub(crate) fn new() -> Arc<Watchers> {
-        Arc::new(Watchers { state: Mutex::new(State::default()), changed: Condvar::new() })
+        Arc::new(Watchers {
+            state: Mutex::new(State::default()),
+            changed: Condvar::new(),
+            notifier: Notifier::new("redis pub/sub"),
+        })
+    }
+
+    /// The health of the subscriber thread.
+    pub(crate) fn health(&self) -> NotifierHealth {
+        self.notifier.health()
+    }
+
+    /// The "notifications" item of `check()`.
+    pub(crate) fn check_item(&self) -> CheckItem {
+        self.notifier.check_item()
     }
 
     /// Registers a one-shot interest once the subscriber is connected (waiting until `deadline`).
     /// Returns at once: a channel not subscribed yet is subscribed by the thread, which then
-    /// notifies this registration (see the module docs).
+    /// notifies this registration (see the module docs). While the subscriber thread is dead
+    /// (not restarted and serving yet), fails at once with `Unavailable`.
     pub(crate) fn register(&self, topic: &Topic, notify: &Sender<Notification>, deadline: Instant) -> Result<bool> {
         let mut state = self.state.lock();
+        // Under the state lock: a thread that dies marks its notifier down before it takes the
+        // lock to wake the registered, so a registration is either refused or woken.
+        self.notifier.available()?;
         while !state.up {
-            if self.changed.wait_until(&mut state, deadline).timed_out() {
+            let timed_out = self.changed.wait_until(&mut state, deadline).timed_out();
+            self.notifier.available()?;
+            if timed_out {
                 return Err(Error::unavailable(
                     "redis pub/sub connection is not subscribed: release notifications are unavailable, poll instead",
                 ));
@@ -116,6 +144,23 @@ impl Watchers {
             state.pending.insert(topic.clone());
         }
         Ok(true)
+    }
+
+    /// The thread died: registrations are refused (by the notifier) and every registered watcher
+    /// is woken, since messages may have been lost.
+    fn wake_all_down(&self) {
+        let all: Vec<_> = {
+            let mut state = self.state.lock();
+            state.up = false;
+            state.subscribed.clear();
+            state.idle.clear();
+            state.pending.clear();
+            state.registry.drain().collect()
+        };
+        self.changed.notify_all();
+        for (topic, waiting) in all {
+            notify(&topic, waiting.senders);
+        }
     }
 
     /// The connection is down: registrations wait (or fail) until it is up again.
@@ -158,6 +203,7 @@ impl Watchers {
             all
         };
         self.changed.notify_all();
+        self.notifier.serving();
         for (topic, waiting) in all {
             notify(&topic, waiting.senders);
         }
@@ -287,6 +333,24 @@ impl Watchers {
     }
 }
 
+impl Supervised for Watchers {
+    fn notifier(&self) -> &Notifier {
+        &self.notifier
+    }
+
+    fn died(&self) {
+        self.wake_all_down();
+    }
+}
+
+impl super::RedisBackend {
+    /// The health of the pub/sub thread (`None` without one: candidates always poll).
+    #[allow(dead_code)] // for `Session::status` (issue #39)
+    pub(crate) fn notifier_health(&self) -> Option<NotifierHealth> {
+        self.inner.push.then(|| self.inner.watchers.health())
+    }
+}
+
 /// Sends each of `senders` the notification of `topic` (never blocking: a full or closed channel
 /// has been told enough).
 fn notify(topic: &Topic, senders: Vec<Sender<Notification>>) {
@@ -323,7 +387,8 @@ fn topic_of(channel: &str) -> Option<Topic> {
 
 /// Starts the subscriber thread: plain `SUBSCRIBE` on one of `endpoints` (standalone), or with
 /// `sharded` (Redis Cluster) `SSUBSCRIBE` of each channel on its slot's master, the cluster
-/// reached through `endpoints`.
+/// reached through `endpoints`; supervised (restarted when it dies, see
+/// [`crate::backends::notifier`]).
 pub(crate) fn spawn(
     watchers: &Arc<Watchers>,
     endpoints: Vec<ConnectionInfo>,
@@ -332,14 +397,13 @@ pub(crate) fn spawn(
     sharded: bool,
 ) -> std::io::Result<()> {
     let weak = Arc::downgrade(watchers);
-    thread::Builder::new().name("simba-redis-pubsub".into()).spawn(move || {
+    supervise("simba-redis-pubsub", format!("redis {target}"), weak, move |weak| {
         if sharded {
-            sharded::run(&weak, &endpoints, timeout, &target);
+            sharded::run(weak, &endpoints, timeout, &target);
         } else {
-            run(&weak, &endpoints, timeout, &target);
+            run(weak, &endpoints, timeout, &target);
         }
-    })?;
-    Ok(())
+    })
 }
 
 enum Stop {
@@ -490,6 +554,7 @@ fn subscribe(
     let mut swept = Instant::now();
     loop {
         let Some(w) = weak.upgrade() else { return Ok(Stop::BackendDropped) };
+        w.notifier.checkpoint();
         let changes = w.round(&mut swept);
         if !changes.subscribe.is_empty() || !changes.unsubscribe.is_empty() {
             subscribe(&mut sub, &w, &changes.subscribe).map_err(io)?;
@@ -643,3 +708,6 @@ mod tests {
         assert_eq!(w.changes(Instant::now() + STALE + LINGER, true).unsubscribe, vec![a]);
     }
 }
+
+#[cfg(test)]
+mod notify_tests;

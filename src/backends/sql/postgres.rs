@@ -649,14 +649,17 @@ impl Driver for PgDriver {
 
     fn extra_checks(&self) -> Vec<CheckItem> {
         let transport = self.run("check the connection's TLS", |c| Ok(c.transport.clone()));
-        vec![match transport {
-            Ok(t) => tls_item(&t, &self.connector),
-            Err(e) => CheckItem {
-                name: "tls".to_string(),
-                status: CheckStatus::Fail,
-                detail: crate::error::display_chain(&e),
+        vec![
+            match transport {
+                Ok(t) => tls_item(&t, &self.connector),
+                Err(e) => CheckItem {
+                    name: "tls".to_string(),
+                    status: CheckStatus::Fail,
+                    detail: crate::error::display_chain(&e),
+                },
             },
-        }]
+            self.listener.check_item(),
+        ]
     }
 
     fn call_bound(&self) -> Option<Duration> {

@@ -23,6 +23,11 @@
 //!
 //! The thread holds only a `Weak` to the shared state and ends within [`POLL`] once the backend is
 //! dropped. No log call and no send happens under the state lock.
+//!
+//! The thread runs under the supervision rule of [`crate::backends::notifier`]: if it panics (or
+//! returns while the backend lives) every registered watcher is woken, `watch` returns `false`
+//! until a restarted thread listens again, and `check()` fails its "notifications" item
+//! meanwhile.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Weak};
@@ -35,7 +40,8 @@ use parking_lot::{Condvar, Mutex};
 use postgres::fallible_iterator::FallibleIterator;
 
 use super::{q, PgConn, PgManager, KIND};
-use crate::backend::Notification;
+use crate::backend::{CheckItem, Notification};
+use crate::backends::notifier::{supervise, Notifier, NotifierHealth, Supervised};
 use crate::error::{display_chain, Result};
 use crate::types::Name;
 
@@ -84,6 +90,8 @@ struct State {
 struct Shared {
     state: Mutex<State>,
     changed: Condvar,
+    /// The thread's supervision (see [`crate::backends::notifier`]).
+    notifier: Arc<Notifier>,
 }
 
 /// The release notifications of one PostgreSQL backend.
@@ -98,7 +106,11 @@ impl Listener {
     pub(super) fn new(manager: PgManager, connect_timeout: Duration, query_timeout: Duration) -> Listener {
         let state = State { phase: Phase::Idle, registry: HashMap::new(), pid: None, manager: Some(manager) };
         Listener {
-            shared: Arc::new(Shared { state: Mutex::new(state), changed: Condvar::new() }),
+            shared: Arc::new(Shared {
+                state: Mutex::new(state),
+                changed: Condvar::new(),
+                notifier: Notifier::new("postgres LISTEN"),
+            }),
             connect_timeout,
             query_timeout,
         }
@@ -113,8 +125,7 @@ impl Listener {
             if let Some(manager) = st.manager.take() {
                 let weak = Arc::downgrade(&self.shared);
                 let qt = self.query_timeout;
-                let spawned =
-                    thread::Builder::new().name("simba-pg-listen".into()).spawn(move || run(weak, manager, qt));
+                let spawned = supervise("simba-pg-listen", KIND.to_string(), weak, move |weak| run(weak, &manager, qt));
                 match spawned {
                     Ok(_) => st.phase = Phase::Starting,
                     Err(e) => {
@@ -133,7 +144,9 @@ impl Listener {
                 break;
             }
         }
-        if st.phase != Phase::Up {
+        // Under the state lock: a thread that dies marks its notifier down before it takes the
+        // lock to wake the registered, so a registration is either refused or woken.
+        if st.phase != Phase::Up || self.shared.notifier.is_down() {
             return Ok(false);
         }
         let now = Instant::now();
@@ -143,6 +156,16 @@ impl Listener {
             waiting.senders.push(notify.clone());
         }
         Ok(true)
+    }
+
+    /// The health of the notification thread.
+    pub(super) fn health(&self) -> NotifierHealth {
+        self.shared.notifier.health()
+    }
+
+    /// The "notifications" item of `check()`.
+    pub(super) fn check_item(&self) -> CheckItem {
+        self.shared.notifier.check_item()
     }
 
     /// The server process id of the notification connection while it listens (for fault tests).
@@ -168,6 +191,7 @@ impl Shared {
             st.pid = Some(pid);
         }
         self.changed.notify_all();
+        self.notifier.serving();
     }
 
     /// The connection is lost (or could not be opened): wake every watcher, since a notification
@@ -201,6 +225,24 @@ impl Shared {
     }
 }
 
+impl Supervised for Shared {
+    fn notifier(&self) -> &Notifier {
+        &self.notifier
+    }
+
+    fn died(&self) {
+        self.down();
+    }
+}
+
+impl super::PgDriver {
+    /// The health of the notification thread.
+    #[allow(dead_code)] // for `Session::status` (issue #39)
+    pub(crate) fn notifier_health(&self) -> NotifierHealth {
+        self.listener.health()
+    }
+}
+
 fn send(name: &Name, senders: Vec<Sender<Notification>>) {
     let note = Notification::Released(name.clone());
     for s in senders {
@@ -213,14 +255,14 @@ fn send(name: &Name, senders: Vec<Sender<Notification>>) {
 
 /// The notification thread: connect, listen, serve; on loss wake everybody, log once per cause,
 /// back off and reconnect. Ends once the backend is dropped.
-fn run(weak: Weak<Shared>, manager: PgManager, query_timeout: Duration) {
+fn run(weak: &Weak<Shared>, manager: &PgManager, query_timeout: Duration) {
     let mut warned: Option<String> = None;
     let mut backoff = MIN_BACKOFF;
     loop {
         if weak.strong_count() == 0 {
             return;
         }
-        let cause = match listen(&manager) {
+        let cause = match listen(manager) {
             Ok(mut conn) => {
                 let Some(shared) = weak.upgrade() else { return };
                 shared.up(conn.pid);
@@ -231,7 +273,7 @@ fn run(weak: Weak<Shared>, manager: PgManager, query_timeout: Duration) {
                     debug!("simba {KIND}: listening for releases (server pid {})", conn.pid);
                 }
                 backoff = MIN_BACKOFF;
-                match serve(&weak, &mut conn, query_timeout) {
+                match serve(weak, &mut conn, query_timeout) {
                     Some(cause) => cause,
                     None => return,
                 }
@@ -274,9 +316,7 @@ fn serve(weak: &Weak<Shared>, conn: &mut PgConn, query_timeout: Duration) -> Opt
     let mut beat = Instant::now();
     let mut swept = Instant::now();
     loop {
-        if weak.strong_count() == 0 {
-            return None;
-        }
+        weak.upgrade()?.notifier.checkpoint();
         let next = conn.client.notifications().timeout_iter(POLL).next();
         match next {
             Ok(Some(n)) => {
@@ -303,3 +343,7 @@ fn serve(weak: &Weak<Shared>, conn: &mut PgConn, query_timeout: Duration) -> Opt
         }
     }
 }
+
+#[cfg(test)]
+#[path = "postgres_notify_tests.rs"]
+mod notify_tests;

@@ -20,6 +20,7 @@
 //! Notifications stay hints: a waiter polls as well, so a lost one costs latency only.
 
 use std::collections::{HashMap, HashSet};
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::mpsc;
 use std::sync::Weak;
 use std::thread;
@@ -33,6 +34,7 @@ use super::super::port::{connect, map_err};
 use super::super::router::{addr_of, node_info, query, slot_of, SlotMap};
 use super::{channel, topic_of, Warned, Watchers, CHUNK, MAX_BACKOFF, POLL};
 use crate::backend::Topic;
+use crate::backends::notifier::panic_message;
 use crate::error::{Error, Result};
 
 /// What the coordinator asks of a master's subscriber (every topic of one order in one slot).
@@ -105,6 +107,7 @@ pub(super) fn run(weak: &Weak<Watchers>, endpoints: &[ConnectionInfo], timeout: 
             log::debug!("redis pub/sub for {target}: backend dropped, subscriber threads stop");
             return;
         };
+        w.notifier.checkpoint();
         reports.extend(report_rx.try_iter());
         for report in reports.drain(..) {
             let (addr, topics) = match report {
@@ -318,9 +321,16 @@ fn start(
     thread::Builder::new()
         .name("simba-redis-shardsub".into())
         .spawn(move || {
-            if let Err(error) = subscribe(&weak, &info, &addr, timeout, &orders_rx, &reports, id) {
-                let _ = reports.send(Report::Down { addr, shard: id, error });
-            }
+            // A subscriber that panics is down like one whose connection failed: the coordinator
+            // wakes its watchers and starts another on the next registration.
+            let outcome =
+                catch_unwind(AssertUnwindSafe(|| subscribe(&weak, &info, &addr, timeout, &orders_rx, &reports, id)));
+            let error = match outcome {
+                Ok(Ok(())) => return,
+                Ok(Err(error)) => error,
+                Err(p) => Error::unavailable(format!("the subscriber thread panicked: {}", panic_message(p.as_ref()))),
+            };
+            let _ = reports.send(Report::Down { addr, shard: id, error });
         })
         .map_err(|e| Error::unavailable("cannot start a redis pub/sub thread").with_source(e))?;
     Ok(Shard { id, orders: orders_tx, topics: HashSet::new() })
