@@ -659,18 +659,20 @@ impl SqlBackend {
             }
             *last = Some(Instant::now());
         }
-        let me = self.clone();
+        // The run owns the flag from here: the guard clears it however the run ends (a panic of
+        // the driver included, or the closure dropped unrun when the thread cannot start). The
+        // run itself is one bounded call (the query timeout), so a hung statement ends too.
+        let run = PurgeRun(self.clone());
         let spawned = std::thread::Builder::new().name("simba-sql-purge".into()).spawn(move || {
+            let me = &run.0;
             match me.inner.driver.purge(PURGE_BATCH) {
                 Ok(0) => {}
                 Ok(n) => info!("simba {}: purged {n} expired sessions", me.inner.dialect),
                 Err(e) => warn!("simba {}: purge of expired sessions failed: {}", me.inner.dialect, display_chain(&e)),
             }
-            me.inner.purging.store(false, Ordering::Release);
         });
         if let Err(e) = spawned {
             warn!("simba {}: cannot start the purge thread: {e}", inner.dialect);
-            inner.purging.store(false, Ordering::Release);
         }
     }
 
@@ -678,6 +680,20 @@ impl SqlBackend {
         SessionId::parse(s.trim_end()).map_err(|e| {
             Error::backend(format!("{}: corrupt session id in the database", self.inner.dialect)).with_source(e)
         })
+    }
+}
+
+/// One background purge run: clears [`Inner::purging`] when dropped, so that a run that panicked
+/// (or never started) does not stop every later one.
+struct PurgeRun(SqlBackend);
+
+impl Drop for PurgeRun {
+    fn drop(&mut self) {
+        let inner = &self.0.inner;
+        if std::thread::panicking() {
+            warn!("simba {}: a purge of expired sessions panicked; the next one runs as usual", inner.dialect);
+        }
+        inner.purging.store(false, Ordering::Release);
     }
 }
 
@@ -1036,3 +1052,6 @@ mod tests {
 
 #[cfg(test)]
 mod prop_tests;
+
+#[cfg(all(test, any(feature = "postgres", feature = "mysql")))]
+mod purge_tests;
