@@ -305,3 +305,148 @@ pub(crate) fn panic_message(payload: &(dyn Any + Send)) -> String {
 
 #[cfg(test)]
 pub(crate) mod scenario;
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::OnceLock;
+
+    use crossbeam_channel::{unbounded, Sender};
+
+    use super::*;
+
+    /// Every record of this module, as (level, message).
+    static RECORDS: Mutex<Vec<(log::Level, String)>> = Mutex::new(Vec::new());
+
+    struct Capture;
+
+    impl log::Log for Capture {
+        fn enabled(&self, m: &log::Metadata<'_>) -> bool {
+            m.target().starts_with(module_path!().trim_end_matches("::tests"))
+        }
+        fn log(&self, r: &log::Record<'_>) {
+            if self.enabled(r.metadata()) {
+                RECORDS.lock().push((r.level(), r.args().to_string()));
+            }
+        }
+        fn flush(&self) {}
+    }
+
+    fn capture() {
+        static ONCE: OnceLock<()> = OnceLock::new();
+        ONCE.get_or_init(|| {
+            if log::set_boxed_logger(Box::new(Capture)).is_ok() {
+                log::set_max_level(log::LevelFilter::Trace);
+            }
+        });
+    }
+
+    fn records(what: &str, level: log::Level) -> Vec<String> {
+        RECORDS.lock().iter().filter(|(l, m)| *l == level && m.contains(what)).map(|(_, m)| m.clone()).collect()
+    }
+
+    struct Fake {
+        notifier: Arc<Notifier>,
+        deaths: AtomicUsize,
+        woken: Sender<()>,
+    }
+
+    impl Supervised for Fake {
+        fn notifier(&self) -> &Notifier {
+            &self.notifier
+        }
+        fn died(&self) {
+            self.deaths.fetch_add(1, Ordering::SeqCst);
+            let _ = self.woken.send(());
+        }
+    }
+
+    /// Sends on drop: tells when the supervisor's closure (and so its thread) is gone.
+    struct Gone(Sender<()>);
+
+    impl Drop for Gone {
+        fn drop(&mut self) {
+            let _ = self.0.send(());
+        }
+    }
+
+    fn until(what: &str, mut ok: impl FnMut() -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !ok() {
+            assert!(Instant::now() < deadline, "{what}");
+            thread::sleep(Duration::from_millis(2));
+        }
+    }
+
+    #[test]
+    fn a_body_that_keeps_dying_is_restarted_with_a_growing_backoff_and_logged_once() {
+        capture();
+        let what = "fake notifier (keeps dying)";
+        let (woken, wakes) = unbounded();
+        let fake = Arc::new(Fake { notifier: Notifier::new(what), deaths: AtomicUsize::new(0), woken });
+        let starts = Arc::new(Mutex::new(Vec::<Instant>::new()));
+        let (running, most) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+        let (s, r, m) = (starts.clone(), running.clone(), most.clone());
+        supervise("simba-test-notifier", "test".into(), Arc::downgrade(&fake), move |weak: &Weak<Fake>| {
+            let now_running = r.fetch_add(1, Ordering::SeqCst) + 1;
+            m.fetch_max(now_running, Ordering::SeqCst);
+            let n = {
+                let mut s = s.lock();
+                s.push(Instant::now());
+                s.len()
+            };
+            if n <= 4 {
+                r.fetch_sub(1, Ordering::SeqCst);
+                panic!("boom {n}");
+            }
+            let Some(f) = weak.upgrade() else { return };
+            f.notifier.serving();
+            drop(f);
+            while weak.strong_count() > 0 {
+                thread::sleep(Duration::from_millis(5));
+            }
+            r.fetch_sub(1, Ordering::SeqCst);
+        })
+        .unwrap();
+        until("the fifth start serves", || starts.lock().len() == 5 && !fake.notifier.is_down());
+        assert_eq!(fake.deaths.load(Ordering::SeqCst), 4, "each death woke the waiters");
+        assert_eq!(wakes.try_iter().count(), 4);
+        assert_eq!(fake.notifier.health().restarts, 4);
+        assert_eq!(most.load(Ordering::SeqCst), 1, "never two bodies at once");
+        let starts = starts.lock().clone();
+        for (i, pair) in starts.windows(2).enumerate() {
+            let least = MIN_RESTART * (1 << i);
+            assert!(pair[1] - pair[0] >= least, "restart {} came after {:?} (< {least:?})", i + 1, pair[1] - pair[0]);
+        }
+        let errors = records(what, log::Level::Error);
+        assert_eq!(errors.len(), 1, "the degradation is logged once: {errors:?}");
+        assert!(errors[0].contains("boom 1") && errors[0].contains("candidates poll"), "{errors:?}");
+        let back = records(what, log::Level::Info);
+        assert_eq!(back.len(), 1, "its end is logged once: {back:?}");
+        assert!(back[0].contains("are back"), "{back:?}");
+        assert!(records(what, log::Level::Warn).is_empty());
+    }
+
+    #[test]
+    fn a_dropped_backend_ends_its_supervisor_even_with_its_restart_held() {
+        let (woken, _wakes) = unbounded();
+        let fake =
+            Arc::new(Fake { notifier: Notifier::new("fake notifier (dropped)"), deaths: AtomicUsize::new(0), woken });
+        fake.notifier.hold_restarts(true);
+        let (gone_tx, gone) = unbounded();
+        let guard = Gone(gone_tx);
+        supervise("simba-test-notifier", "test".into(), Arc::downgrade(&fake), move |_: &Weak<Fake>| {
+            let _keep = &guard;
+            panic!("dies at once");
+        })
+        .unwrap();
+        until("down", || fake.notifier.is_down());
+        assert!(fake.notifier.refusal().unwrap().contains("dies at once"));
+        let weak = Arc::downgrade(&fake);
+        drop(fake);
+        assert!(gone.recv_timeout(Duration::from_secs(5)).is_ok(), "the supervisor thread ended with its backend");
+        assert!(weak.upgrade().is_none(), "nothing kept the backend alive");
+    }
+}
