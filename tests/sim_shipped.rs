@@ -170,6 +170,41 @@ fn watch_sees_join_finds_a_watch_that_never_delivers() {
     assert_finds(&sc, 0..FINDING_SEEDS * 3, Invariant::WatchSeesJoin);
 }
 
+/// `no-spurious-loss` sees a valid term reported lost: with keep-alive replies that leave out
+/// the first term they list on a quarter of the replies while the backend renewed it
+/// (`Scenario::with_owned_omitted`, in the backend layer: what finding 1 of issue #36, a Redis
+/// Cluster renewal that did not list a valid term, did), the session reports the term lost
+/// (`NotOwned`) in a window no fault touched, and a seed fails on `no-spurious-loss` only.
+#[test]
+fn no_spurious_loss_finds_a_renewal_that_leaves_out_a_held_term() {
+    let sc = Scenario::default_faults().with_owned_omitted();
+    assert_finds(&sc, 0..FINDING_SEEDS, Invariant::NoSpuriousLoss);
+}
+
+/// `bounded-calls` sees a call path that spins: with a node's second user thread retrying a busy
+/// `try_lock` at once, up to 64 times (`Scenario::with_spinning_try_lock`, in the application
+/// layer: what a wait loop without a pause would do), a seed of the election workload (a second
+/// thread on every node, contending for the election's name) fails on `bounded-calls` only.
+#[test]
+fn bounded_calls_finds_a_wait_loop_without_a_pause() {
+    let sc = Scenario::elections().with_spinning_try_lock();
+    assert_finds(&sc, 0..FINDING_SEEDS, Invariant::BoundedCalls);
+}
+
+/// Sessions renewing every half lease (the longest renew interval the options allow), with the
+/// clock driver's steps at most a tenth of a lease (`Scenario::with_half_renew`): no violation —
+/// in particular no term reported lost while its session lives and nothing explains it
+/// (`no-spurious-loss`). Finding 3 of issue #36 fails it: a term that lasts with its session
+/// (`TermRemaining::WithSession`, half the seeds) adopted while a keep-alive was in flight, which
+/// that reply did not list, kept the deadline of the keep-alive before and was reported lost
+/// before the next keep-alive was sent.
+#[test]
+fn half_renew_interval_keeps_every_invariant() {
+    let s = seeds();
+    let n = (s.end - s.start) / 8;
+    assert_clean(&Scenario::default_faults().with_half_renew(), s.start..s.start + n);
+}
+
 /// The seeds a `finding_*`-style test of a new invariant may search.
 const FINDING_SEEDS: u64 = 200;
 
@@ -555,6 +590,9 @@ fn scenario_named(name: &str) -> Option<Scenario> {
             "lateDeliveries" => sc.with_late_deliveries(),
             "partitions" => sc.with_partitions(),
             "watchers" => sc.with_watchers(),
+            "halfRenew" => sc.with_half_renew(),
+            "ownedOmitted" => sc.with_owned_omitted(),
+            "spinTryLock" => sc.with_spinning_try_lock(),
             bug => sc.with_bug(match bug {
                 "ResignSplit" => Bug::ResignSplit,
                 "LateAliveRevives" => Bug::LateAliveRevives,

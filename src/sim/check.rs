@@ -138,11 +138,51 @@ pub enum Invariant {
     /// coordinator watch, when the simulated scheduler still starved threads (see `settle`). A backend that loses data forgets joins, hence
     /// `tokenReset`.
     WatchSeesJoin,
+    /// Liveness (SPEC §8): nothing a live session holds is reported lost in a window with no
+    /// injected fault. A loss is what the application sees end without ending it: the session's
+    /// `is_alive()` turning false, or, on a session still alive and not closing, a held lease's or
+    /// election's `token()` failing or a membership's `is_member()` turning false
+    /// ([`Event::Expired`], [`Event::HeldLost`]). It is excused only by a fault that touched the
+    /// session and that no clean renewal followed: a fault of one of the session's own calls
+    /// ([`Event::CallFault`]: request lost, refused by the outage or a partition, stalled, reply
+    /// lost or late, delivered late) counts until the call returned or its effect landed
+    /// (`until`), a fault of no known session's call, the outage, a data loss, a clock jump or a
+    /// pause counts for every session; from the fault's end on, the excuse holds until the
+    /// backend renews the session (`Event::Renewed`) strictly after it — a renewal recorded with
+    /// no fault of the session before it, in a clock step before the one the loss was seen in
+    /// (its reply reached the engine by then). The simulation's own granularity excuses two more
+    /// cases, as pauses of the renewal thread: the session's next renewal was due (one renew
+    /// interval after its latest renewal, or its open) and had not run when the loss was seen —
+    /// the clock driver moves time in steps of up to a third of the lease, so a timer fires up to
+    /// a step late; and, for the session's own end only, the latest renewal (or the open) took
+    /// effect in the step before, or the same step — its reply may reach the engine only in the
+    /// next step. A loss with no such excuse is spurious. Rests on the node clock
+    /// (a data loss, a clock step or a node clock beyond the drift end terms early), hence every
+    /// premise.
+    NoSpuriousLoss,
+    /// Liveness (SPEC §8): no call path makes more than a small fixed number of backend calls
+    /// per renew interval without progress. Counted per session in every window of one renew
+    /// interval of real time: acquires of one name the backend answered busy (a wait or a campaign
+    /// polling, and the application's own `try_lock`s, at most [`BUSY_PER_RENEW`]), and renewals
+    /// the backend applied or refused (at most [`RENEWALS_PER_RENEW`]: one per interval, retries
+    /// back off from a quarter of it). Needs no premise: a loop that spins does so whatever the
+    /// clocks do.
+    BoundedCalls,
 }
+
+/// `bounded-calls`: at most this many busy acquires of one name by one session per renew
+/// interval. The runtime polls a name at most every `renew_interval / 2` per waiting thread
+/// (`SessionOptions::retry_interval`); the simulation's application adds at most its operations
+/// (each of a node's user threads makes eight in all, some at one instant).
+pub const BUSY_PER_RENEW: usize = 16;
+
+/// `bounded-calls`: at most this many renewals of one session per renew interval (one per
+/// interval; failed ones retried after a quarter, a half, then a whole interval).
+pub const RENEWALS_PER_RENEW: usize = 6;
 
 impl Invariant {
     /// Every invariant.
-    pub const ALL: [Invariant; 15] = [
+    pub const ALL: [Invariant; 17] = [
         Invariant::OneHolder,
         Invariant::ExclusiveToken,
         Invariant::TokenInTerm,
@@ -158,6 +198,8 @@ impl Invariant {
         Invariant::LeaderTask,
         Invariant::WatchLive,
         Invariant::WatchSeesJoin,
+        Invariant::NoSpuriousLoss,
+        Invariant::BoundedCalls,
     ];
 
     /// Short name.
@@ -178,6 +220,8 @@ impl Invariant {
             Invariant::LeaderTask => "leader-task",
             Invariant::WatchLive => "watch-live",
             Invariant::WatchSeesJoin => "watch-sees-join",
+            Invariant::NoSpuriousLoss => "no-spurious-loss",
+            Invariant::BoundedCalls => "bounded-calls",
         }
     }
 
@@ -199,6 +243,8 @@ impl Invariant {
             Invariant::LeaderTask => &[Premise::TokenReset, Premise::ClockJump, Premise::Drift],
             Invariant::WatchLive => &[Premise::TokenReset, Premise::ClockJump],
             Invariant::WatchSeesJoin => &[Premise::TokenReset],
+            Invariant::NoSpuriousLoss => &[Premise::TokenReset, Premise::ClockJump, Premise::Drift],
+            Invariant::BoundedCalls => &[],
         }
     }
 }
@@ -269,10 +315,31 @@ struct SessState {
 /// group invariants are checked on the read of the group's data at its first call's instant.
 pub const COMPOSITE_READ: u8 = 254;
 
-/// Checks every invariant over `records`; returns the violations in history order.
+/// Checks every invariant over `records` of sessions renewed every third of `lease_ns`;
+/// returns the violations in history order.
 pub fn check(records: &[Record], lease_ns: u64) -> Vec<Violation> {
-    let mut c =
-        Checker { detect_within: lease_ns.saturating_mul(2), app: app::AppState::new(lease_ns), ..Checker::default() };
+    check_renewing(records, lease_ns, lease_ns / 3)
+}
+
+/// Checks every invariant over `records` of sessions with a lease of `lease_ns` renewed every
+/// `renew_ns`; returns the violations in history order.
+pub fn check_renewing(records: &[Record], lease_ns: u64, renew_ns: u64) -> Vec<Violation> {
+    let mut c = Checker {
+        detect_within: lease_ns.saturating_mul(2),
+        app: app::AppState::new(lease_ns),
+        renew_ns,
+        ..Checker::default()
+    };
+    for r in records {
+        let (k, span) = match &r.event {
+            Event::CallFault { sess, from, until, .. } => (*sess, (*from, *until)),
+            Event::Outage { from, until } => (None, (*from, *until)),
+            Event::Pause { until, .. } => (None, (r.t, *until)),
+            Event::DataLoss { .. } | Event::ClockJump { .. } => (None, (r.t, r.t)),
+            _ => continue,
+        };
+        c.faults.entry(k).or_default().push(span);
+    }
     for (i, r) in records.iter().enumerate() {
         c.observe(i, r);
     }
@@ -306,6 +373,26 @@ struct Checker {
     app: app::AppState,
     /// The `token-in-term` failures reported (one per client, session, name and token).
     out_of_term: HashSet<(u8, u32, Name, u64)>,
+    /// `no-spurious-loss`: every injected fault of the run as (from, until) real ns, per session
+    /// it touched (`None`: every session), read from the whole history before it is checked.
+    faults: HashMap<Option<u32>, Vec<(u64, u64)>>,
+    /// `no-spurious-loss`: per session, the instants (real ns) of its clean renewals.
+    clean_renewals: HashMap<u32, Vec<u64>>,
+    /// The real time of the records before the current record's instant (the previous clock
+    /// step with a record).
+    prev_t: u64,
+    /// `no-spurious-loss`: per session, its latest renewal or its open (real ns).
+    renewed_at: HashMap<u32, u64>,
+    /// Sessions the application closes or closed, and sessions it saw expire: their holdings'
+    /// ends are not losses of a live session.
+    ended: HashSet<u32>,
+    /// The sessions' renew interval (real ns).
+    renew_ns: u64,
+    /// `bounded-calls`: per (session, name), the real instants of its busy acquires within the
+    /// last renew interval; per session (name `None`), of its renewals.
+    calls: HashMap<(u32, Option<Name>), std::collections::VecDeque<u64>>,
+    /// `bounded-calls` failures reported (one per session and name).
+    spinning: HashSet<(u32, Option<Name>)>,
     violations: Vec<Violation>,
 }
 
@@ -337,6 +424,72 @@ impl Checker {
         }
     }
 
+    /// `bounded-calls`: counts a call of `sess` (on `name`, or a renewal) at `t`.
+    fn count_call(&mut self, i: usize, t: u64, sess: u32, name: Option<&Name>) {
+        let key = (sess, name.cloned());
+        let q = self.calls.entry(key.clone()).or_default();
+        while q.front().is_some_and(|t0| *t0 + self.renew_ns <= t) {
+            q.pop_front();
+        }
+        q.push_back(t);
+        let (n, bound) = (q.len(), if name.is_some() { BUSY_PER_RENEW } else { RENEWALS_PER_RENEW });
+        if n > bound && self.spinning.insert(key) {
+            let what = name.map_or("renewals".to_string(), |n| format!("acquires of '{n}' answered busy"));
+            let msg = format!(
+                "s{sess}: {n} {what} within one renew interval ({} ms) up to {:.3}ms, more than {bound}",
+                self.renew_ns / 1_000_000,
+                t as f64 / 1e6
+            );
+            self.fail(Invariant::BoundedCalls, i, t, msg);
+        }
+    }
+
+    /// The latest end (real ns) of the faults that touched `sess` and had begun by real time `t`.
+    fn excused_until(&self, sess: u32, t: u64) -> Option<u64> {
+        [Some(sess), None]
+            .iter()
+            .filter_map(|k| self.faults.get(k))
+            .flatten()
+            .filter(|(from, _)| *from <= t)
+            .map(|(_, until)| *until)
+            .max()
+    }
+
+    /// `no-spurious-loss`: `what` of client `client`'s session `sess` was seen lost at `t`; fails
+    /// unless excused (see [`Invariant::NoSpuriousLoss`]).
+    fn judge_loss(&mut self, i: usize, t: u64, client: u8, sess: u32, what: &str, session: bool) {
+        if let Some(r) = self.renewed_at.get(&sess) {
+            if t >= r.saturating_add(self.renew_ns) {
+                // The next renewal was due and has not run: the clock driver moved time by a
+                // whole step (up to a third of the lease) before the renewal thread could wake.
+                return;
+            }
+            if session && *r >= self.prev_t {
+                // The session ran out while its latest renewal (or its open), which took effect
+                // in the clock step before this one or in this one, may not have had its reply
+                // reach the engine yet (seen: the reply applied a step after the call took
+                // effect). Only the session's own end: its deadline is what that reply moves;
+                // a term's loss is judged below (a term the session still holds is lost by a
+                // reply that fails to list or extend it, or by its own deadline).
+                return;
+            }
+        }
+        // A clean renewal counts once its reply surely reached the engine: a clock step before
+        // the one the loss was seen in.
+        let clean = self.clean_renewals.get(&sess).and_then(|v| v.iter().rev().find(|r| **r < self.prev_t)).copied();
+        let why = match (self.excused_until(sess, t), clean) {
+            (Some(end), Some(r)) if r > end => format!(
+                "its last fault was over at {:.3}ms and the backend renewed it cleanly at {:.3}ms since",
+                end as f64 / 1e6,
+                r as f64 / 1e6
+            ),
+            (Some(_), _) => return,
+            (None, _) => "no fault touched the session".to_string(),
+        };
+        let msg = format!("client {client} s{sess}: {what} lost at {:.3}ms, and {why}", t as f64 / 1e6);
+        self.fail(Invariant::NoSpuriousLoss, i, t, msg);
+    }
+
     fn granted(&mut self, i: usize, t: u64, sess: u32, name: &Name, token: u64, what: &str) {
         if !self.grants.contains(&(sess, name.clone(), token)) {
             self.fail(
@@ -350,6 +503,9 @@ impl Checker {
 
     fn observe(&mut self, i: usize, r: &Record) {
         let t = r.t;
+        if t != self.now {
+            self.prev_t = self.now;
+        }
         self.now = t;
         // The application-side checks first: they read the state as of the previous record.
         self.app_observe(i, r);
@@ -357,19 +513,27 @@ impl Checker {
             Event::LeaderTask { .. }
             | Event::Watch { .. }
             | Event::MembersReplyLate { .. }
-            | Event::Outage { .. }
-            | Event::Teardown => {}
+            | Event::Teardown
+            | Event::Outage { .. } => {}
             Event::NodeClock { node, b } => self.clock_read(i, t, *node, *b),
-            Event::Setup { .. }
-            | Event::DataLoss { .. }
-            | Event::ClockJump { .. }
-            | Event::Pause { .. }
-            | Event::Partition { .. }
-            | Event::SessionStarted { .. }
-            | Event::Busy { .. }
-            | Event::Lost { .. }
-            | Event::Closed { .. } => {}
+            Event::Setup { .. } | Event::Partition { .. } | Event::SessionStarted { .. } | Event::Lost { .. } => {}
+            // Read before the run (`faults`).
+            Event::DataLoss { .. } | Event::ClockJump { .. } | Event::Pause { .. } | Event::CallFault { .. } => {}
+            Event::HeldLost { client, sess, what, name } => {
+                if !self.ended.contains(sess) {
+                    let what = match what {
+                        super::history::Held::Lease => format!("lease '{name}' (token() failed)"),
+                        super::history::Held::Leadership => format!("leadership of '{name}' (token() failed)"),
+                        super::history::Held::Membership => format!("membership of '{name}' (is_member() false)"),
+                    };
+                    self.judge_loss(i, t, *client, *sess, &what, false);
+                }
+            }
+            Event::Closed { sess, .. } => {
+                self.ended.insert(*sess);
+            }
             Event::Closing { sess, .. } => {
+                self.ended.insert(*sess);
                 for set in self.member_valid.values_mut() {
                     set.retain(|(_, s)| s != sess);
                 }
@@ -378,8 +542,14 @@ impl Checker {
             Event::Opened { node, b, sess, until } => {
                 self.see(*node, *b);
                 self.sessions.insert(*sess, SessState { node: *node, until: *until, dead: None, dead_at: 0 });
+                self.renewed_at.insert(*sess, t);
             }
             Event::Renewed { node, b, sess, until } => {
+                if self.excused_until(*sess, t).is_none_or(|end| t > end) {
+                    self.clean_renewals.entry(*sess).or_default().push(t);
+                }
+                self.count_call(i, t, *sess, None);
+                self.renewed_at.insert(*sess, t);
                 self.session_live(i, t, *node, *b, *sess, "renewed");
                 if let Some(s) = self.sessions.get_mut(sess) {
                     s.until = *until;
@@ -388,6 +558,7 @@ impl Checker {
             Event::SessionChecked { node, b, sess } => {
                 self.session_live(i, t, *node, *b, *sess, "accepted an acquire");
             }
+            Event::Busy { sess, name, .. } => self.count_call(i, t, *sess, Some(name)),
             Event::Refused { node, b, sess } => {
                 self.see(*node, *b);
                 if let Some(s) = self.sessions.get_mut(sess).filter(|s| s.dead.is_none()) {
@@ -493,6 +664,9 @@ impl Checker {
             }
             Event::Expired { client, sess } => {
                 self.client_expired.insert((*client, *sess));
+                if self.ended.insert(*sess) {
+                    self.judge_loss(i, t, *client, *sess, "the session (is_alive() false)", true);
+                }
             }
             Event::ValidStart { client, sess, name, token } => {
                 self.granted(i, t, *sess, name, token.get(), "token() returned");

@@ -424,6 +424,40 @@ pub enum Event {
     /// The run's teardown begins: from now on every call completes at once and the clock jumps far
     /// ahead, so bounded waits (a task's exit, a watcher's latency) are not checked past it.
     Teardown,
+    /// A backend call of session `sess` met an injected fault (shipped-runtime simulation): its
+    /// request was lost, refused (outage, partition), stalled, delivered late, or its reply was
+    /// lost or late. Recorded under the history lock with the call's effect (if it had one),
+    /// before it; `until` (real ns) is when the fault is over for the caller: the instant the
+    /// call returns to it or its effect lands, whichever is later. `sess` is `None` when the
+    /// call names no session the simulation knows (every session counts as touched). The
+    /// liveness invariant `no-spurious-loss` excuses a session's losses from here until its next
+    /// clean renewal after `until`. (The checker reads every fault before judging: one recorded
+    /// late still covers the losses from `from` on.)
+    CallFault {
+        /// Session label, or `None`: any session.
+        sess: Option<u32>,
+        /// Real time (ns) the call was made (a script delivered late is recorded when it lands).
+        from: u64,
+        /// What happened to the call (`failed`, `outage`, `partitioned`, `stalled`,
+        /// `lost-reply`, `late-reply`, `slow-reply`, `late-delivery`, `late-landed`).
+        what: &'static str,
+        /// Real time (ns) the fault is over for the caller.
+        until: u64,
+    },
+    /// The application's handle on something its session holds ended without the application
+    /// ending it (sampled): `token()` of a lease or an election turned from Ok to failing, or
+    /// `is_member()` from true to false, while the handle was registered (held). Recorded after
+    /// the same sample's `ValidEnd`/`MemberEnd`. (A session's own end is `Event::Expired`.)
+    HeldLost {
+        /// Client index.
+        client: u8,
+        /// Session label.
+        sess: u32,
+        /// What was lost.
+        what: Held,
+        /// The lease, election or group.
+        name: Name,
+    },
     /// The node's clock read `b` (ns) at this point of the history: the shipped-runtime
     /// simulation records it after each clock step's sample, so `token-in-term` is judged at
     /// instants no backend call marks.
@@ -433,6 +467,17 @@ pub enum Event {
         /// Node clock (ns).
         b: u64,
     },
+}
+
+/// What an [`Event::HeldLost`] lost.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Held {
+    /// A lease (`Lease::token()` fails).
+    Lease,
+    /// Leadership (`Election::token()` fails).
+    Leadership,
+    /// A membership (`Membership::is_member()` false).
+    Membership,
 }
 
 /// A step of a leader task ([`Event::LeaderTask`]).

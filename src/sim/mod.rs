@@ -19,5 +19,5 @@ mod clock;
 mod history;
 pub mod shipped;
 
-pub use check::{check, Invariant, Premise, Violation};
-pub use history::{Event, Record, TaskStep, WatchStep};
+pub use check::{check, check_renewing, Invariant, Premise, Violation, BUSY_PER_RENEW, RENEWALS_PER_RENEW};
+pub use history::{Event, Held, Record, TaskStep, WatchStep};

@@ -242,6 +242,9 @@ pub(crate) struct SimBackend {
     /// of the time left: the memory backend's terms end with their session, so the engine holds
     /// them until the session's own deadline.
     pub(crate) terms_with_session: bool,
+    /// A keep-alive reply leaves out the first term it lists on a quarter of the replies (see
+    /// [`Scenario::owned_omitted`](super::Scenario::owned_omitted)).
+    pub(crate) owned_omitted: bool,
 }
 
 impl SimBackend {
@@ -269,6 +272,7 @@ impl SimBackend {
             partitions: false,
             checked_watch: false,
             terms_with_session: false,
+            owned_omitted: false,
         }
     }
 
@@ -335,6 +339,8 @@ impl SimBackend {
         h.cut.retain(|(_, until)| *until > t);
         if h.cut.iter().any(|(id, _)| id == session) {
             h.counts.partitioned += 1;
+            let sess = Some(Self::label(&h, session)).filter(|l| *l != u32::MAX);
+            self.hist.push(&mut h, Event::CallFault { sess, what: "partitioned", from: t, until: t });
             return Err(Error::new(ErrorKind::Unavailable, "simulated: the session's node is cut off (partition)"));
         }
         Ok(())
@@ -363,6 +369,9 @@ impl SimBackend {
         let due = self.hist.t() + ns(lease / 5 + below(lease * 13 / 10));
         let mut h = self.hist.lock();
         h.counts.late_deliveries += 1;
+        let sess = Some(Self::label(&h, session)).filter(|l| *l != u32::MAX);
+        let from = self.hist.t();
+        self.hist.push(&mut h, Event::CallFault { sess, what: "late-delivery", from, until: due });
         h.deliveries.push(Delivery { due, session: session.clone(), op });
         Err(Error::new(ErrorKind::Unavailable, "simulated: the request timed out on its way (it lands later)"))
     }
@@ -399,21 +408,41 @@ impl SimBackend {
 
     /// Runs one backend call: its fate decides when `apply` takes effect and what the caller sees.
     /// `apply` runs under the history lock with the node clock (ns) set on the memory backend.
-    fn call<T>(&self, apply: impl FnOnce(&mut HistState, &History, u64) -> Result<T>) -> Result<T> {
+    /// A fault is recorded as [`Event::CallFault`] of `session` (none recorded for a call that
+    /// names no session: it cannot cost a session anything it holds), under the lock that counts
+    /// it, before the call's effect.
+    fn call<T>(
+        &self,
+        session: Option<&SessionId>,
+        apply: impl FnOnce(&mut HistState, &History, u64) -> Result<T>,
+    ) -> Result<T> {
         let fate = self.draw();
-        let effect = |stalled: bool| {
+        // The fault spans the whole call, from its start (a stalled call is recorded when it
+        // lands): the checker reads every fault before judging.
+        let from = self.hist.t();
+        let fault = |h: &mut HistState, what: &'static str, after: Duration| {
+            if let Some(id) = session {
+                let sess = Some(Self::label(h, id)).filter(|l| *l != u32::MAX);
+                let until = self.hist.t() + ns(after);
+                self.hist.push(h, Event::CallFault { sess, what, from, until });
+            }
+        };
+        let effect = |faulted: Option<(&'static str, Duration)>| {
             let mut h = self.hist.lock();
             let b = self.node_now();
             self.clock.set(b);
-            if stalled {
-                h.counts.stalled += 1;
+            if let Some((what, after)) = faulted {
+                if what == "stalled" {
+                    h.counts.stalled += 1;
+                }
+                fault(&mut h, what, after);
             }
             apply(&mut h, &self.hist, b)
         };
         match fate {
             Fate::Complete => {
                 let started = crate::sync::now();
-                let r = effect(false);
+                let r = effect(None);
                 // The query timeout is the driver's third of the lease.
                 let step = super::largest_step(self.query_timeout);
                 let starved = crate::sync::now().saturating_duration_since(started) > step;
@@ -423,19 +452,23 @@ impl SimBackend {
                 r
             }
             Fate::Fail => {
-                self.hist.lock().counts.failed += 1;
+                let mut h = self.hist.lock();
+                h.counts.failed += 1;
+                fault(&mut h, "failed", Duration::ZERO);
                 Err(Error::new(ErrorKind::Unavailable, "simulated: the request was lost"))
             }
             Fate::Outage => {
-                self.hist.lock().counts.outage += 1;
+                let mut h = self.hist.lock();
+                h.counts.outage += 1;
+                fault(&mut h, "outage", Duration::ZERO);
                 Err(Error::new(ErrorKind::Unavailable, "simulated: the backend is unreachable (outage)"))
             }
             Fate::Stall(d) => {
                 sleep_unless(d, &self.quiet);
-                effect(true)
+                effect(Some(("stalled", Duration::ZERO)))
             }
             Fate::LostReply(after) => {
-                let _ = effect(false);
+                let _ = effect(Some(("lost-reply", after.unwrap_or_default())));
                 self.hist.lock().counts.lost_replies += 1;
                 if let Some(d) = after {
                     sleep_unless(d, &self.quiet);
@@ -443,7 +476,7 @@ impl SimBackend {
                 Err(Error::new(ErrorKind::Unavailable, "simulated: the call took effect, its reply was lost"))
             }
             Fate::LateReply(d) => {
-                let r = effect(false);
+                let r = effect(Some(("late-reply", d)));
                 self.hist.lock().counts.late_replies += 1;
                 sleep_unless(d, &self.quiet);
                 r
@@ -515,6 +548,9 @@ impl SimBackend {
     fn land(&self, h: &mut HistState, d: Delivery) {
         let b = self.node_now();
         self.clock.set(b);
+        let sess = Some(Self::label(h, &d.session)).filter(|l| *l != u32::MAX);
+        let t = self.hist.t();
+        self.hist.push(h, Event::CallFault { sess, what: "late-landed", from: t, until: t });
         let _ = match &d.op {
             Delivered::Join(group) => self.join_effect(h, b, &d.session, group),
             Delivered::Leave(group) => self.leave_effect(h, b, &d.session, group),
@@ -584,7 +620,7 @@ impl LeaseBackend for SimBackend {
         if !self.faults.push {
             return Ok(false);
         }
-        self.call(|h, _, _| {
+        self.call(None, |h, _, _| {
             // The memory backend pushes on the watch's own channel; the relay decides its fate.
             let (tx, rx) = crossbeam_channel::unbounded();
             let r = self.mem().watch(topic, &tx)?;
@@ -594,7 +630,7 @@ impl LeaseBackend for SimBackend {
     }
 
     fn open_session(&self, lease_duration: Duration, metadata: &str) -> Result<SessionGrant> {
-        self.call(|h, hist, b| {
+        self.call(None, |h, hist, b| {
             let g = self.mem().open_session(lease_duration, metadata)?;
             let sess = h.new_label(g.id.clone());
             hist.push(h, Event::Opened { node: 0, b, sess, until: b + ns(g.remaining) });
@@ -604,9 +640,9 @@ impl LeaseBackend for SimBackend {
 
     fn keep_alive(&self, session: &SessionId, lease_duration: Duration) -> Result<KeepAlive> {
         self.reach(session)?;
-        self.call(|h, hist, b| {
+        self.call(Some(session), |h, hist, b| {
             let sess = Self::label(h, session);
-            let r = self.mem().keep_alive(session, lease_duration)?;
+            let mut r = self.mem().keep_alive(session, lease_duration)?;
             match &r {
                 KeepAlive::Alive { remaining, owned, .. } => {
                     let until = b + ns(*remaining);
@@ -620,13 +656,19 @@ impl LeaseBackend for SimBackend {
                     hist.push(h, Event::Refused { node: 0, b, sess });
                 }
             }
+            if let KeepAlive::Alive { owned, .. } = &mut r {
+                // The broken listing draws only where the scenario asks for it.
+                if self.owned_omitted && !owned.is_empty() && unit() < 0.25 {
+                    owned.remove(0);
+                }
+            }
             Ok(r)
         })
     }
 
     fn close_session(&self, session: &SessionId) -> Result<()> {
         self.reach(session)?;
-        self.call(|h, hist, b| {
+        self.call(Some(session), |h, hist, b| {
             let sess = Self::label(h, session);
             self.mem().close_session(session)?;
             hist.push(h, Event::Deleted { node: 0, b, sess, frees_leases: true });
@@ -637,7 +679,7 @@ impl LeaseBackend for SimBackend {
     fn acquire(&self, session: &SessionId, name: &Name) -> Result<Acquire> {
         let entered = self.hist.enter_acquire();
         self.reach(session)?;
-        self.call(|h, hist, b| {
+        self.call(Some(session), |h, hist, b| {
             let sess = Self::label(h, session);
             match self.mem().acquire(session, name) {
                 Ok(a) => {
@@ -675,11 +717,11 @@ impl LeaseBackend for SimBackend {
         if self.delivered_late() {
             return self.deliver_late(session, Delivered::Release(name.clone(), token));
         }
-        self.call(|h, _, b| self.release_effect(h, b, session, name, token))
+        self.call(Some(session), |h, _, b| self.release_effect(h, b, session, name, token))
     }
 
     fn holder(&self, name: &Name) -> Result<Option<Holder>> {
-        self.call(|h, hist, b| {
+        self.call(None, |h, hist, b| {
             let r = self.mem().holder(name)?;
             let holder = r.as_ref().map(|x| (Self::label(h, &x.session), x.token, ns(x.remaining)));
             // The reading client is not known to the backend; `u8::MAX` marks "some client".
@@ -693,7 +735,7 @@ impl LeaseBackend for SimBackend {
         if self.delivered_late() {
             return self.deliver_late(session, Delivered::Join(group.clone()));
         }
-        self.call(|h, _, b| self.join_effect(h, b, session, group))
+        self.call(Some(session), |h, _, b| self.join_effect(h, b, session, group))
     }
 
     fn leave(&self, session: &SessionId, group: &Name) -> Result<()> {
@@ -701,19 +743,19 @@ impl LeaseBackend for SimBackend {
         if self.delivered_late() {
             return self.deliver_late(session, Delivered::Leave(group.clone()));
         }
-        self.call(|h, _, b| self.leave_effect(h, b, session, group))
+        self.call(Some(session), |h, _, b| self.leave_effect(h, b, session, group))
     }
 
     fn semaphore_limit(&self, name: &Name, permits: Option<u32>) -> Result<Option<u32>> {
         // No workload uses semaphores: forwarded with the call's fate, recorded nowhere.
-        self.call(|_, _, _| self.mem().semaphore_limit(name, permits))
+        self.call(None, |_, _, _| self.mem().semaphore_limit(name, permits))
     }
 
     fn members(&self, group: &Name) -> Result<Vec<Member>> {
         let quiet = self.quiet.load(Ordering::SeqCst);
         let started = crate::sync::now();
         let listed = std::cell::RefCell::new(Vec::new());
-        let r = self.call(|h, hist, b| {
+        let r = self.call(None, |h, hist, b| {
             if self.stale_member_reads && !quiet {
                 // A lagging replica: the snapshot, while it is under ten leases old.
                 let lag = ns(self.query_timeout) * 30;

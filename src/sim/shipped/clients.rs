@@ -28,7 +28,7 @@ use crate::group::Membership;
 use crate::lease::Lease;
 use crate::session::{Session, SessionEvent};
 use crate::sim::check::{Invariant, Violation};
-use crate::sim::history::Event;
+use crate::sim::history::{Event, Held};
 use crate::types::{Name, Token};
 
 mod tasks;
@@ -106,7 +106,7 @@ pub(crate) fn sample(hist: &History, h: &mut HistState) {
         }
     }
     for slot in &mut hs.leases {
-        token_sample(slot, slot.handle.token().ok(), &mut events);
+        token_sample(slot, slot.handle.token().ok(), Held::Lease, &mut events);
     }
     let mut leaders: Vec<(Name, u8, u32)> = Vec::new();
     for slot in &mut hs.elections {
@@ -125,7 +125,7 @@ pub(crate) fn sample(hist: &History, h: &mut HistState) {
         if leading {
             leaders.push((slot.handle.name().clone(), slot.client, slot.sess));
         }
-        token_sample(slot, token, &mut events);
+        token_sample(slot, token, Held::Leadership, &mut events);
     }
     if let Some(co) = &hs.coordinator {
         if let Some(id) = co.session_id() {
@@ -182,11 +182,12 @@ pub(crate) fn sample(hist: &History, h: &mut HistState) {
                 // can tell: watches must show it like any join (`watch-sees-join`).
                 events.push(Event::JoinReturned { client, sess, group: group.clone() });
             }
-            events.push(if member {
-                Event::MemberStart { client, sess, group }
+            if member {
+                events.push(Event::MemberStart { client, sess, group });
             } else {
-                Event::MemberEnd { client, sess, group }
-            });
+                events.push(Event::MemberEnd { client, sess, group: group.clone() });
+                events.push(Event::HeldLost { client, sess, what: Held::Membership, name: group });
+            }
         }
     }
     for (client, sess, rx) in &h.handles.events {
@@ -225,13 +226,18 @@ impl Named for Election {
     }
 }
 
-fn token_sample<T: Named>(slot: &mut Slot<T>, now: Option<Token>, events: &mut Vec<Event>) {
+/// Records a registered handle's `token()` answer when it changed; a change from Ok to failing is
+/// also a [`Event::HeldLost`] of `what` (the application still holds the handle).
+fn token_sample<T: Named>(slot: &mut Slot<T>, now: Option<Token>, what: Held, events: &mut Vec<Event>) {
     let (client, sess, name) = (slot.client, slot.sess, slot.handle.lease_name().clone());
     if now == slot.valid {
         return;
     }
     if slot.valid.is_some() {
         events.push(Event::ValidEnd { client, sess, name: name.clone() });
+        if now.is_none() {
+            events.push(Event::HeldLost { client, sess, what, name: name.clone() });
+        }
     }
     if let Some(token) = now {
         events.push(Event::ValidStart { client, sess, name, token });
@@ -262,6 +268,9 @@ pub(crate) struct Client {
     /// The coordinator's node records its election resigned but keeps it campaigning
     /// ([`Scenario::with_resign_skipped`](super::Scenario::with_resign_skipped)).
     pub(crate) resign_skipped: bool,
+    /// The node's second thread retries a busy `try_lock` at once, up to 64 times
+    /// ([`Scenario::with_spinning_try_lock`](super::Scenario::with_spinning_try_lock)).
+    pub(crate) spin_try_lock: bool,
 }
 
 fn arc_unwrap<T>(a: Arc<T>) -> Option<T> {
@@ -445,7 +454,14 @@ impl Client {
             let x = unit();
             let name = if x < 0.5 { self.election.clone() } else { self.names[0].clone() };
             if x < 0.85 {
-                if let Ok(Some(l)) = s.try_lock(&name) {
+                let mut got = s.try_lock(&name);
+                // A wait loop without a pause (`spin_try_lock`): what `bounded-calls` must see.
+                let mut spins = 0;
+                while self.spin_try_lock && matches!(got, Ok(None)) && spins < 64 {
+                    spins += 1;
+                    got = s.try_lock(&name);
+                }
+                if let Ok(Some(l)) = got {
                     drop(s);
                     me.with_lease(sess, l);
                 }
@@ -590,6 +606,7 @@ impl Client {
             elections: self.elections,
             unchecked_leader_token: self.unchecked_leader_token,
             resign_skipped: self.resign_skipped,
+            spin_try_lock: self.spin_try_lock,
         }
     }
 

@@ -52,7 +52,7 @@ use std::time::Duration;
 use backend::{below, unit, CallFaults, History, SimBackend};
 use clients::Client;
 
-use super::check::{check, Premise, Violation};
+use super::check::{check_renewing, Premise, Violation};
 use super::history::{Event, Record};
 use crate::options::SessionOptions;
 use crate::sync::{self, thread, Bug};
@@ -121,6 +121,20 @@ pub struct Scenario {
     /// one of the newest sessions off the backend (all its calls fail) for 0.5–2 leases while
     /// the others go on. Respects every premise. Off by default.
     pub partitions: bool,
+    /// The sessions renew every half lease (the longest `renew_interval` the options allow)
+    /// instead of every third, and the clock driver's steps are at most a tenth of the lease
+    /// (instead of a third): a term whose local deadline a keep-alive fails to extend runs out
+    /// before the next one (finding 3 of issue #36), and is seen lost steps after that
+    /// keep-alive. Off by default.
+    pub half_renew: bool,
+    /// Breaks `no-spurious-loss` in the backend layer: a keep-alive reply leaves out the first
+    /// term it lists on a quarter of the replies, while the backend renewed it (what finding 1 of
+    /// issue #36, a Redis Cluster renewal that did not list a valid term, did). Off by default.
+    pub owned_omitted: bool,
+    /// Breaks `bounded-calls` in the application layer: a node's second user thread retries a
+    /// busy `try_lock` at once, up to 64 times — what a wait loop without a pause would do.
+    /// Off by default.
+    pub spin_try_lock: bool,
 }
 
 /// What the user threads do.
@@ -162,6 +176,9 @@ impl Scenario {
             clock_jumps: false,
             late_deliveries: false,
             partitions: false,
+            half_renew: false,
+            owned_omitted: false,
+            spin_try_lock: false,
         }
     }
 
@@ -188,6 +205,21 @@ impl Scenario {
     /// The same with [`Scenario::clock_jumps`].
     pub fn with_clock_jumps(self) -> Scenario {
         self.tagged("clockJumps", |s| s.clock_jumps = true)
+    }
+
+    /// The same with [`Scenario::half_renew`].
+    pub fn with_half_renew(self) -> Scenario {
+        self.tagged("halfRenew", |s| s.half_renew = true)
+    }
+
+    /// The same with [`Scenario::owned_omitted`].
+    pub fn with_owned_omitted(self) -> Scenario {
+        self.tagged("ownedOmitted", |s| s.owned_omitted = true)
+    }
+
+    /// The same with [`Scenario::spin_try_lock`].
+    pub fn with_spinning_try_lock(self) -> Scenario {
+        self.tagged("spinTryLock", |s| s.spin_try_lock = true)
     }
 
     /// The same with [`Scenario::late_deliveries`].
@@ -678,7 +710,7 @@ fn execution(seed: u64, sc: &Scenario) -> Outcome {
     let third = lease / 3;
     let options = match SessionOptions::builder()
         .lease_duration(lease)
-        .renew_interval(third)
+        .renew_interval(if sc.half_renew { lease / 2 } else { third })
         .query_timeout(third)
         .drift(0.05)
         .worker_threads(8)
@@ -743,6 +775,7 @@ fn execution(seed: u64, sc: &Scenario) -> Outcome {
         backend.stale_member_reads = sc.stale_member_reads;
         backend.member_replies_lost = sc.member_replies_lost;
         backend.partitions = sc.partitions;
+        backend.owned_omitted = sc.owned_omitted;
         // Half the seeds let the runtime register after a busy attempt (the memory backend's
         // registration checks the lease), half before every attempt (as on Redis, PostgreSQL).
         backend.checked_watch = unit() < 0.5;
@@ -780,6 +813,7 @@ fn execution(seed: u64, sc: &Scenario) -> Outcome {
             elections: sc.workload != Workload::Everything,
             unchecked_leader_token: sc.unchecked_leader_token,
             resign_skipped: sc.resign_skipped,
+            spin_try_lock: sc.spin_try_lock,
         };
         if c == 0 && (unit() < 0.4 || sc.workload == Workload::Coordinator) {
             // The first node runs a `Coordinator` on 40 % of the seeds.
@@ -823,7 +857,10 @@ fn execution(seed: u64, sc: &Scenario) -> Outcome {
     while done.load(std::sync::atomic::Ordering::SeqCst) < users {
         steps += 1;
         assert!(steps < 100_000, "the user threads did not finish within 100,000 clock steps");
-        let d = clock_step(third);
+        // Finer steps where the sessions renew every half lease: a term lost a step after the
+        // keep-alive whose reply should have saved it is excused by `no-spurious-loss` (that
+        // reply may still be on its way), so the steps must be short next to the renew interval.
+        let d = clock_step(if sc.half_renew { lease / 10 } else { third });
         {
             let mut h = hist.lock();
             sync::advance(d);
@@ -874,7 +911,7 @@ fn execution(seed: u64, sc: &Scenario) -> Outcome {
         Premise::ClockJump => h.counts.clock_jumps > 0,
         Premise::Drift => true,
     });
-    let mut violations = check(&h.records, history::ms(lease));
+    let mut violations = check_renewing(&h.records, history::ms(lease), history::ms(options.renew_interval()));
     violations.extend(h.handles.violations.iter().cloned());
     violations.extend(h.violations.iter().cloned());
     Outcome { seed, records: h.records.clone(), violations, counts: h.counts, panic: None, broken }

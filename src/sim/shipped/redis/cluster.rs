@@ -72,6 +72,8 @@ impl NodeClock {
 #[derive(Debug)]
 struct Late {
     at: u64,
+    /// When its call was made (real ns; its [`Event::CallFault`] is recorded when it lands).
+    from: u64,
     node: usize,
     name: &'static str,
     code: String,
@@ -244,6 +246,7 @@ impl SimCluster {
         };
         for l in due {
             h.counts.late_deliveries += 1;
+            fault(h, &self.hist, (l.name, &l.keys, &l.args), "late-landed", l.from, t);
             self.apply(h, l.node, (l.name, &l.code), &l.keys, &l.args, false);
         }
     }
@@ -284,6 +287,9 @@ impl RedisScripting for SimCluster {
         let node = node_of_slot(slot);
         let which = (script.name(), script.code());
         let fate = self.draw(node);
+        // The call's start and its caller's deadline (real ns): a fault spans the call from its
+        // start, and one that makes the caller wait is over for it at the deadline.
+        let (t0, end) = (self.hist.t(), ns(deadline.saturating_duration_since(self.hist.base)));
         if !matches!(fate, Fate::Complete | Fate::Stall | Fate::SlowReply) {
             // The caller sees no reply: a read it was making fails.
             self.reads.lock().remove(&thread::current().id());
@@ -298,11 +304,20 @@ impl RedisScripting for SimCluster {
                 to_value(r, script.name())
             }
             Fate::Partitioned => {
-                self.hist.lock().counts.partitioned += 1;
+                let mut h = self.hist.lock();
+                h.counts.partitioned += 1;
+                let t = self.hist.t();
+                fault(&mut h, &self.hist, (script.name(), keys, args), "partitioned", t0, t);
+                drop(h);
                 Err(Error::new(ErrorKind::Unavailable, format!("simulated: node {node} is partitioned away")))
             }
             Fate::Fail { at_deadline } => {
-                self.hist.lock().counts.failed += 1;
+                let mut h = self.hist.lock();
+                h.counts.failed += 1;
+                let t = self.hist.t();
+                let until = if at_deadline { end.max(t) } else { t };
+                fault(&mut h, &self.hist, (script.name(), keys, args), "failed", t0, until);
+                drop(h);
                 if at_deadline {
                     self.wait_until(deadline);
                     return Err(self.timed_out(script, "the request was lost; timed out"));
@@ -316,6 +331,8 @@ impl RedisScripting for SimCluster {
                 let r = {
                     let mut h = self.hist.lock();
                     h.counts.stalled += 1;
+                    let t = self.hist.t();
+                    fault(&mut h, &self.hist, (script.name(), keys, args), "stalled", t0, t);
                     self.apply(&mut h, node, which, keys, args, true)
                 };
                 to_value(r, script.name())
@@ -325,6 +342,8 @@ impl RedisScripting for SimCluster {
                 let r = {
                     let mut h = self.hist.lock();
                     h.counts.slow_replies += 1;
+                    let t = self.hist.t();
+                    fault(&mut h, &self.hist, (script.name(), keys, args), "slow-reply", t0, end.max(t));
                     self.apply(&mut h, node, which, keys, args, true)
                 };
                 let left = deadline.saturating_duration_since(sync::now());
@@ -335,6 +354,9 @@ impl RedisScripting for SimCluster {
                 {
                     let mut h = self.hist.lock();
                     h.counts.lost_replies += 1;
+                    let t = self.hist.t();
+                    let until = if at_deadline { end.max(t) } else { t };
+                    fault(&mut h, &self.hist, (script.name(), keys, args), "lost-reply", t0, until);
                     self.apply(&mut h, node, which, keys, args, false);
                 }
                 if at_deadline {
@@ -344,10 +366,10 @@ impl RedisScripting for SimCluster {
                 Err(self.timed_out(script, "took effect, the connection broke before its reply"))
             }
             Fate::Late => {
-                let end = ns(deadline.saturating_duration_since(self.hist.base));
                 let at = end + ns(below(self.query_timeout * 2));
                 let late = Late {
                     at,
+                    from: t0,
                     node,
                     name: script.name(),
                     code: script.code().into(),
@@ -424,6 +446,42 @@ impl RedisScripting for SimCluster {
 
     fn target(&self) -> String {
         "sim+cluster://3-masters".into()
+    }
+}
+
+/// Scripts that read only (the `members`, `holder` and `leader` reads, a session's info) or
+/// open a session: their faults cost no session anything it holds, so none is recorded.
+const FAULTLESS: [&str; 6] = ["group_live", "holder", "lease_info", "members", "session_info", "open_session"];
+
+/// Records an [`Event::CallFault`] of the script `name` with `keys` and `args`, from `from` to
+/// `until` (real ns), for every session it names — a key or argument that is a known session's id,
+/// or a key whose hash tag is — or, when it names none, for every session (`sess: None`). A
+/// read-only script or an open records nothing ([`FAULTLESS`]).
+fn fault(
+    h: &mut HistState,
+    hist: &History,
+    (name, keys, args): (&'static str, &[String], &[String]),
+    what: &'static str,
+    from: u64,
+    until: u64,
+) {
+    if FAULTLESS.iter().any(|n| name.trim_end_matches(".lua") == *n) {
+        return;
+    }
+    let known = |s: &str| crate::types::SessionId::parse(s).ok().and_then(|id| h.labels.get(&id).copied());
+    let tag = |k: &str| k.split_once('{').and_then(|(_, r)| r.split_once('}')).map(|(t, _)| t.to_string());
+    let mut sessions: Vec<u32> = keys
+        .iter()
+        .filter_map(|k| tag(k).and_then(|t| known(&t)).or_else(|| known(k)))
+        .chain(args.iter().filter_map(|a| known(a)))
+        .collect();
+    sessions.sort_unstable();
+    sessions.dedup();
+    if sessions.is_empty() {
+        hist.push(h, Event::CallFault { sess: None, what, from, until });
+    }
+    for sess in sessions {
+        hist.push(h, Event::CallFault { sess: Some(sess), what, from, until });
     }
 }
 
