@@ -21,8 +21,9 @@
 
 use std::collections::{HashMap, HashSet};
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
-use std::sync::Weak;
+use std::sync::{Arc, Weak};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -62,6 +63,16 @@ struct Shard {
     orders: Sender<Order>,
     /// Topics handed to it (subscribed, or on their way).
     topics: HashSet<Topic>,
+    /// Set when the coordinator lets go of this subscriber (retired, or the coordinator died): it
+    /// then stops without carrying out orders still queued, so a subscriber of a dead coordinator
+    /// never confirms a subscription to its successor's state.
+    retired: Arc<AtomicBool>,
+}
+
+impl Drop for Shard {
+    fn drop(&mut self) {
+        self.retired.store(true, Ordering::SeqCst);
+    }
 }
 
 /// A master whose subscriber failed: not used again before `until`.
@@ -152,7 +163,10 @@ pub(super) fn run(weak: &Weak<Watchers>, endpoints: &[ConnectionInfo], timeout: 
                     warned.entry(addr.clone()).or_default().failed(target, &addr, &error);
                     hold_off(&mut backoff, &addr);
                     stale = true;
-                    let topics = shards.remove(&addr).map(|s| s.topics.into_iter().collect()).unwrap_or_default();
+                    let topics = shards
+                        .remove(&addr)
+                        .map(|mut s| std::mem::take(&mut s.topics).into_iter().collect())
+                        .unwrap_or_default();
                     (addr, topics)
                 }
             };
@@ -317,6 +331,8 @@ fn start(
     let settings = info.redis_settings().clone().set_protocol(redis::ProtocolVersion::RESP3);
     let info = info.set_redis_settings(settings);
     let (orders_tx, orders_rx) = crossbeam_channel::unbounded();
+    let retired = Arc::new(AtomicBool::new(false));
+    let orders = Orders { rx: orders_rx, retired: retired.clone() };
     let (weak, addr, reports) = (weak.clone(), addr.to_string(), reports.clone());
     thread::Builder::new()
         .name("simba-redis-shardsub".into())
@@ -324,7 +340,7 @@ fn start(
             // A subscriber that panics is down like one whose connection failed: the coordinator
             // wakes its watchers and starts another on the next registration.
             let outcome =
-                catch_unwind(AssertUnwindSafe(|| subscribe(&weak, &info, &addr, timeout, &orders_rx, &reports, id)));
+                catch_unwind(AssertUnwindSafe(|| subscribe(&weak, &info, &addr, timeout, &orders, &reports, id)));
             let error = match outcome {
                 Ok(Ok(())) => return,
                 Ok(Err(error)) => error,
@@ -333,7 +349,32 @@ fn start(
             let _ = reports.send(Report::Down { addr, shard: id, error });
         })
         .map_err(|e| Error::unavailable("cannot start a redis pub/sub thread").with_source(e))?;
-    Ok(Shard { id, orders: orders_tx, topics: HashSet::new() })
+    Ok(Shard { id, orders: orders_tx, topics: HashSet::new(), retired })
+}
+
+/// A subscriber's orders from the coordinator.
+struct Orders {
+    rx: Receiver<Order>,
+    /// [`Shard::retired`].
+    retired: Arc<AtomicBool>,
+}
+
+/// The coordinator let go of this subscriber.
+struct Retired;
+
+impl Orders {
+    /// The next queued order (`None`: none now); `Err` once the coordinator let go of this
+    /// subscriber, even with orders still queued.
+    fn next(&self) -> Option<std::result::Result<Order, Retired>> {
+        if self.retired.load(Ordering::SeqCst) {
+            return Some(Err(Retired));
+        }
+        match self.rx.try_recv() {
+            Ok(o) => Some(Ok(o)),
+            Err(TryRecvError::Empty) => None,
+            Err(TryRecvError::Disconnected) => Some(Err(Retired)),
+        }
+    }
 }
 
 /// One master's subscriber connection (RESP3, pushes through `pushes`).
@@ -428,7 +469,7 @@ fn subscribe(
     info: &ConnectionInfo,
     addr: &str,
     timeout: Duration,
-    orders: &Receiver<Order>,
+    orders: &Orders,
     reports: &Sender<Report>,
     shard: u64,
 ) -> Result<()> {
@@ -447,11 +488,11 @@ fn subscribe(
     loop {
         let Some(w) = weak.upgrade() else { return Ok(()) };
         loop {
-            let order = match orders.try_recv() {
-                Ok(o) => o,
-                Err(TryRecvError::Empty) => break,
-                // The coordinator retired this master (or stopped).
-                Err(TryRecvError::Disconnected) => return Ok(()),
+            let order = match orders.next() {
+                Some(Ok(o)) => o,
+                None => break,
+                // The coordinator retired this master (or stopped, or died).
+                Some(Err(Retired)) => return Ok(()),
             };
             sub.drain(&w, addr, reports);
             match order {
