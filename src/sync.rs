@@ -120,6 +120,17 @@ pub enum Bug {
     /// membership the backend lost (a leave that landed after a re-join) is never detected nor
     /// re-joined, and a join that landed late is never left.
     GroupReportsIgnored = 256,
+    /// Finding 3 of issue #36 (the shipped simulation's `no-spurious-loss` sees it with the
+    /// sessions renewing every half lease): a term that lasts with its session
+    /// (`TermRemaining::WithSession`) adopted while a keep-alive was in flight, which that reply
+    /// did not list, kept the deadline of the keep-alive before and was reported lost at it.
+    WithSessionKeepsOldDeadline = 8192,
+    /// Finding 1 of issue #36, Redis Cluster: an acquire (or join) of a name a renewal had
+    /// scheduled to drop from the session's index did not unschedule it, so the renewal after
+    /// removed the new term from the index and the one after that reported it lost.
+    // Switched in the Redis backend only.
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
+    DropOutlivesReacquire = 16384,
 }
 
 /// True when the explorer switched `bug`'s old behaviour back on. Always `false` outside the

@@ -72,13 +72,13 @@ fn shipped_runtime_elections_keep_every_invariant() {
 
 /// With `bug` re-introduced (or the scenario's own toggle), a seed of `seeds` must fail on
 /// `invariant` only, and replay to the same history.
-fn assert_finds(sc: &Scenario, seeds: Range<u64>, invariant: Invariant) {
-    assert_finds_among(sc, seeds, invariant, &[]);
+fn assert_finds(sc: &Scenario, seeds: Range<u64>, invariant: Invariant) -> u64 {
+    assert_finds_among(sc, seeds, invariant, &[])
 }
 
 /// Like [`assert_finds`], the failing seed may also violate the invariants of `also` (the same
 /// broken property seen from another side), but must violate `invariant`.
-fn assert_finds_among(sc: &Scenario, seeds: Range<u64>, invariant: Invariant, also: &[Invariant]) {
+fn assert_finds_among(sc: &Scenario, seeds: Range<u64>, invariant: Invariant, also: &[Invariant]) -> u64 {
     let started = Instant::now();
     let Some(o) = seeds.clone().map(|seed| shipped::run(seed, sc)).find(|o| !o.clean()) else {
         panic!("[{}] re-introduced, yet seeds {seeds:?} found nothing", sc.name)
@@ -108,6 +108,7 @@ fn assert_finds_among(sc: &Scenario, seeds: Range<u64>, invariant: Invariant, al
     );
     let again = shipped::run(o.seed, sc);
     assert_eq!(again.records, o.records, "[{}] seed {} did not replay", sc.name, o.seed);
+    o.seed
 }
 
 /// Finding 2 of issue #14 (`Bug::LateAliveRevives`: a keep-alive reply applied after the local
@@ -203,6 +204,44 @@ fn half_renew_interval_keeps_every_invariant() {
     let s = seeds();
     let n = (s.end - s.start) / 8;
     assert_clean(&Scenario::default_faults().with_half_renew(), s.start..s.start + n);
+}
+
+/// Finding 3 of issue #36 (`Bug::WithSessionKeepsOldDeadline`: a term that lasts with its
+/// session, adopted while a keep-alive was in flight that does not list it, keeps the deadline
+/// of the keep-alive before) switched back on, with the sessions renewing every half lease and
+/// locking right after a renewal took effect (`Scenario::with_half_renew`): a seed reports a term
+/// lost while its session lives and no fault explains it (`no-spurious-loss` only), and the same
+/// seed with the fix in place is clean. (Found at seed 287 once a term adopted in the very instant
+/// a keep-alive was sent is no longer judged by that reply; until then that judgement loses the
+/// same terms first, with or without the fix, and this test finds no seed.)
+#[test]
+fn finding_3_with_session_term_lost_at_the_old_deadline_is_found() {
+    let sc = Scenario::default_faults().with_half_renew().with_bug(Bug::WithSessionKeepsOldDeadline);
+    let fixed = Scenario::default_faults().with_half_renew();
+    let started = Instant::now();
+    let found = (0..FINDING_SEEDS * 2).map(|seed| shipped::run(seed, &sc)).find(|o| {
+        !o.clean()
+            && o.panic.is_none()
+            && o.violations.iter().all(|v| v.invariant == Invariant::NoSpuriousLoss)
+            && shipped::run(o.seed, &fixed).clean()
+    });
+    let Some(o) = found else {
+        panic!(
+            "[{}] no seed of 0..{} fails on no-spurious-loss with the bug and is clean without it",
+            sc.name,
+            FINDING_SEEDS * 2
+        )
+    };
+    println!(
+        "[{}] found at seed {} after {:.2?}:\n{}\n{}",
+        sc.name,
+        o.seed,
+        started.elapsed(),
+        o.report(20),
+        replay_hint(&sc, o.seed)
+    );
+    let again = shipped::run(o.seed, &sc);
+    assert_eq!(again.records, o.records, "[{}] seed {} did not replay", sc.name, o.seed);
 }
 
 /// The seeds a `finding_*`-style test of a new invariant may search.
@@ -606,6 +645,7 @@ fn scenario_named(name: &str) -> Option<Scenario> {
                 "CoordinatorWatchEndsWithSession" => Bug::CoordinatorWatchEndsWithSession,
                 "AbandonConfirmed" => Bug::AbandonConfirmed,
                 "LeaseSeconds" => Bug::LeaseSeconds,
+                "WithSessionKeepsOldDeadline" => Bug::WithSessionKeepsOldDeadline,
                 _ => return None,
             }),
         };

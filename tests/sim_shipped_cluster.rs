@@ -131,6 +131,7 @@ fn scenarios() -> Vec<Scenario> {
         cluster_elections().with_bug(Bug::AbandonConfirmed),
         Scenario::cluster().with_bug(Bug::AbandonConfirmed).harsh(),
         Scenario::cluster().with_bug(Bug::LeaseSeconds),
+        Scenario::cluster().with_bug(Bug::DropOutlivesReacquire),
     ]
 }
 
@@ -262,6 +263,38 @@ fn finding_2_abandoned_term_reported_acquired() {
         "a late acquire's abandoned term reported by another acquire",
         &[Invariant::ExclusiveToken, Invariant::LeaderTask, Invariant::LeaderRead],
     );
+}
+
+/// Finding 1 of issue #36 (`Bug::DropOutlivesReacquire`: an acquire or join of a name a renewal
+/// scheduled to drop from the session's index left the removal scheduled) switched back on in the
+/// shipped Redis backend: a lease acquired, released, found free by a renewal and acquired again
+/// is removed from the index by the next renewal and reported lost (`NotOwned`) by the one after,
+/// while its session lives and no fault explains it (`no-spurious-loss`); the same seed with the
+/// fix in place has no such loss.
+#[test]
+fn finding_1_reacquired_term_dropped_from_the_index_is_found() {
+    let sc = Scenario::cluster().with_bug(Bug::DropOutlivesReacquire);
+    let seeds = 0..env_u64("SIMBA_SIM_FINDING_SEEDS").unwrap_or(200);
+    let started = Instant::now();
+    let found = seeds.clone().map(|seed| shipped::run(seed, &sc)).find(|o| !o.clean());
+    let Some(o) = found else { panic!("[{}] not found over seeds {seeds:?}", sc.name) };
+    println!(
+        "[{}] found at seed {} in {:.2?}\n{}\n{}",
+        sc.name,
+        o.seed,
+        started.elapsed(),
+        o.report(20),
+        replay_hint(&sc, o.seed)
+    );
+    assert!(o.panic.is_none(), "seed {} panicked instead: {}", o.seed, o.report(5));
+    assert!(
+        o.violations.iter().all(|v| v.invariant == Invariant::NoSpuriousLoss),
+        "seed {}: unexpected kind of violation: {}",
+        o.seed,
+        o.report(5)
+    );
+    let fixed = shipped::run(o.seed, &Scenario::cluster());
+    assert!(fixed.clean(), "seed {} fails without the bug too:\n{}", o.seed, fixed.report(30));
 }
 
 /// `SIMBA_SIM_SEED=<seed>` (and `SIMBA_SIM_SCENARIO=<name>`, default `shipped-cluster`) replays one

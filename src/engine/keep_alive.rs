@@ -187,7 +187,8 @@ impl Engine {
                 // term adopted with the session's deadline while this keep-alive was in flight
                 // would keep the deadline of the keep-alive before: finding 3 of issue #36.)
                 for (name, entry) in self.leases.iter_mut().filter(|(_, l)| l.established > sent) {
-                    let renewed = entry.with_session || owned.get(name) == Some(&entry.token);
+                    let old = crate::sync::reintroduced(crate::sync::Bug::WithSessionKeepsOldDeadline); // finding 3
+                    let renewed = (entry.with_session && !old) || owned.get(name) == Some(&entry.token);
                     if renewed && now < entry.deadline {
                         entry.deadline = entry.deadline.max(deadline);
                     }

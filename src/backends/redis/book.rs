@@ -302,7 +302,10 @@ impl Books {
     /// join may establish a term or membership the renewal that scheduled it did not see.
     pub fn inflight<'a>(&'a self, sid: &SessionId, item: Item) -> Inflight<'a> {
         self.with(sid, |b| {
-            b.drops.remove(&item);
+            // Finding 1 of issue #36 switched back on by the explorer: the removal stays scheduled.
+            if !crate::sync::reintroduced(crate::sync::Bug::DropOutlivesReacquire) {
+                b.drops.remove(&item);
+            }
             *b.inflight.entry(item.clone()).or_default() += 1;
         });
         Inflight { books: self, sid: sid.clone(), item }

@@ -102,6 +102,12 @@ pub(crate) struct HistState {
     pub(crate) membership_events: bool,
     /// Partitions on now: every call of the session fails until the virtual instant (ns).
     cut: Vec<(SessionId, u64)>,
+    /// Renewals the backend applied, per session label, counted (and [`History::renewed`]
+    /// notified) only when set: notifying adds scheduling points, so only the scenario that
+    /// waits for renewals does.
+    pub(crate) renewal_waiters: bool,
+    /// See `renewal_waiters`.
+    pub(crate) renewals: HashMap<u32, u64>,
 }
 
 /// The resign of the coordinator's campaign for `name` (see [`HistState::resigned`]).
@@ -125,11 +131,19 @@ pub(crate) struct History {
     /// Acquires that entered the backend so far, each numbered by it on entry. A std atomic: no
     /// scheduling point, so the explored schedules (and every seed's history) stay as they were.
     acquires: AtomicU64,
+    /// Notified at every renewal the backend applies when [`HistState::renewal_waiters`] is set
+    /// (a user thread waiting to lock right after one: `Scenario::half_renew`).
+    pub(crate) renewed: Condvar,
 }
 
 impl History {
     pub(crate) fn new() -> History {
-        History { state: Mutex::new(HistState::default()), base: sync::now(), acquires: AtomicU64::new(0) }
+        History {
+            state: Mutex::new(HistState::default()),
+            base: sync::now(),
+            acquires: AtomicU64::new(0),
+            renewed: Condvar::new(),
+        }
     }
 
     /// How many acquires entered the backend so far.
@@ -647,6 +661,10 @@ impl LeaseBackend for SimBackend {
                 KeepAlive::Alive { remaining, owned, .. } => {
                     let until = b + ns(*remaining);
                     hist.push(h, Event::Renewed { node: 0, b, sess, until });
+                    if h.renewal_waiters {
+                        *h.renewals.entry(sess).or_default() += 1;
+                        hist.renewed.notify_all();
+                    }
                     for (name, token) in owned {
                         hist.push(h, Event::Extended { node: 0, b, sess, name: name.clone(), token: *token, until });
                     }

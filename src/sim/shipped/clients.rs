@@ -271,6 +271,10 @@ pub(crate) struct Client {
     /// The node's second thread retries a busy `try_lock` at once, up to 64 times
     /// ([`Scenario::with_spinning_try_lock`](super::Scenario::with_spinning_try_lock)).
     pub(crate) spin_try_lock: bool,
+    /// Some idle operations wait for the session's next renewal and `try_lock` right after it
+    /// took effect, while its reply may still be on its way
+    /// ([`Scenario::half_renew`](super::Scenario::half_renew)).
+    pub(crate) lock_after_renewal: bool,
 }
 
 fn arc_unwrap<T>(a: Arc<T>) -> Option<T> {
@@ -421,6 +425,19 @@ impl Client {
                         let c = self.c;
                         let mut h = self.hist.lock();
                         self.hist.push(&mut h, Event::Closed { client: c, sess });
+                    }
+                }
+            } else if self.lock_after_renewal && unit() < 0.8 {
+                // Lock during a keep-alive in flight: right after the backend renewed the
+                // session, before its reply may have reached the engine (finding 3 of issue #36).
+                if self.wait_for_renewal(sess) {
+                    if unit() < 0.5 {
+                        // Or a clock step later: the renewal's reply, which a worker handed over,
+                        // may reach the engine only then (and after this acquire's reply).
+                        sleep_virtual(Duration::from_nanos(1));
+                    }
+                    if let Ok(Some(l)) = s.try_lock(name) {
+                        self.with_lease(sess, l);
                     }
                 }
             } else {
@@ -607,6 +624,7 @@ impl Client {
             unchecked_leader_token: self.unchecked_leader_token,
             resign_skipped: self.resign_skipped,
             spin_try_lock: self.spin_try_lock,
+            lock_after_renewal: self.lock_after_renewal,
         }
     }
 
@@ -621,6 +639,20 @@ impl Client {
             let client = self.c;
             self.hist.push(&mut h, Event::Closing { client, sess });
         }
+    }
+
+    /// Waits (at most a lease) until the backend applies a renewal of `sess`; true once it did.
+    fn wait_for_renewal(&self, sess: u32) -> bool {
+        let deadline = crate::sync::now() + self.lease();
+        let mut h = self.hist.lock();
+        let before = h.renewals.get(&sess).copied().unwrap_or(0);
+        while h.renewals.get(&sess).copied().unwrap_or(0) == before {
+            if crate::sync::now() >= deadline {
+                return false;
+            }
+            self.hist.renewed.wait_until(&mut h, deadline);
+        }
+        true
     }
 
     fn with_lease(&self, sess: u32, l: Lease) {

@@ -125,7 +125,9 @@ pub struct Scenario {
     /// instead of every third, and the clock driver's steps are at most a tenth of the lease
     /// (instead of a third): a term whose local deadline a keep-alive fails to extend runs out
     /// before the next one (finding 3 of issue #36), and is seen lost steps after that
-    /// keep-alive. Off by default.
+    /// keep-alive; and a user thread's idle operation mostly waits for its session's next
+    /// renewal to take effect and `try_lock`s right then, while that renewal's reply may still
+    /// be on its way (the interleaving of finding 3). Off by default.
     pub half_renew: bool,
     /// Breaks `no-spurious-loss` in the backend layer: a keep-alive reply leaves out the first
     /// term it lists on a quarter of the replies, while the backend renewed it (what finding 1 of
@@ -784,6 +786,7 @@ fn execution(seed: u64, sc: &Scenario) -> Outcome {
         backend.terms_with_session = unit() < 0.5;
         let mut h = hist.lock();
         h.membership_events = sc.late_deliveries;
+        h.renewal_waiters = sc.half_renew;
         let setup = Event::Setup { client_ppm: vec![0; clients], node_ppm: vec![((rate - 1.0) * 1e6) as i64] };
         hist.push(&mut h, setup);
         if let Some((from, until)) = faults.outage {
@@ -814,6 +817,7 @@ fn execution(seed: u64, sc: &Scenario) -> Outcome {
             unchecked_leader_token: sc.unchecked_leader_token,
             resign_skipped: sc.resign_skipped,
             spin_try_lock: sc.spin_try_lock,
+            lock_after_renewal: sc.half_renew,
         };
         if c == 0 && (unit() < 0.4 || sc.workload == Workload::Coordinator) {
             // The first node runs a `Coordinator` on 40 % of the seeds.
