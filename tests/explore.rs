@@ -24,7 +24,7 @@ use crossbeam_channel::Sender;
 use shuttle::scheduler::{PctScheduler, RandomScheduler};
 use shuttle::sync::Mutex;
 use shuttle::{thread, Config, FailurePersistence, Runner};
-use simba::backend::{Capabilities, Notification, Topic};
+use simba::backend::{Capabilities, Notification, TermRemaining, Topic};
 use simba::explore::{self, Bug};
 use simba::{
     Acquire, Coordinator, Error, ErrorKind, Holder, KeepAlive, LeaseBackend, Member, Name, Session, SessionEvent,
@@ -106,6 +106,9 @@ struct Script {
     push: bool,
     /// Signalled on every grant (for `keep_alive_after_grant`).
     granted: shuttle::sync::Condvar,
+    /// Acquires answer that the term lasts as long as the session (`TermRemaining::WithSession`,
+    /// as MySQL's one-upsert acquire does) instead of the time left.
+    with_session: bool,
 }
 
 impl Script {
@@ -231,7 +234,8 @@ impl LeaseBackend for Script {
         if t.keep_alive_after_grant.is_some() {
             self.granted.notify_all();
         }
-        Ok(Acquire::Acquired { token: token(tok), remaining: remaining.into() })
+        let remaining = if self.with_session { TermRemaining::WithSession } else { remaining.into() };
+        Ok(Acquire::Acquired { token: token(tok), remaining })
     }
 
     fn release(&self, session: &SessionId, lease: &Name, tok: Token) -> simba::Result<()> {
@@ -748,7 +752,74 @@ fn semaphore_permits_vs_release_and_close() {
     teardown();
 }
 
+/// Liveness (SPEC §8; issue #36): with no fault, nothing a live session holds is reported lost.
+///
+/// Premises: the scripted backend answers every call at once and right (a keep-alive lists every
+/// term the session holds); no fault — no failed or late call, no expiry: the clock moves by half a
+/// lease at a time (the renew interval is half the lease, the longest allowed) and every renewal is
+/// answered. Acquires answer `WithSession` (the term lasts with its session, as on MySQL). A
+/// keep-alive is in flight (the clock reaches the renewal time) while another thread of the session
+/// acquires "B", releases it and acquires it again (the sequences of findings 1 and 3 of issue
+/// #36); then two more renewals. Invariant: the session reports no `LeaseLost`, and `token()` of
+/// "A" and of the last "B" are Ok.
+fn renewal_vs_reacquire() {
+    let backend = Arc::new(Script { inline: true, with_session: true, ..Script::default() });
+    let half = LEASE / 2;
+    let options = SessionOptions::builder()
+        .lease_duration(LEASE)
+        .renew_interval(half)
+        .query_timeout(RENEW)
+        .drift(0.0)
+        .worker_threads(16)
+        .build()
+        .expect("valid options");
+    let s = Arc::new(Session::open(backend.clone(), options).expect("open"));
+    let events = s.events();
+    let a = s.try_lock("A").expect("try_lock A").expect("A is free");
+    let s2 = s.clone();
+    let locker = thread::spawn(move || {
+        let b = s2.try_lock("B").expect("try_lock B").expect("B is free");
+        b.release().expect("release B");
+        s2.try_lock("B").expect("try_lock B again").expect("B is free again")
+    });
+    // Each renewal is answered and applied before the clock moves on (no pause of the renewal
+    // thread: a deadline passing while it waits to run would be a fault).
+    let renewed = |backend: &Script| {
+        for _ in 0..100_000 {
+            let fresh = backend.table().sessions.values().all(|e| *e >= explore::now() + LEASE);
+            if fresh {
+                break;
+            }
+            thread::yield_now();
+        }
+        settle(50);
+    };
+    explore::advance(half);
+    let b = locker.join().expect("locker");
+    renewed(&backend);
+    for _ in 0..2 {
+        explore::advance(half);
+        renewed(&backend);
+    }
+    let mut lost = Vec::new();
+    while let Ok(e) = events.try_recv() {
+        if matches!(e, SessionEvent::LeaseLost { .. }) {
+            lost.push(e);
+        }
+    }
+    assert!(lost.is_empty(), "a live session with no fault reported {lost:?} (issue #36: liveness)");
+    assert!(a.token().is_ok() && b.token().is_ok(), "A: {:?}, B: {:?} with no fault", a.token(), b.token());
+    drop((a, b));
+    drop(s);
+    teardown();
+}
+
 // ----- the clean runs -----
+
+#[test]
+fn renewal_vs_reacquire_loses_nothing_without_faults() {
+    explore_clean(renewal_vs_reacquire);
+}
 
 #[test]
 fn resign_vs_try_lock_vs_keep_alive_reply() {
@@ -822,4 +893,14 @@ fn finding_6_a_late_campaign_attempt_after_a_resign_is_found() {
 fn finding_5_reattach_racing_resign_is_found() {
     // Found after 0-1,300 schedules with rotating seeds (~2 s); budget 10,000.
     explore_finds(Bug::ReattachKept, replacement_vs_resign, "finding 5", budget(10_000));
+}
+
+#[test]
+fn finding_3_of_issue_36_with_session_term_lost_without_a_fault_is_found() {
+    // A term lasting with its session, adopted while a keep-alive is in flight that does not list
+    // it, keeps the old deadline (`Bug::WithSessionKeepsOldDeadline`) and is lost at it: found at
+    // schedule 0 once a term adopted in the very instant a keep-alive was sent is no longer judged
+    // by that reply (until then that judgement loses "B" first, `NotOwned`, with or without the
+    // fix, and this test fails on the reason).
+    explore_finds(Bug::WithSessionKeepsOldDeadline, renewal_vs_reacquire, "reason: Deadline", budget(10_000));
 }
