@@ -8,8 +8,9 @@
 //! `keep_alive`, at most once per purge interval (the tests move the last run's instant back by an
 //! interval instead of sleeping one), takes at most [`PURGE_BATCH`] sessions, the oldest first,
 //! and never deletes a live session, a membership of one, or any lease row (tokens never reset);
-//! a run that panics stops no later run, two runs never overlap, and the keep-alive that started
-//! a panicking run still returns its reply.
+//! a run that panics stops no later run, a run that waits for a lock ends by the query timeout
+//! and holds up no live session's keep-alive meanwhile, two runs never overlap, and the keep-alive
+//! that started a panicking run still returns its reply.
 //!
 //! Each test works in a private PostgreSQL schema / MySQL database (dropped at the end): every
 //! backend on the shared servers purges expired sessions in the background, which would take the
@@ -197,6 +198,7 @@ impl Raw {
 /// A backend through the seam in a private namespace of the shared server, its schema created.
 struct Fixture {
     dialect: Dialect,
+    url: String,
     backend: SqlBackend,
     runs: Arc<Runs>,
     ended: Receiver<Outcome>,
@@ -254,7 +256,7 @@ impl Fixture {
         let seam = Seam { real, runs: runs.clone(), ended: tx };
         let backend = SqlBackend::with_driver(dialect, &url, options, Box::new(seam));
         let raw = Raw::connect(dialect, &url);
-        let fx = Fixture { dialect, backend, runs, ended, raw, admin, namespace };
+        let fx = Fixture { dialect, url, backend, runs, ended, raw, admin, namespace };
         fx.backend.init_schema().unwrap();
         fx
     }
@@ -310,6 +312,28 @@ impl Fixture {
 
     fn token_of(&mut self, lease: &str) -> i64 {
         self.raw.int(&format!("select max(token) from simba_lease where name = '{lease}'"))
+    }
+
+    /// Statements waiting for a row lock now on the backend's pool's connections (PostgreSQL
+    /// `pg_stat_activity`) or in the test's database (MySQL/MariaDB `information_schema`).
+    fn lock_waits(&mut self) -> i64 {
+        match self.dialect {
+            Dialect::Postgres => {
+                let ids: Vec<String> = self.backend.connection_ids().iter().map(u64::to_string).collect();
+                if ids.is_empty() {
+                    return 0;
+                }
+                let ids = ids.join(", ");
+                self.raw.int(&format!(
+                    "select count(*) from pg_stat_activity where wait_event_type = 'Lock' and pid in ({ids})"
+                ))
+            }
+            Dialect::Mysql => self.raw.int(
+                "select count(*) from information_schema.innodb_trx t \
+                 join information_schema.processlist p on p.id = t.trx_mysql_thread_id \
+                 where t.trx_state = 'LOCK WAIT' and p.db = database()",
+            ),
+        }
     }
 
     fn members_of(&mut self, id: &SessionId) -> i64 {
@@ -460,6 +484,98 @@ fn a_panicking_run_stops_no_later_run(dialect: Dialect) {
     fx.backend.close_session(&s).unwrap();
 }
 
+/// A raw transaction holding `session`'s membership rows `FOR UPDATE` (in a thread) until
+/// released: the purge's `DELETE` of them waits.
+struct HeldMembers {
+    release: Sender<()>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+impl HeldMembers {
+    fn lock(dialect: Dialect, url: &str, session: &SessionId) -> HeldMembers {
+        let (url, session) = (url.to_string(), session.to_string());
+        let (locked_tx, locked) = unbounded();
+        let (release, release_rx) = unbounded::<()>();
+        let thread = std::thread::spawn(move || {
+            let mut raw = Raw::connect(dialect, &url);
+            if dialect == Dialect::Mysql {
+                // No gap locks: the membership row is all this transaction holds.
+                raw.exec("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED");
+            }
+            raw.exec("begin");
+            let n = raw.int(&match dialect {
+                // PostgreSQL takes no row lock under an aggregate; MySQL counts the locked rows.
+                Dialect::Postgres => format!(
+                    "select count(*) from (select 1 from simba_member where session_id = '{session}' for update) l"
+                ),
+                Dialect::Mysql => {
+                    format!("select count(*) from simba_member where session_id = '{session}' for update")
+                }
+            });
+            assert_eq!(n, 1, "the membership row is locked");
+            locked_tx.send(()).unwrap();
+            let _ = release_rx.recv();
+            raw.exec("rollback");
+        });
+        locked.recv_timeout(PATIENCE).expect("the raw connection locked the membership row");
+        HeldMembers { release, thread }
+    }
+
+    fn release(self) {
+        let _ = self.release.send(());
+        self.thread.join().unwrap();
+    }
+}
+
+/// A run that hangs on a lock its `DELETE` needs (a raw transaction holds an expired session's
+/// membership row) ends by the query timeout, with an error, while the lock is still held; the
+/// live session's keep-alives meanwhile return without waiting for it (the run is still waiting
+/// when each returns) and start no second run although due; once the lock is gone the next due
+/// call purges the session.
+fn a_hung_run_is_bounded_and_holds_up_no_keep_alive(dialect: Dialect) {
+    let mut fx = Fixture::new(dialect, options(Duration::from_secs(5), HOUR));
+    let s = fx.backend.open_session(LONG, "live").unwrap().id;
+    assert_eq!(fx.next_end(PATIENCE), Outcome::Purged(0));
+    let stuck = fx.insert_expired("stuck", &[1]).remove(0);
+    let group = format!("purge-{:08x}", rand::random::<u32>());
+    fx.raw.exec(&format!("insert into simba_member (group_name, session_id) values ('{group}', '{stuck}')"));
+    let held = HeldMembers::lock(dialect, &fx.url, &stuck);
+
+    fx.interval_passed();
+    alive(fx.backend.keep_alive(&s, LONG).unwrap());
+    // The server shows the run waiting for the held row (a lock wait on one of the pool's
+    // connections): its first statement, which locks the batch, is behind it.
+    let deadline = Instant::now() + PATIENCE;
+    while fx.lock_waits() == 0 {
+        assert!(Instant::now() < deadline, "the purge run never waited for the held membership row");
+        assert!(fx.ended.is_empty(), "the run ended before it waited for the held row: {:?}", fx.ended.try_recv());
+        // MariaDB refreshes its information_schema InnoDB tables only after 100 ms without a read.
+        std::thread::sleep(Duration::from_millis(150));
+    }
+    for i in 0..5 {
+        fx.interval_passed();
+        alive(fx.backend.keep_alive(&s, LONG).unwrap());
+        assert!(
+            fx.ended.is_empty() && fx.runs.running.load(Ordering::SeqCst) == 1,
+            "keep-alive {i} returned only after the waiting purge run ended: it waited for the purge"
+        );
+    }
+    assert_eq!(fx.started(), 2, "a due keep-alive started a second run while one was running");
+    match fx.next_end(PATIENCE) {
+        Outcome::Failed(e) => eprintln!("{dialect}: the hung run ended with: {e}"),
+        other => panic!("the run waiting for the held lock ended with {other:?}"),
+    }
+    assert!(fx.session_exists(&stuck), "the held session is still there");
+    held.release();
+
+    fx.interval_passed();
+    alive(fx.backend.keep_alive(&s, LONG).unwrap());
+    assert_eq!(fx.next_end(PATIENCE), Outcome::Purged(1), "the next run purges the released session");
+    assert!(!fx.session_exists(&stuck));
+    assert_eq!((fx.started(), fx.runs.most_at_once.load(Ordering::SeqCst)), (3, 1));
+    fx.backend.close_session(&s).unwrap();
+}
+
 macro_rules! per_dialect {
     ($module:ident, $feature:literal, $dialect:expr) => {
         #[cfg(feature = $feature)]
@@ -482,6 +598,12 @@ macro_rules! per_dialect {
             #[serial_test::serial($module)]
             fn auto_purge_survives_a_panicking_run() {
                 a_panicking_run_stops_no_later_run($dialect);
+            }
+
+            #[test]
+            #[serial_test::serial($module)]
+            fn auto_purge_bounds_a_hung_run() {
+                a_hung_run_is_bounded_and_holds_up_no_keep_alive($dialect);
             }
         }
     };
