@@ -377,11 +377,15 @@ fn remaining_is_min_of_lease_and_negotiated_timeout() {
     let g = b.open_session(Duration::from_millis(200), "").unwrap();
     assert_eq!(g.remaining, Duration::from_millis(200));
     b.close_session(&g.id).unwrap();
-    // Within the ensemble range the negotiated timeout equals the request.
+    // Within the ensemble range the negotiated timeout equals the request; the remaining is that
+    // less the leader's possible staleness behind a follower (issue #36 finding 4): half a tick
+    // (the test ensemble does not answer `conf`: at most half the timeout) plus the client's
+    // ping gap (a quarter of the timeout), so between half and three quarters of it.
     let g = b.open_session(Duration::from_secs(3), "").unwrap();
-    assert_eq!(g.remaining, Duration::from_secs(3));
+    let safe = g.remaining;
+    assert!(safe >= Duration::from_millis(1500) && safe <= Duration::from_millis(2250), "{safe:?}");
     match b.keep_alive(&g.id, Duration::from_secs(2)).unwrap() {
-        KeepAlive::Alive { remaining, .. } => assert_eq!(remaining, Duration::from_secs(2)),
+        KeepAlive::Alive { remaining, .. } => assert_eq!(remaining, safe.min(Duration::from_secs(2))),
         KeepAlive::Expired => panic!(),
     }
     b.close_session(&g.id).unwrap();

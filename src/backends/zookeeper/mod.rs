@@ -13,8 +13,11 @@
 //!
 //! Tokens are `czxid`s: zxids are global, so a new term always gets a larger token, even after
 //! the parent was deleted or the container reaped (not contiguous). Remaining times are
-//! min(lease duration, negotiated session timeout): ZooKeeper measures session timeouts with the
-//! ensemble's elapsed time, so no clock is compared with anything.
+//! min(lease duration, negotiated session timeout − staleness), where the staleness is how much
+//! older the leader's last touch of the session can be than a keep-alive served by a follower
+//! (half the servers' tickTime plus the client's ping interval; see the `tick` module): ZooKeeper
+//! measures session timeouts with the ensemble's elapsed time, so no clock is compared with
+//! anything.
 //!
 //! Keep-alive reports the session's leases and groups from the server (`getEphemerals` of
 //! `{root}`, pipelined with its `sync`), so a lease or member node deleted behind the session's
@@ -33,6 +36,7 @@ mod probe;
 mod semaphores;
 mod session;
 mod spi;
+mod tick;
 mod watch;
 
 use std::collections::{BTreeSet, HashMap, HashSet};
@@ -108,6 +112,17 @@ struct Inner {
     shared: Mutex<Option<Client>>,
     watches: Watches,
     watchdog: Arc<Signal>,
+    /// The servers' `tickTime` as far as known ([`tick`]).
+    tick: Mutex<TickState>,
+}
+
+/// What the backend knows of the servers' `tickTime`.
+#[derive(Default)]
+struct TickState {
+    tick: Option<Duration>,
+    /// A server told it, or every server refused to: not asked again.
+    settled: bool,
+    asked: Option<Instant>,
 }
 
 /// Wakes or stops the watchdog thread.
@@ -123,6 +138,9 @@ struct ZkSession {
     zk_id: i64,
     metadata: String,
     negotiated: Duration,
+    /// The longest remaining a keep-alive reports: the negotiated timeout less how much older the
+    /// leader's last touch of the session can be than the keep-alive ([`tick::safe_timeout`]).
+    safe: Duration,
     /// Kept to observe the end of the session after the client was dropped.
     state: StateWatcher,
     client: Mutex<Option<Client>>,
@@ -221,6 +239,7 @@ impl ZookeeperBackend {
             connector,
             sessions: Mutex::new(HashMap::new()),
             shared: Mutex::new(None),
+            tick: Mutex::new(TickState::default()),
             watches,
             watchdog: Arc::new(Signal::default()),
         });
@@ -391,6 +410,42 @@ impl Inner {
             Some(Err(e)) => Err(self.zk_error(e, what)),
             Some(Ok(v)) => Ok(Some(v)),
         }
+    }
+
+    /// The servers' `tickTime` if one told it (`conf`, [`tick::read_tick`]); asked at the first
+    /// open, and again at most every [`tick::RETRY_AFTER`] while a host could not be reached and
+    /// none told it. Never asked over TLS (the four-letter commands are plaintext here).
+    fn server_tick(&self) -> Option<Duration> {
+        if self.tls.is_some() {
+            return None;
+        }
+        {
+            let t = self.tick.lock();
+            if t.settled || t.asked.is_some_and(|a| a.elapsed() < tick::RETRY_AFTER) {
+                return t.tick;
+            }
+        }
+        let read = tick::read_tick(&self.hosts);
+        let (known, first) = {
+            let mut t = self.tick.lock();
+            let first = t.asked.is_none();
+            t.tick = read.tick.or(t.tick);
+            t.settled = t.tick.is_some() || read.settled;
+            t.asked = Some(Instant::now());
+            (t.tick, first)
+        };
+        if first {
+            match known {
+                Some(tick) => log::debug!("zookeeper at {}: tickTime {tick:?} (conf)", self.hosts),
+                None => log::debug!(
+                    "zookeeper at {}: no server told its tickTime (conf not allowed by 4lw.commands.whitelist, or \
+                     unreachable); assuming ZooKeeper's default {:?}, at most half the session timeout",
+                    self.hosts,
+                    tick::DEFAULT_TICK
+                ),
+            }
+        }
+        known
     }
 
     /// Opens a new ZooKeeper session (a new client) requesting `session_timeout`.

@@ -19,7 +19,11 @@ impl LeaseBackend for ZookeeperBackend {
         let client = inner.connect_client(lease_duration, deadline)?;
         let id = SessionId::from_u64(client.session_id().0 as u64);
         let negotiated = client.session_timeout();
-        let remaining = lease_duration.min(negotiated);
+        // A keep-alive served by a follower may not have reached the leader, which alone expires
+        // sessions: report only what the leader's view surely grants (`tick`, issue #36 finding 4).
+        let staleness = tick::staleness(negotiated, inner.server_tick(), inner.connector.is_some());
+        let safe = tick::safe_timeout(negotiated, staleness);
+        let remaining = lease_duration.min(safe);
         // What `holder` reports to other processes: the longest this session's nodes can outlive
         // a renewal that is never followed by another (the watchdog closes the session after the
         // lease duration; a dead process's session ends after the negotiated timeout).
@@ -37,6 +41,7 @@ impl LeaseBackend for ZookeeperBackend {
             zk_id: client.session_id().0,
             metadata: metadata.to_string(),
             negotiated,
+            safe,
             state: client.state_watcher(),
             client: Mutex::new(Some(client)),
             life: Mutex::new(Life { closed: false, deadline: t0 + lease_duration, lease_duration }),
@@ -49,6 +54,12 @@ impl LeaseBackend for ZookeeperBackend {
         if negotiated != lease_duration {
             log::info!(
                 "zookeeper session {id}: requested timeout {lease_duration:?}, the ensemble negotiated {negotiated:?}"
+            );
+        }
+        if staleness >= negotiated * 9 / 10 {
+            log::warn!(
+                "zookeeper session {id}: its timeout {negotiated:?} is not above half the servers' tickTime plus the \
+                 client's ping interval ({staleness:?}); a renewal reports only {safe:?} — raise the lease duration"
             );
         }
         log::debug!("zookeeper session {id} opened (remaining {remaining:?})");
@@ -226,7 +237,7 @@ impl LeaseBackend for ZookeeperBackend {
             Some((groups, _)) => groups,
             None => s.joined.lock().iter().cloned().collect(),
         };
-        let remaining = lease_duration.min(s.negotiated);
+        let remaining = lease_duration.min(s.safe);
         Ok(KeepAlive::Alive { remaining, owned, groups: groups.into_iter().collect() })
     }
 
