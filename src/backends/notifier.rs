@@ -73,6 +73,9 @@ pub(crate) struct Notifier {
     kill: AtomicBool,
     #[cfg(test)]
     hold: AtomicBool,
+    /// Makes a helper thread of the body (a Redis Cluster per-master subscriber) panic.
+    #[cfg(test)]
+    kill_helper: AtomicBool,
     /// How many bodies a test killed so far (counted as they panic).
     #[cfg(test)]
     killed: std::sync::atomic::AtomicUsize,
@@ -87,6 +90,8 @@ impl Notifier {
             kill: AtomicBool::new(false),
             #[cfg(test)]
             hold: AtomicBool::new(false),
+            #[cfg(test)]
+            kill_helper: AtomicBool::new(false),
             #[cfg(test)]
             killed: std::sync::atomic::AtomicUsize::new(0),
         })
@@ -195,6 +200,24 @@ impl Notifier {
             self.killed.fetch_add(1, Ordering::SeqCst);
             panic!("{}: killed by a test", self.what);
         }
+    }
+
+    /// One iteration of the loop of a helper thread the body started (a Redis Cluster per-master
+    /// subscriber, which the body itself watches): a no-op, except that a test's
+    /// [`kill_helper`](Notifier::kill_helper) makes it panic here.
+    #[inline]
+    pub(crate) fn helper_checkpoint(&self) {
+        #[cfg(test)]
+        if self.kill_helper.swap(false, Ordering::SeqCst) {
+            self.killed.fetch_add(1, Ordering::SeqCst);
+            panic!("{}: helper killed by a test", self.what);
+        }
+    }
+
+    /// Makes the next helper thread to reach its checkpoint panic.
+    #[cfg(test)]
+    pub(crate) fn kill_helper(&self) {
+        self.kill_helper.store(true, Ordering::SeqCst);
     }
 
     /// Makes the running body panic at its next [`checkpoint`](Notifier::checkpoint).

@@ -22,10 +22,10 @@ use crate::types::Name;
 
 /// How long a step may take before the test fails (far below nothing: these are bounds, not
 /// expectations).
-const PATIENCE: Duration = Duration::from_secs(20);
+pub(crate) const PATIENCE: Duration = Duration::from_secs(20);
 /// A registration not renewed for 10 s is woken by the stale sweep (Redis, PostgreSQL): a push
 /// must arrive well before that.
-const BEFORE_STALE: Duration = Duration::from_secs(8);
+pub(crate) const BEFORE_STALE: Duration = Duration::from_secs(8);
 
 /// How a backend answers a registration it cannot serve (its `watch` contract).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -47,7 +47,7 @@ pub(crate) struct Case<'a> {
     pub(crate) name: Name,
 }
 
-fn until(what: &str, mut ok: impl FnMut() -> bool) {
+pub(crate) fn until(what: &str, mut ok: impl FnMut() -> bool) {
     let deadline = Instant::now() + PATIENCE;
     while !ok() {
         assert!(Instant::now() < deadline, "{what}: not within {PATIENCE:?}");
@@ -57,8 +57,9 @@ fn until(what: &str, mut ok: impl FnMut() -> bool) {
 
 impl Case<'_> {
     /// Registers `tx` for the lease and returns once the registration is served by the thread
-    /// (on Redis: after the confirmation's wake, registered again), with nothing pending on `rx`.
-    fn arm(&self, tx: &Sender<Notification>, rx: &Receiver<Notification>) {
+    /// (on Redis: after the confirmation's wake, registered again), with nothing pending on `rx`:
+    /// the instant of the last registration (its stale sweep comes 10 s after).
+    pub(crate) fn arm(&self, tx: &Sender<Notification>, rx: &Receiver<Notification>) -> Instant {
         let topic = Topic::Lease(self.name.clone());
         let r = self.backend.watch(&topic, tx);
         assert!(matches!(r, Ok(true)), "a registration while the thread serves: {r:?}");
@@ -68,7 +69,9 @@ impl Case<'_> {
             let r = self.backend.watch(&topic, tx);
             assert!(matches!(r, Ok(true)), "registered again once subscribed: {r:?}");
         }
+        let armed = Instant::now();
         assert!(rx.try_recv().is_err(), "nothing is pending once armed");
+        armed
     }
 
     fn notifications(&self) -> (CheckStatus, String) {
@@ -90,11 +93,12 @@ impl Case<'_> {
         // Killed, its restart held: the waiter registered before is woken, a registration now is
         // refused at once, and check() says why.
         let (tx, rx) = unbounded();
-        self.arm(&tx, &rx);
+        let armed = self.arm(&tx, &rx);
         self.notifier.hold_restarts(true);
         (self.kill)();
         until("the thread panics at its checkpoint", || self.notifier.killed() == 1);
-        let woken = rx.recv_timeout(PATIENCE);
+        // Woken by the death, not by the stale sweep.
+        let woken = rx.recv_timeout(BEFORE_STALE.saturating_sub(armed.elapsed()));
         let (tx_down, _rx_down) = unbounded();
         let answer: Result<bool> = b.watch(&topic, &tx_down);
         match (self.cannot_push, &answer) {
@@ -124,8 +128,7 @@ impl Case<'_> {
         assert_eq!(status, CheckStatus::Ok, "check() once restarted: {detail}");
         assert!(self.notifier.health().restarts >= 1);
         let (tx2, rx2) = unbounded();
-        self.arm(&tx2, &rx2);
-        let armed = Instant::now();
+        let armed = self.arm(&tx2, &rx2);
         b.release(&holder, &self.name, token).unwrap();
         let pushed = rx2.recv_timeout(BEFORE_STALE.saturating_sub(armed.elapsed()));
         assert_eq!(

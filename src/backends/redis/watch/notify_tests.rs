@@ -45,3 +45,44 @@ fn a_killed_pubsub_thread_is_restarted_and_says_so_standalone() {
 fn a_killed_pubsub_thread_is_restarted_and_says_so_cluster() {
     run(&backend("SIMBA_TEST_REDIS_CLUSTER_URL", "redis+cluster://127.0.0.1:7000,127.0.0.1:7001,127.0.0.1:7002"));
 }
+
+/// Redis Cluster's per-master subscriber threads: one that panics is down like one whose
+/// connection failed — its watchers are woken, the coordinator serves on (notifications are not
+/// down), and the next registration subscribes on a new subscriber, which pushes the release.
+#[test]
+#[serial(redis_cluster)]
+fn a_killed_cluster_subscriber_wakes_its_watchers_and_is_replaced() {
+    use crate::backend::{Acquire, CheckStatus, LeaseBackend, Notification};
+    use crate::backends::notifier::scenario::{until, BEFORE_STALE};
+    use crossbeam_channel::unbounded;
+
+    let b = backend("SIMBA_TEST_REDIS_CLUSTER_URL", "redis+cluster://127.0.0.1:7000,127.0.0.1:7001,127.0.0.1:7002");
+    let notifier = &b.inner.watchers.notifier;
+    let name = Name::new(format!("notifier-{:016x}", rand::random::<u64>())).unwrap();
+    let case = Case {
+        backend: &b,
+        notifier,
+        kill: &|| notifier.kill_helper(),
+        cannot_push: CannotPush::Unavailable,
+        confirms: true,
+        name: name.clone(),
+    };
+    let holder = b.open_session(Duration::from_secs(60), "notifier-test").unwrap().id;
+    let Acquire::Acquired { token, .. } = b.acquire(&holder, &name).unwrap() else { panic!("a fresh name is busy") };
+    let (tx, rx) = unbounded();
+    let armed = case.arm(&tx, &rx);
+    (case.kill)();
+    until("the subscriber panics at its checkpoint", || notifier.killed() == 1);
+    // Woken by the death, not by the stale sweep.
+    let woken = rx.recv_timeout(BEFORE_STALE.saturating_sub(armed.elapsed()));
+    assert!(woken.is_ok(), "the watcher of the killed subscriber was not woken before its stale sweep: {woken:?}");
+    assert!(!notifier.is_down(), "the coordinator serves on");
+    let item = b.check().into_iter().find(|i| i.name == "notifications").unwrap();
+    assert_eq!(item.status, CheckStatus::Ok, "{item:?}");
+    let (tx2, rx2) = unbounded();
+    let armed = case.arm(&tx2, &rx2);
+    b.release(&holder, &name, token).unwrap();
+    let pushed = rx2.recv_timeout(BEFORE_STALE.saturating_sub(armed.elapsed()));
+    assert_eq!(pushed.ok(), Some(Notification::Released(name.clone())), "pushed by the new subscriber");
+    b.close_session(&holder).unwrap();
+}

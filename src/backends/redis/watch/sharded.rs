@@ -487,6 +487,7 @@ fn subscribe(
     let _ = reports.send(Report::Connected { addr: addr.to_string(), shard });
     loop {
         let Some(w) = weak.upgrade() else { return Ok(()) };
+        w.notifier.helper_checkpoint();
         loop {
             let order = match orders.next() {
                 Some(Ok(o)) => o,
