@@ -400,7 +400,11 @@ fn long_connection_loss_expires_the_session_and_frees_its_leases() {
     let n = name("freed");
     let t1 = token(proxied.acquire(&s, &n));
     match proxied.keep_alive(&s, Duration::from_secs(30)).unwrap() {
-        KeepAlive::Alive { remaining, .. } => assert_eq!(remaining, lease, "remaining = negotiated timeout"),
+        // The negotiated timeout less the leader's possible staleness behind a follower (issue #36
+        // finding 4): at most half of it here (no `conf`: half a tick ≤ T/4, the client's gap T/4).
+        KeepAlive::Alive { remaining, .. } => {
+            assert!(remaining >= lease / 2 && remaining < lease, "remaining {remaining:?}: T − staleness")
+        }
         KeepAlive::Expired => panic!(),
     }
     proxy.set_mode(Mode::Blackhole);
