@@ -165,8 +165,11 @@ impl Engine {
                 }
                 self.deadline = self.deadline.max(deadline);
                 let owned: HashMap<&Name, Token> = owned.iter().map(|(n, t)| (n, *t)).collect();
+                // Judged: only terms established strictly before the send. A term adopted at the
+                // very instant the keep-alive was sent (a coarse or virtual clock) may still be
+                // unknown to its listing (the send instant is taken before the call goes out).
                 let judged: Vec<Name> =
-                    self.leases.iter().filter(|(_, l)| l.established <= sent).map(|(n, _)| n.clone()).collect();
+                    self.leases.iter().filter(|(_, l)| l.established < sent).map(|(n, _)| n.clone()).collect();
                 let mut lost = Vec::new();
                 for name in judged {
                     let Some(entry) = self.leases.get_mut(&name) else { continue };
@@ -186,7 +189,7 @@ impl Engine {
                 // session this reply renewed: either is extended like the others. (Otherwise a
                 // term adopted with the session's deadline while this keep-alive was in flight
                 // would keep the deadline of the keep-alive before: finding 3 of issue #36.)
-                for (name, entry) in self.leases.iter_mut().filter(|(_, l)| l.established > sent) {
+                for (name, entry) in self.leases.iter_mut().filter(|(_, l)| l.established >= sent) {
                     let old = crate::sync::reintroduced(crate::sync::Bug::WithSessionKeepsOldDeadline); // finding 3
                     let renewed = (entry.with_session && !old) || owned.get(name) == Some(&entry.token);
                     if renewed && now < entry.deadline {

@@ -755,3 +755,19 @@ fn an_attempt_of_an_ended_campaign_is_not_sent_even_when_the_name_campaigns_agai
     let epoch = e.begin_attempt(&a, second, t0).unwrap();
     assert_eq!(e.on_campaign_acquired(&a, second, t(2), t0, Duration::from_secs(10), t0, epoch), Adoption::Adopted);
 }
+
+/// A term adopted at the very instant a keep-alive was sent is not judged by that keep-alive's
+/// reply: its listing may have been read before the acquire landed (the send instant is taken
+/// before the call goes out). Found by the simulation's no-spurious-loss invariant (virtual time
+/// moves only between steps): it was reported `LeaseLost { NotOwned }` while the backend held it.
+#[test]
+fn a_term_adopted_at_the_instant_a_keep_alive_was_sent_is_not_judged_by_it() {
+    let t0 = Instant::now();
+    let mut e = Engine::new(timing(), t0, Duration::from_secs(10));
+    let out = e.poll(t0 + ms(3_000));
+    let Command::SendKeepAlive { sent } = out.commands[0] else { panic!("{out:?}") };
+    assert_eq!(e.on_acquired(&n("a"), t(1), sent, Duration::from_secs(10), sent, 0), Adoption::Adopted);
+    let out = e.on_keep_alive(sent, t0 + ms(3_010), alive(Duration::from_secs(10), &[]));
+    assert!(out.events.is_empty(), "{out:?}");
+    assert_eq!(e.token(&n("a"), t0 + ms(3_010)), Some(t(1)));
+}
