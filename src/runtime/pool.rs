@@ -439,6 +439,8 @@ mod tests {
         assert!(err.to_string().contains("panicked: driver bug"), "{err}");
         p.submit(Box::new(|| panic!("a job nobody waits for")), WhenFull::Queue).ok().unwrap();
         for i in 0..3 {
+            // The one worker is back waiting for a job (a call while it is busy is refused).
+            until(&p, |(workers, idle, queued)| workers == 1 && idle == 1 && queued == 0);
             let r = call_until_on(&p, sync::now() + Duration::from_secs(60), move || Ok(i), |_| {});
             assert_eq!(r.expect("answered").expect("run, not refused"), i);
         }
