@@ -148,10 +148,12 @@ fn watch_live_finds_stale_member_changes() {
     assert_finds_among(&sc, 0..FINDING_SEEDS, Invariant::WatchLive, &[Invariant::WatchSeesJoin]);
     // And the property as the application sees it: a change listing a session long dead (first at
     // seed 41).
-    let dead = (0..FINDING_SEEDS).map(|seed| shipped::run(seed, &sc)).find(|o| {
+    // (Seed 41 until the engine's 9b7ef97 and the simulation's lock-after-renewal workload moved
+    // every trajectory; the search covers more seeds since.)
+    let dead = (0..DEAD_SEEDS).map(|seed| shipped::run(seed, &sc)).find(|o| {
         o.violations.iter().any(|v| v.invariant == Invariant::WatchLive && v.detail.contains("showed it dead"))
     });
-    let Some(o) = dead else { panic!("[{}] no change listing a dead session in seeds 0..{FINDING_SEEDS}", sc.name) };
+    let Some(o) = dead else { panic!("[{}] no change listing a dead session in seeds 0..{DEAD_SEEDS}", sc.name) };
     println!(
         "[{}] a change listing a dead session at seed {}:\n{}\n{}",
         sc.name,
@@ -246,6 +248,8 @@ fn finding_3_with_session_term_lost_at_the_old_deadline_is_found() {
 
 /// The seeds a `finding_*`-style test of a new invariant may search.
 const FINDING_SEEDS: u64 = 200;
+/// Seeds searched for a change that lists a dead session (`watch_live_finds_stale_member_changes`).
+const DEAD_SEEDS: u64 = 1_000;
 
 /// Virtual time passes only when no simulated thread can run: a call the memory layer completes
 /// at once (no fault drawn) returns within one clock step, whatever the scheduler picks. The clock
