@@ -39,6 +39,13 @@ pub enum KeepAlive {
         /// (a join that landed after its call ended) is left again. A backend that cannot tell
         /// whether a membership survived lists it (unknown is not lost).
         groups: Vec<Name>,
+        /// Leases whose ownership this renewal could not check (e.g. their Redis Cluster node did
+        /// not answer), sorted. Unknown is not lost: a lease named here is neither judged nor
+        /// extended by this reply (a held one keeps its deadline and is lost only when that
+        /// passes), and a term the session gave up of it is still remembered, since it may still
+        /// be live where it could not be checked. Most backends check everything and leave this
+        /// empty.
+        unknown: Vec<Name>,
     },
     /// The session is expired (or unknown); it never revives.
     Expired,

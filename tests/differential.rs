@@ -98,9 +98,9 @@ impl simba::LeaseBackend for OmitsReacquired {
     fn keep_alive(&self, s: &simba::SessionId, d: Duration) -> simba::Result<simba::KeepAlive> {
         let released = self.released.lock().clone();
         Ok(match self.inner.keep_alive(s, d)? {
-            simba::KeepAlive::Alive { remaining, mut owned, groups } => {
+            simba::KeepAlive::Alive { remaining, mut owned, groups, unknown } => {
                 owned.retain(|(n, _)| !released.contains(n));
-                simba::KeepAlive::Alive { remaining, owned, groups }
+                simba::KeepAlive::Alive { remaining, owned, groups, unknown }
             }
             e => e,
         })

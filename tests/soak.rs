@@ -68,7 +68,7 @@ impl LeaseBackend for Recorder {
         let reply = self.inner.keep_alive(s, d);
         let took = started.elapsed();
         let shown = match &reply {
-            Ok(KeepAlive::Alive { remaining, owned, groups }) => {
+            Ok(KeepAlive::Alive { remaining, owned, groups, .. }) => {
                 format!("Alive {{ remaining: {remaining:?}, owned: {owned:?}, groups: {groups:?} }}")
             }
             other => format!("{other:?}"),

@@ -926,7 +926,7 @@ mod cases {
             let before = proxy.round_trips();
             let reply = b.keep_alive(&s, LONG).unwrap();
             let trips = proxy.round_trips() - before;
-            let KeepAlive::Alive { remaining, owned, groups: got } = reply else { panic!("expired") };
+            let KeepAlive::Alive { remaining, owned, groups: got, .. } = reply else { panic!("expired") };
             assert_eq!(
                 trips,
                 1,
@@ -1106,7 +1106,9 @@ mod cases {
         assert_eq!(acquired(b.acquire(&s, &lease).unwrap()), 1);
         fx.raw.insert_member(&format!("{p} grüppe €😀"), &s);
         fx.raw.insert_member("", &s);
-        let KeepAlive::Alive { remaining, owned, groups } = b.keep_alive(&s, LONG).unwrap() else { panic!("expired") };
+        let KeepAlive::Alive { remaining, owned, groups, .. } = b.keep_alive(&s, LONG).unwrap() else {
+            panic!("expired")
+        };
         assert!(remaining > Duration::from_secs(5), "{remaining:?}");
         assert_eq!(owned, vec![(lease.clone(), Token::new(1).unwrap())]);
         assert_eq!(groups, vec![upper.clone(), g4.clone()], "rows with invalid group names are left out");

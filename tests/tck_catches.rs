@@ -90,11 +90,11 @@ impl LeaseBackend for Flawed {
     }
     fn keep_alive(&self, s: &SessionId, d: Duration) -> simba::Result<KeepAlive> {
         match self.inner.keep_alive(s, self.ttl(d))? {
-            KeepAlive::Alive { remaining, owned, groups } => {
-                Ok(KeepAlive::Alive { remaining: self.reported(remaining), owned, groups })
+            KeepAlive::Alive { remaining, owned, groups, unknown } => {
+                Ok(KeepAlive::Alive { remaining: self.reported(remaining), owned, groups, unknown })
             }
             KeepAlive::Expired if self.flaw == Flaw::ExpiredReportedAlive => {
-                Ok(KeepAlive::Alive { remaining: d, owned: Vec::new(), groups: Vec::new() })
+                Ok(KeepAlive::Alive { remaining: d, owned: Vec::new(), groups: Vec::new(), unknown: Vec::new() })
             }
             KeepAlive::Expired => {
                 self.reported_expired.lock().insert(s.clone());

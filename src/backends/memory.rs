@@ -229,7 +229,7 @@ impl LeaseBackend for MemoryBackend {
             let mut groups: Vec<Name> =
                 st.sessions.get(session).map(|s| s.groups.iter().cloned().collect()).unwrap_or_default();
             groups.sort();
-            Ok(KeepAlive::Alive { remaining: lease_duration, owned, groups })
+            Ok(KeepAlive::Alive { remaining: lease_duration, owned, groups, unknown: Vec::new() })
         })
     }
 

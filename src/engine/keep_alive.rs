@@ -1,7 +1,7 @@
 //! The keep-alive judgement and the session's life: the schedule (`poll`, `next_wakeup`), what a
 //! keep-alive reply means for the deadline, the leases and the strays, expiry and close.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::time::Instant;
 
 use super::leases::LeaseEntry;
@@ -91,10 +91,18 @@ impl Engine {
     /// longer reports (gone on the backend: no reply can carry them again), and marks the rest
     /// settled once nothing is in flight on their name. Keeps the map bounded by the names with
     /// recent activity.
-    fn forget_settled_releases(&mut self, sent: Instant, now: Instant, owned: &HashMap<&Name, Token>) {
+    fn forget_settled_releases(
+        &mut self,
+        sent: Instant,
+        now: Instant,
+        owned: &HashMap<&Name, Token>,
+        unknown: &HashSet<&Name>,
+    ) {
         let pending = &self.pending;
         self.released.retain(|name, r| {
-            if pending.contains_key(name) {
+            if pending.contains_key(name) || unknown.contains(name) {
+                // In flight, or not checked by this reply (its term may still be live where it
+                // could not be checked): not settled by it (finding 2 of issue #36).
                 r.settled = None;
                 return true;
             }
@@ -151,7 +159,7 @@ impl Engine {
                 step
             }
             KeepAliveResult::Reply(KeepAlive::Expired) => self.expire(),
-            KeepAliveResult::Reply(KeepAlive::Alive { remaining, owned, groups }) => {
+            KeepAliveResult::Reply(KeepAlive::Alive { remaining, owned, groups, unknown }) => {
                 let old = crate::sync::reintroduced(crate::sync::Bug::LateAliveRevives); // old: judged by the reply's deadline
                 if now >= if old { self.deadline.max(self.timing.deadline(sent, remaining)) } else { self.deadline } {
                     // Expiry is terminal: the session already counts as expired (token() failed,
@@ -165,11 +173,18 @@ impl Engine {
                 }
                 self.deadline = self.deadline.max(deadline);
                 let owned: HashMap<&Name, Token> = owned.iter().map(|(n, t)| (n, *t)).collect();
+                // Unknown is not lost: a name this reply could not check is neither judged nor
+                // extended by it (the term keeps its deadline) — finding 2 of issue #36.
+                let unknown: HashSet<&Name> = unknown.iter().collect();
                 // Judged: only terms established strictly before the send. A term adopted at the
                 // very instant the keep-alive was sent (a coarse or virtual clock) may still be
                 // unknown to its listing (the send instant is taken before the call goes out).
-                let judged: Vec<Name> =
-                    self.leases.iter().filter(|(_, l)| l.established < sent).map(|(n, _)| n.clone()).collect();
+                let judged: Vec<Name> = self
+                    .leases
+                    .iter()
+                    .filter(|(n, l)| l.established < sent && !unknown.contains(n))
+                    .map(|(n, _)| n.clone())
+                    .collect();
                 let mut lost = Vec::new();
                 for name in judged {
                     let Some(entry) = self.leases.get_mut(&name) else { continue };
@@ -189,7 +204,9 @@ impl Engine {
                 // session this reply renewed: either is extended like the others. (Otherwise a
                 // term adopted with the session's deadline while this keep-alive was in flight
                 // would keep the deadline of the keep-alive before: finding 3 of issue #36.)
-                for (name, entry) in self.leases.iter_mut().filter(|(_, l)| l.established >= sent) {
+                for (name, entry) in
+                    self.leases.iter_mut().filter(|(n, l)| l.established >= sent && !unknown.contains(n))
+                {
                     let old = crate::sync::reintroduced(crate::sync::Bug::WithSessionKeepsOldDeadline); // finding 3
                     let renewed = (entry.with_session && !old) || owned.get(name) == Some(&entry.token);
                     if renewed && now < entry.deadline {
@@ -203,7 +220,7 @@ impl Engine {
                         step.event(Event::LeaseLost { name, token: l.token, reason });
                     }
                 }
-                self.forget_settled_releases(sent, now, &owned);
+                self.forget_settled_releases(sent, now, &owned, &unknown);
                 let mut strays: Vec<(Name, Token)> = owned
                     .iter()
                     .filter(|(n, _)| !self.leases.contains_key(**n) && !self.pending.contains_key(**n))

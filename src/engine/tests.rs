@@ -47,6 +47,7 @@ fn alive(remaining: Duration, owned: &[(&str, u64)]) -> KeepAliveResult {
         remaining,
         owned: owned.iter().map(|(a, b)| (n(a), t(*b))).collect(),
         groups: Vec::new(),
+        unknown: Vec::new(),
     })
 }
 
@@ -770,4 +771,58 @@ fn a_term_adopted_at_the_instant_a_keep_alive_was_sent_is_not_judged_by_it() {
     let out = e.on_keep_alive(sent, t0 + ms(3_010), alive(Duration::from_secs(10), &[]));
     assert!(out.events.is_empty(), "{out:?}");
     assert_eq!(e.token(&n("a"), t0 + ms(3_010)), Some(t(1)));
+}
+
+fn alive_unknown(remaining: Duration, owned: &[(&str, u64)], unknown: &[&str]) -> KeepAliveResult {
+    KeepAliveResult::Reply(KeepAlive::Alive {
+        remaining,
+        owned: owned.iter().map(|(a, b)| (n(a), t(*b))).collect(),
+        groups: Vec::new(),
+        unknown: unknown.iter().map(|a| n(a)).collect(),
+    })
+}
+
+#[test]
+fn a_given_up_term_a_reply_could_not_check_is_never_adopted_again() {
+    // Finding 2 of issue #36 (Redis Cluster): a term lost while its node could not be reached may
+    // still be live there. Replies that could not check it must not count as proof that it is
+    // gone, or a later lock() reaching the recovered node adopts the same term into a second
+    // handle (and a late release of the first frees the second's term).
+    let (t0, mut e) = fresh();
+    let a = n("a");
+    assert_eq!(e.on_acquired(&a, t(1), t0, ms(1_000), t0, 0), Adoption::Adopted);
+    let out = e.poll(t0 + ms(990));
+    assert_eq!(out, events(vec![Event::LeaseLost { name: a.clone(), token: t(1), reason: LossReason::Deadline }]));
+    for i in 1..=4 {
+        let sent = t0 + ms(1_000 * i);
+        let out = e.on_keep_alive(sent, sent + ms(10), alive_unknown(Duration::from_secs(10), &[], &["a"]));
+        assert_eq!(out, Step::none(), "reply {i}");
+    }
+    assert_eq!(e.remembered_releases(), 1, "a term its replies could not check is remembered");
+    assert_eq!(one_acquire(&mut e, &a, 1, t0 + ms(5_000)), Adoption::GivenUp);
+    // Replies that check the name and do not list the term prove it gone: then it is forgotten.
+    for i in 6..=7 {
+        let sent = t0 + ms(1_000 * i);
+        e.on_keep_alive(sent, sent + ms(10), alive_unknown(Duration::from_secs(10), &[], &[]));
+    }
+    assert_eq!(e.remembered_releases(), 0, "the map stays bounded once the name is checked again");
+}
+
+#[test]
+fn a_held_lease_a_reply_could_not_check_keeps_its_deadline_and_is_not_lost_by_it() {
+    // Unknown is not lost: a held term a reply could not check is neither reported lost nor
+    // extended; it ends at its own deadline unless a later reply lists it.
+    let (t0, mut e) = fresh();
+    let (a, b) = (n("a"), n("b"));
+    assert_eq!(one_acquire(&mut e, &a, 1, t0), Adoption::Adopted);
+    assert_eq!(one_acquire(&mut e, &b, 1, t0), Adoption::Adopted);
+    let sent = t0 + ms(3_000);
+    let out = e.on_keep_alive(sent, sent + ms(10), alive_unknown(Duration::from_secs(10), &[("b", 1)], &["a"]));
+    assert_eq!(out, Step::none());
+    assert_eq!(e.token(&a, t0 + ms(9_000)), Some(t(1)));
+    // Its own deadline (t0 + 9.9 s) passes while the session's (sent + 9.9 s) and b's go on.
+    let out = e.poll(t0 + ms(9_900));
+    assert_eq!(out.events, vec![Event::LeaseLost { name: a.clone(), token: t(1), reason: LossReason::Deadline }]);
+    assert_eq!(e.token(&b, t0 + ms(9_900)), Some(t(1)));
+    assert!(e.is_alive(t0 + ms(12_000)));
 }

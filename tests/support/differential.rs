@@ -331,8 +331,12 @@ impl<'a> Side<'a> {
                 let Some(id) = self.session(s) else { return (Obs::Skipped, String::new()) };
                 match b.keep_alive(&id, LEASE) {
                     Ok(KeepAlive::Expired) => (Obs::Expired, "Expired".into()),
-                    Ok(KeepAlive::Alive { remaining, owned, groups }) => {
+                    Ok(KeepAlive::Alive { remaining, owned, groups, unknown }) => {
                         let raw = format!("Alive {{ remaining: {remaining:?}, owned: {owned:?}, groups: {groups:?} }}");
+                        if !unknown.is_empty() {
+                            // The runs inject no fault: every lease can be checked.
+                            return (Obs::Broken(format!("keep_alive: unknown {unknown:?} with no fault")), raw);
+                        }
                         if !remaining_ok(remaining) {
                             return (
                                 Obs::Broken(format!("keep_alive: remaining {remaining:?} not in (0, lease]")),

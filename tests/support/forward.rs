@@ -47,6 +47,8 @@ pub trait Hook: Send + Sync + fmt::Debug + 'static {
     /// After the forwarded keep-alive returned, before the caller sees its reply (nothing by
     /// default): a keep-alive whose listing was read before what happens here.
     fn kept_alive(&self) {}
+    /// After `kept_alive`: sees the keep-alive's reply (nothing by default).
+    fn keep_alive_reply(&self, _reply: &simba::Result<KeepAlive>) {}
     /// After a forwarded release of `name` returned (nothing by default).
     fn released(&self, _name: &Name) {}
 }
@@ -119,6 +121,7 @@ impl<H: Hook> LeaseBackend for Forward<H> {
         self.enter(Op::KeepAlive)?;
         let reply = self.inner.keep_alive(s, d);
         self.hook.kept_alive();
+        self.hook.keep_alive_reply(&reply);
         reply
     }
     fn close_session(&self, s: &SessionId) -> simba::Result<()> {

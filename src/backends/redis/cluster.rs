@@ -161,6 +161,8 @@ pub(crate) fn keep_alive(inner: &Inner, sid: &SessionId, d: Duration) -> Result<
 
     let mut owned = Vec::with_capacity(leases.len());
     let mut members = Vec::with_capacity(groups.len());
+    // The leases of follow-ups that failed: neither owned nor lost (finding 2 of issue #36).
+    let mut unknown = Vec::new();
     // A follow-up failure younger than this fails the whole renewal (the engine retries and the
     // leases keep their previous deadlines); older ones only drop the affected leases from `owned`,
     // so one dead node does not end the session.
@@ -239,12 +241,17 @@ pub(crate) fn keep_alive(inner: &Inner, sid: &SessionId, d: Duration) -> Result<
                 // run, or may run late, or the node may answer the next renewal), so they are listed
                 // as the session's index names them. Leases differ because they fence: a lease whose
                 // node cannot be reached fails the renewal for a third of the lease duration and is
-                // then left out of `owned`, so its holder stops acting on it before it can expire on
-                // its node. A membership fences nothing; reporting it lost would only make the
+                // then reported `unknown`, not owned: its term is not extended, so its holder stops
+                // acting on it at its deadline, before it can expire on its node. A membership fences nothing; reporting it lost would only make the
                 // session re-join against the same failing node and report a gap that may not exist.
                 // It stays in the index, and the first follow-up that reaches its node tells: if the
                 // entry is gone or expired by then, it is no longer listed (and leaves the index).
                 members.extend(work.groups.iter().cloned());
+                // Its leases are not listed as owned (they could not be renewed), but they are
+                // not gone either: the node may still hold them, a given-up or released term
+                // included, so the engine must not forget such a term (finding 2 of issue #36).
+                unknown.extend(work.renew.iter().cloned());
+                unknown.extend(work.release.iter().map(|(name, _)| name.clone()));
                 let recent = inner.books.with(sid, |b| {
                     let mut recent = false;
                     for name in &work.renew {
@@ -284,7 +291,9 @@ pub(crate) fn keep_alive(inner: &Inner, sid: &SessionId, d: Duration) -> Result<
     }
     members.sort();
     members.dedup();
-    Ok(KeepAlive::Alive { remaining, owned, groups: members })
+    unknown.sort();
+    unknown.dedup();
+    Ok(KeepAlive::Alive { remaining, owned, groups: members, unknown })
 }
 
 /// Decodes a `renew_slot` reply for `work`: the token of each renewed lease still ours (`None`:

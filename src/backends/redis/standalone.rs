@@ -83,7 +83,7 @@ pub(crate) fn keep_alive(inner: &Inner, sid: &SessionId, d: Duration) -> Result<
         }
     });
     logs.write();
-    Ok(KeepAlive::Alive { remaining: reply::millis(remaining_ms, d), owned, groups })
+    Ok(KeepAlive::Alive { remaining: reply::millis(remaining_ms, d), owned, groups, unknown: Vec::new() })
 }
 
 /// The decoded reply of `keep_alive.lua` for a live session.

@@ -755,7 +755,7 @@ impl LeaseBackend for SqlBackend {
         groups.dedup();
         let remaining = Duration::from_millis(u64::try_from(remaining_ms).unwrap_or(0)).min(lease_duration);
         self.maybe_purge();
-        Ok(KeepAlive::Alive { remaining, owned, groups })
+        Ok(KeepAlive::Alive { remaining, owned, groups, unknown: Vec::new() })
     }
 
     fn close_session(&self, session: &SessionId) -> Result<()> {

@@ -171,7 +171,7 @@ proptest! {
         );
         let b = backend(Rows { keep_alive: Some(alive), ..Rows::default() });
         let lease = Duration::from_secs(15);
-        let KeepAlive::Alive { remaining, owned: got, groups: got_groups } =
+        let KeepAlive::Alive { remaining, owned: got, groups: got_groups, .. } =
             b.keep_alive(&SessionId::from_u64(7), lease).unwrap()
         else {
             return Err(TestCaseError::fail("not alive"));

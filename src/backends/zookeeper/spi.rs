@@ -238,7 +238,7 @@ impl LeaseBackend for ZookeeperBackend {
             None => s.joined.lock().iter().cloned().collect(),
         };
         let remaining = lease_duration.min(s.safe);
-        Ok(KeepAlive::Alive { remaining, owned, groups: groups.into_iter().collect() })
+        Ok(KeepAlive::Alive { remaining, owned, groups: groups.into_iter().collect(), unknown: Vec::new() })
     }
 
     fn close_session(&self, session: &SessionId) -> Result<()> {
