@@ -117,6 +117,28 @@ impl Engine {
         });
     }
 
+    /// Remembers, for each name with an operation in flight that is not held with the listed
+    /// token, the deadline this reply gave the listed term (see `listed_while_acquiring`).
+    fn note_listed_while_acquiring(&mut self, owned: &HashMap<&Name, Token>, deadline: Instant, now: Instant) {
+        if self.pending.is_empty() {
+            return;
+        }
+        for (name, token) in owned {
+            if !self.pending.contains_key(*name) || self.leases.get(*name).is_some_and(|l| l.token == *token) {
+                continue;
+            }
+            if now >= deadline {
+                continue;
+            }
+            let e = self.listed_while_acquiring.entry((*name).clone()).or_insert((*token, deadline));
+            if e.0 == *token {
+                e.1 = e.1.max(deadline);
+            } else if e.0 < *token {
+                *e = (*token, deadline);
+            }
+        }
+    }
+
     /// When the engine next needs a [`poll`](Engine::poll), at the latest.
     pub fn next_wakeup(&self) -> Option<Instant> {
         if self.state != SessionState::Active {
@@ -173,6 +195,7 @@ impl Engine {
                 }
                 self.deadline = self.deadline.max(deadline);
                 let owned: HashMap<&Name, Token> = owned.iter().map(|(n, t)| (n, *t)).collect();
+                self.note_listed_while_acquiring(&owned, deadline, now);
                 // Unknown is not lost: a name this reply could not check is neither judged nor
                 // extended by it (the term keeps its deadline) — finding 2 of issue #36.
                 let unknown: HashSet<&Name> = unknown.iter().collect();

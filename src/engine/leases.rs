@@ -219,6 +219,7 @@ impl Engine {
             *n = n.saturating_sub(1);
             if *n == 0 {
                 self.pending.remove(name);
+                self.listed_while_acquiring.remove(name);
             }
         }
     }
@@ -274,7 +275,14 @@ impl Engine {
             return Adoption::Undo;
         }
         let deadline = match remaining {
-            TermRemaining::Known(r) => self.timing.deadline(super::timing::deadline_basis(sent, now), r),
+            TermRemaining::Known(r) => {
+                let measured = self.timing.deadline(super::timing::deadline_basis(sent, now), r);
+                // A keep-alive that listed this very term while the acquire was in flight renewed it.
+                match self.listed_while_acquiring.get(name) {
+                    Some((listed, renewed)) if *listed == token => measured.max(*renewed),
+                    _ => measured,
+                }
+            }
             TermRemaining::WithSession => self.deadline,
         };
         if deadline <= now {

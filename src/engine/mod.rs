@@ -65,6 +65,11 @@ pub struct Engine {
     /// Per name: the newest term this session asked the backend to release, or lost. Never
     /// adopted again.
     released: HashMap<Name, Released>,
+    /// Per name with an acquire in flight and no held term of that token: the term a keep-alive
+    /// reply listed meanwhile and the deadline that reply gave it. An acquire measures its term's
+    /// time left when it runs; a keep-alive applied before the acquire's reply may have renewed
+    /// the term since, and the adopted term keeps that renewal (engine case B of issue #36).
+    listed_while_acquiring: HashMap<Name, (Token, Instant)>,
     /// The campaign going on per name: an attempt is sent, and its answer adopted (the session
     /// then leads that term), only while its own campaign is the one in here.
     campaigns: HashMap<Name, CampaignId>,
@@ -87,6 +92,7 @@ impl Engine {
             pending: HashMap::new(),
             releases: HashMap::new(),
             released: HashMap::new(),
+            listed_while_acquiring: HashMap::new(),
             campaigns: HashMap::new(),
             last_campaign: 0,
             ka_in_flight: None,

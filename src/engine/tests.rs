@@ -826,3 +826,30 @@ fn a_held_lease_a_reply_could_not_check_keeps_its_deadline_and_is_not_lost_by_it
     assert_eq!(e.token(&b, t0 + ms(9_900)), Some(t(1)));
     assert!(e.is_alive(t0 + ms(12_000)));
 }
+
+#[test]
+fn a_term_a_keep_alive_renewed_before_its_acquire_was_adopted_keeps_that_renewal() {
+    // Engine case B of the liveness invariants (issue #36): an acquire measures the term's time
+    // left when it runs; a keep-alive sent after it renews the term and lists it, but its reply is
+    // applied before the acquire's (the term is not held yet, so the listing was ignored). The
+    // adopted term must keep that renewal, not the acquire's older deadline.
+    let (t0, mut e) = fresh();
+    let a = n("a");
+    let epoch = e.begin_acquire(&a);
+    let sent_acquire = t0 + ms(1_000);
+    let out = e.poll(t0 + ms(3_000));
+    let Command::SendKeepAlive { sent } = out.commands[0] else { panic!("{out:?}") };
+    let out = e.on_keep_alive(sent, sent + ms(10), alive(Duration::from_secs(10), &[("a", 1)]));
+    assert_eq!(out, Step::none(), "a listed term with its acquire in flight is no stray");
+    let (adoption, _) = e.acquire_answered(
+        &a,
+        AcquireCall { sent: sent_acquire, epoch, campaign: None },
+        t(1),
+        TermRemaining::Known(Duration::from_secs(10)),
+        sent + ms(20),
+    );
+    assert_eq!(adoption, Adoption::Adopted);
+    // The acquire alone gives 1 s + 9.9 s; the keep-alive sent at 3 s renewed it to 12.9 s.
+    assert_eq!(e.token(&a, t0 + ms(11_000)), Some(t(1)), "the term lost the renewal its keep-alive listed");
+    assert_eq!(e.token(&a, t0 + ms(12_900)), None);
+}
