@@ -266,11 +266,6 @@ impl fmt::Debug for Coordinator {
     }
 }
 
-/// `start + timeout`, or `None` (forever) when that is past what an `Instant` can hold.
-fn deadline_after(timeout: Duration) -> Option<Instant> {
-    sync::now().checked_add(timeout)
-}
-
 impl Coordinator {
     /// Opens the first session and starts the supervisor thread.
     ///
@@ -381,11 +376,7 @@ impl Coordinator {
     /// replaced and `Closed` after [`close`](Coordinator::close).
     pub fn lock(&self, name: impl IntoName) -> Result<Lease> {
         let name = user_name(name)?;
-        self.inner
-            .current()?
-            .lock_until(&name, None)
-            .map_err(Error::on_replaced_session)?
-            .ok_or_else(|| Error::new(ErrorKind::Timeout, format!("lock '{name}' gave up")))
+        crate::session::lock_on(&self.inner.current()?, &name).map_err(Error::on_replaced_session)
     }
 
     /// One attempt to take a lease on the current session: `Ok(None)` when another live
@@ -395,10 +386,7 @@ impl Coordinator {
     /// As [`Session::try_lock`](crate::Session::try_lock), plus those of [`lock`](Coordinator::lock).
     pub fn try_lock(&self, name: impl IntoName) -> Result<Option<Lease>> {
         let name = user_name(name)?;
-        let s = self.inner.current()?;
-        let deadline = deadline_after(self.inner.options.query_timeout())
-            .ok_or_else(|| Error::config("the query timeout is past what an Instant can hold"))?;
-        s.attempt_lock(&name, deadline).map_err(Error::on_replaced_session)
+        crate::session::try_lock_on(&self.inner.current()?, &name).map_err(Error::on_replaced_session)
     }
 
     /// Takes a lease on the current session, giving up after `timeout` with `Ok(None)`
@@ -408,7 +396,7 @@ impl Coordinator {
     /// As [`lock`](Coordinator::lock).
     pub fn lock_timeout(&self, name: impl IntoName, timeout: Duration) -> Result<Option<Lease>> {
         let name = user_name(name)?;
-        self.inner.current()?.lock_until(&name, deadline_after(timeout)).map_err(Error::on_replaced_session)
+        crate::session::lock_timeout_on(&self.inner.current()?, &name, timeout).map_err(Error::on_replaced_session)
     }
 
     /// Takes a lease on the current session, giving up at `deadline` with `Ok(None)`.

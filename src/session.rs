@@ -161,10 +161,7 @@ impl Session {
     /// lock of it won the same term); `Backend` for non-transient failures.
     pub fn lock(&self, name: impl IntoName) -> Result<Lease> {
         let name = user_name(name)?;
-        match self.inner.lock_until(&name, None)? {
-            Some(l) => Ok(l),
-            None => Err(Error::new(ErrorKind::Timeout, format!("lock '{name}' gave up"))),
-        }
+        lock_on(&self.inner, &name)
     }
 
     /// One attempt to take the lease `name`: `Ok(None)` when another live session holds it.
@@ -177,8 +174,7 @@ impl Session {
     /// [`call_bound`](LeaseBackend::call_bound)).
     pub fn try_lock(&self, name: impl IntoName) -> Result<Option<Lease>> {
         let name = user_name(name)?;
-        let bound = later(sync::now(), self.inner.timing.query_timeout);
-        self.inner.attempt_lock(&name, bound)
+        try_lock_on(&self.inner, &name)
     }
 
     /// Like [`lock`](Session::lock), giving up after `timeout` with `Ok(None)`.
@@ -192,7 +188,7 @@ impl Session {
     /// As [`lock`](Session::lock).
     pub fn lock_timeout(&self, name: impl IntoName, timeout: Duration) -> Result<Option<Lease>> {
         let name = user_name(name)?;
-        self.inner.lock_until(&name, deadline_after(sync::now(), timeout))
+        lock_timeout_on(&self.inner, &name, timeout)
     }
 
     /// Like [`lock`](Session::lock), giving up at `deadline` with `Ok(None)`.
@@ -335,4 +331,26 @@ mod tests {
         assert_send_sync::<crate::semaphore::Permit>();
         assert_send_sync::<crate::Error>();
     }
+}
+
+// The lease calls' deadline arithmetic, one copy for `Session` and `Coordinator` (which adds only
+// what a session replacement changes: `Error::on_replaced_session`).
+
+/// [`Session::lock`] on `inner`.
+pub(crate) fn lock_on(inner: &Arc<SessionInner>, name: &Name) -> Result<Lease> {
+    match inner.lock_until(name, None)? {
+        Some(l) => Ok(l),
+        None => Err(Error::new(ErrorKind::Timeout, format!("lock '{name}' gave up"))),
+    }
+}
+
+/// [`Session::try_lock`] on `inner`: one attempt bounded by the query timeout (a bound past what
+/// an `Instant` holds saturates: `Duration::MAX` is forever).
+pub(crate) fn try_lock_on(inner: &Arc<SessionInner>, name: &Name) -> Result<Option<Lease>> {
+    inner.attempt_lock(name, later(sync::now(), inner.timing.query_timeout))
+}
+
+/// [`Session::lock_timeout`] on `inner` (`Duration::MAX` waits forever).
+pub(crate) fn lock_timeout_on(inner: &Arc<SessionInner>, name: &Name, timeout: Duration) -> Result<Option<Lease>> {
+    inner.lock_until(name, deadline_after(sync::now(), timeout))
 }
