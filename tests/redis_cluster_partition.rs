@@ -6,8 +6,9 @@
 //! later, forgot the term, so a `lock` that reached the recovered node adopted the same term into
 //! a second handle.
 //!
-//! A private cluster of three masters, every client connection through a proxy (the nodes
-//! announce the proxies' ports); the lease's node is cut from the client by stalling its proxy.
+//! A private cluster of three masters; the lease's master is cut from the client with `iptables`
+//! (its client port's packets dropped on loopback, its cluster bus left alone). Needs root
+//! (tests/support/netfault.rs): fails with what to do otherwise, never skips.
 #![cfg(feature = "redis")]
 
 mod support;
@@ -25,7 +26,7 @@ use simba::backends::redis::{RedisBackend, RedisOptions};
 use simba::tck::eventually;
 use simba::{ErrorKind, KeepAlive, Name, Session, SessionOptions, Token};
 use support::forward::{Forward, Hook, Op};
-use support::proxy::Proxy;
+use support::netfault;
 
 /// Records every successful keep-alive reply: (owned, unknown).
 #[derive(Debug, Default)]
@@ -55,36 +56,27 @@ fn slot_number(key: &str) -> u16 {
     (0..16384u16).find(|s| Slot::new(*s) == Some(slot)).unwrap_or_else(|| panic!("no slot for {key}"))
 }
 
-/// Three masters, each behind a proxy it announces.
-fn proxied_cluster() -> (PrivateCluster, Vec<Proxy>) {
-    let c = PrivateCluster::start(3, 0);
-    let proxies: Vec<Proxy> = c.masters.iter().map(|m| Proxy::start(&format!("127.0.0.1:{}", m.port))).collect();
-    for (m, p) in c.masters.iter().zip(&proxies) {
-        m.cmd(&["CONFIG", "SET", "cluster-announce-port", &p.port().to_string()]);
-    }
-    let announced = |n: &private_cluster::PrivateRedis| {
-        private_cluster::slots(n).is_some_and(|r| r.iter().all(|x| proxies.iter().any(|p| p.port() == x.2)))
-    };
-    assert!(
-        eventually(Duration::from_secs(20), || c.masters.iter().all(announced)),
-        "the nodes did not announce the proxies' ports"
-    );
-    (c, proxies)
+/// The port of the master serving `key`.
+fn master_port(c: &PrivateCluster, key: &str) -> u16 {
+    c.master_of(slot_number(key)).port
 }
 
-/// The index of the proxy in front of the master serving `key`.
-fn proxy_of(c: &PrivateCluster, proxies: &[Proxy], key: &str) -> usize {
-    let slot = slot_number(key);
-    let ranges = c.masters.iter().find_map(private_cluster::slots).expect("no node answers CLUSTER SLOTS");
-    let port = ranges.iter().find(|r| (r.0..=r.1).contains(&slot)).map(|r| r.2).expect("slot served");
-    proxies.iter().position(|p| p.port() == port).expect("served through a proxy")
+/// Cuts every TCP packet to and from `port` on loopback (the node's client port; its cluster bus
+/// port keeps the cluster whole), until dropped.
+fn cut(port: u16) -> netfault::Rules {
+    let port = port.to_string();
+    netfault::Rules::insert(&[
+        &["INPUT", "-i", "lo", "-p", "tcp", "--dport", &port, "-j", "DROP"],
+        &["INPUT", "-i", "lo", "-p", "tcp", "--sport", &port, "-j", "DROP"],
+    ])
 }
 
 #[test]
 fn a_term_on_an_unreachable_node_is_unknown_not_lost_and_never_adopted_twice() {
     let _ = env_logger::builder().is_test(true).try_init();
-    let (c, proxies) = proxied_cluster();
-    let url = format!("redis+cluster://{}", proxies.iter().map(Proxy::addr).collect::<Vec<_>>().join(","));
+    netfault::require_root("a_term_on_an_unreachable_node_is_unknown_not_lost_and_never_adopted_twice");
+    let c = PrivateCluster::start(3, 0);
+    let url = c.url();
     let options = RedisOptions::builder().query_timeout(Duration::from_millis(500)).build().unwrap();
     let redis = RedisBackend::connect(&url, options).unwrap_or_else(|e| panic!("private cluster: {e}"));
     let backend = Forward::inheriting(Arc::new(redis), Replies::default());
@@ -93,19 +85,19 @@ fn a_term_on_an_unreachable_node_is_unknown_not_lost_and_never_adopted_twice() {
     let options =
         SessionOptions::builder().lease_duration(lease).renew_interval(Duration::from_millis(250)).build().unwrap();
     let session = Session::open(backend.clone(), options).unwrap();
-    let session_node = proxy_of(&c, &proxies, &format!("simba:session:{{{}}}", session.id()));
+    let session_node = master_port(&c, &format!("simba:session:{{{}}}", session.id()));
     let x = loop {
         let x = Name::new(support::unique("unreachable")).unwrap();
-        if proxy_of(&c, &proxies, &format!("simba:lease:{{{x}}}")) != session_node {
+        if master_port(&c, &format!("simba:lease:{{{x}}}")) != session_node {
             break x;
         }
     };
-    let node = proxy_of(&c, &proxies, &format!("simba:lease:{{{x}}}"));
+    let node = master_port(&c, &format!("simba:lease:{{{x}}}"));
     let first = session.lock(x.as_str()).unwrap();
     let t1 = first.token().unwrap();
 
     // The lease's node is cut from the client; the session's own node still answers.
-    proxies[node].stall();
+    let partition = cut(node);
     let from = backend.hook.count();
     let given_up = |replies: &[(Vec<(Name, Token)>, Vec<Name>)]| {
         replies.iter().filter(|(owned, _)| !owned.iter().any(|(n, _)| *n == x)).count()
@@ -122,7 +114,7 @@ fn a_term_on_an_unreachable_node_is_unknown_not_lost_and_never_adopted_twice() {
     }
 
     // The node answers again. A second lock of the name never gets the first handle's term.
-    proxies[node].resume();
+    partition.remove();
     match session.try_lock(x.as_str()) {
         Ok(Some(second)) => panic!("the term {t1} was adopted into a second handle (token {:?})", second.token()),
         Ok(None) => panic!("the session's own term was reported busy"),
