@@ -91,6 +91,8 @@ struct Table {
     late_watch: bool,
     /// Acquires that followed such a late watch.
     acquires_after_late_watch: u64,
+    /// One-shot release registrations (`Script::notify`): lease → channels to tell.
+    watchers: BTreeMap<String, Vec<Sender<Notification>>>,
 }
 
 /// An in-process backend on the virtual clock: sessions expire `LEASE` after their last
@@ -109,6 +111,12 @@ struct Script {
     /// Acquires answer that the term lasts as long as the session (`TermRemaining::WithSession`,
     /// as MySQL's one-upsert acquire does) instead of the time left.
     with_session: bool,
+    /// With `push`: watches register, and a release tells each registration of its lease once
+    /// (and wakes the explored threads, as a clock advance of zero does).
+    notify: bool,
+    /// Declares `watch_checks_lease` although its watches do not check the lease: a waiter then
+    /// registers only after a busy attempt, and a release between the two is pushed to nobody.
+    claims_check: bool,
 }
 
 impl Script {
@@ -162,15 +170,21 @@ impl LeaseBackend for Script {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities { push_release: self.push, push_membership: false, watch_checks_lease: false }
+        Capabilities { push_release: self.push, push_membership: false, watch_checks_lease: self.claims_check }
     }
 
-    fn watch(&self, _topic: &Topic, _notify: &Sender<Notification>) -> simba::Result<bool> {
+    fn watch(&self, topic: &Topic, notify: &Sender<Notification>) -> simba::Result<bool> {
         let mut t = self.table();
         if t.resigned {
             t.late_watch = true;
         }
-        Ok(false)
+        match topic {
+            Topic::Lease(lease) if self.notify => {
+                t.watchers.entry(lease.as_str().to_string()).or_default().push(notify.clone());
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
     }
 
     fn open_session(&self, lease_duration: Duration, _metadata: &str) -> simba::Result<SessionGrant> {
@@ -240,10 +254,20 @@ impl LeaseBackend for Script {
 
     fn release(&self, session: &SessionId, lease: &Name, tok: Token) -> simba::Result<()> {
         let mut t = self.table();
+        let mut freed = false;
         if let Some((h, cur)) = t.leases.get_mut(lease.as_str()) {
             if h.as_deref() == Some(session.as_str()) && *cur == tok.get() {
                 *h = None;
+                freed = true;
             }
+        }
+        if freed && self.notify {
+            for w in t.watchers.remove(lease.as_str()).unwrap_or_default() {
+                let _ = w.send(Notification::Released(lease.clone()));
+            }
+            drop(t);
+            // The notification channel is crossbeam's: wake the explored waiters to look at it.
+            explore::advance(Duration::ZERO);
         }
         Ok(())
     }
@@ -814,7 +838,55 @@ fn renewal_vs_reacquire() {
     teardown();
 }
 
+/// The hand-off bound (issue #36, SPEC §8) with no clock at all: session B waits for "H", which
+/// session A holds; A releases it and the backend pushes the release. Time never moves, so the
+/// runtime's fallback poll (which needs the clock to pass its retry delay) cannot wake B: only the
+/// push can. A waiter that sleeps through the release blocks for good, and the explorer reports
+/// the deadlock. `claims_check`: the backend claims its watches check the lease (they do not).
+fn pushed_release_hand_off(claims_check: bool) {
+    let backend = Arc::new(Script { inline: true, push: true, notify: true, claims_check, ..Script::default() });
+    let a = Session::open(backend.clone(), options()).expect("open A");
+    let b = Arc::new(Session::open(backend.clone(), options()).expect("open B"));
+    let held = a.try_lock("H").expect("try_lock H").expect("H is free");
+    let b2 = b.clone();
+    let waiter = thread::spawn(move || b2.lock("H").expect("B's lock of H"));
+    settle(20);
+    held.release().expect("A's release of H");
+    let got = waiter.join().expect("waiter");
+    assert!(got.token().is_ok_and(|t| t > token(1)), "B took H after A's term: {:?}", got.token());
+    drop(got);
+    drop((a, b));
+    teardown();
+}
+
+fn pushed_release_wakes_its_waiter() {
+    pushed_release_hand_off(false);
+}
+
+fn pushed_release_to_a_watch_registered_too_late() {
+    pushed_release_hand_off(true);
+}
+
 // ----- the clean runs -----
+
+#[test]
+fn a_pushed_release_wakes_its_waiter_with_no_time_passing() {
+    explore_clean(pushed_release_wakes_its_waiter);
+}
+
+/// The check above can fail: a backend whose registrations come after a busy attempt without
+/// checking the lease (it claims `watch_checks_lease` falsely) loses the release that lands
+/// between the attempt and the registration, and the explorer finds the waiter asleep.
+#[test]
+fn a_waiter_that_sleeps_through_a_pushed_release_is_found() {
+    let seed = std::env::var("SIMBA_EXPLORE_SEED").map_or(FINDING_SEED, |_| base_seed());
+    let found = first_failure(seed, schedules(), pushed_release_to_a_watch_registered_too_late);
+    let Some((i, message)) = found else {
+        panic!("{} schedules found no waiter sleeping through the release (seed {seed})", schedules())
+    };
+    eprintln!("explorer: the lost hand-off found at schedule {i}: {message}");
+    assert!(message.contains("deadlock"), "the explorer failed, but not by a sleeping waiter: {message}");
+}
 
 #[test]
 fn renewal_vs_reacquire_loses_nothing_without_faults() {
