@@ -6,12 +6,13 @@
 
 use std::time::Duration;
 
-use super::{SqlBackend, SqlOptions, SqlOptionsBuilder};
+use super::{SqlBackend, DEFAULT_CONNECTION_LIFETIME, DEFAULT_POOL_SIZE, DEFAULT_PURGE_INTERVAL};
 use crate::config::kind::Family;
 use crate::config::url::{url_error, Endpoint};
 use crate::config::values::{parse_count, parse_duration};
 use crate::config::{BackendKind, BackendSettings, Config, ConfigBuilder};
 use crate::error::{Error, Result};
+use crate::options::DEFAULT_QUERY_TIMEOUT;
 
 /// The SQL backends' variables ([`SqlOptionsBuilder::from_vars`] and
 /// [`Config::from_env`](crate::Config::from_env) read them).
@@ -190,5 +191,168 @@ mod tests {
         for v in ENV_VARS {
             assert!(crate::config::ENV_VARS.contains(v), "{v}");
         }
+    }
+}
+
+/// Settings of a [`SqlBackend`]. Build with [`SqlOptions::builder`]; [`Default`] gives the defaults.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SqlOptions {
+    pub(super) query_timeout: Duration,
+    pub(super) connect_timeout: Option<Duration>,
+    pub(super) purge_interval: Duration,
+    pub(super) auto_purge: bool,
+    pub(super) pool_size: u32,
+    pub(super) connection_lifetime: Duration,
+}
+
+impl Default for SqlOptions {
+    fn default() -> Self {
+        SqlOptions {
+            query_timeout: DEFAULT_QUERY_TIMEOUT,
+            connect_timeout: None,
+            purge_interval: DEFAULT_PURGE_INTERVAL,
+            auto_purge: true,
+            pool_size: DEFAULT_POOL_SIZE,
+            connection_lifetime: DEFAULT_CONNECTION_LIFETIME,
+        }
+    }
+}
+
+impl SqlOptions {
+    /// A builder starting from the defaults.
+    pub fn builder() -> SqlOptionsBuilder {
+        SqlOptionsBuilder::default()
+    }
+
+    /// Server-side timeout of every statement and bound of every connection checkout
+    /// (default [`DEFAULT_QUERY_TIMEOUT`], 5 s), and the bound of every whole call
+    /// ([`LeaseBackend::call_bound`]). Set it to the sessions' renew interval.
+    pub fn query_timeout(&self) -> Duration {
+        self.query_timeout
+    }
+
+    /// TCP connect (and PostgreSQL startup) timeout of new connections (default: the query timeout).
+    pub fn connect_timeout(&self) -> Duration {
+        self.connect_timeout.unwrap_or(self.query_timeout)
+    }
+
+    /// Least time between two background purges (default 60 s).
+    pub fn purge_interval(&self) -> Duration {
+        self.purge_interval
+    }
+
+    /// Whether `open_session`/`keep_alive` start background purges (default `true`).
+    pub fn auto_purge(&self) -> bool {
+        self.auto_purge
+    }
+
+    /// Connections in the backend's own pool (default 4).
+    pub fn pool_size(&self) -> u32 {
+        self.pool_size
+    }
+
+    /// Longest life of a pooled connection (default 30 min; [`Duration::MAX`]: forever).
+    pub fn connection_lifetime(&self) -> Duration {
+        self.connection_lifetime
+    }
+}
+
+/// Builder of [`SqlOptions`].
+#[derive(Debug, Clone, Default)]
+pub struct SqlOptionsBuilder {
+    query_timeout: Option<Duration>,
+    connect_timeout: Option<Duration>,
+    purge_interval: Option<Duration>,
+    auto_purge: Option<bool>,
+    pool_size: Option<u32>,
+    connection_lifetime: Option<Duration>,
+}
+
+impl SqlOptionsBuilder {
+    /// Server-side timeout of every statement and bound of every connection checkout (default 5 s;
+    /// 1 ms to 1 h), and the bound of every whole call, statements and retries included. Use the sessions' renew interval: a renewal slower than that counts as failed.
+    #[must_use]
+    pub fn query_timeout(mut self, d: Duration) -> Self {
+        self.query_timeout = Some(d);
+        self
+    }
+
+    /// TCP connect timeout of new connections (default: the query timeout; 1 ms to 1 h).
+    #[must_use]
+    pub fn connect_timeout(mut self, d: Duration) -> Self {
+        self.connect_timeout = Some(d);
+        self
+    }
+
+    /// Least time between two background purges of expired sessions (default 60 s; at most 1 day).
+    #[must_use]
+    pub fn purge_interval(mut self, d: Duration) -> Self {
+        self.purge_interval = Some(d);
+        self
+    }
+
+    /// Whether `open_session`/`keep_alive` start background purges (default `true`). Without them,
+    /// call [`LeaseBackend::purge_expired`] yourself (e.g. `simba purge` from cron).
+    #[must_use]
+    pub fn auto_purge(mut self, on: bool) -> Self {
+        self.auto_purge = Some(on);
+        self
+    }
+
+    /// Connections in the backend's own pool (default 4; 1 to 256). Connections are opened on
+    /// demand; a caller waits at most the query timeout for a free one.
+    #[must_use]
+    pub fn pool_size(mut self, n: u32) -> Self {
+        self.pool_size = Some(n);
+        self
+    }
+
+    /// Longest life of a pooled connection: it is closed and replaced (on demand) after that,
+    /// e.g. to follow a server's rotated certificate or a changed DNS name (default 30 min; at
+    /// least 1 s; [`Duration::MAX`] keeps connections forever). PostgreSQL closes a connection this
+    /// old when the call using it ends; idle ones are closed by the pool's reaper, every 30 s.
+    #[must_use]
+    pub fn connection_lifetime(mut self, d: Duration) -> Self {
+        self.connection_lifetime = Some(d);
+        self
+    }
+
+    /// Validates and builds.
+    ///
+    /// # Errors
+    /// `InvalidConfig` naming the value and the rule it breaks.
+    pub fn build(self) -> Result<SqlOptions> {
+        let hour = Duration::from_secs(3600);
+        let query_timeout = self.query_timeout.unwrap_or(DEFAULT_QUERY_TIMEOUT);
+        if query_timeout < Duration::from_millis(1) || query_timeout > hour {
+            return Err(Error::config(format!("query_timeout {query_timeout:?} must be between 1ms and 1h")));
+        }
+        if let Some(c) = self.connect_timeout {
+            if c < Duration::from_millis(1) || c > hour {
+                return Err(Error::config(format!("connect_timeout {c:?} must be between 1ms and 1h")));
+            }
+        }
+        let purge_interval = self.purge_interval.unwrap_or(DEFAULT_PURGE_INTERVAL);
+        if purge_interval > Duration::from_secs(24 * 3600) {
+            return Err(Error::config(format!("purge_interval {purge_interval:?} must be at most 24h")));
+        }
+        let pool_size = self.pool_size.unwrap_or(DEFAULT_POOL_SIZE);
+        if !(1..=256).contains(&pool_size) {
+            return Err(Error::config(format!("pool_size {pool_size} must be between 1 and 256")));
+        }
+        let connection_lifetime = self.connection_lifetime.unwrap_or(DEFAULT_CONNECTION_LIFETIME);
+        if connection_lifetime < Duration::from_secs(1) {
+            return Err(Error::config(format!(
+                "connection_lifetime {connection_lifetime:?} must be at least 1s (Duration::MAX: forever)"
+            )));
+        }
+        Ok(SqlOptions {
+            query_timeout,
+            connect_timeout: self.connect_timeout,
+            purge_interval,
+            auto_purge: self.auto_purge.unwrap_or(true),
+            pool_size,
+            connection_lifetime,
+        })
     }
 }
