@@ -316,23 +316,6 @@ impl Drop for Session {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    fn assert_send_sync<T: Send + Sync>() {}
-
-    #[test]
-    fn handles_are_send_and_sync() {
-        assert_send_sync::<Session>();
-        assert_send_sync::<Lease>();
-        assert_send_sync::<Election>();
-        assert_send_sync::<Membership>();
-        assert_send_sync::<Semaphore>();
-        assert_send_sync::<crate::semaphore::Permit>();
-        assert_send_sync::<crate::Error>();
-    }
-}
-
 // The lease calls' deadline arithmetic, one copy for `Session` and `Coordinator` (which adds only
 // what a session replacement changes: `Error::on_replaced_session`).
 
@@ -353,4 +336,21 @@ pub(crate) fn try_lock_on(inner: &Arc<SessionInner>, name: &Name) -> Result<Opti
 /// [`Session::lock_timeout`] on `inner` (`Duration::MAX` waits forever).
 pub(crate) fn lock_timeout_on(inner: &Arc<SessionInner>, name: &Name, timeout: Duration) -> Result<Option<Lease>> {
     inner.lock_until(name, deadline_after(sync::now(), timeout))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    fn assert_send_sync<T: Send + Sync>() {}
+
+    #[test]
+    fn handles_are_send_and_sync() {
+        assert_send_sync::<Session>();
+        assert_send_sync::<Lease>();
+        assert_send_sync::<Election>();
+        assert_send_sync::<Membership>();
+        assert_send_sync::<Semaphore>();
+        assert_send_sync::<crate::semaphore::Permit>();
+        assert_send_sync::<crate::Error>();
+    }
 }

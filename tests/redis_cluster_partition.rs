@@ -28,9 +28,12 @@ use simba::{ErrorKind, KeepAlive, Name, Session, SessionOptions, Token};
 use support::forward::{Forward, Hook, Op};
 use support::netfault;
 
-/// Records every successful keep-alive reply: (owned, unknown).
+/// A successful keep-alive reply: (owned, unknown).
+type Reply = (Vec<(Name, Token)>, Vec<Name>);
+
+/// Records every successful keep-alive reply.
 #[derive(Debug, Default)]
-struct Replies(Mutex<Vec<(Vec<(Name, Token)>, Vec<Name>)>>);
+struct Replies(Mutex<Vec<Reply>>);
 
 impl Hook for Replies {
     fn before(&self, _op: Op) {}
@@ -46,7 +49,7 @@ impl Replies {
         self.0.lock().len()
     }
     /// The replies from the `from`-th on.
-    fn since(&self, from: usize) -> Vec<(Vec<(Name, Token)>, Vec<Name>)> {
+    fn since(&self, from: usize) -> Vec<Reply> {
         self.0.lock()[from..].to_vec()
     }
 }
@@ -99,9 +102,7 @@ fn a_term_on_an_unreachable_node_is_unknown_not_lost_and_never_adopted_twice() {
     // The lease's node is cut from the client; the session's own node still answers.
     let partition = cut(node);
     let from = backend.hook.count();
-    let given_up = |replies: &[(Vec<(Name, Token)>, Vec<Name>)]| {
-        replies.iter().filter(|(owned, _)| !owned.iter().any(|(n, _)| *n == x)).count()
-    };
+    let given_up = |replies: &[Reply]| replies.iter().filter(|(owned, _)| !owned.iter().any(|(n, _)| *n == x)).count();
     // Three successful renewals that could not renew the lease: before the fix the first
     // reported it lost and the third found the given-up term forgotten.
     assert!(

@@ -803,7 +803,8 @@ fn a_given_up_term_a_reply_could_not_check_is_never_adopted_again() {
     // Replies that check the name and do not list the term prove it gone: then it is forgotten.
     for i in 6..=7 {
         let sent = t0 + ms(1_000 * i);
-        e.on_keep_alive(sent, sent + ms(10), alive_unknown(Duration::from_secs(10), &[], &[]));
+        let out = e.on_keep_alive(sent, sent + ms(10), alive_unknown(Duration::from_secs(10), &[], &[]));
+        assert_eq!(out, Step::none(), "reply {i}");
     }
     assert_eq!(e.remembered_releases(), 0, "the map stays bounded once the name is checked again");
 }
