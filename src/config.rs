@@ -510,8 +510,10 @@ impl ConfigBuilder {
     }
 }
 
-/// The options of the selected backend, from the backend's own parsers.
+/// The options of the selected backend, from the backend's own parsers. (One per configuration:
+/// the variants' sizes do not matter.)
 #[derive(Clone)]
+#[allow(clippy::large_enum_variant)]
 pub(crate) enum BackendSettings {
     Memory,
     /// The options, and the purge interval when it was set.

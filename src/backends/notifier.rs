@@ -108,11 +108,13 @@ impl Notifier {
     }
 
     /// True while notifications are down.
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))] // PostgreSQL's listener asks it
     pub(crate) fn is_down(&self) -> bool {
         self.health.lock().down.is_some()
     }
 
     /// What a registration is told while notifications are down, `None` while they are served.
+    #[cfg_attr(not(any(feature = "redis", feature = "zookeeper")), allow(dead_code))] // their watches ask
     pub(crate) fn refusal(&self) -> Option<String> {
         let h = self.health.lock();
         let (cause, _) = h.down.as_ref()?;
@@ -124,6 +126,7 @@ impl Notifier {
     }
 
     /// `Err(Unavailable)` with the [`refusal`](Notifier::refusal) while notifications are down.
+    #[cfg_attr(not(any(feature = "redis", feature = "zookeeper")), allow(dead_code))] // their watches ask
     pub(crate) fn available(&self) -> Result<()> {
         match self.refusal() {
             Some(message) => Err(Error::unavailable(message)),
@@ -206,6 +209,7 @@ impl Notifier {
     /// subscriber, which the body itself watches): a no-op, except that a test's
     /// [`kill_helper`](Notifier::kill_helper) makes it panic here.
     #[inline]
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))] // Redis Cluster's sharded subscriber
     pub(crate) fn helper_checkpoint(&self) {
         #[cfg(test)]
         if self.kill_helper.swap(false, Ordering::SeqCst) {
