@@ -203,8 +203,18 @@ fn postgres_secrets_stay_secret() {
     // have created it (this test failed alone against a fresh server).
     support::sql::shared_backend(support::sql::Dialect::Postgres);
     let tls_dir = support::tls::dir();
-    let tls_admin = format!("postgres://postgres@127.0.0.1:5433/test?sslmode=verify-full&sslrootcert={tls_dir}/ca.pem");
-    init_schema(SqlBackend::postgres(&tls_admin, SqlOptions::default()), "the TLS-only PostgreSQL");
+    // As the TLS tests' own user (client certificate), never as `postgres`: tables a superuser
+    // created there would belong to it, and the certificate user's `init_schema` in
+    // tests/postgres_tls.rs would then fail ("must be owner of table simba_session") whenever
+    // this test ran first on a fresh server.
+    let tls_client = url_of(
+        "SIMBA_TEST_POSTGRES_TLS_URL",
+        &format!(
+            "postgres://simba-test-client@127.0.0.1:5433/test?sslmode=verify-full&sslrootcert={tls_dir}/ca.pem\
+             &sslcert={tls_dir}/client.pem&sslkey={tls_dir}/client.key"
+        ),
+    );
+    init_schema(SqlBackend::postgres(&tls_client, SqlOptions::default()), "the TLS-only PostgreSQL");
     let mut seen = Seen::new();
     // The shared server trusts every login: the password is sent but accepted, so this path
     // shows the backend, session and check output of a configuration holding a password.
