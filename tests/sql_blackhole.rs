@@ -23,12 +23,20 @@
 //!    acquires the lease only after that, while being refused before. Every blackholed keep-alive
 //!    call returned within its bound (no worker kept), and once the blackhole is lifted the same
 //!    backend serves a new session on fresh connections (the dead ones replaced).
+//! 3. **The MySQL watchdog's log record** (finding 6 of issue #36, its last part): the watchdog
+//!    that ends a late MySQL call wrote its record while holding its lock, so an application
+//!    logger that calls into simba (any MySQL call arms the watchdog) stalled every MySQL call of
+//!    the process. A blackholed call makes the watchdog fire under a logger that calls back
+//!    (`tests/support/logger.rs`); `tests/logger_mysql.rs` cannot reach that record, since on a
+//!    healthy server no call runs past its query timeout.
 //!
 //! Every rule is removed when its guard drops, also when a test panics (checked by
 //! [`rules_are_removed_when_a_test_panics`] and with `iptables -S` at the end of each test).
 //! Needs root (`iptables`): fails with a clear message otherwise, never skips.
 #![cfg(all(feature = "postgres", feature = "mysql"))]
 
+#[path = "support/logger.rs"]
+mod logger;
 mod support;
 
 use std::cell::Cell;
@@ -41,7 +49,7 @@ use parking_lot::Mutex;
 use serial_test::serial;
 use simba::backend::KeepAlive;
 use simba::backends::sql::{SqlBackend, SqlOptions};
-use simba::{ErrorKind, LossReason, Name, Session, SessionEvent, SessionOptions, SessionState, Token};
+use simba::{ErrorKind, LeaseBackend, LossReason, Name, Session, SessionEvent, SessionOptions, SessionState, Token};
 use support::forward::{Forward, Hook, Op};
 use support::netfault;
 use support::sql::{wait_tcp, Dialect, PrivateMariadb, PrivatePostgres};
@@ -550,6 +558,44 @@ fn postgres_a_session_blackholed_past_its_lease_is_lost_at_its_local_deadline() 
 #[serial(sql_blackhole)]
 fn mysql_a_session_blackholed_past_its_lease_is_lost_at_its_local_deadline() {
     every_connection_blackholed(Dialect::Mysql);
+}
+
+// ---------------------------------------------------------------------------------------------
+// 3. The MySQL watchdog's record, under a logger that calls back into simba.
+
+#[test]
+#[serial(sql_blackhole)]
+fn mysql_the_watchdog_ends_a_blackholed_call_without_logging_under_its_lock() {
+    netfault::require_root("sql_blackhole");
+    let server = Server::start(Dialect::Mysql);
+    let probe = server.backend(OPEN, 4);
+    let victim = server.backend(CUT, 1);
+    let name = Name::new(support::unique("watchdog")).unwrap();
+    victim.holder(&name).unwrap();
+    probe.holder(&name).unwrap();
+    let ids = victim.connection_ids();
+    assert_eq!(ids.len(), 1, "{ids:?}");
+    let cut = netfault::blackhole_connection(CUT, server.port, server.client_port(ids[0]));
+    let mut late = None;
+    let outcome = logger::probing(
+        {
+            let (probe, name) = (probe.clone(), name.clone());
+            move || {
+                let _ = probe.holder(&name);
+            }
+        },
+        || {
+            let start = Instant::now();
+            let r = victim.holder(&name);
+            late = Some((r.map_err(|e| e.kind()), start.elapsed()));
+        },
+    );
+    cut.remove();
+    assert_no_rules_left();
+    let (result, took) = late.unwrap();
+    assert_eq!(result.unwrap_err(), ErrorKind::Timeout, "the blackholed call ends with Timeout");
+    logger::assert_never_stalled("a logger calling into MySQL when the watchdog ends a late call", &outcome);
+    assert!(took <= QT + MARGIN, "the blackholed call took {took:?} (query timeout {QT:?})");
 }
 
 // ---------------------------------------------------------------------------------------------
