@@ -228,3 +228,39 @@ pub fn isolate_except(ns: &Netns, keep_port: u16) -> Rules {
         &["OUTPUT", "-d", &ns.ns_ip, "-p", "tcp", "!", "--dport", &keep, "-j", "DROP"],
     ])
 }
+
+/// Silently drops every packet of one TCP connection on this machine, both ways: the one from
+/// this machine's `client_port` to the server at `server_ip:server_port` (a loopback address).
+/// The rules are in `INPUT`, so the packets are sent and vanish on arrival: writes succeed, no
+/// error and no RST reaches either end, and both keep retransmitting into the void — a
+/// blackholed connection, not a refused one. Every other connection to the server is untouched.
+pub fn blackhole_connection(server_ip: &str, server_port: u16, client_port: u16) -> Rules {
+    let (server, client) = (server_port.to_string(), client_port.to_string());
+    Rules::insert(&[
+        &["INPUT", "-p", "tcp", "-d", server_ip, "--dport", &server, "--sport", &client, "-j", "DROP"],
+        &["INPUT", "-p", "tcp", "-s", server_ip, "--sport", &server, "--dport", &client, "-j", "DROP"],
+    ])
+}
+
+/// Silently drops every TCP packet to and from `server_ip:server_port` (a loopback address of
+/// this machine), both ways, in `INPUT` as [`blackhole_connection`] does: every open connection
+/// to that address is blackholed, and a new one never gets past its SYN. The server stays
+/// reachable at its other addresses.
+pub fn blackhole_server(server_ip: &str, server_port: u16) -> Rules {
+    let server = server_port.to_string();
+    Rules::insert(&[
+        &["INPUT", "-p", "tcp", "-d", server_ip, "--dport", &server, "-j", "DROP"],
+        &["INPUT", "-p", "tcp", "-s", server_ip, "--sport", &server, "-j", "DROP"],
+    ])
+}
+
+/// The `iptables -S` lines (every chain of the filter table) tagged by this process: empty once
+/// every [`Rules`] it made is gone.
+pub fn own_rules() -> Vec<String> {
+    let tag = format!("{TAG}{}x", std::process::id());
+    must(&["iptables", "-S"])
+        .lines()
+        .filter(|r| comment_of(r).as_deref() == Some(tag.as_str()))
+        .map(String::from)
+        .collect()
+}

@@ -12,6 +12,10 @@
 //! Safety of the shutdown: the watchdog only touches a socket while its call is armed, under the
 //! lock that disarming takes, and a call keeps its connection (which owns the socket) open until
 //! it has disarmed: a socket number that was closed and reused is never shut down.
+//!
+//! The watchdog's thread never logs: the call whose socket it shut down logs that on its own
+//! thread when it disarms, with no lock held (the application's logger may call into simba, and
+//! must not hold up the one thread that bounds every MySQL call of the process).
 
 use std::collections::HashMap;
 use std::os::fd::RawFd;
@@ -34,8 +38,9 @@ struct State {
     next_id: u64,
     /// Armed calls: id → (deadline, socket).
     armed: HashMap<u64, (Instant, RawFd)>,
-    /// Calls whose socket the watchdog shut down, not yet disarmed.
-    fired: Vec<u64>,
+    /// Calls whose socket the watchdog shut down, not yet disarmed, with the shutdown's outcome
+    /// (the call's own thread logs it when it disarms).
+    fired: Vec<(u64, nix::Result<()>)>,
     /// When the thread wakes next (it is woken for an earlier deadline).
     wakes_at: Instant,
     /// The thread could not be started: arm nothing (calls keep the sockets' own timeouts).
@@ -94,14 +99,25 @@ impl Watchdog {
     }
 
     fn disarm(&self, id: u64) -> bool {
-        let mut st = self.state.lock();
-        st.armed.remove(&id);
-        match st.fired.iter().position(|f| *f == id) {
-            Some(i) => {
-                st.fired.swap_remove(i);
+        let fired = {
+            let mut st = self.state.lock();
+            st.armed.remove(&id);
+            st.fired.iter().position(|f| f.0 == id).map(|i| st.fired.swap_remove(i).1)
+        };
+        // Logged here, by the call's own thread once the lock is released: never under the lock
+        // (the application's logger may call into simba, and any MySQL call arms this watchdog),
+        // and never on the watchdog's thread, which bounds every MySQL call of the process and
+        // must not wait for a logger (finding 6 of issue #36).
+        match fired {
+            None => false,
+            Some(Ok(())) => {
+                debug!("simba mysql: a call ran past its query timeout: its connection was closed");
                 true
             }
-            None => false,
+            Some(Err(e)) => {
+                debug!("simba mysql: a call ran past its query timeout; closing its connection failed: {e}");
+                true
+            }
         }
     }
 
@@ -120,12 +136,10 @@ impl Watchdog {
             }
             for (id, socket) in due {
                 st.armed.remove(&id);
-                st.fired.push(id);
                 // Under the lock: the call has not disarmed, so its connection still owns `socket`.
-                match nix::sys::socket::shutdown(socket, nix::sys::socket::Shutdown::Both) {
-                    Ok(()) => debug!("simba mysql: a call ran past its query timeout: its connection was closed"),
-                    Err(e) => debug!("simba mysql: closing the connection of a late call failed: {e}"),
-                }
+                // Nothing is logged here: the call's thread does it when it disarms.
+                let shut = nix::sys::socket::shutdown(socket, nix::sys::socket::Shutdown::Both);
+                st.fired.push((id, shut));
             }
             st.wakes_at = next;
             self.wake.wait_until(&mut st, next);
