@@ -130,7 +130,34 @@ pub struct Member {
     pub metadata: String,
 }
 
-/// What a backend can push instead of making candidates poll.
+/// What a backend can push instead of making candidates poll, and so where waiters register for
+/// a lease's release ([`lease_registration`](Capabilities::lease_registration)).
+///
+/// # The registration order (for SPI implementors)
+///
+/// Every waiter of the crate follows one rule, from one place (the runtime's wait loop): `lock`
+/// and its `_timeout`/`_deadline`/`_cancellable` forms, a semaphore's `acquire*` rounds, campaign
+/// attempts, and so `simba lock`. The TCK checks it on every backend
+/// (`lock_registers_where_it_cannot_miss_a_release`, `campaign_…`, `permit_waiter_…`):
+/// - without `push_release` ([`Registration::Never`]) a waiter never registers; it retries every
+///   poll interval;
+/// - with `push_release` alone ([`Registration::BeforeEachAttempt`]) it registers
+///   ([`LeaseBackend::watch`] of [`Topic::Lease`]) before every attempt, and waits for the
+///   registration to return, so that a release during or right after a busy attempt is pushed;
+///   a one-shot registration consumed meanwhile (a release another waiter won, a "subscribed
+///   now, re-check" hint) has left a message and is made again before the next attempt;
+/// - with `watch_checks_lease` too ([`Registration::AfterBusy`]) it registers only right after
+///   an attempt that did not take the lease, so a free lease costs no registration. A release
+///   between that attempt and the registration is then seen by the registration alone: claim
+///   `watch_checks_lease` only if a registration of a lease that is free sends
+///   [`Notification::Released`] at once.
+///
+/// A registration that is declined (`Ok(false)`), fails, or does not return within the waiter's
+/// bound (the query timeout and its deadline) leaves that waiter polling at the poll interval
+/// until a later one succeeds; a registration that outlived its bound is waited for again by the
+/// waiter's next round rather than started anew, so a backend whose registrations hang has one
+/// in flight per waiter. [`Registration`] lives here, in `simba::backend`, for implementors and
+/// for callers that wait on the SPI directly; applications use the waiting calls.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Capabilities {
     /// The backend sends [`Notification::Released`] when a lease is freed (Redis pub/sub,
@@ -149,8 +176,10 @@ pub struct Capabilities {
 }
 
 /// Where a waiter registers for a lease's release, relative to its attempts (from
-/// [`Capabilities::lease_registration`]): what `lock()`, a semaphore's rounds, campaigns and
-/// `simba lock` follow, and what a caller waiting on the SPI directly should follow too.
+/// [`Capabilities::lease_registration`]; the contract is documented on [`Capabilities`]): what
+/// `lock()`, a semaphore's rounds, campaigns and `simba lock` follow, and what a caller waiting on
+/// the SPI directly should follow too. Part of the SPI (`simba::backend`), not re-exported at the
+/// crate root.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Registration {

@@ -29,6 +29,11 @@ pub enum ErrorKind {
     Unsupported,
     /// This session already holds the lease (locks are not reentrant).
     AlreadyHeld,
+    /// A wait was cancelled through its [`Cancel`](crate::Cancel) token
+    /// ([`Session::lock_cancellable`](crate::Session::lock_cancellable),
+    /// [`Semaphore::acquire_cancellable`](crate::Semaphore::acquire_cancellable)). Not retryable:
+    /// the caller asked it to stop.
+    Cancelled,
 }
 
 impl ErrorKind {
@@ -45,6 +50,7 @@ impl ErrorKind {
             ErrorKind::Backend => "backend error",
             ErrorKind::Unsupported => "unsupported",
             ErrorKind::AlreadyHeld => "already held",
+            ErrorKind::Cancelled => "cancelled",
         }
     }
 }

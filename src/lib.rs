@@ -32,6 +32,7 @@
 
 pub mod backend;
 pub mod backends;
+mod cancel;
 pub mod config;
 pub mod coordinator;
 pub mod election;
@@ -82,9 +83,9 @@ pub mod tck;
 mod types;
 
 pub use backend::{
-    Acquire, Capabilities, Holder, KeepAlive, LeaseBackend, Member, Notification, Registration, SessionGrant,
-    TermRemaining, Topic,
+    Acquire, Capabilities, Holder, KeepAlive, LeaseBackend, Member, Notification, SessionGrant, TermRemaining, Topic,
 };
+pub use cancel::{Attempt, Cancel};
 #[cfg(feature = "redis")]
 pub use config::RedisEviction;
 #[cfg(feature = "zookeeper")]

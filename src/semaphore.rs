@@ -63,14 +63,13 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{unbounded, Sender};
-
-use crate::backend::{Holder, LeaseBackend, Notification, Topic};
+use crate::backend::{Holder, LeaseBackend};
+use crate::cancel::{Attempt, Cancel};
 use crate::engine::{deadline_after, later};
 use crate::error::{Error, ErrorKind, Result};
 use crate::lease::Lease;
-use crate::runtime::{bounded_call, SessionInner};
-use crate::sync::{self, select};
+use crate::runtime::{bounded_call, Contender, SessionInner};
+use crate::sync;
 use crate::types::{IntoName, Name, SessionId, Token, MAX_NAME_LEN, RESERVED_NAME_PREFIX};
 
 /// Most permits a semaphore may have. Every acquire visits the slots one by one, and
@@ -302,7 +301,7 @@ impl Semaphore {
     /// semaphore: `Unavailable` while its session is being replaced, `Closed` after close);
     /// `Backend` for non-transient failures.
     pub fn acquire(&self) -> Result<Permit> {
-        match self.acquire_until(None)? {
+        match self.acquire_until(None, None, &mut |_| {})? {
             Some(p) => Ok(p),
             None => Err(Error::new(ErrorKind::Timeout, format!("acquire of semaphore '{}' gave up", self.name))),
         }
@@ -329,7 +328,7 @@ impl Semaphore {
     /// # Errors
     /// As [`acquire`](Semaphore::acquire).
     pub fn acquire_timeout(&self, timeout: Duration) -> Result<Option<Permit>> {
-        self.acquire_until(deadline_after(sync::now(), timeout))
+        self.acquire_until(deadline_after(sync::now(), timeout), None, &mut |_| {})
     }
 
     /// Like [`acquire`](Semaphore::acquire), giving up at `deadline` with `Ok(None)`. One round over
@@ -338,7 +337,26 @@ impl Semaphore {
     /// # Errors
     /// As [`acquire`](Semaphore::acquire).
     pub fn acquire_deadline(&self, deadline: Instant) -> Result<Option<Permit>> {
-        self.acquire_until(Some(deadline))
+        self.acquire_until(Some(deadline), None, &mut |_| {})
+    }
+
+    /// Like [`acquire_deadline`](Semaphore::acquire_deadline) (`deadline` `None`: no deadline),
+    /// ending early when `cancel` is cancelled, and telling `on_attempt` of every round that did
+    /// not take a permit — as [`Session::lock_cancellable`](crate::Session::lock_cancellable)
+    /// does for a lock. A cancel is noticed between rounds and after each backend call, so the
+    /// call returns within one bounded call of it; a round that takes a permit returns it even
+    /// when the token was cancelled meanwhile.
+    ///
+    /// # Errors
+    /// [`ErrorKind::Cancelled`] once `cancel` is cancelled (also when it was before the call: no
+    /// round is made then); otherwise as [`acquire`](Semaphore::acquire).
+    pub fn acquire_cancellable(
+        &self,
+        deadline: Option<Instant>,
+        cancel: &Cancel,
+        mut on_attempt: impl FnMut(Attempt<'_>),
+    ) -> Result<Option<Permit>> {
+        self.acquire_until(deadline, Some(cancel), &mut on_attempt)
     }
 
     /// Who holds which slot now: `(slot, holder)` for every held slot, by slot. One backend read
@@ -386,69 +404,36 @@ impl Semaphore {
         }
     }
 
-    /// Rounds until a permit is taken or `deadline` passes (`None`: forever), waiting between
-    /// rounds for a pushed release of any slot or the retry delay.
-    fn acquire_until(&self, deadline: Option<Instant>) -> Result<Option<Permit>> {
+    /// Rounds until a permit is taken or `deadline` passes (`None`: forever), through the
+    /// session's one wait loop: between rounds it waits for a pushed release of any slot, the
+    /// session's end, `cancel` or the retry delay.
+    fn acquire_until(
+        &self,
+        deadline: Option<Instant>,
+        cancel: Option<&Cancel>,
+        observe: &mut dyn FnMut(Attempt<'_>),
+    ) -> Result<Option<Permit>> {
         let s = self.source.session()?;
-        self.acquire_on(&s, deadline).map_err(|e| self.source.error(e))
+        s.wait_for(&mut Rounds(self), deadline, cancel, observe).map_err(|e| self.source.error(e))
+    }
+}
+
+/// A semaphore's contender: every slot (those this session holds aside), one round at a time.
+struct Rounds<'a>(&'a Semaphore);
+
+impl Contender for Rounds<'_> {
+    type Won = Permit;
+
+    fn what(&self) -> String {
+        format!("a permit of semaphore '{}'", self.0.name)
     }
 
-    fn acquire_on(&self, s: &Arc<SessionInner>, deadline: Option<Instant>) -> Result<Option<Permit>> {
-        let registration = self.backend.capabilities().lease_registration();
-        let (tx, rx) = unbounded::<Notification>();
-        let mut first = true;
-        loop {
-            if !first && deadline.is_some_and(|d| sync::now() >= d) {
-                return Ok(None);
-            }
-            if registration.before_attempt() {
-                // Before every round, so that a release during or after its attempts is pushed: a
-                // one-shot watch consumed since the last round (by a release, or by a backend's
-                // "now subscribed" hint) left a message in `rx`, and this round re-arms it before
-                // any attempt. (Re-arming after a busy round instead would miss a release that
-                // lands between the slot's attempt and the re-arm — unless the registration
-                // checks the lease, `watch_checks_lease`: then it answers that release at once.)
-                self.watch_slots(s, &tx, deadline);
-            }
-            match self.round(s, deadline, std::mem::take(&mut first)) {
-                Ok(Some(p)) => return Ok(Some(p)),
-                Ok(None) => {}
-                Err(e) if e.is_retryable() => {
-                    log::debug!("session {}: acquire of semaphore '{}' failed, retrying: {e}", s.id, self.name);
-                }
-                Err(e) => return Err(e),
-            }
-            if registration.after_busy() {
-                self.watch_slots(s, &tx, deadline);
-            }
-            let mut wait = s.retry_delay();
-            if let Some(d) = deadline {
-                wait = wait.min(d.saturating_duration_since(sync::now()));
-            }
-            select! {
-                recv(rx) -> _ => { while rx.try_recv().is_ok() {} },
-                recv(s.ended_rx) -> _ => {},
-                default(wait) => {}
-            }
-        }
+    fn leases(&self) -> &[Name] {
+        &self.0.slots
     }
 
-    /// Registers a one-shot watch on every slot this session does not hold, all of them within
-    /// one query timeout (and the caller's deadline); a slot whose watch fails or is declined is
-    /// polled. A slot held here is not watched: the round skips it anyway, and if the backend
-    /// freed it behind the session's back, its watch would answer "free" at once, every round —
-    /// a busy loop until the next keep-alive corrects the local view.
-    fn watch_slots(&self, s: &SessionInner, tx: &Sender<Notification>, deadline: Option<Instant>) {
-        let now = sync::now();
-        let end = deadline.map_or(later(now, self.query_timeout), |d| d.min(later(now, self.query_timeout)));
-        for lease in self.slots.iter().filter(|lease| !s.holds(lease)) {
-            let budget = end.saturating_duration_since(sync::now());
-            if budget.is_zero() {
-                return;
-            }
-            let (topic, t) = (Topic::Lease(lease.clone()), tx.clone());
-            let _ = bounded_call(&self.backend, budget, move |b| b.watch(&topic, &t));
-        }
+    fn attempt(&mut self, s: &Arc<SessionInner>, deadline: Option<Instant>, first: bool) -> Result<Option<Permit>> {
+        self.0.round(s, deadline, first)
     }
 }
 
@@ -591,8 +576,10 @@ mod push_race {
 
     use parking_lot::Mutex;
 
+    use crossbeam_channel::Sender;
+
     use super::*;
-    use crate::backend::{Acquire, Capabilities, KeepAlive, Member, SessionGrant};
+    use crate::backend::{Acquire, Capabilities, KeepAlive, Member, Notification, SessionGrant, Topic};
     use crate::memory::MemoryBackend;
     use crate::options::SessionOptions;
     use crate::session::Session;

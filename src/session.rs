@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::backend::{LeaseBackend, Member};
+use crate::cancel::{Attempt, Cancel};
 use crate::election::{Election, ElectionShared, Leader};
 use crate::engine::{deadline_after, later};
 use crate::error::{Error, ErrorKind, Result};
@@ -202,6 +203,56 @@ impl Session {
     pub fn lock_deadline(&self, name: impl IntoName, deadline: Instant) -> Result<Option<Lease>> {
         let name = user_name(name)?;
         self.inner.lock_until(&name, Some(deadline))
+    }
+
+    /// Like [`lock_deadline`](Session::lock_deadline) (`deadline` `None`: no deadline), ending
+    /// early when `cancel` is cancelled, and telling `on_attempt` of every attempt that did not
+    /// take the lease ([`Attempt::Busy`], [`Attempt::Failed`] with a transient error the wait goes
+    /// on after) — on this thread, right after the attempt and before the wait registers for the
+    /// release and waits, so that a caller can show who holds the lease or why attempts fail
+    /// (`simba lock` does). The wait is [`lock`](Session::lock)'s: it registers for the release
+    /// where the backend says ([`Capabilities`](crate::Capabilities)) and wakes on a pushed
+    /// release, the session's end, the cancel or the retry delay. A cancel is noticed between
+    /// attempts and after each backend call, so the call returns within one bounded call (the
+    /// query timeout) of it; an attempt that takes the lease returns it even when the token was
+    /// cancelled meanwhile.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use std::time::{Duration, Instant};
+    /// use simba::{Attempt, Cancel, MemoryBackend, Session, SessionOptions};
+    ///
+    /// # fn main() -> simba::Result<()> {
+    /// let backend = Arc::new(MemoryBackend::new());
+    /// let options = SessionOptions::builder().lease_duration(Duration::from_secs(2)).build()?;
+    /// let (a, b) = (Session::open(backend.clone(), options.clone())?, Session::open(backend, options)?);
+    /// let held = a.lock("report")?;
+    /// let cancel = Cancel::new(); // cancel() it from a signal handler's thread, a UI…
+    /// let mut busy = 0;
+    /// let deadline = Instant::now() + Duration::from_millis(100);
+    /// let got = b.lock_cancellable("report", Some(deadline), &cancel, |attempt| {
+    ///     if let Attempt::Busy = attempt {
+    ///         busy += 1; // e.g. show b.leader("report")
+    ///     }
+    /// })?;
+    /// assert!(got.is_none() && busy >= 1);
+    /// # drop(held);
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    /// [`ErrorKind::Cancelled`] once `cancel` is cancelled (also when it was before the call: no
+    /// attempt is made then); otherwise as [`lock`](Session::lock).
+    pub fn lock_cancellable(
+        &self,
+        name: impl IntoName,
+        deadline: Option<Instant>,
+        cancel: &Cancel,
+        mut on_attempt: impl FnMut(Attempt<'_>),
+    ) -> Result<Option<Lease>> {
+        let name = user_name(name)?;
+        self.inner.lock_waiting(&name, deadline, Some(cancel), &mut on_attempt)
     }
 
     /// The counted semaphore `name` with `permits` permits, whose permits this session takes (see

@@ -482,3 +482,140 @@ fn a_lock_waiter_woken_for_nothing_still_hears_a_release_right_after_its_next_at
         "the lease was released right after the waiter's busy attempt, and the waiter never heard of it"
     );
 }
+
+/// Watches that take `hang` each (a registration that waits for a notification connection that
+/// does not come up), counting those in flight and the most at once.
+#[derive(Debug)]
+struct SlowWatches {
+    hang: Duration,
+    started: std::sync::atomic::AtomicUsize,
+    in_flight: std::sync::atomic::AtomicUsize,
+    most: std::sync::atomic::AtomicUsize,
+}
+
+impl Hook for SlowWatches {
+    fn before(&self, _op: Op) {}
+    fn watch(
+        &self,
+        _topic: &simba::backend::Topic,
+        _notify: &Sender<simba::backend::Notification>,
+    ) -> Option<simba::Result<bool>> {
+        self.started.fetch_add(1, Ordering::SeqCst);
+        let now = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+        self.most.fetch_max(now, Ordering::SeqCst);
+        thread::sleep(self.hang);
+        self.in_flight.fetch_sub(1, Ordering::SeqCst);
+        Some(Ok(true))
+    }
+}
+
+#[test]
+fn a_waiter_keeps_one_hanging_registration_in_flight_not_one_per_round() {
+    // A backend that pushes releases but bounds no call: a lock waiter's registration runs on a
+    // worker and is abandoned at the query timeout (100 ms). Each registration here takes 1 s.
+    // The waiter started a new one every round (about every 200 ms), so several hung at once and
+    // a backend whose registrations hang parked one more worker per round; the one wait loop
+    // waits for the registration still in flight instead (as `simba lock` did), and starts the
+    // next one only once it returned.
+    let hook = SlowWatches {
+        hang: Duration::from_secs(1),
+        started: Default::default(),
+        in_flight: Default::default(),
+        most: Default::default(),
+    };
+    let backend = Forward::pushing("slow-watch", hook);
+    let opts = slow_renewal(Duration::from_millis(200), Duration::from_millis(100));
+    let holder = Session::open(backend.clone(), opts.clone()).unwrap();
+    let lease = holder.try_lock("x").unwrap().expect("free");
+    let waiter = Session::open(backend.clone(), opts).unwrap();
+    let started = Instant::now();
+    assert!(waiter.lock_timeout("x", Duration::from_millis(2500)).unwrap().is_none(), "the lease is held");
+    assert!(started.elapsed() >= Duration::from_millis(2500));
+    let (most, registrations) = (backend.hook.most.load(Ordering::SeqCst), backend.hook.started.load(Ordering::SeqCst));
+    assert!(registrations >= 2, "the waiter registered again once its first registration returned: {registrations}");
+    assert_eq!(most, 1, "registrations in flight at once (of {registrations} started)");
+    drop(lease);
+}
+
+/// Declines every watch (a push backend whose notification connection is down) and counts
+/// acquires.
+#[derive(Debug, Default)]
+struct DeclinedWatches(std::sync::atomic::AtomicUsize);
+
+impl Hook for DeclinedWatches {
+    fn before(&self, op: Op) {
+        if op == Op::Acquire {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+    fn watch(
+        &self,
+        _topic: &simba::backend::Topic,
+        _notify: &Sender<simba::backend::Notification>,
+    ) -> Option<simba::Result<bool>> {
+        Some(Ok(false))
+    }
+}
+
+#[test]
+fn a_waiter_whose_registration_is_declined_polls_at_the_poll_interval() {
+    // A push backend that declines the registration (PostgreSQL while its LISTEN connection is
+    // down): no push will come, so the waiter polls at the poll interval (500 ms), as on a
+    // backend without push — it retried at renew_interval / 2 (the lost-push fallback, ~30 s
+    // here), far past its 10 s.
+    let opts = slow_renewal(Duration::from_secs(60), Duration::from_secs(5));
+    let backend = Forward::pushing("declines", DeclinedWatches::default());
+    let holder = Session::open(backend.clone(), opts.clone()).unwrap();
+    let lease = holder.try_lock("x").unwrap().expect("free");
+    let waiter_session = Session::open(backend.clone(), opts).unwrap();
+    let waiter = thread::spawn(move || waiter_session.lock_timeout("x", Duration::from_secs(10)).map(|l| l.is_some()));
+    // The waiter's first attempt is busy.
+    let until = Instant::now() + PATIENCE;
+    while backend.hook.0.load(Ordering::SeqCst) < 2 {
+        assert!(Instant::now() < until, "the waiter never tried");
+        thread::sleep(Duration::from_millis(2));
+    }
+    lease.release().unwrap();
+    assert!(waiter.join().unwrap().unwrap(), "the waiter got the lease released while it waited, before its deadline");
+}
+
+#[test]
+fn a_cancelled_wait_ends_at_once_with_cancelled() {
+    // Renewal far away: a push backend's waiter retries only every ~30 s, so nothing but the
+    // cancel (or a release, which never comes) can end the wait early.
+    let opts = slow_renewal(Duration::from_secs(60), Duration::from_secs(5));
+    let backend = Arc::new(MemoryBackend::new());
+    let holder = Session::open(backend.clone(), opts.clone()).unwrap();
+    let waiter = Arc::new(Session::open(backend, opts).unwrap());
+    let _lease = holder.try_lock("x").unwrap().expect("free");
+    let _permit = holder.semaphore("s", 1).unwrap().try_acquire().unwrap().expect("free");
+    for permit in [false, true] {
+        let cancel = simba::Cancel::new();
+        let (busy_tx, busy_rx) = unbounded();
+        let (w, c) = (waiter.clone(), cancel.clone());
+        let wait = thread::spawn(move || {
+            let observe = |a: simba::Attempt<'_>| {
+                assert!(matches!(a, simba::Attempt::Busy), "{a:?}");
+                let _ = busy_tx.send(());
+            };
+            if permit {
+                w.semaphore("s", 1).unwrap().acquire_cancellable(None, &c, observe).map(|p| p.is_some())
+            } else {
+                w.lock_cancellable("x", None, &c, observe).map(|l| l.is_some())
+            }
+        });
+        busy_rx.recv_timeout(PATIENCE).expect("the observer heard of the busy attempt");
+        let cancelled = Instant::now();
+        cancel.cancel();
+        let err = wait.join().unwrap().unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Cancelled, "{err}");
+        assert!(cancelled.elapsed() < Duration::from_secs(2), "the cancel took {:?}", cancelled.elapsed());
+        assert!(cancel.is_cancelled());
+    }
+    // A token cancelled before the call: no attempt (the free lock is not taken).
+    let cancel = simba::Cancel::new();
+    cancel.clone().cancel();
+    let err = waiter.lock_cancellable("free", None, &cancel, |a| panic!("attempted: {a:?}")).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Cancelled);
+    assert!(holder.try_lock("free").unwrap().is_some(), "the cancelled wait took the lock");
+}

@@ -218,6 +218,7 @@ fn checked_watch_that_does_not_check_is_caught() {
         &[
             "watch_of_a_free_lease_answers_at_once",
             "lock_registers_where_it_cannot_miss_a_release",
+            "campaign_registers_where_it_cannot_miss_a_release",
             "permit_waiter_registers_where_it_cannot_miss_a_release",
         ],
     );
@@ -266,6 +267,7 @@ fn case_list_is_whole() {
             "membership_changes_are_pushed",
             "lock_waiter_wakes_on_release",
             "lock_registers_where_it_cannot_miss_a_release",
+            "campaign_registers_where_it_cannot_miss_a_release",
             "permit_waiter_wakes_on_release",
             "permit_waiter_registers_where_it_cannot_miss_a_release"
         ]

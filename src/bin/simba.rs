@@ -13,6 +13,8 @@ mod inspect;
 mod out;
 #[path = "simba/supervise.rs"]
 mod supervise;
+#[path = "simba/wait.rs"]
+mod wait;
 
 use std::ffi::{OsStr, OsString};
 use std::io::Write;

@@ -37,14 +37,10 @@ impl SessionInner {
         bounded_call(&self.backend, self.timing.query_timeout, f)
     }
 
+    /// The time before a campaign's next attempt: the retry delay of a waiter registered for
+    /// the release where the backend pushes releases ([`pause`](SessionInner::pause)).
     pub(crate) fn retry_delay(&self) -> Duration {
-        let base = if self.backend.capabilities().push_release {
-            // A push wakes the waiter; this only covers a lost one.
-            self.options.push_retry_interval()
-        } else {
-            self.options.retry_interval()
-        };
-        base + jitter(base / 2)
+        self.pause(self.backend.capabilities().push_release)
     }
 }
 

@@ -4,8 +4,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::calls::min_opt;
+use super::wait::{register_attempt, Moment, Rule};
 use super::{pool, SessionInner};
-use crate::backend::{Acquire, Notification, Registration, Topic};
+use crate::backend::{Acquire, Notification};
 use crate::election::ElectionShared;
 use crate::engine::{later, CampaignConflict, CampaignId, NotSent, Step};
 use crate::error::{Error, ErrorKind, Result};
@@ -148,25 +149,20 @@ impl SessionInner {
         let backend = self.backend.clone();
         let notify = self.notify_tx.clone();
         let id = self.id.clone();
-        let registration = backend.capabilities().lease_registration();
-        // Registered before the attempt where the registration does not check the lease, and
-        // on every push backend again after a busy attempt (below).
-        let push = registration != Registration::Never;
+        // The one registration rule (`wait.rs`): before the attempt where the registration does
+        // not look at the lease, after an attempt that missed where it does; a pushed release
+        // reaches the renewal thread, which schedules the next attempt at once.
+        let rule = Rule::of(&*backend);
         pool::spawn(move || {
-            if registration.before_attempt() {
-                if let Err(err) = backend.watch(&Topic::Lease(name.clone()), &notify) {
-                    log::debug!("session {id}: cannot watch '{name}', polling: {err}");
-                }
-            }
+            register_attempt(rule, Moment::BeforeAttempt, &*backend, &id, &name, &notify);
             // No strong reference across the backend call: the session may be dropped meanwhile.
             let Some(begun) = weak.upgrade().map(|inner| inner.begin_attempt(&name, campaign)) else { return };
             let Some(epoch) = begun else { return };
             let sent = sync::now();
             let reply = backend.acquire(&id, &name);
             let busy = matches!(reply, Ok(Acquire::Busy));
-            if busy && push {
-                // Watch again: a one-shot watch may have fired for the instant the lease was free.
-                let _ = backend.watch(&Topic::Lease(name.clone()), &notify);
+            if busy {
+                register_attempt(rule, Moment::AfterMiss, &*backend, &id, &name, &notify);
             }
             let observed = if busy { backend.holder(&name).ok().flatten() } else { None };
             let Some(inner) = weak.upgrade() else { return };

@@ -3,11 +3,13 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::sync::{self, select, Sender};
+use crate::sync::{self, Sender};
 
-use super::calls::{bounded_call, inline};
+use super::calls::inline;
+use super::wait::Contender;
 use super::{pool, SessionInner};
-use crate::backend::{Acquire, Notification, Topic};
+use crate::backend::Acquire;
+use crate::cancel::{Attempt, Cancel};
 use crate::election::ElectionShared;
 use crate::engine::{later, AcquireCall, Adoption, CampaignId, Command, NotSent, Step};
 use crate::error::{Error, ErrorKind, Result};
@@ -243,60 +245,24 @@ impl SessionInner {
         });
     }
 
-    /// Attempts to take `name` until `deadline` (`None`: forever). The first attempt is always
-    /// made; every attempt runs to its own bound (the query timeout) and none is sent after the
-    /// deadline, so this returns by the deadline plus at most one bounded call.
+    /// Attempts to take `name` until `deadline` (`None`: forever), through the one wait loop
+    /// (`runtime/wait.rs`): the first attempt is always made; every attempt runs to its own bound
+    /// (the query timeout) and none is sent after the deadline, so this returns by the deadline
+    /// plus at most one bounded call.
     pub(crate) fn lock_until(self: &Arc<Self>, name: &Name, deadline: Option<Instant>) -> Result<Option<Lease>> {
-        let registration = self.backend.capabilities().lease_registration();
-        let (tx, rx) = crossbeam_channel::unbounded::<Notification>();
-        let qt = self.timing.query_timeout;
-        // Time left before the caller's deadline, at most a query timeout (for the watches).
-        let left = |now: Instant| deadline.map_or(qt, |d| d.saturating_duration_since(now).min(qt));
-        let watch = |budget: Duration| {
-            if !budget.is_zero() {
-                let topic = Topic::Lease(name.clone());
-                let t = tx.clone();
-                let _ = bounded_call(&self.backend, budget, move |b| b.watch(&topic, &t));
-            }
-        };
-        let mut first = true;
-        loop {
-            let now = sync::now();
-            if !std::mem::take(&mut first) && deadline.is_some_and(|d| now >= d) {
-                return Ok(None);
-            }
-            // Before every attempt, so that a release during or after it is pushed: a one-shot
-            // watch consumed since the last attempt (by a release another contender won, or by a
-            // backend's "subscribed now, re-check" hint) left a message in `rx`, and is re-armed
-            // here. Re-arming after a busy attempt instead misses a release that lands between
-            // the attempt and the re-arm (the semaphore's rounds do the same) — unless the
-            // registration itself checks the lease (`watch_checks_lease`): then it answers such
-            // a release at once, and goes after the attempt, which a free lease ends.
-            if registration.before_attempt() {
-                watch(left(now));
-            }
-            let bound = later(sync::now(), qt);
-            match self.attempt_lock(name, bound) {
-                Ok(Some(lease)) => return Ok(Some(lease)),
-                Ok(None) => {}
-                Err(err) if err.is_retryable() => {
-                    log::debug!("session {}: lock '{}' attempt failed, retrying: {}", self.id, name, err);
-                }
-                Err(err) => return Err(err),
-            }
-            if registration.after_busy() {
-                watch(left(sync::now()));
-            }
-            let mut wait = self.retry_delay();
-            if let Some(d) = deadline {
-                wait = wait.min(d.saturating_duration_since(sync::now()));
-            }
-            select! {
-                recv(rx) -> _ => { while rx.try_recv().is_ok() {} },
-                recv(self.ended_rx) -> _ => {},
-                default(wait) => {}
-            }
-        }
+        self.lock_waiting(name, deadline, None, &mut |_| {})
+    }
+
+    /// [`lock_until`](Self::lock_until), ended early by `cancel` (`Cancelled`), telling `observe`
+    /// of every attempt that did not take the lease.
+    pub(crate) fn lock_waiting(
+        self: &Arc<Self>,
+        name: &Name,
+        deadline: Option<Instant>,
+        cancel: Option<&Cancel>,
+        observe: &mut dyn FnMut(Attempt<'_>),
+    ) -> Result<Option<Lease>> {
+        self.wait_for(&mut LockContender(name), deadline, cancel, observe)
     }
 
     /// Called by [`Lease`]: gives up `name` locally at once and releases it on the backend. Waits
@@ -388,5 +354,24 @@ impl SessionInner {
         let e = self.engine.lock();
         let now = sync::now();
         (e.token(name, now) == Some(token)).then(|| e.remaining(name, now)).flatten()
+    }
+}
+
+/// A lock's contender: its one lease, one attempt at a time.
+struct LockContender<'a>(&'a Name);
+
+impl Contender for LockContender<'_> {
+    type Won = Lease;
+
+    fn what(&self) -> String {
+        format!("lock '{}'", self.0)
+    }
+
+    fn leases(&self) -> &[Name] {
+        std::slice::from_ref(self.0)
+    }
+
+    fn attempt(&mut self, s: &Arc<SessionInner>, _deadline: Option<Instant>, _first: bool) -> Result<Option<Lease>> {
+        s.attempt_lock(self.0, later(sync::now(), s.timing.query_timeout))
     }
 }

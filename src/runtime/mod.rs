@@ -23,6 +23,8 @@
 //! - `leases.rs`: lock attempts, adoption of acquire replies, releases, tokens;
 //! - `campaigns.rs`: elections' campaigns (attempts on workers, resign);
 //! - `memberships.rs`: joins, leaves and re-joins of groups;
+//! - `wait.rs`: the one wait loop — where a contender registers for a release, and the blocking
+//!   wait between attempts (locks, semaphores, the cancellable calls; campaigns' registrations);
 //! - `calls.rs`: bounded backend calls for a user's thread, the deferred [`Logs`], jitter;
 //! - `pool.rs`: the worker pool every backend call that may hang runs on.
 
@@ -50,11 +52,13 @@ mod leases;
 mod memberships;
 mod pool;
 mod renewal;
+mod wait;
 
 pub(crate) use calls::{bounded_call, jitter, Logs};
 use campaigns::CampaignSlot;
 pub(crate) use guard::guarded;
 use renewal::renewal_thread;
+pub(crate) use wait::Contender;
 
 enum Wake {
     Poke,

@@ -1,5 +1,6 @@
 //! Leader election through the public API: `Session::campaign`, `Election`, leader-gated work.
 
+use super::spy::{Call, Spy};
 use super::*;
 
 /// Exactly one leader among N candidates; every node observes the same leader.
@@ -126,4 +127,45 @@ pub(super) fn leader_work_stops_on_loss(h: &Harness) {
     assert!(rx.try_recv().is_err(), "work ran after leadership was lost");
     task.stop();
     watcher.stop();
+}
+
+/// Capability `watch_checks_lease`, for campaign attempts (see
+/// `lock_registers_where_it_cannot_miss_a_release`): they register where `lock` does, by the same
+/// rule (`runtime/wait.rs`), although they run on workers and wait through the renewal thread.
+/// On a backend that claims it, an uncontended campaign's attempt makes one call (its acquire,
+/// no registration), and an attempt that finds the lease held registers right after it — the
+/// case releases the lease right there, between the two, and the registration must answer it at
+/// once (the next attempt then runs on the pushed release, well inside a retry). On a push
+/// backend that does not claim it, an attempt registers before it acquires; on a polling one,
+/// never.
+pub(super) fn campaign_registers_where_it_cannot_miss_a_release(h: &Harness, claimed: bool) {
+    let options = super::options(Duration::from_secs(12), Duration::from_secs(6));
+    let spy = Spy::new(h.backend.clone());
+    let a = h.session_on(h.backend.clone(), options.clone());
+    let b = h.session_on(spy.clone(), options);
+    let (free, l) = (h.name("free"), h.name("l"));
+    let elected = |name: &Name| {
+        let e = b.campaign(name).unwrap();
+        e.wait_elected_deadline(Instant::now() + h.patience()).expect("the campaign was never elected");
+        e
+    };
+    drop(elected(&free));
+    let uncontended = spy.calls_of(&free);
+    if !h.backend.capabilities().push_release {
+        assert!(!uncontended.iter().any(|c| matches!(c, Call::Watch(_))), "a polling backend's campaign watched");
+        a.close().unwrap();
+        return b.close().unwrap();
+    }
+    if claimed {
+        assert_eq!(uncontended, [Call::Acquire { name: free.clone(), busy: false }], "an uncontended campaign");
+    } else {
+        assert_eq!(uncontended.first(), Some(&Call::Watch(free.clone())), "an uncontended campaign: {uncontended:?}");
+    }
+    let first = a.lock(&l).unwrap();
+    spy.release_at_watch_after_busy(move || first.release());
+    let election = elected(&l);
+    spy.check_registration(&l, claimed, Instant::now(), b.options());
+    drop(election);
+    a.close().unwrap();
+    b.close().unwrap();
 }

@@ -396,6 +396,7 @@ macro_rules! __tck_case_list {
                 dropped_election_frees_the_lease,
                 leader_loss_moves_leadership,
                 leader_work_stops_on_loss,
+                campaign_registers_where_it_cannot_miss_a_release(WatchChecksLease),
             }
             recovery {
                 coordinator_reports_membership_loss,

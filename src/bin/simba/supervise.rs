@@ -147,6 +147,7 @@ pub fn watcher(mut args: impl Iterator<Item = OsString>) -> u8 {
 /// The signals simba receives and forwards.
 pub struct Signals {
     rx: Receiver<Signal>,
+    cancel: simba::Cancel,
 }
 
 impl Signals {
@@ -159,6 +160,8 @@ impl Signals {
         let set = handled();
         set.thread_block().map_err(io::Error::from)?;
         let (tx, rx) = unbounded();
+        let cancel = simba::Cancel::new();
+        let on_signal = cancel.clone();
         thread::Builder::new().name("simba-signals".into()).spawn(move || loop {
             match set.wait() {
                 Ok(sig) => {
@@ -166,6 +169,8 @@ impl Signals {
                     if tx.send(sig).is_err() {
                         return;
                     }
+                    // After the send: a wait the cancel ends finds the signal in the channel.
+                    on_signal.cancel();
                 }
                 Err(e) => {
                     log::error!("sigwait failed: {e}");
@@ -173,12 +178,18 @@ impl Signals {
                 }
             }
         })?;
-        Ok(Signals { rx })
+        Ok(Signals { rx, cancel })
     }
 
     /// The receiver of signals delivered to simba.
     pub fn receiver(&self) -> &Receiver<Signal> {
         &self.rx
+    }
+
+    /// Cancelled by the first signal, once it is in [`receiver`](Signals::receiver): the token a
+    /// wait for a lock or a permit gives the library, so that a signal ends it.
+    pub fn cancel(&self) -> &simba::Cancel {
+        &self.cancel
     }
 }
 
