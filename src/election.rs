@@ -662,7 +662,7 @@ impl Drop for LeaderTask {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::memory::MemoryBackend;
+    use crate::backends::memory::MemoryBackend;
     use crate::options::SessionOptions;
     use crate::session::Session;
 

@@ -22,7 +22,10 @@ fn a_lock_timeout_loop_on_a_held_lease_does_not_grow_the_watchers() {
         assert!(waiter.lock_timeout(&name, Duration::ZERO).unwrap().is_none());
     }
     let watchers = memory.watcher_count();
-    assert!(watchers <= simba::memory::MAX_WATCHERS_PER_TOPIC, "{watchers} watch registrations after 2000 calls");
+    assert!(
+        watchers <= simba::backends::memory::MAX_WATCHERS_PER_TOPIC,
+        "{watchers} watch registrations after 2000 calls"
+    );
 }
 
 /// `Duration::MAX` as a lease duration means "never expires", not an overflow panic.

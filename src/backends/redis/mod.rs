@@ -53,7 +53,8 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::Sender;
 
-pub use self::config::{EvictionCheck, RedisOptions, RedisOptionsBuilder, DEFAULT_MAX_CONNECTIONS, ENV_VARS};
+pub(crate) use self::config::ENV_VARS;
+pub use self::config::{EvictionCheck, RedisOptions, RedisOptionsBuilder, DEFAULT_MAX_CONNECTIONS};
 pub use port::{ClusteredScripting, RedisScripting, ScriptCall, StandaloneScripting};
 pub use scripts::{lua, LuaScript};
 pub use tls::RedisTls;

@@ -65,8 +65,6 @@ mod watchdog;
 #[cfg(feature = "postgres")]
 pub use postgres::{PostgresTls, RootCerts, SslMode};
 
-pub use config::ENV_VARS;
-
 /// Default time between two background purges of expired sessions.
 pub const DEFAULT_PURGE_INTERVAL: Duration = Duration::from_secs(60);
 /// Default number of connections in the backend's own pool.
@@ -989,7 +987,7 @@ fn limit_from_db(dialect: Dialect, name: &Name, v: i64) -> Result<u32> {
     })
 }
 
-pub use crate::config::redact_url;
+pub(crate) use crate::config::redact_url;
 
 #[cfg(test)]
 mod tests {
