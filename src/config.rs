@@ -50,8 +50,7 @@ use self::kind::{example_url, Family};
 pub use self::redact::redact_url;
 use self::redact::Secret;
 use self::url::{parse_endpoint, Endpoint};
-use self::values::{parse_bool, parse_count};
-pub use self::values::{parse_drift, parse_duration};
+use self::values::{parse_bool, parse_count, parse_drift, parse_duration};
 use crate::backend::LeaseBackend;
 use crate::backends::memory::MemoryBackend;
 #[cfg(feature = "redis")]

@@ -49,6 +49,11 @@
 //! - [`fence`]: the resource side of fencing;
 //! - `tck` (feature `tck`): the conformance kit for backends.
 //!
+//! Not public: test machinery (the conformance kit aside, which is opt-in), SQL text, the Redis
+//! scripting port and its Lua scripts, CLI helpers. Integration tests that need such plumbing use
+//! the crate-internal test seam `simba::testing`, compiled only with the feature
+//! `internal-testing`: never default, hidden from these docs, not API, no stability promise.
+//!
 //! The public API is listed item by item in `docs/public-api.txt`, which CI keeps equal to the code
 //! (`scripts/public-api --check`), so every API change is a visible diff.
 #![forbid(unsafe_code)]
@@ -104,6 +109,10 @@ mod state;
 mod sync;
 #[cfg(feature = "tck")]
 pub mod tck;
+/// The crate-internal test seam (feature `internal-testing`; not part of the API).
+#[cfg(feature = "internal-testing")]
+#[doc(hidden)]
+pub mod testing;
 mod types;
 
 pub use backend::{

@@ -10,7 +10,7 @@ use simba::backends::redis::EvictionCheck;
 use simba::backends::zookeeper::AclEntry;
 #[cfg(feature = "zookeeper")]
 use simba::backends::zookeeper::AclMode;
-use simba::config::{parse_duration, redact_url, ENV_VARS};
+use simba::config::{redact_url, ENV_VARS};
 use simba::{BackendKind, Config, ErrorKind, Session};
 
 fn vars(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
@@ -354,7 +354,9 @@ fn bad_values_name_the_variable_and_the_rule() {
 }
 
 #[test]
+#[cfg(feature = "internal-testing")]
 fn durations() {
+    use simba::testing::parse_duration;
     assert_eq!(parse_duration("X", "15s").unwrap(), Duration::from_secs(15));
     assert_eq!(parse_duration("X", "500ms").unwrap(), Duration::from_millis(500));
     assert_eq!(parse_duration("X", " 1m 30s ").unwrap(), Duration::from_secs(90));

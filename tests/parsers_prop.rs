@@ -15,7 +15,8 @@ use proptest::prelude::*;
 use simba::backends::redis::EvictionCheck;
 use simba::backends::sql::{Dialect, SqlBackend, SqlOptions};
 use simba::backends::zookeeper::{AclEntry, AclMode, ZookeeperAuth};
-use simba::config::{parse_duration, redact_url};
+use simba::config::redact_url;
+use simba::testing::parse_duration;
 use simba::{BackendKind, Config, ConfigBuilder, ErrorKind, LeaseBackend, MemoryBackend, Name, SessionId};
 
 /// The case count of each property: `PROPTEST_CASES` when set, else `default`.

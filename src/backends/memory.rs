@@ -159,8 +159,7 @@ impl MemoryBackend {
     }
 
     /// Watch registrations waiting for a notification, over every topic (for leak tests).
-    #[doc(hidden)]
-    pub fn watcher_count(&self) -> usize {
+    pub(crate) fn watcher_count(&self) -> usize {
         self.state.lock().watchers.values().map(Vec::len).sum()
     }
 

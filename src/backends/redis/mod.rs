@@ -36,10 +36,10 @@ mod cluster;
 pub(crate) mod config;
 mod conn;
 mod pool;
-mod port;
+pub(crate) mod port;
 mod reply;
 mod router;
-mod scripts;
+pub(crate) mod scripts;
 mod standalone;
 mod tls;
 mod watch;
@@ -55,8 +55,7 @@ use crossbeam_channel::Sender;
 
 pub(crate) use self::config::ENV_VARS;
 pub use self::config::{EvictionCheck, RedisOptions, RedisOptionsBuilder, DEFAULT_MAX_CONNECTIONS};
-pub use port::{ClusteredScripting, RedisScripting, ScriptCall, StandaloneScripting};
-pub use scripts::{lua, LuaScript};
+pub(crate) use port::{ClusteredScripting, RedisScripting, StandaloneScripting};
 pub use tls::RedisTls;
 
 /// The hash slot of a key (the simulated cluster routes by it).
@@ -174,7 +173,7 @@ impl RedisBackend {
     ///
     /// # Errors
     /// As [`connect`](RedisBackend::connect).
-    pub fn with_scripting(scripting: Arc<dyn RedisScripting>, options: RedisOptions) -> Result<RedisBackend> {
+    pub(crate) fn with_scripting(scripting: Arc<dyn RedisScripting>, options: RedisOptions) -> Result<RedisBackend> {
         let files = options.tls.clone();
         RedisBackend::build(scripting, options, files)
     }

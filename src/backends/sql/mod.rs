@@ -58,7 +58,7 @@ pub use mysql::{MysqlConfig, MysqlSslMode, MysqlTls};
 mod pool;
 #[cfg(feature = "postgres")]
 mod postgres;
-pub mod queries;
+pub(crate) mod queries;
 #[cfg(feature = "mysql")]
 mod watchdog;
 
