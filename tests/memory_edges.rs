@@ -88,3 +88,30 @@ fn a_backend_without_semaphores_compiles_and_says_so() {
     let lease = session.try_lock("l").unwrap().expect("free");
     lease.release().unwrap();
 }
+
+/// `MemberWatch` has the deadline form of the crossbeam shape (`recv`, `try_recv`, `recv_timeout`,
+/// `recv_deadline`): a change queued before the deadline is returned; with none, `Timeout` comes
+/// at the deadline, not before it.
+#[test]
+fn member_watch_recv_deadline_returns_a_change_or_times_out_at_the_deadline() {
+    use crossbeam_channel::RecvTimeoutError;
+    use std::time::Instant;
+    let backend: Arc<dyn simba::LeaseBackend> = Arc::new(MemoryBackend::new());
+    let options = SessionOptions::builder().lease_duration(Duration::from_secs(30)).build().unwrap();
+    let watcher = Session::open(backend.clone(), options.clone()).unwrap();
+    let joiner = Session::open(backend, options).unwrap();
+    let group = Name::new(support::unique("deadline-watch")).unwrap();
+    let membership = joiner.join(&group).unwrap();
+    let watch = watcher.watch_members(&group).unwrap();
+
+    let first = watch.recv_deadline(Instant::now() + Duration::from_secs(10)).expect("the first change");
+    assert!(first.members.iter().any(|m| &m.session == joiner.id()), "{first:?}");
+
+    let deadline = Instant::now() + Duration::from_millis(200);
+    assert_eq!(watch.recv_deadline(deadline), Err(RecvTimeoutError::Timeout));
+    assert!(Instant::now() >= deadline, "timed out before the deadline");
+
+    membership.leave().unwrap();
+    let left = watch.recv_deadline(Instant::now() + Duration::from_secs(10)).expect("the leave");
+    assert!(left.left.iter().any(|m| &m.session == joiner.id()), "{left:?}");
+}
