@@ -109,6 +109,10 @@ mod state;
 mod sync;
 #[cfg(feature = "tck")]
 pub mod tck;
+/// The README's example, compiled and run as a doctest (`cargo test --doc`).
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeExample;
 /// The crate-internal test seam (feature `internal-testing`; not part of the API).
 #[cfg(feature = "internal-testing")]
 #[doc(hidden)]

@@ -3,7 +3,7 @@
 //! duration carried by renewal follow-ups, late scripts (through a wrapper around the clustered
 //! scripting port that delays or fails chosen calls), interrupted close, and `CLUSTER FAILOVER`.
 // The scripting port comes from the crate-internal test seam (feature `internal-testing`).
-#![cfg(all(feature = "redis", feature = "internal-testing"))]
+#![cfg(all(feature = "redis", feature = "tck", feature = "internal-testing"))]
 
 mod support;
 

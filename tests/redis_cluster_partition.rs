@@ -8,7 +8,7 @@
 //!
 //! A private cluster of three masters, every client connection through a proxy (the nodes
 //! announce the proxies' ports); the lease's node is cut from the client by stalling its proxy.
-#![cfg(feature = "redis")]
+#![cfg(all(feature = "redis", feature = "tck"))]
 
 mod support;
 

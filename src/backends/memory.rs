@@ -158,7 +158,9 @@ impl MemoryBackend {
         MemoryBackend { state: Arc::new(Mutex::new(State::default())), clock }
     }
 
-    /// Watch registrations waiting for a notification, over every topic (for leak tests).
+    /// Watch registrations waiting for a notification, over every topic (for leak tests, through
+    /// the test seam).
+    #[cfg(feature = "internal-testing")]
     pub(crate) fn watcher_count(&self) -> usize {
         self.state.lock().watchers.values().map(Vec::len).sum()
     }

@@ -173,6 +173,7 @@ impl RedisBackend {
     ///
     /// # Errors
     /// As [`connect`](RedisBackend::connect).
+    #[cfg_attr(not(feature = "internal-testing"), allow(dead_code))] // the test seam and the simulation
     pub(crate) fn with_scripting(scripting: Arc<dyn RedisScripting>, options: RedisOptions) -> Result<RedisBackend> {
         let files = options.tls.clone();
         RedisBackend::build(scripting, options, files)
