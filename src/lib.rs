@@ -35,14 +35,14 @@
 //! [`Token`], [`Name`], and the SPI's [`LeaseBackend`] with its data types. **The modules that define
 //! handles are private** (session, election, group, coordinator, events), so a handle has one path:
 //! `simba::Session`, never also `simba::session::Session`. The public modules are namespaces with
-//! items and documentation of their own; the one headline type of such a module is also re-exported
-//! at the root, nothing else is:
+//! items and documentation of their own; only their headline types are also re-exported at the root:
 //!
 //! - [`config`]: selection rules, [`config::ENV_VARS`] (every variable read), [`config::redact_url`];
 //!   [`Config`], [`ConfigBuilder`], [`BackendKind`] at the root;
 //! - [`options`]: defaults and limits; [`SessionOptions`] at the root;
 //! - [`semaphore`]: slots and their names; [`Semaphore`] and [`Permit`] at the root;
-//! - [`backend`]: the SPI in full, for backend implementors;
+//! - [`backend`]: the SPI in full, for backend implementors (e.g. `CheckItem`); the SPI types a
+//!   handle's caller names ([`LeaseBackend`], [`Holder`], [`Member`], ...) at the root;
 //! - [`backends`]: one module per backend with everything of that backend (its backend type,
 //!   options, TLS settings, defaults: `backends::zookeeper::DEFAULT_ROOT`,
 //!   `backends::redis::EvictionCheck`); only the always-compiled [`MemoryBackend`] is also at the root;
