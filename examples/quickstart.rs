@@ -66,7 +66,7 @@ fn main() -> simba::Result<()> {
     let a = Session::open(backend.clone(), options.with_metadata("node-a")?)?;
     let b = Session::open(backend.clone(), options.with_metadata("node-b")?)?;
     let ea = a.campaign("scheduler")?;
-    let t1 = ea.wait_elected(Duration::from_secs(5))?;
+    let t1 = ea.wait_elected_timeout(Duration::from_secs(5))?;
     println!("node-a leads 'scheduler' with token {t1}");
     let eb = b.campaign("scheduler")?;
     let events = eb.events();
@@ -77,7 +77,7 @@ fn main() -> simba::Result<()> {
     let stale = ea.token()?;
     drop(ea);
     drop(a);
-    let t2 = eb.wait_elected(Duration::from_secs(10))?;
+    let t2 = eb.wait_elected_timeout(Duration::from_secs(10))?;
     println!("node-b took over with token {t2} (> {t1})");
     for ev in events.try_iter() {
         if let ElectionEvent::Elected { token } = ev {

@@ -50,35 +50,17 @@ use self::kind::{example_url, Family};
 pub use self::redact::redact_url;
 use self::redact::Secret;
 use self::url::{parse_endpoint, Endpoint};
-use self::values::{parse_bool, parse_count};
-pub use self::values::{parse_drift, parse_duration};
+use self::values::{parse_bool, parse_count, parse_drift, parse_duration};
 use crate::backend::LeaseBackend;
+use crate::backends::memory::MemoryBackend;
 #[cfg(feature = "redis")]
-use crate::backends::redis::{EvictionCheck, RedisOptions, RedisOptionsBuilder};
+use crate::backends::redis::{RedisOptions, RedisOptionsBuilder};
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 use crate::backends::sql::{SqlOptions, SqlOptionsBuilder};
 #[cfg(feature = "zookeeper")]
-use crate::backends::zookeeper::{AclMode, ZookeeperOptions, ZookeeperSettings};
+use crate::backends::zookeeper::{ZookeeperOptions, ZookeeperSettings};
 use crate::error::{display_chain, Error, Result};
-use crate::memory::MemoryBackend;
 use crate::options::{SessionOptions, SessionOptionsBuilder};
-
-/// Redis: what the backend does about a risky `maxmemory-policy` (the backend's own
-/// [`EvictionCheck`], under its former name).
-#[cfg(feature = "redis")]
-pub type RedisEviction = EvictionCheck;
-
-/// ZooKeeper: the ACL of the nodes the backend creates (the backend's own [`AclMode`], under its
-/// former name).
-#[cfg(feature = "zookeeper")]
-pub type ZookeeperAcl = AclMode;
-
-/// Default ZooKeeper root path.
-#[cfg(feature = "zookeeper")]
-pub const DEFAULT_ZOOKEEPER_ROOT: &str = crate::backends::zookeeper::DEFAULT_ROOT;
-/// Default ZooKeeper port, used for hosts written without one.
-#[cfg(feature = "zookeeper")]
-pub const DEFAULT_ZOOKEEPER_PORT: u16 = crate::backends::zookeeper::DEFAULT_PORT;
 
 /// The variables that are not any one backend's (the selection rules and the session timing).
 const GENERIC_VARS: &[&str] = &[
@@ -133,8 +115,8 @@ const fn concat(parts: [&[&'static str]; 4]) -> [&'static str; ENV_VAR_COUNT] {
 const ALL_VARS: [&str; ENV_VAR_COUNT] = concat([GENERIC_VARS, SQL_VARS, REDIS_VARS, ZOOKEEPER_VARS]);
 
 /// Every environment variable [`Config::from_env`] reads: the generic ones and those of the
-/// backends compiled in (each backend declares its own: `backends::sql::ENV_VARS`,
-/// `backends::redis::ENV_VARS`, `backends::zookeeper::ENV_VARS`). A `SIMBA_REDIS_*`,
+/// backends compiled in (each backend declares its own list, crate-private; this is the one public
+/// list). A `SIMBA_REDIS_*`,
 /// `SIMBA_ZOOKEEPER_*`, `SIMBA_SQL_*` or `SIMBA_PURGE_INTERVAL` variable of a backend that is not
 /// compiled in counts as that backend's setting in the selection rules.
 pub const ENV_VARS: &[&str] = &ALL_VARS;

@@ -384,6 +384,18 @@ impl Election {
         self.shared.token()
     }
 
+    /// Waits until this node leads, however long that takes; returns the term's token. The
+    /// bounded forms are [`wait_elected_timeout`](Election::wait_elected_timeout) and
+    /// [`wait_elected_deadline`](Election::wait_elected_deadline); [`token`](Election::token) does
+    /// not wait.
+    ///
+    /// # Errors
+    /// `SessionExpired`/`Closed` when the session ended (non-durable elections); `Closed` when the
+    /// election was resigned.
+    pub fn wait_elected(&self) -> Result<Token> {
+        self.shared.wait_elected_until(None)
+    }
+
     /// Waits until this node leads, at most `timeout` (`Duration::MAX`: forever); returns the
     /// term's token. At least one campaign attempt counts, whatever the timeout: until the
     /// campaign's first attempt has answered, the wait lasts up to that attempt's own bound (the
@@ -393,14 +405,15 @@ impl Election {
     /// # Errors
     /// `Timeout`; `SessionExpired`/`Closed` when the session ended (non-durable elections);
     /// `Closed` when the election was resigned.
-    pub fn wait_elected(&self, timeout: Duration) -> Result<Token> {
+    pub fn wait_elected_timeout(&self, timeout: Duration) -> Result<Token> {
         self.shared.wait_elected_until(deadline_after(sync::now(), timeout))
     }
 
-    /// Waits until this node leads or `deadline` passes.
+    /// Waits until this node leads or `deadline` passes (at least one campaign attempt counts, as
+    /// in [`wait_elected_timeout`](Election::wait_elected_timeout)).
     ///
     /// # Errors
-    /// As [`wait_elected`](Election::wait_elected).
+    /// As [`wait_elected_timeout`](Election::wait_elected_timeout).
     pub fn wait_elected_deadline(&self, deadline: Instant) -> Result<Token> {
         self.shared.wait_elected_until(Some(deadline))
     }
@@ -662,7 +675,7 @@ impl Drop for LeaderTask {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::memory::MemoryBackend;
+    use crate::backends::memory::MemoryBackend;
     use crate::options::SessionOptions;
     use crate::session::Session;
 
@@ -702,7 +715,7 @@ mod tests {
         let options = SessionOptions::builder().lease_duration(Duration::from_secs(4)).build().unwrap();
         let session = Session::open(Arc::new(MemoryBackend::new()), options).unwrap();
         let election = session.campaign("e").unwrap();
-        election.wait_elected(Duration::from_secs(10)).unwrap();
+        election.wait_elected_timeout(Duration::from_secs(10)).unwrap();
         // The engine drops the term without the revoke having reached the election yet.
         let name = Name::new("e").unwrap();
         let inner = election.shared.st.lock().session.upgrade().unwrap();

@@ -2,7 +2,7 @@
 
 use std::fmt;
 use std::sync::{Arc, Weak};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crossbeam_channel::{RecvTimeoutError, TryRecvError};
 
@@ -190,6 +190,14 @@ impl MemberWatch {
     /// `Timeout` or `Disconnected` (the watcher stopped).
     pub fn recv_timeout(&self, timeout: Duration) -> std::result::Result<GroupChange, RecvTimeoutError> {
         self.rx.recv_timeout(timeout)
+    }
+
+    /// Waits for the next change until `deadline`.
+    ///
+    /// # Errors
+    /// `Timeout` or `Disconnected` (the watcher stopped).
+    pub fn recv_deadline(&self, deadline: Instant) -> std::result::Result<GroupChange, RecvTimeoutError> {
+        self.rx.recv_deadline(deadline)
     }
 
     /// The next change if one is queued.

@@ -27,6 +27,35 @@
 //!
 //! The guarantees, the threads and the backends are explained in `docs/` (architecture, locks,
 //! election, groups, failure modes, one page per backend).
+//!
+//! # Where things are
+//!
+//! The handles and the types their users name are at the crate root: [`Session`], [`Lease`],
+//! [`Election`], [`Membership`], [`Coordinator`], their events and [`Events`], [`Error`],
+//! [`Token`], [`Name`], and the SPI's [`LeaseBackend`] with its data types. **The modules that define
+//! handles are private** (session, election, group, coordinator, events), so a handle has one path:
+//! `simba::Session`, never also `simba::session::Session`. The public modules are namespaces with
+//! items and documentation of their own; only their headline types are also re-exported at the root:
+//!
+//! - [`config`]: selection rules, [`config::ENV_VARS`] (every variable read), [`config::redact_url`];
+//!   [`Config`], [`ConfigBuilder`], [`BackendKind`] at the root;
+//! - [`options`]: defaults and limits; [`SessionOptions`] at the root;
+//! - [`semaphore`]: slots and their names; [`Semaphore`] and [`Permit`] at the root;
+//! - [`backend`]: the SPI in full, for backend implementors (e.g. `CheckItem`); the SPI types a
+//!   handle's caller names ([`LeaseBackend`], [`Holder`], [`Member`], ...) at the root;
+//! - [`backends`]: one module per backend with everything of that backend (its backend type,
+//!   options, TLS settings, defaults: `backends::zookeeper::DEFAULT_ROOT`,
+//!   `backends::redis::EvictionCheck`); only the always-compiled [`MemoryBackend`] is also at the root;
+//! - [`fence`]: the resource side of fencing;
+//! - `tck` (feature `tck`): the conformance kit for backends.
+//!
+//! Not public: test machinery (the conformance kit aside, which is opt-in), SQL text, the Redis
+//! scripting port and its Lua scripts, CLI helpers. Integration tests that need such plumbing use
+//! the crate-internal test seam `simba::testing`, compiled only with the feature
+//! `internal-testing`: never default, hidden from these docs, not API, no stability promise.
+//!
+//! The public API is listed item by item in `docs/public-api.txt`, which CI keeps equal to the code
+//! (`scripts/public-api --check`), so every API change is a visible diff.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
@@ -34,11 +63,11 @@ pub mod backend;
 pub mod backends;
 mod cancel;
 pub mod config;
-pub mod coordinator;
-pub mod election;
+mod coordinator;
+mod election;
 pub(crate) mod engine;
 mod error;
-pub mod events;
+mod events;
 /// The schedule explorer's controls (the `explore` feature with `--cfg simba_explore` only; see
 /// docs/testing.md): the virtual clock and the switches that bring fixed bugs back.
 #[cfg(all(feature = "explore", simba_explore))]
@@ -64,14 +93,15 @@ pub mod explore {
     }
 }
 pub mod fence;
-pub mod group;
+mod group;
 mod lease;
-/// The in-process memory backend (moved to [`backends::memory`]; this path is kept).
-pub use backends::memory;
 pub mod options;
+/// The old `crate::memory` path, for in-crate tests only (semaphore.rs' test module still names it).
+#[cfg(test)]
+use backends::memory;
 mod runtime;
 pub mod semaphore;
-pub mod session;
+mod session;
 /// The deterministic simulation of the shipped runtime (test machinery: the `sim` and `explore`
 /// features with `--cfg simba_explore` only; see docs/testing.md).
 #[cfg(all(feature = "sim", feature = "explore", simba_explore))]
@@ -80,16 +110,21 @@ mod state;
 mod sync;
 #[cfg(feature = "tck")]
 pub mod tck;
+/// The README's example, compiled and run as a doctest (`cargo test --doc`).
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeExample;
+/// The crate-internal test seam (feature `internal-testing`; not part of the API).
+#[cfg(feature = "internal-testing")]
+#[doc(hidden)]
+pub mod testing;
 mod types;
 
 pub use backend::{
     Acquire, Capabilities, Holder, KeepAlive, LeaseBackend, Member, Notification, SessionGrant, TermRemaining, Topic,
 };
+pub use backends::memory::MemoryBackend;
 pub use cancel::{Attempt, Cancel};
-#[cfg(feature = "redis")]
-pub use config::RedisEviction;
-#[cfg(feature = "zookeeper")]
-pub use config::ZookeeperAcl;
 pub use config::{BackendKind, Config, ConfigBuilder};
 pub use coordinator::{Coordinator, CoordinatorEvent};
 pub use election::{Election, ElectionEvent, Leader, LeaderContext, LeaderTask, RevokeReason, Schedule};
@@ -97,7 +132,6 @@ pub use error::{display_chain, Error, ErrorKind, Result};
 pub use events::Events;
 pub use group::{GroupChange, MemberWatch, Membership};
 pub use lease::Lease;
-pub use memory::MemoryBackend;
 pub use options::SessionOptions;
 pub use semaphore::{Permit, Semaphore};
 pub use session::{Session, SessionEvent};

@@ -349,7 +349,7 @@ fn a_lease_or_membership_let_go_after_close_sends_nothing() {
     let released = session.lock("released").unwrap();
     let dropped = session.lock("dropped").unwrap();
     let election = session.campaign("led").unwrap();
-    election.wait_elected(Duration::from_secs(20)).unwrap();
+    election.wait_elected_timeout(Duration::from_secs(20)).unwrap();
     let (left, dropped_member) = (session.join("left").unwrap(), session.join("dropped").unwrap());
     session.close().unwrap();
     released.release().unwrap();
@@ -475,7 +475,7 @@ fn a_campaign_right_after_resign_waits_for_the_old_attempt() {
         go.send(()).unwrap();
     });
     let second = session.campaign("lead").map_err(|e| e.to_string()).expect("campaign after resign");
-    second.wait_elected(Duration::from_secs(10)).expect("the new campaign leads");
+    second.wait_elected_timeout(Duration::from_secs(10)).expect("the new campaign leads");
     opener.join().unwrap();
     second.resign().unwrap();
     session.close().unwrap();

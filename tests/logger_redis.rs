@@ -2,7 +2,8 @@
 //! finding 6): its log calls ran inside `books.with`, one mutex per backend shared by all its
 //! sessions, so a slow logger stalled every session and one that called back into simba
 //! deadlocked. See `tests/support/logger.rs`. One binary per backend: the logger is process-global.
-#![cfg(feature = "redis")]
+// The scripting port comes from the crate-internal test seam (feature `internal-testing`).
+#![cfg(all(feature = "redis", feature = "internal-testing"))]
 
 #[path = "support/logger.rs"]
 mod logger;
@@ -13,7 +14,8 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
-use simba::backends::redis::{LuaScript, RedisBackend, RedisOptions, RedisScripting, StandaloneScripting};
+use simba::backends::redis::RedisOptions;
+use simba::testing::redis::{LuaScript, RedisScripting, StandaloneScripting};
 use simba::{Acquire, KeepAlive, LeaseBackend, Name, SessionId};
 
 /// The real standalone port; the next `acquire` script naming a chosen key is held after its
@@ -72,7 +74,8 @@ fn the_logger_may_call_back_into_simba_from_any_standalone_record() {
         .unwrap_or_else(|e| panic!("cannot connect to Redis at {url}: {e} (run `scripts/services up redis`)"));
     let port = Arc::new(Holding { inner, hold: Mutex::new(None) });
     let options = RedisOptions::builder().query_timeout(Duration::from_secs(1)).build().unwrap();
-    let backend: Arc<dyn LeaseBackend> = Arc::new(RedisBackend::with_scripting(port.clone(), options).unwrap());
+    let backend: Arc<dyn LeaseBackend> =
+        Arc::new(simba::testing::redis::backend_with_scripting(port.clone(), options).unwrap());
     logger::every_record_may_call_back(backend, move |backend, sid| {
         logger::lease_life(backend, sid);
         // A renewal while an acquire is in flight after its script indexed the term: the renewal

@@ -130,7 +130,7 @@ fn scenario() {
     PROBES.lock().unwrap().election = Some(election.clone());
     backend.hook.gate_acquire.store(false, Ordering::SeqCst);
     backend.hook.open_tx.send(()).unwrap();
-    election.wait_elected(Duration::from_secs(10)).expect("elected");
+    election.wait_elected_timeout(Duration::from_secs(10)).expect("elected");
     // Lost behind the session's back: renewals hang until the local deadline passes.
     backend.hook.hang_keep_alive.store(true, Ordering::SeqCst);
     loop {

@@ -10,6 +10,7 @@ use std::time::Duration;
 use simba::{MemoryBackend, Name, Session, SessionOptions};
 
 #[test]
+#[cfg(feature = "internal-testing")] // the watch count comes from the crate-internal test seam
 fn a_lock_timeout_loop_on_a_held_lease_does_not_grow_the_watchers() {
     let memory = MemoryBackend::new();
     let backend: Arc<dyn simba::LeaseBackend> = Arc::new(memory.clone());
@@ -21,8 +22,11 @@ fn a_lock_timeout_loop_on_a_held_lease_does_not_grow_the_watchers() {
     for _ in 0..2_000 {
         assert!(waiter.lock_timeout(&name, Duration::ZERO).unwrap().is_none());
     }
-    let watchers = memory.watcher_count();
-    assert!(watchers <= simba::memory::MAX_WATCHERS_PER_TOPIC, "{watchers} watch registrations after 2000 calls");
+    let watchers = simba::testing::memory_watcher_count(&memory);
+    assert!(
+        watchers <= simba::backends::memory::MAX_WATCHERS_PER_TOPIC,
+        "{watchers} watch registrations after 2000 calls"
+    );
 }
 
 /// `Duration::MAX` as a lease duration means "never expires", not an overflow panic.
@@ -83,4 +87,31 @@ fn a_backend_without_semaphores_compiles_and_says_so() {
     // Everything else works.
     let lease = session.try_lock("l").unwrap().expect("free");
     lease.release().unwrap();
+}
+
+/// `MemberWatch` has the deadline form of the crossbeam shape (`recv`, `try_recv`, `recv_timeout`,
+/// `recv_deadline`): a change queued before the deadline is returned; with none, `Timeout` comes
+/// at the deadline, not before it.
+#[test]
+fn member_watch_recv_deadline_returns_a_change_or_times_out_at_the_deadline() {
+    use crossbeam_channel::RecvTimeoutError;
+    use std::time::Instant;
+    let backend: Arc<dyn simba::LeaseBackend> = Arc::new(MemoryBackend::new());
+    let options = SessionOptions::builder().lease_duration(Duration::from_secs(30)).build().unwrap();
+    let watcher = Session::open(backend.clone(), options.clone()).unwrap();
+    let joiner = Session::open(backend, options).unwrap();
+    let group = Name::new(support::unique("deadline-watch")).unwrap();
+    let membership = joiner.join(&group).unwrap();
+    let watch = watcher.watch_members(&group).unwrap();
+
+    let first = watch.recv_deadline(Instant::now() + Duration::from_secs(10)).expect("the first change");
+    assert!(first.members.iter().any(|m| &m.session == joiner.id()), "{first:?}");
+
+    let deadline = Instant::now() + Duration::from_millis(200);
+    assert_eq!(watch.recv_deadline(deadline), Err(RecvTimeoutError::Timeout));
+    assert!(Instant::now() >= deadline, "timed out before the deadline");
+
+    membership.leave().unwrap();
+    let left = watch.recv_deadline(Instant::now() + Duration::from_secs(10)).expect("the leave");
+    assert!(left.left.iter().any(|m| &m.session == joiner.id()), "{left:?}");
 }

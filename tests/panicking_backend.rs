@@ -89,11 +89,11 @@ fn a_panicking_campaign_attempt_is_a_failed_attempt() {
     let session = Session::open(backend.clone(), options()).unwrap();
     backend.hook.arm(Op::Acquire, 1);
     let election = session.campaign("lead").unwrap();
-    election.wait_elected(Duration::from_secs(10)).expect("elected after the panicking attempt");
+    election.wait_elected_timeout(Duration::from_secs(10)).expect("elected after the panicking attempt");
     assert!(election.token().is_ok());
     election.resign().unwrap();
     let again = session.campaign("lead").map_err(|e| e.to_string()).expect("campaign again");
-    again.wait_elected(Duration::from_secs(10)).expect("elected again");
+    again.wait_elected_timeout(Duration::from_secs(10)).expect("elected again");
     again.resign().unwrap();
     session.close().unwrap();
 }

@@ -12,13 +12,12 @@
 use std::time::Duration;
 
 use proptest::prelude::*;
+use simba::backends::redis::EvictionCheck;
 use simba::backends::sql::{Dialect, SqlBackend, SqlOptions};
-use simba::backends::zookeeper::{AclEntry, ZookeeperAuth};
-use simba::config::{parse_duration, redact_url};
-use simba::{
-    BackendKind, Config, ConfigBuilder, ErrorKind, LeaseBackend, MemoryBackend, Name, RedisEviction, SessionId,
-    ZookeeperAcl,
-};
+use simba::backends::zookeeper::{AclEntry, AclMode, ZookeeperAuth};
+use simba::config::redact_url;
+use simba::testing::parse_duration;
+use simba::{BackendKind, Config, ConfigBuilder, ErrorKind, LeaseBackend, MemoryBackend, Name, SessionId};
 
 /// The case count of each property: `PROPTEST_CASES` when set, else `default`.
 fn cases(default: u32) -> ProptestConfig {
@@ -184,7 +183,7 @@ proptest! {
         let c = Config::from_url(&url).unwrap();
         prop_assert_eq!(c.backend_kind(), BackendKind::Zookeeper);
         prop_assert_eq!(c.hosts(), list);
-        prop_assert_eq!(c.zookeeper_root(), root.as_deref().unwrap_or(simba::config::DEFAULT_ZOOKEEPER_ROOT));
+        prop_assert_eq!(c.zookeeper_root(), root.as_deref().unwrap_or(simba::backends::zookeeper::DEFAULT_ROOT));
         prop_assert_eq!(c.zookeeper_auth_scheme(), auth.as_ref().map(|_| "digest"));
         if let Some((_, p)) = &auth {
             let shown = format!("{c:?}");
@@ -379,7 +378,7 @@ proptest! {
     fn enums_round_trip(kind in proptest::sample::select(&BackendKind::ALL[..]), upper in any::<bool>(), s in ".{0,16}") {
         let name = if upper { kind.name().to_ascii_uppercase() } else { kind.name().to_string() };
         prop_assert_eq!(name.parse::<BackendKind>().unwrap(), kind);
-        for r in [s.parse::<BackendKind>().err(), s.parse::<RedisEviction>().err(), s.parse::<ZookeeperAcl>().err()]
+        for r in [s.parse::<BackendKind>().err(), s.parse::<EvictionCheck>().err(), s.parse::<AclMode>().err()]
             .into_iter()
             .flatten()
         {
@@ -454,7 +453,7 @@ proptest! {
         if let Err(e) = AclEntry::parse(&s) {
             config_error(&e)?;
         }
-        let _ = s.parse::<ZookeeperAcl>();
+        let _ = s.parse::<AclMode>();
         let text = format!("{scheme}:{id}:{perms}");
         if let Ok(entry) = AclEntry::parse(&text) {
             prop_assert_eq!(AclEntry::parse(&entry.to_string()).unwrap(), entry);

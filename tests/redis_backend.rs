@@ -5,7 +5,7 @@
 //! Shared servers: `scripts/services up redis redis-replicas` (URLs from `SIMBA_TEST_REDIS_URL`,
 //! `SIMBA_TEST_REDIS_PRIMARY_URL`, `SIMBA_TEST_REDIS_REPLICA_URL`). Tests that restart, pause or
 //! reconfigure a server start their own `redis-server` on a free port.
-#![cfg(feature = "redis")]
+#![cfg(all(feature = "redis", feature = "tck"))]
 
 #[path = "redis_private.rs"]
 mod private;

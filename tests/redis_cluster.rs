@@ -2,7 +2,8 @@
 //! from `SIMBA_TEST_REDIS_CLUSTER_URL`): one slot per script call, one follow-up per slot, the
 //! duration carried by renewal follow-ups, late scripts (through a wrapper around the clustered
 //! scripting port that delays or fails chosen calls), interrupted close, and `CLUSTER FAILOVER`.
-#![cfg(feature = "redis")]
+// The scripting port comes from the crate-internal test seam (feature `internal-testing`).
+#![cfg(all(feature = "redis", feature = "tck", feature = "internal-testing"))]
 
 mod support;
 
@@ -17,8 +18,9 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, Slot, SlotAddr};
 use serial_test::serial;
-use simba::backends::redis::{ClusteredScripting, LuaScript, RedisBackend, RedisOptions, RedisScripting};
+use simba::backends::redis::{RedisBackend, RedisOptions};
 use simba::tck::eventually;
+use simba::testing::redis::{ClusteredScripting, LuaScript, RedisScripting};
 use simba::{Acquire, Error, ErrorKind, KeepAlive, LeaseBackend, Name, Notification, SessionId, Token, Topic};
 
 fn init_log() {
@@ -178,7 +180,7 @@ fn faulty() -> (RedisBackend, Arc<Faults>) {
         lump: AtomicBool::new(false),
         hold: Mutex::new(None),
     });
-    let backend = RedisBackend::with_scripting(faults.clone(), options())
+    let backend = simba::testing::redis::backend_with_scripting(faults.clone(), options())
         .unwrap_or_else(|e| panic!("cannot connect to Redis Cluster: {e} (run `scripts/services up redis-cluster`)"));
     (backend, faults)
 }
@@ -303,7 +305,7 @@ fn index_removal_after_the_session_expired_leaves_no_session_key() {
     let added: i64 = redis::cmd("SADD").arg(&index).arg("L").query(&mut raw.0).unwrap();
     assert_eq!(added, 1);
     let removed: i64 = redis::cmd("EVAL")
-        .arg(simba::backends::redis::lua::INDEX_REMOVE)
+        .arg(simba::testing::redis::lua::INDEX_REMOVE)
         .arg(2)
         .arg(&index)
         .arg(&session)
@@ -500,8 +502,11 @@ const SESSION_LEASE: Duration = Duration::from_secs(30);
 fn session_and_lease_on_another_node(t: Duration, prefix: &str) -> (RedisBackend, Raw, SessionId, Name) {
     init_log();
     let scripting = Arc::new(ClusteredScripting::new(&nodes(), 8, t).unwrap());
-    let b = RedisBackend::with_scripting(scripting, RedisOptions::builder().query_timeout(t).build().unwrap())
-        .unwrap_or_else(|e| panic!("cannot connect to Redis Cluster: {e} (run `scripts/services up redis-cluster`)"));
+    let b = simba::testing::redis::backend_with_scripting(
+        scripting,
+        RedisOptions::builder().query_timeout(t).build().unwrap(),
+    )
+    .unwrap_or_else(|e| panic!("cannot connect to Redis Cluster: {e} (run `scripts/services up redis-cluster`)"));
     let mut raw = Raw::new();
     let sid = b.open_session(SESSION_LEASE, "").unwrap().id;
     let session_node = raw.on_master_of(&format!("simba:session:{{{sid}}}"), redis::cmd("CLUSTER").arg("MYID"));
@@ -569,8 +574,11 @@ fn a_node_that_does_not_answer_does_not_cost_the_others_in_its_batch_their_repli
 #[serial(redis_cluster)]
 fn an_acquire_for_a_gone_session_releases_the_term_its_lease_call_started() {
     init_log();
-    let plain = RedisBackend::with_scripting(Arc::new(ClusteredScripting::new(&nodes(), 8, D).unwrap()), options())
-        .unwrap_or_else(|e| panic!("cannot connect to Redis Cluster: {e} (run `scripts/services up redis-cluster`)"));
+    let plain = simba::testing::redis::backend_with_scripting(
+        Arc::new(ClusteredScripting::new(&nodes(), 8, D).unwrap()),
+        options(),
+    )
+    .unwrap_or_else(|e| panic!("cannot connect to Redis Cluster: {e} (run `scripts/services up redis-cluster`)"));
     let mut raw = Raw::new();
     let sid = plain.open_session(Duration::from_millis(300), "").unwrap().id;
     let mut names = spread("gone", 2, &sid);
@@ -748,8 +756,11 @@ fn acquire_and_join_send_nothing_once_the_session_remaining_has_passed() {
     let mut raw = Raw::new();
     // Opened by another backend: `b` does not know the session's lease duration, so its acquire
     // sends the session call first, as every join does.
-    let other = RedisBackend::with_scripting(Arc::new(ClusteredScripting::new(&nodes(), 8, D).unwrap()), options())
-        .unwrap_or_else(|e| panic!("cannot connect to Redis Cluster: {e} (run `scripts/services up redis-cluster`)"));
+    let other = simba::testing::redis::backend_with_scripting(
+        Arc::new(ClusteredScripting::new(&nodes(), 8, D).unwrap()),
+        options(),
+    )
+    .unwrap_or_else(|e| panic!("cannot connect to Redis Cluster: {e} (run `scripts/services up redis-cluster`)"));
     let late = |script| Rule { script, after: D + Duration::from_millis(50), times: Some(1), ..Rule::default() };
     let sid = other.open_session(D, "").unwrap().id;
     let (l, g) = (name("gaveup"), name("gaveup-g"));

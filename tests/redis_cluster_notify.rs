@@ -8,7 +8,7 @@
 //! subscription's confirmation (the backend's "re-check now"), and only the registration made
 //! after that is waited on, so it can only be served by a message on the subscribed channel (a
 //! registration is forgotten only after 10 s without renewal, longer than any wait here).
-#![cfg(feature = "redis")]
+#![cfg(all(feature = "redis", feature = "tck"))]
 
 mod support;
 

@@ -9,7 +9,7 @@
 //! A private cluster of three masters; the lease's master is cut from the client with `iptables`
 //! (its client port's packets dropped on loopback, its cluster bus left alone). Needs root
 //! (tests/support/netfault.rs): fails with what to do otherwise, never skips.
-#![cfg(feature = "redis")]
+#![cfg(all(feature = "redis", feature = "tck"))]
 
 mod support;
 

@@ -55,10 +55,10 @@ fn survive_restarts(backend: Arc<dyn LeaseBackend>, mut restart: impl FnMut(Dura
     let coordinator = Coordinator::start(backend, options()).unwrap();
     let events = coordinator.events();
     let election = coordinator.campaign("restart-election").unwrap();
-    let e1 = election.wait_elected(Duration::from_secs(10)).unwrap();
+    let e1 = election.wait_elected_timeout(Duration::from_secs(10)).unwrap();
     assert!(e1.get() > 0);
     restart(Duration::from_secs(8));
-    let e2 = election.wait_elected(Duration::from_secs(30)).unwrap();
+    let e2 = election.wait_elected_timeout(Duration::from_secs(30)).unwrap();
     assert!(e2 > e1, "re-election token {e2} not > {e1}");
     // `Recovered` follows the re-attach of the election, whose first attempt may win before the
     // supervisor gets to emit it: wait for it (bounded), do not assume it already came.

@@ -181,8 +181,11 @@ fn lock_timeout_of_duration_max_waits_forever_without_panicking() {
 fn wait_elected_of_duration_max_waits_forever_without_panicking() {
     let session = memory_session();
     let election = session.campaign("e").unwrap();
-    let token = election.wait_elected(Duration::MAX).unwrap();
+    let token = election.wait_elected_timeout(Duration::MAX).unwrap();
     assert_eq!(election.token().unwrap(), token);
+    let again = session.campaign("f").unwrap();
+    let token = again.wait_elected().unwrap(); // the unbounded form
+    assert_eq!(again.token().unwrap(), token);
 }
 
 /// Sets its flag when dropped while its thread panics.
@@ -278,7 +281,7 @@ fn zero_wait_elected_on_a_free_election_waits_for_the_first_attempt() {
         assert_eq!(b.hook.entered.recv_timeout(PATIENCE), Ok(Op::Acquire));
         b.hook.open();
     });
-    let token = election.wait_elected(Duration::ZERO).expect("the first attempt wins the free election");
+    let token = election.wait_elected_timeout(Duration::ZERO).expect("the first attempt wins the free election");
     opener.join().unwrap();
     assert_eq!(election.token().unwrap(), token);
 }

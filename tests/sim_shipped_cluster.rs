@@ -317,7 +317,7 @@ fn replay() {
 /// `keep_alive`/`acquire` had the same boundary.
 #[test]
 fn every_script_judges_a_session_gone_in_the_millisecond_of_its_expiry() {
-    use simba::backends::redis::lua;
+    use simba::sim::shipped::redis::lua;
     let t0 = 1_750_000_000_000_000;
     let (s, d) = ("simba:session:{s1}", "3000");
     let keys = |k: &[&str]| k.iter().map(|k| k.to_string()).collect::<Vec<_>>();

@@ -211,7 +211,7 @@ fn worker(session: &Session, names: &Names, seed: u64, until: Instant) -> Tally 
                     let name = &names.elections[rng.random_range(0..ELECTIONS)];
                     let e = session.campaign(name.as_str())?;
                     let events = e.events();
-                    match e.wait_elected(wait) {
+                    match e.wait_elected_timeout(wait) {
                         Ok(_) => {
                             e.token()?;
                             hold(&mut rng);

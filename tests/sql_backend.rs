@@ -5,7 +5,8 @@
 //! URLs come from `SIMBA_TEST_POSTGRES_URL` (default `postgres://postgres@127.0.0.1:5432/test`) and
 //! `SIMBA_TEST_MYSQL_URL` (default `mysql://root@127.0.0.1:3306/test`); start the servers with
 //! `scripts/services up`. A few checks read the tables directly to verify what the backend wrote.
-#![cfg(any(feature = "postgres", feature = "mysql"))]
+// The SQL text comes from the crate-internal test seam (feature `internal-testing`).
+#![cfg(all(any(feature = "postgres", feature = "mysql"), feature = "internal-testing"))]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod support;
@@ -16,9 +17,9 @@ use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use simba::backend::CheckStatus;
-#[cfg(feature = "mysql")]
-use simba::backends::sql::queries::mysql::{ACQUIRE_PROCEDURE, KEEP_ALIVE_PROCEDURE};
 use simba::backends::sql::{Dialect, SqlBackend, SqlOptions, PURGE_BATCH};
+#[cfg(feature = "mysql")]
+use simba::testing::sql::mysql::{ACQUIRE_PROCEDURE, KEEP_ALIVE_PROCEDURE};
 use simba::{Acquire, ErrorKind, KeepAlive, LeaseBackend, Name, SessionId, TermRemaining, Token};
 
 /// Direct table access for verification.
@@ -229,7 +230,7 @@ mod pg {
             c.batch_execute("set time zone 'Pacific/Chatham'").unwrap();
             let tz: String = c.query_one("show timezone", &[]).unwrap().get(0);
             assert_eq!(tz, "Pacific/Chatham");
-            let now: i64 = c.query_one(simba::backends::sql::queries::postgres::NOW, &[]).unwrap().get(0);
+            let now: i64 = c.query_one(simba::testing::sql::postgres::NOW, &[]).unwrap().get(0);
             let rem = c
                 .query_opt(
                     "select expires_at - (extract(epoch from statement_timestamp()) * 1000)::bigint \
@@ -357,7 +358,7 @@ mod my {
             c.query_drop("SET time_zone = '+12:45'").unwrap();
             let tz: Vec<Row> = c.query("SELECT @@time_zone").unwrap();
             assert_eq!(tz[0].get_opt::<String, usize>(0).unwrap().unwrap(), "+12:45");
-            let now: Vec<Row> = c.query(simba::backends::sql::queries::mysql::NOW).unwrap();
+            let now: Vec<Row> = c.query(simba::testing::sql::mysql::NOW).unwrap();
             let rem: Vec<Row> = c
                 .exec(
                     "SELECT expires_at - CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED) FROM simba_session \

@@ -75,12 +75,12 @@ fn zookeeper_restarts() {
     let coordinator = Coordinator::start(backend, short).unwrap();
     let events = coordinator.events();
     let election = coordinator.campaign("restart-election").unwrap();
-    let e1 = election.wait_elected(Duration::from_secs(10)).unwrap();
+    let e1 = election.wait_elected_timeout(Duration::from_secs(10)).unwrap();
     zk.stop();
     std::thread::sleep(Duration::from_secs(4));
     assert!(!election.is_leader(), "still leader while ZooKeeper is down past the lease");
     zk.launch();
-    let e2 = election.wait_elected(Duration::from_secs(60)).unwrap();
+    let e2 = election.wait_elected_timeout(Duration::from_secs(60)).unwrap();
     assert!(e2 > e1, "re-election token {e2} not > {e1}");
     let evs: Vec<_> = events.try_iter().collect();
     assert!(evs.iter().any(|e| matches!(e, CoordinatorEvent::Recovered { .. })), "{evs:?}");

@@ -158,9 +158,10 @@ impl MemoryBackend {
         MemoryBackend { state: Arc::new(Mutex::new(State::default())), clock }
     }
 
-    /// Watch registrations waiting for a notification, over every topic (for leak tests).
-    #[doc(hidden)]
-    pub fn watcher_count(&self) -> usize {
+    /// Watch registrations waiting for a notification, over every topic (for leak tests, through
+    /// the test seam).
+    #[cfg(feature = "internal-testing")]
+    pub(crate) fn watcher_count(&self) -> usize {
         self.state.lock().watchers.values().map(Vec::len).sum()
     }
 

@@ -189,9 +189,15 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
     humantime::parse_duration(s.trim()).map_err(|e| format!("{e}: write e.g. 15s, 500ms or 1m 30s"))
 }
 
-/// The drift parses with `SIMBA_DRIFT`'s own parser (`0.01` or `1%`).
+/// The drift parses with `SIMBA_DRIFT`'s own parser (`0.01` or `1%`) and rules, through `Config`.
 fn parse_drift(s: &str) -> Result<f64, String> {
-    simba::config::parse_drift("--drift", s).map_err(|e| e.to_string())
+    let var = |k: &str| match k {
+        "SIMBA_BACKEND" => Some("memory".to_string()),
+        "SIMBA_DRIFT" => Some(s.to_string()),
+        _ => None,
+    };
+    let config = simba::Config::from_vars(var).map_err(|e| e.to_string().replace("SIMBA_DRIFT", "--drift"))?;
+    Ok(config.session_options().drift())
 }
 
 fn parse_backend(s: &str) -> Result<BackendKind, String> {

@@ -30,7 +30,7 @@ fn resign_during_reattach_leaves_no_zombie_campaign_on_the_new_session() {
     let events = coordinator.events();
     let name = Name::new(format!("zombie-{}", rand::random::<u32>())).unwrap();
     let election = coordinator.campaign(&name).unwrap();
-    let first = election.wait_elected(Duration::from_secs(5)).unwrap();
+    let first = election.wait_elected_timeout(Duration::from_secs(5)).unwrap();
 
     // The resign runs on the supervisor, after the replacement's plan included the election and
     // before its attach.

@@ -5,7 +5,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use crate::memory::Clock;
+use crate::backends::memory::Clock;
 
 /// A backend node's clock: linear between steps; a step (jump) moves it forward or back.
 #[derive(Debug, Clone, Copy)]

@@ -65,7 +65,7 @@ pub(super) fn zero_timeout_on_a_free_lock_acquires(h: &Harness) {
     assert!(lease2.is_held());
     // A zero wait on a fresh campaign for a free election waits for its first attempt.
     let e = s.campaign(h.name("elect")).unwrap();
-    let t = e.wait_elected(Duration::ZERO).expect("the first attempt wins a free election");
+    let t = e.wait_elected_timeout(Duration::ZERO).expect("the first attempt wins a free election");
     assert_eq!(e.token().unwrap(), t);
     drop((lease, lease2, e));
     s.close().unwrap();

@@ -48,7 +48,7 @@ pub(super) fn recovery_reelects_with_larger_token(h: &Harness) {
     let events = c.events();
     let e = c.campaign(&l).unwrap();
     let m = c.join(&g).unwrap();
-    let t1 = e.wait_elected(h.patience()).unwrap();
+    let t1 = e.wait_elected_timeout(h.patience()).unwrap();
     let old = c.session_id().expect("session");
     let election_events = e.events();
     h.backend.close_session(&old).unwrap();
@@ -63,7 +63,7 @@ pub(super) fn recovery_reelects_with_larger_token(h: &Harness) {
     let (o, new) = recovered.expect("recovered event");
     assert_eq!(o, old);
     assert_ne!(new, old);
-    let t2 = e.wait_elected(h.patience()).unwrap();
+    let t2 = e.wait_elected_timeout(h.patience()).unwrap();
     assert!(t2 > t1, "{t2} not > {t1}");
     assert_eq!(e.session_id(), Some(new.clone()));
     assert!(eventually(h.patience(), || {

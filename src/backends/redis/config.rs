@@ -21,7 +21,7 @@ use crate::options::DEFAULT_QUERY_TIMEOUT;
 
 /// The `SIMBA_REDIS_*` variables ([`RedisOptionsBuilder::from_vars`] and
 /// [`Config::from_env`](crate::Config::from_env) read them).
-pub const ENV_VARS: &[&str] = &[
+pub(crate) const ENV_VARS: &[&str] = &[
     "SIMBA_REDIS_WAIT_REPLICAS",
     "SIMBA_REDIS_EVICTION",
     "SIMBA_REDIS_MAX_CONNECTIONS",
@@ -220,7 +220,7 @@ impl RedisOptionsBuilder {
 }
 
 impl RedisOptionsBuilder {
-    /// A builder with the `SIMBA_REDIS_*` variables ([`ENV_VARS`]) read through `get` (empty values
+    /// A builder with the `SIMBA_REDIS_*` variables (in [`crate::config::ENV_VARS`]) read through `get` (empty values
     /// count as unset); later setter calls override them.
     ///
     /// # Errors

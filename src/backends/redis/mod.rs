@@ -36,10 +36,10 @@ mod cluster;
 pub(crate) mod config;
 mod conn;
 mod pool;
-mod port;
+pub(crate) mod port;
 mod reply;
 mod router;
-mod scripts;
+pub(crate) mod scripts;
 mod standalone;
 mod tls;
 mod watch;
@@ -53,9 +53,9 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::Sender;
 
-pub use self::config::{EvictionCheck, RedisOptions, RedisOptionsBuilder, DEFAULT_MAX_CONNECTIONS, ENV_VARS};
-pub use port::{ClusteredScripting, RedisScripting, ScriptCall, StandaloneScripting};
-pub use scripts::{lua, LuaScript};
+pub(crate) use self::config::ENV_VARS;
+pub use self::config::{EvictionCheck, RedisOptions, RedisOptionsBuilder, DEFAULT_MAX_CONNECTIONS};
+pub(crate) use port::{ClusteredScripting, RedisScripting, StandaloneScripting};
 pub use tls::RedisTls;
 
 /// The hash slot of a key (the simulated cluster routes by it).
@@ -173,7 +173,8 @@ impl RedisBackend {
     ///
     /// # Errors
     /// As [`connect`](RedisBackend::connect).
-    pub fn with_scripting(scripting: Arc<dyn RedisScripting>, options: RedisOptions) -> Result<RedisBackend> {
+    #[cfg_attr(not(feature = "internal-testing"), allow(dead_code))] // the test seam and the simulation
+    pub(crate) fn with_scripting(scripting: Arc<dyn RedisScripting>, options: RedisOptions) -> Result<RedisBackend> {
         let files = options.tls.clone();
         RedisBackend::build(scripting, options, files)
     }

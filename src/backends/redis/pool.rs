@@ -20,6 +20,7 @@ pub(crate) struct PoolLimits {
 
 impl PoolLimits {
     /// `max` connections that live forever.
+    #[cfg_attr(not(feature = "internal-testing"), allow(dead_code))] // used by the test seam only
     pub(crate) fn max(max: usize) -> PoolLimits {
         PoolLimits { max, lifetime: Duration::MAX }
     }

@@ -421,6 +421,7 @@ impl StandaloneScripting {
     ///
     /// # Errors
     /// `InvalidConfig` when the URL cannot be parsed or a TLS file cannot be read or parsed.
+    #[cfg_attr(not(feature = "internal-testing"), allow(dead_code))] // used by the test seam only
     pub fn new(url: &str, max_connections: usize) -> Result<StandaloneScripting> {
         StandaloneScripting::with_tls(url, max_connections, &RedisTls::default())
     }
@@ -430,6 +431,7 @@ impl StandaloneScripting {
     /// # Errors
     /// As [`new`](StandaloneScripting::new); `InvalidConfig` when `tls` names files for a
     /// `redis://` URL or a file differently from the URL, or the URL is a Cluster one.
+    #[cfg_attr(not(feature = "internal-testing"), allow(dead_code))] // used by the test seam only
     pub fn with_tls(url: &str, max_connections: usize, tls: &RedisTls) -> Result<StandaloneScripting> {
         let parsed = config::parse_url(url)?;
         let Target::Standalone(url) = &parsed.target else {
@@ -449,6 +451,7 @@ impl StandaloneScripting {
     ///
     /// # Errors
     /// `InvalidConfig` when `info` turns certificate verification off (`insecure`).
+    #[cfg_attr(not(feature = "internal-testing"), allow(dead_code))] // used by the test seam only
     pub fn from_connection_info(info: ConnectionInfo, max_connections: usize) -> Result<StandaloneScripting> {
         let (info, target) = config::own_info(info, &RedisTls::default())?;
         StandaloneScripting::from_info(info, target, PoolLimits::max(max_connections))
@@ -570,6 +573,7 @@ impl ClusteredScripting {
     /// # Errors
     /// `InvalidConfig` when `nodes` is empty, a node address cannot be parsed or is not TCP, the
     /// nodes mix `redis://` and `rediss://`, or a TLS file cannot be read or parsed.
+    #[cfg_attr(not(feature = "internal-testing"), allow(dead_code))] // used by the test seam only
     pub fn new<S: AsRef<str>>(
         nodes: &[S],
         max_connections: usize,
@@ -583,6 +587,7 @@ impl ClusteredScripting {
     ///
     /// # Errors
     /// As [`new`](ClusteredScripting::new).
+    #[cfg_attr(not(feature = "internal-testing"), allow(dead_code))] // used by the test seam only
     pub fn with_tls<S: AsRef<str>>(nodes: &[S], max_connections: usize, tls: &RedisTls) -> Result<ClusteredScripting> {
         let urls = node_urls(nodes);
         ClusteredScripting::open(&urls, tls, PoolLimits::max(max_connections))
@@ -595,6 +600,7 @@ impl ClusteredScripting {
     /// # Errors
     /// `InvalidConfig` when `infos` is empty, a node is not TCP, the nodes mix plaintext and TLS,
     /// or a node turns certificate verification off (`insecure`).
+    #[cfg_attr(not(feature = "internal-testing"), allow(dead_code))] // used by the test seam only
     pub fn from_connection_infos(infos: Vec<ConnectionInfo>, max_connections: usize) -> Result<ClusteredScripting> {
         let own = infos.into_iter().map(|i| config::own_info(i, &RedisTls::default())).collect::<Result<Vec<_>>>()?;
         ClusteredScripting::from_infos(own, PoolLimits::max(max_connections))

@@ -84,6 +84,7 @@ impl LuaScript {
     }
 
     /// The driver's script object (runs `EVALSHA`, loading the script on `NOSCRIPT`).
+    #[cfg_attr(not(feature = "internal-testing"), allow(dead_code))] // used by the test seam only
     pub fn script(&self) -> &redis::Script {
         &self.script
     }

@@ -16,10 +16,10 @@ use crate::options::DEFAULT_QUERY_TIMEOUT;
 
 /// The SQL backends' variables ([`SqlOptionsBuilder::from_vars`] and
 /// [`Config::from_env`](crate::Config::from_env) read them).
-pub const ENV_VARS: &[&str] = &["SIMBA_PURGE_INTERVAL", "SIMBA_SQL_POOL_SIZE"];
+pub(crate) const ENV_VARS: &[&str] = &["SIMBA_PURGE_INTERVAL", "SIMBA_SQL_POOL_SIZE"];
 
 impl SqlOptionsBuilder {
-    /// A builder with the SQL variables ([`ENV_VARS`]) read through `get` (empty values count as
+    /// A builder with the SQL variables (in [`crate::config::ENV_VARS`]) read through `get` (empty values count as
     /// unset); later setter calls override them.
     ///
     /// # Errors

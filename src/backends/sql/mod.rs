@@ -60,7 +60,7 @@ pub use mysql::{MysqlConfig, MysqlSslMode, MysqlTls};
 mod pool;
 #[cfg(feature = "postgres")]
 mod postgres;
-pub mod queries;
+pub(crate) mod queries;
 #[cfg(feature = "mysql")]
 mod watchdog;
 
@@ -68,7 +68,6 @@ mod watchdog;
 pub use postgres::{PostgresTls, RootCerts, SslMode};
 
 pub use backend::SqlBackend;
-pub use config::ENV_VARS;
 pub use config::{SqlOptions, SqlOptionsBuilder};
 pub(crate) use driver::{add_keep_alive_row, server_limit, Driver, RawAcquire, RawAlive, RawHolder, RawKeepAlive};
 
@@ -146,7 +145,7 @@ pub fn init_sql(dialect: Dialect) -> &'static str {
     dialect.init_sql()
 }
 
-pub use crate::config::redact_url;
+pub(crate) use crate::config::redact_url;
 
 #[cfg(test)]
 mod tests {

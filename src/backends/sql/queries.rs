@@ -6,6 +6,9 @@
 //! (`bench-*.sql` files beside them belong to the benchmarks, not to the library.)
 
 /// Statements of the PostgreSQL 14+ dialect (`sql/postgres/`).
+// Both dialects are compiled with either SQL feature (the init scripts are shown for both), so
+// with one feature the other's statements are unused; some are used by tests only (the seam).
+#[allow(dead_code)]
 pub mod postgres {
     /// `acquire.sql`: Acquire: one upsert taking a free, own or expired-holder lease (token + 1 for a new term).
     pub const ACQUIRE: &str = include_str!("../../../sql/postgres/acquire.sql");
@@ -61,6 +64,7 @@ pub mod postgres {
 }
 
 /// Statements of the MySQL 8 and MariaDB 10.11 dialect (`sql/mysql/`).
+#[allow(dead_code)] // as `postgres` above
 pub mod mysql {
     /// `acquire-observe.sql`: Acquire step 1: is this session alive, who holds the lease, is that holder alive.
     pub const ACQUIRE_OBSERVE: &str = include_str!("../../../sql/mysql/acquire-observe.sql");

@@ -20,7 +20,7 @@ use crate::error::{Error, Result};
 pub const DEFAULT_PORT: u16 = 2181;
 
 /// The `SIMBA_ZOOKEEPER_*` variables ([`Config::from_env`](crate::Config::from_env) reads them).
-pub const ENV_VARS: &[&str] = &[
+pub(crate) const ENV_VARS: &[&str] = &[
     "SIMBA_ZOOKEEPER_ROOT",
     "SIMBA_ZOOKEEPER_AUTH",
     "SIMBA_ZOOKEEPER_ACL",

@@ -18,8 +18,8 @@ use crossbeam_channel::{Receiver, Sender};
 use crate::backend::{
     Acquire, Capabilities, Holder, KeepAlive, LeaseBackend, Member, Notification, SessionGrant, TermRemaining, Topic,
 };
+use crate::backends::memory::MemoryBackend;
 use crate::error::{Error, ErrorKind, Result};
-use crate::memory::MemoryBackend;
 use crate::sim::clock::{NodeClock, VirtualClock};
 use crate::sim::history::{ms as ns, Event, Record};
 use crate::sync::{self, Condvar, Mutex, MutexGuard};

@@ -10,14 +10,16 @@
 //!   per-node clocks and per-call faults;
 //! - `record`: what each script changed, as the sim's history events.
 //!
-//! [`Node`] is public so that tests can compare it with a real `redis-server`
-//! (`tests/sim_shipped_cluster.rs`).
+//! [`Node`] and the shipped scripts ([`lua`]) are public here so that tests can compare a node with
+//! a real `redis-server` (`tests/sim_shipped_cluster.rs`).
 
 pub(crate) mod cluster;
 pub mod keyspace;
 pub mod node;
 mod record;
 
+/// The shipped Lua scripts a [`Node`] runs (the backend's own, crate-private elsewhere).
+pub use crate::backends::redis::scripts::lua;
 pub use keyspace::{Keyspace, Reply, UNKNOWN_COMMAND};
 pub use node::Node;
 
