@@ -96,9 +96,6 @@ pub mod fence;
 mod group;
 mod lease;
 pub mod options;
-/// The old `crate::memory` path, for in-crate tests only (semaphore.rs' test module still names it).
-#[cfg(test)]
-use backends::memory;
 mod runtime;
 pub mod semaphore;
 mod session;

@@ -580,7 +580,7 @@ mod push_race {
 
     use super::*;
     use crate::backend::{Acquire, Capabilities, KeepAlive, Member, Notification, SessionGrant, Topic};
-    use crate::memory::MemoryBackend;
+    use crate::backends::memory::MemoryBackend;
     use crate::options::SessionOptions;
     use crate::session::Session;
 
