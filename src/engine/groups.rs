@@ -131,7 +131,8 @@ impl Groups {
             let listed = reported.contains(&g);
             let Some(e) = self.entries.get_mut(&g) else { continue };
             match e.held {
-                Held::Joined { established } if established <= sent && e.joins == 0 && !listed => {
+                // Judged only when joined strictly before the send (as terms are: 9b7ef97).
+                Held::Joined { established } if established < sent && e.joins == 0 && !listed => {
                     e.held = Held::Lost;
                     step.event(Event::MembershipLost { group: g.clone() });
                     e.joins += 1;

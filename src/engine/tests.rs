@@ -854,3 +854,22 @@ fn a_term_a_keep_alive_renewed_before_its_acquire_was_adopted_keeps_that_renewal
     assert_eq!(e.token(&a, t0 + ms(11_000)), Some(t(1)), "the term lost the renewal its keep-alive listed");
     assert_eq!(e.token(&a, t0 + ms(12_900)), None);
 }
+
+#[test]
+fn a_membership_joined_at_the_instant_a_keep_alive_was_sent_is_not_judged_by_it() {
+    // The membership form of engine case A (9b7ef97): the send instant is taken before the call
+    // goes out, so a join returning at that same instant (a coarse or virtual clock) may be
+    // missing from the keep-alive's listing. The simulation's no-spurious-loss found it
+    // ("membership of 'G' lost, no fault touched the session").
+    let t0 = Instant::now();
+    let mut e = Engine::new(timing(), t0, Duration::from_secs(10));
+    let out = e.poll(t0 + ms(3_000));
+    let Command::SendKeepAlive { sent } = out.commands[0] else { panic!("{out:?}") };
+    let g = n("g");
+    e.begin_join(&g);
+    e.end_join(&g, sent);
+    assert_eq!(e.joined(&g, sent), Step::none());
+    let out = e.on_keep_alive(sent, t0 + ms(3_010), alive(Duration::from_secs(10), &[]));
+    assert!(out.events.is_empty(), "{out:?}");
+    assert!(e.is_joined(&g));
+}
