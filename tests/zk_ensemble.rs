@@ -6,13 +6,15 @@
 //!   the other servers within their timeout, keep their leases and tokens, and every later term
 //!   gets a larger token (writes are quorum-committed).
 //! - `a_join_or_acquire_through_one_server_is_visible_at_once_through_another` uses the shared
-//!   ensemble (`SIMBA_TEST_ZOOKEEPER_ENSEMBLE_URL`) with one backend pinned to each server:
+//!   ensemble (`SIMBA_TEST_ZOOKEEPER_ENSEMBLE_URL`), the writer pinned to a follower and the reader
+//!   to the leader (while other clients load it):
 //!   `members` and `holder` sync first, so what returned on one server is visible on another.
 #![cfg(feature = "zookeeper")]
 
 mod support;
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -109,15 +111,45 @@ fn a_join_or_acquire_through_one_server_is_visible_at_once_through_another() {
     for h in &hosts {
         support::require_tcp("the ZooKeeper ensemble (scripts/services up zookeeper-ensemble)", h);
     }
+    // The reader is pinned to the leader, the writer to a follower: the leader answers a `sync`
+    // of its own clients at once, without waiting for the commits it has sent to the followers,
+    // so this is where a read can miss a write that already returned on a follower.
+    let mode = |h: &str| {
+        let (host, port) = h.rsplit_once(':').expect("host:port");
+        let out = support::zk::four_letters_at(host, port.parse().expect("port"), "srvr").unwrap_or_default();
+        out.lines().find_map(|l| l.strip_prefix("Mode: ")).map(|m| m.trim().to_string())
+    };
+    let leader = hosts.iter().position(|h| mode(h).as_deref() == Some("leader"));
+    let leader = leader.unwrap_or_else(|| panic!("no server of {url} says it leads (srvr); run scripts/services up"));
+    let follower = (leader + 1) % hosts.len();
     let root = format!("{root}/{}", support::unique("ens"));
-    // One backend pinned to each of two servers.
-    let pinned = |h: &str| ZookeeperBackend::connect(h, ZookeeperOptions::default().root(&root)).unwrap();
-    let (one, other) = (pinned(hosts[0]), pinned(hosts[1]));
+    let pinned = |h: &str| Arc::new(ZookeeperBackend::connect(h, ZookeeperOptions::default().root(&root)).unwrap());
+    let (one, other) = (pinned(hosts[follower]), pinned(hosts[leader]));
     let lease = Duration::from_secs(30);
+    // Other clients keep the leader's commit queue busy meanwhile (joins and leaves through it).
+    let stop = Arc::new(AtomicBool::new(false));
+    let load: Vec<_> = (0..3)
+        .map(|t| {
+            let (b, stop) = (pinned(hosts[leader]), stop.clone());
+            std::thread::spawn(move || {
+                let s = b.open_session(lease, "load").unwrap().id;
+                let g = Name::new(format!("load{t}")).unwrap();
+                while !stop.load(Ordering::Relaxed) {
+                    b.join(&s, &g).unwrap();
+                    b.leave(&s, &g).unwrap();
+                }
+                b.close_session(&s).unwrap();
+            })
+        })
+        .collect();
     let s = one.open_session(lease, "joiner").unwrap().id;
-    for i in 0..50 {
+    let mut renewed = Instant::now();
+    for i in 0..300 {
         // Renewed as the engine would (the watchdog closes a session not renewed within its lease).
-        assert!(matches!(one.keep_alive(&s, lease).unwrap(), simba::backend::KeepAlive::Alive { .. }));
+        if renewed.elapsed() > lease / 3 {
+            assert!(matches!(one.keep_alive(&s, lease).unwrap(), simba::backend::KeepAlive::Alive { .. }));
+            renewed = Instant::now();
+        }
         let g = Name::new(format!("g{i}")).unwrap();
         one.join(&s, &g).unwrap();
         let members = other.members(&g).unwrap();
@@ -132,6 +164,10 @@ fn a_join_or_acquire_through_one_server_is_visible_at_once_through_another() {
         assert_eq!(other.holder(&n).unwrap().map(|h| (h.session, h.token)), Some((s.clone(), token)), "acquire {i}");
         one.release(&s, &n, token).unwrap();
         assert_eq!(other.holder(&n).unwrap(), None, "release {i} not visible at once");
+    }
+    stop.store(true, Ordering::Relaxed);
+    for t in load {
+        t.join().unwrap();
     }
     one.close_session(&s).unwrap();
 }

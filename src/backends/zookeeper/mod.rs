@@ -50,7 +50,8 @@ use crossbeam_channel::Sender;
 use futures::future::{join_all, Either};
 use parking_lot::{Condvar, Mutex};
 use zookeeper_client::{
-    Acl, Client, CreateMode, CreateOptions, Error as ZkError, SaslOptions, SessionState, StateWatcher, TlsOptions,
+    Acl, Client, CreateMode, CreateOptions, Error as ZkError, MultiWriteError, SaslOptions, SessionState, StateWatcher,
+    TlsOptions,
 };
 
 pub(crate) use self::config::ZookeeperSettings;
@@ -394,17 +395,22 @@ impl Inner {
         mode.with_acls(self.acls.as_slice().into())
     }
 
-    /// Runs `sync` pipelined with `read` (one round trip; the read then sees everything that
-    /// returned on any server of the ensemble), bounded by `deadline`. `Ok(None)` when the node
-    /// does not exist.
-    fn synced_read<T>(
+    /// Runs `read` after a [`barrier`], pipelined (one round trip; the read then sees every
+    /// write that returned on any server of the ensemble), bounded by `deadline`. `Ok(None)`
+    /// when the node does not exist.
+    fn synced_read<'c, T, F>(
         &self,
-        sync: impl Future<Output = std::result::Result<(), ZkError>>,
-        read: impl Future<Output = std::result::Result<T, ZkError>>,
+        client: &'c Client,
+        read: impl FnOnce() -> F,
         deadline: Instant,
         what: &str,
-    ) -> Result<Option<T>> {
-        let res = run_until(sync_then_read(sync, read), deadline);
+    ) -> Result<Option<T>>
+    where
+        F: Future<Output = std::result::Result<T, ZkError>> + 'c,
+    {
+        // Sent in this order: the barrier first.
+        let barrier = barrier(client, self.paths.root());
+        let res = run_until(barrier_then_read(barrier, read()), deadline);
         match res {
             None => Err(self.fail(Fail::Timeout, what, self.opts.query_timeout)),
             Some(Err(ZkError::NoNode)) => Ok(None),
@@ -724,20 +730,37 @@ impl Inner {
     }
 }
 
-/// `read` after `sync`: the read's answer, or the sync's failure — a read after a failed sync
-/// may be served by a server that has not seen a write that returned elsewhere (finding 9 of
-/// issue #36: a `members` read right after a join could miss it). Both are sent at once (one
-/// round trip); a sync of a path that does not exist is no failure (the read answers `NoNode`).
-async fn sync_then_read<T>(
-    sync: impl Future<Output = std::result::Result<(), ZkError>>,
+/// A write that changes nothing — a `multi` that checks `path` in any version — so that the
+/// reads this client sends after it wait for every write committed before it. A `sync` does not
+/// do that on the leader: ZooKeeper answers the `sync` of a leader's own client at once, and its
+/// commit processor serves a read of a session with no pending write before commits it has
+/// already sent to the followers, so a read there could miss a join or a release that had
+/// returned on a follower (`tests/zk_ensemble.rs` saw it within 200 tries with the leader
+/// loaded). A write of the reader's own session is ordered after those commits. It costs what
+/// a write costs (a quorum round and a log append on the servers); a failed check is no
+/// failure: it was ordered all the same.
+fn barrier<'c>(client: &'c Client, path: &str) -> impl Future<Output = std::result::Result<(), ZkError>> + 'c {
+    let mut writer = client.new_multi_writer();
+    let sent = writer.add_check_version(path, -1).map(|()| writer.commit());
+    async move {
+        match sent?.await {
+            Ok(_) | Err(MultiWriteError::OperationFailed { .. }) => Ok(()),
+            Err(MultiWriteError::RequestFailed { source }) => Err(source),
+        }
+    }
+}
+
+/// `read` after the [`barrier`]: the read's answer, or the barrier's failure — a read after a
+/// failed barrier may be served by a server that has not seen a write that returned elsewhere
+/// (finding 9 of issue #36: a `members` read right after a join could miss it). Both are sent
+/// at once (one round trip).
+async fn barrier_then_read<T>(
+    barrier: impl Future<Output = std::result::Result<(), ZkError>>,
     read: impl Future<Output = std::result::Result<T, ZkError>>,
 ) -> std::result::Result<T, ZkError> {
-    let synced = sync.await;
+    let ordered = barrier.await;
     let value = read.await;
-    match synced {
-        Ok(()) | Err(ZkError::NoNode) => value,
-        Err(e) => Err(e),
-    }
+    ordered.and(value)
 }
 
 #[cfg(test)]
@@ -745,16 +768,16 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_read_after_a_failed_sync_fails_with_the_sync() {
+    fn a_read_after_a_failed_barrier_fails_with_the_barrier() {
         async fn read(v: u32) -> std::result::Result<u32, ZkError> {
             Ok(v)
         }
         use futures::executor::block_on as run;
-        assert_eq!(run(sync_then_read(async { Ok(()) }, read(1))), Ok(1));
-        assert_eq!(run(sync_then_read(async { Err(ZkError::NoNode) }, read(2))), Ok(2));
-        assert_eq!(run(sync_then_read(async { Err(ZkError::ConnectionLoss) }, read(3))), Err(ZkError::ConnectionLoss));
+        assert_eq!(run(barrier_then_read(async { Ok(()) }, read(1))), Ok(1));
+        let lost = async { Err(ZkError::ConnectionLoss) };
+        assert_eq!(run(barrier_then_read(lost, read(3))), Err(ZkError::ConnectionLoss));
         let no_node = async { Err::<u32, ZkError>(ZkError::NoNode) };
-        assert_eq!(run(sync_then_read(async { Ok(()) }, no_node)), Err(ZkError::NoNode));
+        assert_eq!(run(barrier_then_read(async { Ok(()) }, no_node)), Err(ZkError::NoNode));
     }
 
     #[test]

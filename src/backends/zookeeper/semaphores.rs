@@ -13,7 +13,7 @@ use crate::types::Name;
 
 impl Inner {
     /// Stores `permits` as the limit of `name` when none is stored (`create`; `NodeExists` means
-    /// another client stored one first), then returns the stored limit, read after a `sync` so
+    /// another client stored one first), then returns the stored limit, read after a barrier so
     /// that a create that returned on any server of the ensemble is seen.
     pub(super) fn semaphore_limit(&self, name: &Name, permits: Option<u32>) -> Result<Option<u32>> {
         let deadline = self.query_deadline();
@@ -28,7 +28,7 @@ impl Inner {
                 return Ok(Some(p));
             }
         }
-        let Some((data, _)) = self.synced_read(client.sync(&path), client.get_data(&path), deadline, &what)? else {
+        let Some((data, _)) = self.synced_read(&client, || client.get_data(&path), deadline, &what)? else {
             return Ok(None);
         };
         let text = String::from_utf8_lossy(&data);

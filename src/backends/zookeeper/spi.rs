@@ -415,7 +415,7 @@ impl LeaseBackend for ZookeeperBackend {
         let client = inner.shared(deadline)?;
         let path = inner.paths.lease(name);
         let what = format!("read of lease {name}");
-        let Some((_, stat)) = inner.synced_read(client.sync(&path), client.get_data(&path), deadline, &what)? else {
+        let Some((_, stat)) = inner.synced_read(&client, || client.get_data(&path), deadline, &what)? else {
             return Ok(None);
         };
         if stat.ephemeral_owner == 0 {
@@ -512,9 +512,8 @@ impl LeaseBackend for ZookeeperBackend {
         let client = inner.shared(deadline)?;
         let path = inner.paths.group(group);
         let what = format!("read of group {group}");
-        // `sync` first, so a join that returned on any server is visible here.
-        let Some(children) = inner.synced_read(client.sync(&path), client.list_children(&path), deadline, &what)?
-        else {
+        // After a barrier, so a join that returned on any server is visible here.
+        let Some(children) = inner.synced_read(&client, || client.list_children(&path), deadline, &what)? else {
             return Ok(Vec::new());
         };
         let ids: Vec<SessionId> = children
