@@ -23,30 +23,14 @@ mod private;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use private::PrivateRedis;
-use simba::backends::redis::{RedisBackend, RedisOptions};
-use simba::{Acquire, KeepAlive, LeaseBackend, Name, SessionId, Token};
+use private::{acquired, PrivateRedis};
+use simba::backends::redis::RedisBackend;
+use simba::{LeaseBackend, Name, SessionId, Token};
 
 const D: Duration = Duration::from_secs(30);
 
-fn backend(r: &PrivateRedis) -> RedisBackend {
-    let options = RedisOptions::builder().query_timeout(Duration::from_secs(5)).build().unwrap();
-    RedisBackend::connect(&r.url(), options)
-        .unwrap_or_else(|e| panic!("cannot connect to the private redis at {}: {e}", r.url()))
-}
-
-fn token(r: simba::Result<Acquire>) -> Token {
-    match r {
-        Ok(Acquire::Acquired { token, .. }) => token,
-        other => panic!("expected Acquired, got {other:?}"),
-    }
-}
-
 fn owned(b: &RedisBackend, sid: &SessionId) -> BTreeMap<Name, Token> {
-    match b.keep_alive(sid, D).unwrap() {
-        KeepAlive::Alive { owned, .. } => owned.into_iter().collect(),
-        KeepAlive::Expired => panic!("session {sid} unexpectedly expired"),
-    }
+    private::owned(b, sid, D).into_iter().collect()
 }
 
 /// `n` leases of `sid`, named `{prefix}-{i}`; `long` names (100 bytes) keep the index out of the
@@ -56,7 +40,7 @@ fn acquire_many(b: &RedisBackend, sid: &SessionId, prefix: &str, n: usize, long:
         .map(|i| {
             let name = if long { format!("{prefix}-{i:0>90}") } else { format!("{prefix}-{i}") };
             let name = Name::new(name).unwrap();
-            let t = token(b.acquire(sid, &name));
+            let t = acquired(b.acquire(sid, &name));
             (name, t)
         })
         .collect()
@@ -137,7 +121,7 @@ fn assert_within(what: &str, noticed: &[Option<usize>], bound: usize) {
 #[test]
 fn every_lost_lease_hash_is_noticed_within_n_over_16_renewals() {
     let r = PrivateRedis::start(&[]);
-    let b = backend(&r);
+    let b = r.backend();
     let sid = b.open_session(D, "").unwrap().id;
     let mut held = acquire_many(&b, &sid, "rot", 640, false);
     assert_eq!(owned(&b, &sid).len(), 640);
@@ -159,7 +143,7 @@ fn every_lost_lease_hash_is_noticed_within_n_over_16_renewals() {
 #[test]
 fn a_small_index_is_checked_whole_at_the_next_renewal() {
     let r = PrivateRedis::start(&[]);
-    let b = backend(&r);
+    let b = r.backend();
     let sid = b.open_session(D, "").unwrap().id;
     let held = acquire_many(&b, &sid, "small", 100, false);
     assert_eq!(owned(&b, &sid).len(), 100);
@@ -175,7 +159,7 @@ fn a_small_index_is_checked_whole_at_the_next_renewal() {
 #[test]
 fn a_hash_table_index_with_long_names_is_walked_in_rotation() {
     let r = PrivateRedis::start(&[]);
-    let b = backend(&r);
+    let b = r.backend();
     for (n, prefix) in [(80, "long"), (12, "few")] {
         let sid = b.open_session(D, "").unwrap().id;
         let held = acquire_many(&b, &sid, prefix, n, true);

@@ -16,37 +16,14 @@ use std::collections::BTreeMap;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use private::PrivateRedis;
-use simba::backends::redis::{RedisBackend, RedisOptions};
+use private::{acquired, owned, PrivateRedis};
+use simba::backends::redis::RedisBackend;
 use simba::{Acquire, KeepAlive, LeaseBackend, Name, SessionId, Token};
 
 const D: Duration = Duration::from_secs(30);
 
-fn backend(r: &PrivateRedis) -> RedisBackend {
-    let options = RedisOptions::builder().query_timeout(Duration::from_secs(5)).build().unwrap();
-    RedisBackend::connect(&r.url(), options)
-        .unwrap_or_else(|e| panic!("cannot connect to the private redis at {}: {e}", r.url()))
-}
-
 fn name(prefix: &str, i: usize) -> Name {
     Name::new(format!("{prefix}-{i}")).unwrap()
-}
-
-fn token(r: simba::Result<Acquire>) -> Token {
-    match r {
-        Ok(Acquire::Acquired { token, .. }) => token,
-        other => panic!("expected Acquired, got {other:?}"),
-    }
-}
-
-fn owned(b: &RedisBackend, sid: &SessionId, d: Duration) -> Vec<(Name, Token)> {
-    match b.keep_alive(sid, d).unwrap() {
-        KeepAlive::Alive { mut owned, .. } => {
-            owned.sort();
-            owned
-        }
-        KeepAlive::Expired => panic!("session {sid} unexpectedly expired"),
-    }
 }
 
 /// Commands the backend's own connections send at any time, and `INFO` (this count): the pub/sub
@@ -99,7 +76,7 @@ fn keep_alive_cost(r: &PrivateRedis, b: &RedisBackend, sid: &SessionId) -> Cost 
 #[test]
 fn keep_alive_commands_are_bounded_whatever_the_leases_held() {
     let r = PrivateRedis::start(&[]);
-    let b = backend(&r);
+    let b = r.backend();
     let sid = b.open_session(D, "").unwrap().id;
     b.join(&sid, &Name::new("g").unwrap()).unwrap();
     owned(&b, &sid, D); // loads the script (NOSCRIPT, SCRIPT LOAD) before anything is counted
@@ -108,7 +85,7 @@ fn keep_alive_commands_are_bounded_whatever_the_leases_held() {
     let mut checked = Vec::new();
     for n in [16, 40, 400, 600, 6_000] {
         while held < n {
-            token(b.acquire(&sid, &name("ka", held)));
+            acquired(b.acquire(&sid, &name("ka", held)));
             held += 1;
         }
         let listpack = r.cmd(&["OBJECT", "ENCODING", &format!("simba:session:{{{sid}}}:terms")]) == "listpack";
@@ -154,11 +131,11 @@ fn listings(r: &PrivateRedis) -> u64 {
 #[test]
 fn a_renewal_after_the_sessions_own_changes_lists_nothing() {
     let r = PrivateRedis::start(&[]);
-    let (b, other) = (backend(&r), backend(&r));
+    let (b, other) = (r.backend(), r.backend());
     let sid = b.open_session(D, "").unwrap().id;
     assert!(owned(&b, &sid, D).is_empty());
     let mut expected: Vec<(Name, Token)> =
-        (0..400).map(|i| (name("own", i), token(b.acquire(&sid, &name("own", i))))).collect();
+        (0..400).map(|i| (name("own", i), acquired(b.acquire(&sid, &name("own", i))))).collect();
     expected.sort();
     let renewal = |what: &str, expected: &[(Name, Token)], listed: u64| {
         let before = listings(&r);
@@ -169,14 +146,14 @@ fn a_renewal_after_the_sessions_own_changes_lists_nothing() {
     let (gone, t) = expected.remove(7);
     b.release(&sid, &gone, t).unwrap();
     let again = name("own", 400);
-    expected.push((again.clone(), token(b.acquire(&sid, &again))));
+    expected.push((again.clone(), acquired(b.acquire(&sid, &again))));
     // A repeated acquire of a held lease changes nothing in the index.
-    assert_eq!(token(b.acquire(&sid, &expected[0].0)), expected[0].1);
+    assert_eq!(acquired(b.acquire(&sid, &expected[0].0)), expected[0].1);
     expected.sort();
     renewal("after a release, an acquire and a repeated acquire", &expected, 0);
     // Another client's change to the same session's index is not this client's to follow.
     let theirs = name("their", 0);
-    expected.push((theirs.clone(), token(other.acquire(&sid, &theirs))));
+    expected.push((theirs.clone(), acquired(other.acquire(&sid, &theirs))));
     expected.sort();
     renewal("after another client's acquire", &expected, 1);
     renewal("unchanged", &expected, 0);
@@ -191,24 +168,24 @@ fn a_renewal_after_the_sessions_own_changes_lists_nothing() {
 #[test]
 fn owned_follows_every_change_of_the_index() {
     let r = PrivateRedis::start(&[]);
-    let (one, two) = (backend(&r), backend(&r));
+    let (one, two) = (r.backend(), r.backend());
     let sid = one.open_session(D, "").unwrap().id;
     let (a, b, c) = (name("own", 0), name("own", 1), name("own", 2));
-    let ta = token(one.acquire(&sid, &a));
-    let tb = token(one.acquire(&sid, &b));
+    let ta = acquired(one.acquire(&sid, &a));
+    let tb = acquired(one.acquire(&sid, &b));
     assert_eq!(owned(&one, &sid, D), vec![(a.clone(), ta), (b.clone(), tb)]);
     assert_eq!(owned(&one, &sid, D), vec![(a.clone(), ta), (b.clone(), tb)], "unchanged index, same report");
     one.release(&sid, &a, ta).unwrap();
     assert_eq!(owned(&one, &sid, D), vec![(b.clone(), tb)], "a released lease is still reported");
     // Another backend (its own books, no listing) changes the same session's index: the first
     // backend's next renewal sees it.
-    let tc = token(two.acquire(&sid, &c));
+    let tc = acquired(two.acquire(&sid, &c));
     assert_eq!(owned(&one, &sid, D), vec![(b.clone(), tb), (c.clone(), tc)]);
     assert_eq!(owned(&two, &sid, D), vec![(b.clone(), tb), (c.clone(), tc)]);
     two.release(&sid, &b, tb).unwrap();
     assert_eq!(owned(&one, &sid, D), vec![(c.clone(), tc)]);
     // A new term of a released name is a new entry with the next token.
-    let ta2 = token(one.acquire(&sid, &a));
+    let ta2 = acquired(one.acquire(&sid, &a));
     assert!(ta2 > ta);
     assert_eq!(owned(&two, &sid, D), vec![(a.clone(), ta2), (c.clone(), tc)]);
     // A release of an older term that lands late changes nothing.
@@ -220,7 +197,7 @@ fn owned_follows_every_change_of_the_index() {
     assert_eq!(two.acquire(&rival, &c).unwrap(), Acquire::Busy);
     r.cmd(&["DEL", &format!("simba:session:{{{sid}}}")]);
     assert!(two.holder(&c).unwrap().is_none());
-    assert!(token(two.acquire(&rival, &c)) > tc);
+    assert!(acquired(two.acquire(&rival, &c)) > tc);
     assert_eq!(one.keep_alive(&sid, D).unwrap(), KeepAlive::Expired);
     assert_eq!(two.keep_alive(&sid, D).unwrap(), KeepAlive::Expired);
     two.close_session(&rival).unwrap();
@@ -235,16 +212,16 @@ fn owned_follows_every_change_of_the_index() {
 #[test]
 fn a_lease_acquired_again_after_its_release_and_a_renewal_stays_owned() {
     let r = PrivateRedis::start(&[]);
-    let b = backend(&r);
+    let b = r.backend();
     let sid = b.open_session(D, "").unwrap().id;
     let (x, control, g) = (name("again", 0), name("again", 1), name("again-group", 0));
-    let tc = token(b.acquire(&sid, &control));
-    let t1 = token(b.acquire(&sid, &x));
+    let tc = acquired(b.acquire(&sid, &control));
+    let t1 = acquired(b.acquire(&sid, &x));
     b.join(&sid, &g).unwrap();
     b.release(&sid, &x, t1).unwrap();
     b.leave(&sid, &g).unwrap();
     assert_eq!(owned(&b, &sid, D), vec![(control.clone(), tc)]);
-    let t2 = token(b.acquire(&sid, &x));
+    let t2 = acquired(b.acquire(&sid, &x));
     b.join(&sid, &g).unwrap();
     for k in 1..=2 {
         assert_eq!(owned(&b, &sid, D), vec![(x.clone(), t2), (control.clone(), tc)], "renewal {k} after");
@@ -257,10 +234,10 @@ fn a_lease_acquired_again_after_its_release_and_a_renewal_stays_owned() {
 #[test]
 fn a_lease_hash_changed_behind_the_sessions_back_is_not_reported() {
     let r = PrivateRedis::start(&[]);
-    let b = backend(&r);
+    let b = r.backend();
     let sid = b.open_session(D, "").unwrap().id;
     let held: Vec<(Name, Token)> =
-        (0..4).map(|i| (name("tamper", i), token(b.acquire(&sid, &name("tamper", i))))).collect();
+        (0..4).map(|i| (name("tamper", i), acquired(b.acquire(&sid, &name("tamper", i))))).collect();
     assert_eq!(owned(&b, &sid, D), held);
     // Writes that bypass simba: a lease hash deleted, one given to another session, one whose
     // token changed. At most 16 leases: the next renewal checks every entry.
@@ -274,7 +251,7 @@ fn a_lease_hash_changed_behind_the_sessions_back_is_not_reported() {
     // which every renewal checks whole; tests/redis_detection.rs tests both encodings).
     let many: Vec<Name> = (10..110).map(|i| name("tamper", i)).collect();
     for l in &many {
-        token(b.acquire(&sid, l));
+        acquired(b.acquire(&sid, l));
     }
     assert_eq!(owned(&b, &sid, D).len(), 101);
     r.cmd(&["DEL", &format!("simba:lease:{{{}}}", many[50])]);
@@ -337,7 +314,7 @@ fn legacy_holder(r: &PrivateRedis, l: &Name) -> Option<String> {
 #[test]
 fn old_and_new_scripts_never_both_hold_a_term() {
     let r = PrivateRedis::start(&[]);
-    let b = backend(&r);
+    let b = r.backend();
     let short = Duration::from_millis(600);
     // An old client's session (open_session.lua did not change) holds `old` by the old rules.
     let old_client = b.open_session(short, "old").unwrap().id;
@@ -351,7 +328,7 @@ fn old_and_new_scripts_never_both_hold_a_term() {
         thread::sleep(short / 4);
     }
     // A term the new scripts started is busy for the old ones while its session lives.
-    let t_new = token(b.acquire(&me, &new));
+    let t_new = acquired(b.acquire(&me, &new));
     assert_eq!(legacy_acquire(&r, &old_client, &new), None, "an old client took a new client's live term");
     assert_eq!(legacy_holder(&r, &new).as_deref(), Some(me.as_str()));
     // The old client stops renewing: its term ends with its session, for both.
@@ -361,7 +338,7 @@ fn old_and_new_scripts_never_both_hold_a_term() {
         thread::sleep(short / 4);
     }
     assert!(b.holder(&old).unwrap().is_none());
-    assert_eq!(token(b.acquire(&me, &old)).get(), t_old + 1, "the takeover continues the old token");
+    assert_eq!(acquired(b.acquire(&me, &old)).get(), t_old + 1, "the takeover continues the old token");
     assert_eq!(owned(&b, &me, D), vec![(old.clone(), Token::new(t_old + 1).unwrap()), (new.clone(), t_new)]);
     // The new client's session ends: an old client takes over with the next token.
     let late = b.open_session(short, "old again").unwrap().id;

@@ -86,6 +86,14 @@ impl PrivateRedis {
         std::fs::read_to_string(self.dir.join("redis.log")).unwrap_or_default()
     }
 
+    /// A backend on this server (query timeout 5 s).
+    pub fn backend(&self) -> simba::backends::redis::RedisBackend {
+        let options = simba::backends::redis::RedisOptions::builder().query_timeout(Duration::from_secs(5)).build();
+        let options = options.unwrap_or_else(|e| panic!("redis options: {e}"));
+        simba::backends::redis::RedisBackend::connect(&self.url(), options)
+            .unwrap_or_else(|e| panic!("cannot connect to the private redis at {}: {e}", self.url()))
+    }
+
     pub fn url(&self) -> String {
         format!("redis://127.0.0.1:{}", self.port)
     }
@@ -185,4 +193,28 @@ fn private_server_starts_restarts_and_stops() {
     assert_eq!(r.cmd(&["EXISTS", "k"]), "0", "no persistence: a restart loses everything");
     r.kill();
     assert!(r.try_cmd(&["PING"]).is_none());
+}
+
+/// The token of an acquire that must have succeeded.
+pub fn acquired(r: simba::Result<simba::Acquire>) -> simba::Token {
+    match r {
+        Ok(simba::Acquire::Acquired { token, .. }) => token,
+        other => panic!("expected Acquired, got {other:?}"),
+    }
+}
+
+/// The leases a keep-alive of `sid` (lease duration `d`) reports owned, sorted.
+pub fn owned(
+    b: &simba::backends::redis::RedisBackend,
+    sid: &simba::SessionId,
+    d: Duration,
+) -> Vec<(simba::Name, simba::Token)> {
+    use simba::LeaseBackend;
+    match b.keep_alive(sid, d) {
+        Ok(simba::KeepAlive::Alive { mut owned, .. }) => {
+            owned.sort();
+            owned
+        }
+        other => panic!("keep-alive of session {sid}: expected Alive, got {other:?}"),
+    }
 }

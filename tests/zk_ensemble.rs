@@ -132,13 +132,14 @@ fn a_join_or_acquire_through_one_server_is_visible_at_once_through_another() {
         .map(|t| {
             let (b, stop) = (pinned(hosts[leader]), stop.clone());
             std::thread::spawn(move || {
-                let s = b.open_session(lease, "load").unwrap().id;
+                // Load only: what it gets back is not under test (a call may time out on a busy
+                // machine), so its errors are ignored.
+                let Ok(s) = b.open_session(lease, "load").map(|g| g.id) else { return };
                 let g = Name::new(format!("load{t}")).unwrap();
                 while !stop.load(Ordering::Relaxed) {
-                    b.join(&s, &g).unwrap();
-                    b.leave(&s, &g).unwrap();
+                    let _ = b.join(&s, &g).and_then(|()| b.leave(&s, &g));
                 }
-                b.close_session(&s).unwrap();
+                let _ = b.close_session(&s);
             })
         })
         .collect();
