@@ -7,7 +7,7 @@
 //! freed meanwhile (`Capabilities::watch_checks_lease`: memory, ZooKeeper) it registers *after an
 //! attempt that did not win* instead, so a free lease costs no registration; without push it never
 //! registers ([`Rule`], from [`Capabilities::lease_registration`](crate::backend::Capabilities)).
-//! Between attempts a blocking waiter ([`wait`]) waits for whichever comes first: a pushed
+//! Between attempts a blocking waiter (`SessionInner::wait_for`) waits for whichever comes first: a pushed
 //! release, the session's end, its [`Cancel`] token, or the retry delay (capped by its deadline).
 //!
 //! Users (through `SessionInner::wait_for`): `SessionInner::lock_until` (every `lock*` of a session or coordinator), the semaphore's
@@ -97,61 +97,67 @@ pub(crate) trait Contender {
     fn attempt(&mut self, s: &Arc<SessionInner>, deadline: Option<Instant>, first: bool) -> Result<Option<Self::Won>>;
 }
 
-/// Attempts until `contender` wins, `deadline` passes (`Ok(None)`; `None`: never), `cancel` is
-/// cancelled (`Cancelled`), or an attempt fails with an error that is not transient (returned).
-/// The first attempt is always made; every attempt runs to its own bound and none is sent after
-/// the deadline, registrations are bounded by the time left (and the query timeout), so this
-/// returns by the deadline plus at most one bounded call. `observe` hears of every attempt that
-/// did not win, before the registration that may follow it and the wait.
-fn wait<C: Contender>(
-    s: &Arc<SessionInner>,
-    contender: &mut C,
-    deadline: Option<Instant>,
-    cancel: Option<&Cancel>,
-    observe: &mut dyn FnMut(Attempt<'_>),
-) -> Result<Option<C::Won>> {
-    let rule = Rule::of(&*s.backend);
-    let mut registrar = Registrar::new(s);
-    let never = sync::never();
-    let cancelled = cancel.map_or(&never, Cancel::receiver);
-    let is_cancelled = || cancel.is_some_and(Cancel::is_cancelled);
-    let passed = || deadline.is_some_and(|d| sync::now() >= d);
-    let mut first = true;
-    loop {
-        if is_cancelled() {
-            return Err(Error::new(ErrorKind::Cancelled, format!("waiting for {} was cancelled", contender.what())));
-        }
-        if !first && passed() {
-            return Ok(None);
-        }
-        if rule.registers(Moment::BeforeAttempt) {
-            registrar.register(contender, deadline);
-        }
-        match contender.attempt(s, deadline, std::mem::take(&mut first)) {
-            Ok(Some(won)) => return Ok(Some(won)),
-            Ok(None) => observe(Attempt::Busy),
-            Err(err) if err.is_retryable() => {
-                log::debug!("session {}: an attempt at {} failed, retrying: {err}", s.id, contender.what());
-                observe(Attempt::Failed(&err));
+impl SessionInner {
+    /// Attempts until `contender` wins, `deadline` passes (`Ok(None)`; `None`: never), `cancel` is
+    /// cancelled (`Cancelled`), or an attempt fails with an error that is not transient (returned).
+    /// The first attempt is always made; every attempt runs to its own bound and none is sent after
+    /// the deadline, registrations are bounded by the time left (and the query timeout), so this
+    /// returns by the deadline plus at most one bounded call. `observe` hears of every attempt that
+    /// did not win, before the registration that may follow it and the wait.
+    pub(crate) fn wait_for<C: Contender>(
+        self: &Arc<Self>,
+        contender: &mut C,
+        deadline: Option<Instant>,
+        cancel: Option<&Cancel>,
+        observe: &mut dyn FnMut(Attempt<'_>),
+    ) -> Result<Option<C::Won>> {
+        let s = self;
+        let rule = Rule::of(&*s.backend);
+        let mut registrar = Registrar::new(s);
+        let never = sync::never();
+        let cancelled = cancel.map_or(&never, Cancel::receiver);
+        let is_cancelled = || cancel.is_some_and(Cancel::is_cancelled);
+        let passed = || deadline.is_some_and(|d| sync::now() >= d);
+        let mut first = true;
+        loop {
+            if is_cancelled() {
+                return Err(Error::new(
+                    ErrorKind::Cancelled,
+                    format!("waiting for {} was cancelled", contender.what()),
+                ));
             }
-            Err(err) => return Err(err),
-        }
-        // No wait follows a passed deadline or a cancel, so no registration either.
-        if passed() || is_cancelled() {
-            continue;
-        }
-        if rule.registers(Moment::AfterMiss) {
-            registrar.register(contender, deadline);
-        }
-        let mut pause = s.pause(registrar.armed);
-        if let Some(d) = deadline {
-            pause = pause.min(d.saturating_duration_since(sync::now()));
-        }
-        select! {
-            recv(registrar.rx) -> _ => registrar.drain(),
-            recv(s.ended_rx) -> _ => {},
-            recv(cancelled) -> _ => {},
-            default(pause) => {}
+            if !first && passed() {
+                return Ok(None);
+            }
+            if rule.registers(Moment::BeforeAttempt) {
+                registrar.register(contender, deadline);
+            }
+            match contender.attempt(s, deadline, std::mem::take(&mut first)) {
+                Ok(Some(won)) => return Ok(Some(won)),
+                Ok(None) => observe(Attempt::Busy),
+                Err(err) if err.is_retryable() => {
+                    log::debug!("session {}: an attempt at {} failed, retrying: {err}", s.id, contender.what());
+                    observe(Attempt::Failed(&err));
+                }
+                Err(err) => return Err(err),
+            }
+            // No wait follows a passed deadline or a cancel, so no registration either.
+            if passed() || is_cancelled() {
+                continue;
+            }
+            if rule.registers(Moment::AfterMiss) {
+                registrar.register(contender, deadline);
+            }
+            let mut pause = s.pause(registrar.armed);
+            if let Some(d) = deadline {
+                pause = pause.min(d.saturating_duration_since(sync::now()));
+            }
+            select! {
+                recv(registrar.rx) -> _ => registrar.drain(),
+                recv(s.ended_rx) -> _ => {},
+                recv(cancelled) -> _ => {},
+                default(pause) => {}
+            }
         }
     }
 }
@@ -292,17 +298,6 @@ fn watched(
 }
 
 impl SessionInner {
-    /// Waits on this session for `contender` (see [`wait`]).
-    pub(crate) fn wait_for<C: Contender>(
-        self: &Arc<Self>,
-        contender: &mut C,
-        deadline: Option<Instant>,
-        cancel: Option<&Cancel>,
-        observe: &mut dyn FnMut(Attempt<'_>),
-    ) -> Result<Option<C::Won>> {
-        wait(self, contender, deadline, cancel, observe)
-    }
-
     /// The time before a waiter's next attempt: with a registration in place (`pushed`), the
     /// push retry interval (`renew_interval / 2`: it only covers a lost push), otherwise the
     /// poll interval; plus jitter up to half of it.

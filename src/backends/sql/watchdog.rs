@@ -56,7 +56,8 @@ impl Watchdog {
     /// The process' watchdog (its thread starts with the first call).
     pub(crate) fn get() -> &'static Watchdog {
         static WATCHDOG: OnceLock<Watchdog> = OnceLock::new();
-        WATCHDOG.get_or_init(|| {
+        let mut failed = None;
+        let dog = WATCHDOG.get_or_init(|| {
             let dog = Watchdog {
                 state: Mutex::new(State {
                     next_id: 0,
@@ -69,11 +70,17 @@ impl Watchdog {
             };
             let spawned = std::thread::Builder::new().name("simba-sql-watchdog".into()).spawn(|| Watchdog::get().run());
             if let Err(e) = spawned {
-                warn!("simba mysql: cannot start the watchdog thread ({e}): calls rely on the socket timeouts alone");
                 dog.state.lock().broken = true;
+                failed = Some(e);
             }
             dog
-        })
+        });
+        // Logged once the initialisation is over: never inside it (the application's logger may
+        // call into simba, and a MySQL call would wait here for this very initialisation).
+        if let Some(e) = failed {
+            warn!("simba mysql: cannot start the watchdog thread ({e}): calls rely on the socket timeouts alone");
+        }
+        dog
     }
 
     /// Whether the thread runs (it could not be started: calls are not watched, and the backend
