@@ -10,8 +10,12 @@
 //! apart, so nothing else wakes it within the test's bound.
 //!
 //! The same held `listen` also makes every registration hang (each slot's registration waits for
-//! the notification connection up to the connect timeout, here the query timeout): a wait keeps
-//! at most one registration in flight however many rounds pass meanwhile.
+//! the notification connection up to the connect timeout, here the query timeout): the wait goes
+//! on round after round, attempting after each timed-out registration. (PostgreSQL bounds its
+//! calls, so these registrations run on the waiter's own thread; that a wait keeps at most one
+//! registration in flight where they run on workers is `tests/worker_pool.rs`
+//! `a_hanging_registration_is_not_started_again_every_round`: the CLI waits through the same
+//! library call. Counting `simba-watch` threads here, as before the CLI did, could no longer fail.)
 //!
 //! `SIMBA_TEST_POSTGRES_URL` (default `postgres://postgres@127.0.0.1:5432/test`); start the server
 //! with `scripts/services up`.
@@ -111,25 +115,14 @@ fn a_lock_wait_registers_for_the_release_before_it_attempts() {
     );
 }
 
-/// Threads of process `pid` named `name` now (`/proc/<pid>/task/*/comm`).
-fn threads_named(pid: u32, name: &str) -> usize {
-    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).expect("read /proc/<pid>/task");
-    tasks
-        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
-        .filter(|comm| comm.trim_end() == name)
-        .count()
-}
-
 /// The debug line of a round whose registration did not complete within the query timeout.
 const ROUND_TIMED_OUT: &str = "took longer than";
 
 #[test]
 #[serial(postgres)]
-fn a_hanging_release_registration_is_not_started_again_every_round() {
-    // How many rounds whose registration hung to watch, and the slots of the semaphore: each
-    // slot's registration waits up to the query timeout for the held notification connection, so
-    // one registration hangs for SLOTS rounds and a wait that starts one per round runs about
-    // SLOTS at once.
+fn a_wait_goes_on_through_hanging_release_registrations() {
+    // How many rounds whose registration hung to watch, and the slots of the semaphore (each
+    // slot's registration waits up to the query timeout for the held notification connection).
     const ROUNDS: usize = 8;
     const SLOTS: u32 = 3;
     let backend = shared_backend(Dialect::Postgres);
@@ -155,17 +148,15 @@ fn a_hanging_release_registration_is_not_started_again_every_round() {
         .stderr(Stdio::piped())
         .spawn()
         .expect("run simba");
-    let pid = waiter.id();
     let mut lines = Lines::of(&mut waiter);
 
-    // After each round whose registration timed out (the waiter says so, then attempts), count
-    // the registration threads.
-    let mut counts = Vec::new();
+    // Rounds whose registration timed out (the waiter says so, then attempts).
+    let mut rounds = 0;
     for _ in 0..ROUNDS {
         if lines.wait_within(ROUND_TIMED_OUT, Duration::from_secs(30)).is_none() {
             break;
         }
-        counts.push(threads_named(pid, "simba-watch"));
+        rounds += 1;
     }
     let held = proxy.holding();
     let _ = waiter.kill();
@@ -176,13 +167,9 @@ fn a_hanging_release_registration_is_not_started_again_every_round() {
     holder.close().unwrap();
     assert!(held, "the notification connection's listen was never held; stderr:\n{}", lines.seen.join("\n"));
     assert_eq!(
-        counts.len(),
+        rounds,
         ROUNDS,
         "fewer rounds than expected timed out their registration; stderr:\n{}",
         lines.seen.join("\n")
-    );
-    assert!(
-        counts.iter().all(|&n| n <= 1),
-        "more than one release registration in flight: simba-watch threads after each of {ROUNDS} rounds: {counts:?}"
     );
 }

@@ -8,14 +8,15 @@
 
 mod support;
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
 use parking_lot::Mutex;
 use serial_test::serial;
-use simba::{Config, Coordinator, CoordinatorEvent, ErrorKind, Name, Session, SessionOptions};
+use simba::backend::{Notification, Topic};
+use simba::{Cancel, Config, Coordinator, CoordinatorEvent, ErrorKind, Name, Session, SessionOptions};
 use support::forward::{Forward, Hook, Op};
 
 const WORKERS: usize = 4;
@@ -190,6 +191,93 @@ fn exhausted_pool_fails_user_calls_at_once_and_loss_detection_is_unaffected() {
     drop(lease);
     drop(session);
     drain(fwd);
+}
+
+/// Registrations for a release that hang (a backend whose `watch` never answers, as a
+/// PostgreSQL notification connection whose `LISTEN` is held): the wait keeps the one in flight
+/// and waits for it again each round instead of starting another, so it parks one worker
+/// however many rounds it waits (a wait that started one per round parked one more per round,
+/// up to the pool's limit, and then had its registrations refused).
+#[test]
+#[serial]
+fn a_hanging_registration_is_not_started_again_every_round() {
+    #[derive(Debug)]
+    struct HangWatch {
+        hang: AtomicBool,
+        in_flight: AtomicUsize,
+        most: AtomicUsize,
+        gate: Mutex<Option<Sender<()>>>,
+        wait: Receiver<()>,
+    }
+    impl Hook for HangWatch {
+        fn before(&self, _: Op) {}
+        fn watch(&self, _: &Topic, _: &Sender<Notification>) -> Option<simba::Result<bool>> {
+            if !self.hang.load(Ordering::SeqCst) {
+                return Some(Ok(false));
+            }
+            let now = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+            self.most.fetch_max(now, Ordering::SeqCst);
+            let _ = self.wait.recv();
+            self.in_flight.fetch_sub(1, Ordering::SeqCst);
+            Some(Ok(false))
+        }
+    }
+    struct GateOnDrop(Arc<Forward<HangWatch>>);
+    impl Drop for GateOnDrop {
+        fn drop(&mut self) {
+            self.0.hook.gate.lock().take();
+        }
+    }
+    pool_is_free();
+    let (tx, rx) = crossbeam_channel::bounded(0);
+    let hook = HangWatch {
+        hang: AtomicBool::new(false),
+        in_flight: AtomicUsize::new(0),
+        most: AtomicUsize::new(0),
+        gate: Mutex::new(Some(tx)),
+        wait: rx,
+    };
+    let fwd = Forward::pushing("hang-watch", hook);
+    let open = GateOnDrop(fwd.clone());
+    let opts = || {
+        SessionOptions::builder()
+            .lease_duration(Duration::from_secs(10))
+            .renew_interval(Duration::from_secs(3))
+            .query_timeout(Duration::from_millis(50))
+            .poll_interval(Duration::from_millis(10))
+            .worker_threads(WORKERS)
+            .build()
+            .unwrap()
+    };
+    let holder = Session::open(fwd.clone(), opts()).unwrap();
+    let name = Name::new(support::unique("hangwatch")).unwrap();
+    let _held = holder.lock(&name).unwrap();
+    let waiter = Session::open(fwd.clone(), opts()).unwrap();
+    fwd.hook.hang.store(true, Ordering::SeqCst);
+    // Rounds of: wait up to the query timeout for the registration, attempt (busy), pause; the
+    // wait is cancelled after its sixth busy attempt.
+    let (cancel, mut rounds) = (Cancel::new(), 0);
+    let got = waiter.lock_cancellable(&name, None, &cancel, |_| {
+        rounds += 1;
+        if rounds == 6 {
+            cancel.cancel();
+        }
+    });
+    assert_eq!(got.map(|l| l.is_some()).map_err(|e| e.kind()), Err(ErrorKind::Cancelled));
+    let most = fwd.hook.most.load(Ordering::SeqCst);
+    assert_eq!(most, 1, "{most} registrations in flight at once over {rounds} rounds (one hangs for good)");
+    drop(open);
+    drop((waiter, _held, holder));
+    drain_watches(fwd);
+}
+
+/// Waits until no call into `fwd` is running any more (its gate is open).
+fn drain_watches(fwd: Arc<Forward<impl Hook>>) {
+    let until = Instant::now() + Duration::from_secs(10);
+    while Arc::strong_count(&fwd) > 1 {
+        assert!(Instant::now() < until, "calls into the backend still running 10 s after the gate opened");
+        std::thread::sleep(Duration::from_millis(5));
+    }
 }
 
 #[test]
