@@ -35,32 +35,23 @@
 //! credentials) never appear in `Debug`, logs or error messages: URLs are shown redacted, e.g.
 //! `redis://user:***@host:6379`. See `docs/configuration.md`.
 
-pub(crate) mod kind;
-pub(crate) mod redact;
-pub(crate) mod url;
-pub(crate) mod values;
+mod per_backend;
 
 use std::collections::BTreeSet;
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-pub use self::kind::BackendKind;
-use self::kind::{example_url, Family};
-pub use self::redact::redact_url;
-use self::redact::Secret;
-use self::url::{parse_endpoint, Endpoint};
-use self::values::{parse_bool, parse_count, parse_drift, parse_duration};
 use crate::backend::LeaseBackend;
-use crate::backends::memory::MemoryBackend;
-#[cfg(feature = "redis")]
-use crate::backends::redis::{RedisOptions, RedisOptionsBuilder};
-#[cfg(any(feature = "postgres", feature = "mysql"))]
-use crate::backends::sql::{SqlOptions, SqlOptionsBuilder};
-#[cfg(feature = "zookeeper")]
-use crate::backends::zookeeper::{ZookeeperOptions, ZookeeperSettings};
+use crate::backends::registry::{backend_of, ParsedBackend, BACKEND_VARS, REGISTRY};
 use crate::error::{display_chain, Error, Result};
 use crate::options::{SessionOptions, SessionOptionsBuilder};
+use crate::settings::endpoint::{parse_endpoint, Endpoint};
+pub use crate::settings::kind::BackendKind;
+use crate::settings::kind::{example_url, Family};
+use crate::settings::redact::Secret;
+pub use crate::settings::redact::redact_url;
+use crate::settings::values::{parse_bool, parse_count, parse_drift, parse_duration};
 
 /// The variables that are not any one backend's (the selection rules and the session timing).
 const GENERIC_VARS: &[&str] = &[
@@ -81,29 +72,31 @@ const GENERIC_VARS: &[&str] = &[
     "SIMBA_METADATA",
 ];
 
-#[cfg(any(feature = "postgres", feature = "mysql"))]
-const SQL_VARS: &[&str] = crate::backends::sql::config::ENV_VARS;
-#[cfg(not(any(feature = "postgres", feature = "mysql")))]
-const SQL_VARS: &[&str] = &[];
-#[cfg(feature = "redis")]
-const REDIS_VARS: &[&str] = crate::backends::redis::ENV_VARS;
-#[cfg(not(feature = "redis"))]
-const REDIS_VARS: &[&str] = &[];
-#[cfg(feature = "zookeeper")]
-const ZOOKEEPER_VARS: &[&str] = crate::backends::zookeeper::ENV_VARS;
-#[cfg(not(feature = "zookeeper"))]
-const ZOOKEEPER_VARS: &[&str] = &[];
+const fn var_count() -> usize {
+    let mut n = GENERIC_VARS.len();
+    let mut p = 0;
+    while p < BACKEND_VARS.len() {
+        n += BACKEND_VARS[p].len();
+        p += 1;
+    }
+    n
+}
 
-const ENV_VAR_COUNT: usize = GENERIC_VARS.len() + SQL_VARS.len() + REDIS_VARS.len() + ZOOKEEPER_VARS.len();
+const ENV_VAR_COUNT: usize = var_count();
 
-const fn concat(parts: [&[&'static str]; 4]) -> [&'static str; ENV_VAR_COUNT] {
+/// The generic variables, then those of each compiled-in backend (in registry order).
+const fn concat() -> [&'static str; ENV_VAR_COUNT] {
     let mut out = [""; ENV_VAR_COUNT];
     let mut n = 0;
+    while n < GENERIC_VARS.len() {
+        out[n] = GENERIC_VARS[n];
+        n += 1;
+    }
     let mut p = 0;
-    while p < parts.len() {
+    while p < BACKEND_VARS.len() {
         let mut i = 0;
-        while i < parts[p].len() {
-            out[n] = parts[p][i];
+        while i < BACKEND_VARS[p].len() {
+            out[n] = BACKEND_VARS[p][i];
             n += 1;
             i += 1;
         }
@@ -112,7 +105,7 @@ const fn concat(parts: [&[&'static str]; 4]) -> [&'static str; ENV_VAR_COUNT] {
     out
 }
 
-const ALL_VARS: [&str; ENV_VAR_COUNT] = concat([GENERIC_VARS, SQL_VARS, REDIS_VARS, ZOOKEEPER_VARS]);
+const ALL_VARS: [&str; ENV_VAR_COUNT] = concat();
 
 /// Every environment variable [`Config::from_env`] reads: the generic ones and those of the
 /// backends compiled in (each backend declares its own list, crate-private; this is the one public
@@ -134,15 +127,8 @@ pub struct ConfigBuilder {
     backend: Option<(BackendKind, &'static str)>,
     disabled: Vec<(Family, &'static str)>,
     session: SessionOptionsBuilder,
-    /// The SQL backends' own options builder (their variables' parsing lives with them).
-    #[cfg(any(feature = "postgres", feature = "mysql"))]
-    pub(crate) sql: SqlOptionsBuilder,
-    /// The Redis backend's own options builder (its `SIMBA_REDIS_*` parsing lives with it).
-    #[cfg(feature = "redis")]
-    pub(crate) redis: RedisOptionsBuilder,
-    /// The ZooKeeper backend's settings, checked when built (its parsing lives with it).
-    #[cfg(feature = "zookeeper")]
-    pub(crate) zookeeper: ZookeeperSettings,
+    /// Each compiled-in backend's own options builder (their variables' parsing lives with them).
+    pub(crate) backends: crate::backends::registry::Knobs,
     /// Backend-specific settings that were set, with the name they were set under.
     specific: BTreeSet<(Family, &'static str)>,
     /// `SIMBA_*` variables of backends not compiled in (they still count in the selection rules).
@@ -156,12 +142,7 @@ impl fmt::Debug for ConfigBuilder {
         d.field("url", &self.url.as_ref().map(|(u, _)| redact_url(u)))
             .field("backend", &self.backend.map(|(b, _)| b))
             .field("session", &self.session);
-        #[cfg(any(feature = "postgres", feature = "mysql"))]
-        d.field("sql", &self.sql);
-        #[cfg(feature = "redis")]
-        d.field("redis", &self.redis);
-        #[cfg(feature = "zookeeper")]
-        d.field("zookeeper", &self.zookeeper);
+        self.backends.debug_fields(&mut d);
         d.finish_non_exhaustive()
     }
 }
@@ -244,19 +225,12 @@ impl ConfigBuilder {
         if let Some(v) = get("SIMBA_METADATA") {
             b.session = b.session.metadata(v);
         }
-        #[allow(unused_mut)]
         let mut seen: Vec<(Family, &'static str)> = Vec::new();
-        #[cfg(any(feature = "postgres", feature = "mysql"))]
-        {
-            b.sql = b.sql.read_vars(&get, &mut |name| seen.push((Family::Sql, name)))?;
-        }
-        #[cfg(feature = "redis")]
-        {
-            b.redis = b.redis.read_vars(&get, &mut |name| seen.push((Family::Redis, name)))?;
-        }
-        #[cfg(feature = "zookeeper")]
-        {
-            b.zookeeper = b.zookeeper.read_vars(&get, &mut |name| seen.push((Family::Zookeeper, name)))?;
+        for backend in REGISTRY {
+            // A backend reads only the variables it declares (so every one is in ENV_VARS).
+            let own = |k: &str| backend.env_vars().contains(&k).then(|| get(k)).flatten();
+            let family = backend.family();
+            backend.read_vars(&mut b.backends, &own, &mut |name| seen.push((family, name)))?;
         }
         b.specific.extend(seen);
         Ok(b)
@@ -329,15 +303,6 @@ impl ConfigBuilder {
         self
     }
 
-    /// Records that `setting` (a backend's setter) was set, for the selection rules.
-    #[cfg_attr(
-        not(any(feature = "postgres", feature = "mysql", feature = "redis", feature = "zookeeper")),
-        allow(dead_code)
-    )]
-    pub(crate) fn mark(&mut self, setting: (Family, &'static str)) {
-        self.specific.insert(setting);
-    }
-
     /// Disables `kind`'s backend family (like `SIMBA_<BACKEND>_ENABLED=false`): choosing it fails.
     #[must_use]
     pub fn disable(mut self, kind: BackendKind) -> Self {
@@ -358,12 +323,13 @@ impl ConfigBuilder {
             None => None,
         };
         let kind = self.select(endpoint.as_ref())?;
-        if let Some(feature) = kind.feature().filter(|_| !kind.is_compiled()) {
+        let Some(backend) = backend_of(kind) else {
+            let feature = kind.feature().unwrap_or("none");
             return Err(Error::config(format!(
                 "the {} backend needs the `{feature}` feature: cargo build --features {feature}",
                 kind.name()
             )));
-        }
+        };
         if let Some((_, label)) = self.disabled.iter().find(|(f, _)| *f == kind.family()) {
             let how = if *label == "disable" { "ConfigBuilder::disable".to_string() } else { format!("{label}=false") };
             return Err(Error::config(format!("the {} backend is disabled ({how})", kind.name())));
@@ -374,41 +340,17 @@ impl ConfigBuilder {
             }
         }
         let session = self.session.clone().build()?;
-        let endpoint = match (endpoint, kind) {
-            (Some(e), _) => Some(e),
-            (None, BackendKind::Memory) => None,
-            (None, k) => {
-                return Err(Error::config(format!("internal: the {k} backend was chosen without a URL")));
-            }
-        };
-        // The backend's own options, from its own parsers (no I/O but reading TLS files).
-        #[allow(unused_mut)]
-        let mut backend = BackendSettings::Memory;
-        #[cfg(any(feature = "postgres", feature = "mysql", feature = "redis", feature = "zookeeper"))]
-        if let Some(ep) = endpoint.as_ref() {
-            match kind {
-                #[cfg(any(feature = "postgres", feature = "mysql"))]
-                BackendKind::Postgres | BackendKind::Mysql => {
-                    backend = crate::backends::sql::config::resolve(kind, ep, &self.sql, session.query_timeout())?;
-                }
-                #[cfg(feature = "redis")]
-                BackendKind::Redis | BackendKind::RedisCluster => {
-                    let url = crate::backends::redis::config::parse_url(&ep.raw.0)?;
-                    let options = self.redis.clone().query_timeout(session.query_timeout()).build()?;
-                    crate::backends::redis::config::check(&url, &options)?;
-                    backend = BackendSettings::Redis(options);
-                }
-                #[cfg(feature = "zookeeper")]
-                BackendKind::Zookeeper => {
-                    let (hosts, options) = self.zookeeper.resolve(ep, session.query_timeout())?;
-                    backend = BackendSettings::Zookeeper { hosts, options };
-                }
-                _ => {}
-            }
+        if endpoint.is_none() && kind != BackendKind::Memory {
+            return Err(Error::config(format!("internal: the {kind} backend was chosen without a URL")));
         }
-        let endpoint_secrets = endpoint.as_ref().map(Endpoint::secrets).unwrap_or_default();
-        let config = Config { kind, endpoint, session, backend, secrets: self.secrets(endpoint_secrets), warnings };
-        Ok(config)
+        // The backend's own settings from the URL parsed above (no I/O but reading TLS files):
+        // what it connects with.
+        let parsed = backend.parse(kind, endpoint.as_ref(), &self.backends, session.query_timeout())?;
+        let mut secrets = endpoint.as_ref().map(Endpoint::secrets).unwrap_or_default();
+        secrets.extend(REGISTRY.iter().flat_map(|b| b.secrets(&self.backends)));
+        secrets.retain(|x| !x.is_empty());
+        let secrets = secrets.into_iter().map(Secret).collect();
+        Ok(Config { kind, endpoint, session, backend: parsed, secrets, warnings })
     }
 
     /// Every backend-specific setting that was set, with the name it was set under (including the
@@ -417,26 +359,6 @@ impl ConfigBuilder {
         let mut all: Vec<(Family, String)> = self.specific.iter().map(|(f, l)| (*f, l.to_string())).collect();
         all.extend(self.not_compiled.iter().cloned());
         all
-    }
-
-    /// The secrets of the configuration: those of the URL (`endpoint`) and of the backends'
-    /// settings (to scrub from third-party error messages).
-    fn secrets(&self, endpoint: Vec<String>) -> Vec<Secret> {
-        let mut s = endpoint;
-        #[cfg(feature = "zookeeper")]
-        {
-            if let Some((_, p)) = &self.zookeeper.sasl {
-                s.push(p.0.clone());
-            }
-            if let Some((_, c)) = &self.zookeeper.auth {
-                s.push(c.0.clone());
-                if let Some((_, p)) = c.0.split_once(':') {
-                    s.push(p.to_string());
-                }
-            }
-        }
-        s.retain(|x| !x.is_empty());
-        s.into_iter().map(Secret).collect()
     }
 
     /// The selection rules of the module docs.
@@ -492,27 +414,6 @@ impl ConfigBuilder {
     }
 }
 
-/// The options of the selected backend, from the backend's own parsers. (One per configuration:
-/// the variants' sizes do not matter.)
-#[derive(Clone)]
-#[allow(clippy::large_enum_variant)]
-pub(crate) enum BackendSettings {
-    Memory,
-    /// The options, and the purge interval when it was set.
-    #[cfg(any(feature = "postgres", feature = "mysql"))]
-    Sql {
-        options: SqlOptions,
-        purge_interval: Option<Duration>,
-    },
-    #[cfg(feature = "redis")]
-    Redis(RedisOptions),
-    #[cfg(feature = "zookeeper")]
-    Zookeeper {
-        hosts: String,
-        options: ZookeeperOptions,
-    },
-}
-
 /// A validated configuration: which backend, how to reach it, and the session timing.
 ///
 /// `Debug` never shows secrets. See the [module docs](self) for the selection rules.
@@ -521,7 +422,8 @@ pub struct Config {
     kind: BackendKind,
     endpoint: Option<Endpoint>,
     session: SessionOptions,
-    pub(crate) backend: BackendSettings,
+    /// The chosen backend's settings, as its own parser made them from the URL.
+    backend: Arc<dyn ParsedBackend>,
     /// Every secret of the configuration, to scrub from third-party error messages.
     secrets: Vec<Secret>,
     warnings: Vec<String>,
@@ -531,21 +433,7 @@ impl fmt::Debug for Config {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut d = f.debug_struct("Config");
         d.field("backend", &self.kind).field("url", &self.endpoint).field("session", &self.session);
-        match &self.backend {
-            BackendSettings::Memory => {}
-            #[cfg(any(feature = "postgres", feature = "mysql"))]
-            BackendSettings::Sql { options, .. } => {
-                d.field("sql", options);
-            }
-            #[cfg(feature = "redis")]
-            BackendSettings::Redis(o) => {
-                d.field("redis", o);
-            }
-            #[cfg(feature = "zookeeper")]
-            BackendSettings::Zookeeper { hosts, options } => {
-                d.field("zookeeper_hosts", hosts).field("zookeeper", options);
-            }
-        }
+        self.backend.debug_fields(&mut d);
         d.finish()
     }
 }
@@ -614,26 +502,6 @@ impl Config {
         self.session.query_timeout()
     }
 
-    #[cfg(feature = "redis")]
-    /// Redis: the backend's options (`None` for another backend).
-    pub fn redis_options(&self) -> Option<&RedisOptions> {
-        match &self.backend {
-            BackendSettings::Redis(o) => Some(o),
-            #[allow(unreachable_patterns)]
-            _ => None,
-        }
-    }
-
-    #[cfg(feature = "zookeeper")]
-    /// ZooKeeper: the backend's options (`None` for another backend).
-    pub fn zookeeper_options(&self) -> Option<&ZookeeperOptions> {
-        match &self.backend {
-            BackendSettings::Zookeeper { options, .. } => Some(options),
-            #[allow(unreachable_patterns)]
-            _ => None,
-        }
-    }
-
     /// Non-fatal findings of [`build`](ConfigBuilder::build): settings ignored by the chosen
     /// backend, unknown `SIMBA_*` variables. [`from_env`](Config::from_env) also logs them.
     pub fn warnings(&self) -> &[String] {
@@ -658,39 +526,12 @@ impl Config {
     /// check); messages never contain secrets.
     pub fn connect(&self) -> Result<Arc<dyn LeaseBackend>> {
         log::debug!("connecting to the {} backend at {}", self.kind, self.redacted_url().unwrap_or("memory://"));
-        self.connect_inner().map_err(|e| self.scrub(e))
+        self.backend.connect().map_err(|e| self.scrub(e))
     }
 
-    fn connect_inner(&self) -> Result<Arc<dyn LeaseBackend>> {
-        match (self.kind, &self.backend) {
-            (BackendKind::Memory, _) => {
-                log::info!("simba: using the in-process memory backend (process-local: other processes never see it)");
-                Ok(Arc::new(MemoryBackend::new()))
-            }
-            #[cfg(any(feature = "postgres", feature = "mysql"))]
-            (BackendKind::Postgres | BackendKind::Mysql, _) => Ok(Arc::new(self.connect_sql_inner()?)),
-            #[cfg(feature = "redis")]
-            (BackendKind::Redis | BackendKind::RedisCluster, BackendSettings::Redis(options)) => {
-                // The backend parses the URL again (the same parser), splitting Cluster hosts and
-                // reading the TLS files.
-                let ep = self.endpoint()?;
-                Ok(Arc::new(crate::backends::redis::RedisBackend::connect(&ep.raw.0, options.clone())?))
-            }
-            #[cfg(feature = "zookeeper")]
-            (BackendKind::Zookeeper, BackendSettings::Zookeeper { hosts, options }) => {
-                Ok(Arc::new(crate::backends::zookeeper::ZookeeperBackend::connect(hosts, options.clone())?))
-            }
-            #[allow(unreachable_patterns)]
-            (other, _) => Err(Error::config(format!(
-                "the {other} backend needs the `{f}` feature: cargo build --features {f}",
-                f = other.feature().unwrap_or("none")
-            ))),
-        }
-    }
-
-    #[allow(dead_code)]
-    pub(crate) fn endpoint(&self) -> Result<&Endpoint> {
-        self.endpoint.as_ref().ok_or_else(|| Error::config(format!("internal: the {} backend has no URL", self.kind)))
+    /// The chosen backend's settings, when they are a `T` (for the backend-specific accessors).
+    pub(crate) fn parsed<T: 'static>(&self) -> Option<&T> {
+        self.backend.as_any().downcast_ref()
     }
 
     /// Replaces an error whose message chain contains a secret with a redacted copy.

@@ -260,7 +260,7 @@ pub(crate) fn map_err(e: RedisError, context: impl fmt::Display) -> Error {
     Error::new(kind, format!("{context}: {detail}")).with_source(e)
 }
 
-pub(crate) use crate::config::redact_url as redact;
+pub(crate) use crate::settings::redact::redact_url as redact;
 
 /// `EVALSHA` of `script` (after `ASKING` when `asking`), loading the script and trying again on
 /// `NOSCRIPT`. Every command gets only the time left before `deadline`.

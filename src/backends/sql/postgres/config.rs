@@ -10,7 +10,7 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
-use crate::config::redact_url;
+use crate::settings::redact::redact_url;
 use crate::error::{Error, Result};
 
 /// libpq's `sslmode`: whether the connection is encrypted and what is verified.
