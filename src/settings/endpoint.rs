@@ -4,9 +4,9 @@
 
 use std::fmt;
 
+use super::kind::BackendKind;
 use super::redact::{redact_url, sensitive_key, Secret};
 use super::values::shorten;
-use super::kind::BackendKind;
 use crate::error::{Error, Result};
 
 /// One host of a URL.

@@ -18,11 +18,11 @@ use super::tls::{self, RedisTls};
 use crate::backend::LeaseBackend;
 use crate::backends::registry::{BackendConfig, Knobs, ParsedBackend};
 use crate::error::{Error, Result};
+use crate::options::DEFAULT_QUERY_TIMEOUT;
 use crate::settings::endpoint::{parse_endpoint, url_error, Endpoint};
 use crate::settings::kind::{BackendKind, Family};
 use crate::settings::redact::redact_url;
 use crate::settings::values::{parse_count, parse_duration, shorten};
-use crate::options::DEFAULT_QUERY_TIMEOUT;
 
 /// The `SIMBA_REDIS_*` variables ([`RedisOptionsBuilder::from_vars`] and
 /// [`Config::from_env`](crate::Config::from_env) read them).
@@ -636,6 +636,28 @@ mod tests {
             let e = parse_url(bad).unwrap_err();
             assert!(e.is_invalid_input() && e.to_string().contains(needle), "{bad}: {e}");
         }
+    }
+
+    #[test]
+    fn a_config_parses_its_redis_url_once() {
+        use crate::settings::endpoint::PARSES;
+        // Nothing listens on port 1: connecting fails, after the backend's settings were used.
+        for url in ["redis://:secret@127.0.0.1:1/0", "redis+cluster://127.0.0.1:1,127.0.0.1:2"] {
+            PARSES.with(|n| n.set(0));
+            let config = crate::Config::builder().url(url).query_timeout(Duration::from_millis(200)).build().unwrap();
+            assert_eq!(PARSES.with(|n| n.get()), 1, "{url}: built");
+            let e = config.connect().err().map(|e| e.to_string()).unwrap_or_default();
+            assert!(!e.contains("secret"), "{e}");
+            assert_eq!(PARSES.with(|n| n.get()), 1, "{url}: connected ({e})");
+        }
+        // The backend's own constructor parses the URL it is given, once.
+        PARSES.with(|n| n.set(0));
+        assert!(super::super::RedisBackend::connect(
+            "redis://127.0.0.1:1",
+            RedisOptions::builder().query_timeout(Duration::from_millis(200)).build().unwrap()
+        )
+        .is_err());
+        assert_eq!(PARSES.with(|n| n.get()), 1);
     }
 
     #[test]

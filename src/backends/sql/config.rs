@@ -14,11 +14,11 @@ use super::{SqlBackend, DEFAULT_CONNECTION_LIFETIME, DEFAULT_POOL_SIZE, DEFAULT_
 use crate::backend::LeaseBackend;
 use crate::backends::registry::{BackendConfig, Knobs, ParsedBackend};
 use crate::error::{Error, Result};
+use crate::options::DEFAULT_QUERY_TIMEOUT;
 use crate::settings::endpoint::{url_error, Endpoint};
 use crate::settings::kind::{BackendKind, Family};
 use crate::settings::redact::Secret;
 use crate::settings::values::{parse_count, parse_duration};
-use crate::options::DEFAULT_QUERY_TIMEOUT;
 
 /// The SQL backends' variables ([`SqlOptionsBuilder::from_vars`] and
 /// [`Config::from_env`](crate::Config::from_env) read them).
@@ -134,8 +134,10 @@ impl BackendConfig for SqlConfig {
     }
 }
 
-/// A SQL URL as its dialect's own parser parsed it (what the backend connects with).
+/// A SQL URL as its dialect's own parser parsed it (what the backend connects with). One per
+/// configuration: the variants' sizes do not matter.
 #[derive(Clone)]
+#[allow(clippy::large_enum_variant)]
 enum ParsedDialect {
     #[cfg(feature = "postgres")]
     Postgres(super::postgres::PgUrl),
