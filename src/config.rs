@@ -64,7 +64,7 @@ pub struct ConfigBuilder {
     disabled: Vec<(Family, &'static str)>,
     session: SessionOptionsBuilder,
     /// Each compiled-in backend's own options builder (their variables' parsing lives with them).
-    pub(crate) backends: crate::backends::registry::Knobs,
+    backends: crate::backends::registry::Knobs,
     /// Backend-specific settings that were set, with the name they were set under.
     specific: BTreeSet<(Family, &'static str)>,
     /// `SIMBA_*` variables of backends not compiled in (they still count in the selection rules).
@@ -357,13 +357,8 @@ impl Config {
         self.backend.connect().map_err(|e| self.scrub(e))
     }
 
-    /// The chosen backend's settings, when they are a `T` (for the backend-specific accessors).
-    pub(crate) fn parsed<T: 'static>(&self) -> Option<&T> {
-        self.backend.as_any().downcast_ref()
-    }
-
     /// Replaces an error whose message chain contains a secret with a redacted copy.
-    pub(crate) fn scrub(&self, e: Error) -> Error {
+    fn scrub(&self, e: Error) -> Error {
         let secrets: Vec<&str> = self.secrets.iter().map(|s| s.0.as_str()).collect();
         let chain = display_chain(&e);
         if secrets.iter().any(|s| chain.contains(*s)) {

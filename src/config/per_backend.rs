@@ -25,6 +25,17 @@ impl ConfigBuilder {
     }
 }
 
+impl Config {
+    /// The chosen backend's settings, when they are a `T` (what its `BackendConfig::parse` made).
+    #[cfg_attr(
+        not(any(feature = "postgres", feature = "mysql", feature = "redis", feature = "zookeeper")),
+        allow(dead_code)
+    )]
+    fn parsed<T: 'static>(&self) -> Option<&T> {
+        self.backend.as_any().downcast_ref()
+    }
+}
+
 /// The SQL settings (each forwards to [`SqlOptionsBuilder`](crate::backends::sql::SqlOptionsBuilder)).
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 mod sql {

@@ -113,7 +113,7 @@ impl RedisBackend {
         let limits = options.pool_limits();
         let scripting: Arc<dyn RedisScripting> = match &parsed.target {
             Target::Standalone(url) => Arc::new(StandaloneScripting::open(url, &files, limits)?),
-            Target::Cluster(nodes) => Arc::new(ClusteredScripting::open(nodes, &files, limits)?),
+            Target::Cluster(nodes) => Arc::new(ClusteredScripting::open_nodes(nodes, &files, limits)?),
         };
         RedisBackend::build(scripting, options, files)
     }
