@@ -6,6 +6,7 @@
 
 use std::any::Any;
 use std::fmt;
+use std::panic::{RefUnwindSafe, UnwindSafe};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -60,7 +61,7 @@ pub(crate) trait BackendConfig: Sync {
 }
 
 /// A backend's settings, parsed and checked by its [`BackendConfig::parse`].
-pub(crate) trait ParsedBackend: Send + Sync + Any {
+pub(crate) trait ParsedBackend: Send + Sync + RefUnwindSafe + UnwindSafe + Any {
     /// Creates the backend with these settings.
     ///
     /// # Errors

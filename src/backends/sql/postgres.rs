@@ -311,10 +311,17 @@ pub(crate) struct PgDriver {
 
 /// A PostgreSQL URL parsed once (for [`crate::Config`]): the driver configuration and the URL's
 /// TLS settings, its TLS files read and checked; [`PgDriver::from_parsed`] builds on it.
-#[derive(Clone)]
 pub(crate) struct PgUrl {
-    config: Config,
+    /// Never changed once parsed (only cloned), so a panic cannot leave it half-updated; the
+    /// driver's `Config` is not `RefUnwindSafe` only for its notice callback, which a URL never sets.
+    config: std::panic::AssertUnwindSafe<Config>,
     tls: PostgresTls,
+}
+
+impl Clone for PgUrl {
+    fn clone(&self) -> PgUrl {
+        PgUrl { config: std::panic::AssertUnwindSafe(self.config.0.clone()), tls: self.tls.clone() }
+    }
 }
 
 impl PgUrl {
@@ -322,7 +329,7 @@ impl PgUrl {
     pub(crate) fn parse(url: &str) -> Result<PgUrl> {
         let (config, tls) = config::parse(url)?;
         tls::TlsSetup::load(&tls).map_err(|e| Error::config(format!("{}: {e}", super::redact_url(url))))?;
-        Ok(PgUrl { config, tls })
+        Ok(PgUrl { config: std::panic::AssertUnwindSafe(config), tls })
     }
 }
 
@@ -339,7 +346,7 @@ impl PgDriver {
     /// [`new`](PgDriver::new) with no TLS settings in code.
     pub(crate) fn from_parsed(url: PgUrl, options: &SqlOptions, shown: String) -> Result<PgDriver> {
         let settings = url.tls.merge(&PostgresTls::default())?;
-        PgDriver::with_config(url.config, &settings, options, shown)
+        PgDriver::with_config(url.config.0, &settings, options, shown)
     }
 
     /// A driver for the application's own driver configuration and TLS settings. The
