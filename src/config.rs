@@ -35,95 +35,24 @@
 //! credentials) never appear in `Debug`, logs or error messages: URLs are shown redacted, e.g.
 //! `redis://user:***@host:6379`. See `docs/configuration.md`.
 
-pub(crate) mod kind;
-pub(crate) mod redact;
-pub(crate) mod url;
-pub(crate) mod values;
+mod env;
+mod per_backend;
 
 use std::collections::BTreeSet;
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-pub use self::kind::BackendKind;
-use self::kind::{example_url, Family};
-pub use self::redact::redact_url;
-use self::redact::Secret;
-use self::url::{parse_endpoint, Endpoint};
-use self::values::{parse_bool, parse_count, parse_drift, parse_duration};
+pub use self::env::ENV_VARS;
 use crate::backend::LeaseBackend;
-use crate::backends::memory::MemoryBackend;
-#[cfg(feature = "redis")]
-use crate::backends::redis::{RedisOptions, RedisOptionsBuilder};
-#[cfg(any(feature = "postgres", feature = "mysql"))]
-use crate::backends::sql::{SqlOptions, SqlOptionsBuilder};
-#[cfg(feature = "zookeeper")]
-use crate::backends::zookeeper::{ZookeeperOptions, ZookeeperSettings};
+use crate::backends::registry::{backend_of, ParsedBackend, REGISTRY};
 use crate::error::{display_chain, Error, Result};
 use crate::options::{SessionOptions, SessionOptionsBuilder};
-
-/// The variables that are not any one backend's (the selection rules and the session timing).
-const GENERIC_VARS: &[&str] = &[
-    "SIMBA_URL",
-    "SIMBA_BACKEND",
-    "SIMBA_ENABLED",
-    "SIMBA_POSTGRES_ENABLED",
-    "SIMBA_MYSQL_ENABLED",
-    "SIMBA_REDIS_ENABLED",
-    "SIMBA_ZOOKEEPER_ENABLED",
-    "SIMBA_MEMORY_ENABLED",
-    "SIMBA_LEASE_DURATION",
-    "SIMBA_RENEW_INTERVAL",
-    "SIMBA_DRIFT",
-    "SIMBA_QUERY_TIMEOUT",
-    "SIMBA_WORKER_THREADS",
-    "SIMBA_POLL_INTERVAL",
-    "SIMBA_METADATA",
-];
-
-#[cfg(any(feature = "postgres", feature = "mysql"))]
-const SQL_VARS: &[&str] = crate::backends::sql::config::ENV_VARS;
-#[cfg(not(any(feature = "postgres", feature = "mysql")))]
-const SQL_VARS: &[&str] = &[];
-#[cfg(feature = "redis")]
-const REDIS_VARS: &[&str] = crate::backends::redis::ENV_VARS;
-#[cfg(not(feature = "redis"))]
-const REDIS_VARS: &[&str] = &[];
-#[cfg(feature = "zookeeper")]
-const ZOOKEEPER_VARS: &[&str] = crate::backends::zookeeper::ENV_VARS;
-#[cfg(not(feature = "zookeeper"))]
-const ZOOKEEPER_VARS: &[&str] = &[];
-
-const ENV_VAR_COUNT: usize = GENERIC_VARS.len() + SQL_VARS.len() + REDIS_VARS.len() + ZOOKEEPER_VARS.len();
-
-const fn concat(parts: [&[&'static str]; 4]) -> [&'static str; ENV_VAR_COUNT] {
-    let mut out = [""; ENV_VAR_COUNT];
-    let mut n = 0;
-    let mut p = 0;
-    while p < parts.len() {
-        let mut i = 0;
-        while i < parts[p].len() {
-            out[n] = parts[p][i];
-            n += 1;
-            i += 1;
-        }
-        p += 1;
-    }
-    out
-}
-
-const ALL_VARS: [&str; ENV_VAR_COUNT] = concat([GENERIC_VARS, SQL_VARS, REDIS_VARS, ZOOKEEPER_VARS]);
-
-/// Every environment variable [`Config::from_env`] reads: the generic ones and those of the
-/// backends compiled in (each backend declares its own list, crate-private; this is the one public
-/// list). A `SIMBA_REDIS_*`,
-/// `SIMBA_ZOOKEEPER_*`, `SIMBA_SQL_*` or `SIMBA_PURGE_INTERVAL` variable of a backend that is not
-/// compiled in counts as that backend's setting in the selection rules.
-pub const ENV_VARS: &[&str] = &ALL_VARS;
-
-/// `SIMBA_*` variables that are not settings (the CLI sets them for its children; tests use
-/// `SIMBA_TEST_*`), so [`Config::from_env`] does not warn about them.
-const NOT_SETTINGS: &[&str] = &["SIMBA_TOKEN", "SIMBA_LEASE", "SIMBA_SESSION", "SIMBA_GROUP"];
+use crate::settings::endpoint::{parse_endpoint, Endpoint};
+pub use crate::settings::kind::BackendKind;
+use crate::settings::kind::{example_url, Family};
+pub use crate::settings::redact::redact_url;
+use crate::settings::redact::Secret;
 
 /// Builder of [`Config`]. Setters record values; [`build`](ConfigBuilder::build) validates them
 /// all before any I/O. Settings from the environment ([`ConfigBuilder::from_env`]) can be
@@ -134,15 +63,8 @@ pub struct ConfigBuilder {
     backend: Option<(BackendKind, &'static str)>,
     disabled: Vec<(Family, &'static str)>,
     session: SessionOptionsBuilder,
-    /// The SQL backends' own options builder (their variables' parsing lives with them).
-    #[cfg(any(feature = "postgres", feature = "mysql"))]
-    pub(crate) sql: SqlOptionsBuilder,
-    /// The Redis backend's own options builder (its `SIMBA_REDIS_*` parsing lives with it).
-    #[cfg(feature = "redis")]
-    pub(crate) redis: RedisOptionsBuilder,
-    /// The ZooKeeper backend's settings, checked when built (its parsing lives with it).
-    #[cfg(feature = "zookeeper")]
-    pub(crate) zookeeper: ZookeeperSettings,
+    /// Each compiled-in backend's own options builder (their variables' parsing lives with them).
+    backends: crate::backends::registry::Knobs,
     /// Backend-specific settings that were set, with the name they were set under.
     specific: BTreeSet<(Family, &'static str)>,
     /// `SIMBA_*` variables of backends not compiled in (they still count in the selection rules).
@@ -156,112 +78,12 @@ impl fmt::Debug for ConfigBuilder {
         d.field("url", &self.url.as_ref().map(|(u, _)| redact_url(u)))
             .field("backend", &self.backend.map(|(b, _)| b))
             .field("session", &self.session);
-        #[cfg(any(feature = "postgres", feature = "mysql"))]
-        d.field("sql", &self.sql);
-        #[cfg(feature = "redis")]
-        d.field("redis", &self.redis);
-        #[cfg(feature = "zookeeper")]
-        d.field("zookeeper", &self.zookeeper);
+        self.backends.debug_fields(&mut d);
         d.finish_non_exhaustive()
     }
 }
 
 impl ConfigBuilder {
-    /// Reads the `SIMBA_*` environment variables (see [`ENV_VARS`]); empty values count as unset.
-    /// Unknown `SIMBA_*` variables produce a warning (a likely typo).
-    ///
-    /// # Errors
-    /// `InvalidConfig` for a malformed value, naming the variable and the rule.
-    pub fn from_env() -> Result<ConfigBuilder> {
-        let mut b = ConfigBuilder::from_vars(|k| std::env::var(k).ok())?;
-        for (k, _) in std::env::vars_os() {
-            let Some(k) = k.to_str() else { continue };
-            if k.starts_with("SIMBA_")
-                && !k.starts_with("SIMBA_TEST_")
-                && !ENV_VARS.contains(&k)
-                && !NOT_SETTINGS.contains(&k)
-            {
-                match Family::not_compiled_owner(k) {
-                    // Whose it is, even though that backend cannot read it in this build.
-                    Some(family) => {
-                        b.not_compiled.insert((family, k.to_string()));
-                    }
-                    None => b.warnings.push(format!("unknown environment variable {k} is ignored (a typo?)")),
-                }
-            }
-        }
-        Ok(b)
-    }
-
-    /// Like [`from_env`](ConfigBuilder::from_env), reading variables through `get` (for tests and
-    /// for other sources such as a config file). Empty values count as unset.
-    ///
-    /// # Errors
-    /// `InvalidConfig` for a malformed value, naming the variable and the rule.
-    pub fn from_vars(get: impl Fn(&str) -> Option<String>) -> Result<ConfigBuilder> {
-        let get = |k: &str| get(k).filter(|v| !v.trim().is_empty());
-        let mut b = ConfigBuilder::default();
-        if let Some(v) = get("SIMBA_URL") {
-            b.url = Some((v, "SIMBA_URL"));
-        }
-        if let Some(v) = get("SIMBA_BACKEND") {
-            let kind = v.parse::<BackendKind>().map_err(|e| Error::config(format!("SIMBA_BACKEND: {e}")))?;
-            b.backend = Some((kind, "SIMBA_BACKEND"));
-        }
-        if let Some(v) = get("SIMBA_ENABLED") {
-            if !parse_bool("SIMBA_ENABLED", &v)? {
-                for f in [Family::Postgres, Family::Mysql, Family::Redis, Family::Zookeeper, Family::Memory] {
-                    b.disabled.push((f, "SIMBA_ENABLED"));
-                }
-            }
-        }
-        for f in [Family::Postgres, Family::Mysql, Family::Redis, Family::Zookeeper, Family::Memory] {
-            let var = f.enabled_var();
-            if let Some(v) = get(var) {
-                if !parse_bool(var, &v)? {
-                    b.disabled.push((f, var));
-                }
-            }
-        }
-        if let Some(v) = get("SIMBA_LEASE_DURATION") {
-            b.session = b.session.lease_duration(parse_duration("SIMBA_LEASE_DURATION", &v)?);
-        }
-        if let Some(v) = get("SIMBA_RENEW_INTERVAL") {
-            b.session = b.session.renew_interval(parse_duration("SIMBA_RENEW_INTERVAL", &v)?);
-        }
-        if let Some(v) = get("SIMBA_DRIFT") {
-            b.session = b.session.drift(parse_drift("SIMBA_DRIFT", &v)?);
-        }
-        if let Some(v) = get("SIMBA_QUERY_TIMEOUT") {
-            b.session = b.session.query_timeout(parse_duration("SIMBA_QUERY_TIMEOUT", &v)?);
-        }
-        if let Some(v) = get("SIMBA_WORKER_THREADS") {
-            b.session = b.session.worker_threads(parse_count("SIMBA_WORKER_THREADS", &v)? as usize);
-        }
-        if let Some(v) = get("SIMBA_POLL_INTERVAL") {
-            b.session = b.session.poll_interval(parse_duration("SIMBA_POLL_INTERVAL", &v)?);
-        }
-        if let Some(v) = get("SIMBA_METADATA") {
-            b.session = b.session.metadata(v);
-        }
-        #[allow(unused_mut)]
-        let mut seen: Vec<(Family, &'static str)> = Vec::new();
-        #[cfg(any(feature = "postgres", feature = "mysql"))]
-        {
-            b.sql = b.sql.read_vars(&get, &mut |name| seen.push((Family::Sql, name)))?;
-        }
-        #[cfg(feature = "redis")]
-        {
-            b.redis = b.redis.read_vars(&get, &mut |name| seen.push((Family::Redis, name)))?;
-        }
-        #[cfg(feature = "zookeeper")]
-        {
-            b.zookeeper = b.zookeeper.read_vars(&get, &mut |name| seen.push((Family::Zookeeper, name)))?;
-        }
-        b.specific.extend(seen);
-        Ok(b)
-    }
-
     /// The backend URL (its scheme chooses the backend). Replaces `SIMBA_URL`.
     #[must_use]
     pub fn url(mut self, url: impl Into<String>) -> Self {
@@ -329,15 +151,6 @@ impl ConfigBuilder {
         self
     }
 
-    /// Records that `setting` (a backend's setter) was set, for the selection rules.
-    #[cfg_attr(
-        not(any(feature = "postgres", feature = "mysql", feature = "redis", feature = "zookeeper")),
-        allow(dead_code)
-    )]
-    pub(crate) fn mark(&mut self, setting: (Family, &'static str)) {
-        self.specific.insert(setting);
-    }
-
     /// Disables `kind`'s backend family (like `SIMBA_<BACKEND>_ENABLED=false`): choosing it fails.
     #[must_use]
     pub fn disable(mut self, kind: BackendKind) -> Self {
@@ -358,12 +171,13 @@ impl ConfigBuilder {
             None => None,
         };
         let kind = self.select(endpoint.as_ref())?;
-        if let Some(feature) = kind.feature().filter(|_| !kind.is_compiled()) {
+        let Some(backend) = backend_of(kind) else {
+            let feature = kind.feature().unwrap_or("none");
             return Err(Error::config(format!(
                 "the {} backend needs the `{feature}` feature: cargo build --features {feature}",
                 kind.name()
             )));
-        }
+        };
         if let Some((_, label)) = self.disabled.iter().find(|(f, _)| *f == kind.family()) {
             let how = if *label == "disable" { "ConfigBuilder::disable".to_string() } else { format!("{label}=false") };
             return Err(Error::config(format!("the {} backend is disabled ({how})", kind.name())));
@@ -374,41 +188,17 @@ impl ConfigBuilder {
             }
         }
         let session = self.session.clone().build()?;
-        let endpoint = match (endpoint, kind) {
-            (Some(e), _) => Some(e),
-            (None, BackendKind::Memory) => None,
-            (None, k) => {
-                return Err(Error::config(format!("internal: the {k} backend was chosen without a URL")));
-            }
-        };
-        // The backend's own options, from its own parsers (no I/O but reading TLS files).
-        #[allow(unused_mut)]
-        let mut backend = BackendSettings::Memory;
-        #[cfg(any(feature = "postgres", feature = "mysql", feature = "redis", feature = "zookeeper"))]
-        if let Some(ep) = endpoint.as_ref() {
-            match kind {
-                #[cfg(any(feature = "postgres", feature = "mysql"))]
-                BackendKind::Postgres | BackendKind::Mysql => {
-                    backend = crate::backends::sql::config::resolve(kind, ep, &self.sql, session.query_timeout())?;
-                }
-                #[cfg(feature = "redis")]
-                BackendKind::Redis | BackendKind::RedisCluster => {
-                    let url = crate::backends::redis::config::parse_url(&ep.raw.0)?;
-                    let options = self.redis.clone().query_timeout(session.query_timeout()).build()?;
-                    crate::backends::redis::config::check(&url, &options)?;
-                    backend = BackendSettings::Redis(options);
-                }
-                #[cfg(feature = "zookeeper")]
-                BackendKind::Zookeeper => {
-                    let (hosts, options) = self.zookeeper.resolve(ep, session.query_timeout())?;
-                    backend = BackendSettings::Zookeeper { hosts, options };
-                }
-                _ => {}
-            }
+        if endpoint.is_none() && kind != BackendKind::Memory {
+            return Err(Error::config(format!("internal: the {kind} backend was chosen without a URL")));
         }
-        let endpoint_secrets = endpoint.as_ref().map(Endpoint::secrets).unwrap_or_default();
-        let config = Config { kind, endpoint, session, backend, secrets: self.secrets(endpoint_secrets), warnings };
-        Ok(config)
+        // The backend's own settings from the URL parsed above (no I/O but reading TLS files):
+        // what it connects with.
+        let parsed = backend.parse(kind, endpoint.as_ref(), &self.backends, session.query_timeout())?;
+        let mut secrets = endpoint.as_ref().map(Endpoint::secrets).unwrap_or_default();
+        secrets.extend(REGISTRY.iter().flat_map(|b| b.secrets(&self.backends)));
+        secrets.retain(|x| !x.is_empty());
+        let secrets = secrets.into_iter().map(Secret).collect();
+        Ok(Config { kind, endpoint, session, backend: parsed, secrets, warnings })
     }
 
     /// Every backend-specific setting that was set, with the name it was set under (including the
@@ -417,26 +207,6 @@ impl ConfigBuilder {
         let mut all: Vec<(Family, String)> = self.specific.iter().map(|(f, l)| (*f, l.to_string())).collect();
         all.extend(self.not_compiled.iter().cloned());
         all
-    }
-
-    /// The secrets of the configuration: those of the URL (`endpoint`) and of the backends'
-    /// settings (to scrub from third-party error messages).
-    fn secrets(&self, endpoint: Vec<String>) -> Vec<Secret> {
-        let mut s = endpoint;
-        #[cfg(feature = "zookeeper")]
-        {
-            if let Some((_, p)) = &self.zookeeper.sasl {
-                s.push(p.0.clone());
-            }
-            if let Some((_, c)) = &self.zookeeper.auth {
-                s.push(c.0.clone());
-                if let Some((_, p)) = c.0.split_once(':') {
-                    s.push(p.to_string());
-                }
-            }
-        }
-        s.retain(|x| !x.is_empty());
-        s.into_iter().map(Secret).collect()
     }
 
     /// The selection rules of the module docs.
@@ -492,27 +262,6 @@ impl ConfigBuilder {
     }
 }
 
-/// The options of the selected backend, from the backend's own parsers. (One per configuration:
-/// the variants' sizes do not matter.)
-#[derive(Clone)]
-#[allow(clippy::large_enum_variant)]
-pub(crate) enum BackendSettings {
-    Memory,
-    /// The options, and the purge interval when it was set.
-    #[cfg(any(feature = "postgres", feature = "mysql"))]
-    Sql {
-        options: SqlOptions,
-        purge_interval: Option<Duration>,
-    },
-    #[cfg(feature = "redis")]
-    Redis(RedisOptions),
-    #[cfg(feature = "zookeeper")]
-    Zookeeper {
-        hosts: String,
-        options: ZookeeperOptions,
-    },
-}
-
 /// A validated configuration: which backend, how to reach it, and the session timing.
 ///
 /// `Debug` never shows secrets. See the [module docs](self) for the selection rules.
@@ -521,7 +270,8 @@ pub struct Config {
     kind: BackendKind,
     endpoint: Option<Endpoint>,
     session: SessionOptions,
-    pub(crate) backend: BackendSettings,
+    /// The chosen backend's settings, as its own parser made them from the URL.
+    backend: Arc<dyn ParsedBackend>,
     /// Every secret of the configuration, to scrub from third-party error messages.
     secrets: Vec<Secret>,
     warnings: Vec<String>,
@@ -531,21 +281,7 @@ impl fmt::Debug for Config {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut d = f.debug_struct("Config");
         d.field("backend", &self.kind).field("url", &self.endpoint).field("session", &self.session);
-        match &self.backend {
-            BackendSettings::Memory => {}
-            #[cfg(any(feature = "postgres", feature = "mysql"))]
-            BackendSettings::Sql { options, .. } => {
-                d.field("sql", options);
-            }
-            #[cfg(feature = "redis")]
-            BackendSettings::Redis(o) => {
-                d.field("redis", o);
-            }
-            #[cfg(feature = "zookeeper")]
-            BackendSettings::Zookeeper { hosts, options } => {
-                d.field("zookeeper_hosts", hosts).field("zookeeper", options);
-            }
-        }
+        self.backend.debug_fields(&mut d);
         d.finish()
     }
 }
@@ -554,26 +290,6 @@ impl Config {
     /// A builder with nothing set.
     pub fn builder() -> ConfigBuilder {
         ConfigBuilder::default()
-    }
-
-    /// Reads and validates the `SIMBA_*` environment variables (see [`ENV_VARS`] and
-    /// `docs/configuration.md`). Warnings (ignored settings, unknown variables) are logged and
-    /// kept in [`warnings`](Config::warnings).
-    ///
-    /// # Errors
-    /// `InvalidConfig` as [`ConfigBuilder::build`], or for a malformed variable.
-    pub fn from_env() -> Result<Config> {
-        let c = ConfigBuilder::from_env()?.build()?;
-        c.log_warnings();
-        Ok(c)
-    }
-
-    /// Like [`from_env`](Config::from_env), reading variables through `get`.
-    ///
-    /// # Errors
-    /// As [`from_env`](Config::from_env).
-    pub fn from_vars(get: impl Fn(&str) -> Option<String>) -> Result<Config> {
-        ConfigBuilder::from_vars(get)?.build()
     }
 
     /// The configuration of backend URL `url` with default timings.
@@ -614,26 +330,6 @@ impl Config {
         self.session.query_timeout()
     }
 
-    #[cfg(feature = "redis")]
-    /// Redis: the backend's options (`None` for another backend).
-    pub fn redis_options(&self) -> Option<&RedisOptions> {
-        match &self.backend {
-            BackendSettings::Redis(o) => Some(o),
-            #[allow(unreachable_patterns)]
-            _ => None,
-        }
-    }
-
-    #[cfg(feature = "zookeeper")]
-    /// ZooKeeper: the backend's options (`None` for another backend).
-    pub fn zookeeper_options(&self) -> Option<&ZookeeperOptions> {
-        match &self.backend {
-            BackendSettings::Zookeeper { options, .. } => Some(options),
-            #[allow(unreachable_patterns)]
-            _ => None,
-        }
-    }
-
     /// Non-fatal findings of [`build`](ConfigBuilder::build): settings ignored by the chosen
     /// backend, unknown `SIMBA_*` variables. [`from_env`](Config::from_env) also logs them.
     pub fn warnings(&self) -> &[String] {
@@ -658,43 +354,11 @@ impl Config {
     /// check); messages never contain secrets.
     pub fn connect(&self) -> Result<Arc<dyn LeaseBackend>> {
         log::debug!("connecting to the {} backend at {}", self.kind, self.redacted_url().unwrap_or("memory://"));
-        self.connect_inner().map_err(|e| self.scrub(e))
-    }
-
-    fn connect_inner(&self) -> Result<Arc<dyn LeaseBackend>> {
-        match (self.kind, &self.backend) {
-            (BackendKind::Memory, _) => {
-                log::info!("simba: using the in-process memory backend (process-local: other processes never see it)");
-                Ok(Arc::new(MemoryBackend::new()))
-            }
-            #[cfg(any(feature = "postgres", feature = "mysql"))]
-            (BackendKind::Postgres | BackendKind::Mysql, _) => Ok(Arc::new(self.connect_sql_inner()?)),
-            #[cfg(feature = "redis")]
-            (BackendKind::Redis | BackendKind::RedisCluster, BackendSettings::Redis(options)) => {
-                // The backend parses the URL again (the same parser), splitting Cluster hosts and
-                // reading the TLS files.
-                let ep = self.endpoint()?;
-                Ok(Arc::new(crate::backends::redis::RedisBackend::connect(&ep.raw.0, options.clone())?))
-            }
-            #[cfg(feature = "zookeeper")]
-            (BackendKind::Zookeeper, BackendSettings::Zookeeper { hosts, options }) => {
-                Ok(Arc::new(crate::backends::zookeeper::ZookeeperBackend::connect(hosts, options.clone())?))
-            }
-            #[allow(unreachable_patterns)]
-            (other, _) => Err(Error::config(format!(
-                "the {other} backend needs the `{f}` feature: cargo build --features {f}",
-                f = other.feature().unwrap_or("none")
-            ))),
-        }
-    }
-
-    #[allow(dead_code)]
-    pub(crate) fn endpoint(&self) -> Result<&Endpoint> {
-        self.endpoint.as_ref().ok_or_else(|| Error::config(format!("internal: the {} backend has no URL", self.kind)))
+        self.backend.connect().map_err(|e| self.scrub(e))
     }
 
     /// Replaces an error whose message chain contains a secret with a redacted copy.
-    pub(crate) fn scrub(&self, e: Error) -> Error {
+    fn scrub(&self, e: Error) -> Error {
         let secrets: Vec<&str> = self.secrets.iter().map(|s| s.0.as_str()).collect();
         let chain = display_chain(&e);
         if secrets.iter().any(|s| chain.contains(*s)) {

@@ -99,6 +99,7 @@ pub mod options;
 mod runtime;
 pub mod semaphore;
 mod session;
+mod settings;
 /// The deterministic simulation of the shipped runtime (test machinery: the `sim` and `explore`
 /// features with `--cfg simba_explore` only; see docs/testing.md).
 #[cfg(all(feature = "sim", feature = "explore", simba_explore))]

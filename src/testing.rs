@@ -49,5 +49,5 @@ pub fn memory_watcher_count(backend: &MemoryBackend) -> usize {
 /// # Errors
 /// `InvalidConfig` naming `what` and the value.
 pub fn parse_duration(what: &str, value: &str) -> Result<Duration> {
-    crate::config::values::parse_duration(what, value)
+    crate::settings::values::parse_duration(what, value)
 }

@@ -381,3 +381,51 @@ impl LeaseBackend for MemoryBackend {
         }]
     }
 }
+
+/// The memory backend's part of the configuration: `memory://` (or `SIMBA_BACKEND=memory`), no
+/// variables, nothing to parse; each connect creates a new, private backend.
+pub(crate) struct MemoryConfig;
+
+impl crate::backends::registry::BackendConfig for MemoryConfig {
+    fn kinds(&self) -> &'static [crate::settings::kind::BackendKind] {
+        &[crate::settings::kind::BackendKind::Memory]
+    }
+
+    fn family(&self) -> crate::settings::kind::Family {
+        crate::settings::kind::Family::Memory
+    }
+
+    fn env_vars(&self) -> &'static [&'static str] {
+        &[]
+    }
+
+    fn read_vars(
+        &self,
+        _knobs: &mut crate::backends::registry::Knobs,
+        _get: &dyn Fn(&str) -> Option<String>,
+        _seen: &mut dyn FnMut(&'static str),
+    ) -> Result<()> {
+        Ok(())
+    }
+
+    fn parse(
+        &self,
+        _kind: crate::settings::kind::BackendKind,
+        _ep: Option<&crate::settings::endpoint::Endpoint>,
+        _knobs: &crate::backends::registry::Knobs,
+        _query_timeout: Duration,
+    ) -> Result<Arc<dyn crate::backends::registry::ParsedBackend>> {
+        Ok(Arc::new(MemoryConfig))
+    }
+}
+
+impl crate::backends::registry::ParsedBackend for MemoryConfig {
+    fn connect(&self) -> Result<Arc<dyn LeaseBackend>> {
+        log::info!("simba: using the in-process memory backend (process-local: other processes never see it)");
+        Ok(Arc::new(MemoryBackend::new()))
+    }
+
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+}

@@ -4,6 +4,8 @@
 
 pub mod memory;
 
+pub(crate) mod registry;
+
 #[cfg(any(feature = "redis", feature = "postgres", feature = "zookeeper"))]
 pub(crate) mod notifier;
 

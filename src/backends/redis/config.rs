@@ -1,23 +1,28 @@
 //! The settings of the Redis backend and where they come from: [`RedisOptions`] (built with
 //! [`RedisOptionsBuilder`]), [`EvictionCheck`], the `SIMBA_REDIS_*` variables ([`ENV_VARS`]) and
 //! the URL forms (`redis://`, `rediss://`, `redis+cluster://`, `rediss+cluster://`, `unix://`).
-//! [`crate::Config`] reads them through this module; so do [`RedisBackend::connect`](super::RedisBackend::connect)
-//! and the scripting ports, so a URL means the same everywhere.
+//! [`crate::Config`] reads them through this module ([`RedisConfig`]); so do
+//! [`RedisBackend::connect`](super::RedisBackend::connect) and the scripting ports, so a URL means
+//! the same everywhere. A [`crate::Config`] connects with the URL as it parsed it when it was built.
 
+use std::any::Any;
 use std::fmt;
 use std::path::PathBuf;
 use std::str::FromStr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use redis::{ConnectionAddr, ConnectionInfo, IntoConnectionInfo};
 
 use super::tls::{self, RedisTls};
-use crate::config::kind::Family;
-use crate::config::url::{parse_endpoint, url_error};
-use crate::config::values::{parse_count, parse_duration, shorten};
-use crate::config::{redact_url, BackendKind, Config, ConfigBuilder};
+use crate::backend::LeaseBackend;
+use crate::backends::registry::{BackendConfig, Knobs, ParsedBackend};
 use crate::error::{Error, Result};
 use crate::options::DEFAULT_QUERY_TIMEOUT;
+use crate::settings::endpoint::{parse_endpoint, url_error, Endpoint};
+use crate::settings::kind::{BackendKind, Family};
+use crate::settings::redact::redact_url;
+use crate::settings::values::{parse_count, parse_duration, shorten};
 
 /// The `SIMBA_REDIS_*` variables ([`RedisOptionsBuilder::from_vars`] and
 /// [`Config::from_env`](crate::Config::from_env) read them).
@@ -280,74 +285,67 @@ impl RedisOptionsBuilder {
     }
 }
 
-/// The Redis settings of [`ConfigBuilder`] (each forwards to [`RedisOptionsBuilder`]).
-impl ConfigBuilder {
-    /// Redis: most connections open at once, to the server or to each Cluster node (default 8;
-    /// [`RedisOptionsBuilder::max_connections`]).
-    #[must_use]
-    pub fn redis_max_connections(mut self, n: u32) -> Self {
-        self.redis = self.redis.max_connections(usize::try_from(n).unwrap_or(usize::MAX));
-        self.mark((Family::Redis, "redis_max_connections"));
-        self
+/// The Redis backend's part of the configuration ([`BackendConfig`]): `redis://`,
+/// `rediss://`, `redis+cluster://` and `rediss+cluster://` URLs, [`ENV_VARS`], the options of
+/// [`RedisOptionsBuilder`].
+pub(crate) struct RedisConfig;
+
+impl BackendConfig for RedisConfig {
+    fn kinds(&self) -> &'static [BackendKind] {
+        &[BackendKind::Redis, BackendKind::RedisCluster]
     }
 
-    /// Redis: how long a pooled connection is reused before it is replaced (default forever;
-    /// [`RedisOptionsBuilder::max_connection_lifetime`]).
-    #[must_use]
-    pub fn redis_max_connection_lifetime(mut self, d: Duration) -> Self {
-        self.redis = self.redis.max_connection_lifetime(d);
-        self.mark((Family::Redis, "redis_max_connection_lifetime"));
-        self
+    fn family(&self) -> Family {
+        Family::Redis
     }
 
-    /// Redis standalone only: a new term counts only after this many replicas acknowledged it
-    /// with `WAIT` (default 0 = off; [`RedisOptionsBuilder::wait_replicas`]).
-    #[must_use]
-    pub fn redis_wait_replicas(mut self, n: u32) -> Self {
-        self.redis = self.redis.wait_replicas(n);
-        self.mark((Family::Redis, "redis_wait_replicas"));
-        self
+    fn env_vars(&self) -> &'static [&'static str] {
+        ENV_VARS
     }
 
-    /// Redis: what to do when `maxmemory-policy` may evict Simba's keys (default warn;
-    /// [`RedisOptionsBuilder::eviction_check`]).
-    #[must_use]
-    pub fn redis_eviction(mut self, e: EvictionCheck) -> Self {
-        self.redis = self.redis.eviction_check(e);
-        self.mark((Family::Redis, "redis_eviction"));
-        self
+    fn read_vars(
+        &self,
+        knobs: &mut Knobs,
+        get: &dyn Fn(&str) -> Option<String>,
+        seen: &mut dyn FnMut(&'static str),
+    ) -> Result<()> {
+        knobs.redis = knobs.redis.clone().read_vars(get, seen)?;
+        Ok(())
     }
 
-    /// Redis over TLS (`rediss://`, `rediss+cluster://`): trust only the CA certificate(s) in this
-    /// PEM file instead of the system's roots (the URL's `ca=` does the same).
-    #[must_use]
-    pub fn redis_tls_ca(mut self, ca: impl Into<PathBuf>) -> Self {
-        self.redis.tls_slot(0, ca.into());
-        self.mark((Family::Redis, "redis_tls_ca"));
-        self
-    }
-
-    /// Redis over TLS: present this client certificate and key (PEM files; the URL's `cert=` and
-    /// `key=` do the same).
-    #[must_use]
-    pub fn redis_tls_identity(mut self, cert: impl Into<PathBuf>, key: impl Into<PathBuf>) -> Self {
-        self.redis.tls_slot(1, cert.into());
-        self.redis.tls_slot(2, key.into());
-        self.mark((Family::Redis, "redis_tls_identity"));
-        self
+    fn parse(
+        &self,
+        kind: BackendKind,
+        ep: Option<&Endpoint>,
+        knobs: &Knobs,
+        query_timeout: Duration,
+    ) -> Result<Arc<dyn ParsedBackend>> {
+        let ep = ep.ok_or_else(|| Error::config(format!("internal: the {kind} backend was chosen without a URL")))?;
+        let url = RedisUrl::from_endpoint(ep)?;
+        let options = knobs.redis.clone().query_timeout(query_timeout).build()?;
+        check(&url, &options)?;
+        Ok(Arc::new(RedisSettings { url, options }))
     }
 }
 
-/// The Redis settings of a [`Config`].
-impl Config {
-    /// Redis: replicas that must acknowledge a new term (0 = off, and for another backend).
-    pub fn redis_wait_replicas(&self) -> u32 {
-        self.redis_options().map_or(0, RedisOptions::wait_replicas)
+/// The Redis settings of a [`crate::Config`]: the URL as parsed when the configuration was built
+/// (what the backend connects with) and the options.
+pub(crate) struct RedisSettings {
+    url: RedisUrl,
+    pub(crate) options: RedisOptions,
+}
+
+impl ParsedBackend for RedisSettings {
+    fn connect(&self) -> Result<Arc<dyn LeaseBackend>> {
+        Ok(Arc::new(super::RedisBackend::connect_parsed(self.url.clone(), self.options.clone())?))
     }
 
-    /// Redis: the eviction-policy check mode (the default for another backend).
-    pub fn redis_eviction(&self) -> EvictionCheck {
-        self.redis_options().map(RedisOptions::eviction_check).unwrap_or_default()
+    fn debug_fields(&self, d: &mut fmt::DebugStruct<'_, '_>) {
+        d.field("redis", &self.options);
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
     }
 }
 
@@ -388,9 +386,19 @@ pub(crate) fn parse_url(url: &str) -> Result<RedisUrl> {
         return Ok(RedisUrl { target: Target::Standalone(rest), tls, shown });
     }
     // The fragment check first: `#insecure` gets its own answer.
-    let (rest, tls) = split_url(url)?;
-    let ep = parse_endpoint(url)?;
-    let target = match ep.kind {
+    split_url(url)?;
+    RedisUrl::from_endpoint(&parse_endpoint(url)?)
+}
+
+impl RedisUrl {
+    /// The Redis URL of the parsed URL `ep` (see [`parse_url`] for the rules).
+    ///
+    /// # Errors
+    /// As [`parse_url`].
+    pub(crate) fn from_endpoint(ep: &Endpoint) -> Result<RedisUrl> {
+        let shown = ep.redacted.clone();
+        let (rest, tls) = split_url(&ep.raw.0)?;
+        let target = match ep.kind {
         BackendKind::Redis => {
             if ep.hosts.len() > 1 {
                 return Err(url_error(&shown, "redis takes one host (use redis+cluster:// for a Redis Cluster)"));
@@ -424,7 +432,8 @@ pub(crate) fn parse_url(url: &str) -> Result<RedisUrl> {
             )))
         }
     };
-    Ok(RedisUrl { target, tls, shown })
+        Ok(RedisUrl { target, tls, shown })
+    }
 }
 
 /// Refuses query parameters of `url` (the TLS files already split off) that the driver does not
@@ -627,6 +636,28 @@ mod tests {
             let e = parse_url(bad).unwrap_err();
             assert!(e.is_invalid_input() && e.to_string().contains(needle), "{bad}: {e}");
         }
+    }
+
+    #[test]
+    fn a_config_parses_its_redis_url_once() {
+        use crate::settings::endpoint::PARSES;
+        // Nothing listens on port 1: connecting fails, after the backend's settings were used.
+        for url in ["redis://:secret@127.0.0.1:1/0", "redis+cluster://127.0.0.1:1,127.0.0.1:2"] {
+            PARSES.with(|n| n.set(0));
+            let config = crate::Config::builder().url(url).query_timeout(Duration::from_millis(200)).build().unwrap();
+            assert_eq!(PARSES.with(|n| n.get()), 1, "{url}: built");
+            let e = config.connect().err().map(|e| e.to_string()).unwrap_or_default();
+            assert!(!e.contains("secret"), "{e}");
+            assert_eq!(PARSES.with(|n| n.get()), 1, "{url}: connected ({e})");
+        }
+        // The backend's own constructor parses the URL it is given, once.
+        PARSES.with(|n| n.set(0));
+        assert!(super::super::RedisBackend::connect(
+            "redis://127.0.0.1:1",
+            RedisOptions::builder().query_timeout(Duration::from_millis(200)).build().unwrap()
+        )
+        .is_err());
+        assert_eq!(PARSES.with(|n| n.get()), 1);
     }
 
     #[test]

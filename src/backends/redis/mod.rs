@@ -53,7 +53,6 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::Sender;
 
-pub(crate) use self::config::ENV_VARS;
 pub use self::config::{EvictionCheck, RedisOptions, RedisOptionsBuilder, DEFAULT_MAX_CONNECTIONS};
 pub(crate) use port::{ClusteredScripting, RedisScripting, StandaloneScripting};
 pub use tls::RedisTls;
@@ -103,13 +102,18 @@ impl RedisBackend {
     /// the message), or a refused eviction policy; `Unavailable` when the server cannot be reached;
     /// `Backend` when the TLS handshake fails (an unknown CA, a required client certificate).
     pub fn connect(url: &str, options: RedisOptions) -> Result<RedisBackend> {
-        let parsed = config::parse_url(url)?;
+        RedisBackend::connect_parsed(config::parse_url(url)?, options)
+    }
+
+    /// As [`connect`](RedisBackend::connect), for a URL already parsed (by
+    /// [`connect`](RedisBackend::connect) or [`crate::Config`]).
+    pub(crate) fn connect_parsed(parsed: config::RedisUrl, options: RedisOptions) -> Result<RedisBackend> {
         config::check(&parsed, &options)?;
         let files = parsed.tls.merge(&options.tls)?;
         let limits = options.pool_limits();
         let scripting: Arc<dyn RedisScripting> = match &parsed.target {
             Target::Standalone(url) => Arc::new(StandaloneScripting::open(url, &files, limits)?),
-            Target::Cluster(nodes) => Arc::new(ClusteredScripting::open(nodes, &files, limits)?),
+            Target::Cluster(nodes) => Arc::new(ClusteredScripting::open_nodes(nodes, &files, limits)?),
         };
         RedisBackend::build(scripting, options, files)
     }

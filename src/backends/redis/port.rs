@@ -260,7 +260,7 @@ pub(crate) fn map_err(e: RedisError, context: impl fmt::Display) -> Error {
     Error::new(kind, format!("{context}: {detail}")).with_source(e)
 }
 
-pub(crate) use crate::config::redact_url as redact;
+pub(crate) use crate::settings::redact::redact_url as redact;
 
 /// `EVALSHA` of `script` (after `ASKING` when `asking`), loading the script and trying again on
 /// `NOSCRIPT`. Every command gets only the time left before `deadline`.
@@ -609,19 +609,35 @@ impl ClusteredScripting {
     /// Connections through the node URLs `nodes` (`redis://…` or `rediss://…`, each possibly with
     /// its own `ca=`/`cert=`/`key=`), with the TLS `files` besides.
     pub(crate) fn open(nodes: &[String], files: &RedisTls, limits: PoolLimits) -> Result<ClusteredScripting> {
-        let mut infos = Vec::with_capacity(nodes.len());
+        let mut checked = Vec::with_capacity(nodes.len());
         for url in nodes {
             let parsed = config::parse_url(url)?;
-            let Target::Standalone(url) = &parsed.target else {
+            let Target::Standalone(url) = parsed.target else {
                 return Err(Error::config(format!(
                     "invalid redis cluster node {}: expected host:port or redis://host:port",
                     parsed.shown
                 )));
             };
-            let files = parsed.tls.clone().merge(files)?;
-            let info = config::driver_info(url, &files)
-                .map_err(|e| Error::new(e.kind(), format!("invalid redis cluster node {}: {e}", parsed.shown)))?;
-            infos.push((info, redact(url)));
+            checked.push((url, parsed.tls.merge(files)?, parsed.shown));
+        }
+        ClusteredScripting::open_checked(checked, limits)
+    }
+
+    /// Connections through the node URLs of a parsed `redis+cluster://` URL (its
+    /// [`Target::Cluster`]: driver URLs, already checked, without TLS file parameters), with the
+    /// TLS `files`. The node URLs are not parsed again.
+    pub(crate) fn open_nodes(nodes: &[String], files: &RedisTls, limits: PoolLimits) -> Result<ClusteredScripting> {
+        let checked = nodes.iter().map(|url| (url.clone(), files.clone(), redact(url))).collect();
+        ClusteredScripting::open_checked(checked, limits)
+    }
+
+    /// Connections through checked node driver URLs, each with its TLS files and how it is shown.
+    fn open_checked(nodes: Vec<(String, RedisTls, String)>, limits: PoolLimits) -> Result<ClusteredScripting> {
+        let mut infos = Vec::with_capacity(nodes.len());
+        for (url, files, shown) in nodes {
+            let info = config::driver_info(&url, &files)
+                .map_err(|e| Error::new(e.kind(), format!("invalid redis cluster node {shown}: {e}")))?;
+            infos.push((info, redact(&url)));
         }
         ClusteredScripting::from_infos(infos, limits)
     }

@@ -60,6 +60,13 @@ impl SqlBackend {
         Ok(SqlBackend::with_driver(Dialect::Postgres, url, options, Box::new(driver)))
     }
 
+    /// A PostgreSQL backend for the URL `url`, already parsed (by [`crate::Config`]) into `parsed`.
+    #[cfg(feature = "postgres")]
+    pub(crate) fn postgres_parsed(url: &str, parsed: postgres::PgUrl, options: SqlOptions) -> Result<SqlBackend> {
+        let driver = postgres::PgDriver::from_parsed(parsed, &options, redact_url(url))?;
+        Ok(SqlBackend::with_driver(Dialect::Postgres, url, options, Box::new(driver)))
+    }
+
     /// A PostgreSQL backend for the application's own driver configuration: hosts, user,
     /// password, database, `options`, timeouts and keepalives as the application set them up,
     /// with `tls` (whose `sslmode` replaces the configuration's). The backend still owns its pool
@@ -89,8 +96,14 @@ impl SqlBackend {
     /// `InvalidConfig` when the URL cannot be parsed or its TLS settings are unusable.
     #[cfg(feature = "mysql")]
     pub fn mysql(url: &str, options: SqlOptions) -> Result<SqlBackend> {
-        let config = MysqlConfig::from_url(url)?;
-        let driver = mysql::MyDriver::new(&config, &options)?;
+        SqlBackend::mysql_parsed(url, &MysqlConfig::from_url(url)?, options)
+    }
+
+    /// A MySQL backend for the URL `url`, already parsed into `config` (by [`mysql`](SqlBackend::mysql)
+    /// or [`crate::Config`]).
+    #[cfg(feature = "mysql")]
+    pub(crate) fn mysql_parsed(url: &str, config: &MysqlConfig, options: SqlOptions) -> Result<SqlBackend> {
+        let driver = mysql::MyDriver::new(config, &options)?;
         Ok(SqlBackend::with_driver(Dialect::Mysql, url, options, Box::new(driver)))
     }
 

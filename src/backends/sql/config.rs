@@ -1,18 +1,24 @@
-//! Where the SQL backends' settings come from: the `SIMBA_PURGE_INTERVAL` and
-//! `SIMBA_SQL_POOL_SIZE` variables ([`ENV_VARS`], read by [`SqlOptionsBuilder::from_vars`]) and
-//! [`crate::ConfigBuilder`]'s SQL setters. The options themselves are [`SqlOptions`]; the URLs are
-//! parsed by the dialects' own modules (`postgres/config.rs`, `mysql/config.rs`), which both
-//! [`crate::Config`] and [`SqlBackend`]'s constructors use, so a URL means the same everywhere.
+//! The SQL backends' configuration: [`SqlOptions`] (built with [`SqlOptionsBuilder`]), the
+//! `SIMBA_PURGE_INTERVAL` and `SIMBA_SQL_POOL_SIZE` variables ([`ENV_VARS`], read by
+//! [`SqlOptionsBuilder::from_vars`]) and the backends' part of [`crate::Config`] ([`SqlConfig`]).
+//! The URLs are parsed by the dialects' own modules (`postgres/config.rs`, `mysql/config.rs`),
+//! which both [`crate::Config`] and [`SqlBackend`]'s constructors use, so a URL means the same
+//! everywhere; a [`crate::Config`] connects with the URL as its dialect parsed it when it was built.
 
+use std::any::Any;
+use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::{SqlBackend, DEFAULT_CONNECTION_LIFETIME, DEFAULT_POOL_SIZE, DEFAULT_PURGE_INTERVAL};
-use crate::config::kind::Family;
-use crate::config::url::{url_error, Endpoint};
-use crate::config::values::{parse_count, parse_duration};
-use crate::config::{BackendKind, BackendSettings, Config, ConfigBuilder};
+use crate::backend::LeaseBackend;
+use crate::backends::registry::{BackendConfig, Knobs, ParsedBackend};
 use crate::error::{Error, Result};
 use crate::options::DEFAULT_QUERY_TIMEOUT;
+use crate::settings::endpoint::{url_error, Endpoint};
+use crate::settings::kind::{BackendKind, Family};
+use crate::settings::redact::Secret;
+use crate::settings::values::{parse_count, parse_duration};
 
 /// The SQL backends' variables ([`SqlOptionsBuilder::from_vars`] and
 /// [`Config::from_env`](crate::Config::from_env) read them).
@@ -53,113 +59,127 @@ impl SqlOptionsBuilder {
     }
 }
 
-/// The settings of the SQL URL `ep` (a `kind` URL) with the options of `builder`, each value
-/// checked and the URL parsed by the dialect's own parser (its TLS files read; no network I/O).
-/// `query_timeout` is the sessions' query timeout.
-///
-/// # Errors
-/// `InvalidConfig` naming the value and the rule: a MySQL URL with several hosts, a URL without a
-/// database name, a zero or invalid purge interval, an invalid pool size, a URL (or TLS file) the
-/// dialect's parser rejects.
-pub(crate) fn resolve(
-    kind: BackendKind,
-    ep: &Endpoint,
-    builder: &SqlOptionsBuilder,
-    query_timeout: Duration,
-) -> Result<BackendSettings> {
-    if kind == BackendKind::Mysql && ep.hosts.len() > 1 {
-        return Err(url_error(&ep.redacted, "mysql takes one host"));
-    }
-    if ep.path.is_empty() {
-        return Err(url_error(&ep.redacted, "missing database name, e.g. /simba"));
-    }
-    if builder.purge_interval.is_some_and(|d| d.is_zero()) {
-        return Err(Error::config("purge_interval must be > 0 (SIMBA_PURGE_INTERVAL, e.g. 1m)"));
-    }
-    let options =
-        builder.clone().query_timeout(query_timeout).build().map_err(|e| Error::config(format!("SQL options: {e}")))?;
-    match kind {
-        // The backend's own URL parsing (ssl-* parameters, TLS files): refused at build time.
-        #[cfg(feature = "mysql")]
-        BackendKind::Mysql => {
-            super::MysqlConfig::from_url(&ep.raw.0)?;
-        }
-        // The backend's own URL parsing (libpq TLS parameters) and its TLS files.
-        #[cfg(feature = "postgres")]
-        BackendKind::Postgres => super::postgres::validate_url(&ep.raw.0)?,
-        _ => {}
-    }
-    Ok(BackendSettings::Sql { options, purge_interval: builder.purge_interval })
-}
+/// The SQL backends' part of the configuration ([`BackendConfig`]): `postgres://` and `mysql://`
+/// URLs, [`ENV_VARS`], the options of [`SqlOptionsBuilder`].
+pub(crate) struct SqlConfig;
 
-/// The SQL settings of [`ConfigBuilder`] (each forwards to [`SqlOptionsBuilder`]; checked by
-/// [`build`](ConfigBuilder::build)).
-impl ConfigBuilder {
-    /// SQL only: minimum time between purges of expired sessions (default 1 min; more than 0, at
-    /// most 1 day; [`SqlOptionsBuilder::purge_interval`]).
-    #[must_use]
-    pub fn purge_interval(mut self, d: Duration) -> Self {
-        self.sql = self.sql.purge_interval(d);
-        self.mark((Family::Sql, "purge_interval"));
-        self
+impl BackendConfig for SqlConfig {
+    fn kinds(&self) -> &'static [BackendKind] {
+        &[
+            #[cfg(feature = "postgres")]
+            BackendKind::Postgres,
+            #[cfg(feature = "mysql")]
+            BackendKind::Mysql,
+        ]
     }
 
-    /// SQL only: connections in the backend's own pool (default 4; 1 to 256;
-    /// [`SqlOptionsBuilder::pool_size`]).
-    #[must_use]
-    pub fn sql_pool_size(mut self, n: u32) -> Self {
-        self.sql = self.sql.pool_size(n);
-        self.mark((Family::Sql, "sql_pool_size"));
-        self
-    }
-}
-
-/// The SQL settings of a [`Config`].
-impl Config {
-    /// SQL: the purge interval, when set (the backend's default otherwise; `None` for another
-    /// backend).
-    pub fn purge_interval(&self) -> Option<Duration> {
-        match &self.backend {
-            BackendSettings::Sql { purge_interval, .. } => *purge_interval,
-            #[allow(unreachable_patterns)]
-            _ => None,
-        }
+    fn family(&self) -> Family {
+        Family::Sql
     }
 
-    /// SQL: the backend's options (`None` for another backend).
-    pub fn sql_options(&self) -> Option<&SqlOptions> {
-        match &self.backend {
-            BackendSettings::Sql { options, .. } => Some(options),
-            #[allow(unreachable_patterns)]
-            _ => None,
-        }
+    fn env_vars(&self) -> &'static [&'static str] {
+        ENV_VARS
     }
 
-    /// Creates the SQL backend itself (for [`init_schema`](SqlBackend::init_schema) and other
-    /// SQL-only operations). No I/O happens here.
+    fn read_vars(
+        &self,
+        knobs: &mut Knobs,
+        get: &dyn Fn(&str) -> Option<String>,
+        seen: &mut dyn FnMut(&'static str),
+    ) -> Result<()> {
+        knobs.sql = knobs.sql.clone().read_vars(get, seen)?;
+        Ok(())
+    }
+
+    /// The settings of the SQL URL `ep` (a `kind` URL) with the options of `knobs.sql`, each value
+    /// checked and the URL parsed by the dialect's own parser (its TLS files read; no network I/O).
     ///
     /// # Errors
-    /// `InvalidConfig` when the configured backend is not SQL or the URL is rejected by the driver.
-    pub fn connect_sql(&self) -> Result<SqlBackend> {
-        self.connect_sql_inner().map_err(|e| self.scrub(e))
+    /// `InvalidConfig` naming the value and the rule: a MySQL URL with several hosts, a URL without
+    /// a database name, a zero or invalid purge interval, an invalid pool size, a URL (or TLS file)
+    /// the dialect's parser rejects.
+    fn parse(
+        &self,
+        kind: BackendKind,
+        ep: Option<&Endpoint>,
+        knobs: &Knobs,
+        query_timeout: Duration,
+    ) -> Result<Arc<dyn ParsedBackend>> {
+        let ep = ep.ok_or_else(|| Error::config(format!("internal: the {kind} backend was chosen without a URL")))?;
+        let builder = &knobs.sql;
+        if kind == BackendKind::Mysql && ep.hosts.len() > 1 {
+            return Err(url_error(&ep.redacted, "mysql takes one host"));
+        }
+        if ep.path.is_empty() {
+            return Err(url_error(&ep.redacted, "missing database name, e.g. /simba"));
+        }
+        if builder.purge_interval.is_some_and(|d| d.is_zero()) {
+            return Err(Error::config("purge_interval must be > 0 (SIMBA_PURGE_INTERVAL, e.g. 1m)"));
+        }
+        let options = builder
+            .clone()
+            .query_timeout(query_timeout)
+            .build()
+            .map_err(|e| Error::config(format!("SQL options: {e}")))?;
+        let dialect = match kind {
+            // The backend's own URL parsing (libpq TLS parameters) and its TLS files.
+            #[cfg(feature = "postgres")]
+            BackendKind::Postgres => ParsedDialect::Postgres(super::postgres::PgUrl::parse(&ep.raw.0)?),
+            // The backend's own URL parsing (ssl-* parameters, TLS files).
+            #[cfg(feature = "mysql")]
+            BackendKind::Mysql => ParsedDialect::Mysql(super::MysqlConfig::from_url(&ep.raw.0)?),
+            other => return Err(Error::config(format!("internal: the {other} backend is not a SQL backend"))),
+        };
+        Ok(Arc::new(SqlSettings { url: ep.raw.clone(), options, purge_interval: builder.purge_interval, dialect }))
+    }
+}
+
+/// A SQL URL as its dialect's own parser parsed it (what the backend connects with). One per
+/// configuration: the variants' sizes do not matter.
+#[derive(Clone)]
+#[allow(clippy::large_enum_variant)]
+enum ParsedDialect {
+    #[cfg(feature = "postgres")]
+    Postgres(super::postgres::PgUrl),
+    #[cfg(feature = "mysql")]
+    Mysql(super::MysqlConfig),
+}
+
+/// The SQL settings of a [`crate::Config`]: the URL parsed by its dialect, the options, and the
+/// purge interval when it was set.
+pub(crate) struct SqlSettings {
+    url: Secret,
+    pub(crate) options: SqlOptions,
+    pub(crate) purge_interval: Option<Duration>,
+    dialect: ParsedDialect,
+}
+
+impl SqlSettings {
+    /// Creates the SQL backend with these settings (no I/O).
+    ///
+    /// # Errors
+    /// `InvalidConfig` when the driver refuses the settings.
+    pub(crate) fn connect_sql(&self) -> Result<SqlBackend> {
+        match &self.dialect {
+            #[cfg(feature = "postgres")]
+            ParsedDialect::Postgres(url) => SqlBackend::postgres_parsed(&self.url.0, url.clone(), self.options.clone()),
+            #[cfg(feature = "mysql")]
+            ParsedDialect::Mysql(config) => SqlBackend::mysql_parsed(&self.url.0, config, self.options.clone()),
+        }
+    }
+}
+
+impl ParsedBackend for SqlSettings {
+    fn connect(&self) -> Result<Arc<dyn LeaseBackend>> {
+        Ok(Arc::new(self.connect_sql()?))
     }
 
-    pub(crate) fn connect_sql_inner(&self) -> Result<SqlBackend> {
-        let kind = self.backend_kind();
-        match (kind, self.sql_options()) {
-            #[cfg(feature = "postgres")]
-            (BackendKind::Postgres, Some(options)) => SqlBackend::postgres(&self.endpoint()?.raw.0, options.clone()),
-            #[cfg(feature = "mysql")]
-            (BackendKind::Mysql, Some(options)) => SqlBackend::mysql(&self.endpoint()?.raw.0, options.clone()),
-            (other, _) => Err(Error::config(format!(
-                "the {other} backend is not a SQL backend (postgres or mysql){}",
-                other
-                    .feature()
-                    .filter(|_| !other.is_compiled())
-                    .map(|f| format!(" and needs the `{f}` feature"))
-                    .unwrap_or_default()
-            ))),
-        }
+    fn debug_fields(&self, d: &mut fmt::DebugStruct<'_, '_>) {
+        d.field("sql", &self.options);
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
     }
 }
 

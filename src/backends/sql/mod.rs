@@ -145,7 +145,7 @@ pub fn init_sql(dialect: Dialect) -> &'static str {
     dialect.init_sql()
 }
 
-pub(crate) use crate::config::redact_url;
+pub(crate) use crate::settings::redact::redact_url;
 
 #[cfg(test)]
 mod tests {

@@ -309,11 +309,28 @@ pub(crate) struct PgDriver {
     shown: String,
 }
 
-/// Parses `url` and reads its TLS files, as [`PgDriver::new`] does, without building a pool.
-pub(crate) fn validate_url(url: &str) -> Result<()> {
-    let (_, tls) = config::parse(url)?;
-    tls::TlsSetup::load(&tls).map_err(|e| Error::config(format!("{}: {e}", super::redact_url(url))))?;
-    Ok(())
+/// A PostgreSQL URL parsed once (for [`crate::Config`]): the driver configuration and the URL's
+/// TLS settings, its TLS files read and checked; [`PgDriver::from_parsed`] builds on it.
+pub(crate) struct PgUrl {
+    /// Never changed once parsed (only cloned), so a panic cannot leave it half-updated; the
+    /// driver's `Config` is not `RefUnwindSafe` only for its notice callback, which a URL never sets.
+    config: std::panic::AssertUnwindSafe<Config>,
+    tls: PostgresTls,
+}
+
+impl Clone for PgUrl {
+    fn clone(&self) -> PgUrl {
+        PgUrl { config: std::panic::AssertUnwindSafe(self.config.0.clone()), tls: self.tls.clone() }
+    }
+}
+
+impl PgUrl {
+    /// Parses `url` and reads its TLS files, as [`PgDriver::new`] does, without building a pool.
+    pub(crate) fn parse(url: &str) -> Result<PgUrl> {
+        let (config, tls) = config::parse(url)?;
+        tls::TlsSetup::load(&tls).map_err(|e| Error::config(format!("{}: {e}", super::redact_url(url))))?;
+        Ok(PgUrl { config: std::panic::AssertUnwindSafe(config), tls })
+    }
 }
 
 impl PgDriver {
@@ -323,6 +340,13 @@ impl PgDriver {
         let (config, from_url) = config::parse(url)?;
         let settings = from_url.merge(tls)?;
         PgDriver::with_config(config, &settings, options, super::redact_url(url))
+    }
+
+    /// A driver for the URL `url` parsed by [`PgUrl::parse`] (`shown`: the URL redacted), as
+    /// [`new`](PgDriver::new) with no TLS settings in code.
+    pub(crate) fn from_parsed(url: PgUrl, options: &SqlOptions, shown: String) -> Result<PgDriver> {
+        let settings = url.tls.merge(&PostgresTls::default())?;
+        PgDriver::with_config(url.config.0, &settings, options, shown)
     }
 
     /// A driver for the application's own driver configuration and TLS settings. The

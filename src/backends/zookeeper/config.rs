@@ -1,20 +1,24 @@
 //! Where the ZooKeeper backend's settings come from: the `zookeeper://` URL (hosts, root, digest
 //! auth in the user info, TLS files in the query), the `SIMBA_ZOOKEEPER_*` variables
-//! ([`ENV_VARS`]) and [`crate::ConfigBuilder`]'s setters. Both [`crate::Config`] and
+//! ([`ENV_VARS`]) and [`crate::ConfigBuilder`]'s setters (kept in [`ZookeeperSettings`]). Both
+//! [`crate::Config`] (through [`ZookeeperConfig`]) and
 //! [`ZookeeperBackend::from_url`](super::ZookeeperBackend::from_url) parse URLs here, so a URL
 //! means the same everywhere. The options themselves are [`ZookeeperOptions`].
 
+use std::any::Any;
 use std::fmt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
-use super::options::{AclMode, ZookeeperAuth, ZookeeperOptions, ZookeeperSasl, ZookeeperTls, DEFAULT_ROOT};
-use crate::config::kind::Family;
-use crate::config::redact::Secret;
-use crate::config::url::{parse_endpoint, url_error, Endpoint};
-use crate::config::values::parse_duration;
-use crate::config::{BackendKind, Config, ConfigBuilder};
+use super::options::{AclMode, ZookeeperAuth, ZookeeperOptions, ZookeeperSasl, ZookeeperTls};
+use crate::backend::LeaseBackend;
+use crate::backends::registry::{BackendConfig, Knobs, ParsedBackend};
 use crate::error::{Error, Result};
+use crate::settings::endpoint::{parse_endpoint, url_error, Endpoint};
+use crate::settings::kind::{BackendKind, Family};
+use crate::settings::redact::Secret;
+use crate::settings::values::parse_duration;
 
 /// Default ZooKeeper port, used for URL hosts written without one.
 pub const DEFAULT_PORT: u16 = 2181;
@@ -133,6 +137,22 @@ impl ZookeeperSettings {
         Ok(self)
     }
 
+    /// The secrets of these settings: the SASL password, the auth credentials and their part
+    /// after the first `:` (a digest password).
+    pub(crate) fn secrets(&self) -> Vec<String> {
+        let mut s = Vec::new();
+        if let Some((_, p)) = &self.sasl {
+            s.push(p.0.clone());
+        }
+        if let Some((_, c)) = &self.auth {
+            s.push(c.0.clone());
+            if let Some((_, p)) = c.0.split_once(':') {
+                s.push(p.to_string());
+            }
+        }
+        s
+    }
+
     /// The connect string and the options of the URL `ep` with these settings, each value checked
     /// and the TLS files read (no network I/O). `query_timeout` is the sessions' query timeout.
     ///
@@ -182,103 +202,68 @@ impl ZookeeperSettings {
     }
 }
 
-/// The ZooKeeper settings of [`ConfigBuilder`] (checked by [`build`](ConfigBuilder::build), as
-/// the backend's own constructors check them).
-impl ConfigBuilder {
-    /// ZooKeeper: root path of every node (default `/simba`; a `zookeeper://` URL path sets it too).
-    #[must_use]
-    pub fn zookeeper_root(mut self, root: impl Into<String>) -> Self {
-        self.zookeeper.root = Some(root.into());
-        self.mark((Family::Zookeeper, "zookeeper_root"));
-        self
+/// The ZooKeeper backend's part of the configuration ([`BackendConfig`]): `zookeeper://` and
+/// `zk://` URLs, [`ENV_VARS`], the settings of [`ZookeeperSettings`].
+pub(crate) struct ZookeeperConfig;
+
+impl BackendConfig for ZookeeperConfig {
+    fn kinds(&self) -> &'static [BackendKind] {
+        &[BackendKind::Zookeeper]
     }
 
-    /// ZooKeeper: auth info sent by every client, e.g. `("digest", "user:password")`. The
-    /// credentials are never printed. Validated by [`build`](ConfigBuilder::build) (as
-    /// [`ZookeeperAuth::new`](crate::backends::zookeeper::ZookeeperAuth::new)).
-    #[must_use]
-    pub fn zookeeper_auth(mut self, scheme: impl Into<String>, credentials: impl Into<String>) -> Self {
-        self.zookeeper.auth = Some((scheme.into(), Secret(credentials.into())));
-        self.mark((Family::Zookeeper, "zookeeper_auth"));
-        self
+    fn family(&self) -> Family {
+        Family::Zookeeper
     }
 
-    /// ZooKeeper: ACL of the nodes the backend creates (default [`AclMode::Auto`]).
-    #[must_use]
-    pub fn zookeeper_acl(mut self, acl: AclMode) -> Self {
-        self.zookeeper.acl = Some(acl);
-        self.mark((Family::Zookeeper, "zookeeper_acl"));
-        self
+    fn env_vars(&self) -> &'static [&'static str] {
+        ENV_VARS
     }
 
-    /// ZooKeeper: bound on opening a session (default 10 s).
-    #[must_use]
-    pub fn zookeeper_connection_timeout(mut self, d: Duration) -> Self {
-        self.zookeeper.connection_timeout = Some(d);
-        self.mark((Family::Zookeeper, "zookeeper_connection_timeout"));
-        self
+    fn read_vars(
+        &self,
+        knobs: &mut Knobs,
+        get: &dyn Fn(&str) -> Option<String>,
+        seen: &mut dyn FnMut(&'static str),
+    ) -> Result<()> {
+        knobs.zookeeper = knobs.zookeeper.clone().read_vars(get, seen)?;
+        Ok(())
     }
 
-    /// ZooKeeper: connect over TLS, trusting the CA certificates in the PEM file `ca` (like
-    /// `SIMBA_ZOOKEEPER_TLS_CA`). The file is read when the configuration is built.
-    #[must_use]
-    pub fn zookeeper_tls_ca(mut self, ca: impl Into<PathBuf>) -> Self {
-        self.zookeeper.tls[0] = Some(ca.into());
-        self.mark((Family::Zookeeper, "zookeeper_tls_ca"));
-        self
+    fn parse(
+        &self,
+        kind: BackendKind,
+        ep: Option<&Endpoint>,
+        knobs: &Knobs,
+        query_timeout: Duration,
+    ) -> Result<Arc<dyn ParsedBackend>> {
+        let ep = ep.ok_or_else(|| Error::config(format!("internal: the {kind} backend was chosen without a URL")))?;
+        let (hosts, options) = knobs.zookeeper.resolve(ep, query_timeout)?;
+        Ok(Arc::new(ZookeeperParsed { hosts, options }))
     }
 
-    /// ZooKeeper: the TLS client certificate chain and private key, PEM files (like
-    /// `SIMBA_ZOOKEEPER_TLS_CERT` and `SIMBA_ZOOKEEPER_TLS_KEY`). Needs a CA.
-    #[must_use]
-    pub fn zookeeper_tls_identity(mut self, cert: impl Into<PathBuf>, key: impl Into<PathBuf>) -> Self {
-        self.zookeeper.tls[1] = Some(cert.into());
-        self.zookeeper.tls[2] = Some(key.into());
-        self.mark((Family::Zookeeper, "zookeeper_tls_identity"));
-        self
-    }
-
-    /// ZooKeeper: SASL DIGEST-MD5 authentication of every client (like
-    /// `SIMBA_ZOOKEEPER_SASL=user:password`). The password is never printed.
-    #[must_use]
-    pub fn zookeeper_sasl(mut self, user: impl Into<String>, password: impl Into<String>) -> Self {
-        self.zookeeper.sasl = Some((user.into(), Secret(password.into())));
-        self.mark((Family::Zookeeper, "zookeeper_sasl"));
-        self
+    fn secrets(&self, knobs: &Knobs) -> Vec<String> {
+        knobs.zookeeper.secrets()
     }
 }
 
-/// The ZooKeeper settings of a [`Config`].
-impl Config {
-    /// ZooKeeper: the root path (the default for another backend).
-    pub fn zookeeper_root(&self) -> &str {
-        self.zookeeper_options().map_or(DEFAULT_ROOT, ZookeeperOptions::root_path)
+/// The ZooKeeper settings of a [`crate::Config`]: the connect string and the options, as parsed
+/// and checked when the configuration was built (what the backend connects with).
+pub(crate) struct ZookeeperParsed {
+    hosts: String,
+    pub(crate) options: ZookeeperOptions,
+}
+
+impl ParsedBackend for ZookeeperParsed {
+    fn connect(&self) -> Result<Arc<dyn LeaseBackend>> {
+        Ok(Arc::new(super::ZookeeperBackend::connect(&self.hosts, self.options.clone())?))
     }
 
-    /// ZooKeeper: the effective ACL mode ([`AclMode::Auto`] resolved: `creator-all` with auth or
-    /// SASL, else `open`).
-    pub fn zookeeper_acl(&self) -> AclMode {
-        self.zookeeper_options().map(ZookeeperOptions::effective_acl).unwrap_or_default()
+    fn debug_fields(&self, d: &mut fmt::DebugStruct<'_, '_>) {
+        d.field("zookeeper_hosts", &self.hosts).field("zookeeper", &self.options);
     }
 
-    /// ZooKeeper: the TLS CA file, when TLS is configured by a file (URL or variable).
-    pub fn zookeeper_tls_ca(&self) -> Option<&Path> {
-        self.zookeeper_options().and_then(|o| o.tls.as_ref()).and_then(|t| t.ca_file())
-    }
-
-    /// ZooKeeper: the SASL user, when SASL is configured (the password is never exposed).
-    pub fn zookeeper_sasl_user(&self) -> Option<&str> {
-        self.zookeeper_options().and_then(|o| o.sasl.as_ref()).map(|s| s.user())
-    }
-
-    /// ZooKeeper: the auth scheme, when auth is configured (the credentials are never exposed).
-    pub fn zookeeper_auth_scheme(&self) -> Option<&str> {
-        self.zookeeper_options().and_then(|o| o.auth.first()).map(|a| a.scheme())
-    }
-
-    /// ZooKeeper: the connection timeout.
-    pub fn zookeeper_connection_timeout(&self) -> Option<Duration> {
-        self.zookeeper_options().map(|o| o.connection_timeout)
+    fn as_any(&self) -> &dyn Any {
+        self
     }
 }
 

@@ -56,7 +56,6 @@ use zookeeper_client::{
 
 pub(crate) use self::config::ZookeeperSettings;
 pub use self::config::DEFAULT_PORT;
-pub(crate) use self::config::ENV_VARS;
 pub use self::options::{
     AclEntry, AclMode, ZookeeperAuth, ZookeeperOptions, ZookeeperSasl, ZookeeperTls, DEFAULT_CONNECTION_TIMEOUT,
     DEFAULT_ROOT,

@@ -10,8 +10,8 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
-use crate::config::redact_url;
 use crate::error::{Error, Result};
+use crate::settings::redact::redact_url;
 
 /// libpq's `sslmode`: whether the connection is encrypted and what is verified.
 ///

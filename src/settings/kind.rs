@@ -1,4 +1,4 @@
-//! The backends [`Config`](super::Config) can select ([`BackendKind`]) and the settings
+//! The backends [`Config`](crate::Config) can select ([`BackendKind`]) and the settings
 //! families of the selection rules.
 
 use std::fmt;
@@ -74,6 +74,22 @@ impl BackendKind {
     /// True for PostgreSQL and MySQL (the backends with a schema).
     pub fn is_sql(self) -> bool {
         matches!(self, BackendKind::Postgres | BackendKind::Mysql)
+    }
+
+    /// The kind of a URL scheme (case-insensitive), compiled in or not: `postgres`/`postgresql`,
+    /// `mysql`/`mariadb`, `redis`/`rediss`, `redis+cluster`/`rediss+cluster`, `zookeeper`/`zk`,
+    /// `memory`. (A backend not compiled in still has its schemes, so its URL gets the error that
+    /// names its feature.)
+    pub(crate) fn from_scheme(scheme: &str) -> Option<BackendKind> {
+        match scheme.to_ascii_lowercase().as_str() {
+            "postgres" | "postgresql" => Some(BackendKind::Postgres),
+            "mysql" | "mariadb" => Some(BackendKind::Mysql),
+            "redis" | "rediss" => Some(BackendKind::Redis),
+            "redis+cluster" | "rediss+cluster" => Some(BackendKind::RedisCluster),
+            "zookeeper" | "zk" => Some(BackendKind::Zookeeper),
+            "memory" => Some(BackendKind::Memory),
+            _ => None,
+        }
     }
 
     /// The backend's settings family (for the selection rules and `SIMBA_<FAMILY>_ENABLED`).

@@ -4,9 +4,9 @@
 
 use std::fmt;
 
+use super::kind::BackendKind;
 use super::redact::{redact_url, sensitive_key, Secret};
 use super::values::shorten;
-use super::BackendKind;
 use crate::error::{Error, Result};
 
 /// One host of a URL.
@@ -117,22 +117,24 @@ fn parse_host(host: &str, redacted: &str) -> Result<HostPort> {
     Ok(HostPort { host: h, port: u.port() })
 }
 
+#[cfg(test)]
+thread_local! {
+    /// How many times this thread called [`parse_endpoint`] (tests check that a URL is parsed once).
+    pub(crate) static PARSES: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
 /// Splits a backend URL (see the module docs for the forms), checking only what every backend
 /// shares; the backend's own parser checks the rest.
 pub(crate) fn parse_endpoint(raw: &str) -> Result<Endpoint> {
+    #[cfg(test)]
+    PARSES.with(|n| n.set(n.get() + 1));
     let raw = raw.trim();
     let redacted = redact_url(raw);
     let Some((scheme, rest)) = raw.split_once("://") else {
         return Err(url_error(&redacted, "missing scheme:// (the backend is never guessed)"));
     };
-    let kind = match scheme.to_ascii_lowercase().as_str() {
-        "postgres" | "postgresql" => BackendKind::Postgres,
-        "mysql" | "mariadb" => BackendKind::Mysql,
-        "redis" | "rediss" => BackendKind::Redis,
-        "redis+cluster" | "rediss+cluster" => BackendKind::RedisCluster,
-        "zookeeper" | "zk" => BackendKind::Zookeeper,
-        "memory" => BackendKind::Memory,
-        other => return Err(url_error(&redacted, format!("unknown scheme {:?}", shorten(other)))),
+    let Some(kind) = BackendKind::from_scheme(scheme) else {
+        return Err(url_error(&redacted, format!("unknown scheme {:?}", shorten(scheme))));
     };
     if rest.contains('#') {
         return Err(url_error(&redacted, "a fragment (#…) is not allowed"));
