@@ -871,7 +871,11 @@ fn a_killed_simba_takes_its_command_down(url: &str) {
                 pid = pidf.display()
             )
         };
+        // simba pauses between starting the command's process and its watcher (the test seam of
+        // the internal-testing feature): a command that ran before its watcher was up outlived a
+        // simba killed then, when it ignores SIGTERM.
         let mut child = simba(Some(url))
+            .env("SIMBA_INTERNAL_PAUSE_BEFORE_WATCHER_MS", "300")
             .args(["lock", &name, "--grace", "1s", "--", "sh", "-c", &script])
             .stdout(Stdio::null())
             .stderr(Stdio::null())

@@ -15,7 +15,11 @@
 //! the trampoline asks the kernel for a SIGTERM when simba dies (`PR_SET_PDEATHSIG`, Linux), and
 //! a tiny watcher process (`simba __watch PGID GRACE_MS`, in its own process group) holds a pipe
 //! from simba: when the pipe closes without simba's "done", the watcher sends SIGTERM to the
-//! command's process group and SIGKILL after the grace period.
+//! command's process group and SIGKILL after the grace period. The watcher needs the command's
+//! process group, known only once the trampoline runs, so the trampoline does not `exec` the
+//! command until simba says the watcher is up (an empty "armed" file simba creates; the
+//! trampoline gives up if simba dies first): a simba killed in between used to leave a command
+//! that ignores SIGTERM running for good.
 
 use std::ffi::{OsStr, OsString};
 use std::io::{self, Read, Write};
@@ -55,16 +59,17 @@ fn handled() -> SigSet {
     set
 }
 
-/// The trampoline: `args` is `PARENT_PID -- CMD ARGS…`. Arranges a SIGTERM for itself when simba
+/// The trampoline: `args` is `PARENT_PID ARMED -- CMD ARGS…`. Arranges a SIGTERM for itself when simba
 /// (its parent) dies, unblocks the signals simba blocked and replaces this process with CMD;
 /// returns only when that fails, with the exit code (127 not found, 126 other).
 pub fn trampoline(mut args: impl Iterator<Item = OsString>) -> u8 {
     let parent = args.next().and_then(|p| p.to_str().and_then(|p| p.parse::<i32>().ok()));
+    let armed = args.next().map(PathBuf::from);
     let sep = args.next();
-    let (parent, program, rest) = match (parent, sep.as_deref().and_then(|a| a.to_str()), args.next()) {
-        (Some(parent), Some("--"), Some(p)) => (parent, p, args),
+    let (parent, armed, program, rest) = match (parent, armed, sep.as_deref().and_then(|a| a.to_str()), args.next()) {
+        (Some(parent), Some(armed), Some("--"), Some(p)) => (parent, armed, p, args),
         _ => {
-            eprintln!("simba: internal: usage: simba {TRAMPOLINE} PARENT_PID -- CMD [ARGS…]");
+            eprintln!("simba: internal: usage: simba {TRAMPOLINE} PARENT_PID ARMED -- CMD [ARGS…]");
             return 70;
         }
     };
@@ -76,11 +81,17 @@ pub fn trampoline(mut args: impl Iterator<Item = OsString>) -> u8 {
             eprintln!("simba: cannot ask for SIGTERM on simba's death: {e} (the watcher still sends it)");
         }
     }
-    if nix::unistd::getppid().as_raw() != parent {
-        // simba died before the death signal was armed: do not start the command at all.
-        eprintln!("simba: simba (pid {parent}) died before the command started; not starting it");
-        return 128 + Signal::SIGTERM as u8;
+    // Until simba says its watcher is up, the command does not start; if simba dies meanwhile
+    // (or before the death signal was armed), it does not start at all.
+    while !armed.exists() {
+        if nix::unistd::getppid().as_raw() != parent {
+            let _ = std::fs::remove_file(&armed);
+            eprintln!("simba: simba (pid {parent}) died before the command started; not starting it");
+            return 128 + Signal::SIGTERM as u8;
+        }
+        thread::sleep(Duration::from_millis(1));
     }
+    let _ = std::fs::remove_file(&armed);
     if let Err(e) = handled().thread_unblock() {
         eprintln!("simba: cannot unblock signals for the command: {e}");
         return 126;
@@ -292,6 +303,26 @@ fn running_image() -> io::Result<std::path::PathBuf> {
     std::env::current_exe()
 }
 
+/// A fresh path for the trampoline's "armed" file: in the temporary directory, named after this
+/// process and a per-process sequence number.
+fn armed_path() -> PathBuf {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    std::env::temp_dir().join(format!("simba-{}-{n}.armed", std::process::id()))
+}
+
+/// Test seam (the `internal-testing` feature only): sleeps for the milliseconds in the variable
+/// `var`, so a test can kill simba at a point it could otherwise only hope to hit.
+fn internal_pause(var: &str) {
+    #[cfg(feature = "internal-testing")]
+    if let Some(ms) = std::env::var(var).ok().and_then(|v| v.parse::<u64>().ok()) {
+        thread::sleep(Duration::from_millis(ms));
+    }
+    #[cfg(not(feature = "internal-testing"))]
+    let _ = var;
+}
+
 /// Runs `job.cmd` with `job.env` added (and `job.env_remove` removed) in its own process group and
 /// waits for it. Every [`POLL`] it asks `lost()`; once that returns a reason the group gets SIGTERM
 /// and, after the grace period, SIGKILL. Signals received by simba are forwarded to the group.
@@ -310,8 +341,9 @@ pub fn run(
     };
     let me = running_image()
         .map_err(|e| SpawnError { not_found: false, message: format!("cannot find the simba executable: {e}") })?;
+    let armed = armed_path();
     let mut command = Command::new(&me);
-    command.arg(TRAMPOLINE).arg(std::process::id().to_string()).arg("--").args(cmd).process_group(0);
+    command.arg(TRAMPOLINE).arg(std::process::id().to_string()).arg(&armed).arg("--").args(cmd).process_group(0);
     for k in job.env_remove {
         command.env_remove(k);
     }
@@ -328,7 +360,22 @@ pub fn run(
     let group = Pid::from_raw(i32::try_from(pid).unwrap_or(i32::MAX));
     log::debug!("started {} as pid {pid}", program.to_string_lossy());
     notify(Notice::Started { pid });
+    internal_pause("SIMBA_INTERNAL_PAUSE_BEFORE_WATCHER_MS");
     let watcher = Watcher::start(&me, pid, grace, job.json);
+    // The trampoline starts the command only now that the watcher is up (or could not start:
+    // then the death signal alone remains, as `Watcher::start` logged).
+    if let Err(e) = std::fs::File::create(&armed) {
+        let _ = killpg(group, Signal::SIGKILL);
+        let _ = child.wait();
+        watcher.done();
+        return Err(SpawnError {
+            not_found: false,
+            message: format!(
+                "cannot create {} to start the command once its watcher is up: {e} (set TMPDIR to a writable directory)",
+                armed.display()
+            ),
+        });
+    }
     let (exit_tx, exit_rx) = unbounded();
     thread::Builder::new()
         .name("simba-child-wait".into())
