@@ -10,10 +10,10 @@ use super::wait::Contender;
 use super::{pool, SessionInner};
 use crate::backend::Acquire;
 use crate::cancel::{Attempt, Cancel};
-use crate::election::ElectionShared;
+use crate::handles::election::ElectionShared;
 use crate::engine::{later, AcquireCall, Adoption, CampaignId, Command, NotSent, Step};
 use crate::error::{Error, ErrorKind, Result};
-use crate::lease::Lease;
+use crate::handles::lease::Lease;
 use crate::types::{Name, Token};
 
 impl SessionInner {

@@ -8,7 +8,7 @@ use super::{pool, SessionInner};
 use crate::backend::LeaseBackend;
 use crate::engine::{later, Step};
 use crate::error::{Error, ErrorKind, Result};
-use crate::group::MembershipShared;
+use crate::handles::group::MembershipShared;
 use crate::sync;
 use crate::types::Name;
 

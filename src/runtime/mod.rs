@@ -39,9 +39,9 @@ use crate::backend::{LeaseBackend, Notification};
 use crate::engine::{Engine, Step, Timing};
 use crate::error::{Error, ErrorKind, Result};
 use crate::events::{Events, Subscribers};
-use crate::group::MembershipShared;
+use crate::handles::group::MembershipShared;
 use crate::options::SessionOptions;
-use crate::session::SessionEvent;
+use crate::handles::session::SessionEvent;
 use crate::state::{LossReason, SessionState};
 use crate::types::{Name, SessionId};
 

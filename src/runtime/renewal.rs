@@ -10,7 +10,7 @@ use super::calls::Logs;
 use super::{pool, SessionInner, Wake};
 use crate::backend::{KeepAlive, Notification};
 use crate::engine::{Command, Event, KeepAliveResult};
-use crate::session::SessionEvent;
+use crate::handles::session::SessionEvent;
 use crate::state::SessionState;
 
 impl SessionInner {

@@ -67,7 +67,7 @@ use crate::backend::{Holder, LeaseBackend};
 use crate::cancel::{Attempt, Cancel};
 use crate::engine::{deadline_after, later};
 use crate::error::{Error, ErrorKind, Result};
-use crate::lease::Lease;
+use crate::handles::lease::Lease;
 use crate::runtime::{bounded_call, Contender, SessionInner};
 use crate::sync;
 use crate::types::{IntoName, Name, SessionId, Token, MAX_NAME_LEN, RESERVED_NAME_PREFIX};
@@ -582,7 +582,7 @@ mod push_race {
     use crate::backend::{Acquire, Capabilities, KeepAlive, Member, Notification, SessionGrant, Topic};
     use crate::backends::memory::MemoryBackend;
     use crate::options::SessionOptions;
-    use crate::session::Session;
+    use crate::handles::session::Session;
 
     /// The registrations of a topic, each sender with how often it registered.
     type Registrations = Vec<(Sender<Notification>, u32)>;

@@ -6,15 +6,15 @@ use std::time::{Duration, Instant};
 
 use crate::backend::{LeaseBackend, Member};
 use crate::cancel::{Attempt, Cancel};
-use crate::election::{Election, ElectionShared, Leader};
+use crate::handles::election::{Election, ElectionShared, Leader};
 use crate::engine::{deadline_after, later};
 use crate::error::{Error, ErrorKind, Result};
 use crate::events::Events;
-use crate::group::{self, MemberWatch, Membership, MembershipShared};
-use crate::lease::Lease;
+use crate::handles::group::{self, MemberWatch, Membership, MembershipShared};
+use crate::handles::lease::Lease;
 use crate::options::SessionOptions;
 use crate::runtime::SessionInner;
-use crate::semaphore::{Semaphore, Source};
+use crate::handles::semaphore::{Semaphore, Source};
 use crate::state::{LossReason, SessionState};
 use crate::sync;
 use crate::types::{user_name, IntoName, Name, SessionId, Token};
@@ -401,7 +401,7 @@ mod tests {
         assert_send_sync::<Election>();
         assert_send_sync::<Membership>();
         assert_send_sync::<Semaphore>();
-        assert_send_sync::<crate::semaphore::Permit>();
+        assert_send_sync::<crate::handles::semaphore::Permit>();
         assert_send_sync::<crate::Error>();
     }
 }

@@ -677,7 +677,7 @@ mod tests {
     use super::*;
     use crate::backends::memory::MemoryBackend;
     use crate::options::SessionOptions;
-    use crate::session::Session;
+    use crate::handles::session::Session;
 
     fn holder(session: u64, token: u64) -> Holder {
         Holder {
