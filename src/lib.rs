@@ -118,17 +118,17 @@ pub use backend::{
 pub use backends::memory::MemoryBackend;
 pub use cancel::{Attempt, Cancel};
 pub use config::{BackendKind, Config, ConfigBuilder};
-pub use handles::semaphore;
-pub use handles::coordinator::{Coordinator, CoordinatorEvent};
-pub use handles::election::{Election, ElectionEvent, Leader, LeaderContext, LeaderTask, RevokeReason, Schedule};
 pub use error::{display_chain, Error, ErrorKind, Result};
 pub use events::Events;
+pub use handles::coordinator::{Coordinator, CoordinatorEvent};
+pub use handles::election::{Election, ElectionEvent, Leader, LeaderContext, LeaderTask, RevokeReason, Schedule};
 pub use handles::group::{GroupChange, MemberWatch, Membership};
 pub use handles::lease::Lease;
-pub use options::SessionOptions;
+pub use handles::semaphore;
 pub use handles::semaphore::{Permit, Semaphore};
-pub use handles::session::{Session, SessionEvent};
-pub use state::{LossReason, SessionState};
+pub use handles::session::Session;
+pub use options::SessionOptions;
+pub use state::{LossReason, SessionEvent, SessionState};
 pub use types::{
     validate_metadata, IntoName, Name, SessionId, Token, MAX_METADATA_LEN, MAX_NAME_LEN, RESERVED_NAME_PREFIX,
 };

@@ -13,15 +13,15 @@ use std::time::{Duration, Instant};
 use crate::sync::{self, select, thread, unbounded, Mutex, Receiver, Sender};
 
 use crate::backend::{LeaseBackend, Member};
-use crate::handles::election::{Election, ElectionShared, Leader};
 use crate::error::{Error, ErrorKind, Result};
 use crate::events::{Events, Subscribers};
+use crate::handles::election::{Election, ElectionShared, Leader};
 use crate::handles::group::{self, MemberWatch, Membership, MembershipShared};
 use crate::handles::lease::Lease;
+use crate::handles::semaphore::{Semaphore, Source};
 use crate::options::SessionOptions;
 use crate::runtime::{bounded_call, jitter, SessionInner};
-use crate::handles::semaphore::{Semaphore, Source};
-use crate::handles::session::SessionEvent;
+use crate::state::SessionEvent;
 use crate::types::{user_name, IntoName, Name, SessionId};
 
 /// What happened to a coordinator's sessions.
@@ -396,7 +396,8 @@ impl Coordinator {
     /// As [`lock`](Coordinator::lock).
     pub fn lock_timeout(&self, name: impl IntoName, timeout: Duration) -> Result<Option<Lease>> {
         let name = user_name(name)?;
-        crate::handles::session::lock_timeout_on(&self.inner.current()?, &name, timeout).map_err(Error::on_replaced_session)
+        crate::handles::session::lock_timeout_on(&self.inner.current()?, &name, timeout)
+            .map_err(Error::on_replaced_session)
     }
 
     /// Takes a lease on the current session, giving up at `deadline` with `Ok(None)`.

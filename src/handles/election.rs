@@ -676,8 +676,8 @@ impl Drop for LeaderTask {
 mod tests {
     use super::*;
     use crate::backends::memory::MemoryBackend;
-    use crate::options::SessionOptions;
     use crate::handles::session::Session;
+    use crate::options::SessionOptions;
 
     fn holder(session: u64, token: u64) -> Holder {
         Holder {

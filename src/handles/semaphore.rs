@@ -581,8 +581,8 @@ mod push_race {
     use super::*;
     use crate::backend::{Acquire, Capabilities, KeepAlive, Member, Notification, SessionGrant, Topic};
     use crate::backends::memory::MemoryBackend;
-    use crate::options::SessionOptions;
     use crate::handles::session::Session;
+    use crate::options::SessionOptions;
 
     /// The registrations of a topic, each sender with how often it registered.
     type Registrations = Vec<(Sender<Notification>, u32)>;

@@ -6,57 +6,18 @@ use std::time::{Duration, Instant};
 
 use crate::backend::{LeaseBackend, Member};
 use crate::cancel::{Attempt, Cancel};
-use crate::handles::election::{Election, ElectionShared, Leader};
 use crate::engine::{deadline_after, later};
 use crate::error::{Error, ErrorKind, Result};
 use crate::events::Events;
+use crate::handles::election::{Election, ElectionShared, Leader};
 use crate::handles::group::{self, MemberWatch, Membership, MembershipShared};
 use crate::handles::lease::Lease;
+use crate::handles::semaphore::{Semaphore, Source};
 use crate::options::SessionOptions;
 use crate::runtime::SessionInner;
-use crate::handles::semaphore::{Semaphore, Source};
-use crate::state::{LossReason, SessionState};
+use crate::state::{SessionEvent, SessionState};
 use crate::sync;
-use crate::types::{user_name, IntoName, Name, SessionId, Token};
-
-/// Something that happened to a session. Sent in order on every receiver from
-/// [`Session::events`]; receivers that fall behind never slow the session down.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum SessionEvent {
-    /// A lease is lost; its `token()` already fails. A lost semaphore permit is reported as its
-    /// slot's lease, `simba.sem:<semaphore>:<slot>` ([`semaphore::slot_of`](crate::semaphore::slot_of)
-    /// maps the name back).
-    LeaseLost {
-        /// The lease.
-        name: Name,
-        /// The lost term's token.
-        token: Token,
-        /// Why.
-        reason: LossReason,
-    },
-    /// A keep-alive failed; the session retries until its local deadline.
-    RenewalFailed {
-        /// Consecutive failures so far.
-        failures: u32,
-    },
-    /// A membership is missing on the backend although the session holds it (a leave that
-    /// reached the server late, a failover that lost the join). The session re-joins it at once,
-    /// and at every renewal until it is back; meanwhile `is_member()` is false.
-    MembershipLost {
-        /// The group.
-        group: Name,
-    },
-    /// A lost membership is back on the backend.
-    MembershipRestored {
-        /// The group.
-        group: Name,
-    },
-    /// The session expired. Terminal: it is never used again.
-    Expired,
-    /// The session was closed by the application. Terminal.
-    Closed,
-}
+use crate::types::{user_name, IntoName, Name, SessionId};
 
 /// A live session on a backend: renewed by its own background thread; holds leases, campaigns
 /// and memberships, all of which end with it.

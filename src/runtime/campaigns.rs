@@ -7,9 +7,9 @@ use super::calls::min_opt;
 use super::wait::{register_attempt, Moment, Rule};
 use super::{pool, SessionInner};
 use crate::backend::{Acquire, Notification};
-use crate::handles::election::ElectionShared;
 use crate::engine::{later, CampaignConflict, CampaignId, NotSent, Step};
 use crate::error::{Error, ErrorKind, Result};
+use crate::handles::election::ElectionShared;
 use crate::sync;
 use crate::types::Name;
 

@@ -10,9 +10,9 @@ use super::wait::Contender;
 use super::{pool, SessionInner};
 use crate::backend::Acquire;
 use crate::cancel::{Attempt, Cancel};
-use crate::handles::election::ElectionShared;
 use crate::engine::{later, AcquireCall, Adoption, CampaignId, Command, NotSent, Step};
 use crate::error::{Error, ErrorKind, Result};
+use crate::handles::election::ElectionShared;
 use crate::handles::lease::Lease;
 use crate::types::{Name, Token};
 

@@ -41,7 +41,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::events::{Events, Subscribers};
 use crate::handles::group::MembershipShared;
 use crate::options::SessionOptions;
-use crate::handles::session::SessionEvent;
+use crate::state::SessionEvent;
 use crate::state::{LossReason, SessionState};
 use crate::types::{Name, SessionId};
 
@@ -211,8 +211,8 @@ impl SessionInner {
         events
     }
 
-    pub(super) fn emit(&self, ev: SessionEvent) {
-        self.subscribers.emit(&ev);
+    pub(super) fn emit(&self, ev: &SessionEvent) {
+        self.subscribers.emit(ev);
     }
 
     /// Entries in the subscriber list, dead ones included (for leak tests).
