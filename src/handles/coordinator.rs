@@ -20,7 +20,7 @@ use crate::handles::group::{self, MemberWatch, Membership, MembershipShared};
 use crate::handles::lease::Lease;
 use crate::handles::semaphore::{Semaphore, Source};
 use crate::options::SessionOptions;
-use crate::runtime::{bounded_call, jitter, SessionInner};
+use crate::runtime::{bounded_call, jitter, CampaignSink, MembershipSink, SessionInner};
 use crate::state::SessionEvent;
 use crate::types::{user_name, IntoName, Name, SessionId};
 
@@ -406,7 +406,8 @@ impl Coordinator {
     /// As [`lock`](Coordinator::lock).
     pub fn lock_deadline(&self, name: impl IntoName, deadline: Instant) -> Result<Option<Lease>> {
         let name = user_name(name)?;
-        self.inner.current()?.lock_until(&name, Some(deadline)).map_err(Error::on_replaced_session)
+        crate::handles::session::lock_deadline_on(&self.inner.current()?, &name, Some(deadline))
+            .map_err(Error::on_replaced_session)
     }
 
     /// The counted semaphore `name` with `permits` permits (see [`crate::semaphore`]). Each

@@ -388,7 +388,10 @@ impl Semaphore {
             let slot = (offset + k) % n;
             let lease_name = &self.slots[slot as usize];
             match s.attempt_lock(lease_name, later(sync::now(), self.query_timeout)) {
-                Ok(Some(lease)) => return Ok(Some(Permit { lease, semaphore: self.name.clone(), slot })),
+                Ok(Some(token)) => {
+                    let lease = Lease::new(s.clone(), lease_name.clone(), token);
+                    return Ok(Some(Permit { lease, semaphore: self.name.clone(), slot }));
+                }
                 Ok(None) => {}
                 // This session holds the slot already (through another permit): not ours to take.
                 Err(e) if e.kind() == ErrorKind::AlreadyHeld => {}

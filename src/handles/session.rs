@@ -163,7 +163,7 @@ impl Session {
     /// As [`lock`](Session::lock).
     pub fn lock_deadline(&self, name: impl IntoName, deadline: Instant) -> Result<Option<Lease>> {
         let name = user_name(name)?;
-        self.inner.lock_until(&name, Some(deadline))
+        lock_deadline_on(&self.inner, &name, Some(deadline))
     }
 
     /// Like [`lock_deadline`](Session::lock_deadline) (`deadline` `None`: no deadline), ending
@@ -213,7 +213,8 @@ impl Session {
         mut on_attempt: impl FnMut(Attempt<'_>),
     ) -> Result<Option<Lease>> {
         let name = user_name(name)?;
-        self.inner.lock_waiting(&name, deadline, Some(cancel), &mut on_attempt)
+        let won = self.inner.lock_waiting(&name, deadline, Some(cancel), &mut on_attempt);
+        won.map(|t| Lease::of_term(&self.inner, &name, t))
     }
 
     /// The counted semaphore `name` with `permits` permits, whose permits this session takes (see
@@ -333,7 +334,7 @@ impl Drop for Session {
 
 /// [`Session::lock`] on `inner`.
 pub(crate) fn lock_on(inner: &Arc<SessionInner>, name: &Name) -> Result<Lease> {
-    match inner.lock_until(name, None)? {
+    match Lease::of_term(inner, name, inner.lock_until(name, None)?) {
         Some(l) => Ok(l),
         None => Err(Error::new(ErrorKind::Timeout, format!("lock '{name}' gave up"))),
     }
@@ -342,12 +343,22 @@ pub(crate) fn lock_on(inner: &Arc<SessionInner>, name: &Name) -> Result<Lease> {
 /// [`Session::try_lock`] on `inner`: one attempt bounded by the query timeout (a bound past what
 /// an `Instant` holds saturates: `Duration::MAX` is forever).
 pub(crate) fn try_lock_on(inner: &Arc<SessionInner>, name: &Name) -> Result<Option<Lease>> {
-    inner.attempt_lock(name, later(sync::now(), inner.timing.query_timeout))
+    let won = inner.attempt_lock(name, later(sync::now(), inner.timing.query_timeout));
+    won.map(|t| Lease::of_term(inner, name, t))
 }
 
 /// [`Session::lock_timeout`] on `inner` (`Duration::MAX` waits forever).
 pub(crate) fn lock_timeout_on(inner: &Arc<SessionInner>, name: &Name, timeout: Duration) -> Result<Option<Lease>> {
-    inner.lock_until(name, deadline_after(sync::now(), timeout))
+    lock_deadline_on(inner, name, deadline_after(sync::now(), timeout))
+}
+
+/// [`Session::lock_deadline`] on `inner` (`None`: forever).
+pub(crate) fn lock_deadline_on(
+    inner: &Arc<SessionInner>,
+    name: &Name,
+    deadline: Option<Instant>,
+) -> Result<Option<Lease>> {
+    inner.lock_until(name, deadline).map(|t| Lease::of_term(inner, name, t))
 }
 
 #[cfg(test)]
