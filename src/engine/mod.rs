@@ -2,8 +2,9 @@
 //!
 //! No threads, no I/O, no clock reads: the renewal thread (and the deterministic simulation) feed it
 //! instants and backend replies. Every transition that can report something or ask for a backend
-//! call returns a [`Step`]: the [`SessionEvent`](crate::SessionEvent)s to forward and the [`Command`]s to perform (already
-//! recorded as in flight). Everything the SPEC §4 asks of the engine is decided here:
+//! call returns a [`Step`]: the [`SessionEvent`](crate::SessionEvent)s to forward (the session's
+//! events themselves: one list of them) and the [`Command`]s to perform (already recorded as in
+//! flight). Everything the SPEC §4 asks of the engine is decided here:
 //!
 //! - **local deadline** (`timing.rs`): a successful call *sent* at `t` that returned remaining `r`
 //!   extends the deadline to `t + r × (1 − drift)`; ownership is judged only against it;
