@@ -63,8 +63,6 @@ pub mod backend;
 pub mod backends;
 mod cancel;
 pub mod config;
-mod coordinator;
-mod election;
 pub(crate) mod engine;
 mod error;
 mod events;
@@ -93,12 +91,9 @@ pub mod explore {
     }
 }
 pub mod fence;
-mod group;
-mod lease;
+mod handles;
 pub mod options;
 mod runtime;
-pub mod semaphore;
-mod session;
 mod settings;
 /// The deterministic simulation of the shipped runtime (test machinery: the `sim` and `explore`
 /// features with `--cfg simba_explore` only; see docs/testing.md).
@@ -124,16 +119,17 @@ pub use backend::{
 pub use backends::memory::MemoryBackend;
 pub use cancel::{Attempt, Cancel};
 pub use config::{BackendKind, Config, ConfigBuilder};
-pub use coordinator::{Coordinator, CoordinatorEvent};
-pub use election::{Election, ElectionEvent, Leader, LeaderContext, LeaderTask, RevokeReason, Schedule};
 pub use error::{display_chain, Error, ErrorKind, Result};
 pub use events::Events;
-pub use group::{GroupChange, MemberWatch, Membership};
-pub use lease::Lease;
+pub use handles::coordinator::{Coordinator, CoordinatorEvent};
+pub use handles::election::{Election, ElectionEvent, Leader, LeaderContext, LeaderTask, RevokeReason, Schedule};
+pub use handles::group::{GroupChange, MemberWatch, Membership};
+pub use handles::lease::Lease;
+pub use handles::semaphore;
+pub use handles::semaphore::{Permit, Semaphore};
+pub use handles::session::Session;
 pub use options::SessionOptions;
-pub use semaphore::{Permit, Semaphore};
-pub use session::{Session, SessionEvent};
-pub use state::{LossReason, SessionState};
+pub use state::{LossReason, SessionEvent, SessionState};
 pub use types::{
     validate_metadata, IntoName, Name, SessionId, Token, MAX_METADATA_LEN, MAX_NAME_LEN, RESERVED_NAME_PREFIX,
 };

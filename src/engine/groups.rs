@@ -15,9 +15,9 @@
 use std::collections::HashMap;
 use std::time::Instant;
 
-use super::step::{Command, Event, Step};
+use super::step::{Command, Step};
 use super::Engine;
-use crate::state::SessionState;
+use crate::state::{SessionEvent, SessionState};
 use crate::types::Name;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -72,7 +72,7 @@ impl Groups {
         let e = self.entry(group);
         let mut step = Step::none();
         if e.held == Held::Lost {
-            step.event(Event::MembershipRestored { group: group.clone() });
+            step.event(SessionEvent::MembershipRestored { group: group.clone() });
         }
         e.held = Held::Joined { established: now };
         step
@@ -134,13 +134,13 @@ impl Groups {
                 // Judged only when joined strictly before the send (as terms are: 9b7ef97).
                 Held::Joined { established } if established < sent && e.joins == 0 && !listed => {
                     e.held = Held::Lost;
-                    step.event(Event::MembershipLost { group: g.clone() });
+                    step.event(SessionEvent::MembershipLost { group: g.clone() });
                     e.joins += 1;
                     step.command(Command::Rejoin { group: g });
                 }
                 Held::Lost if e.joins == 0 && e.idle_since(sent) && listed => {
                     e.held = Held::Joined { established: now };
-                    step.event(Event::MembershipRestored { group: g });
+                    step.event(SessionEvent::MembershipRestored { group: g });
                 }
                 Held::Lost if e.joins == 0 => {
                     e.joins += 1;
@@ -242,7 +242,7 @@ mod tests {
     fn ms(v: u64) -> Duration {
         Duration::from_millis(v)
     }
-    fn events(events: Vec<Event>) -> Step {
+    fn events(events: Vec<SessionEvent>) -> Step {
         Step { events, commands: Vec::new() }
     }
     fn commands(commands: Vec<Command>) -> Step {
@@ -268,7 +268,7 @@ mod tests {
         assert_eq!(
             out,
             Step {
-                events: vec![Event::MembershipLost { group: a.clone() }],
+                events: vec![SessionEvent::MembershipLost { group: a.clone() }],
                 commands: vec![Command::Rejoin { group: a.clone() }]
             }
         );
@@ -278,7 +278,10 @@ mod tests {
         // A failed re-join is retried at the next report.
         assert!(g.end_rejoin(&a, t0 + ms(50), false).is_empty());
         assert_eq!(g.on_report(t0 + ms(60), t0 + ms(70), &[]), commands(vec![Command::Rejoin { group: a.clone() }]));
-        assert_eq!(g.end_rejoin(&a, t0 + ms(80), true), events(vec![Event::MembershipRestored { group: a.clone() }]));
+        assert_eq!(
+            g.end_rejoin(&a, t0 + ms(80), true),
+            events(vec![SessionEvent::MembershipRestored { group: a.clone() }])
+        );
         assert!(g.is_joined(&a));
         assert!(g.on_report(t0 + ms(90), t0 + ms(95), std::slice::from_ref(&a)).is_empty());
     }
@@ -292,7 +295,7 @@ mod tests {
         let _ = g.on_report(t0 + ms(10), t0 + ms(20), &[]);
         assert!(g.end_rejoin(&a, t0 + ms(30), false).is_empty());
         let out = g.on_report(t0 + ms(40), t0 + ms(50), std::slice::from_ref(&a));
-        assert_eq!(out, events(vec![Event::MembershipRestored { group: a.clone() }]));
+        assert_eq!(out, events(vec![SessionEvent::MembershipRestored { group: a.clone() }]));
         assert!(g.is_joined(&a));
     }
 

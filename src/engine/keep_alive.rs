@@ -5,11 +5,11 @@ use std::collections::{HashMap, HashSet};
 use std::time::Instant;
 
 use super::leases::LeaseEntry;
-use super::step::{Command, Event, Step};
+use super::step::{Command, Step};
 use super::timing::{deadline_basis, later};
 use super::Engine;
 use crate::backend::KeepAlive;
-use crate::state::{LossReason, SessionState};
+use crate::state::{LossReason, SessionEvent, SessionState};
 use crate::types::{Name, Token};
 
 /// Result of a keep-alive, as fed to [`Engine::on_keep_alive`].
@@ -30,7 +30,7 @@ impl Engine {
         }
         self.state = SessionState::Closed;
         self.lose_all(LossReason::SessionClosed, &mut step);
-        step.event(Event::Closed);
+        step.event(SessionEvent::Closed);
         step
     }
 
@@ -38,7 +38,7 @@ impl Engine {
         let mut lost: Vec<(Name, LeaseEntry)> = self.leases.drain().collect();
         lost.sort_by(|a, b| a.0.cmp(&b.0));
         for (name, l) in lost {
-            step.event(Event::LeaseLost { name, token: l.token, reason });
+            step.event(SessionEvent::LeaseLost { name, token: l.token, reason });
         }
     }
 
@@ -49,7 +49,7 @@ impl Engine {
         }
         self.state = SessionState::Expired;
         self.lose_all(LossReason::SessionExpired, &mut step);
-        step.event(Event::Expired);
+        step.event(SessionEvent::Expired);
         step.command(Command::CloseSession);
         step
     }
@@ -71,7 +71,7 @@ impl Engine {
             if let Some(l) = self.leases.remove(&name) {
                 // The backend may still count the term ours: never adopt it into a new handle.
                 self.give_up(&name, l.token);
-                step.event(Event::LeaseLost { name, token: l.token, reason: LossReason::Deadline });
+                step.event(SessionEvent::LeaseLost { name, token: l.token, reason: LossReason::Deadline });
             }
         }
         if let Some(sent) = self.ka_in_flight {
@@ -159,7 +159,7 @@ impl Engine {
     fn keep_alive_failed(&mut self, now: Instant, step: &mut Step) {
         self.failures += 1;
         self.next_keep_alive = later(now, self.timing.retry_backoff(self.failures - 1));
-        step.event(Event::RenewalFailed { failures: self.failures });
+        step.event(SessionEvent::RenewalFailed { failures: self.failures });
     }
 
     /// A keep-alive sent at `sent` completed at `now` with `result`. Late replies (after the call
@@ -240,7 +240,7 @@ impl Engine {
                 for (name, reason) in lost {
                     if let Some(l) = self.leases.remove(&name) {
                         self.give_up(&name, l.token);
-                        step.event(Event::LeaseLost { name, token: l.token, reason });
+                        step.event(SessionEvent::LeaseLost { name, token: l.token, reason });
                     }
                 }
                 self.forget_settled_releases(sent, now, &owned, &unknown);

@@ -2,8 +2,9 @@
 //!
 //! No threads, no I/O, no clock reads: the renewal thread (and the deterministic simulation) feed it
 //! instants and backend replies. Every transition that can report something or ask for a backend
-//! call returns a [`Step`]: the [`Event`]s to forward and the [`Command`]s to perform (already
-//! recorded as in flight). Everything the SPEC §4 asks of the engine is decided here:
+//! call returns a [`Step`]: the [`SessionEvent`](crate::SessionEvent)s to forward (the session's
+//! events themselves: one list of them) and the [`Command`]s to perform (already recorded as in
+//! flight). Everything the SPEC §4 asks of the engine is decided here:
 //!
 //! - **local deadline** (`timing.rs`): a successful call *sent* at `t` that returned remaining `r`
 //!   extends the deadline to `t + r × (1 − drift)`; ownership is judged only against it;
@@ -45,7 +46,7 @@ pub use campaigns::CampaignConflict;
 pub use keep_alive::KeepAliveResult;
 pub use leases::{AcquireCall, Adoption, CampaignId, NotSent};
 use leases::{LeaseEntry, Released};
-pub use step::{Command, Event, Step};
+pub use step::{Command, Step};
 pub use timing::Timing;
 pub(crate) use timing::{deadline_after, deadline_basis, later};
 

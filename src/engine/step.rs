@@ -1,5 +1,6 @@
-//! What one engine transition returns: the [`Event`]s it reports and the [`Command`]s it asks for,
-//! together in one [`Step`].
+//! What one engine transition returns: the [`SessionEvent`]s it reports and the [`Command`]s it
+//! asks for, together in one [`Step`]. The engine reports the session's events themselves (the
+//! user-facing type, `crate::state`), so there is one list of them.
 //!
 //! The split is the runtime's contract: it forwards every event (a session event and a log line,
 //! under the engine lock so they stay in order) and performs every command (a backend call, after
@@ -8,42 +9,8 @@
 
 use std::time::Instant;
 
-use crate::state::LossReason;
+use crate::state::SessionEvent;
 use crate::types::{Name, Token};
-
-/// A report from the engine: something that happened to the session.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Event {
-    /// A lease is lost: `token()` already fails.
-    LeaseLost {
-        /// The lease.
-        name: Name,
-        /// The lost term's token.
-        token: Token,
-        /// Why.
-        reason: LossReason,
-    },
-    /// The session is expired; it is never used again (a [`Command::CloseSession`] follows).
-    Expired,
-    /// The session was closed by the application.
-    Closed,
-    /// A keep-alive failed; the engine retries until the deadline.
-    RenewalFailed {
-        /// Consecutive failures so far.
-        failures: u32,
-    },
-    /// A membership the session joined is missing on the backend (a leave that landed late, a
-    /// failover that lost the join). A [`Command::Rejoin`] follows.
-    MembershipLost {
-        /// The group.
-        group: Name,
-    },
-    /// A lost membership is back (re-joined, or the backend lists it again).
-    MembershipRestored {
-        /// The group.
-        group: Name,
-    },
-}
 
 /// An instruction from the engine: a backend call to make. The engine has already recorded it as
 /// in flight; the runtime reports its end with the matching transition.
@@ -97,7 +64,7 @@ pub enum Command {
 #[must_use = "forward the events and perform the commands"]
 pub struct Step {
     /// Reports, to forward (in order).
-    pub events: Vec<Event>,
+    pub events: Vec<SessionEvent>,
     /// Backend calls, to perform (in order).
     pub commands: Vec<Command>,
 }
@@ -114,7 +81,7 @@ impl Step {
         self.events.is_empty() && self.commands.is_empty()
     }
 
-    pub(super) fn event(&mut self, event: Event) {
+    pub(super) fn event(&mut self, event: SessionEvent) {
         self.events.push(event);
     }
 

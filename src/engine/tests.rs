@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use super::*;
 use crate::backend::{KeepAlive, TermRemaining};
-use crate::state::LossReason;
+use crate::state::{LossReason, SessionEvent};
 
 fn timing() -> Timing {
     Timing {
@@ -36,7 +36,7 @@ fn one_acquire(e: &mut Engine, a: &Name, token: u64, at: Instant) -> Adoption {
     e.end_acquire(a);
     r
 }
-fn events(events: Vec<Event>) -> Step {
+fn events(events: Vec<SessionEvent>) -> Step {
     Step { events, commands: Vec::new() }
 }
 fn commands(commands: Vec<Command>) -> Step {
@@ -89,12 +89,12 @@ fn expires_at_local_deadline_when_renewals_fail_and_never_revives() {
             if let Command::SendKeepAlive { sent } = o {
                 failures += 1;
                 let r = e.on_keep_alive(*sent, now + ms(50), KeepAliveResult::Failed);
-                assert!(matches!(r.events[0], Event::RenewalFailed { .. }));
+                assert!(matches!(r.events[0], SessionEvent::RenewalFailed { .. }));
             }
         }
-        if out.events.contains(&Event::Expired) {
+        if out.events.contains(&SessionEvent::Expired) {
             assert_eq!(out.commands, vec![Command::CloseSession]);
-            assert!(out.events.contains(&Event::LeaseLost {
+            assert!(out.events.contains(&SessionEvent::LeaseLost {
                 name: n("a"),
                 token: t(1),
                 reason: LossReason::SessionExpired
@@ -122,7 +122,7 @@ fn hung_keep_alive_is_abandoned_and_retried() {
     assert_eq!(out.commands.len(), 1);
     assert_eq!(e.next_wakeup(), Some(t0 + ms(6_000)));
     let out = e.poll(t0 + ms(6_000));
-    assert_eq!(out, events(vec![Event::RenewalFailed { failures: 1 }]));
+    assert_eq!(out, events(vec![SessionEvent::RenewalFailed { failures: 1 }]));
     // Retry after the backoff.
     let out = e.poll(t0 + ms(6_750));
     assert_eq!(out, commands(vec![Command::SendKeepAlive { sent: t0 + ms(6_750) }]));
@@ -143,7 +143,7 @@ fn lease_missing_from_reply_is_lost_but_only_if_established_before_send() {
         e.on_acquired(&n("b"), t(9), t0 + ms(3_010), Duration::from_secs(10), t0 + ms(3_020), 0) == Adoption::Adopted
     );
     let out = e.on_keep_alive(sent, t0 + ms(3_050), alive(Duration::from_secs(10), &[]));
-    assert_eq!(out, events(vec![Event::LeaseLost { name: n("a"), token: t(5), reason: LossReason::NotOwned }]));
+    assert_eq!(out, events(vec![SessionEvent::LeaseLost { name: n("a"), token: t(5), reason: LossReason::NotOwned }]));
     assert_eq!(e.token(&n("a"), t0 + ms(3_050)), None);
     assert_eq!(e.token(&n("b"), t0 + ms(3_050)), Some(t(9)));
 }
@@ -154,7 +154,7 @@ fn different_token_in_reply_means_lost() {
     let mut e = Engine::new(timing(), t0, Duration::from_secs(10));
     assert!(e.on_acquired(&n("a"), t(5), t0, Duration::from_secs(10), t0, 0) == Adoption::Adopted);
     let out = e.on_keep_alive(t0 + ms(1), t0 + ms(2), alive(Duration::from_secs(10), &[("a", 6)]));
-    assert_eq!(out.events, vec![Event::LeaseLost { name: n("a"), token: t(5), reason: LossReason::NotOwned }]);
+    assert_eq!(out.events, vec![SessionEvent::LeaseLost { name: n("a"), token: t(5), reason: LossReason::NotOwned }]);
     // "a" is now owned by us per the backend but not held: release it.
     assert_eq!(out.commands, vec![Command::ReleaseStray { name: n("a"), token: t(6) }]);
     assert!(e.releasing(&n("a")), "the stray's release is counted in flight by the same transition");
@@ -178,7 +178,7 @@ fn expired_reply_expires_at_once() {
     let mut e = Engine::new(timing(), t0, Duration::from_secs(10));
     assert!(e.on_acquired(&n("a"), t(1), t0, Duration::from_secs(10), t0, 0) == Adoption::Adopted);
     let out = e.on_keep_alive(t0, t0 + ms(5), KeepAliveResult::Reply(KeepAlive::Expired));
-    assert_eq!(out.events.last(), Some(&Event::Expired));
+    assert_eq!(out.events.last(), Some(&SessionEvent::Expired));
     assert_eq!(out.commands, vec![Command::CloseSession]);
     assert_eq!(e.state(), SessionState::Expired);
 }
@@ -190,7 +190,7 @@ fn a_lease_with_a_short_grant_expires_on_its_own_deadline() {
     assert!(e.on_acquired(&n("a"), t(1), t0, ms(1_000), t0 + ms(5), 0) == Adoption::Adopted);
     assert_eq!(e.remaining(&n("a"), t0 + ms(5)), Some(ms(985)));
     let out = e.poll(t0 + ms(990));
-    assert_eq!(out, events(vec![Event::LeaseLost { name: n("a"), token: t(1), reason: LossReason::Deadline }]));
+    assert_eq!(out, events(vec![SessionEvent::LeaseLost { name: n("a"), token: t(1), reason: LossReason::Deadline }]));
     // A reply too late to be useful is not adopted.
     assert_eq!(e.on_acquired(&n("b"), t(1), t0, ms(1_000), t0 + ms(991), 0), Adoption::Undo);
 }
@@ -215,7 +215,7 @@ fn a_term_that_lasts_with_its_session_ends_at_the_session_deadline() {
     assert_eq!(e.token(&n("a"), t0 + ms(14_899)), Some(t(3)));
     assert_eq!(e.remaining(&n("a"), t0 + ms(14_000)), Some(ms(900)));
     let out = e.poll(t0 + ms(14_900));
-    assert_eq!(out.events.last(), Some(&Event::Expired), "{out:?}");
+    assert_eq!(out.events.last(), Some(&SessionEvent::Expired), "{out:?}");
     assert_eq!(e.token(&n("a"), t0 + ms(14_900)), None);
 }
 
@@ -266,7 +266,10 @@ fn a_term_lasting_with_its_session_adopted_during_a_keep_alive_follows_the_sessi
     assert_eq!(e.deadline(), t0 + ms(14_900));
     // The session's deadline before this reply: the term must outlive it.
     let out = e.poll(t0 + ms(9_900));
-    assert!(out.events.iter().all(|ev| !matches!(ev, Event::LeaseLost { name, .. } if name == &n("with"))), "{out:?}");
+    assert!(
+        out.events.iter().all(|ev| !matches!(ev, SessionEvent::LeaseLost { name, .. } if name == &n("with"))),
+        "{out:?}"
+    );
     assert_eq!(e.token(&n("with"), t0 + ms(9_900)), Some(t(7)), "lost at the session's previous deadline");
     assert_eq!(e.remaining(&n("with"), t0 + ms(9_900)), Some(ms(5_000)));
     // The measured term keeps its own deadline (5.5 s + 4 s × 0.99 = 9.46 s).
@@ -281,7 +284,10 @@ fn a_term_lasting_with_its_session_adopted_during_a_keep_alive_follows_the_sessi
     let out = e.poll(t0 + ms(15_000));
     let Command::SendKeepAlive { sent } = out.commands[0] else { panic!("{out:?}") };
     let out = e.on_keep_alive(sent, t0 + ms(15_100), alive(Duration::from_secs(10), &[]));
-    assert_eq!(out.events, vec![Event::LeaseLost { name: n("with"), token: t(7), reason: LossReason::NotOwned }]);
+    assert_eq!(
+        out.events,
+        vec![SessionEvent::LeaseLost { name: n("with"), token: t(7), reason: LossReason::NotOwned }]
+    );
 }
 
 /// The session's deadline is the term's: an answer after it is not adopted, and a term adopted
@@ -311,7 +317,10 @@ fn release_and_close() {
     let out = e.close();
     assert_eq!(
         out,
-        events(vec![Event::LeaseLost { name: n("b"), token: t(2), reason: LossReason::SessionClosed }, Event::Closed])
+        events(vec![
+            SessionEvent::LeaseLost { name: n("b"), token: t(2), reason: LossReason::SessionClosed },
+            SessionEvent::Closed
+        ])
     );
     assert_eq!(e.state(), SessionState::Closed);
     assert!(e.close().is_empty());
@@ -441,7 +450,7 @@ fn a_keep_alive_reply_after_the_local_deadline_does_not_revive_the_session() {
     let (_, mut e) = fresh();
     let d = e.deadline();
     let out = e.on_keep_alive(d - ms(200), d + ms(20), alive(Duration::from_secs(10), &[]));
-    assert_eq!(Step { events: vec![Event::Expired], commands: vec![Command::CloseSession] }, out);
+    assert_eq!(Step { events: vec![SessionEvent::Expired], commands: vec![Command::CloseSession] }, out);
     assert_eq!(e.state(), SessionState::Expired);
     assert!(!e.is_alive(d + ms(21)));
 }
@@ -456,7 +465,7 @@ fn a_keep_alive_reply_never_extends_a_lease_past_its_own_deadline() {
     assert_eq!(
         out,
         Step {
-            events: vec![Event::LeaseLost { name: a.clone(), token: t(1), reason: LossReason::Deadline }],
+            events: vec![SessionEvent::LeaseLost { name: a.clone(), token: t(1), reason: LossReason::Deadline }],
             // Still ours on the backend, no longer held: released.
             commands: vec![Command::ReleaseStray { name: a.clone(), token: t(1) }],
         }
@@ -473,7 +482,10 @@ fn a_term_lost_at_its_deadline_is_not_adopted_into_a_second_lease() {
     let a = n("a");
     assert_eq!(e.on_acquired(&a, t(1), t0, ms(1_000), t0, 0), Adoption::Adopted);
     let out = e.poll(t0 + ms(990));
-    assert_eq!(out, events(vec![Event::LeaseLost { name: a.clone(), token: t(1), reason: LossReason::Deadline }]));
+    assert_eq!(
+        out,
+        events(vec![SessionEvent::LeaseLost { name: a.clone(), token: t(1), reason: LossReason::Deadline }])
+    );
     let now = t0 + ms(1_000);
     assert_eq!(one_acquire(&mut e, &a, 1, now), Adoption::GivenUp);
     // A new term is adopted.
@@ -669,7 +681,7 @@ fn a_handle_released_after_close_or_expiry_needs_no_backend_call() {
     let (t0, mut e) = fresh();
     let a = n("a");
     assert_eq!(one_acquire(&mut e, &a, 3, t0), Adoption::Adopted);
-    assert!(e.close().events.contains(&Event::Closed));
+    assert!(e.close().events.contains(&SessionEvent::Closed));
     assert!(!e.release(&a, t(3)), "closed: the close released it");
     assert_eq!(e.pending(&a), 0);
     assert!(!e.releasing(&a));
@@ -688,7 +700,7 @@ fn a_handle_released_after_close_or_expiry_needs_no_backend_call() {
     let epoch = e.begin_attempt(&a, campaign, t0).unwrap();
     assert_eq!(e.on_campaign_acquired(&a, campaign, t(5), t0, Duration::from_secs(10), t0, epoch), Adoption::Adopted);
     e.end_acquire(&a);
-    assert!(e.close().events.contains(&Event::Closed));
+    assert!(e.close().events.contains(&SessionEvent::Closed));
     assert_eq!(e.stop_campaign(&a, campaign, Some(t(5))), None, "closed: the close released it");
     assert_eq!(e.pending(&a), 0);
 
@@ -698,7 +710,7 @@ fn a_handle_released_after_close_or_expiry_needs_no_backend_call() {
     e.begin_join(&g);
     e.end_join(&g, t0);
     assert_eq!(e.joined(&g, t0), Step::none());
-    assert!(e.close().events.contains(&Event::Closed));
+    assert!(e.close().events.contains(&SessionEvent::Closed));
     assert!(!e.begin_leave(&g), "closed: the close left it");
     assert!(!e.leaving(&g));
 }
@@ -792,7 +804,10 @@ fn a_given_up_term_a_reply_could_not_check_is_never_adopted_again() {
     let a = n("a");
     assert_eq!(e.on_acquired(&a, t(1), t0, ms(1_000), t0, 0), Adoption::Adopted);
     let out = e.poll(t0 + ms(990));
-    assert_eq!(out, events(vec![Event::LeaseLost { name: a.clone(), token: t(1), reason: LossReason::Deadline }]));
+    assert_eq!(
+        out,
+        events(vec![SessionEvent::LeaseLost { name: a.clone(), token: t(1), reason: LossReason::Deadline }])
+    );
     for i in 1..=4 {
         let sent = t0 + ms(1_000 * i);
         let out = e.on_keep_alive(sent, sent + ms(10), alive_unknown(Duration::from_secs(10), &[], &["a"]));
@@ -823,7 +838,10 @@ fn a_held_lease_a_reply_could_not_check_keeps_its_deadline_and_is_not_lost_by_it
     assert_eq!(e.token(&a, t0 + ms(9_000)), Some(t(1)));
     // Its own deadline (t0 + 9.9 s) passes while the session's (sent + 9.9 s) and b's go on.
     let out = e.poll(t0 + ms(9_900));
-    assert_eq!(out.events, vec![Event::LeaseLost { name: a.clone(), token: t(1), reason: LossReason::Deadline }]);
+    assert_eq!(
+        out.events,
+        vec![SessionEvent::LeaseLost { name: a.clone(), token: t(1), reason: LossReason::Deadline }]
+    );
     assert_eq!(e.token(&b, t0 + ms(9_900)), Some(t(1)));
     assert!(e.is_alive(t0 + ms(12_000)));
 }

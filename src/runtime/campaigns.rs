@@ -5,9 +5,8 @@ use std::time::{Duration, Instant};
 
 use super::calls::min_opt;
 use super::wait::{register_attempt, Moment, Rule};
-use super::{pool, SessionInner};
+use super::{pool, CampaignSink, SessionInner};
 use crate::backend::{Acquire, Notification};
-use crate::election::ElectionShared;
 use crate::engine::{later, CampaignConflict, CampaignId, NotSent, Step};
 use crate::error::{Error, ErrorKind, Result};
 use crate::sync;
@@ -15,7 +14,7 @@ use crate::types::Name;
 
 #[derive(Debug)]
 pub(super) struct CampaignSlot {
-    pub(super) election: Arc<ElectionShared>,
+    pub(super) election: Arc<dyn CampaignSink>,
     /// The engine's id of this campaign: its attempts carry it.
     pub(super) campaign: CampaignId,
     pub(super) next_attempt: Instant,
@@ -25,7 +24,8 @@ pub(super) struct CampaignSlot {
 }
 
 impl SessionInner {
-    pub(crate) fn attach_campaign(self: &Arc<Self>, election: &Arc<ElectionShared>) -> Result<()> {
+    pub(crate) fn attach_campaign<E: CampaignSink + 'static>(self: &Arc<Self>, election: &Arc<E>) -> Result<()> {
+        let election: Arc<dyn CampaignSink> = election.clone();
         let name = election.name().clone();
         let deadline = later(sync::now(), self.timing.query_timeout);
         {
@@ -59,13 +59,7 @@ impl SessionInner {
             election.attach(Arc::downgrade(self), self.id.clone());
             c.insert(
                 name,
-                CampaignSlot {
-                    election: election.clone(),
-                    campaign,
-                    next_attempt: sync::now(),
-                    in_flight: None,
-                    woken: false,
-                },
+                CampaignSlot { election, campaign, next_attempt: sync::now(), in_flight: None, woken: false },
             );
         }
         self.poke();
@@ -82,7 +76,12 @@ impl SessionInner {
     /// Ends the campaign for `name` (only `election`'s, when given) in one engine transition:
     /// the slot goes, the election is revoked, and the term it led or the session holds for
     /// `name` is released.
-    fn stop_campaign(self: &Arc<Self>, name: &Name, election: Option<&Arc<ElectionShared>>, wait: bool) -> Result<()> {
+    fn stop_campaign(
+        self: &Arc<Self>,
+        name: &Name,
+        election: Option<&Arc<dyn CampaignSink>>,
+        wait: bool,
+    ) -> Result<()> {
         let (token, slot) = self.apply_logged(|e, logs| {
             let mut c = self.campaigns.lock();
             let ours = c.get(name).is_some_and(|slot| election.is_none_or(|el| Arc::ptr_eq(&slot.election, el)));
@@ -144,7 +143,7 @@ impl SessionInner {
     /// Runs one attempt of `campaign` on a worker. The attempt asks the engine whether to send
     /// only when it really is about to (it may start late, queued behind stalled calls): a
     /// campaign resigned, dropped or replaced meanwhile sends nothing.
-    fn dispatch_campaign_attempt(self: &Arc<Self>, name: Name, election: Arc<ElectionShared>, campaign: CampaignId) {
+    fn dispatch_campaign_attempt(self: &Arc<Self>, name: Name, election: Arc<dyn CampaignSink>, campaign: CampaignId) {
         let weak = Arc::downgrade(self);
         let backend = self.backend.clone();
         let notify = self.notify_tx.clone();
@@ -166,7 +165,7 @@ impl SessionInner {
             }
             let observed = if busy { backend.holder(&name).ok().flatten() } else { None };
             let Some(inner) = weak.upgrade() else { return };
-            let failed = match inner.finish_acquire(&name, sent, epoch, reply, Some((&election, campaign))) {
+            let failed = match inner.finish_acquire(&name, sent, epoch, reply, Some((&*election, campaign))) {
                 Ok(Some(_)) => None,
                 Ok(None) => {
                     if let Some(h) = observed {
@@ -239,7 +238,8 @@ impl SessionInner {
     /// Stops `election`'s campaign on this session if it is the one campaigning here, and
     /// releases its term if this session holds one (its resign went to the previous session):
     /// the same one transition as [`resign`](Self::resign).
-    pub(crate) fn detach_campaign(self: &Arc<Self>, election: &Arc<ElectionShared>) {
-        let _ = self.stop_campaign(election.name(), Some(election), false);
+    pub(crate) fn detach_campaign<E: CampaignSink + 'static>(self: &Arc<Self>, election: &Arc<E>) {
+        let election: Arc<dyn CampaignSink> = election.clone();
+        let _ = self.stop_campaign(election.name(), Some(&election), false);
     }
 }

@@ -7,13 +7,11 @@ use crate::sync::{self, Sender};
 
 use super::calls::inline;
 use super::wait::Contender;
-use super::{pool, SessionInner};
+use super::{pool, CampaignSink, SessionInner};
 use crate::backend::Acquire;
 use crate::cancel::{Attempt, Cancel};
-use crate::election::ElectionShared;
 use crate::engine::{later, AcquireCall, Adoption, CampaignId, Command, NotSent, Step};
 use crate::error::{Error, ErrorKind, Result};
-use crate::lease::Lease;
 use crate::types::{Name, Token};
 
 impl SessionInner {
@@ -45,19 +43,13 @@ impl SessionInner {
         });
     }
 
-    /// One attempt to acquire `name` and adopt the term, waiting at most until `bound` (the
+    /// One attempt to acquire `name` and adopt the term, waiting at most until `deadline` (the
     /// attempt's own bound: a previous release of the name still in flight and the acquire call
-    /// itself both end by it).
-    pub(crate) fn attempt_lock(self: &Arc<Self>, name: &Name, bound: Instant) -> Result<Option<Lease>> {
-        match self.attempt_acquire(name, bound)? {
-            Some(token) => Ok(Some(Lease::new(self.clone(), name.clone(), token))),
-            None => Ok(None),
-        }
-    }
-
-    /// Sends one acquire and adopts its result. `Ok(None)`: held by someone else (or the reply
-    /// could not be adopted and was undone).
-    fn attempt_acquire(self: &Arc<Self>, name: &Name, deadline: Instant) -> Result<Option<Token>> {
+    /// itself both end by it). `Ok(Some(token))`: the session holds that term now, and the caller
+    /// makes it a `Lease` at once (the handle layer builds the guard; the runtime names no
+    /// handle); `Ok(None)`: held by someone else (or the reply could not be adopted and was
+    /// undone).
+    pub(crate) fn attempt_lock(self: &Arc<Self>, name: &Name, deadline: Instant) -> Result<Option<Token>> {
         let epoch = {
             let mut e = self.engine.lock();
             loop {
@@ -134,7 +126,7 @@ impl SessionInner {
         sent: Instant,
         epoch: u64,
         reply: Result<Acquire>,
-        campaign: Option<(&Arc<ElectionShared>, CampaignId)>,
+        campaign: Option<(&dyn CampaignSink, CampaignId)>,
     ) -> Result<Option<Token>> {
         use log::Level::{Debug, Info};
         let id = &self.id;
@@ -248,8 +240,8 @@ impl SessionInner {
     /// Attempts to take `name` until `deadline` (`None`: forever), through the one wait loop
     /// (`runtime/wait.rs`): the first attempt is always made; every attempt runs to its own bound
     /// (the query timeout) and none is sent after the deadline, so this returns by the deadline
-    /// plus at most one bounded call.
-    pub(crate) fn lock_until(self: &Arc<Self>, name: &Name, deadline: Option<Instant>) -> Result<Option<Lease>> {
+    /// plus at most one bounded call. The term won, as [`attempt_lock`](Self::attempt_lock).
+    pub(crate) fn lock_until(self: &Arc<Self>, name: &Name, deadline: Option<Instant>) -> Result<Option<Token>> {
         self.lock_waiting(name, deadline, None, &mut |_| {})
     }
 
@@ -261,11 +253,11 @@ impl SessionInner {
         deadline: Option<Instant>,
         cancel: Option<&Cancel>,
         observe: &mut dyn FnMut(Attempt<'_>),
-    ) -> Result<Option<Lease>> {
+    ) -> Result<Option<Token>> {
         self.wait_for(&mut LockContender(name), deadline, cancel, observe)
     }
 
-    /// Called by [`Lease`]: gives up `name` locally at once and releases it on the backend. Waits
+    /// Called by a `Lease`: gives up `name` locally at once and releases it on the backend. Waits
     /// for the result up to the query timeout when `wait` is true.
     pub(crate) fn release_lease(self: &Arc<Self>, name: &Name, token: Token, wait: bool) -> Result<()> {
         if !self.apply(|e| (e.release(name, token), Step::none())) {
@@ -361,7 +353,7 @@ impl SessionInner {
 struct LockContender<'a>(&'a Name);
 
 impl Contender for LockContender<'_> {
-    type Won = Lease;
+    type Won = Token;
 
     fn what(&self) -> String {
         format!("lock '{}'", self.0)
@@ -371,7 +363,7 @@ impl Contender for LockContender<'_> {
         std::slice::from_ref(self.0)
     }
 
-    fn attempt(&mut self, s: &Arc<SessionInner>, _deadline: Option<Instant>, _first: bool) -> Result<Option<Lease>> {
+    fn attempt(&mut self, s: &Arc<SessionInner>, _deadline: Option<Instant>, _first: bool) -> Result<Option<Token>> {
         s.attempt_lock(self.0, later(sync::now(), s.timing.query_timeout))
     }
 }

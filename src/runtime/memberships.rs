@@ -4,16 +4,16 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use super::calls::bounded_call;
-use super::{pool, SessionInner};
+use super::{pool, MembershipSink, SessionInner};
 use crate::backend::LeaseBackend;
 use crate::engine::{later, Step};
 use crate::error::{Error, ErrorKind, Result};
-use crate::group::MembershipShared;
 use crate::sync;
 use crate::types::Name;
 
 impl SessionInner {
-    pub(crate) fn attach_membership(self: &Arc<Self>, m: &Arc<MembershipShared>) -> Result<()> {
+    pub(crate) fn attach_membership<M: MembershipSink + 'static>(self: &Arc<Self>, m: &Arc<M>) -> Result<()> {
+        let m: Arc<dyn MembershipSink> = m.clone();
         let group = m.group().clone();
         let deadline = later(sync::now(), self.timing.query_timeout);
         {
@@ -150,9 +150,13 @@ impl SessionInner {
     }
 
     /// Leaves `membership`'s group on this session if it is the membership held here.
-    pub(crate) fn detach_membership(self: &Arc<Self>, membership: &Arc<MembershipShared>) {
+    pub(crate) fn detach_membership<M: MembershipSink + 'static>(self: &Arc<Self>, membership: &Arc<M>) {
         let group = membership.group();
-        let ours = self.memberships.lock().get(group).is_some_and(|m| Arc::ptr_eq(m, membership));
+        let ours = self
+            .memberships
+            .lock()
+            .get(group)
+            .is_some_and(|m| std::ptr::addr_eq(Arc::as_ptr(m), Arc::as_ptr(membership)));
         if ours {
             let _ = self.leave(group, false);
         }

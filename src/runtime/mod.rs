@@ -23,6 +23,8 @@
 //! - `leases.rs`: lock attempts, adoption of acquire replies, releases, tokens;
 //! - `campaigns.rs`: elections' campaigns (attempts on workers, resign);
 //! - `memberships.rs`: joins, leaves and re-joins of groups;
+//! - `sinks.rs`: what the runtime tells the handles' shared state ([`CampaignSink`],
+//!   [`MembershipSink`]): the runtime names no handle type;
 //! - `wait.rs`: the one wait loop — where a contender registers for a release, and the blocking
 //!   wait between attempts (locks, semaphores, the cancellable calls; campaigns' registrations);
 //! - `calls.rs`: bounded backend calls for a user's thread, the deferred [`Logs`], jitter;
@@ -39,9 +41,8 @@ use crate::backend::{LeaseBackend, Notification};
 use crate::engine::{Engine, Step, Timing};
 use crate::error::{Error, ErrorKind, Result};
 use crate::events::{Events, Subscribers};
-use crate::group::MembershipShared;
 use crate::options::SessionOptions;
-use crate::session::SessionEvent;
+use crate::state::SessionEvent;
 use crate::state::{LossReason, SessionState};
 use crate::types::{Name, SessionId};
 
@@ -52,12 +53,14 @@ mod leases;
 mod memberships;
 mod pool;
 mod renewal;
+mod sinks;
 mod wait;
 
 pub(crate) use calls::{bounded_call, jitter, Logs};
 use campaigns::CampaignSlot;
 pub(crate) use guard::guarded;
 use renewal::renewal_thread;
+pub(crate) use sinks::{CampaignSink, MembershipSink};
 pub(crate) use wait::Contender;
 
 enum Wake {
@@ -78,7 +81,7 @@ pub(crate) struct SessionInner {
     wake: Sender<Wake>,
     notify_tx: crossbeam_channel::Sender<Notification>,
     campaigns: Mutex<HashMap<Name, CampaignSlot>>,
-    memberships: Mutex<HashMap<Name, Arc<MembershipShared>>>,
+    memberships: Mutex<HashMap<Name, Arc<dyn MembershipSink>>>,
     /// Dropped when the session ends, which wakes everyone selecting on `ended_rx`.
     ended_tx: Mutex<Option<Sender<()>>>,
     pub(crate) ended_rx: Receiver<()>,
@@ -211,8 +214,8 @@ impl SessionInner {
         events
     }
 
-    pub(super) fn emit(&self, ev: SessionEvent) {
-        self.subscribers.emit(&ev);
+    pub(super) fn emit(&self, ev: &SessionEvent) {
+        self.subscribers.emit(ev);
     }
 
     /// Entries in the subscriber list, dead ones included (for leak tests).

@@ -9,49 +9,45 @@ use crate::sync::{self, select, Receiver};
 use super::calls::Logs;
 use super::{pool, SessionInner, Wake};
 use crate::backend::{KeepAlive, Notification};
-use crate::engine::{Command, Event, KeepAliveResult};
-use crate::session::SessionEvent;
+use crate::engine::{Command, KeepAliveResult};
+use crate::state::SessionEvent;
 use crate::state::SessionState;
 
 impl SessionInner {
-    /// Forwards a transition's events, under the engine lock so they stay in order: each becomes a
-    /// session event and a log record (written after the lock is released); a loss revokes the
-    /// election leading that term, the session's end ends its campaigns and memberships.
-    pub(super) fn forward(&self, events: Vec<Event>, logs: &mut Logs) {
+    /// Forwards a transition's events, under the engine lock so they stay in order: each is sent
+    /// to the session's subscribers as it is and becomes a log record (written after the lock is
+    /// released); a loss revokes the election leading that term, the session's end ends its
+    /// campaigns and memberships.
+    pub(super) fn forward(&self, events: Vec<SessionEvent>, logs: &mut Logs) {
         use log::Level::{Debug, Info, Warn};
         let id = &self.id;
         for ev in events {
+            // The event goes out first (non-blocking, in order); then what it means here.
+            self.emit(&ev);
             match ev {
-                Event::LeaseLost { name, token, reason } => {
+                SessionEvent::LeaseLost { name, token, reason } => {
                     logs.push(Warn, format!("session {id}: lease '{name}' (token {token}) lost: {reason}"));
-                    self.emit(SessionEvent::LeaseLost { name: name.clone(), token, reason });
                     if let Some(slot) = self.campaigns.lock().get_mut(&name) {
                         slot.election.revoked(token, reason, logs);
                         slot.next_attempt = sync::now();
                     }
                 }
-                Event::Expired => {
+                SessionEvent::Expired => {
                     logs.push(Warn, format!("session {id} expired"));
-                    self.emit(SessionEvent::Expired);
                     self.end(SessionState::Expired, logs);
                 }
-                Event::RenewalFailed { failures } => {
-                    self.emit(SessionEvent::RenewalFailed { failures });
-                }
-                Event::MembershipLost { group } => {
+                SessionEvent::RenewalFailed { .. } => {}
+                SessionEvent::MembershipLost { group } => {
                     logs.push(
                         Warn,
                         format!("session {id}: membership of '{group}' is missing on the backend; re-joining"),
                     );
-                    self.emit(SessionEvent::MembershipLost { group });
                 }
-                Event::MembershipRestored { group } => {
+                SessionEvent::MembershipRestored { group } => {
                     logs.push(Info, format!("session {id}: membership of '{group}' restored"));
-                    self.emit(SessionEvent::MembershipRestored { group });
                 }
-                Event::Closed => {
+                SessionEvent::Closed => {
                     logs.push(Debug, format!("session {id} closing"));
-                    self.emit(SessionEvent::Closed);
                     self.end(SessionState::Closed, logs);
                 }
             }

@@ -40,11 +40,12 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use crate::backend::{Acquire, KeepAlive, LeaseBackend, Notification, TermRemaining, Topic};
-use crate::coordinator::{Coordinator, CoordinatorEvent};
-use crate::election::{ElectionEvent, RevokeReason, Schedule};
 use crate::error::ErrorKind;
+use crate::handles::coordinator::{Coordinator, CoordinatorEvent};
+use crate::handles::election::{ElectionEvent, RevokeReason, Schedule};
+use crate::handles::session::Session;
 use crate::options::SessionOptions;
-use crate::session::{Session, SessionEvent};
+use crate::state::SessionEvent;
 use crate::state::{LossReason, SessionState};
 use crate::types::{Name, SessionId, Token};
 

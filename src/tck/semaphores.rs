@@ -9,7 +9,7 @@ use parking_lot::Mutex;
 
 use super::spy::{Call, Spy};
 use super::*;
-use crate::semaphore::{slot_of, Permit, Semaphore, MAX_PERMITS, MAX_SEMAPHORE_NAME_LEN};
+use crate::handles::semaphore::{slot_of, Permit, Semaphore, MAX_PERMITS, MAX_SEMAPHORE_NAME_LEN};
 
 /// `try_acquire` until it answers (a transient failure under contention is retried, as the
 /// caller would).

@@ -21,14 +21,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::backend::{below, sleep_virtual, unit, HistState, History, Resigned};
-use crate::coordinator::{Coordinator, CoordinatorEvent};
-use crate::election::Election;
 use crate::events::Events;
-use crate::group::Membership;
-use crate::lease::Lease;
-use crate::session::{Session, SessionEvent};
+use crate::handles::coordinator::{Coordinator, CoordinatorEvent};
+use crate::handles::election::Election;
+use crate::handles::group::Membership;
+use crate::handles::lease::Lease;
+use crate::handles::session::Session;
 use crate::sim::check::{Invariant, Violation};
 use crate::sim::history::{Event, Held};
+use crate::state::SessionEvent;
 use crate::types::{Name, Token};
 
 mod tasks;

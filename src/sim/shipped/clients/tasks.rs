@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use super::super::backend::{below, sleep_virtual, unit, History};
 use super::{sample, Client};
-use crate::election::{Election, LeaderContext, LeaderTask, Schedule};
+use crate::handles::election::{Election, LeaderContext, LeaderTask, Schedule};
 use crate::sim::history::{Event, TaskStep};
 use crate::types::Name;
 

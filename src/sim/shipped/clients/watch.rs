@@ -8,10 +8,10 @@ use std::time::Duration;
 
 use super::super::backend::{below, sleep_virtual, unit};
 use super::Client;
-use crate::coordinator::Coordinator;
 use crate::error::Result;
-use crate::group::{GroupChange, MemberWatch, Membership};
-use crate::session::Session;
+use crate::handles::coordinator::Coordinator;
+use crate::handles::group::{GroupChange, MemberWatch, Membership};
+use crate::handles::session::Session;
 use crate::sim::history::{Event, WatchStep};
 
 impl Client {

@@ -13,15 +13,15 @@ use std::time::{Duration, Instant};
 use crate::sync::{self, select, thread, unbounded, Mutex, Receiver, Sender};
 
 use crate::backend::{LeaseBackend, Member};
-use crate::election::{Election, ElectionShared, Leader};
 use crate::error::{Error, ErrorKind, Result};
 use crate::events::{Events, Subscribers};
-use crate::group::{self, MemberWatch, Membership, MembershipShared};
-use crate::lease::Lease;
+use crate::handles::election::{Election, ElectionShared, Leader};
+use crate::handles::group::{self, MemberWatch, Membership, MembershipShared};
+use crate::handles::lease::Lease;
+use crate::handles::semaphore::{Semaphore, Source};
 use crate::options::SessionOptions;
-use crate::runtime::{bounded_call, jitter, SessionInner};
-use crate::semaphore::{Semaphore, Source};
-use crate::session::SessionEvent;
+use crate::runtime::{bounded_call, jitter, CampaignSink, MembershipSink, SessionInner};
+use crate::state::SessionEvent;
 use crate::types::{user_name, IntoName, Name, SessionId};
 
 /// What happened to a coordinator's sessions.
@@ -376,7 +376,7 @@ impl Coordinator {
     /// replaced and `Closed` after [`close`](Coordinator::close).
     pub fn lock(&self, name: impl IntoName) -> Result<Lease> {
         let name = user_name(name)?;
-        crate::session::lock_on(&self.inner.current()?, &name).map_err(Error::on_replaced_session)
+        crate::handles::session::lock_on(&self.inner.current()?, &name).map_err(Error::on_replaced_session)
     }
 
     /// One attempt to take a lease on the current session: `Ok(None)` when another live
@@ -386,7 +386,7 @@ impl Coordinator {
     /// As [`Session::try_lock`](crate::Session::try_lock), plus those of [`lock`](Coordinator::lock).
     pub fn try_lock(&self, name: impl IntoName) -> Result<Option<Lease>> {
         let name = user_name(name)?;
-        crate::session::try_lock_on(&self.inner.current()?, &name).map_err(Error::on_replaced_session)
+        crate::handles::session::try_lock_on(&self.inner.current()?, &name).map_err(Error::on_replaced_session)
     }
 
     /// Takes a lease on the current session, giving up after `timeout` with `Ok(None)`
@@ -396,7 +396,8 @@ impl Coordinator {
     /// As [`lock`](Coordinator::lock).
     pub fn lock_timeout(&self, name: impl IntoName, timeout: Duration) -> Result<Option<Lease>> {
         let name = user_name(name)?;
-        crate::session::lock_timeout_on(&self.inner.current()?, &name, timeout).map_err(Error::on_replaced_session)
+        crate::handles::session::lock_timeout_on(&self.inner.current()?, &name, timeout)
+            .map_err(Error::on_replaced_session)
     }
 
     /// Takes a lease on the current session, giving up at `deadline` with `Ok(None)`.
@@ -405,7 +406,8 @@ impl Coordinator {
     /// As [`lock`](Coordinator::lock).
     pub fn lock_deadline(&self, name: impl IntoName, deadline: Instant) -> Result<Option<Lease>> {
         let name = user_name(name)?;
-        self.inner.current()?.lock_until(&name, Some(deadline)).map_err(Error::on_replaced_session)
+        crate::handles::session::lock_deadline_on(&self.inner.current()?, &name, Some(deadline))
+            .map_err(Error::on_replaced_session)
     }
 
     /// The counted semaphore `name` with `permits` permits (see [`crate::semaphore`]). Each

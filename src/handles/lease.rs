@@ -29,6 +29,14 @@ impl Lease {
         Lease { session, name, token, released: false }
     }
 
+    /// The guard of the term a lock call on `session` won (`term`: the token the runtime
+    /// returned, `None` when the call did not win). The runtime returns terms and the handle
+    /// layer builds the guards, so the runtime names no handle; call this right after the call,
+    /// with nothing in between that could drop the term unreleased.
+    pub(crate) fn of_term(session: &Arc<SessionInner>, name: &Name, term: Option<Token>) -> Option<Lease> {
+        term.map(|token| Lease::new(session.clone(), name.clone(), token))
+    }
+
     /// The lease name.
     pub fn name(&self) -> &Name {
         &self.name

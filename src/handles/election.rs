@@ -12,7 +12,7 @@ use crate::backend::{Holder, LeaseBackend};
 use crate::engine::{deadline_after, later};
 use crate::error::{Error, ErrorKind, Result};
 use crate::events::{Events, Subscribers};
-use crate::runtime::{bounded_call, Logs, SessionInner};
+use crate::runtime::{bounded_call, CampaignSink, Logs, SessionInner};
 use crate::state::LossReason;
 use crate::types::{Name, SessionId, Token};
 
@@ -145,10 +145,6 @@ impl ElectionShared {
         })
     }
 
-    pub(crate) fn name(&self) -> &Name {
-        &self.name
-    }
-
     fn emit(&self, ev: ElectionEvent) {
         self.subscribers.emit(&ev);
     }
@@ -157,46 +153,6 @@ impl ElectionShared {
     #[cfg(test)]
     pub(crate) fn subscriber_count(&self) -> usize {
         self.subscribers.len()
-    }
-
-    pub(crate) fn attach(&self, session: Weak<SessionInner>, id: SessionId) {
-        let mut st = self.st.lock();
-        let replaced = st.session_id.is_some();
-        st.session = session;
-        st.session_id = Some(id.clone());
-        st.ended = None;
-        if replaced {
-            self.emit(ElectionEvent::SessionReplaced { session: id });
-        }
-        self.cond.notify_all();
-    }
-
-    pub(crate) fn is_leading(&self) -> bool {
-        self.st.lock().leading.is_some()
-    }
-
-    /// The session adopted `token` for this campaign (called in the engine transition that
-    /// adopted it, under the engine lock: never after the session's end or a resign).
-    pub(crate) fn elected(
-        &self,
-        token: Token,
-        remaining: Duration,
-        session: &SessionId,
-        metadata: &str,
-        logs: &mut Logs,
-    ) {
-        let mut st = self.st.lock();
-        let ended = st.ended.is_some() && !sync::reintroduced(sync::Bug::ElectedAfterExpiry); // old: ignored
-        if st.resigned || ended || st.leading == Some(token) || st.session_id.as_ref() != Some(session) {
-            return;
-        }
-        st.leading = Some(token);
-        st.cancel = Arc::new(AtomicBool::new(false));
-        logs.push(log::Level::Info, format!("session {session}: elected leader of '{}' (token {token})", self.name));
-        self.emit(ElectionEvent::Elected { token });
-        let holder = Holder { session: session.clone(), token, remaining, metadata: metadata.to_string() };
-        Self::report_leader(&mut st, holder, |ev| self.emit(ev));
-        self.cond.notify_all();
     }
 
     /// Reports `holder` as the leader unless a newer (or the same) term was already reported:
@@ -221,52 +177,6 @@ impl ElectionShared {
         logs.push(level, format!("{session}: leadership of '{}' (token {token}) ended: {reason}", self.name));
         self.emit(ElectionEvent::Revoked { token, reason });
         self.cond.notify_all();
-    }
-
-    pub(crate) fn revoked(&self, token: Token, reason: LossReason, logs: &mut Logs) {
-        let mut st = self.st.lock();
-        self.revoke_locked(&mut st, token, reason.into(), logs);
-    }
-
-    pub(crate) fn session_ended(&self, session: &SessionId, reason: LossReason, logs: &mut Logs) {
-        let mut st = self.st.lock();
-        if st.session_id.as_ref() != Some(session) {
-            return;
-        }
-        if let Some(t) = st.leading {
-            self.revoke_locked(&mut st, t, reason.into(), logs);
-        }
-        st.ended = Some(reason);
-        self.cond.notify_all();
-    }
-
-    /// A campaign attempt was answered (whatever its outcome): `failed` is its error, if any.
-    pub(crate) fn attempt_done(&self, failed: Option<&Error>) {
-        let mut st = self.st.lock();
-        st.attempts += 1;
-        st.attempt_error = failed.map(|e| (e.kind(), crate::error::display_chain(e)));
-        self.cond.notify_all();
-    }
-
-    pub(crate) fn observe(&self, holder: Holder) {
-        let mut st = self.st.lock();
-        Self::report_leader(&mut st, holder, |ev| self.emit(ev));
-    }
-
-    /// Marks the election resigned; returns the token to release, if leading.
-    pub(crate) fn resigned(&self, logs: &mut Logs) -> Option<Token> {
-        let mut st = self.st.lock();
-        st.resigned = true;
-        let t = st.leading;
-        if let Some(t) = t {
-            self.revoke_locked(&mut st, t, RevokeReason::Resigned, logs);
-        }
-        self.cond.notify_all();
-        t
-    }
-
-    pub(crate) fn is_resigned(&self) -> bool {
-        self.st.lock().resigned
     }
 
     pub(crate) fn is_durable(&self) -> bool {
@@ -335,6 +245,91 @@ impl ElectionShared {
                 });
             }
         }
+    }
+}
+
+impl CampaignSink for ElectionShared {
+    fn name(&self) -> &Name {
+        &self.name
+    }
+
+    fn attach(&self, session: Weak<SessionInner>, id: SessionId) {
+        let mut st = self.st.lock();
+        let replaced = st.session_id.is_some();
+        st.session = session;
+        st.session_id = Some(id.clone());
+        st.ended = None;
+        if replaced {
+            self.emit(ElectionEvent::SessionReplaced { session: id });
+        }
+        self.cond.notify_all();
+    }
+
+    fn is_leading(&self) -> bool {
+        self.st.lock().leading.is_some()
+    }
+
+    /// The session adopted `token` for this campaign (called in the engine transition that
+    /// adopted it, under the engine lock: never after the session's end or a resign).
+    fn elected(&self, token: Token, remaining: Duration, session: &SessionId, metadata: &str, logs: &mut Logs) {
+        let mut st = self.st.lock();
+        let ended = st.ended.is_some() && !sync::reintroduced(sync::Bug::ElectedAfterExpiry); // old: ignored
+        if st.resigned || ended || st.leading == Some(token) || st.session_id.as_ref() != Some(session) {
+            return;
+        }
+        st.leading = Some(token);
+        st.cancel = Arc::new(AtomicBool::new(false));
+        logs.push(log::Level::Info, format!("session {session}: elected leader of '{}' (token {token})", self.name));
+        self.emit(ElectionEvent::Elected { token });
+        let holder = Holder { session: session.clone(), token, remaining, metadata: metadata.to_string() };
+        Self::report_leader(&mut st, holder, |ev| self.emit(ev));
+        self.cond.notify_all();
+    }
+
+    fn revoked(&self, token: Token, reason: LossReason, logs: &mut Logs) {
+        let mut st = self.st.lock();
+        self.revoke_locked(&mut st, token, reason.into(), logs);
+    }
+
+    fn session_ended(&self, session: &SessionId, reason: LossReason, logs: &mut Logs) {
+        let mut st = self.st.lock();
+        if st.session_id.as_ref() != Some(session) {
+            return;
+        }
+        if let Some(t) = st.leading {
+            self.revoke_locked(&mut st, t, reason.into(), logs);
+        }
+        st.ended = Some(reason);
+        self.cond.notify_all();
+    }
+
+    /// A campaign attempt was answered (whatever its outcome): `failed` is its error, if any.
+    fn attempt_done(&self, failed: Option<&Error>) {
+        let mut st = self.st.lock();
+        st.attempts += 1;
+        st.attempt_error = failed.map(|e| (e.kind(), crate::error::display_chain(e)));
+        self.cond.notify_all();
+    }
+
+    fn observe(&self, holder: Holder) {
+        let mut st = self.st.lock();
+        Self::report_leader(&mut st, holder, |ev| self.emit(ev));
+    }
+
+    /// Marks the election resigned; returns the token to release, if leading.
+    fn resigned(&self, logs: &mut Logs) -> Option<Token> {
+        let mut st = self.st.lock();
+        st.resigned = true;
+        let t = st.leading;
+        if let Some(t) = t {
+            self.revoke_locked(&mut st, t, RevokeReason::Resigned, logs);
+        }
+        self.cond.notify_all();
+        t
+    }
+
+    fn is_resigned(&self) -> bool {
+        self.st.lock().resigned
     }
 }
 
@@ -676,8 +671,8 @@ impl Drop for LeaderTask {
 mod tests {
     use super::*;
     use crate::backends::memory::MemoryBackend;
+    use crate::handles::session::Session;
     use crate::options::SessionOptions;
-    use crate::session::Session;
 
     fn holder(session: u64, token: u64) -> Holder {
         Holder {

@@ -6,57 +6,18 @@ use std::time::{Duration, Instant};
 
 use crate::backend::{LeaseBackend, Member};
 use crate::cancel::{Attempt, Cancel};
-use crate::election::{Election, ElectionShared, Leader};
 use crate::engine::{deadline_after, later};
 use crate::error::{Error, ErrorKind, Result};
 use crate::events::Events;
-use crate::group::{self, MemberWatch, Membership, MembershipShared};
-use crate::lease::Lease;
+use crate::handles::election::{Election, ElectionShared, Leader};
+use crate::handles::group::{self, MemberWatch, Membership, MembershipShared};
+use crate::handles::lease::Lease;
+use crate::handles::semaphore::{Semaphore, Source};
 use crate::options::SessionOptions;
 use crate::runtime::SessionInner;
-use crate::semaphore::{Semaphore, Source};
-use crate::state::{LossReason, SessionState};
+use crate::state::{SessionEvent, SessionState};
 use crate::sync;
-use crate::types::{user_name, IntoName, Name, SessionId, Token};
-
-/// Something that happened to a session. Sent in order on every receiver from
-/// [`Session::events`]; receivers that fall behind never slow the session down.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum SessionEvent {
-    /// A lease is lost; its `token()` already fails. A lost semaphore permit is reported as its
-    /// slot's lease, `simba.sem:<semaphore>:<slot>` ([`semaphore::slot_of`](crate::semaphore::slot_of)
-    /// maps the name back).
-    LeaseLost {
-        /// The lease.
-        name: Name,
-        /// The lost term's token.
-        token: Token,
-        /// Why.
-        reason: LossReason,
-    },
-    /// A keep-alive failed; the session retries until its local deadline.
-    RenewalFailed {
-        /// Consecutive failures so far.
-        failures: u32,
-    },
-    /// A membership is missing on the backend although the session holds it (a leave that
-    /// reached the server late, a failover that lost the join). The session re-joins it at once,
-    /// and at every renewal until it is back; meanwhile `is_member()` is false.
-    MembershipLost {
-        /// The group.
-        group: Name,
-    },
-    /// A lost membership is back on the backend.
-    MembershipRestored {
-        /// The group.
-        group: Name,
-    },
-    /// The session expired. Terminal: it is never used again.
-    Expired,
-    /// The session was closed by the application. Terminal.
-    Closed,
-}
+use crate::types::{user_name, IntoName, Name, SessionId};
 
 /// A live session on a backend: renewed by its own background thread; holds leases, campaigns
 /// and memberships, all of which end with it.
@@ -202,7 +163,7 @@ impl Session {
     /// As [`lock`](Session::lock).
     pub fn lock_deadline(&self, name: impl IntoName, deadline: Instant) -> Result<Option<Lease>> {
         let name = user_name(name)?;
-        self.inner.lock_until(&name, Some(deadline))
+        lock_deadline_on(&self.inner, &name, Some(deadline))
     }
 
     /// Like [`lock_deadline`](Session::lock_deadline) (`deadline` `None`: no deadline), ending
@@ -252,7 +213,8 @@ impl Session {
         mut on_attempt: impl FnMut(Attempt<'_>),
     ) -> Result<Option<Lease>> {
         let name = user_name(name)?;
-        self.inner.lock_waiting(&name, deadline, Some(cancel), &mut on_attempt)
+        let won = self.inner.lock_waiting(&name, deadline, Some(cancel), &mut on_attempt);
+        won.map(|t| Lease::of_term(&self.inner, &name, t))
     }
 
     /// The counted semaphore `name` with `permits` permits, whose permits this session takes (see
@@ -372,7 +334,7 @@ impl Drop for Session {
 
 /// [`Session::lock`] on `inner`.
 pub(crate) fn lock_on(inner: &Arc<SessionInner>, name: &Name) -> Result<Lease> {
-    match inner.lock_until(name, None)? {
+    match Lease::of_term(inner, name, inner.lock_until(name, None)?) {
         Some(l) => Ok(l),
         None => Err(Error::new(ErrorKind::Timeout, format!("lock '{name}' gave up"))),
     }
@@ -381,12 +343,22 @@ pub(crate) fn lock_on(inner: &Arc<SessionInner>, name: &Name) -> Result<Lease> {
 /// [`Session::try_lock`] on `inner`: one attempt bounded by the query timeout (a bound past what
 /// an `Instant` holds saturates: `Duration::MAX` is forever).
 pub(crate) fn try_lock_on(inner: &Arc<SessionInner>, name: &Name) -> Result<Option<Lease>> {
-    inner.attempt_lock(name, later(sync::now(), inner.timing.query_timeout))
+    let won = inner.attempt_lock(name, later(sync::now(), inner.timing.query_timeout));
+    won.map(|t| Lease::of_term(inner, name, t))
 }
 
 /// [`Session::lock_timeout`] on `inner` (`Duration::MAX` waits forever).
 pub(crate) fn lock_timeout_on(inner: &Arc<SessionInner>, name: &Name, timeout: Duration) -> Result<Option<Lease>> {
-    inner.lock_until(name, deadline_after(sync::now(), timeout))
+    lock_deadline_on(inner, name, deadline_after(sync::now(), timeout))
+}
+
+/// [`Session::lock_deadline`] on `inner` (`None`: forever).
+pub(crate) fn lock_deadline_on(
+    inner: &Arc<SessionInner>,
+    name: &Name,
+    deadline: Option<Instant>,
+) -> Result<Option<Lease>> {
+    inner.lock_until(name, deadline).map(|t| Lease::of_term(inner, name, t))
 }
 
 #[cfg(test)]
@@ -401,7 +373,7 @@ mod tests {
         assert_send_sync::<Election>();
         assert_send_sync::<Membership>();
         assert_send_sync::<Semaphore>();
-        assert_send_sync::<crate::semaphore::Permit>();
+        assert_send_sync::<crate::handles::semaphore::Permit>();
         assert_send_sync::<crate::Error>();
     }
 }

@@ -67,7 +67,7 @@ use crate::backend::{Holder, LeaseBackend};
 use crate::cancel::{Attempt, Cancel};
 use crate::engine::{deadline_after, later};
 use crate::error::{Error, ErrorKind, Result};
-use crate::lease::Lease;
+use crate::handles::lease::Lease;
 use crate::runtime::{bounded_call, Contender, SessionInner};
 use crate::sync;
 use crate::types::{IntoName, Name, SessionId, Token, MAX_NAME_LEN, RESERVED_NAME_PREFIX};
@@ -388,7 +388,10 @@ impl Semaphore {
             let slot = (offset + k) % n;
             let lease_name = &self.slots[slot as usize];
             match s.attempt_lock(lease_name, later(sync::now(), self.query_timeout)) {
-                Ok(Some(lease)) => return Ok(Some(Permit { lease, semaphore: self.name.clone(), slot })),
+                Ok(Some(token)) => {
+                    let lease = Lease::new(s.clone(), lease_name.clone(), token);
+                    return Ok(Some(Permit { lease, semaphore: self.name.clone(), slot }));
+                }
                 Ok(None) => {}
                 // This session holds the slot already (through another permit): not ours to take.
                 Err(e) if e.kind() == ErrorKind::AlreadyHeld => {}
@@ -581,8 +584,8 @@ mod push_race {
     use super::*;
     use crate::backend::{Acquire, Capabilities, KeepAlive, Member, Notification, SessionGrant, Topic};
     use crate::backends::memory::MemoryBackend;
+    use crate::handles::session::Session;
     use crate::options::SessionOptions;
-    use crate::session::Session;
 
     /// The registrations of a topic, each sender with how often it registered.
     type Registrations = Vec<(Sender<Notification>, u32)>;

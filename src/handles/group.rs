@@ -11,7 +11,7 @@ use crate::sync::{self, select, thread, unbounded, Mutex, Receiver, Sender};
 use crate::backend::{LeaseBackend, Member, Notification, Topic};
 use crate::error::Result;
 use crate::options::SessionOptions;
-use crate::runtime::{bounded_call, jitter, SessionInner};
+use crate::runtime::{bounded_call, jitter, MembershipSink, SessionInner};
 use crate::types::{Name, SessionId};
 
 #[derive(Debug)]
@@ -48,24 +48,6 @@ impl MembershipShared {
         })
     }
 
-    pub(crate) fn group(&self) -> &Name {
-        &self.group
-    }
-
-    pub(crate) fn attach(&self, session: Weak<SessionInner>, id: SessionId) {
-        let mut st = self.st.lock();
-        st.session = session;
-        st.session_id = Some(id);
-        st.active = true;
-    }
-
-    pub(crate) fn session_ended(&self, id: &SessionId) {
-        let mut st = self.st.lock();
-        if st.session_id.as_ref() == Some(id) {
-            st.active = false;
-        }
-    }
-
     pub(crate) fn is_left(&self) -> bool {
         self.st.lock().left
     }
@@ -84,6 +66,26 @@ impl MembershipShared {
         match session {
             Some(s) => s.leave(&self.group, wait),
             None => Ok(()),
+        }
+    }
+}
+
+impl MembershipSink for MembershipShared {
+    fn group(&self) -> &Name {
+        &self.group
+    }
+
+    fn attach(&self, session: Weak<SessionInner>, id: SessionId) {
+        let mut st = self.st.lock();
+        st.session = session;
+        st.session_id = Some(id);
+        st.active = true;
+    }
+
+    fn session_ended(&self, id: &SessionId) {
+        let mut st = self.st.lock();
+        if st.session_id.as_ref() == Some(id) {
+            st.active = false;
         }
     }
 }
