@@ -186,7 +186,7 @@ impl ElectionShared {
         logs: &mut Logs,
     ) {
         let mut st = self.st.lock();
-        let ended = st.ended.is_some() && !sync::reintroduced(sync::Bug::ElectedAfterExpiry); // old: ignored
+        let ended = sync::pick(sync::Bug::ElectedAfterExpiry, false, st.ended.is_some()); // old: ignored
         if st.resigned || ended || st.leading == Some(token) || st.session_id.as_ref() != Some(session) {
             return;
         }
