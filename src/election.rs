@@ -22,6 +22,7 @@ pub type Leader = Holder;
 
 /// Why leadership ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum RevokeReason {
     /// The lease was lost (taken over, or its local deadline passed).
     Lost,
@@ -56,6 +57,7 @@ impl From<LossReason> for RevokeReason {
 
 /// What happened to an election, in order.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum ElectionEvent {
     /// This node became leader with `token`.
     Elected {
@@ -521,6 +523,7 @@ impl Drop for Election {
 
 /// When leader-gated work runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Schedule {
     /// Call the work every given interval while leading.
     Every(Duration),

@@ -24,8 +24,9 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use private::PrivateRedis;
+use simba::backend::{Acquire, KeepAlive, LeaseBackend};
 use simba::backends::redis::{RedisBackend, RedisOptions};
-use simba::{Acquire, KeepAlive, LeaseBackend, Name, SessionId, Token};
+use simba::{Name, SessionId, Token};
 
 const D: Duration = Duration::from_secs(30);
 
