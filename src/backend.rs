@@ -159,6 +159,7 @@ pub struct Member {
 /// in flight per waiter. [`Registration`] lives here, in `simba::backend`, for implementors and
 /// for callers that wait on the SPI directly; applications use the waiting calls.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub struct Capabilities {
     /// The backend sends [`Notification::Released`] when a lease is freed (Redis pub/sub,
     /// ZooKeeper watches, PostgreSQL `LISTEN`/`NOTIFY`, memory). Without it candidates retry at `renew_interval / 2` + jitter.
@@ -397,6 +398,8 @@ pub trait LeaseBackend: Send + Sync + fmt::Debug + 'static {
     /// for it to `notify` and then forgets the registration (register again to keep watching).
     /// Registering the same channel twice for a topic is allowed and must not duplicate it
     /// unboundedly. Returns `false` when the backend cannot push this topic (callers poll).
+    /// `notify` is a [`simba::channel::Sender`](crate::channel::Sender) (crossbeam's, re-exported
+    /// on purpose).
     ///
     /// # Errors
     /// `Unavailable` when the registration could not be made (callers fall back to polling).

@@ -1,7 +1,7 @@
 //! The caller's side of a cancellable wait: the [`Cancel`] token and what an observer of the wait
 //! is told after each attempt ([`Attempt`]). The wait itself is the runtime's one wait loop
 //! (`runtime/wait.rs`), used by [`Session::lock_cancellable`](crate::Session::lock_cancellable)
-//! and [`Semaphore::acquire_cancellable`](crate::Semaphore::acquire_cancellable).
+//! and [`Semaphore::acquire_cancellable`](crate::semaphore::Semaphore::acquire_cancellable).
 
 use std::fmt;
 use std::sync::Arc;
@@ -87,7 +87,7 @@ impl fmt::Debug for Cancel {
 
 /// How one attempt of a cancellable wait ended when it did not take the lease (a permit): what
 /// the observer given to [`Session::lock_cancellable`](crate::Session::lock_cancellable) or
-/// [`Semaphore::acquire_cancellable`](crate::Semaphore::acquire_cancellable) is told, on the
+/// [`Semaphore::acquire_cancellable`](crate::semaphore::Semaphore::acquire_cancellable) is told, on the
 /// waiting thread, right after the attempt and before the wait registers for the release (where
 /// its backend registers after an attempt) and waits. No internal lock is held: the observer may
 /// call the session (e.g. [`Session::leader`](crate::Session::leader) to show who holds the

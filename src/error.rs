@@ -31,7 +31,7 @@ pub enum ErrorKind {
     AlreadyHeld,
     /// A wait was cancelled through its [`Cancel`](crate::Cancel) token
     /// ([`Session::lock_cancellable`](crate::Session::lock_cancellable),
-    /// [`Semaphore::acquire_cancellable`](crate::Semaphore::acquire_cancellable)). Not retryable:
+    /// [`Semaphore::acquire_cancellable`](crate::semaphore::Semaphore::acquire_cancellable)). Not retryable:
     /// the caller asked it to stop.
     Cancelled,
 }

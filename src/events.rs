@@ -14,7 +14,8 @@ use crate::sync::{unbounded, Mutex, Receiver, Sender};
 /// A subscription to a handle's events: every event sent after it was made (plus any initial
 /// ones the handle documents), in order.
 ///
-/// It dereferences to a [`crossbeam_channel::Receiver`], so `recv`, `try_recv`, `recv_timeout`,
+/// It dereferences to a [`Receiver`](crate::channel::Receiver) (crossbeam's, re-exported on
+/// purpose: see [`simba::channel`](crate::channel)), so `recv`, `try_recv`, `recv_timeout`,
 /// `try_iter` and `iter` work on it directly, and `select!` takes `&*events`. Dropping it (and
 /// every clone of it) ends the subscription. A bare `Receiver` cloned out of it (`(*events).clone()`)
 /// is disconnected once the last `Events` is dropped.

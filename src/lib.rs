@@ -2,9 +2,9 @@
 //!
 //! A synchronous library for distributed coordination between processes: [`Session`]s renewed by
 //! a background thread, named leases ([`Lease`]) carrying fencing [`Token`]s, and on top of them
-//! locks, leader election ([`Election`]), counted semaphores ([`Semaphore`], a fencing token per
-//! [`Permit`]) and group membership ([`Membership`]). Backends implement
-//! one SPI, [`LeaseBackend`], and pass one conformance kit (`simba::tck`): the in-process
+//! locks, leader election ([`Election`]), counted semaphores ([`semaphore::Semaphore`], a fencing
+//! token per [`semaphore::Permit`]) and group membership ([`Membership`]). Backends implement
+//! one SPI, [`backend::LeaseBackend`], and pass one conformance kit (`simba::tck`): the in-process
 //! [`MemoryBackend`] (always compiled), PostgreSQL and MySQL/MariaDB (`backends::sql`, features
 //! `postgres`/`mysql`), Redis standalone and Cluster (`backends::redis`, feature `redis`) and
 //! ZooKeeper (`backends::zookeeper`, feature `zookeeper`).
@@ -32,17 +32,20 @@
 //!
 //! The handles and the types their users name are at the crate root: [`Session`], [`Lease`],
 //! [`Election`], [`Membership`], [`Coordinator`], their events and [`Events`], [`Error`],
-//! [`Token`], [`Name`], and the SPI's [`LeaseBackend`] with its data types. **The modules that define
-//! handles are private** (session, election, group, coordinator, events), so a handle has one path:
-//! `simba::Session`, never also `simba::session::Session`. The public modules are namespaces with
-//! items and documentation of their own; only their headline types are also re-exported at the root:
+//! [`Token`], [`Name`]. **The modules that define handles are private** (session, election, group,
+//! coordinator, events), so a handle has one path: `simba::Session`, never also
+//! `simba::session::Session`. The public modules are namespaces with items and documentation of
+//! their own:
 //!
 //! - [`config`]: selection rules, [`config::ENV_VARS`] (every variable read), [`config::redact_url`];
-//!   [`Config`], [`ConfigBuilder`], [`BackendKind`] at the root;
-//! - [`options`]: defaults and limits; [`SessionOptions`] at the root;
-//! - [`semaphore`]: slots and their names; [`Semaphore`] and [`Permit`] at the root;
-//! - [`backend`]: the SPI in full, for backend implementors (e.g. `CheckItem`); the SPI types a
-//!   handle's caller names ([`LeaseBackend`], [`Holder`], [`Member`], ...) at the root;
+//!   its headline types [`Config`], [`ConfigBuilder`], [`BackendKind`] are also at the root;
+//! - [`options`]: defaults and limits; [`SessionOptions`] is also at the root;
+//! - [`semaphore`]: counted semaphores, one path each: [`semaphore::Semaphore`],
+//!   [`semaphore::Permit`], the slots and their names;
+//! - [`backend`]: the SPI, one path each: [`backend::LeaseBackend`] and every type of its calls
+//!   (including [`backend::Holder`] and [`backend::Member`], which `holder()`, `members()` and a
+//!   [`GroupChange`] hand to applications too); nothing of it is at the root;
+//! - [`channel`]: the channel types of the API (crossbeam-channel's, re-exported on purpose);
 //! - [`backends`]: one module per backend with everything of that backend (its backend type,
 //!   options, TLS settings, defaults: `backends::zookeeper::DEFAULT_ROOT`,
 //!   `backends::redis::EvictionCheck`); only the always-compiled [`MemoryBackend`] is also at the root;
@@ -62,6 +65,7 @@
 pub mod backend;
 pub mod backends;
 mod cancel;
+pub mod channel;
 pub mod config;
 pub(crate) mod engine;
 mod error;
@@ -113,9 +117,6 @@ struct ReadmeExample;
 pub mod testing;
 mod types;
 
-pub use backend::{
-    Acquire, Capabilities, Holder, KeepAlive, LeaseBackend, Member, Notification, SessionGrant, TermRemaining, Topic,
-};
 pub use backends::memory::MemoryBackend;
 pub use cancel::{Attempt, Cancel};
 pub use config::{BackendKind, Config, ConfigBuilder};

@@ -164,7 +164,7 @@ impl SessionOptionsBuilder {
     ///
     /// Backend calls that may not run on the caller's thread (keep-alives, campaign attempts,
     /// and every call of a backend that does not bound its own calls, see
-    /// [`LeaseBackend::call_bound`](crate::LeaseBackend::call_bound)) run on a pool of worker
+    /// [`LeaseBackend::call_bound`](crate::backend::LeaseBackend::call_bound)) run on a pool of worker
     /// threads shared by the whole process; a call that hangs parks its worker until it returns.
     /// The pool runs at most the largest `worker_threads` of the sessions opened so far. When
     /// every worker is busy, a call somebody waits for (`try_lock`, `join`, `members`, opening a

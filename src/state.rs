@@ -56,6 +56,7 @@ pub enum SessionState {
 
 /// Why a lease stopped being held.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum LossReason {
     /// A keep-alive reply no longer listed it (taken over, or deleted by someone else).
     NotOwned,

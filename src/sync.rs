@@ -141,6 +141,54 @@ pub(crate) const fn reintroduced(_bug: Bug) -> bool {
     false
 }
 
+// The one-line guards. A shipped module switches a bug back on only through these, each call on
+// one line (scripts/guard-lines checks it): the choice between the old and the fixed rule is made
+// here, so no shipped function grows a branch for it. In a normal build `reintroduced` is the
+// constant `false` and each folds to its fixed rule.
+
+/// `new`, or `old` when the explorer switched `bug` back on (both are evaluated: plain values).
+#[inline(always)]
+pub(crate) fn pick<T>(bug: Bug, old: T, new: T) -> T {
+    if reintroduced(bug) {
+        old
+    } else {
+        new
+    }
+}
+
+/// Like [`pick`], running only the chosen closure.
+#[inline(always)]
+pub(crate) fn pick_with<T>(bug: Bug, old: impl FnOnce() -> T, new: impl FnOnce() -> T) -> T {
+    if reintroduced(bug) {
+        old()
+    } else {
+        new()
+    }
+}
+
+/// Like [`pick_with`], handing `arg` to the chosen closure (for two rules that both need
+/// `&mut self`).
+#[inline(always)]
+pub(crate) fn pick_on<A, T>(bug: Bug, arg: A, old: impl FnOnce(A) -> T, new: impl FnOnce(A) -> T) -> T {
+    if reintroduced(bug) {
+        old(arg)
+    } else {
+        new(arg)
+    }
+}
+
+/// Runs `fix`, a step the old behaviour did not take, unless the explorer switched `bug` back on.
+#[inline(always)]
+pub(crate) fn fixed_only<T>(bug: Bug, fix: impl FnOnce() -> T) -> Option<T> {
+    pick_with(bug, || None, || Some(fix()))
+}
+
+/// Runs `old`, a step only the old behaviour took, when the explorer switched `bug` back on.
+#[inline(always)]
+pub(crate) fn old_only<T>(bug: Bug, old: impl FnOnce() -> T) -> Option<T> {
+    pick_with(bug, || Some(old()), || None)
+}
+
 #[cfg(all(feature = "explore", simba_explore))]
 pub(crate) mod explore {
     use std::collections::VecDeque;

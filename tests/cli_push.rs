@@ -29,7 +29,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serial_test::serial;
-use simba::{LeaseBackend, Name, Session, SessionOptions};
+use simba::backend::LeaseBackend;
+use simba::{Name, Session, SessionOptions};
 use support::cli::{clean_command, Lines};
 use support::proxy::Proxy;
 use support::sql::{shared_backend, Dialect};

@@ -7,7 +7,8 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use simba::{ErrorKind, LeaseBackend, Session, SessionOptions};
+use simba::backend::LeaseBackend;
+use simba::{ErrorKind, Session, SessionOptions};
 
 fn options() -> SessionOptions {
     SessionOptions::builder()

@@ -39,7 +39,7 @@ fn memory_agrees_with_itself() {
 #[test]
 fn a_keep_alive_that_omits_a_term_is_caught_and_shrunk() {
     use differential::{run, shrink, Step};
-    let flawed: Arc<dyn simba::LeaseBackend> = Arc::new(OmitsReacquired::default());
+    let flawed: Arc<dyn simba::backend::LeaseBackend> = Arc::new(OmitsReacquired::default());
     let steps = vec![
         Step::Open(0),
         Step::Open(1),
@@ -65,7 +65,7 @@ fn a_keep_alive_that_omits_a_term_is_caught_and_shrunk() {
 
 /// Issue #36's finding 1 as a fixed sequence, on every real backend: acquire X → release X →
 /// keep_alive → acquire X (t2) → keep_alive → keep_alive must list (X, t2) each time.
-fn finding_1(label: &str, real: Arc<dyn simba::LeaseBackend>) {
+fn finding_1(label: &str, real: Arc<dyn simba::backend::LeaseBackend>) {
     use differential::{run, Step};
     let steps = [
         Step::Open(0),
@@ -88,19 +88,19 @@ struct OmitsReacquired {
     released: parking_lot::Mutex<std::collections::HashSet<simba::Name>>,
 }
 
-impl simba::LeaseBackend for OmitsReacquired {
+impl simba::backend::LeaseBackend for OmitsReacquired {
     fn kind(&self) -> &'static str {
         "flawed"
     }
-    fn open_session(&self, d: Duration, m: &str) -> simba::Result<simba::SessionGrant> {
+    fn open_session(&self, d: Duration, m: &str) -> simba::Result<simba::backend::SessionGrant> {
         self.inner.open_session(d, m)
     }
-    fn keep_alive(&self, s: &simba::SessionId, d: Duration) -> simba::Result<simba::KeepAlive> {
+    fn keep_alive(&self, s: &simba::SessionId, d: Duration) -> simba::Result<simba::backend::KeepAlive> {
         let released = self.released.lock().clone();
         Ok(match self.inner.keep_alive(s, d)? {
-            simba::KeepAlive::Alive { remaining, mut owned, groups, unknown } => {
+            simba::backend::KeepAlive::Alive { remaining, mut owned, groups, unknown } => {
                 owned.retain(|(n, _)| !released.contains(n));
-                simba::KeepAlive::Alive { remaining, owned, groups, unknown }
+                simba::backend::KeepAlive::Alive { remaining, owned, groups, unknown }
             }
             e => e,
         })
@@ -108,14 +108,14 @@ impl simba::LeaseBackend for OmitsReacquired {
     fn close_session(&self, s: &simba::SessionId) -> simba::Result<()> {
         self.inner.close_session(s)
     }
-    fn acquire(&self, s: &simba::SessionId, n: &simba::Name) -> simba::Result<simba::Acquire> {
+    fn acquire(&self, s: &simba::SessionId, n: &simba::Name) -> simba::Result<simba::backend::Acquire> {
         self.inner.acquire(s, n)
     }
     fn release(&self, s: &simba::SessionId, n: &simba::Name, t: simba::Token) -> simba::Result<()> {
         self.released.lock().insert(n.clone());
         self.inner.release(s, n, t)
     }
-    fn holder(&self, n: &simba::Name) -> simba::Result<Option<simba::Holder>> {
+    fn holder(&self, n: &simba::Name) -> simba::Result<Option<simba::backend::Holder>> {
         self.inner.holder(n)
     }
     fn join(&self, s: &simba::SessionId, g: &simba::Name) -> simba::Result<()> {
@@ -124,7 +124,7 @@ impl simba::LeaseBackend for OmitsReacquired {
     fn leave(&self, s: &simba::SessionId, g: &simba::Name) -> simba::Result<()> {
         self.inner.leave(s, g)
     }
-    fn members(&self, g: &simba::Name) -> simba::Result<Vec<simba::Member>> {
+    fn members(&self, g: &simba::Name) -> simba::Result<Vec<simba::backend::Member>> {
         self.inner.members(g)
     }
     fn semaphore_limit(&self, n: &simba::Name, p: Option<u32>) -> simba::Result<Option<u32>> {

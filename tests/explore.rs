@@ -24,11 +24,12 @@ use crossbeam_channel::Sender;
 use shuttle::scheduler::{PctScheduler, RandomScheduler};
 use shuttle::sync::Mutex;
 use shuttle::{thread, Config, FailurePersistence, Runner};
-use simba::backend::{Capabilities, Notification, TermRemaining, Topic};
+use simba::backend::{
+    Acquire, Capabilities, Holder, KeepAlive, LeaseBackend, Member, Notification, SessionGrant, TermRemaining, Topic,
+};
 use simba::explore::{self, Bug};
 use simba::{
-    Acquire, Coordinator, Error, ErrorKind, Holder, KeepAlive, LeaseBackend, Member, Name, Session, SessionEvent,
-    SessionGrant, SessionId, SessionOptions, SessionState, Token,
+    Coordinator, Error, ErrorKind, Name, Session, SessionEvent, SessionId, SessionOptions, SessionState, Token,
 };
 
 /// Explored schedules per scenario and per finding (CI budget: see docs/testing.md);
@@ -170,7 +171,10 @@ impl LeaseBackend for Script {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities { push_release: self.push, push_membership: false, watch_checks_lease: self.claims_check }
+        let mut caps = Capabilities::default(); // non-exhaustive: built field by field
+        caps.push_release = self.push;
+        caps.watch_checks_lease = self.claims_check;
+        caps
     }
 
     fn watch(&self, topic: &Topic, notify: &Sender<Notification>) -> simba::Result<bool> {
@@ -707,8 +711,8 @@ fn drop_vs_renewal() {
 /// again while a fourth session takes permits as the first session closes.
 fn semaphore_permits_vs_release_and_close() {
     let backend = Arc::new(Script { inline: true, ..Script::default() });
-    let held: Arc<Mutex<Vec<simba::Permit>>> = Arc::new(Mutex::new(Vec::new()));
-    let check = |held: &Mutex<Vec<simba::Permit>>| {
+    let held: Arc<Mutex<Vec<simba::semaphore::Permit>>> = Arc::new(Mutex::new(Vec::new()));
+    let check = |held: &Mutex<Vec<simba::semaphore::Permit>>| {
         let held = held.lock().unwrap_or_else(|e| e.into_inner());
         let ok: Vec<u32> = held.iter().filter(|p| p.token().is_ok()).map(|p| p.slot()).collect();
         let mut slots = ok.clone();
@@ -717,7 +721,7 @@ fn semaphore_permits_vs_release_and_close() {
         assert!(ok.len() <= 2, "{} permits of a 2-permit semaphore pass token() at once (slots {ok:?})", ok.len());
         assert_eq!(slots.len(), ok.len(), "two permits on one slot pass token() at once: {ok:?}");
     };
-    let take = |s: Arc<Session>, held: Arc<Mutex<Vec<simba::Permit>>>, tries: usize| {
+    let take = |s: Arc<Session>, held: Arc<Mutex<Vec<simba::semaphore::Permit>>>, tries: usize| {
         thread::spawn(move || {
             let sem = s.semaphore("S", 2).expect("semaphore");
             for _ in 0..tries {
@@ -727,7 +731,7 @@ fn semaphore_permits_vs_release_and_close() {
             }
         })
     };
-    let observe = |held: Arc<Mutex<Vec<simba::Permit>>>| {
+    let observe = |held: Arc<Mutex<Vec<simba::semaphore::Permit>>>| {
         thread::spawn(move || {
             for _ in 0..6 {
                 check(&held);

@@ -20,7 +20,8 @@ mod private_cluster;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use simba::{ErrorKind, LeaseBackend, Name, Session, SessionOptions};
+use simba::backend::LeaseBackend;
+use simba::{ErrorKind, Name, Session, SessionOptions};
 use support::proxy::Proxy;
 
 use support::forward::{Forward, Hook, Op};

@@ -14,9 +14,10 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
+use simba::backend::{Acquire, KeepAlive, LeaseBackend};
 use simba::backends::redis::RedisOptions;
 use simba::testing::redis::{LuaScript, RedisScripting, StandaloneScripting};
-use simba::{Acquire, KeepAlive, LeaseBackend, Name, SessionId};
+use simba::{Name, SessionId};
 
 /// The real standalone port; the next `acquire` script naming a chosen key is held after its
 /// reply (the term is indexed, the acquire still in flight) until the test lets it go on.

@@ -13,7 +13,7 @@ use simba::{MemoryBackend, Name, Session, SessionOptions};
 #[cfg(feature = "internal-testing")] // the watch count comes from the crate-internal test seam
 fn a_lock_timeout_loop_on_a_held_lease_does_not_grow_the_watchers() {
     let memory = MemoryBackend::new();
-    let backend: Arc<dyn simba::LeaseBackend> = Arc::new(memory.clone());
+    let backend: Arc<dyn simba::backend::LeaseBackend> = Arc::new(memory.clone());
     let options = SessionOptions::builder().lease_duration(Duration::from_secs(30)).build().unwrap();
     let holder = Session::open(backend.clone(), options.clone()).unwrap();
     let waiter = Session::open(backend, options).unwrap();
@@ -32,10 +32,10 @@ fn a_lock_timeout_loop_on_a_held_lease_does_not_grow_the_watchers() {
 /// `Duration::MAX` as a lease duration means "never expires", not an overflow panic.
 #[test]
 fn a_lease_duration_of_duration_max_does_not_overflow() {
-    use simba::LeaseBackend;
+    use simba::backend::LeaseBackend;
     let memory = MemoryBackend::new();
     let grant = memory.open_session(Duration::MAX, "").unwrap();
-    assert!(matches!(memory.keep_alive(&grant.id, Duration::MAX).unwrap(), simba::KeepAlive::Alive { .. }));
+    assert!(matches!(memory.keep_alive(&grant.id, Duration::MAX).unwrap(), simba::backend::KeepAlive::Alive { .. }));
     assert_eq!(memory.purge_expired().unwrap(), 0);
 }
 
@@ -44,26 +44,26 @@ fn a_lease_duration_of_duration_max_does_not_overflow() {
 #[derive(Debug)]
 struct NoSemaphores(MemoryBackend);
 
-impl simba::LeaseBackend for NoSemaphores {
+impl simba::backend::LeaseBackend for NoSemaphores {
     fn kind(&self) -> &'static str {
         "legacy"
     }
-    fn open_session(&self, d: Duration, m: &str) -> simba::Result<simba::SessionGrant> {
+    fn open_session(&self, d: Duration, m: &str) -> simba::Result<simba::backend::SessionGrant> {
         self.0.open_session(d, m)
     }
-    fn keep_alive(&self, s: &simba::SessionId, d: Duration) -> simba::Result<simba::KeepAlive> {
+    fn keep_alive(&self, s: &simba::SessionId, d: Duration) -> simba::Result<simba::backend::KeepAlive> {
         self.0.keep_alive(s, d)
     }
     fn close_session(&self, s: &simba::SessionId) -> simba::Result<()> {
         self.0.close_session(s)
     }
-    fn acquire(&self, s: &simba::SessionId, n: &Name) -> simba::Result<simba::Acquire> {
+    fn acquire(&self, s: &simba::SessionId, n: &Name) -> simba::Result<simba::backend::Acquire> {
         self.0.acquire(s, n)
     }
     fn release(&self, s: &simba::SessionId, n: &Name, t: simba::Token) -> simba::Result<()> {
         self.0.release(s, n, t)
     }
-    fn holder(&self, n: &Name) -> simba::Result<Option<simba::Holder>> {
+    fn holder(&self, n: &Name) -> simba::Result<Option<simba::backend::Holder>> {
         self.0.holder(n)
     }
     fn join(&self, s: &simba::SessionId, g: &Name) -> simba::Result<()> {
@@ -72,7 +72,7 @@ impl simba::LeaseBackend for NoSemaphores {
     fn leave(&self, s: &simba::SessionId, g: &Name) -> simba::Result<()> {
         self.0.leave(s, g)
     }
-    fn members(&self, g: &Name) -> simba::Result<Vec<simba::Member>> {
+    fn members(&self, g: &Name) -> simba::Result<Vec<simba::backend::Member>> {
         self.0.members(g)
     }
 }
@@ -96,7 +96,7 @@ fn a_backend_without_semaphores_compiles_and_says_so() {
 fn member_watch_recv_deadline_returns_a_change_or_times_out_at_the_deadline() {
     use crossbeam_channel::RecvTimeoutError;
     use std::time::Instant;
-    let backend: Arc<dyn simba::LeaseBackend> = Arc::new(MemoryBackend::new());
+    let backend: Arc<dyn simba::backend::LeaseBackend> = Arc::new(MemoryBackend::new());
     let options = SessionOptions::builder().lease_duration(Duration::from_secs(30)).build().unwrap();
     let watcher = Session::open(backend.clone(), options.clone()).unwrap();
     let joiner = Session::open(backend, options).unwrap();

@@ -21,9 +21,9 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use serial_test::serial;
-use simba::backend::{CheckItem, CheckStatus};
+use simba::backend::{CheckItem, CheckStatus, LeaseBackend};
 use simba::backends::sql::{MysqlConfig, MysqlSslMode, MysqlTls, SqlBackend, SqlOptions};
-use simba::{ErrorKind, LeaseBackend, Name, Session, SessionOptions};
+use simba::{ErrorKind, Name, Session, SessionOptions};
 
 /// A query timeout no failing connect may wait for: "at once" means well before it.
 const LONG: Duration = Duration::from_secs(30);

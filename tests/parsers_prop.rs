@@ -12,12 +12,13 @@
 use std::time::Duration;
 
 use proptest::prelude::*;
+use simba::backend::LeaseBackend;
 use simba::backends::redis::EvictionCheck;
 use simba::backends::sql::{Dialect, SqlBackend, SqlOptions};
 use simba::backends::zookeeper::{AclEntry, AclMode, ZookeeperAuth};
 use simba::config::redact_url;
 use simba::testing::parse_duration;
-use simba::{BackendKind, Config, ConfigBuilder, ErrorKind, LeaseBackend, MemoryBackend, Name, SessionId};
+use simba::{BackendKind, Config, ConfigBuilder, ErrorKind, MemoryBackend, Name, SessionId};
 
 /// The case count of each property: `PROPTEST_CASES` when set, else `default`.
 fn cases(default: u32) -> ProptestConfig {

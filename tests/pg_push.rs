@@ -18,9 +18,9 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 use serial_test::serial;
-use simba::backend::{Notification, Topic};
+use simba::backend::{Acquire, LeaseBackend, Notification, Topic};
 use simba::backends::sql::{SqlBackend, SqlOptions};
-use simba::{Acquire, LeaseBackend, Name, Session, SessionOptions};
+use simba::{Name, Session, SessionOptions};
 use support::forward::{Forward, Hook, Op};
 use support::sql::{shared_backend, Dialect};
 
@@ -72,8 +72,8 @@ struct Busy(AtomicUsize);
 
 impl Hook for Arc<Busy> {
     fn before(&self, _op: Op) {}
-    fn acquired(&self, _session: &simba::SessionId, reply: &simba::Result<simba::Acquire>) {
-        if matches!(reply, Ok(simba::Acquire::Busy)) {
+    fn acquired(&self, _session: &simba::SessionId, reply: &simba::Result<simba::backend::Acquire>) {
+        if matches!(reply, Ok(simba::backend::Acquire::Busy)) {
             self.0.fetch_add(1, Ordering::SeqCst);
         }
     }

@@ -16,9 +16,9 @@ mod support;
 use std::time::{Duration, Instant};
 
 use serial_test::serial;
-use simba::backend::CheckStatus;
+use simba::backend::{CheckStatus, LeaseBackend};
 use simba::backends::sql::{PostgresTls, SqlBackend, SqlOptions, SslMode};
-use simba::{ErrorKind, LeaseBackend, Name};
+use simba::{ErrorKind, Name};
 
 /// A query timeout no failing handshake may wait for: "at once" means well before it.
 const LONG: Duration = Duration::from_secs(30);

@@ -17,9 +17,10 @@ use std::time::{Duration, Instant};
 
 use private::{value_string, PrivateRedis};
 use serial_test::serial;
+use simba::backend::{Acquire, KeepAlive, LeaseBackend, Notification, Topic};
 use simba::backends::redis::{EvictionCheck, RedisBackend, RedisOptions};
 use simba::tck::eventually;
-use simba::{Acquire, ErrorKind, KeepAlive, LeaseBackend, Name, Notification, SessionId, Token, Topic};
+use simba::{ErrorKind, Name, SessionId, Token};
 
 const D: Duration = Duration::from_secs(1);
 

@@ -12,9 +12,9 @@ use std::time::Duration;
 
 use redis::{ClientTlsConfig, ConnectionInfo, IntoConnectionInfo, TlsCertificates};
 use serial_test::serial;
-use simba::backend::CheckStatus;
+use simba::backend::{CheckStatus, LeaseBackend};
 use simba::backends::redis::{RedisBackend, RedisOptions, RedisTls};
-use simba::{ErrorKind, LeaseBackend};
+use simba::ErrorKind;
 
 fn options() -> RedisOptions {
     RedisOptions::builder()

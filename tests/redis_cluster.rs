@@ -18,10 +18,11 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, Slot, SlotAddr};
 use serial_test::serial;
+use simba::backend::{Acquire, KeepAlive, LeaseBackend, Notification, Topic};
 use simba::backends::redis::{RedisBackend, RedisOptions};
 use simba::tck::eventually;
 use simba::testing::redis::{ClusteredScripting, LuaScript, RedisScripting};
-use simba::{Acquire, Error, ErrorKind, KeepAlive, LeaseBackend, Name, Notification, SessionId, Token, Topic};
+use simba::{Error, ErrorKind, Name, SessionId, Token};
 
 fn init_log() {
     let _ = env_logger::builder().is_test(true).try_init();

@@ -21,9 +21,10 @@ use std::time::Duration;
 
 use crossbeam_channel::Receiver;
 use serial_test::serial;
+use simba::backend::{Acquire, LeaseBackend, Notification, Topic};
 use simba::backends::redis::{RedisBackend, RedisOptions};
 use simba::tck::eventually;
-use simba::{Acquire, LeaseBackend, Name, Notification, Topic};
+use simba::Name;
 
 use private_cluster::PrivateCluster;
 

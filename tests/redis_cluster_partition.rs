@@ -22,9 +22,10 @@ use std::time::Duration;
 use parking_lot::Mutex;
 use private_cluster::PrivateCluster;
 use redis::cluster_routing::Slot;
+use simba::backend::KeepAlive;
 use simba::backends::redis::{RedisBackend, RedisOptions};
 use simba::tck::eventually;
-use simba::{ErrorKind, KeepAlive, Name, Session, SessionOptions, Token};
+use simba::{ErrorKind, Name, Session, SessionOptions, Token};
 use support::forward::{Forward, Hook, Op};
 use support::netfault;
 

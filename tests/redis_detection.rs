@@ -24,8 +24,9 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use private::{acquired, PrivateRedis};
+use simba::backend::LeaseBackend;
 use simba::backends::redis::RedisBackend;
-use simba::{LeaseBackend, Name, SessionId, Token};
+use simba::{Name, SessionId, Token};
 
 const D: Duration = Duration::from_secs(30);
 

@@ -21,9 +21,9 @@ use std::time::{Duration, Instant};
 
 use private_cluster::{PrivateCluster, PrivateRedis};
 use serial_test::serial;
-use simba::backend::CheckStatus;
+use simba::backend::{CheckStatus, LeaseBackend, Topic};
 use simba::backends::redis::{RedisBackend, RedisOptions};
-use simba::{ErrorKind, LeaseBackend, Name, Topic};
+use simba::{ErrorKind, Name};
 
 /// Long enough that "at once" cannot be confused with "after the query timeout".
 const QT: Duration = Duration::from_secs(20);
@@ -325,25 +325,29 @@ fn an_acl_user_with_the_documented_rights_runs_everything() {
         b.open_session(Duration::from_secs(5), "").unwrap().id,
     );
     let t = match b.acquire(&s1, &l).unwrap() {
-        simba::Acquire::Acquired { token, .. } => token,
+        simba::backend::Acquire::Acquired { token, .. } => token,
         other => panic!("{other:?}"),
     };
-    assert_eq!(b.acquire(&s2, &l).unwrap(), simba::Acquire::Busy);
+    assert_eq!(b.acquire(&s2, &l).unwrap(), simba::backend::Acquire::Busy);
     assert_eq!(b.holder(&l).unwrap().unwrap().metadata, "one");
     let (tx, rx) = crossbeam_channel::unbounded();
     b.watch(&Topic::Lease(l.clone()), &tx).unwrap();
     assert_eq!(
         rx.recv_timeout(Duration::from_secs(5)).unwrap(),
-        simba::Notification::Released(l.clone()),
+        simba::backend::Notification::Released(l.clone()),
         "subscribed"
     );
     b.watch(&Topic::Lease(l.clone()), &tx).unwrap();
     b.release(&s1, &l, t).unwrap();
-    assert_eq!(rx.recv_timeout(Duration::from_secs(5)).unwrap(), simba::Notification::Released(l.clone()), "pushed");
-    assert!(matches!(b.acquire(&s2, &l).unwrap(), simba::Acquire::Acquired { .. }));
+    assert_eq!(
+        rx.recv_timeout(Duration::from_secs(5)).unwrap(),
+        simba::backend::Notification::Released(l.clone()),
+        "pushed"
+    );
+    assert!(matches!(b.acquire(&s2, &l).unwrap(), simba::backend::Acquire::Acquired { .. }));
     b.join(&s1, &g).unwrap();
     assert_eq!(b.members(&g).unwrap().len(), 1);
-    assert!(matches!(b.keep_alive(&s1, Duration::from_secs(5)).unwrap(), simba::KeepAlive::Alive { .. }));
+    assert!(matches!(b.keep_alive(&s1, Duration::from_secs(5)).unwrap(), simba::backend::KeepAlive::Alive { .. }));
     b.leave(&s1, &g).unwrap();
     b.close_session(&s1).unwrap();
     b.close_session(&s2).unwrap();

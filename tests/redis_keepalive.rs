@@ -17,8 +17,9 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use private::{acquired, owned, PrivateRedis};
+use simba::backend::{Acquire, KeepAlive, LeaseBackend};
 use simba::backends::redis::RedisBackend;
-use simba::{Acquire, KeepAlive, LeaseBackend, Name, SessionId, Token};
+use simba::{Name, SessionId, Token};
 
 const D: Duration = Duration::from_secs(30);
 
@@ -347,10 +348,10 @@ fn old_and_new_scripts_never_both_hold_a_term() {
     assert_eq!(legacy_acquire(&r, &late, &old), Some(t_old + 2));
     // A new client closing an old client's session by id releases the old session's leases.
     let (tx, rx) = crossbeam_channel::unbounded();
-    assert!(b.watch(&simba::Topic::Lease(new.clone()), &tx).unwrap());
+    assert!(b.watch(&simba::backend::Topic::Lease(new.clone()), &tx).unwrap());
     b.close_session(&late).unwrap();
     assert_eq!(r.cmd(&["HGET", &format!("simba:lease:{{{new}}}"), "session"]), "");
     assert_eq!(r.cmd(&["HGET", &format!("simba:lease:{{{old}}}"), "session"]), "");
-    assert_eq!(rx.recv_timeout(Duration::from_secs(5)).unwrap(), simba::Notification::Released(new.clone()));
+    assert_eq!(rx.recv_timeout(Duration::from_secs(5)).unwrap(), simba::backend::Notification::Released(new.clone()));
     assert_eq!(r.cmd(&["EXISTS", &format!("simba:session:{{{late}}}:leases")]), "0");
 }

@@ -196,9 +196,9 @@ fn private_server_starts_restarts_and_stops() {
 }
 
 /// The token of an acquire that must have succeeded.
-pub fn acquired(r: simba::Result<simba::Acquire>) -> simba::Token {
+pub fn acquired(r: simba::Result<simba::backend::Acquire>) -> simba::Token {
     match r {
-        Ok(simba::Acquire::Acquired { token, .. }) => token,
+        Ok(simba::backend::Acquire::Acquired { token, .. }) => token,
         other => panic!("expected Acquired, got {other:?}"),
     }
 }
@@ -209,9 +209,9 @@ pub fn owned(
     sid: &simba::SessionId,
     d: Duration,
 ) -> Vec<(simba::Name, simba::Token)> {
-    use simba::LeaseBackend;
+    use simba::backend::LeaseBackend;
     match b.keep_alive(sid, d) {
-        Ok(simba::KeepAlive::Alive { mut owned, .. }) => {
+        Ok(simba::backend::KeepAlive::Alive { mut owned, .. }) => {
             owned.sort();
             owned
         }

@@ -21,8 +21,9 @@ use std::time::{Duration, Instant};
 
 use private::PrivateRedis;
 use serial_test::serial;
+use simba::backend::{LeaseBackend, Notification, Topic};
 use simba::backends::redis::{RedisBackend, RedisOptions};
-use simba::{LeaseBackend, Name, Notification, Session, SessionOptions, Topic};
+use simba::{Name, Session, SessionOptions};
 use support::forward::{Forward, Hook, Op};
 
 /// Well below the waiters' first poll (renew interval / 2 = 10 s).
@@ -93,8 +94,8 @@ impl Hook for Arc<Calls> {
             self.acquires.fetch_add(1, Ordering::SeqCst);
         }
     }
-    fn acquired(&self, _session: &simba::SessionId, reply: &simba::Result<simba::Acquire>) {
-        if !matches!(reply, Ok(simba::Acquire::Busy)) {
+    fn acquired(&self, _session: &simba::SessionId, reply: &simba::Result<simba::backend::Acquire>) {
+        if !matches!(reply, Ok(simba::backend::Acquire::Busy)) {
             return;
         }
         let n = self.busy.fetch_add(1, Ordering::SeqCst) + 1;
@@ -258,7 +259,7 @@ fn the_subscriber_resubscribes_after_its_connection_is_killed() {
     b.watch(&Topic::Lease(a.clone()), &tx).unwrap();
     let sid = b.open_session(Duration::from_secs(5), "").unwrap().id;
     let t = match b.acquire(&sid, &a).unwrap() {
-        simba::Acquire::Acquired { token, .. } => token,
+        simba::backend::Acquire::Acquired { token, .. } => token,
         other => panic!("{other:?}"),
     };
     b.release(&sid, &a, t).unwrap();

@@ -15,9 +15,9 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use serial_test::serial;
-use simba::backend::CheckStatus;
+use simba::backend::{CheckStatus, LeaseBackend};
 use simba::backends::redis::{RedisBackend, RedisOptions, RedisTls};
-use simba::{ErrorKind, LeaseBackend, Name, Session, SessionOptions};
+use simba::{ErrorKind, Name, Session, SessionOptions};
 
 /// A query timeout no failing handshake may wait for: "at once" means well before it.
 const LONG: Duration = Duration::from_secs(30);

@@ -69,7 +69,7 @@ fn a_keep_alive_failing_for_one_cause_is_warned_about_once_per_cause() {
         .renew_interval(Duration::from_millis(400))
         .build()
         .unwrap();
-    let session = Session::open(Arc::clone(&backend) as Arc<dyn simba::LeaseBackend>, options).unwrap();
+    let session = Session::open(Arc::clone(&backend) as Arc<dyn simba::backend::LeaseBackend>, options).unwrap();
     let mut seen = Vec::new();
     let recovered = loop {
         match rx.recv_timeout(Duration::from_secs(20)) {

@@ -10,8 +10,9 @@ mod support;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use simba::backend::LeaseBackend;
 use simba::backends::sql::{SqlBackend, SqlOptions};
-use simba::{Coordinator, CoordinatorEvent, LeaseBackend, Session, SessionOptions};
+use simba::{Coordinator, CoordinatorEvent, Session, SessionOptions};
 use support::sql::{PrivateMariadb, PrivatePostgres};
 
 fn options() -> SessionOptions {

@@ -358,7 +358,7 @@ fn a_semaphore_waiter_does_not_spin_on_its_own_slot_freed_behind_its_back() {
     // the waiter went round again at once: a busy loop of watch and acquire calls until the next
     // keep-alive. Renewal is far away here: the waiter must just wait out its timeout.
     let opts = slow_renewal(Duration::from_secs(60), Duration::from_secs(5));
-    let inner: Arc<dyn simba::LeaseBackend> = Arc::new(MemoryBackend::new());
+    let inner: Arc<dyn simba::backend::LeaseBackend> = Arc::new(MemoryBackend::new());
     let backend = Forward::inheriting(inner.clone(), CountWatches::default());
     let session = Session::open(backend.clone(), opts).unwrap();
     let sem = session.semaphore("s", 1).unwrap();
@@ -380,7 +380,7 @@ fn a_waiter_on_a_backend_without_pushes_polls_at_the_poll_interval_not_half_the_
     // ~30 s, far past the waiter's 10 s. It now polls every poll_interval (default 500 ms).
     let opts = slow_renewal(Duration::from_secs(60), Duration::from_secs(5));
     let backend = Forward::memory("no-push", Gate::new());
-    assert!(!simba::LeaseBackend::capabilities(&*backend).push_release);
+    assert!(!simba::backend::LeaseBackend::capabilities(&*backend).push_release);
     let holder = Session::open(backend.clone(), opts.clone()).unwrap();
     let lease = holder.try_lock("x").unwrap().expect("free");
     let waiter_session = Session::open(backend.clone(), opts).unwrap();

@@ -19,10 +19,11 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use serial_test::serial;
+use simba::backend::LeaseBackend;
 use simba::backends::redis::{RedisBackend, RedisOptions};
 use simba::backends::sql::{SqlBackend, SqlOptions};
 use simba::backends::zookeeper::{ZookeeperAuth, ZookeeperBackend, ZookeeperOptions, ZookeeperSasl};
-use simba::{display_chain, Config, ConfigBuilder, Error, LeaseBackend, Session, SessionOptions};
+use simba::{display_chain, Config, ConfigBuilder, Error, Session, SessionOptions};
 
 /// The planted secret. Distinctive, URL-safe (so its percent-encoding is itself).
 const SECRET: &str = "Zq7pW9xK4mVs";

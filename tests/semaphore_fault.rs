@@ -5,7 +5,7 @@
 //! the test pauses the child with SIGSTOP; a third session waits for a permit and gets the
 //! paused child's slot (the only one that frees) with a larger token, while the other N - 1
 //! permits stay held. The new holder writes through `simba::fence` on the slot's resource
-//! ([`Permit::fence_resource`](simba::Permit::fence_resource)) to a PostgreSQL table
+//! ([`Permit::fence_resource`](simba::semaphore::Permit::fence_resource)) to a PostgreSQL table
 //! (`fence::postgres::check` in the write's transaction) and a Redis key (`fence::redis::set`);
 //! the child is resumed and tries the same writes with the token it read before the pause: both
 //! fences reject them (the PostgreSQL write is rolled back, the Redis value is untouched), and

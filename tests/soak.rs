@@ -25,9 +25,11 @@ use parking_lot::Mutex;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
+use simba::backend::{
+    Acquire, Capabilities, Holder, KeepAlive, LeaseBackend, Member, Notification, SessionGrant, Topic,
+};
 use simba::{
-    backend::CheckItem, Acquire, Capabilities, ElectionEvent, Holder, KeepAlive, LeaseBackend, Member, Name,
-    Notification, RevokeReason, Session, SessionEvent, SessionGrant, SessionId, SessionOptions, Token, Topic,
+    backend::CheckItem, ElectionEvent, Name, RevokeReason, Session, SessionEvent, SessionId, SessionOptions, Token,
 };
 
 /// Sessions (threads) per backend.

@@ -16,11 +16,11 @@ use std::sync::{Arc, Barrier};
 use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use simba::backend::CheckStatus;
+use simba::backend::{Acquire, CheckStatus, KeepAlive, LeaseBackend, TermRemaining};
 use simba::backends::sql::{Dialect, SqlBackend, SqlOptions, PURGE_BATCH};
 #[cfg(feature = "mysql")]
 use simba::testing::sql::mysql::{ACQUIRE_PROCEDURE, KEEP_ALIVE_PROCEDURE};
-use simba::{Acquire, ErrorKind, KeepAlive, LeaseBackend, Name, SessionId, TermRemaining, Token};
+use simba::{ErrorKind, Name, SessionId, Token};
 
 /// Direct table access for verification.
 trait Raw {

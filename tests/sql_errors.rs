@@ -16,9 +16,9 @@ mod support;
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use simba::backend::CheckStatus;
+use simba::backend::{CheckStatus, LeaseBackend};
 use simba::backends::sql::{SqlBackend, SqlOptions};
-use simba::{display_chain, ErrorKind, LeaseBackend};
+use simba::{display_chain, ErrorKind};
 use support::sql::{Dialect, MysqlDatabase, PrivatePostgres};
 
 /// Long, so that an error that waited for it cannot pass for one that did not.

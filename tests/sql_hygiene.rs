@@ -17,8 +17,9 @@ use std::time::Duration;
 
 use ::mysql::prelude::Queryable;
 use ::mysql::{Conn, Row, TxOpts};
+use simba::backend::{Acquire, KeepAlive, LeaseBackend};
 use simba::backends::sql::{SqlBackend, SqlOptions};
-use simba::{display_chain, Acquire, ErrorKind, KeepAlive, LeaseBackend, Name, SessionId};
+use simba::{display_chain, ErrorKind, Name, SessionId};
 use support::sql::{MysqlDatabase, PrivateMariadb};
 
 fn name(s: &str) -> Name {

@@ -13,9 +13,9 @@ mod support;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use simba::backend::CheckStatus;
+use simba::backend::{CheckStatus, LeaseBackend};
 use simba::backends::sql::{SqlBackend, SqlOptions};
-use simba::{display_chain, ErrorKind, LeaseBackend, Session, SessionOptions};
+use simba::{display_chain, ErrorKind, Session, SessionOptions};
 
 fn backend(url: &str) -> SqlBackend {
     let options = SqlOptions::builder().query_timeout(Duration::from_secs(2)).auto_purge(false).build().unwrap();

@@ -12,10 +12,10 @@ use std::time::Duration;
 use crossbeam_channel::Sender;
 use parking_lot::Mutex;
 use simba::backend::{
-    Acquire, Capabilities, Holder, KeepAlive, LeaseBackend, Member, Notification, SessionGrant, Topic,
+    Acquire, Capabilities, Holder, KeepAlive, LeaseBackend, Member, Notification, SessionGrant, TermRemaining, Topic,
 };
 use simba::tck::{self, Harness};
-use simba::{ErrorKind, MemoryBackend, Name, SessionId, TermRemaining, Token};
+use simba::{ErrorKind, MemoryBackend, Name, SessionId, Token};
 
 /// What the wrapped backend gets wrong.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -148,7 +148,9 @@ impl LeaseBackend for Flawed {
         match self.flaw {
             Flaw::PushesUndeclared => Capabilities::default(),
             Flaw::ClaimsPushNeverSends => {
-                Capabilities { push_release: true, push_membership: true, watch_checks_lease: true }
+                let mut caps = Capabilities::default();
+                (caps.push_release, caps.push_membership, caps.watch_checks_lease) = (true, true, true);
+                caps
             }
             _ => self.inner.capabilities(),
         }

@@ -11,8 +11,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serial_test::serial;
+use simba::backend::LeaseBackend;
 use simba::backends::zookeeper::{ZookeeperBackend, ZookeeperOptions};
-use simba::LeaseBackend;
 use zookeeper_client::{Client, TlsOptions};
 
 use support::tls::read_text as tls_pem;

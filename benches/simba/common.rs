@@ -6,8 +6,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::Sender;
-use simba::backend::{Acquire, Capabilities, CheckItem, Holder, KeepAlive, LeaseBackend, Member, SessionGrant, Topic};
-use simba::{Name, Notification, SessionId, Token};
+use simba::backend::{
+    Acquire, Capabilities, CheckItem, Holder, KeepAlive, LeaseBackend, Member, Notification, SessionGrant, Topic,
+};
+use simba::{Name, SessionId, Token};
 
 use crate::targets::Target;
 use crate::Config;

@@ -8,8 +8,8 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{bounded, unbounded};
-use simba::backend::Acquire;
-use simba::{LeaseBackend, Session, SessionOptions};
+use simba::backend::{Acquire, LeaseBackend};
+use simba::{Session, SessionOptions};
 
 use crate::common::{
     allocations, context_switches, err, fmt_dur, fmt_rate, name, process_cpu_precise, progress, BenchResult, Report,

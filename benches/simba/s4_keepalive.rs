@@ -7,8 +7,8 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use simba::backend::KeepAlive;
-use simba::{LeaseBackend, Name, SessionId};
+use simba::backend::{KeepAlive, LeaseBackend};
+use simba::{Name, SessionId};
 
 use crate::common::{
     err, fmt_dur, name, process_cpu_precise, progress, spi_acquire, BenchResult, Report, Summary, Table,

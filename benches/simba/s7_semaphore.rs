@@ -10,7 +10,9 @@
 
 use std::time::Duration;
 
-use simba::{LeaseBackend, Permit, Semaphore, Session, SessionOptions};
+use simba::backend::LeaseBackend;
+use simba::semaphore::{Permit, Semaphore};
+use simba::{Session, SessionOptions};
 
 use crate::common::{err, fmt_dur, fmt_rate, name, progress, BenchResult, Report, Samples, Summary, Table};
 use crate::proxy::Proxy;

@@ -11,6 +11,7 @@ use super::leases::{Adoption, CampaignId, NotSent};
 use super::Engine;
 use crate::backend::TermRemaining;
 use crate::state::SessionState;
+use crate::sync::{self, Bug};
 use crate::types::{Name, Token};
 
 /// Why a campaign cannot start (see [`Engine::start_campaign`]).
@@ -65,9 +66,8 @@ impl Engine {
         if !self.is_alive(now) {
             return Err(NotSent::Ended);
         }
-        // old (the open finding of the shipped-runtime simulation): sent whatever became of it
-        let old = crate::sync::reintroduced(crate::sync::Bug::LateAttempt);
-        if !self.is_current(name, campaign) && !old {
+        let over = sync::pick(Bug::LateAttempt, false, !self.is_current(name, campaign)); // old: sent anyway
+        if over {
             return Err(NotSent::CampaignOver);
         }
         if self.releasing(name) {
@@ -96,10 +96,11 @@ impl Engine {
             return None;
         }
         self.campaigns.remove(name);
-        if crate::sync::reintroduced(crate::sync::Bug::ResignSplit) {
-            // old: the caller releases in a second transition
-            return self.leases.remove(name).map(|l| l.token).or(leading);
-        }
+        sync::pick_on(Bug::ResignSplit, self, |e| e.stop_split(name, leading), |e| e.stop_release(name, leading))
+    }
+
+    /// The end of a campaign's term, in the transition that ended the campaign.
+    fn stop_release(&mut self, name: &Name, leading: Option<Token>) -> Option<Token> {
         let token = self.leases.get(name).map(|l| l.token).or(leading)?;
         // After close or expiry the session's close frees the term (as in `release`).
         if self.state != SessionState::Active {
@@ -107,6 +108,12 @@ impl Engine {
         }
         self.begin_release(name, token);
         Some(token)
+    }
+
+    /// The old rule (finding 1 of issue #14, `Bug::ResignSplit`): the term is dropped here and the
+    /// caller counts its release in a second transition.
+    fn stop_split(&mut self, name: &Name, leading: Option<Token>) -> Option<Token> {
+        self.leases.remove(name).map(|l| l.token).or(leading)
     }
 
     /// Like [`on_acquired`](Engine::on_acquired), for an attempt of `campaign`: adopted — the

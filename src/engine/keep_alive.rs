@@ -10,6 +10,7 @@ use super::timing::{deadline_basis, later};
 use super::Engine;
 use crate::backend::KeepAlive;
 use crate::state::{LossReason, SessionEvent, SessionState};
+use crate::sync::{self, Bug};
 use crate::types::{Name, Token};
 
 /// Result of a keep-alive, as fed to [`Engine::on_keep_alive`].
@@ -182,8 +183,9 @@ impl Engine {
             }
             KeepAliveResult::Reply(KeepAlive::Expired) => self.expire(),
             KeepAliveResult::Reply(KeepAlive::Alive { remaining, owned, groups, unknown }) => {
-                let old = crate::sync::reintroduced(crate::sync::Bug::LateAliveRevives); // old: judged by the reply's deadline
-                if now >= if old { self.deadline.max(self.timing.deadline(sent, remaining)) } else { self.deadline } {
+                let revived = || self.deadline.max(self.timing.deadline(sent, remaining)); // old: the reply's deadline
+                let judged_by = sync::pick_with(Bug::LateAliveRevives, revived, || self.deadline);
+                if now >= judged_by {
                     // Expiry is terminal: the session already counts as expired (token() failed,
                     // lock() said so); a late success never revives it (finding 2 of issue #14).
                     return self.expire();
@@ -230,8 +232,8 @@ impl Engine {
                 for (name, entry) in
                     self.leases.iter_mut().filter(|(n, l)| l.established >= sent && !unknown.contains(n))
                 {
-                    let old = crate::sync::reintroduced(crate::sync::Bug::WithSessionKeepsOldDeadline); // finding 3
-                    let renewed = (entry.with_session && !old) || owned.get(name) == Some(&entry.token);
+                    let with_session = sync::pick(Bug::WithSessionKeepsOldDeadline, false, entry.with_session);
+                    let renewed = with_session || owned.get(name) == Some(&entry.token);
                     if renewed && now < entry.deadline {
                         entry.deadline = entry.deadline.max(deadline);
                     }
@@ -255,9 +257,7 @@ impl Engine {
                     self.begin_release(&name, token);
                     step.command(Command::ReleaseStray { name, token });
                 }
-                if !crate::sync::reintroduced(crate::sync::Bug::GroupReportsIgnored) {
-                    step.append(self.groups.on_report(sent, now, &groups));
-                }
+                sync::fixed_only(Bug::GroupReportsIgnored, || step.append(self.groups.on_report(sent, now, &groups)));
                 step
             }
         }

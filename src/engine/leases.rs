@@ -7,6 +7,7 @@ use super::step::{Command, Step};
 use super::Engine;
 use crate::backend::TermRemaining;
 use crate::state::SessionState;
+use crate::sync::{self, Bug};
 use crate::types::{Name, Token};
 
 /// A held term.
@@ -120,9 +121,8 @@ impl Engine {
     /// whichever handle adopted it (finding 1 of issue #14).
     pub fn begin_release(&mut self, name: &Name, token: Token) {
         self.give_up(name, token);
-        if self.leases.get(name).is_some_and(|l| l.token <= token)
-            && !crate::sync::reintroduced(crate::sync::Bug::ResignSplit)
-        {
+        let held = sync::pick(Bug::ResignSplit, false, self.leases.get(name).is_some_and(|l| l.token <= token));
+        if held {
             self.leases.remove(name);
         }
         *self.pending.entry(name.clone()).or_insert(0) += 1;

@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 #[cfg(test)]
 use crate::error::{Error, Result};
 use crate::options::SessionOptions;
+use crate::sync::{self, Bug};
 
 /// The engine's timing, copied from [`SessionOptions`] (validated there) or, in tests, built with
 /// `Timing::new`, which validates it the same way.
@@ -63,8 +64,7 @@ impl Timing {
     /// deadline beyond what an `Instant` holds as far in the future.
     pub fn deadline(&self, sent: Instant, remaining: Duration) -> Instant {
         let remaining = remaining.min(self.lease_duration);
-        let no_drift = crate::sync::reintroduced(crate::sync::Bug::NoDrift); // broken rule: drift 0
-        let factor = 1.0 - if no_drift { 0.0 } else { self.drift };
+        let factor = 1.0 - sync::pick(Bug::NoDrift, 0.0, self.drift); // broken rule: drift 0
         let usable = if (0.0..=1.0).contains(&factor) {
             Duration::try_from_secs_f64(remaining.as_secs_f64() * factor).unwrap_or(remaining)
         } else {
@@ -85,11 +85,7 @@ impl Timing {
 /// (the reply may have waited anywhere on its way back). `Bug::DeadlineFromReplyInstant`, a rule
 /// the simulation breaks on purpose, counts from `replied` instead.
 pub(crate) fn deadline_basis(sent: Instant, replied: Instant) -> Instant {
-    if crate::sync::reintroduced(crate::sync::Bug::DeadlineFromReplyInstant) {
-        replied
-    } else {
-        sent
-    }
+    sync::pick(Bug::DeadlineFromReplyInstant, replied, sent)
 }
 
 /// `t + d`, or a far-future instant when that is beyond what an `Instant` holds (`Duration::MAX`

@@ -195,9 +195,7 @@ impl CoordInner {
                 Ok(())
             }
             Verdict::Detach => {
-                if !sync::reintroduced(sync::Bug::ReattachKept) {
-                    item.detach_from(s); // old (finding 5): the raced re-attach was kept
-                }
+                sync::fixed_only(sync::Bug::ReattachKept, || item.detach_from(s)); // old (finding 5): kept
                 if self.state.lock().is_closed() {
                     Err(closed_error())
                 } else {
@@ -468,9 +466,8 @@ impl Coordinator {
     pub fn watch_members(&self, group: impl IntoName) -> Result<MemberWatch> {
         let group = user_name(group)?;
         // The break the simulation must see: the watch stops with the session of the moment.
-        let ended = sync::reintroduced(sync::Bug::CoordinatorWatchEndsWithSession)
-            .then(|| self.inner.current().ok().map(|s| s.ended_rx.clone()))
-            .flatten();
+        let of_the_session = || self.inner.current().ok().map(|s| s.ended_rx.clone());
+        let ended = sync::pick_with(sync::Bug::CoordinatorWatchEndsWithSession, of_the_session, || None);
         Ok(group::watch(self.inner.backend.clone(), group, self.inner.options.clone(), ended))
     }
 
@@ -563,9 +560,7 @@ fn supervise(weak: Weak<CoordInner>, first: (SessionId, Events<SessionEvent>), w
             if let Some((s, g, (elections, memberships), (ended_e, ended_m))) = due {
                 coord.reattach(elections, &s, g);
                 coord.reattach(memberships, &s, g);
-                if !sync::reintroduced(sync::Bug::ReattachKept) {
-                    ended_e.iter().for_each(|e| e.detach_from(&s));
-                }
+                sync::fixed_only(sync::Bug::ReattachKept, || ended_e.iter().for_each(|e| e.detach_from(&s)));
                 ended_m.iter().for_each(|m| m.detach_from(&s));
             }
         }

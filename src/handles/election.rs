@@ -22,6 +22,7 @@ pub type Leader = Holder;
 
 /// Why leadership ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum RevokeReason {
     /// The lease was lost (taken over, or its local deadline passed).
     Lost,
@@ -56,6 +57,7 @@ impl From<LossReason> for RevokeReason {
 
 /// What happened to an election, in order.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum ElectionEvent {
     /// This node became leader with `token`.
     Elected {
@@ -273,7 +275,7 @@ impl CampaignSink for ElectionShared {
     /// adopted it, under the engine lock: never after the session's end or a resign).
     fn elected(&self, token: Token, remaining: Duration, session: &SessionId, metadata: &str, logs: &mut Logs) {
         let mut st = self.st.lock();
-        let ended = st.ended.is_some() && !sync::reintroduced(sync::Bug::ElectedAfterExpiry); // old: ignored
+        let ended = sync::pick(sync::Bug::ElectedAfterExpiry, false, st.ended.is_some()); // old: ignored
         if st.resigned || ended || st.leading == Some(token) || st.session_id.as_ref() != Some(session) {
             return;
         }
@@ -516,6 +518,7 @@ impl Drop for Election {
 
 /// When leader-gated work runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Schedule {
     /// Call the work every given interval while leading.
     Every(Duration),

@@ -4,7 +4,7 @@ use std::fmt;
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{RecvTimeoutError, TryRecvError};
+use crossbeam_channel::{RecvError, RecvTimeoutError, TryRecvError};
 
 use crate::sync::{self, select, thread, unbounded, Mutex, Receiver, Sender};
 
@@ -156,6 +156,7 @@ impl Drop for Membership {
 
 /// A change of a group's membership.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct GroupChange {
     /// The live members after the change, sorted by session id.
     pub members: Vec<Member>,
@@ -182,7 +183,7 @@ impl MemberWatch {
     ///
     /// # Errors
     /// `RecvError` when the watcher stopped (its session ended).
-    pub fn recv(&self) -> std::result::Result<GroupChange, crossbeam_channel::RecvError> {
+    pub fn recv(&self) -> std::result::Result<GroupChange, RecvError> {
         self.rx.recv()
     }
 
@@ -210,7 +211,8 @@ impl MemberWatch {
         self.rx.try_recv()
     }
 
-    /// The underlying receiver (e.g. for `select!`).
+    /// The underlying receiver, e.g. for [`select!`](crate::channel::select) over several streams
+    /// (a [`simba::channel::Receiver`](crate::channel::Receiver)).
     pub fn receiver(&self) -> &Receiver<GroupChange> {
         &self.rx
     }

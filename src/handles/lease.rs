@@ -73,7 +73,7 @@ impl Lease {
 
     /// Releases the lease (the token is kept by the backend for the next term). `token()` fails
     /// from the moment this is called. Waits at most the query timeout: on a backend that bounds
-    /// its calls itself ([`LeaseBackend::call_bound`](crate::LeaseBackend::call_bound)) the release
+    /// its calls itself ([`LeaseBackend::call_bound`](crate::backend::LeaseBackend::call_bound)) the release
     /// runs on the calling thread and ends with the backend's own timeout; otherwise it runs on a
     /// worker thread that the caller stops waiting for at the query timeout. Once the session is
     /// closed or expired this makes no call and returns `Ok`: the session's close frees its leases.

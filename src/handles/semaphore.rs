@@ -21,7 +21,7 @@
 //!   0, so a contender finds a free slot after about N / (free + 1) tries rather than after every
 //!   held slot, and no one slot's row or key is the hot spot. When every slot is busy, the call
 //!   waits like [`Session::lock`](crate::Session::lock): it watches every slot where the backend
-//!   pushes releases ([`Capabilities::push_release`](crate::Capabilities)) and wakes at once on one,
+//!   pushes releases ([`Capabilities::push_release`](crate::backend::Capabilities)) and wakes at once on one,
 //!   and otherwise retries every [`poll_interval`](crate::SessionOptions::poll_interval) plus jitter.
 //! - **Several permits per session.** Each successful acquire is a new permit on a slot the
 //!   session does not hold yet, so one session (one process) may hold several permits of one

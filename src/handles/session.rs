@@ -172,7 +172,7 @@ impl Session {
     /// on after) — on this thread, right after the attempt and before the wait registers for the
     /// release and waits, so that a caller can show who holds the lease or why attempts fail
     /// (`simba lock` does). The wait is [`lock`](Session::lock)'s: it registers for the release
-    /// where the backend says ([`Capabilities`](crate::Capabilities)) and wakes on a pushed
+    /// where the backend says ([`Capabilities`](crate::backend::Capabilities)) and wakes on a pushed
     /// release, the session's end, the cancel or the retry delay. A cancel is noticed between
     /// attempts and after each backend call, so the call returns within one bounded call (the
     /// query timeout) of it; an attempt that takes the lease returns it even when the token was

@@ -73,6 +73,16 @@ impl SessionInner {
         self.stop_campaign(name, None, wait)
     }
 
+    /// The old rule (finding 1 of issue #14, `Bug::ResignSplit`): a resign's release counted in a
+    /// second transition.
+    fn count_release_apart(self: &Arc<Self>, name: &Name, token: Option<crate::types::Token>) {
+        let Some(t) = token else { return };
+        self.apply(|e| {
+            e.begin_release(name, t);
+            ((), Step::none())
+        });
+    }
+
     /// Ends the campaign for `name` (only `election`'s, when given) in one engine transition:
     /// the slot goes, the election is revoked, and the term it led or the session holds for
     /// `name` is released.
@@ -90,13 +100,7 @@ impl SessionInner {
             let leading = slot.election.resigned(logs);
             ((e.stop_campaign(name, slot.campaign, leading), Some(slot)), Step::none())
         });
-        if let (Some(t), true) = (token, sync::reintroduced(sync::Bug::ResignSplit)) {
-            // Old (finding 1): the release counted in a second transition.
-            self.apply(|e| {
-                e.begin_release(name, t);
-                ((), Step::none())
-            });
-        }
+        sync::old_only(sync::Bug::ResignSplit, || self.count_release_apart(name, token));
         // Dropped with no lock held (the election's last reference may own the backend).
         drop(slot);
         match token {

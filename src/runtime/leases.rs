@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::sync::{self, Sender};
+use crate::sync::{self, Bug, Sender};
 
 use super::calls::inline;
 use super::wait::Contender;
@@ -132,7 +132,7 @@ impl SessionInner {
         let id = &self.id;
         let call = AcquireCall { sent, epoch, campaign: campaign.map(|(_, c)| c) };
         let campaign = campaign.map(|(election, _)| election);
-        let mut elected_late = None; // old (finding 3): elected() after the transition
+        let mut late = None; // only the old rule (finding 3) reports after the transition
         let result = self.apply_logged(|e, logs| {
             let now = sync::now();
             match reply {
@@ -144,12 +144,8 @@ impl SessionInner {
                         Adoption::Adopted => {
                             logs.push(Debug, format!("session {id}: acquired '{name}' (token {token})"));
                             if let Some(election) = campaign {
-                                let remaining = e.remaining(name, now).unwrap_or_default();
-                                if sync::reintroduced(sync::Bug::ElectedAfterExpiry) {
-                                    elected_late = Some((election, token, remaining));
-                                } else {
-                                    election.elected(token, remaining, id, self.options.metadata(), logs);
-                                }
+                                let won = (election, token, e.remaining(name, now).unwrap_or_default());
+                                late = sync::pick_on(Bug::ElectedAfterExpiry, won, Some, |w| self.elect(w, logs));
                             }
                             Ok(Some(token))
                         }
@@ -204,15 +200,27 @@ impl SessionInner {
                 }
             }
         });
-        if let Some((election, token, remaining)) = elected_late {
-            // The old code: its own check in other lock sections, then elected() (finding 3).
-            if self.campaigns.lock().contains_key(name) && !election.is_resigned() {
-                let mut logs = super::Logs::default();
-                election.elected(token, remaining, id, self.options.metadata(), &mut logs);
-                logs.write();
-            }
-        }
+        self.elected_after_transition(name, late);
         result
+    }
+
+    /// Reports a campaign's win to its election, in the transition that adopted the term (so the
+    /// election never leads a term the session no longer holds). Nothing is left to report after.
+    fn elect<'a>(&self, won: Won<'a>, logs: &mut super::Logs) -> Option<Won<'a>> {
+        let (election, token, remaining) = won;
+        election.elected(token, remaining, &self.id, self.options.metadata(), logs);
+        None
+    }
+
+    /// The old rule (finding 3 of issue #14, `Bug::ElectedAfterExpiry`; `won` is `None` otherwise):
+    /// the win reported after the adopting transition, checked in other lock sections.
+    fn elected_after_transition(&self, name: &Name, won: Option<Won<'_>>) {
+        let Some((election, token, remaining)) = won else { return };
+        if self.campaigns.lock().contains_key(name) && !election.is_resigned() {
+            let mut logs = super::Logs::default();
+            election.elected(token, remaining, &self.id, self.options.metadata(), &mut logs);
+            logs.write();
+        }
     }
 
     /// An acquire nobody waits for any more returned: end the operation and undo the term unless
@@ -351,6 +359,9 @@ impl SessionInner {
 
 /// A lock's contender: its one lease, one attempt at a time.
 struct LockContender<'a>(&'a Name);
+
+/// A campaign's won term: its election, the token, and the term's remaining time.
+type Won<'a> = (&'a Arc<ElectionShared>, Token, Duration);
 
 impl Contender for LockContender<'_> {
     type Won = Token;

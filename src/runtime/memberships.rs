@@ -125,11 +125,9 @@ impl SessionInner {
     /// True while the session is alive and holds `group` without a known loss.
     pub(crate) fn is_joined(&self, group: &Name) -> bool {
         let e = self.engine.lock();
-        let alive = if sync::reintroduced(sync::Bug::MemberIgnoresDeadline) {
-            e.state() == crate::state::SessionState::Active // broken rule: the local deadline ignored
-        } else {
-            self.dead_error(&e, sync::now()).is_none()
-        };
+        let active = || e.state() == crate::state::SessionState::Active; // broken rule: the deadline ignored
+        let live = || self.dead_error(&e, sync::now()).is_none();
+        let alive = sync::pick_with(sync::Bug::MemberIgnoresDeadline, active, live);
         alive && e.is_joined(group)
     }
 

@@ -1,5 +1,5 @@
 //! Bounded backend calls: a blocking backend call that may not run on its caller's thread (see
-//! [`LeaseBackend::call_bound`](crate::LeaseBackend::call_bound)) runs on a worker thread and the
+//! [`LeaseBackend::call_bound`](crate::backend::LeaseBackend::call_bound)) runs on a worker thread and the
 //! caller waits at most until its deadline. A hung driver call (e.g. a third-party backend whose
 //! driver has no read timeout, against a paused server) then costs a parked worker thread, never
 //! a missed deadline.

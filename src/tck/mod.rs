@@ -237,6 +237,7 @@ pub(super) fn outlive(h: &Harness, keep: &[&SessionId]) {
 
 /// A backend capability a case depends on (see [`Capabilities`](crate::backend::Capabilities)).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Capability {
     /// `push_release`: the backend pushes `Notification::Released` when a lease is freed.
     PushRelease,

@@ -19,7 +19,8 @@ use std::time::Duration;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use simba::{Acquire, ErrorKind, KeepAlive, LeaseBackend, MemoryBackend, Name, SessionId, TermRemaining, Token};
+use simba::backend::{Acquire, KeepAlive, LeaseBackend, TermRemaining};
+use simba::{ErrorKind, MemoryBackend, Name, SessionId, Token};
 
 /// Sessions a sequence uses at once (slots; an `Open` of a slot replaces its session, which stays
 /// alive until the end of the sequence).

@@ -162,8 +162,9 @@ impl<H: Hook> LeaseBackend for Forward<H> {
     }
     fn capabilities(&self) -> Capabilities {
         if self.inherit {
-            let caps = self.inner.capabilities();
-            Capabilities { watch_checks_lease: caps.watch_checks_lease && self.watch_checks, ..caps }
+            let mut caps = self.inner.capabilities();
+            caps.watch_checks_lease &= self.watch_checks;
+            caps
         } else {
             Capabilities::default()
         }

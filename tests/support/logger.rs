@@ -118,8 +118,8 @@ pub fn assert_never_stalled(what: &str, outcome: &Outcome) {
 /// then into `b` (its keep-alive: the logger blocks while another session renews), each while
 /// `trigger(backend, a)` makes the backend log what it logs (its renewals included).
 pub fn every_record_may_call_back(
-    backend: Arc<dyn simba::LeaseBackend>,
-    trigger: impl Fn(&Arc<dyn simba::LeaseBackend>, &simba::SessionId),
+    backend: Arc<dyn simba::backend::LeaseBackend>,
+    trigger: impl Fn(&Arc<dyn simba::backend::LeaseBackend>, &simba::SessionId),
 ) {
     install();
     let d = Duration::from_secs(30);
@@ -127,7 +127,7 @@ pub fn every_record_may_call_back(
     let b = backend.open_session(d, "logger-b").expect("open b").id;
     let holder = backend.open_session(d, "logger-holder").expect("open holder").id;
     let busy = simba::Name::new(crate::support::unique("logger-busy")).unwrap();
-    assert!(matches!(backend.acquire(&holder, &busy), Ok(simba::Acquire::Acquired { .. })));
+    assert!(matches!(backend.acquire(&holder, &busy), Ok(simba::backend::Acquire::Acquired { .. })));
     let same = {
         let (backend, a, busy) = (backend.clone(), a.clone(), busy.clone());
         move || {
@@ -158,15 +158,15 @@ pub fn every_record_may_call_back(
 
 /// Acquires a fresh lease on `sid`, releases it and renews the session twice: the records of an
 /// ordinary lease's life (on Redis Cluster the renewal after a release finds the name free).
-pub fn lease_life(backend: &Arc<dyn simba::LeaseBackend>, sid: &simba::SessionId) {
+pub fn lease_life(backend: &Arc<dyn simba::backend::LeaseBackend>, sid: &simba::SessionId) {
     let d = Duration::from_secs(30);
     let name = simba::Name::new(crate::support::unique("logger-life")).unwrap();
     let token = match backend.acquire(sid, &name) {
-        Ok(simba::Acquire::Acquired { token, .. }) => token,
+        Ok(simba::backend::Acquire::Acquired { token, .. }) => token,
         other => panic!("expected Acquired, got {other:?}"),
     };
     backend.release(sid, &name, token).expect("release");
     for _ in 0..2 {
-        assert!(matches!(backend.keep_alive(sid, d), Ok(simba::KeepAlive::Alive { .. })));
+        assert!(matches!(backend.keep_alive(sid, d), Ok(simba::backend::KeepAlive::Alive { .. })));
     }
 }

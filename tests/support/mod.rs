@@ -8,7 +8,8 @@ use std::net::{TcpStream, ToSocketAddrs};
 use std::sync::Arc;
 use std::time::Duration;
 
-use simba::{LeaseBackend, Name, Session, SessionOptions};
+use simba::backend::LeaseBackend;
+use simba::{Name, Session, SessionOptions};
 
 #[cfg(feature = "cli")]
 pub mod cli;

@@ -13,8 +13,9 @@ use std::time::Duration;
 
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
+use simba::backend::LeaseBackend;
 use simba::fence::FenceError;
-use simba::{LeaseBackend, Token};
+use simba::Token;
 
 const ATTEMPT_INSERT: &str = include_str!("../sql/fence-test-attempt-pg.sql");
 const ATTEMPTS: &str = include_str!("../sql/fence-test-attempts-pg.sql");

@@ -11,17 +11,17 @@ use std::time::Duration;
 use crate::support;
 
 #[cfg(feature = "postgres")]
-pub fn postgres() -> Arc<dyn simba::LeaseBackend> {
+pub fn postgres() -> Arc<dyn simba::backend::LeaseBackend> {
     support::sql::shared_backend(support::sql::Dialect::Postgres)
 }
 
 #[cfg(feature = "mysql")]
-pub fn mysql() -> Arc<dyn simba::LeaseBackend> {
+pub fn mysql() -> Arc<dyn simba::backend::LeaseBackend> {
     support::sql::shared_backend(support::sql::Dialect::Mysql)
 }
 
 #[cfg(feature = "redis")]
-fn redis_at(url: &str, what: &str, service: &str, timeout: Duration) -> Arc<dyn simba::LeaseBackend> {
+fn redis_at(url: &str, what: &str, service: &str, timeout: Duration) -> Arc<dyn simba::backend::LeaseBackend> {
     use simba::backends::redis::{RedisBackend, RedisOptions};
     let addr = url.split("://").nth(1).unwrap_or_default().split([',', '/', '?']).next().unwrap_or_default();
     support::require_tcp(what, addr);
@@ -32,20 +32,20 @@ fn redis_at(url: &str, what: &str, service: &str, timeout: Duration) -> Arc<dyn 
 }
 
 #[cfg(feature = "redis")]
-pub fn redis() -> Arc<dyn simba::LeaseBackend> {
+pub fn redis() -> Arc<dyn simba::backend::LeaseBackend> {
     let url = support::env_or("SIMBA_TEST_REDIS_URL", "redis://127.0.0.1:6379");
     redis_at(&url, "Redis", "redis", Duration::from_secs(1))
 }
 
 #[cfg(feature = "redis")]
-pub fn redis_cluster() -> Arc<dyn simba::LeaseBackend> {
+pub fn redis_cluster() -> Arc<dyn simba::backend::LeaseBackend> {
     let url =
         support::env_or("SIMBA_TEST_REDIS_CLUSTER_URL", "redis+cluster://127.0.0.1:7000,127.0.0.1:7001,127.0.0.1:7002");
     redis_at(&url, "Redis Cluster", "redis-cluster", Duration::from_secs(1))
 }
 
 #[cfg(feature = "zookeeper")]
-fn zk_at(url: &str, what: &str, service: &str) -> Arc<dyn simba::LeaseBackend> {
+fn zk_at(url: &str, what: &str, service: &str) -> Arc<dyn simba::backend::LeaseBackend> {
     use simba::backends::zookeeper::{ZookeeperBackend, ZookeeperOptions};
     let hosts = url.trim_start_matches("zookeeper://").split(['/', '?']).next().unwrap_or_default().to_string();
     support::require_tcp(what, hosts.split(',').next().unwrap_or_default());
@@ -55,13 +55,13 @@ fn zk_at(url: &str, what: &str, service: &str) -> Arc<dyn simba::LeaseBackend> {
 }
 
 #[cfg(feature = "zookeeper")]
-pub fn zookeeper() -> Arc<dyn simba::LeaseBackend> {
+pub fn zookeeper() -> Arc<dyn simba::backend::LeaseBackend> {
     let url = support::env_or("SIMBA_TEST_ZOOKEEPER_URL", "zookeeper://127.0.0.1:2181/simba-test");
     zk_at(&url, "ZooKeeper", "zookeeper")
 }
 
 #[cfg(feature = "postgres")]
-pub fn postgres_tls() -> Arc<dyn simba::LeaseBackend> {
+pub fn postgres_tls() -> Arc<dyn simba::backend::LeaseBackend> {
     use simba::backends::sql::{SqlBackend, SqlOptions};
     let dir = support::tls::dir();
     let url = support::env_or(
@@ -86,7 +86,7 @@ pub fn postgres_tls() -> Arc<dyn simba::LeaseBackend> {
 }
 
 #[cfg(feature = "mysql")]
-pub fn mysql_tls() -> Arc<dyn simba::LeaseBackend> {
+pub fn mysql_tls() -> Arc<dyn simba::backend::LeaseBackend> {
     use simba::backends::sql::{SqlBackend, SqlOptions};
     let dir = support::tls::dir();
     let url = support::env_or(
@@ -108,7 +108,7 @@ pub fn mysql_tls() -> Arc<dyn simba::LeaseBackend> {
 }
 
 #[cfg(feature = "redis")]
-pub fn redis_tls() -> Arc<dyn simba::LeaseBackend> {
+pub fn redis_tls() -> Arc<dyn simba::backend::LeaseBackend> {
     let dir = support::tls::dir();
     let url = support::env_or(
         "SIMBA_TEST_REDIS_TLS_URL",
@@ -118,7 +118,7 @@ pub fn redis_tls() -> Arc<dyn simba::LeaseBackend> {
 }
 
 #[cfg(feature = "redis")]
-pub fn redis_cluster_tls() -> Arc<dyn simba::LeaseBackend> {
+pub fn redis_cluster_tls() -> Arc<dyn simba::backend::LeaseBackend> {
     let dir = support::tls::dir();
     let url = support::env_or(
         "SIMBA_TEST_REDIS_CLUSTER_TLS_URL",
@@ -128,7 +128,7 @@ pub fn redis_cluster_tls() -> Arc<dyn simba::LeaseBackend> {
 }
 
 #[cfg(feature = "zookeeper")]
-pub fn zookeeper_tls() -> Arc<dyn simba::LeaseBackend> {
+pub fn zookeeper_tls() -> Arc<dyn simba::backend::LeaseBackend> {
     let dir = support::tls::dir();
     let url = support::env_or(
         "SIMBA_TEST_ZOOKEEPER_TLS_URL",

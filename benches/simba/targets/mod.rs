@@ -9,7 +9,8 @@ use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::sync::Arc;
 use std::time::Duration;
 
-use simba::{LeaseBackend, MemoryBackend};
+use simba::backend::LeaseBackend;
+use simba::MemoryBackend;
 
 use crate::common::{err, BenchResult};
 use crate::Config;

@@ -8,7 +8,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::sync::{now, reintroduced, Bug, Mutex};
+use crate::sync::{now, pick, Bug, Mutex};
 
 use crate::types::{Name, SessionId, Token};
 
@@ -128,7 +128,8 @@ impl Book {
     /// session already reported that very term to the caller (then the term is held legitimately
     /// and must not be released). Returns whether the term was abandoned (and must be released).
     pub fn try_abandon(&mut self, name: Name, token: Token, d: Duration) -> bool {
-        if self.confirmed.get(&name) == Some(&token) && !reintroduced(Bug::AbandonConfirmed) {
+        let reported = pick(Bug::AbandonConfirmed, false, self.confirmed.get(&name) == Some(&token)); // old: unchecked
+        if reported {
             return false;
         }
         self.confirmed.remove(&name);
@@ -218,7 +219,8 @@ impl Book {
     /// abandoned that very term (its release may land at any time): then it must not be reported.
     /// Returns whether the term may be reported.
     pub fn try_confirm(&mut self, name: &Name, token: Token) -> bool {
-        if self.abandoned.get(name).is_some_and(|(t, _)| *t == token) && !reintroduced(Bug::AbandonConfirmed) {
+        let abandoned = pick(Bug::AbandonConfirmed, false, self.abandoned.get(name).is_some_and(|(t, _)| *t == token));
+        if abandoned {
             return false;
         }
         self.abandoned.remove(name);
@@ -303,9 +305,7 @@ impl Books {
     pub fn inflight<'a>(&'a self, sid: &SessionId, item: Item) -> Inflight<'a> {
         self.with(sid, |b| {
             // Finding 1 of issue #36 switched back on by the explorer: the removal stays scheduled.
-            if !crate::sync::reintroduced(crate::sync::Bug::DropOutlivesReacquire) {
-                b.drops.remove(&item);
-            }
+            crate::sync::fixed_only(crate::sync::Bug::DropOutlivesReacquire, || b.drops.remove(&item));
             *b.inflight.entry(item.clone()).or_default() += 1;
         });
         Inflight { books: self, sid: sid.clone(), item }

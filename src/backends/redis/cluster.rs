@@ -584,7 +584,7 @@ pub(crate) fn acquire(inner: &Inner, sid: &SessionId, name: &Name) -> Result<Acq
 /// The lease call of an acquire: a term of `d` for `sid` on the lease's slot.
 fn lease_call<'a>(sid: &SessionId, lease_key: &str, d: Duration) -> ScriptCall<'a> {
     // `Bug::LeaseSeconds` (a deliberately broken argument, explorer builds only): seconds for ms.
-    let grant = if crate::sync::reintroduced(crate::sync::Bug::LeaseSeconds) { d.as_secs().to_string() } else { ms(d) };
+    let grant = crate::sync::pick_with(crate::sync::Bug::LeaseSeconds, || d.as_secs().to_string(), || ms(d));
     ScriptCall { script: &SCRIPTS.acquire_lease, keys: vec![lease_key.to_string()], args: vec![sid.to_string(), grant] }
 }
 

@@ -98,7 +98,7 @@ impl RedisOptions {
     }
     /// Bounds every call as a whole: waiting for a pooled connection, connecting, writing, reading,
     /// the `WAIT` of `wait_replicas`, and on Cluster every script of one operation, slot map
-    /// re-reads and redirects ([`LeaseBackend::call_bound`](crate::LeaseBackend::call_bound) returns it).
+    /// re-reads and redirects ([`LeaseBackend::call_bound`](crate::backend::LeaseBackend::call_bound) returns it).
     pub fn query_timeout(&self) -> Duration {
         self.query_timeout
     }

@@ -20,7 +20,7 @@ use crate::error::{Error, ErrorKind, Result};
 /// How the Redis backend runs its Lua scripts and the few plain commands it needs.
 ///
 /// Every call must return by its `deadline` (plus scheduling), whatever the servers do: the
-/// backend's [`call_bound`](crate::LeaseBackend::call_bound) (the query timeout) relies on it, and
+/// backend's [`call_bound`](crate::backend::LeaseBackend::call_bound) (the query timeout) relies on it, and
 /// the engine then runs user calls on the caller's thread. On Redis Cluster every key of one call
 /// hashes to one slot and the call runs on that slot's master.
 pub trait RedisScripting: Send + Sync + fmt::Debug + 'static {

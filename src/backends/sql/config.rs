@@ -246,7 +246,7 @@ impl SqlOptions {
 
     /// Server-side timeout of every statement and bound of every connection checkout
     /// (default [`DEFAULT_QUERY_TIMEOUT`], 5 s), and the bound of every whole call
-    /// ([`LeaseBackend::call_bound`](crate::LeaseBackend::call_bound)). Set it to the sessions' renew interval.
+    /// ([`LeaseBackend::call_bound`](crate::backend::LeaseBackend::call_bound)). Set it to the sessions' renew interval.
     pub fn query_timeout(&self) -> Duration {
         self.query_timeout
     }
@@ -312,7 +312,7 @@ impl SqlOptionsBuilder {
     }
 
     /// Whether `open_session`/`keep_alive` start background purges (default `true`). Without them,
-    /// call [`LeaseBackend::purge_expired`](crate::LeaseBackend::purge_expired) yourself (e.g. `simba purge` from cron).
+    /// call [`LeaseBackend::purge_expired`](crate::backend::LeaseBackend::purge_expired) yourself (e.g. `simba purge` from cron).
     #[must_use]
     pub fn auto_purge(mut self, on: bool) -> Self {
         self.auto_purge = Some(on);

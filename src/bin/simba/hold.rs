@@ -9,7 +9,8 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 use simba::backend::{Holder, LeaseBackend};
-use simba::{display_chain, Config, Election, Lease, Permit, Semaphore, Session};
+use simba::semaphore::{Permit, Semaphore};
+use simba::{display_chain, Config, Election, Lease, Session};
 
 use crate::out::{code, Fail, Out};
 use crate::supervise::{self, Notice, Outcome, Signals};

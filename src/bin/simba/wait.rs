@@ -15,9 +15,8 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::Signal;
 use serde_json::{json, Value};
 use simba::backend::Holder;
-use simba::{
-    display_chain, Attempt, Config, Election, ElectionEvent, ErrorKind, Events, Semaphore, Session, SessionId,
-};
+use simba::semaphore::Semaphore;
+use simba::{display_chain, Attempt, Config, Election, ElectionEvent, ErrorKind, Events, Session, SessionId};
 
 use crate::hold::{describe_holder, holder_json, open_once, slot_json, Held};
 use crate::out::{code, Fail, Out};

@@ -4,7 +4,7 @@
 //! A free or new lease — the uncontended lock — is taken by `acquire-free.sql` alone: one upsert
 //! whose OK packet carries the token (`LAST_INSERT_ID`) and no time left, since MySQL has no
 //! `RETURNING`. The term lasts as long as the session
-//! ([`TermRemaining::WithSession`](crate::TermRemaining)), so no second statement and no stored
+//! ([`TermRemaining::WithSession`](crate::backend::TermRemaining)), so no second statement and no stored
 //! procedure (whose call and result set cost the server more than the upsert itself) is needed.
 //! When the upsert takes nothing — the lease is held (by this session, by a live or by an expired
 //! holder) or this session is not alive — the acquire continues with `CALL simba_acquire_v2` (or,
