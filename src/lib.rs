@@ -127,7 +127,6 @@ pub use handles::election::{Election, ElectionEvent, Leader, LeaderContext, Lead
 pub use handles::group::{GroupChange, MemberWatch, Membership};
 pub use handles::lease::Lease;
 pub use handles::semaphore;
-pub use handles::semaphore::{Permit, Semaphore};
 pub use handles::session::Session;
 pub use options::SessionOptions;
 pub use state::{LossReason, SessionEvent, SessionState};

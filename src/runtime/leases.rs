@@ -361,7 +361,7 @@ impl SessionInner {
 struct LockContender<'a>(&'a Name);
 
 /// A campaign's won term: its election, the token, and the term's remaining time.
-type Won<'a> = (&'a Arc<ElectionShared>, Token, Duration);
+type Won<'a> = (&'a dyn CampaignSink, Token, Duration);
 
 impl Contender for LockContender<'_> {
     type Won = Token;
