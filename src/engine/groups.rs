@@ -16,6 +16,7 @@ use std::collections::HashMap;
 use std::time::Instant;
 
 use super::step::{Command, Step};
+use super::timing::judged_by;
 use super::Engine;
 use crate::state::{SessionEvent, SessionState};
 use crate::types::Name;
@@ -131,8 +132,8 @@ impl Groups {
             let listed = reported.contains(&g);
             let Some(e) = self.entries.get_mut(&g) else { continue };
             match e.held {
-                // Judged only when joined strictly before the send (as terms are: 9b7ef97).
-                Held::Joined { established } if established < sent && e.joins == 0 && !listed => {
+                // Judged only when joined strictly before the send ([`judged_by`], as terms are).
+                Held::Joined { established } if judged_by(established, sent) && e.joins == 0 && !listed => {
                     e.held = Held::Lost;
                     step.event(SessionEvent::MembershipLost { group: g.clone() });
                     e.joins += 1;

@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use super::leases::LeaseEntry;
 use super::step::{Command, Step};
-use super::timing::{deadline_basis, later};
+use super::timing::{deadline_basis, judged_by, later};
 use super::Engine;
 use crate::backend::KeepAlive;
 use crate::state::{LossReason, SessionEvent, SessionState};
@@ -108,7 +108,7 @@ impl Engine {
                 return true;
             }
             match r.settled {
-                Some(at) if at < sent => owned.get(name).is_some_and(|t| *t <= r.token),
+                Some(at) if judged_by(at, sent) => owned.get(name).is_some_and(|t| *t <= r.token),
                 Some(_) => true,
                 None => {
                     r.settled = Some(now);
@@ -184,8 +184,8 @@ impl Engine {
             KeepAliveResult::Reply(KeepAlive::Expired) => self.expire(),
             KeepAliveResult::Reply(KeepAlive::Alive { remaining, owned, groups, unknown }) => {
                 let revived = || self.deadline.max(self.timing.deadline(sent, remaining)); // old: the reply's deadline
-                let judged_by = sync::pick_with(Bug::LateAliveRevives, revived, || self.deadline);
-                if now >= judged_by {
+                let expiry = sync::pick_with(Bug::LateAliveRevives, revived, || self.deadline);
+                if now >= expiry {
                     // Expiry is terminal: the session already counts as expired (token() failed,
                     // lock() said so); a late success never revives it (finding 2 of issue #14).
                     return self.expire();
@@ -201,13 +201,11 @@ impl Engine {
                 // Unknown is not lost: a name this reply could not check is neither judged nor
                 // extended by it (the term keeps its deadline) — finding 2 of issue #36.
                 let unknown: HashSet<&Name> = unknown.iter().collect();
-                // Judged: only terms established strictly before the send. A term adopted at the
-                // very instant the keep-alive was sent (a coarse or virtual clock) may still be
-                // unknown to its listing (the send instant is taken before the call goes out).
+                // Judged: only terms established strictly before the send ([`judged_by`]).
                 let judged: Vec<Name> = self
                     .leases
                     .iter()
-                    .filter(|(n, l)| l.established < sent && !unknown.contains(n))
+                    .filter(|(n, l)| judged_by(l.established, sent) && !unknown.contains(n))
                     .map(|(n, _)| n.clone())
                     .collect();
                 let mut lost = Vec::new();
@@ -230,7 +228,7 @@ impl Engine {
                 // term adopted with the session's deadline while this keep-alive was in flight
                 // would keep the deadline of the keep-alive before: finding 3 of issue #36.)
                 for (name, entry) in
-                    self.leases.iter_mut().filter(|(n, l)| l.established >= sent && !unknown.contains(n))
+                    self.leases.iter_mut().filter(|(n, l)| !judged_by(l.established, sent) && !unknown.contains(n))
                 {
                     let with_session = sync::pick(Bug::WithSessionKeepsOldDeadline, false, entry.with_session);
                     let renewed = with_session || owned.get(name) == Some(&entry.token);

@@ -88,6 +88,15 @@ pub(crate) fn deadline_basis(sent: Instant, replied: Instant) -> Instant {
     sync::pick(Bug::DeadlineFromReplyInstant, replied, sent)
 }
 
+/// Whether a keep-alive sent at `sent` may judge what was established at `established` — a
+/// term adopted, a join that returned, a release seen settled: only what was established
+/// strictly before the send. The send instant is taken before the call goes out, so the reply's
+/// listing may predate anything established at that very instant (a coarse or virtual clock):
+/// the one rule for terms (9b7ef97), memberships (be3be21) and settled releases.
+pub(crate) fn judged_by(established: Instant, sent: Instant) -> bool {
+    established < sent
+}
+
 /// `t + d`, or a far-future instant when that is beyond what an `Instant` holds (`Duration::MAX`
 /// means "forever").
 pub(crate) fn later(t: Instant, d: Duration) -> Instant {
