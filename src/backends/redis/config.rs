@@ -45,6 +45,7 @@ pub const DEFAULT_MAX_CONNECTIONS: usize = 8;
 /// What to do when the server's `maxmemory-policy` may evict Simba's keys (`allkeys-*` can evict
 /// a lease hash and restart its token at 1; `volatile-*` can evict a session early).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub enum EvictionCheck {
     /// Log a warning and carry on (default).
     #[default]

@@ -103,6 +103,7 @@ impl fmt::Debug for ZookeeperAuth {
 /// The ACL given to every node the backend creates (including parents it creates). Existing
 /// nodes keep their ACL.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub enum AclMode {
     /// `CreatorAll` when the options carry auth info or SASL, `Open` otherwise: the default of
     /// [`Config`](crate::Config) (`SIMBA_ZOOKEEPER_ACL=auto`). Only the options are looked at: the

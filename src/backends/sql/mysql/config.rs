@@ -31,6 +31,7 @@ use crate::error::{Error, Result};
 
 /// How a MySQL connection uses TLS: MySQL's `--ssl-mode`, with the MySQL client's meaning.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum MysqlSslMode {
     /// Plain TCP, never TLS.
     Disabled,

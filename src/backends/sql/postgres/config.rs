@@ -17,6 +17,7 @@ use crate::settings::redact::redact_url;
 ///
 /// The default is [`Prefer`](SslMode::Prefer), as in libpq.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
 pub enum SslMode {
     /// Never TLS.
     Disable,
@@ -81,6 +82,7 @@ impl FromStr for SslMode {
 
 /// Where the trusted root certificates come from.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum RootCerts {
     /// The CA certificate(s) in this PEM file only (libpq's `sslrootcert=/path/ca.pem`).
     File(PathBuf),
