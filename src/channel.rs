@@ -29,10 +29,11 @@
 //! let events = session.events();
 //! let (stop_tx, stop_rx) = unbounded::<()>();
 //! stop_tx.send(()).ok();
-//! select! {
-//!     recv(&*events) -> ev => println!("session event: {ev:?}"),
-//!     recv(stop_rx) -> _ => println!("stopping"),
-//! }
+//! let woken_by = select! {
+//!     recv(&*events) -> ev => format!("session event: {ev:?}"),
+//!     recv(stop_rx) -> _ => "stop".to_string(),
+//! };
+//! assert!(!woken_by.is_empty());
 //! session.close()?;
 //! assert_eq!(events.recv_timeout(Duration::from_secs(5)), Ok(SessionEvent::Closed));
 //! let next = events.recv_timeout(Duration::from_millis(1));
