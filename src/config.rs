@@ -188,12 +188,12 @@ impl ConfigBuilder {
             }
         }
         let session = self.session.clone().build()?;
-        if endpoint.is_none() && kind != BackendKind::Memory {
-            return Err(Error::config(format!("internal: the {kind} backend was chosen without a URL")));
-        }
         // The backend's own settings from the URL parsed above (no I/O but reading TLS files):
         // what it connects with.
-        let parsed = backend.parse(kind, endpoint.as_ref(), &self.backends, session.query_timeout())?;
+        let parsed = match &endpoint {
+            Some(ep) => backend.parse(kind, ep, &self.backends, session.query_timeout())?,
+            None => backend.parse_without_url(kind, &self.backends)?,
+        };
         let mut secrets = endpoint.as_ref().map(Endpoint::secrets).unwrap_or_default();
         secrets.extend(REGISTRY.iter().flat_map(|b| b.secrets(&self.backends)));
         secrets.retain(|x| !x.is_empty());

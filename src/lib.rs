@@ -123,7 +123,7 @@ pub use config::{BackendKind, Config, ConfigBuilder};
 pub use error::{display_chain, Error, ErrorKind, Result};
 pub use events::Events;
 pub use handles::coordinator::{Coordinator, CoordinatorEvent};
-pub use handles::election::{Election, ElectionEvent, Leader, LeaderContext, LeaderTask, RevokeReason, Schedule};
+pub use handles::election::{Election, ElectionEvent, LeaderContext, LeaderTask, RevokeReason, Schedule};
 pub use handles::group::{GroupChange, MemberWatch, Membership};
 pub use handles::lease::Lease;
 pub use handles::semaphore;

@@ -482,7 +482,7 @@ fn keep_alive_sends_the_same_requests_whatever_the_lease_count() {
     let sent: Vec<i32> = proxy.take_requests();
     assert_eq!(sent, vec![OP_SYNC], "keep-alive after releasing every lease sent {sent:?}");
     // A member also lists its nodes. The client queues both without waiting for the first
-    // reply and, with TCP_NODELAY (vendor/README.md), sends them at once: one round trip.
+    // reply (on the wire the second follows the first's reply: Nagle, docs/benchmarks.md).
     proxied.join(&s, &name("g")).unwrap();
     proxy.take_opcodes();
     let KeepAlive::Alive { groups, .. } = proxied.keep_alive(&s, lease).unwrap() else { panic!("expired") };

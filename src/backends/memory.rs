@@ -411,9 +411,17 @@ impl crate::backends::registry::BackendConfig for MemoryConfig {
     fn parse(
         &self,
         _kind: crate::settings::kind::BackendKind,
-        _ep: Option<&crate::settings::endpoint::Endpoint>,
+        _ep: &crate::settings::endpoint::Endpoint,
         _knobs: &crate::backends::registry::Knobs,
         _query_timeout: Duration,
+    ) -> Result<Arc<dyn crate::backends::registry::ParsedBackend>> {
+        Ok(Arc::new(MemoryConfig))
+    }
+
+    fn parse_without_url(
+        &self,
+        _kind: crate::settings::kind::BackendKind,
+        _knobs: &crate::backends::registry::Knobs,
     ) -> Result<Arc<dyn crate::backends::registry::ParsedBackend>> {
         Ok(Arc::new(MemoryConfig))
     }

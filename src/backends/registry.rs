@@ -45,19 +45,28 @@ pub(crate) trait BackendConfig: Sync {
         Vec::new()
     }
 
-    /// Its settings for the URL `ep` of kind `kind` (`None`: the memory backend chosen without a
-    /// URL) with its part of `knobs`, every value checked; no network I/O. What this returns is
-    /// what [`ParsedBackend::connect`] connects with: the URL is not parsed again.
+    /// Its settings for the URL `ep` of kind `kind` with its part of `knobs`, every value
+    /// checked; no network I/O. What this returns is what [`ParsedBackend::connect`] connects
+    /// with: the URL is not parsed again.
     ///
     /// # Errors
     /// `InvalidConfig` naming the value and the rule.
     fn parse(
         &self,
         kind: BackendKind,
-        ep: Option<&Endpoint>,
+        ep: &Endpoint,
         knobs: &Knobs,
         query_timeout: Duration,
     ) -> Result<Arc<dyn ParsedBackend>>;
+
+    /// Its settings when it was chosen without a URL (`SIMBA_BACKEND=memory`, say). Only the
+    /// memory backend can be; for the others the selection rules never get here.
+    ///
+    /// # Errors
+    /// `InvalidConfig`, for a backend that needs a URL.
+    fn parse_without_url(&self, kind: BackendKind, _knobs: &Knobs) -> Result<Arc<dyn ParsedBackend>> {
+        Err(crate::error::Error::config(format!("internal: the {kind} backend was chosen without a URL")))
+    }
 }
 
 /// A backend's settings, parsed and checked by its [`BackendConfig::parse`].

@@ -12,10 +12,10 @@ use std::time::{Duration, Instant};
 
 use crate::sync::{self, select, thread, unbounded, Mutex, Receiver, Sender};
 
-use crate::backend::{LeaseBackend, Member};
+use crate::backend::{Holder, LeaseBackend, Member};
 use crate::error::{Error, ErrorKind, Result};
 use crate::events::{Events, Subscribers};
-use crate::handles::election::{Election, ElectionShared, Leader};
+use crate::handles::election::{Election, ElectionShared};
 use crate::handles::group::{self, MemberWatch, Membership, MembershipShared};
 use crate::handles::lease::Lease;
 use crate::handles::semaphore::{Semaphore, Source};
@@ -445,7 +445,7 @@ impl Coordinator {
     ///
     /// # Errors
     /// `InvalidName`; `Timeout`; the backend's error.
-    pub fn leader(&self, name: impl IntoName) -> Result<Option<Leader>> {
+    pub fn leader(&self, name: impl IntoName) -> Result<Option<Holder>> {
         let name = user_name(name)?;
         bounded_call(&self.inner.backend, self.inner.options.query_timeout(), move |b| b.holder(&name))
     }

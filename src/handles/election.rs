@@ -16,10 +16,6 @@ use crate::runtime::{bounded_call, CampaignSink, Logs, SessionInner};
 use crate::state::LossReason;
 use crate::types::{Name, SessionId, Token};
 
-/// The current leader of an election: the holder of its lease (session, token, metadata,
-/// remaining time by the backend's clock).
-pub type Leader = Holder;
-
 /// Why leadership ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
@@ -73,8 +69,9 @@ pub enum ElectionEvent {
     },
     /// Another (or this) session was observed leading. Observed while contending, so it may lag.
     LeaderChanged {
-        /// The observed leader.
-        leader: Leader,
+        /// The observed leader: the holder of the election's lease (session, token, metadata,
+        /// remaining time by the backend's clock).
+        leader: Holder,
     },
     /// A durable election (from a `Coordinator`) moved to a new session after its old one expired.
     SessionReplaced {
@@ -428,7 +425,7 @@ impl Election {
     ///
     /// # Errors
     /// `Timeout`; the backend's error.
-    pub fn leader(&self) -> Result<Option<Leader>> {
+    pub fn leader(&self) -> Result<Option<Holder>> {
         let name = self.shared.name.clone();
         bounded_call(&self.shared.backend, self.shared.query_timeout, move |b| b.holder(&name))
     }

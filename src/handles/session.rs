@@ -4,12 +4,12 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::backend::{LeaseBackend, Member};
+use crate::backend::{Holder, LeaseBackend, Member};
 use crate::cancel::{Attempt, Cancel};
 use crate::engine::{deadline_after, later};
 use crate::error::{Error, ErrorKind, Result};
 use crate::events::Events;
-use crate::handles::election::{Election, ElectionShared, Leader};
+use crate::handles::election::{Election, ElectionShared};
 use crate::handles::group::{self, MemberWatch, Membership, MembershipShared};
 use crate::handles::lease::Lease;
 use crate::handles::semaphore::{Semaphore, Source};
@@ -268,7 +268,7 @@ impl Session {
     ///
     /// # Errors
     /// `InvalidName`; `Timeout`; the backend's error.
-    pub fn leader(&self, name: impl IntoName) -> Result<Option<Leader>> {
+    pub fn leader(&self, name: impl IntoName) -> Result<Option<Holder>> {
         let name = user_name(name)?;
         self.inner.bounded(move |b| b.holder(&name))
     }

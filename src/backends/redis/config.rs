@@ -316,12 +316,11 @@ impl BackendConfig for RedisConfig {
 
     fn parse(
         &self,
-        kind: BackendKind,
-        ep: Option<&Endpoint>,
+        _kind: BackendKind,
+        ep: &Endpoint,
         knobs: &Knobs,
         query_timeout: Duration,
     ) -> Result<Arc<dyn ParsedBackend>> {
-        let ep = ep.ok_or_else(|| Error::config(format!("internal: the {kind} backend was chosen without a URL")))?;
         let url = RedisUrl::from_endpoint(ep)?;
         let options = knobs.redis.clone().query_timeout(query_timeout).build()?;
         check(&url, &options)?;

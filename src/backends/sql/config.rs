@@ -101,11 +101,10 @@ impl BackendConfig for SqlConfig {
     fn parse(
         &self,
         kind: BackendKind,
-        ep: Option<&Endpoint>,
+        ep: &Endpoint,
         knobs: &Knobs,
         query_timeout: Duration,
     ) -> Result<Arc<dyn ParsedBackend>> {
-        let ep = ep.ok_or_else(|| Error::config(format!("internal: the {kind} backend was chosen without a URL")))?;
         let builder = &knobs.sql;
         if kind == BackendKind::Mysql && ep.hosts.len() > 1 {
             return Err(url_error(&ep.redacted, "mysql takes one host"));

@@ -231,12 +231,11 @@ impl BackendConfig for ZookeeperConfig {
 
     fn parse(
         &self,
-        kind: BackendKind,
-        ep: Option<&Endpoint>,
+        _kind: BackendKind,
+        ep: &Endpoint,
         knobs: &Knobs,
         query_timeout: Duration,
     ) -> Result<Arc<dyn ParsedBackend>> {
-        let ep = ep.ok_or_else(|| Error::config(format!("internal: the {kind} backend was chosen without a URL")))?;
         let (hosts, options) = knobs.zookeeper.resolve(ep, query_timeout)?;
         Ok(Arc::new(ZookeeperParsed { hosts, options }))
     }

@@ -394,8 +394,8 @@ impl Inner {
         mode.with_acls(self.acls.as_slice().into())
     }
 
-    /// Runs `read` after a [`barrier`], pipelined (one round trip; the read then sees every
-    /// write that returned on any server of the ensemble), bounded by `deadline`. `Ok(None)`
+    /// Runs `read` after a [`barrier`], pipelined (the read then sees every write that returned
+    /// on any server of the ensemble), bounded by `deadline`. `Ok(None)`
     /// when the node does not exist.
     fn synced_read<'c, T, F>(
         &self,
@@ -751,8 +751,9 @@ fn barrier<'c>(client: &'c Client, path: &str) -> impl Future<Output = std::resu
 
 /// `read` after the [`barrier`]: the read's answer, or the barrier's failure — a read after a
 /// failed barrier may be served by a server that has not seen a write that returned elsewhere
-/// (finding 9 of issue #36: a `members` read right after a join could miss it). Both are sent
-/// at once (one round trip).
+/// (finding 9 of issue #36: a `members` read right after a join could miss it). Both are queued
+/// at once; on the wire the read follows the barrier's reply (two round trips: the client's
+/// connection keeps Nagle's algorithm, docs/benchmarks.md, "ZooKeeper keep-alive").
 async fn barrier_then_read<T>(
     barrier: impl Future<Output = std::result::Result<(), ZkError>>,
     read: impl Future<Output = std::result::Result<T, ZkError>>,

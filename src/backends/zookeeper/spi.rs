@@ -84,7 +84,7 @@ impl LeaseBackend for ZookeeperBackend {
         // these can be found missing by this keep-alive (a lease acquired meanwhile is newer than
         // the list's answer and stays reported).
         let held: Vec<(Name, Token)> = s.leases.lock().known.iter().map(|(n, t)| (n.clone(), *t)).collect();
-        // One pipelined round trip: `sync` (through the leader, which checks the session) proves
+        // Pipelined: `sync` (through the leader, which checks the session) proves
         // the session is alive; the session's own nodes are listed and possibly-owned names
         // checked alongside. Each request is sent when its future is created, in this order, and
         // ZooKeeper answers one session's requests in the order they were sent.
@@ -103,9 +103,10 @@ impl LeaseBackend for ZookeeperBackend {
         //
         // A session that holds no lease and never joined a group (or confirmedly left them all:
         // `joined` is filled before a join's create is sent and emptied only by a confirmed
-        // leave) has nothing to list, so it sends the `sync` alone. Otherwise the list follows it
-        // without waiting for its reply (the client's writer may flush the second request
-        // separately, i.e. two round trips on the wire).
+        // leave) has nothing to list, so it sends the `sync` alone: one round trip. Otherwise the
+        // list is queued behind it without waiting for its reply, but reaches the server only
+        // after that reply: zookeeper-client leaves Nagle's algorithm on, so two round trips
+        // (docs/benchmarks.md, "ZooKeeper keep-alive", says why we live with it).
         let list = !held.is_empty() || !s.joined.lock().is_empty();
         let sync = client.sync(inner.paths.root());
         let ephemerals = list.then(|| client.list_ephemerals(inner.paths.ephemerals_prefix()));
