@@ -42,6 +42,8 @@
 //! - [`options`]: defaults and limits; [`SessionOptions`] is also at the root;
 //! - [`semaphore`]: counted semaphores, one path each: [`semaphore::Semaphore`],
 //!   [`semaphore::Permit`], the slots and their names;
+//! - [`partitions`]: partition sets (fenced work assignment), one path each:
+//!   [`partitions::Partitions`], [`partitions::Partition`], their events, options and names;
 //! - [`backend`]: the SPI, one path each: [`backend::LeaseBackend`] and every type of its calls
 //!   (including [`backend::Holder`] and [`backend::Member`], which `holder()`, `members()` and a
 //!   [`GroupChange`] hand to applications too); nothing of it is at the root;
@@ -126,10 +128,12 @@ pub use handles::coordinator::{Coordinator, CoordinatorEvent};
 pub use handles::election::{Election, ElectionEvent, LeaderContext, LeaderTask, RevokeReason, Schedule};
 pub use handles::group::{GroupChange, MemberWatch, Membership};
 pub use handles::lease::Lease;
+pub use handles::partitions;
 pub use handles::semaphore;
 pub use handles::session::Session;
 pub use options::SessionOptions;
 pub use state::{LossReason, SessionEvent, SessionState};
 pub use types::{
-    validate_metadata, IntoName, Name, SessionId, Token, MAX_METADATA_LEN, MAX_NAME_LEN, RESERVED_NAME_PREFIX,
+    validate_metadata, IntoName, Name, SessionId, Token, MAX_METADATA_LEN, MAX_NAME_LEN, PARTITION_NAME_PREFIX,
+    RESERVED_NAME_PREFIX,
 };

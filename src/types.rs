@@ -119,17 +119,30 @@ impl TryFrom<&Name> for Name {
     }
 }
 
-/// Validates a lease or group name given by the user: the naming rule, and not the reserved
-/// semaphore-slot prefix [`RESERVED_NAME_PREFIX`].
+/// The prefix of the lease and group names simba uses for partition sets
+/// (`simba.part:<set>:<partition>` for a partition's lease, `simba.part:<set>` for the set's
+/// member group, see [`crate::partitions`]). Reserved like [`RESERVED_NAME_PREFIX`]: lease, group and
+/// semaphore names starting with it are rejected before any I/O.
+pub const PARTITION_NAME_PREFIX: &str = "simba.part:";
+
+/// The reserved prefix `name` starts with, and what it is reserved for.
+pub(crate) fn reserved_prefix(name: &Name) -> Option<(&'static str, &'static str)> {
+    [
+        (RESERVED_NAME_PREFIX, "semaphore permits (use Session::semaphore)"),
+        (PARTITION_NAME_PREFIX, "partition sets (use Session::partitions)"),
+    ]
+    .into_iter()
+    .find(|(prefix, _)| name.as_str().starts_with(prefix))
+}
+
+/// Validates a lease or group name given by the user: the naming rule, and none of the reserved
+/// prefixes ([`RESERVED_NAME_PREFIX`], [`PARTITION_NAME_PREFIX`]).
 pub(crate) fn user_name(name: impl IntoName) -> Result<Name> {
     let name = name.into_name()?;
-    if name.as_str().starts_with(RESERVED_NAME_PREFIX) {
+    if let Some((prefix, what)) = reserved_prefix(&name) {
         return Err(Error::new(
             ErrorKind::InvalidName,
-            format!(
-                "invalid name '{name}': lease and group names starting with '{RESERVED_NAME_PREFIX}' are reserved \
-                 for semaphore permits (use Session::semaphore)"
-            ),
+            format!("invalid name '{name}': lease and group names starting with '{prefix}' are reserved for {what}"),
         ));
     }
     Ok(name)

@@ -34,6 +34,7 @@ mod campaigns;
 mod groups;
 mod keep_alive;
 mod leases;
+pub(crate) mod partitions;
 mod step;
 #[cfg(test)]
 mod tests;

@@ -18,6 +18,7 @@ use crate::events::{Events, Subscribers};
 use crate::handles::election::{Election, ElectionShared};
 use crate::handles::group::{self, MemberWatch, Membership, MembershipShared};
 use crate::handles::lease::Lease;
+use crate::handles::partitions::{PartitionOptions, Partitions};
 use crate::handles::semaphore::{Semaphore, Source};
 use crate::options::SessionOptions;
 use crate::runtime::{bounded_call, jitter, CampaignSink, MembershipSink, SessionInner};
@@ -423,6 +424,33 @@ impl Coordinator {
             self.inner.options.query_timeout(),
             name,
             permits,
+        )
+    }
+
+    /// Joins the partition set `name` of `count` partitions as a member that lives across session
+    /// replacements: when the session expires, its partitions are reported
+    /// [`Lost`](crate::partitions::PartitionEvent::Lost), and the member joins again on the
+    /// replacement session and is assigned partitions anew (see [`crate::partitions`]).
+    ///
+    /// # Errors
+    /// As [`Session::partitions`](crate::Session::partitions), plus `Unavailable` while the
+    /// session is being replaced and `Closed` after [`close`](Coordinator::close).
+    pub fn partitions(&self, name: impl IntoName, count: u32) -> Result<Partitions> {
+        self.partitions_with(name, count, PartitionOptions::default())
+    }
+
+    /// [`partitions`](Coordinator::partitions) with `options`.
+    ///
+    /// # Errors
+    /// As [`partitions`](Coordinator::partitions), plus `InvalidConfig` for a maximum per member of 0.
+    pub fn partitions_with(&self, name: impl IntoName, count: u32, options: PartitionOptions) -> Result<Partitions> {
+        Partitions::open(
+            self.current_source(),
+            &self.inner.backend,
+            self.inner.options.query_timeout(),
+            name,
+            count,
+            options,
         )
     }
 

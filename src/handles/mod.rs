@@ -10,5 +10,6 @@ pub(crate) mod coordinator;
 pub(crate) mod election;
 pub(crate) mod group;
 pub(crate) mod lease;
+pub mod partitions;
 pub mod semaphore;
 pub(crate) mod session;

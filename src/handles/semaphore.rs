@@ -70,7 +70,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::handles::lease::Lease;
 use crate::runtime::{bounded_call, Contender, SessionInner};
 use crate::sync;
-use crate::types::{IntoName, Name, SessionId, Token, MAX_NAME_LEN, RESERVED_NAME_PREFIX};
+use crate::types::{IntoName, Name, SessionId, Token, MAX_NAME_LEN, PARTITION_NAME_PREFIX, RESERVED_NAME_PREFIX};
 
 /// Most permits a semaphore may have. Every acquire visits the slots one by one, and
 /// [`Semaphore::holders`] reads each, so a semaphore is meant for tens of permits, not thousands.
@@ -80,7 +80,7 @@ pub const MAX_PERMITS: u32 = 1000;
 /// the slot lease names (`simba.sem:` + name + `:` + a slot number below [`MAX_PERMITS`]).
 pub const MAX_SEMAPHORE_NAME_LEN: usize = MAX_NAME_LEN - RESERVED_NAME_PREFIX.len() - 1 - digits(MAX_PERMITS - 1);
 
-const fn digits(mut n: u32) -> usize {
+pub(crate) const fn digits(mut n: u32) -> usize {
     let mut d = 1;
     while n >= 10 {
         n /= 10;
@@ -92,6 +92,15 @@ const fn digits(mut n: u32) -> usize {
 /// Validates a semaphore name: the lease naming rule, at most [`MAX_SEMAPHORE_NAME_LEN`] characters.
 fn semaphore_name(name: impl IntoName) -> Result<Name> {
     let name = name.into_name()?;
+    if name.as_str().starts_with(PARTITION_NAME_PREFIX) {
+        return Err(Error::new(
+            ErrorKind::InvalidName,
+            format!(
+                "invalid semaphore name '{name}': names starting with '{PARTITION_NAME_PREFIX}' are reserved for \
+                 partition sets (use Session::partitions)"
+            ),
+        ));
+    }
     let len = name.as_str().chars().count();
     if len > MAX_SEMAPHORE_NAME_LEN {
         return Err(Error::new(
@@ -160,16 +169,21 @@ pub(crate) enum Source {
 }
 
 impl Source {
-    fn session(&self) -> Result<Arc<SessionInner>> {
+    pub(crate) fn session(&self) -> Result<Arc<SessionInner>> {
         match self {
             Source::Session(s) => Ok(s.clone()),
             Source::Current(f) => f(),
         }
     }
 
+    /// How long to wait before asking again for a session that is being replaced.
+    pub(crate) fn retry_pause(&self) -> Duration {
+        Duration::from_millis(50)
+    }
+
     /// The error of a call made on [`session`](Source::session): for a coordinator's current
     /// session, its expiry under the call is `Unavailable`, as the coordinator's calls say.
-    fn error(&self, e: Error) -> Error {
+    pub(crate) fn error(&self, e: Error) -> Error {
         match self {
             Source::Session(_) => e,
             Source::Current(_) => e.on_replaced_session(),
@@ -200,28 +214,45 @@ impl fmt::Debug for Semaphore {
     }
 }
 
-/// Stores (or with `permits == None` reads) the limit of `name` and checks it.
-fn stored_limit(
+/// What a limit stored through [`LeaseBackend::semaphore_limit`] counts, for its checks and
+/// messages: a semaphore's permits, or a partition set's partitions (stored under a reserved name).
+pub(crate) struct Counted {
+    /// What the name names: `"semaphore"`, `"partition set"`.
+    pub(crate) what: &'static str,
+    /// What is counted: `"permits"`, `"partitions"`.
+    pub(crate) unit: &'static str,
+    /// The largest valid value.
+    pub(crate) max: u32,
+}
+
+const PERMITS: Counted = Counted { what: "semaphore", unit: "permits", max: MAX_PERMITS };
+
+/// Stores (or with `asked == None` reads) the limit kept under `key` for `counted`'s `shown` name,
+/// and checks it: a stored value out of range, or other than `asked`, is an error naming both.
+pub(crate) fn stored_limit(
     backend: &Arc<dyn LeaseBackend>,
     query_timeout: Duration,
-    name: &Name,
-    permits: Option<u32>,
+    key: &Name,
+    shown: &Name,
+    counted: &Counted,
+    asked: Option<u32>,
 ) -> Result<Option<u32>> {
-    let n = name.clone();
-    let stored = bounded_call(backend, query_timeout, move |b| b.semaphore_limit(&n, permits))?;
-    match (stored, permits) {
-        (Some(s), _) if s == 0 || s > MAX_PERMITS => Err(Error::backend(format!(
-            "{}: the stored limit of semaphore '{name}' is {s}, which is no valid limit (1 to {MAX_PERMITS}): \
+    let n = key.clone();
+    let stored = bounded_call(backend, query_timeout, move |b| b.semaphore_limit(&n, asked))?;
+    let Counted { what, unit, max } = *counted;
+    match (stored, asked) {
+        (Some(s), _) if s == 0 || s > max => Err(Error::backend(format!(
+            "{}: the stored limit of {what} '{shown}' is {s}, which is no valid limit (1 to {max}): \
              the stored value was changed by something other than simba",
             backend.kind()
         ))),
         (Some(s), Some(p)) if s != p => Err(Error::config(format!(
-            "semaphore '{name}' has {s} permits on the {} backend, but {p} were asked for: a semaphore's limit is \
-             fixed by its first use; ask for {s}, or use another semaphore name",
+            "{what} '{shown}' has {s} {unit} on the {} backend, but {p} were asked for: a {what}'s number of \
+             {unit} is fixed by its first use; ask for {s}, or use another {what} name",
             backend.kind()
         ))),
         (None, Some(p)) => Err(Error::backend(format!(
-            "{}: storing the limit {p} of semaphore '{name}' returned no limit",
+            "{}: storing the limit {p} of {what} '{shown}' returned no limit",
             backend.kind()
         ))),
         (stored, _) => Ok(stored),
@@ -239,7 +270,7 @@ impl Semaphore {
     ) -> Result<Semaphore> {
         let name = semaphore_name(name)?;
         validate_permits(&name, permits)?;
-        stored_limit(&backend, query_timeout, &name, Some(permits))?;
+        stored_limit(&backend, query_timeout, &name, &name, &PERMITS, Some(permits))?;
         Semaphore::with_limit(source, backend, query_timeout, name, permits)
     }
 
@@ -251,7 +282,7 @@ impl Semaphore {
         name: impl IntoName,
     ) -> Result<Option<Semaphore>> {
         let name = semaphore_name(name)?;
-        match stored_limit(&backend, query_timeout, &name, None)? {
+        match stored_limit(&backend, query_timeout, &name, &name, &PERMITS, None)? {
             Some(permits) => Semaphore::with_limit(source, backend, query_timeout, name, permits).map(Some),
             None => Ok(None),
         }

@@ -12,6 +12,7 @@ use crate::events::Events;
 use crate::handles::election::{Election, ElectionShared};
 use crate::handles::group::{self, MemberWatch, Membership, MembershipShared};
 use crate::handles::lease::Lease;
+use crate::handles::partitions::{PartitionOptions, Partitions};
 use crate::handles::semaphore::{Semaphore, Source};
 use crate::options::SessionOptions;
 use crate::runtime::SessionInner;
@@ -246,6 +247,38 @@ impl Session {
     pub fn existing_semaphore(&self, name: impl IntoName) -> Result<Option<Semaphore>> {
         let inner = &self.inner;
         Semaphore::existing(Source::Session(inner.clone()), inner.backend.clone(), inner.timing.query_timeout, name)
+    }
+
+    /// Joins the partition set `name` of `count` partitions with the default
+    /// [`PartitionOptions`]: this session becomes one of the members the partitions are spread
+    /// over (see [`crate::partitions`]). Stores the count on the backend when the set is new; a
+    /// stored count that differs is an error (one bounded call).
+    ///
+    /// # Errors
+    /// `InvalidName` (set names are at most
+    /// [`MAX_PARTITION_SET_NAME_LEN`](crate::partitions::MAX_PARTITION_SET_NAME_LEN) characters);
+    /// `InvalidConfig` when `count` is 0 or above [`MAX_PARTITIONS`](crate::partitions::MAX_PARTITIONS),
+    /// or when the backend stores another count for `name` (the message names both);
+    /// `SessionExpired`/`Closed`; `AlreadyHeld` when this session is a member of the set already;
+    /// `Timeout`; the backend's error.
+    pub fn partitions(&self, name: impl IntoName, count: u32) -> Result<Partitions> {
+        self.partitions_with(name, count, PartitionOptions::default())
+    }
+
+    /// [`partitions`](Session::partitions) with `options` (drain and settle periods, a maximum per member).
+    ///
+    /// # Errors
+    /// As [`partitions`](Session::partitions), plus `InvalidConfig` for a maximum per member of 0.
+    pub fn partitions_with(&self, name: impl IntoName, count: u32, options: PartitionOptions) -> Result<Partitions> {
+        let inner = &self.inner;
+        Partitions::open(
+            Source::Session(inner.clone()),
+            &inner.backend,
+            inner.timing.query_timeout,
+            name,
+            count,
+            options,
+        )
     }
 
     /// Starts contending for leadership of `name` in the background (on the renewal thread).

@@ -61,7 +61,7 @@ use campaigns::CampaignSlot;
 pub(crate) use guard::guarded;
 use renewal::renewal_thread;
 pub(crate) use sinks::{CampaignSink, MembershipSink};
-pub(crate) use wait::Contender;
+pub(crate) use wait::{Contender, Moment, Rule};
 
 enum Wake {
     Poke,

@@ -18,7 +18,7 @@
 //! with generous margins, asserting causality and order rather than tight timings.
 //!
 //! The cases live in one module per area (`spi`, `groups`, `locks`, `elections`, `recovery`,
-//! `semaphores`) and are registered in **one list** (the `__tck_case_list!` macro below), from
+//! `semaphores`, `partitions`) and are registered in **one list** (the `__tck_case_list!` macro below), from
 //! which both [`cases`] and the `#[test]`s of [`tck_suite!`](crate::tck_suite) are generated. A
 //! case function is private to its area and the kit denies dead code, so a case that is written
 //! but not listed does not compile. A case that depends on a [`Capability`] is given what the
@@ -29,6 +29,7 @@
 mod elections;
 mod groups;
 mod locks;
+mod partitions;
 mod recovery;
 mod semaphores;
 mod spi;
@@ -287,7 +288,7 @@ impl std::fmt::Debug for Case {
 }
 
 impl Case {
-    /// The area: `spi`, `groups`, `locks`, `elections`, `recovery` or `semaphores`.
+    /// The area: `spi`, `groups`, `locks`, `elections`, `recovery`, `semaphores` or `partitions`.
     pub fn area(&self) -> &'static str {
         self.area
     }
@@ -415,6 +416,14 @@ macro_rules! __tck_case_list {
                 coordinator_semaphore_uses_current_session,
                 permit_waiter_wakes_on_release(PushRelease),
                 permit_waiter_registers_where_it_cannot_miss_a_release(WatchChecksLease),
+            }
+            partitions {
+                partitions_join_and_leave_are_sticky,
+                partitions_drain_until_released,
+                partitions_crash_moves_only_the_crashed_members,
+                partitions_count_is_stored_and_mismatch_rejected,
+                partitions_bad_input_rejected,
+                coordinator_partitions_survive_replacement,
             }
         }
     };
