@@ -424,6 +424,9 @@ macro_rules! __tck_case_list {
                 partitions_count_is_stored_and_mismatch_rejected,
                 partitions_bad_input_rejected,
                 coordinator_partitions_survive_replacement,
+                dropped_partitions_are_released,
+                max_per_member_leaves_the_rest_unowned,
+                partition_handoff_is_pushed(PushRelease),
             }
         }
     };

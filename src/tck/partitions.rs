@@ -248,3 +248,96 @@ pub(super) fn coordinator_partitions_survive_replacement(h: &Harness) {
     p.close().expect("close");
     c.close().expect("close");
 }
+
+/// Capability `push_release`, for partitions: a member waiting for a partition the target gives
+/// it (registered for its release after a busy claim) takes it within a quarter of the renew
+/// interval of the owner's release on a backend that pushes releases (its next poll would come
+/// only after half of it); without push it takes it at a later poll.
+pub(super) fn partition_handoff_is_pushed(h: &Harness, claimed: bool) {
+    let options = super::options(Duration::from_secs(12), Duration::from_secs(6));
+    let bound = options.renew_interval() / 4;
+    let spy = Spy::new(h.backend.clone());
+    let sa = h.session_on(h.backend.clone(), options.clone());
+    let sb = h.session_on(spy.clone(), options.clone());
+    let name = h.name("pushed");
+    let forever = PartitionOptions::default().drain(Duration::MAX);
+    let a = sa.partitions_with(&name, 2, forever).expect("partitions");
+    converge(h, &[&a], "one member");
+    let a_events = a.events();
+    let b = sb.partitions_with(&name, 2, forever).expect("partitions");
+    let b_events = b.events();
+    let revoking = loop {
+        match a_events.recv_timeout(h.patience()) {
+            Ok(PartitionEvent::Revoking { partition, .. }) => break partition,
+            Ok(_) => {}
+            Err(e) => panic!("no Revoking after the second member joined: {e}"),
+        }
+    };
+    // The waiter's claim found the partition busy: it registered (or polls) and waits.
+    assert!(eventually(h.patience(), || spy.busy_replies() >= 1), "the second member never tried the partition");
+    let t1 = a.owned().iter().find(|x| x.index() == revoking).map(|x| x.granted_token()).expect("still owned");
+    let x = a.owned().into_iter().find(|x| x.index() == revoking).expect("still owned");
+    let released = Instant::now();
+    x.release().expect("release");
+    let (woken, token) = loop {
+        match b_events.recv_timeout(h.patience()) {
+            Ok(PartitionEvent::Assigned { partition, token, .. }) if partition == revoking => {
+                break (Instant::now(), token)
+            }
+            Ok(_) => {}
+            Err(e) => panic!("the second member never took partition {revoking}: {e}"),
+        }
+    };
+    assert!(token > t1, "partition {revoking}: token {token} not > {t1}");
+    if claimed {
+        let took = woken.duration_since(released);
+        assert!(
+            took < bound,
+            "the backend claims push_release, yet the waiting member took the partition {took:?} after the release \
+             (a poll retries after {:?}; pushed, it must be inside {bound:?})",
+            options.renew_interval() / 2
+        );
+    }
+    drop((a, b));
+    sa.close().expect("close");
+    sb.close().expect("close");
+}
+
+/// Dropping a member's handle hands its partitions on at once (its session lives on): the other
+/// member owns them all, in new terms, well before the dropped member's session would expire.
+pub(super) fn dropped_partitions_are_released(h: &Harness) {
+    let name = h.name("dropped");
+    let long = super::options(Duration::from_secs(30), Duration::from_secs(10));
+    let (sa, sb) = (h.session_on(h.backend.clone(), long.clone()), h.session_on(h.backend.clone(), long));
+    let a = sa.partitions_with(&name, 4, quick()).expect("partitions");
+    let b = sb.partitions_with(&name, 4, quick()).expect("partitions");
+    converge(h, &[&a, &b], "two members");
+    let (b_owned, t1) = (owned(&b), tokens(&[&b]));
+    drop(b);
+    let done = eventually(h.patience(), || owned(&a).len() == 4);
+    assert!(done, "the remaining member did not take the dropped member's partitions: it owns {:?}", owned(&a));
+    assert!(sb.is_alive(), "the dropped member's session ended: the hand-off proves nothing");
+    let t2 = tokens(&[&a]);
+    for p in &b_owned {
+        assert!(t2[p] > t1[p], "partition {p}: token {} not > {}", t2[p], t1[p]);
+    }
+}
+
+/// A maximum per member leaves partitions unowned when there are too few members, and a new
+/// member takes them without moving any other.
+pub(super) fn max_per_member_leaves_the_rest_unowned(h: &Harness) {
+    let name = h.name("max");
+    let (sa, sb, sc) = (h.session(), h.session(), h.session());
+    let one = quick().max_per_member(1);
+    let a = sa.partitions_with(&name, 3, one).expect("partitions");
+    let b = sb.partitions_with(&name, 3, one).expect("partitions");
+    let two = eventually(h.patience(), || owned(&a).len() == 1 && owned(&b).len() == 1 && a.members().len() == 2);
+    assert!(two, "two members with a maximum of 1 own {:?} and {:?}", owned(&a), owned(&b));
+    // Stable: nothing more is taken.
+    thread::sleep(h.options.renew_interval() * 2);
+    assert_eq!((owned(&a).len(), owned(&b).len()), (1, 1), "a member exceeded its maximum");
+    let (a1, b1) = (owned(&a), owned(&b));
+    let c = sc.partitions_with(&name, 3, one).expect("partitions");
+    converge(h, &[&a, &b, &c], "three members with a maximum of 1");
+    assert_eq!((owned(&a), owned(&b)), (a1, b1), "the third member's arrival moved partitions of the others");
+}
