@@ -170,7 +170,8 @@ impl PartitionOptions {
     }
 
     /// How long a newly seen member must stay before it is counted (flap damping: a member that
-    /// joins and leaves within it moves nothing). A member always counts itself at once.
+    /// joins and leaves within it moves nothing). A member always counts itself at once, and the
+    /// members already there when it joins (the first member list it sees) at once too.
     #[must_use]
     pub fn settle(mut self, settle: Duration) -> PartitionOptions {
         self.settle = settle;

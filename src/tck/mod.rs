@@ -426,6 +426,7 @@ macro_rules! __tck_case_list {
                 coordinator_partitions_survive_replacement,
                 dropped_partitions_are_released,
                 max_per_member_leaves_the_rest_unowned,
+                settle_period_damps_flapping,
                 partition_handoff_is_pushed(PushRelease),
             }
         }

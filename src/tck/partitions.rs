@@ -341,3 +341,35 @@ pub(super) fn max_per_member_leaves_the_rest_unowned(h: &Harness) {
     converge(h, &[&a, &b, &c], "three members with a maximum of 1");
     assert_eq!((owned(&a), owned(&b)), (a1, b1), "the third member's arrival moved partitions of the others");
 }
+
+/// The settle period: a joiner is counted by the others only after it (no `Revoking` before the
+/// settle period has passed since the join), and a member that joins and leaves within it moves
+/// nothing.
+pub(super) fn settle_period_damps_flapping(h: &Harness) {
+    let name = h.name("settle");
+    let settle = Duration::from_secs(2);
+    let options = quick().settle(settle);
+    let (sa, sb, sc) = (h.session(), h.session(), h.session());
+    let a = sa.partitions_with(&name, 4, options).expect("partitions");
+    converge(h, &[&a], "one member");
+    let events = a.events();
+    // A flapping member: joins and leaves well within the settle period.
+    let flap = sc.partitions_with(&name, 4, options).expect("partitions");
+    flap.close().expect("close");
+    // A member that stays.
+    let joining = Instant::now();
+    let b = sb.partitions_with(&name, 4, options).expect("partitions");
+    let revoking = loop {
+        match events.recv_timeout(h.patience()) {
+            Ok(PartitionEvent::Revoking { .. }) => break Instant::now(),
+            Ok(PartitionEvent::Lost { partition, reason, .. }) => panic!("partition {partition} lost ({reason:?})"),
+            Ok(_) => {}
+            Err(e) => panic!("no Revoking after the second member joined: {e}"),
+        }
+    };
+    let after = revoking.duration_since(joining);
+    assert!(after >= settle, "the first member revoked a partition {after:?} after the join, within the settle period");
+    converge(h, &[&a, &b], "two members");
+    let revoked: usize = events.try_iter().filter(|e| matches!(e, PartitionEvent::Revoked { .. })).count();
+    assert!(revoked <= 2, "the flapping member moved partitions: {} revoked in all", revoked + 1);
+}

@@ -86,7 +86,7 @@ struct Driver {
     at: Option<Attached>,
     /// The members in the last member list seen.
     live: Vec<SessionId>,
-    /// When each member of `live` was first seen (in its current stay).
+    /// When each member of `live` counts (from its first sighting in its current stay).
     seen: HashMap<SessionId, Instant>,
     /// Set once the attached session ended.
     ended: Option<LossReason>,
@@ -153,12 +153,16 @@ impl Driver {
         self.shared.st.lock().stopped
     }
 
+    /// Takes in a member list. The members of the first list seen on a session are counted at
+    /// once (they were there before this member); a member that appears later is counted after
+    /// the settle period (`seen` holds when each one counts).
     fn on_members(&mut self, change: GroupChange) {
         let t = now();
+        let counts_at = if self.live.is_empty() { t } else { later(t, self.shared.options.settle) };
         self.live = change.members.into_iter().map(|m| m.session).collect();
         self.seen.retain(|id, _| self.live.contains(id));
         for id in &self.live {
-            self.seen.entry(id.clone()).or_insert(t);
+            self.seen.entry(id.clone()).or_insert(counts_at);
         }
     }
 
@@ -198,14 +202,13 @@ impl Driver {
 
     /// The counted members (sorted, this member included) and when the next one settles.
     fn counted(&self, me: &SessionId, t: Instant) -> (Vec<SessionId>, Option<Instant>) {
-        let settle = self.shared.options.settle;
         let mut counted = vec![me.clone()];
         let mut next = None::<Instant>;
         for id in &self.live {
             if id == me {
                 continue;
             }
-            let at = self.seen.get(id).map_or(t, |first| later(*first, settle));
+            let at = self.seen.get(id).copied().unwrap_or(t);
             if at <= t {
                 counted.push(id.clone());
             } else {
@@ -239,7 +242,9 @@ impl Driver {
         let mine: BTreeSet<u32> =
             (0u32..).zip(&goal).filter(|(_, owner)| owner.is_some_and(|i| counted[i] == me)).map(|(p, _)| p).collect();
         let drains = self.revoke(&mine, generation);
-        let pending = unknown || self.claim(&session, &mine, &owners, generation);
+        // Claim even when some owner could not be read: the lease decides who gets a partition.
+        let waiting = self.claim(&session, &mine, &owners, generation);
+        let pending = unknown || waiting;
         let uncovered = owners.iter().any(Option::is_none);
         let pause = if pending || uncovered { session.retry_delay() } else { session.timing.lease_duration };
         let mut next = later(now(), pause);
