@@ -164,7 +164,13 @@ pub struct Capabilities {
     /// The backend sends [`Notification::Released`] when a lease is freed (Redis pub/sub,
     /// ZooKeeper watches, PostgreSQL `LISTEN`/`NOTIFY`, memory). Without it candidates retry at `renew_interval / 2` + jitter.
     pub push_release: bool,
-    /// The backend sends [`Notification::MembersChanged`] on joins and leaves.
+    /// The backend sends [`Notification::MembersChanged`] on joins and leaves (a member's close
+    /// included: it leaves its groups) to a registration ([`LeaseBackend::watch`] of
+    /// [`Topic::Group`]) made before them (memory, Redis, ZooKeeper, PostgreSQL). A member whose
+    /// session *expires* need not be announced at its expiry (Redis and PostgreSQL filter members
+    /// by liveness and nothing runs then; the memory backend notices at its next call; ZooKeeper
+    /// pushes the ephemeral node's deletion): member watches re-read the list every poll interval
+    /// whatever this says, which is how they see a crashed member there.
     pub push_membership: bool,
     /// A lease registration checks the lease: [`watch`](LeaseBackend::watch) of
     /// [`Topic::Lease`] sends [`Notification::Released`] at once when the lease is free at

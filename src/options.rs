@@ -185,7 +185,10 @@ impl SessionOptionsBuilder {
     /// campaign that does not lead. On a backend that pushes releases (memory, Redis, ZooKeeper,
     /// PostgreSQL with `LISTEN`) waiters wake at the push and this does not apply. Elsewhere
     /// (MySQL) a freed lease is taken within about one poll interval, and each waiter costs the
-    /// server one acquire per interval (two per second at the default).
+    /// server one acquire per interval (two per second at the default). It is also how often a
+    /// [`watch_members`](crate::Session::watch_members) stream re-reads the member list, on every
+    /// backend (a pushed change re-reads at once; the poll sees a crashed member, whose expiry
+    /// nothing pushes on most backends).
     #[must_use]
     pub fn poll_interval(mut self, d: Duration) -> Self {
         self.poll_interval = Some(d);

@@ -1,8 +1,10 @@
-//! PostgreSQL release notifications (`LISTEN`/`NOTIFY`) against the shared server: a `lock`
-//! waiter is woken by the notification long before its poll would retry; only a committed release
-//! notifies, in commit order; the purge announces leases of purged sessions; and a notification
-//! connection killed on the server (`pg_terminate_backend`) falls back to polling, says so once
-//! per cause, reconnects and pushes again.
+//! PostgreSQL release and membership notifications (`LISTEN`/`NOTIFY`) against the shared
+//! server: a `lock` waiter is woken by the notification long before its poll would retry; only a
+//! committed release notifies, in commit order; the purge announces leases of purged sessions;
+//! joins, leaves and closes announce their groups (only when they change a member row), the purge
+//! the groups of purged sessions, and a `watch_members` stream sees them long before its poll; and
+//! a notification connection killed on the server (`pg_terminate_backend`) wakes every watcher
+//! (lease and group), falls back to polling, says so once per cause, reconnects and pushes again.
 //!
 //! `SIMBA_TEST_POSTGRES_URL` (default `postgres://postgres@127.0.0.1:5432/test`); start the server
 //! with `scripts/services up`.
@@ -118,7 +120,6 @@ fn hand_off(holder: &Session, waiter_backend: Arc<dyn LeaseBackend>, busy: &Busy
 fn lock_waiter_is_woken_by_notify_long_before_its_poll() {
     let shared = shared_backend(Dialect::Postgres);
     assert!(shared.capabilities().push_release);
-    assert!(!shared.capabilities().push_membership);
     let holder = Session::open(shared.clone(), slow_poll()).unwrap();
     let busy = Arc::new(Busy::default());
     let spy = Forward::inheriting(shared.clone(), busy.clone());
@@ -193,6 +194,135 @@ fn the_purge_announces_leases_of_purged_sessions() {
     assert_eq!(rx.recv_timeout(PATIENCE).unwrap(), Notification::Released(l.clone()), "the purge sent nothing");
     assert_eq!(rx.recv_timeout(PATIENCE).unwrap(), Notification::Released(after.clone()));
     b.close_session(&live).unwrap();
+}
+
+// ----- membership changes -----
+
+/// Sessions whose member watches re-read only every 30–45 s (`poll_interval` 30 s, renew 60 s):
+/// a change a `watch_members` stream reports within [`MEMBERS_PUSHED`] was pushed. (The listener
+/// also wakes a registration nobody renewed for 10 s; a watch renews its registration on every
+/// re-read, so that is farther out than [`MEMBERS_PUSHED`] too.)
+fn slow_member_poll() -> SessionOptions {
+    SessionOptions::builder()
+        .lease_duration(Duration::from_secs(180))
+        .renew_interval(Duration::from_secs(60))
+        .poll_interval(Duration::from_secs(30))
+        .query_timeout(Duration::from_secs(1))
+        .build()
+        .unwrap()
+}
+
+/// How long a test waits for a pushed member change: below both the watch's poll (30 s) and the
+/// listener's stale-registration wake-up (10 s after the watch's last registration).
+const MEMBERS_PUSHED: Duration = Duration::from_secs(5);
+
+fn members_changed(g: &Name) -> Notification {
+    Notification::MembersChanged(g.clone())
+}
+
+#[test]
+#[serial(postgres)]
+fn joins_leaves_and_closes_are_pushed_to_group_watchers() {
+    let b = shared_backend(Dialect::Postgres);
+    assert!(b.capabilities().push_membership, "PostgreSQL pushes membership changes");
+    let (a, c) = (
+        b.open_session(Duration::from_secs(30), "a").unwrap().id,
+        b.open_session(Duration::from_secs(30), "c").unwrap().id,
+    );
+    let g = name("g");
+    let (tx, rx) = crossbeam_channel::unbounded();
+    // The same name as a lease: a member change must not wake it (its own channel).
+    let (lease_tx, lease_rx) = crossbeam_channel::unbounded();
+    assert!(b.watch(&Topic::Lease(g.clone()), &lease_tx).unwrap());
+
+    // A join is pushed (no poll exists at this level: whatever arrives was sent by the server).
+    assert!(b.watch(&Topic::Group(g.clone()), &tx).unwrap(), "a group watch was declined");
+    b.join(&a, &g).unwrap();
+    assert_eq!(rx.recv_timeout(PATIENCE).unwrap(), members_changed(&g), "no MembersChanged after a join");
+
+    // No-ops notify nothing: a repeated join, a leave of a non-member, a close of a session in no
+    // group. Notifications arrive in commit order, so the leave's must be the next one.
+    assert!(b.watch(&Topic::Group(g.clone()), &tx).unwrap());
+    b.join(&a, &g).unwrap();
+    b.leave(&c, &g).unwrap();
+    let idle = b.open_session(Duration::from_secs(30), "").unwrap().id;
+    b.close_session(&idle).unwrap();
+    b.leave(&a, &g).unwrap();
+    assert_eq!(rx.recv_timeout(PATIENCE).unwrap(), members_changed(&g), "no MembersChanged after a leave");
+    assert!(rx.try_recv().is_err(), "a no-op join, leave or close notified");
+
+    // A member's close is pushed (close-session.sql deletes its member rows).
+    assert!(b.watch(&Topic::Group(g.clone()), &tx).unwrap());
+    b.join(&c, &g).unwrap();
+    assert_eq!(rx.recv_timeout(PATIENCE).unwrap(), members_changed(&g));
+    assert!(b.watch(&Topic::Group(g.clone()), &tx).unwrap());
+    b.close_session(&c).unwrap();
+    assert_eq!(rx.recv_timeout(PATIENCE).unwrap(), members_changed(&g), "no MembersChanged after a member's close");
+    assert!(b.members(&g).unwrap().is_empty());
+
+    // The lease registration of the same name heard none of it.
+    assert!(lease_rx.try_recv().is_err(), "a member change woke a lease watcher");
+    b.close_session(&a).unwrap();
+}
+
+#[test]
+#[serial(postgres)]
+fn the_purge_announces_groups_of_purged_sessions() {
+    let b = shared_backend(Dialect::Postgres);
+    let mut raw = postgres::Client::connect(&Dialect::Postgres.url(), postgres::NoTls).unwrap();
+    let crashed = b.open_session(Duration::from_millis(300), "").unwrap().id;
+    let live = b.open_session(Duration::from_secs(30), "").unwrap().id;
+    let (g, after) = (name("purged"), name("after"));
+    b.join(&crashed, &g).unwrap();
+    // The member never renews: once the database clock passed its expiry it is no member.
+    assert!(eventually(PATIENCE, || b.members(&g).unwrap().is_empty()), "the session never expired");
+    let (tx, rx) = crossbeam_channel::unbounded();
+    let gone = |raw: &mut postgres::Client| {
+        let row =
+            raw.query_one("select count(*) from simba_member where session_id = $1", &[&crashed.as_str()]).unwrap();
+        row.get::<_, i64>(0) == 0
+    };
+    while !gone(&mut raw) {
+        assert!(b.watch(&Topic::Group(g.clone()), &tx).unwrap());
+        b.purge_expired().unwrap();
+    }
+    // A join committed after the purge: the purge's notification comes first.
+    assert!(b.watch(&Topic::Group(after.clone()), &tx).unwrap());
+    b.join(&live, &after).unwrap();
+    assert_eq!(rx.recv_timeout(PATIENCE).unwrap(), members_changed(&g), "the purge sent nothing");
+    assert_eq!(rx.recv_timeout(PATIENCE).unwrap(), members_changed(&after));
+    b.close_session(&live).unwrap();
+}
+
+#[test]
+#[serial(postgres)]
+fn watch_members_sees_joins_and_leaves_long_before_its_poll() {
+    let shared = shared_backend(Dialect::Postgres);
+    let g = name("watched");
+    let watcher = Session::open(shared.clone(), slow_member_poll()).unwrap();
+    let watch = watcher.watch_members(&g).unwrap();
+    let first = watch.recv_timeout(PATIENCE).unwrap();
+    assert!(first.members.is_empty(), "{first:?}");
+
+    // A join, a leave and a member's close, each seen within MEMBERS_PUSHED (the poll: 30-45 s).
+    let member = Session::open(shared.clone(), slow_member_poll()).unwrap();
+    let membership = member.join(&g).unwrap();
+    let change = watch.recv_timeout(MEMBERS_PUSHED).expect("the join was not pushed (poll: 30-45 s)");
+    assert_eq!(change.joined.iter().map(|m| &m.session).collect::<Vec<_>>(), vec![member.id()]);
+    membership.leave().unwrap();
+    let change = watch.recv_timeout(MEMBERS_PUSHED).expect("the leave was not pushed (poll: 30-45 s)");
+    assert_eq!(change.left.iter().map(|m| &m.session).collect::<Vec<_>>(), vec![member.id()]);
+    assert!(change.members.is_empty());
+
+    let _again = member.join(&g).unwrap();
+    let change = watch.recv_timeout(MEMBERS_PUSHED).expect("the second join was not pushed");
+    assert_eq!(change.members.len(), 1);
+    let id = member.id().clone();
+    member.close().unwrap();
+    let change = watch.recv_timeout(MEMBERS_PUSHED).expect("the member's close was not pushed (poll: 30-45 s)");
+    assert_eq!(change.left.iter().map(|m| m.session.clone()).collect::<Vec<_>>(), vec![id]);
+    drop(watch);
+    watcher.close().unwrap();
 }
 
 // ----- the notification connection is lost -----
@@ -340,4 +470,46 @@ fn a_killed_notification_connection_falls_back_to_polling_and_recovers() {
     let took = hand_off(&holder, spy, &busy, slow_poll());
     assert!(took < PUSHED, "not pushed after recovery: {took:?}");
     holder.close().unwrap();
+}
+
+#[test]
+#[serial(postgres)]
+fn a_killed_notification_connection_wakes_group_watchers_and_pushes_again() {
+    let role = Role::create();
+    let options = SqlOptions::builder().query_timeout(Duration::from_secs(1)).pool_size(1).build().unwrap();
+    let limited = SqlBackend::postgres(&role.url(), options).unwrap();
+    // The pool's one connection, opened before the role's limit goes down to it.
+    let a = limited.open_session(Duration::from_secs(30), "").unwrap().id;
+    let g = name("resync");
+    let (tx, rx) = crossbeam_channel::unbounded();
+    assert!(limited.watch(&Topic::Group(g.clone()), &tx).unwrap(), "a group watch was declined");
+    let first = limited.notification_connection_id().expect("listening");
+
+    // Kill the notification connection and keep it from reconnecting: the group watcher is woken
+    // (a change may have been lost with the connection), and watches are declined meanwhile.
+    role.sql(&format!("alter role {} connection limit 1", role.name));
+    role.terminate(first);
+    assert_eq!(rx.recv_timeout(PATIENCE).unwrap(), members_changed(&g), "the loss did not wake the group watcher");
+    assert!(
+        eventually(PATIENCE, || limited.notification_connection_id().is_none()),
+        "the lost connection was not noticed"
+    );
+    assert!(
+        !limited.watch(&Topic::Group(g.clone()), &tx).unwrap(),
+        "group watch accepted while the connection is down"
+    );
+    // A join while nobody listens: nothing can be pushed; the watcher's re-read finds it.
+    limited.join(&a, &g).unwrap();
+    assert!(rx.try_recv().is_err());
+
+    // Back: the watch is accepted again and a change is pushed again.
+    role.sql(&format!("alter role {} connection limit -1", role.name));
+    assert!(
+        eventually(PATIENCE, || limited.notification_connection_id().is_some_and(|p| p != first)),
+        "the notification connection never came back"
+    );
+    assert!(limited.watch(&Topic::Group(g.clone()), &tx).unwrap());
+    limited.leave(&a, &g).unwrap();
+    assert_eq!(rx.recv_timeout(PATIENCE).unwrap(), members_changed(&g), "not pushed after the reconnection");
+    limited.close_session(&a).unwrap();
 }

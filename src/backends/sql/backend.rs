@@ -438,16 +438,13 @@ impl LeaseBackend for SqlBackend {
     fn capabilities(&self) -> Capabilities {
         Capabilities {
             push_release: self.inner.driver.push_release(),
-            push_membership: false,
+            push_membership: self.inner.driver.push_membership(),
             watch_checks_lease: false,
         }
     }
 
     fn watch(&self, topic: &Topic, notify: &Sender<Notification>) -> Result<bool> {
-        match topic {
-            Topic::Lease(name) => self.inner.driver.watch_release(name, notify),
-            Topic::Group(_) => Ok(false),
-        }
+        self.inner.driver.watch(topic, notify)
     }
 
     fn semaphore_limit(&self, name: &Name, permits: Option<u32>) -> Result<Option<u32>> {

@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::Sender;
 
-use crate::backend::{CheckItem, Notification};
+use crate::backend::{CheckItem, Notification, Topic};
 #[allow(unused_imports)] // doc links
 use crate::backend::{LeaseBackend, TermRemaining};
 use crate::error::Result;
@@ -102,10 +102,14 @@ pub(crate) trait Driver: Send + Sync + 'static {
     fn push_release(&self) -> bool {
         false
     }
-    /// A one-shot interest in the release of `name` (see [`LeaseBackend::watch`]); `false` when
-    /// the dialect cannot push it now (the caller polls).
-    fn watch_release(&self, name: &Name, notify: &Sender<Notification>) -> Result<bool> {
-        let _ = (name, notify);
+    /// Whether the dialect pushes membership changes (PostgreSQL: `LISTEN`/`NOTIFY`).
+    fn push_membership(&self) -> bool {
+        false
+    }
+    /// A one-shot interest in `topic`, a lease's release or a group's change (see
+    /// [`LeaseBackend::watch`]); `false` when the dialect cannot push it now (the caller polls).
+    fn watch(&self, topic: &Topic, notify: &Sender<Notification>) -> Result<bool> {
+        let _ = (topic, notify);
         Ok(false)
     }
     /// The server-side id of the notification connection while it is open.

@@ -26,7 +26,7 @@ use postgres::{Client, Config, Row};
 use super::pool::{ConnectFailure, ConnectHealth, Fail, SqlPool};
 use super::queries::postgres as q;
 use super::{add_keep_alive_row, Driver, RawAcquire, RawHolder, RawKeepAlive, SqlOptions};
-use crate::backend::{CheckItem, CheckStatus, Notification};
+use crate::backend::{CheckItem, CheckStatus, Notification, Topic};
 use crate::error::{Error, Result};
 use crate::types::{Name, SessionId};
 
@@ -707,8 +707,12 @@ impl Driver for PgDriver {
         true
     }
 
-    fn watch_release(&self, name: &Name, notify: &Sender<Notification>) -> Result<bool> {
-        self.listener.watch(name, notify)
+    fn push_membership(&self) -> bool {
+        true
+    }
+
+    fn watch(&self, topic: &Topic, notify: &Sender<Notification>) -> Result<bool> {
+        self.listener.watch(topic, notify)
     }
 
     fn notification_connection_id(&self) -> Option<u64> {

@@ -1,19 +1,23 @@
-//! Release notifications on PostgreSQL: `LISTEN`/`NOTIFY` on one dedicated connection per backend,
-//! on its own thread, serving one-shot registrations.
+//! Release and membership notifications on PostgreSQL: `LISTEN`/`NOTIFY` on one dedicated
+//! connection per backend, on its own thread, serving one-shot registrations.
 //!
 //! `release.sql`, `close-session.sql` and the purge (`purge-notify.sql`) call
 //! `pg_notify('simba_release', name)` in the statement (or transaction) that frees the lease, so a
 //! notification is sent only when the release commits. Every lease shares the one channel; the
 //! payload is the lease name (see `docs/backends/sql.md`, "Pushed releases", for the measurements
-//! behind that choice). The notification connection runs `listen.sql` once per connection, so a
-//! registration is only an entry in a map: no round trip, and no window in which a release could
-//! slip between a registration and its subscription.
+//! behind that choice). Membership changes follow the same rule on a second channel:
+//! `join.sql` (a member row added), `leave.sql` (a member row deleted), `close-session.sql` and the
+//! purge (`purge-members.sql`) call `pg_notify('simba_members', group)` in the statement that
+//! changes the rows. The notification connection runs `listen.sql` (both channels) once per
+//! connection, so a registration is only an entry in a map: no round trip, and no window in which
+//! a change could slip between a registration and its subscription.
 //!
 //! * The thread starts on the first [`Listener::watch`], which waits (at most the connect timeout)
 //!   for the connection; construction stays free of I/O.
-//! * While the connection is up, `watch` registers and returns `true`. While it is down (lost,
+//! * While the connection is up, `watch` registers (a lease or a group) and returns `true`. While it is down (lost,
 //!   reconnecting), `watch` returns `false`: the caller polls, as it does on a backend without push.
-//! * A lost connection wakes every registered watcher (a notification may have been lost with it),
+//! * A lost connection wakes every registered watcher, lease and group alike (a notification may
+//!   have been lost with it: the woken re-check, which is the resync),
 //!   is logged once per cause (not once per retry), and is reopened with backoff through the
 //!   pool's own connection manager (same URL, timeouts and TLS, same connect-failure log); once it
 //!   listens again an `info` line says so.
@@ -40,13 +44,15 @@ use parking_lot::{Condvar, Mutex};
 use postgres::fallible_iterator::FallibleIterator;
 
 use super::{q, PgConn, PgManager, KIND};
-use crate::backend::{CheckItem, Notification};
+use crate::backend::{CheckItem, Notification, Topic};
 use crate::backends::notifier::{supervise, Notifier, NotifierHealth, Supervised};
 use crate::error::{display_chain, Result};
 use crate::types::Name;
 
 /// The channel every release is announced on (as written in the SQL files).
-pub(super) const CHANNEL: &str = "simba_release";
+const RELEASE_CHANNEL: &str = "simba_release";
+/// The channel every membership change is announced on (as written in the SQL files).
+const MEMBERS_CHANNEL: &str = "simba_members";
 /// Longest blocking wait for a notification: how soon the thread notices its backend was dropped.
 const POLL: Duration = Duration::from_millis(200);
 /// Time between two heartbeats on an otherwise silent connection.
@@ -71,6 +77,42 @@ enum Phase {
     Down,
 }
 
+/// What a channel announces, and what a registration waits for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    /// A lease was freed ([`Topic::Lease`], [`Notification::Released`]).
+    Release,
+    /// A group's member rows changed ([`Topic::Group`], [`Notification::MembersChanged`]).
+    Members,
+}
+
+impl Kind {
+    /// The registration's kind and name.
+    fn of(topic: &Topic) -> (Kind, &Name) {
+        match topic {
+            Topic::Lease(name) => (Kind::Release, name),
+            Topic::Group(name) => (Kind::Members, name),
+        }
+    }
+
+    /// The kind a channel announces (`None`: not ours).
+    fn of_channel(channel: &str) -> Option<Kind> {
+        match channel {
+            RELEASE_CHANNEL => Some(Kind::Release),
+            MEMBERS_CHANNEL => Some(Kind::Members),
+            _ => None,
+        }
+    }
+
+    /// What the registrations of `name` are sent.
+    fn note(self, name: &Name) -> Notification {
+        match self {
+            Kind::Release => Notification::Released(name.clone()),
+            Kind::Members => Notification::MembersChanged(name.clone()),
+        }
+    }
+}
+
 struct Waiting {
     senders: Vec<Sender<Notification>>,
     /// When a caller last registered.
@@ -80,7 +122,9 @@ struct Waiting {
 struct State {
     phase: Phase,
     /// One-shot registrations by lease name.
-    registry: HashMap<Name, Waiting>,
+    releases: HashMap<Name, Waiting>,
+    /// One-shot registrations by group name.
+    groups: HashMap<Name, Waiting>,
     /// The server process id of the listening connection, while up.
     pid: Option<u64>,
     /// The connection manager, until the thread takes it.
@@ -94,7 +138,24 @@ struct Shared {
     notifier: Arc<Notifier>,
 }
 
-/// The release notifications of one PostgreSQL backend.
+impl State {
+    /// The registrations of one kind.
+    fn registry(&mut self, kind: Kind) -> &mut HashMap<Name, Waiting> {
+        match kind {
+            Kind::Release => &mut self.releases,
+            Kind::Members => &mut self.groups,
+        }
+    }
+
+    /// Takes every registration, of both kinds.
+    fn drain(&mut self) -> Vec<(Kind, Name, Waiting)> {
+        let releases = self.releases.drain().map(|(n, w)| (Kind::Release, n, w));
+        let groups = self.groups.drain().map(|(n, w)| (Kind::Members, n, w));
+        releases.chain(groups).collect()
+    }
+}
+
+/// The release and membership notifications of one PostgreSQL backend.
 pub(crate) struct Listener {
     shared: Arc<Shared>,
     connect_timeout: Duration,
@@ -104,7 +165,13 @@ pub(crate) struct Listener {
 impl Listener {
     /// A listener that opens its connections with `manager` (on first use).
     pub(super) fn new(manager: PgManager, connect_timeout: Duration, query_timeout: Duration) -> Listener {
-        let state = State { phase: Phase::Idle, registry: HashMap::new(), pid: None, manager: Some(manager) };
+        let state = State {
+            phase: Phase::Idle,
+            releases: HashMap::new(),
+            groups: HashMap::new(),
+            pid: None,
+            manager: Some(manager),
+        };
         Listener {
             shared: Arc::new(Shared {
                 state: Mutex::new(state),
@@ -116,10 +183,10 @@ impl Listener {
         }
     }
 
-    /// Registers a one-shot interest in the release of `name`. `Ok(false)` while the notification
-    /// connection is down (the caller polls); the first call starts it and waits for it at most
-    /// the connect timeout.
-    pub(super) fn watch(&self, name: &Name, notify: &Sender<Notification>) -> Result<bool> {
+    /// Registers a one-shot interest in `topic`: the release of a lease, or a change of a group's
+    /// member rows. `Ok(false)` while the notification connection is down (the caller polls); the
+    /// first call starts it and waits for it at most the connect timeout.
+    pub(super) fn watch(&self, topic: &Topic, notify: &Sender<Notification>) -> Result<bool> {
         let mut st = self.shared.state.lock();
         if st.phase == Phase::Idle {
             if let Some(manager) = st.manager.take() {
@@ -150,7 +217,9 @@ impl Listener {
             return Ok(false);
         }
         let now = Instant::now();
-        let waiting = st.registry.entry(name.clone()).or_insert_with(|| Waiting { senders: Vec::new(), touched: now });
+        let (kind, name) = Kind::of(topic);
+        let waiting =
+            st.registry(kind).entry(name.clone()).or_insert_with(|| Waiting { senders: Vec::new(), touched: now });
         waiting.touched = now;
         if !waiting.senders.iter().any(|s| s.same_channel(notify)) {
             waiting.senders.push(notify.clone());
@@ -175,11 +244,11 @@ impl Listener {
 }
 
 impl Shared {
-    /// A release of `name` was announced.
-    fn fire(&self, name: &str) {
-        let waiting = self.state.lock().registry.remove_entry(name);
+    /// A release of the lease `name`, or a change of the group `name`, was announced.
+    fn fire(&self, kind: Kind, name: &str) {
+        let waiting = self.state.lock().registry(kind).remove_entry(name);
         if let Some((name, w)) = waiting {
-            send(&name, w.senders);
+            send(kind, &name, w.senders);
         }
     }
 
@@ -194,33 +263,39 @@ impl Shared {
         self.notifier.serving();
     }
 
-    /// The connection is lost (or could not be opened): wake every watcher, since a notification
-    /// may have been lost; watches return `false` until [`up`](Shared::up).
+    /// The connection is lost (or could not be opened): wake every watcher, lease and group
+    /// alike, since a notification may have been lost (each re-checks: that is the resync);
+    /// watches return `false` until [`up`](Shared::up).
     fn down(&self) {
-        let all: Vec<_> = {
+        let all = {
             let mut st = self.state.lock();
             st.phase = Phase::Down;
             st.pid = None;
-            st.registry.drain().collect()
+            st.drain()
         };
         self.changed.notify_all();
-        for (name, w) in all {
-            send(&name, w.senders);
+        for (kind, name, w) in all {
+            send(kind, &name, w.senders);
         }
     }
 
     /// Notifies and forgets registrations not renewed for [`STALE`].
     fn sweep(&self, now: Instant) {
         let mut stale = Vec::new();
-        self.state.lock().registry.retain(|name, w| {
-            let keep = now.saturating_duration_since(w.touched) < STALE;
-            if !keep {
-                stale.push((name.clone(), std::mem::take(&mut w.senders)));
+        {
+            let mut st = self.state.lock();
+            for kind in [Kind::Release, Kind::Members] {
+                st.registry(kind).retain(|name, w| {
+                    let keep = now.saturating_duration_since(w.touched) < STALE;
+                    if !keep {
+                        stale.push((kind, name.clone(), std::mem::take(&mut w.senders)));
+                    }
+                    keep
+                });
             }
-            keep
-        });
-        for (name, senders) in stale {
-            send(&name, senders);
+        }
+        for (kind, name, senders) in stale {
+            send(kind, &name, senders);
         }
     }
 }
@@ -243,8 +318,8 @@ impl super::PgDriver {
     }
 }
 
-fn send(name: &Name, senders: Vec<Sender<Notification>>) {
-    let note = Notification::Released(name.clone());
+fn send(kind: Kind, name: &Name, senders: Vec<Sender<Notification>>) {
+    let note = kind.note(name);
     for s in senders {
         // A full channel already holds a pending hint; a disconnected one has no reader.
         match s.try_send(note.clone()) {
@@ -285,8 +360,8 @@ fn run(weak: &Weak<Shared>, manager: &PgManager, query_timeout: Duration) {
         drop(shared);
         if warned.as_deref() != Some(cause.as_str()) {
             warn!(
-                "simba {KIND}: release notifications unavailable ({cause}); lock waiters poll until the notification \
-                 connection is back"
+                "simba {KIND}: release notifications unavailable ({cause}); lock waiters and member watches poll until \
+                 the notification connection is back"
             );
             warned = Some(cause);
         } else {
@@ -303,7 +378,7 @@ fn run(weak: &Weak<Shared>, manager: &PgManager, query_timeout: Duration) {
     }
 }
 
-/// Opens a connection through the pool's manager and runs `listen.sql` on it.
+/// Opens a connection through the pool's manager and runs `listen.sql` (both channels) on it.
 fn listen(manager: &PgManager) -> std::result::Result<PgConn, String> {
     let mut conn = r2d2::ManageConnection::connect(manager).map_err(|e| display_chain(&e))?;
     conn.client.batch_execute(q::LISTEN).map_err(|e| display_chain(&e))?;
@@ -321,9 +396,9 @@ fn serve(weak: &Weak<Shared>, conn: &mut PgConn, query_timeout: Duration) -> Opt
         match next {
             Ok(Some(n)) => {
                 beat = Instant::now();
-                if n.channel() == CHANNEL {
+                if let Some(kind) = Kind::of_channel(n.channel()) {
                     let shared = weak.upgrade()?;
-                    shared.fire(n.payload());
+                    shared.fire(kind, n.payload());
                 }
             }
             Ok(None) if conn.client.is_closed() => return Some("the connection was closed".into()),

@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{unbounded, Receiver, Sender};
 
 use super::{Dialect, Driver, RawAcquire, RawHolder, RawKeepAlive, SqlBackend, SqlOptions, PURGE_BATCH};
-use crate::backend::{Acquire, CheckItem, KeepAlive, LeaseBackend, Notification};
+use crate::backend::{Acquire, CheckItem, KeepAlive, LeaseBackend, Notification, Topic};
 use crate::error::Result;
 use crate::types::{Name, SessionId};
 
@@ -135,8 +135,11 @@ impl Driver for Seam {
     fn push_release(&self) -> bool {
         self.real.push_release()
     }
-    fn watch_release(&self, name: &Name, notify: &Sender<Notification>) -> Result<bool> {
-        self.real.watch_release(name, notify)
+    fn push_membership(&self) -> bool {
+        self.real.push_membership()
+    }
+    fn watch(&self, topic: &Topic, notify: &Sender<Notification>) -> Result<bool> {
+        self.real.watch(topic, notify)
     }
     fn notification_connection_id(&self) -> Option<u64> {
         self.real.notification_connection_id()
