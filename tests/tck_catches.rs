@@ -247,6 +247,16 @@ fn semaphore_limit_not_stored_is_caught() {
 }
 
 #[test]
+fn partition_count_not_stored_is_caught() {
+    caught(Flaw::LimitNotStored, &["partitions_count_is_stored_and_mismatch_rejected"]);
+}
+
+#[test]
+fn claimed_push_that_never_comes_to_a_partition_waiter_is_caught() {
+    caught(Flaw::ClaimsPushNeverSends, &["partition_handoff_is_pushed"]);
+}
+
+#[test]
 fn claimed_push_that_never_comes_to_a_permit_waiter_is_caught() {
     caught(Flaw::ClaimsPushNeverSends, &["permit_waiter_wakes_on_release"]);
 }
@@ -259,7 +269,7 @@ fn case_list_is_whole() {
     let names: HashSet<_> = cases.iter().map(|c| c.name()).collect();
     assert_eq!(names.len(), cases.len(), "duplicate case names");
     let areas: HashSet<_> = cases.iter().map(|c| c.area()).collect();
-    assert_eq!(areas, ["spi", "groups", "locks", "elections", "recovery", "semaphores"].into_iter().collect());
+    assert_eq!(areas, ["spi", "groups", "locks", "elections", "recovery", "semaphores", "partitions"].into_iter().collect());
     let selected: Vec<_> = cases.iter().filter(|c| c.capability().is_some()).map(|c| c.name()).collect();
     assert_eq!(
         selected,
@@ -271,7 +281,8 @@ fn case_list_is_whole() {
             "lock_registers_where_it_cannot_miss_a_release",
             "campaign_registers_where_it_cannot_miss_a_release",
             "permit_waiter_wakes_on_release",
-            "permit_waiter_registers_where_it_cannot_miss_a_release"
+            "permit_waiter_registers_where_it_cannot_miss_a_release",
+            "partition_handoff_is_pushed"
         ]
     );
 }
