@@ -106,6 +106,7 @@ mod settings;
 #[cfg(all(feature = "sim", feature = "explore", simba_explore))]
 pub mod sim;
 mod state;
+pub mod status;
 mod sync;
 #[cfg(feature = "tck")]
 pub mod tck;

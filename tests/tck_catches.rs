@@ -269,7 +269,10 @@ fn case_list_is_whole() {
     let names: HashSet<_> = cases.iter().map(|c| c.name()).collect();
     assert_eq!(names.len(), cases.len(), "duplicate case names");
     let areas: HashSet<_> = cases.iter().map(|c| c.area()).collect();
-    assert_eq!(areas, ["spi", "groups", "locks", "elections", "recovery", "semaphores", "partitions"].into_iter().collect());
+    assert_eq!(
+        areas,
+        ["spi", "groups", "locks", "elections", "recovery", "semaphores", "partitions"].into_iter().collect()
+    );
     let selected: Vec<_> = cases.iter().filter(|c| c.capability().is_some()).map(|c| c.name()).collect();
     assert_eq!(
         selected,

@@ -115,6 +115,11 @@ impl Groups {
         self.entries.get(group).is_some_and(|e| matches!(e.held, Held::Joined { .. }))
     }
 
+    /// The groups the application holds (joined, or lost and being re-joined).
+    pub(super) fn held(&self) -> impl Iterator<Item = &Name> {
+        self.entries.iter().filter(|(_, e)| !matches!(e.held, Held::No)).map(|(n, _)| n)
+    }
+
     /// Judges a keep-alive sent at `sent` that reported `reported` (sorted or not).
     pub(super) fn on_report(&mut self, sent: Instant, now: Instant, reported: &[Name]) -> Step {
         let mut step = Step::none();
@@ -228,6 +233,11 @@ impl Engine {
     /// True while `group` is held and not known to be lost.
     pub fn is_joined(&self, group: &Name) -> bool {
         self.groups.is_joined(group)
+    }
+
+    /// The groups the application holds: joined, or lost on the backend and being re-joined.
+    pub fn memberships(&self) -> impl Iterator<Item = &Name> {
+        self.groups.held()
     }
 }
 

@@ -134,6 +134,21 @@ impl Engine {
         Some(l.deadline.min(self.deadline).saturating_duration_since(now))
     }
 
+    /// Keep-alives that failed in a row since the last that returned.
+    pub fn failures(&self) -> u32 {
+        self.failures
+    }
+
+    /// When the keep-alive in flight was sent, if one is (an abandoned one is not).
+    pub fn keep_alive_in_flight(&self) -> Option<Instant> {
+        self.ka_in_flight
+    }
+
+    /// The names campaigned for now.
+    pub fn campaigning(&self) -> impl Iterator<Item = &Name> {
+        self.campaigns.keys()
+    }
+
     /// Names currently held (valid or not yet judged lost).
     pub fn held(&self) -> impl Iterator<Item = (&Name, Token)> {
         self.leases.iter().map(|(n, l)| (n, l.token))

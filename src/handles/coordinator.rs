@@ -23,6 +23,7 @@ use crate::handles::semaphore::{Semaphore, Source};
 use crate::options::SessionOptions;
 use crate::runtime::{bounded_call, jitter, CampaignSink, MembershipSink, SessionInner};
 use crate::state::SessionEvent;
+use crate::status::CoordinatorStatus;
 use crate::types::{user_name, IntoName, Name, SessionId};
 
 /// What happened to a coordinator's sessions.
@@ -144,6 +145,8 @@ struct CoordInner {
     wake: Sender<()>,
     /// Dropped by the supervisor when it exits.
     exited: Receiver<()>,
+    /// Replacements so far, and the last one's gap (loss noticed → new session ready).
+    recoveries: Mutex<(u32, Option<Duration>)>,
     /// Test seam: runs once, on the supervisor, right before its next re-attach of an item — the
     /// instant an application's resign or leave racing the re-attach used to break it.
     #[cfg(test)]
@@ -285,6 +288,7 @@ impl Coordinator {
             subscribers: Subscribers::new(),
             wake: wake_tx,
             exited: exited_rx,
+            recoveries: Mutex::new((0, None)),
             #[cfg(test)]
             before_reattach: Mutex::new(None),
         });
@@ -333,6 +337,15 @@ impl Coordinator {
     #[cfg(test)]
     pub(crate) fn subscriber_count(&self) -> usize {
         self.inner.subscriber_count()
+    }
+
+    /// A snapshot of the coordinator: its current session's [`SessionStatus`] (`None` while a
+    /// replacement is being opened or after close), how many times the session was replaced and
+    /// the last replacement's gap. No I/O.
+    pub fn status(&self) -> CoordinatorStatus {
+        let session = self.inner.current().ok().map(|s| crate::handles::session::status_of(&s));
+        let (replacements, last_gap) = *self.inner.recoveries.lock();
+        CoordinatorStatus { session, replacements, last_gap }
     }
 
     /// The current session's id (`None` while a replacement is being opened).
@@ -566,11 +579,12 @@ fn supervise(weak: Weak<CoordInner>, first: (SessionId, Events<SessionEvent>), w
                     coord.reattach(memberships, &new, generation);
                     if let Some((old, at)) = lost.take() {
                         log::info!("coordinator: session {old} replaced by {}", new.id);
-                        coord.emit(CoordinatorEvent::Recovered {
-                            old,
-                            new: new.id.clone(),
-                            gap: sync::now().saturating_duration_since(at),
-                        });
+                        let gap = sync::now().saturating_duration_since(at);
+                        {
+                            let mut r = coord.recoveries.lock();
+                            *r = (r.0 + 1, Some(gap));
+                        }
+                        coord.emit(CoordinatorEvent::Recovered { old, new: new.id.clone(), gap });
                     }
                 }
                 Err(e) => coord.emit(CoordinatorEvent::OpenFailed { error: crate::error::display_chain(&e) }),

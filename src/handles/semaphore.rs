@@ -462,6 +462,10 @@ impl Contender for Rounds<'_> {
         format!("a permit of semaphore '{}'", self.0.name)
     }
 
+    fn waited(&self) -> &Name {
+        &self.0.name
+    }
+
     fn leases(&self) -> &[Name] {
         &self.0.slots
     }

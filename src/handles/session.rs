@@ -17,6 +17,7 @@ use crate::handles::semaphore::{Semaphore, Source};
 use crate::options::SessionOptions;
 use crate::runtime::SessionInner;
 use crate::state::{SessionEvent, SessionState};
+use crate::status::{LeaseKind, SessionStatus};
 use crate::sync;
 use crate::types::{user_name, IntoName, Name, SessionId};
 
@@ -85,6 +86,16 @@ impl Session {
     /// Time left until the local deadline, if alive.
     pub fn remaining(&self) -> Option<Duration> {
         self.inner.remaining()
+    }
+
+    /// A snapshot of the session for operators and health checks: its state, the margin left
+    /// before its local deadline, its last renewal, consecutive failures and the last error,
+    /// every lease, permit and partition it holds with its token and time left, its campaigns,
+    /// memberships and blocking waits (see [`crate::status`]). No I/O: cheap enough for every
+    /// health check, and it answers while the backend hangs (the margin shrinking, the failures
+    /// counting up). [`SessionStatus::is_healthy`] is the readiness answer.
+    pub fn status(&self) -> SessionStatus {
+        status_of(&self.inner)
     }
 
     /// A new subscription to this session's events: every event after this call (the first is
@@ -360,6 +371,26 @@ impl Drop for Session {
     fn drop(&mut self) {
         self.inner.close_in_background();
     }
+}
+
+/// The status of `inner`, each held lease named as what it is (a lock, a permit, a partition).
+pub(crate) fn status_of(inner: &Arc<SessionInner>) -> SessionStatus {
+    let mut status = inner.status();
+    for lease in &mut status.leases {
+        lease.kind = kind_of(&lease.name);
+    }
+    status
+}
+
+/// What the lease `name` is, from its name.
+fn kind_of(name: &Name) -> LeaseKind {
+    if let Some((semaphore, slot)) = crate::handles::semaphore::slot_of(name) {
+        return LeaseKind::Permit { semaphore, slot };
+    }
+    if let Some((set, index)) = crate::handles::partitions::partition_of(name) {
+        return LeaseKind::Partition { set, index };
+    }
+    LeaseKind::Lease
 }
 
 // The lease calls' deadline arithmetic, one copy for `Session` and `Coordinator` (which adds only

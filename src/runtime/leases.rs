@@ -370,6 +370,10 @@ impl Contender for LockContender<'_> {
         format!("lock '{}'", self.0)
     }
 
+    fn waited(&self) -> &Name {
+        self.0
+    }
+
     fn leases(&self) -> &[Name] {
         std::slice::from_ref(self.0)
     }

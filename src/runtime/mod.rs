@@ -27,6 +27,7 @@
 //!   [`MembershipSink`]): the runtime names no handle type;
 //! - `wait.rs`: the one wait loop — where a contender registers for a release, and the blocking
 //!   wait between attempts (locks, semaphores, the cancellable calls; campaigns' registrations);
+//! - `status.rs`: the session's snapshot (`Session::status`), its renewal record and waiters;
 //! - `calls.rs`: bounded backend calls for a user's thread, the deferred [`Logs`], jitter;
 //! - `pool.rs`: the worker pool every backend call that may hang runs on.
 
@@ -54,6 +55,7 @@ mod memberships;
 mod pool;
 mod renewal;
 mod sinks;
+mod status;
 mod wait;
 
 pub(crate) use calls::{bounded_call, jitter, Logs};
@@ -86,9 +88,11 @@ pub(crate) struct SessionInner {
     ended_tx: Mutex<Option<Sender<()>>>,
     pub(crate) ended_rx: Receiver<()>,
     close_started: Mutex<bool>,
-    /// Why the last keep-alive failed, while they fail: a cause is warned about once, its
-    /// repeats go to debug (one warning per failing cause, not one per retry).
-    failing: Mutex<Option<String>>,
+    /// The last keep-alive that returned, and why they fail while they fail (a cause is warned
+    /// about once, its repeats go to debug: one warning per failing cause, not one per retry).
+    renewals: Mutex<status::Renewals>,
+    /// Blocking waits going on (`wait_for`), by the name waited for.
+    waiters: Mutex<HashMap<Name, u32>>,
 }
 
 impl fmt::Debug for SessionInner {
@@ -159,7 +163,8 @@ impl SessionInner {
             ended_tx: Mutex::new(Some(ended_tx)),
             ended_rx,
             close_started: Mutex::new(false),
-            failing: Mutex::new(None),
+            renewals: Mutex::new(status::Renewals::default()),
+            waiters: Mutex::new(HashMap::new()),
         });
         log::debug!("session {} opened on {}", inner.id, inner.backend.kind());
         let weak = Arc::downgrade(&inner);

@@ -100,17 +100,7 @@ impl SessionInner {
             };
             let Some(inner) = weak.upgrade() else { return };
             // Decided under the lock, logged after it.
-            let (new_cause, recovered) = {
-                let mut failing = inner.failing.lock();
-                match failure {
-                    Some(cause) if failing.as_deref() == Some(cause.as_str()) => (None, false),
-                    Some(cause) => {
-                        *failing = Some(cause.clone());
-                        (Some(cause), false)
-                    }
-                    None => (None, failing.take().is_some()),
-                }
-            };
+            let (new_cause, recovered) = inner.renewals.lock().returned(sent, sync::now(), &result, failure);
             match (&new_cause, &result) {
                 (Some(cause), _) => log::warn!("session {id}: keep-alive failed (retried; repeats at debug): {cause}"),
                 (None, KeepAliveResult::Failed) => log::debug!("session {id}: keep-alive failed again, same cause"),

@@ -19,6 +19,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::calls::inline;
+use super::status::Waiting;
 use super::{pool, SessionInner};
 use crate::backend::{LeaseBackend, Notification, Registration, Topic};
 use crate::cancel::{Attempt, Cancel};
@@ -86,6 +87,9 @@ pub(crate) trait Contender {
     /// What is waited for, in log records: `lock 'x'`, `a permit of semaphore 'x'`.
     fn what(&self) -> String;
 
+    /// The name waited for, in the session's status: the lock's, the semaphore's.
+    fn waited(&self) -> &Name;
+
     /// The leases whose release may let the next attempt win. The wait leaves out those this
     /// session holds: an attempt skips them anyway, and if the backend freed one behind the
     /// session's back, its registration would answer "free" at once, every round — a busy loop
@@ -112,6 +116,7 @@ impl SessionInner {
         observe: &mut dyn FnMut(Attempt<'_>),
     ) -> Result<Option<C::Won>> {
         let s = self;
+        let _waiting = Waiting::new(s, contender.waited().clone());
         let rule = Rule::of(&*s.backend);
         let mut registrar = Registrar::new(s);
         let never = sync::never();

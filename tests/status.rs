@@ -1,0 +1,200 @@
+//! `Session::status()` and `Coordinator::status()` through the public API: every field after a
+//! scripted session (a lock, a permit, partitions, a membership, a leadership, a blocked waiter) on
+//! the memory backend and on Redis, and during a hung renewal (the margin shrinking, the failures
+//! counting up, `is_healthy()` turning false before the session expires).
+
+mod support;
+
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use parking_lot::{Condvar, Mutex};
+use simba::backend::LeaseBackend;
+use simba::status::{LeaseKind, RenewalOutcome, SessionStatus};
+use simba::{Coordinator, MemoryBackend, Session, SessionOptions, SessionState};
+use support::forward::{Forward, Hook, Op};
+
+#[cfg(feature = "redis")]
+#[path = "support/real_backends.rs"]
+mod real_backends;
+
+const PATIENCE: Duration = Duration::from_secs(20);
+
+fn options() -> SessionOptions {
+    SessionOptions::builder()
+        .lease_duration(Duration::from_secs(2))
+        .renew_interval(Duration::from_millis(500))
+        .query_timeout(Duration::from_millis(400))
+        .build()
+        .unwrap()
+}
+
+fn eventually(mut cond: impl FnMut() -> bool) -> bool {
+    let end = Instant::now() + PATIENCE;
+    while Instant::now() < end {
+        if cond() {
+            return true;
+        }
+        thread::sleep(Duration::from_millis(10));
+    }
+    false
+}
+
+/// Keep-alives block while `hung` is set.
+#[derive(Debug, Default)]
+struct HangKeepAlives {
+    hung: Mutex<bool>,
+    cond: Condvar,
+}
+
+impl HangKeepAlives {
+    fn set(&self, hung: bool) {
+        *self.hung.lock() = hung;
+        self.cond.notify_all();
+    }
+}
+
+impl Hook for HangKeepAlives {
+    fn before(&self, op: Op) {
+        if op == Op::KeepAlive {
+            let mut hung = self.hung.lock();
+            while *hung {
+                self.cond.wait(&mut hung);
+            }
+        }
+    }
+}
+
+/// Everything a session holds appears in its status, named as what it is, with the token the
+/// handles hold; a thread blocked in `lock` is a waiter until it got the lease.
+fn everything_held_is_reported(backend: Arc<dyn LeaseBackend>) {
+    let prefix = support::unique("st");
+    let (a, b) =
+        (Arc::new(Session::open(backend.clone(), options()).unwrap()), Session::open(backend, options()).unwrap());
+    let lock = format!("{prefix}-lock");
+    let lease = a.lock(lock.as_str()).unwrap();
+    let permit = a.semaphore(format!("{prefix}-sem").as_str(), 2).unwrap().acquire().unwrap();
+    let set = format!("{prefix}-set");
+    let parts = a.partitions(set.as_str(), 2).unwrap();
+    assert!(eventually(|| parts.owned().len() == 2), "the partitions were not assigned");
+    let group = format!("{prefix}-group");
+    let membership = a.join(group.as_str()).unwrap();
+    let election = a.campaign(format!("{prefix}-elect").as_str()).unwrap();
+    let leading = election.wait_elected_timeout(PATIENCE).unwrap();
+    assert!(eventually(|| a.status().last_renewal.is_some()), "no renewal returned");
+    let s = a.status();
+    assert_eq!((&s.session, s.backend, s.state), (a.id(), a.backend_kind(), SessionState::Active));
+    assert!(s.is_healthy(), "{s:#?}");
+    let margin = s.margin.expect("alive");
+    assert!(margin > s.renew_interval && margin <= s.lease_duration, "{s:#?}");
+    assert_eq!((s.lease_duration, s.renew_interval), (Duration::from_secs(2), Duration::from_millis(500)));
+    let last = s.last_renewal.expect("renewed");
+    assert_eq!(last.outcome, RenewalOutcome::Renewed);
+    assert!(last.latency < Duration::from_secs(2), "{last:?}");
+    assert_eq!((s.consecutive_failures, s.last_error.as_deref()), (0, None));
+    let find = |name: &str| {
+        s.leases.iter().find(|l| l.name.as_str() == name).unwrap_or_else(|| panic!("{name} missing: {s:#?}"))
+    };
+    assert_eq!(find(&lock).token, lease.token().unwrap());
+    assert_eq!(find(&lock).kind, LeaseKind::Lease);
+    assert!(find(&lock).remaining.is_some_and(|r| r <= s.lease_duration));
+    let slot = find(permit.lease_name().as_str());
+    assert_eq!(slot.token, permit.token().unwrap());
+    assert!(
+        matches!(&slot.kind, LeaseKind::Permit { semaphore, slot } if semaphore == permit.name() && *slot == permit.slot())
+    );
+    for p in parts.owned() {
+        let l = find(p.lease_name().as_str());
+        assert_eq!(l.token, p.token().unwrap());
+        assert!(matches!(&l.kind, LeaseKind::Partition { set: s, index } if s.as_str() == set && *index == p.index()));
+    }
+    assert_eq!(find(&format!("{prefix}-elect")).token, leading);
+    assert_eq!(s.campaigns.iter().map(|n| n.as_str().to_string()).collect::<Vec<_>>(), vec![format!("{prefix}-elect")]);
+    assert!(s.memberships.iter().any(|g| g.as_str() == group), "{s:#?}");
+    assert!(s.waiters.is_empty(), "{s:#?}");
+    // A blocked waiter on the other session.
+    let b = Arc::new(b);
+    let waiter = {
+        let (b, lock) = (b.clone(), lock.clone());
+        thread::spawn(move || b.lock(lock.as_str()).map(|l| l.token().unwrap()))
+    };
+    let waiting = |s: &SessionStatus| s.waiters.iter().any(|(n, c)| n.as_str() == lock && *c == 1);
+    assert!(eventually(|| waiting(&b.status())), "the blocked lock() is not a waiter: {:#?}", b.status());
+    lease.release().unwrap();
+    waiter.join().unwrap().unwrap();
+    assert!(b.status().waiters.is_empty(), "{:#?}", b.status());
+    drop((permit, parts, membership, election));
+}
+
+#[test]
+fn status_reports_everything_held_on_memory() {
+    everything_held_is_reported(Arc::new(MemoryBackend::new()));
+}
+
+#[cfg(feature = "redis")]
+#[test]
+#[serial_test::serial(redis)]
+fn status_reports_everything_held_on_redis() {
+    everything_held_is_reported(real_backends::redis());
+}
+
+/// While keep-alives hang: the keep-alive in flight is reported, the margin shrinks, abandoned
+/// keep-alives count as failures with a reason, `is_healthy()` turns false while the session is
+/// still alive, and after the local deadline the session is expired with no margin.
+fn hung_renewal_is_visible(inner: Arc<dyn LeaseBackend>) {
+    let backend = Forward::inheriting(inner, HangKeepAlives::default());
+    let session = Session::open(backend.clone(), options()).unwrap();
+    assert!(eventually(|| session.status().last_renewal.is_some()), "no renewal returned");
+    backend.hook.set(true);
+    assert!(eventually(|| session.status().renewal_in_flight.is_some()), "no keep-alive in flight while they hang");
+    let first = session.status();
+    assert!(eventually(|| session.status().consecutive_failures >= 1), "abandoned keep-alives are not failures");
+    let s = session.status();
+    assert!(s.margin.is_some_and(|m| Some(m) < first.margin), "the margin did not shrink: {first:#?} then {s:#?}");
+    let error = s.last_error.clone().expect("a reason for the failures");
+    assert!(error.contains("did not answer within the query timeout"), "{error}");
+    let unhealthy = eventually(|| {
+        let s = session.status();
+        !s.is_healthy() && s.state == SessionState::Active
+    });
+    assert!(unhealthy, "is_healthy() stayed true until the session ended");
+    let failures = session.status().consecutive_failures;
+    assert!(eventually(
+        || session.status().consecutive_failures > failures || session.status().state != SessionState::Active
+    ));
+    assert!(eventually(|| session.status().state == SessionState::Expired), "the session did not expire");
+    let s = session.status();
+    assert_eq!(s.margin, None);
+    assert!(!s.is_healthy());
+    backend.hook.set(false);
+}
+
+#[test]
+fn hung_renewal_is_visible_on_memory() {
+    hung_renewal_is_visible(Arc::new(MemoryBackend::new()));
+}
+
+#[cfg(feature = "redis")]
+#[test]
+#[serial_test::serial(redis)]
+fn hung_renewal_is_visible_on_redis() {
+    hung_renewal_is_visible(real_backends::redis());
+}
+
+/// A coordinator reports its replacements and the last gap, and its current session's status.
+#[test]
+fn coordinator_status_counts_replacements() {
+    let backend = Arc::new(MemoryBackend::new());
+    let c = Coordinator::start(backend.clone(), options()).unwrap();
+    let s = c.status();
+    assert_eq!((s.replacements, s.last_gap), (0, None));
+    assert!(s.is_healthy());
+    let old = c.session_id().unwrap();
+    backend.close_session(&old).unwrap();
+    assert!(eventually(|| c.status().replacements == 1), "no replacement counted: {:#?}", c.status());
+    let s = c.status();
+    assert!(s.last_gap.is_some());
+    assert!(eventually(|| c.status().session.is_some_and(|s| s.session != old)));
+    c.close().unwrap();
+}
