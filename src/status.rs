@@ -19,6 +19,12 @@
 //! # Ok(())
 //! # }
 //! ```
+//!
+//! With the `serde` feature every status is `serde::Serialize`, in the versioned JSON schema of
+//! [`json`] (for health endpoints and `simba`'s `--json`).
+
+#[cfg(feature = "serde")]
+pub mod json;
 
 use std::time::Duration;
 
@@ -95,6 +101,37 @@ impl CoordinatorStatus {
     pub fn is_healthy(&self) -> bool {
         self.session.as_ref().is_some_and(SessionStatus::is_healthy)
     }
+}
+
+/// A snapshot of a partition set's member (from
+/// [`Partitions::status`](crate::partitions::Partitions::status)).
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct PartitionsStatus {
+    /// The set's name.
+    pub name: Name,
+    /// The number of partitions.
+    pub count: u32,
+    /// The assignment generation.
+    pub generation: u64,
+    /// The members this member counts (itself included), sorted.
+    pub members: Vec<SessionId>,
+    /// The partitions it owns, by index.
+    pub owned: Vec<OwnedPartition>,
+}
+
+/// An owned partition in a [`PartitionsStatus`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct OwnedPartition {
+    /// The partition.
+    pub index: u32,
+    /// The term's token.
+    pub token: Token,
+    /// Time until the term's local deadline (`None`: no longer valid).
+    pub remaining: Option<Duration>,
+    /// Time left of the drain, while the partition is being revoked.
+    pub revoking: Option<Duration>,
 }
 
 /// The last keep-alive that returned.

@@ -198,3 +198,94 @@ fn coordinator_status_counts_replacements() {
     assert!(eventually(|| c.status().session.is_some_and(|s| s.session != old)));
     c.close().unwrap();
 }
+
+/// The statuses as JSON (feature `serde`): the versioned schema with every field, durations in
+/// milliseconds, kinds tagged.
+#[cfg(feature = "serde")]
+#[test]
+fn statuses_serialize_to_the_versioned_json_schema() {
+    let backend = Arc::new(MemoryBackend::new());
+    let session = Session::open(backend.clone(), options()).unwrap();
+    let lease = session.lock("json-lock").unwrap();
+    let permit = session.semaphore("json-sem", 1).unwrap().acquire().unwrap();
+    let parts = session.partitions("json-set", 1).unwrap();
+    assert!(eventually(|| parts.owned().len() == 1));
+    let v = serde_json::to_value(session.status()).unwrap();
+    assert_eq!(v["schema"], simba::status::json::SCHEMA);
+    assert_eq!((v["state"].as_str(), v["healthy"].as_bool()), (Some("active"), Some(true)), "{v:#}");
+    assert_eq!(v["session"].as_str(), Some(session.id().as_str()));
+    assert_eq!(v["backend"].as_str(), Some("memory"));
+    assert!(v["margin_ms"].as_f64().is_some_and(|m| m > 500.0 && m <= 2000.0), "{v:#}");
+    assert_eq!((v["lease_duration_ms"].as_f64(), v["renew_interval_ms"].as_f64()), (Some(2000.0), Some(500.0)));
+    for field in [
+        "drift",
+        "last_renewal",
+        "renewal_in_flight_ms",
+        "consecutive_failures",
+        "last_error",
+        "campaigns",
+        "memberships",
+        "waiters",
+    ] {
+        assert!(v.get(field).is_some(), "{field} missing: {v:#}");
+    }
+    let leases = v["leases"].as_array().unwrap();
+    let by_name =
+        |n: &str| leases.iter().find(|l| l["name"].as_str() == Some(n)).unwrap_or_else(|| panic!("{n}: {v:#}"));
+    let l = by_name("json-lock");
+    assert_eq!((l["kind"]["type"].as_str(), l["token"].as_u64()), (Some("lease"), Some(lease.token().unwrap().get())));
+    assert!(l["remaining_ms"].as_f64().is_some());
+    let p = by_name(permit.lease_name().as_str());
+    assert_eq!(
+        (p["kind"]["type"].as_str(), p["kind"]["semaphore"].as_str(), p["kind"]["slot"].as_u64()),
+        (Some("permit"), Some("json-sem"), Some(0))
+    );
+    let q = by_name("simba.part:json-set:0");
+    assert_eq!(
+        (q["kind"]["type"].as_str(), q["kind"]["set"].as_str(), q["kind"]["index"].as_u64()),
+        (Some("partition"), Some("json-set"), Some(0))
+    );
+    let v = serde_json::to_value(parts.status()).unwrap();
+    assert_eq!(
+        (v["schema"].as_u64(), v["name"].as_str(), v["count"].as_u64()),
+        (Some(1), Some("json-set"), Some(1)),
+        "{v:#}"
+    );
+    assert_eq!(v["members"].as_array().map(Vec::len), Some(1));
+    assert_eq!(v["owned"][0]["index"].as_u64(), Some(0));
+    assert!(v["owned"][0]["revoking_ms"].is_null());
+    let c = Coordinator::start(backend, options()).unwrap();
+    let v = serde_json::to_value(c.status()).unwrap();
+    assert_eq!(
+        (v["schema"].as_u64(), v["healthy"].as_bool(), v["replacements"].as_u64()),
+        (Some(1), Some(true), Some(0)),
+        "{v:#}"
+    );
+    assert!(v["last_gap_ms"].is_null());
+    assert_eq!(v["session"]["state"].as_str(), Some("active"));
+    assert!(v["session"].get("schema").is_none(), "the nested session repeats the schema: {v:#}");
+    c.close().unwrap();
+}
+
+/// A partition set member's status: the counted members, the generation, every owned partition
+/// with its token, and the drain left while one is revoked.
+#[test]
+fn partitions_status_reports_owned_and_draining() {
+    let backend = Arc::new(MemoryBackend::new());
+    let (a, b) = (Session::open(backend.clone(), options()).unwrap(), Session::open(backend, options()).unwrap());
+    let forever = simba::partitions::PartitionOptions::default().drain(Duration::MAX);
+    let pa = a.partitions_with("st-set", 2, forever).unwrap();
+    assert!(eventually(|| pa.owned().len() == 2));
+    let s = pa.status();
+    assert_eq!((s.name.as_str(), s.count, s.members.len()), ("st-set", 2, 1));
+    assert_eq!(
+        s.owned.iter().map(|o| o.token).collect::<Vec<_>>(),
+        pa.owned().iter().map(|p| p.token().unwrap()).collect::<Vec<_>>()
+    );
+    assert!(s.owned.iter().all(|o| o.remaining.is_some() && o.revoking.is_none()));
+    let _pb = b.partitions_with("st-set", 2, forever).unwrap();
+    assert!(eventually(|| pa.status().owned.iter().any(|o| o.revoking.is_some())), "no drain reported");
+    let s = pa.status();
+    assert_eq!(s.members.len(), 2);
+    assert!(s.generation >= 2, "{s:#?}");
+}

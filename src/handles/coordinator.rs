@@ -339,7 +339,7 @@ impl Coordinator {
         self.inner.subscriber_count()
     }
 
-    /// A snapshot of the coordinator: its current session's [`SessionStatus`] (`None` while a
+    /// A snapshot of the coordinator: its current session's [`SessionStatus`](crate::status::SessionStatus) (`None` while a
     /// replacement is being opened or after close), how many times the session was replaced and
     /// the last replacement's gap. No I/O.
     pub fn status(&self) -> CoordinatorStatus {

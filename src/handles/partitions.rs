@@ -79,6 +79,7 @@ use crate::handles::lease::Lease;
 use crate::handles::semaphore::{digits, stored_limit, Counted, Source};
 use crate::runtime::SessionInner;
 use crate::state::LossReason;
+use crate::status::{OwnedPartition, PartitionsStatus};
 use crate::sync::{self, thread, Mutex};
 use crate::types::{user_name, IntoName, Name, SessionId, Token, MAX_NAME_LEN, PARTITION_NAME_PREFIX};
 use crossbeam_channel::Sender;
@@ -476,6 +477,30 @@ impl Partitions {
     /// The members this member counts now (sorted by session id, itself included).
     pub fn members(&self) -> Vec<SessionId> {
         self.shared.st.lock().members.clone()
+    }
+
+    /// A snapshot of this member (no I/O): the counted members, the generation, and every owned
+    /// partition with its token, time to its local deadline and, while revoked, the drain left.
+    pub fn status(&self) -> PartitionsStatus {
+        let t = now();
+        let st = self.shared.st.lock();
+        let owned = st
+            .owned
+            .iter()
+            .map(|(&index, o)| OwnedPartition {
+                index,
+                token: o.lease.granted_token(),
+                remaining: o.lease.remaining(),
+                revoking: o.revoking.map(|d| d.saturating_duration_since(t)),
+            })
+            .collect();
+        PartitionsStatus {
+            name: self.shared.name.clone(),
+            count: self.shared.count(),
+            generation: st.generation,
+            members: st.members.clone(),
+            owned,
+        }
     }
 
     /// The current assignment generation (see [`PartitionEvent`]).
