@@ -460,10 +460,13 @@ impl Partitions {
     }
 
     /// The partitions this member owns now (a snapshot, by index), those being revoked included.
+    /// A partition whose token already fails (its term lost, past its local deadline) is not
+    /// listed, even before its [`Lost`](PartitionEvent::Lost) event is out.
     pub fn owned(&self) -> Vec<Partition> {
         let st = self.shared.st.lock();
         st.owned
             .iter()
+            .filter(|(_, o)| o.lease.is_held())
             .map(|(&index, o)| Partition {
                 shared: self.shared.clone(),
                 session: o.session.clone(),

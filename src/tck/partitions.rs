@@ -149,6 +149,20 @@ pub(super) fn partitions_crash_moves_only_the_crashed_members(h: &Harness) {
     let (a1, b1, t1) = (owned(&a), owned(&b), tokens(&[&a, &b]));
     let events = a.events();
     let hang = spy.hang_keep_alives();
+    // The snapshot never lists a partition whose token already fails: watch one partition's
+    // token and the snapshot together, with no pause, until the token fails.
+    let watched = a.owned().into_iter().next().expect("the crashed member owns a partition");
+    let end = Instant::now() + h.patience();
+    while watched.token().is_ok() {
+        assert!(Instant::now() < end, "the crashed member's token never failed");
+        thread::yield_now();
+    }
+    let listed = owned(&a);
+    assert!(
+        !listed.contains(&watched.index()),
+        "owned() still lists partition {} after its token failed: {listed:?}",
+        watched.index()
+    );
     let done = eventually(h.patience(), || owned(&b).len() == 4);
     assert!(done, "the survivor did not take the crashed member's partitions: it owns {:?}", owned(&b));
     assert!(b1.is_subset(&owned(&b)), "the survivor lost its own partitions");
