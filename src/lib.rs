@@ -98,6 +98,7 @@ pub mod explore {
 }
 pub mod fence;
 mod handles;
+pub mod listener;
 pub mod options;
 mod runtime;
 mod settings;

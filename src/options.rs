@@ -2,7 +2,10 @@
 
 use std::time::Duration;
 
+use std::sync::Arc;
+
 use crate::error::{Error, Result};
+use crate::listener::{Listener, SessionListener};
 use crate::types::validate_metadata;
 
 /// Default time the backend keeps a session without renewal.
@@ -30,6 +33,9 @@ pub const MAX_WORKER_THREADS: usize = 4096;
 
 /// How a session is renewed. Build with [`SessionOptions::builder`]; every value is validated by
 /// [`SessionOptionsBuilder::build`].
+///
+/// Two options are equal when every value is, and they hold the same [listener](SessionOptionsBuilder::listener)
+/// (the same `Arc`) or none; `Debug` shows whether there is one.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SessionOptions {
     lease_duration: Duration,
@@ -39,6 +45,7 @@ pub struct SessionOptions {
     metadata: String,
     worker_threads: usize,
     poll_interval: Duration,
+    listener: Option<Listener>,
 }
 
 impl Default for SessionOptions {
@@ -51,6 +58,7 @@ impl Default for SessionOptions {
             metadata: String::new(),
             worker_threads: DEFAULT_WORKER_THREADS,
             poll_interval: DEFAULT_POLL_INTERVAL,
+            listener: None,
         }
     }
 }
@@ -104,6 +112,10 @@ impl SessionOptions {
     pub(crate) fn push_retry_interval(&self) -> Duration {
         (self.renew_interval / 2).max(MIN_RETRY_INTERVAL)
     }
+    /// The listener told what happens to sessions opened with these options, if any.
+    pub fn listener(&self) -> Option<Arc<dyn SessionListener>> {
+        self.listener.as_ref().map(|l| l.0.clone())
+    }
     /// Returns a copy with other metadata.
     ///
     /// # Errors
@@ -125,6 +137,7 @@ pub struct SessionOptionsBuilder {
     metadata: Option<String>,
     worker_threads: Option<usize>,
     poll_interval: Option<Duration>,
+    listener: Option<Listener>,
 }
 
 impl SessionOptionsBuilder {
@@ -195,6 +208,16 @@ impl SessionOptionsBuilder {
         self
     }
 
+    /// A listener told what happens to every session opened with these options — renewals with
+    /// their latency and margin, failures, acquisitions, releases, losses, every event — on a
+    /// thread of the session's own, through a bounded queue, off every internal lock (see
+    /// [`crate::listener`]). A slow or blocked listener never delays the session.
+    #[must_use]
+    pub fn listener(mut self, listener: Arc<dyn SessionListener>) -> Self {
+        self.listener = Some(Listener(listener));
+        self
+    }
+
     /// Validates and builds.
     ///
     /// # Errors
@@ -248,6 +271,7 @@ impl SessionOptionsBuilder {
             metadata,
             worker_threads,
             poll_interval,
+            listener: self.listener,
         })
     }
 }

@@ -12,6 +12,7 @@ use crate::backend::Acquire;
 use crate::cancel::{Attempt, Cancel};
 use crate::engine::{later, AcquireCall, Adoption, CampaignId, Command, NotSent, Step};
 use crate::error::{Error, ErrorKind, Result};
+use crate::listener::Told;
 use crate::types::{Name, Token};
 
 impl SessionInner {
@@ -143,6 +144,7 @@ impl SessionInner {
                     let r = match adoption {
                         Adoption::Adopted => {
                             logs.push(Debug, format!("session {id}: acquired '{name}' (token {token})"));
+                            self.tell(Told::Acquired { name: name.clone(), token });
                             if let Some(election) = campaign {
                                 let won = (election, token, e.remaining(name, now).unwrap_or_default());
                                 late = sync::pick_on(Bug::ElectedAfterExpiry, won, Some, |w| self.elect(w, logs));
@@ -268,7 +270,14 @@ impl SessionInner {
     /// Called by a `Lease`: gives up `name` locally at once and releases it on the backend. Waits
     /// for the result up to the query timeout when `wait` is true.
     pub(crate) fn release_lease(self: &Arc<Self>, name: &Name, token: Token, wait: bool) -> Result<()> {
-        if !self.apply(|e| (e.release(name, token), Step::none())) {
+        let released = self.apply(|e| {
+            let released = e.release(name, token);
+            if released {
+                self.tell(Told::Released { name: name.clone(), token });
+            }
+            (released, Step::none())
+        });
+        if !released {
             log::debug!("session {}: '{}' (token {}) was freed by the session's close", self.id, name, token);
             return Ok(());
         }

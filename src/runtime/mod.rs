@@ -28,6 +28,7 @@
 //! - `wait.rs`: the one wait loop — where a contender registers for a release, and the blocking
 //!   wait between attempts (locks, semaphores, the cancellable calls; campaigns' registrations);
 //! - `status.rs`: the session's snapshot (`Session::status`), its renewal record and waiters;
+//! - `listen.rs`: the listener's queue and thread (`SessionListener` calls off every lock);
 //! - `calls.rs`: bounded backend calls for a user's thread, the deferred [`Logs`], jitter;
 //! - `pool.rs`: the worker pool every backend call that may hang runs on.
 
@@ -42,6 +43,7 @@ use crate::backend::{LeaseBackend, Notification};
 use crate::engine::{Engine, Step, Timing};
 use crate::error::{Error, ErrorKind, Result};
 use crate::events::{Events, Subscribers};
+use crate::listener::Told;
 use crate::options::SessionOptions;
 use crate::state::SessionEvent;
 use crate::state::{LossReason, SessionState};
@@ -51,6 +53,7 @@ mod calls;
 mod campaigns;
 mod guard;
 mod leases;
+mod listen;
 mod memberships;
 mod pool;
 mod renewal;
@@ -93,6 +96,8 @@ pub(crate) struct SessionInner {
     renewals: Mutex<status::Renewals>,
     /// Blocking waits going on (`wait_for`), by the name waited for.
     waiters: Mutex<HashMap<Name, u32>>,
+    /// The queue to the application's listener, if it set one.
+    listener: Option<listen::ListenerQueue>,
 }
 
 impl fmt::Debug for SessionInner {
@@ -147,6 +152,7 @@ impl SessionInner {
         let (notify_tx, notify_rx) = crossbeam_channel::unbounded();
         let (ended_tx, ended_rx) = sync::bounded(0);
         let call_bound = backend.call_bound();
+        let listener = options.listener().and_then(|l| listen::ListenerQueue::start(l, grant.id.clone()));
         let inner = Arc::new(SessionInner {
             id: grant.id,
             backend,
@@ -165,6 +171,7 @@ impl SessionInner {
             close_started: Mutex::new(false),
             renewals: Mutex::new(status::Renewals::default()),
             waiters: Mutex::new(HashMap::new()),
+            listener,
         });
         log::debug!("session {} opened on {}", inner.id, inner.backend.kind());
         let weak = Arc::downgrade(&inner);
@@ -221,6 +228,20 @@ impl SessionInner {
 
     pub(super) fn emit(&self, ev: &SessionEvent) {
         self.subscribers.emit(ev);
+        if self.listener.is_some() {
+            let error = match ev {
+                SessionEvent::RenewalFailed { .. } => self.renewals.lock().failing(),
+                _ => None,
+            };
+            self.tell(Told::Event { event: ev.clone(), error });
+        }
+    }
+
+    /// Queues `told` for the application's listener, if any (never blocks, runs no user code).
+    pub(super) fn tell(&self, told: Told) {
+        if let Some(l) = &self.listener {
+            l.tell(told);
+        }
     }
 
     /// Entries in the subscriber list, dead ones included (for leak tests).

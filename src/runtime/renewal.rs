@@ -10,6 +10,7 @@ use super::calls::Logs;
 use super::{pool, SessionInner, Wake};
 use crate::backend::{KeepAlive, Notification};
 use crate::engine::{Command, KeepAliveResult};
+use crate::listener::Told;
 use crate::state::SessionEvent;
 use crate::state::SessionState;
 
@@ -107,7 +108,17 @@ impl SessionInner {
                 _ if recovered => log::info!("session {id}: keep-alive succeeded again"),
                 _ => {}
             }
-            inner.apply(|e| ((), e.on_keep_alive(sent, sync::now(), result)));
+            let renewed = matches!(result, KeepAliveResult::Reply(KeepAlive::Alive { .. }));
+            inner.apply(|e| {
+                let now = sync::now();
+                let step = e.on_keep_alive(sent, now, result);
+                if renewed && e.is_alive(now) {
+                    let (latency, margin) =
+                        (now.saturating_duration_since(sent), e.deadline().saturating_duration_since(now));
+                    inner.tell(Told::Renewed { latency, margin });
+                }
+                ((), step)
+            });
             inner.poke();
         });
     }

@@ -49,6 +49,13 @@ impl Renewals {
     }
 }
 
+impl Renewals {
+    /// Why keep-alives fail, while they fail.
+    pub(super) fn failing(&self) -> Option<String> {
+        self.failing.clone()
+    }
+}
+
 /// A blocking wait for `name` going on; counted in the session's waiters until dropped.
 pub(super) struct Waiting<'a> {
     session: &'a SessionInner,
