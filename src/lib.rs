@@ -99,6 +99,7 @@ pub mod explore {
 pub mod fence;
 mod handles;
 pub mod listener;
+mod observe;
 pub mod options;
 mod runtime;
 mod settings;

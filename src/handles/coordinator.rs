@@ -584,6 +584,7 @@ fn supervise(weak: Weak<CoordInner>, first: (SessionId, Events<SessionEvent>), w
                             let mut r = coord.recoveries.lock();
                             *r = (r.0 + 1, Some(gap));
                         }
+                        crate::observe::replaced(coord.backend.kind());
                         coord.emit(CoordinatorEvent::Recovered { old, new: new.id.clone(), gap });
                     }
                 }

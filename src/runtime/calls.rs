@@ -7,23 +7,36 @@ use std::time::{Duration, Instant};
 use super::{pool, SessionInner};
 use crate::backend::LeaseBackend;
 use crate::error::{Error, ErrorKind, Result};
+use crate::observe::Measure;
 use crate::sync;
 
-/// Log records decided under an internal lock, written once every lock is released (the
-/// application's logger may call back into the session: it must never run under a lock).
+/// Log records and measurements decided under an internal lock, written and recorded once every
+/// lock is released (the application's logger and metrics recorder may call back into the
+/// session: they must never run under a lock).
 #[derive(Default)]
 #[must_use = "write the records once the locks are released"]
-pub(crate) struct Logs(Vec<(log::Level, String)>);
+pub(crate) struct Logs {
+    records: Vec<(log::Level, String)>,
+    measures: Vec<Measure>,
+}
 
 impl Logs {
     pub(crate) fn push(&mut self, level: log::Level, message: String) {
-        self.0.push((level, message));
+        self.records.push((level, message));
     }
 
-    /// Writes the records; call it with no internal lock held.
+    /// Queues a measurement (recorded by [`write`](Logs::write)).
+    pub(crate) fn measure(&mut self, m: Measure) {
+        self.measures.push(m);
+    }
+
+    /// Writes the records and records the measurements; call it with no internal lock held.
     pub(crate) fn write(self) {
-        for (level, message) in self.0 {
+        for (level, message) in self.records {
             log::log!(level, "{message}");
+        }
+        for m in self.measures {
+            m.record();
         }
     }
 }

@@ -22,6 +22,7 @@ use crate::backend::{
     Topic,
 };
 use crate::error::{Error, Result};
+use crate::observe;
 use crate::types::{Name, SessionId, Token};
 
 /// `backend` with every call's panic turned into that call's error.
@@ -47,8 +48,12 @@ pub(crate) fn panic_message(payload: &(dyn Any + Send)) -> &str {
 }
 
 impl Guarded {
-    fn call<T>(&self, op: &str, f: impl FnOnce(&dyn LeaseBackend) -> Result<T>) -> Result<T> {
-        catch_unwind(AssertUnwindSafe(|| f(&*self.0))).unwrap_or_else(|payload| Err(self.panicked(op, &*payload)))
+    fn call<T>(&self, op: &'static str, f: impl FnOnce(&dyn LeaseBackend) -> Result<T>) -> Result<T> {
+        let started = crate::sync::now();
+        let r =
+            catch_unwind(AssertUnwindSafe(|| f(&*self.0))).unwrap_or_else(|payload| Err(self.panicked(op, &*payload)));
+        observe::spi_call(self.0.kind(), op, started.elapsed(), r.as_ref().err().map(Error::kind));
+        r
     }
 
     fn panicked(&self, op: &str, payload: &(dyn Any + Send)) -> Error {

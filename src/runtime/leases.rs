@@ -13,6 +13,7 @@ use crate::cancel::{Attempt, Cancel};
 use crate::engine::{later, AcquireCall, Adoption, CampaignId, Command, NotSent, Step};
 use crate::error::{Error, ErrorKind, Result};
 use crate::listener::Told;
+use crate::observe::{self, Measure};
 use crate::types::{Name, Token};
 
 impl SessionInner {
@@ -145,6 +146,10 @@ impl SessionInner {
                         Adoption::Adopted => {
                             logs.push(Debug, format!("session {id}: acquired '{name}' (token {token})"));
                             self.tell(Told::Acquired { name: name.clone(), token });
+                            logs.measure(Measure::Acquired {
+                                backend: self.backend.kind(),
+                                kind: observe::kind_of(name),
+                            });
                             if let Some(election) = campaign {
                                 let won = (election, token, e.remaining(name, now).unwrap_or_default());
                                 late = sync::pick_on(Bug::ElectedAfterExpiry, won, Some, |w| self.elect(w, logs));
@@ -277,6 +282,9 @@ impl SessionInner {
             }
             (released, Step::none())
         });
+        if released {
+            observe::released(self.backend.kind(), observe::kind_of(name));
+        }
         if !released {
             log::debug!("session {}: '{}' (token {}) was freed by the session's close", self.id, name, token);
             return Ok(());

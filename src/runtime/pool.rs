@@ -29,6 +29,7 @@ use std::time::{Duration, Instant};
 use crate::sync::{self, bounded, thread, Condvar, Mutex};
 
 use crate::error::{Error, ErrorKind, Result};
+use crate::observe;
 use crate::options::DEFAULT_WORKER_THREADS;
 
 use super::guard::panic_message;
@@ -153,9 +154,11 @@ impl Pool {
                 // A job that panics ends; its worker goes on (the pool never shrinks by a panic).
                 // Backend calls never get here panicking (`guard.rs` makes their panic their
                 // error); this covers anything else a job runs.
+                observe::pool_busy(1.0);
                 if let Err(payload) = catch_unwind(AssertUnwindSafe(job)) {
                     log::error!("a simba worker's job panicked: {}", panic_message(&*payload));
                 }
+                observe::pool_busy(-1.0);
                 st = self.st.lock();
                 continue;
             }

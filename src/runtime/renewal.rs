@@ -11,6 +11,7 @@ use super::{pool, SessionInner, Wake};
 use crate::backend::{KeepAlive, Notification};
 use crate::engine::{Command, KeepAliveResult};
 use crate::listener::Told;
+use crate::observe::{self, Measure};
 use crate::state::SessionEvent;
 use crate::state::SessionState;
 
@@ -28,6 +29,7 @@ impl SessionInner {
             match ev {
                 SessionEvent::LeaseLost { name, token, reason } => {
                     logs.push(Warn, format!("session {id}: lease '{name}' (token {token}) lost: {reason}"));
+                    logs.measure(Measure::Lost { backend: self.backend.kind(), kind: observe::kind_of(&name), reason });
                     if let Some(slot) = self.campaigns.lock().get_mut(&name) {
                         slot.election.revoked(token, reason, logs);
                         slot.next_attempt = sync::now();
@@ -109,16 +111,26 @@ impl SessionInner {
                 _ => {}
             }
             let renewed = matches!(result, KeepAliveResult::Reply(KeepAlive::Alive { .. }));
-            inner.apply(|e| {
+            match &result {
+                KeepAliveResult::Reply(KeepAlive::Expired) => observe::renewal_failed(inner.backend.kind(), "expired"),
+                KeepAliveResult::Failed => observe::renewal_failed(inner.backend.kind(), "error"),
+                KeepAliveResult::Reply(_) => {}
+            }
+            let renewal = inner.apply(|e| {
                 let now = sync::now();
                 let step = e.on_keep_alive(sent, now, result);
+                let mut renewal = None;
                 if renewed && e.is_alive(now) {
                     let (latency, margin) =
                         (now.saturating_duration_since(sent), e.deadline().saturating_duration_since(now));
                     inner.tell(Told::Renewed { latency, margin });
+                    renewal = Some((latency, margin));
                 }
-                ((), step)
+                (renewal, step)
             });
+            if let Some((latency, margin)) = renewal {
+                observe::renewed(inner.backend.kind(), latency, margin);
+            }
             inner.poke();
         });
     }
@@ -132,10 +144,16 @@ pub(super) fn renewal_thread(
     loop {
         let Some(inner) = weak.upgrade() else { return };
         let now = sync::now();
-        let next = inner.apply(|e| {
+        let (next, abandoned) = inner.apply(|e| {
             let out = e.poll(now);
-            (e.next_wakeup(), out)
+            // A failure the timer decides is a keep-alive abandoned at the query timeout.
+            let abandoned = out.events.iter().any(|ev| matches!(ev, SessionEvent::RenewalFailed { .. }));
+            ((e.next_wakeup(), abandoned), out)
         });
+        if abandoned {
+            inner.renewals.lock().abandoned(inner.timing.query_timeout);
+            observe::renewal_failed(inner.backend.kind(), "timeout");
+        }
         let Some(mut next) = next else {
             log::debug!("session {}: renewal thread stops ({})", inner.id, inner.state());
             return;

@@ -50,6 +50,14 @@ impl Renewals {
 }
 
 impl Renewals {
+    /// The keep-alive in flight was abandoned at the query timeout: the failures' cause now.
+    pub(super) fn abandoned(&mut self, query_timeout: std::time::Duration) {
+        self.failing = Some(format!(
+            "keep-alives did not answer within the query timeout ({})",
+            humantime::format_duration(query_timeout)
+        ));
+    }
+
     /// Why keep-alives fail, while they fail.
     pub(super) fn failing(&self) -> Option<String> {
         self.failing.clone()

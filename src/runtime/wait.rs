@@ -25,6 +25,7 @@ use crate::backend::{LeaseBackend, Notification, Registration, Topic};
 use crate::cancel::{Attempt, Cancel};
 use crate::engine::later;
 use crate::error::{Error, ErrorKind, Result};
+use crate::observe;
 use crate::sync::{self, select, Receiver};
 use crate::types::{Name, SessionId};
 use crossbeam_channel::{RecvTimeoutError, TryRecvError};
@@ -117,6 +118,7 @@ impl SessionInner {
     ) -> Result<Option<C::Won>> {
         let s = self;
         let _waiting = Waiting::new(s, contender.waited().clone());
+        let started = sync::now();
         let rule = Rule::of(&*s.backend);
         let mut registrar = Registrar::new(s);
         let never = sync::never();
@@ -138,7 +140,10 @@ impl SessionInner {
                 registrar.register(contender, deadline);
             }
             match contender.attempt(s, deadline, std::mem::take(&mut first)) {
-                Ok(Some(won)) => return Ok(Some(won)),
+                Ok(Some(won)) => {
+                    observe::waited(s.backend.kind(), started.elapsed());
+                    return Ok(Some(won));
+                }
                 Ok(None) => observe(Attempt::Busy),
                 Err(err) if err.is_retryable() => {
                     log::debug!("session {}: an attempt at {} failed, retrying: {err}", s.id, contender.what());
@@ -157,11 +162,14 @@ impl SessionInner {
             if let Some(d) = deadline {
                 pause = pause.min(d.saturating_duration_since(sync::now()));
             }
-            select! {
-                recv(registrar.rx) -> _ => registrar.drain(),
-                recv(s.ended_rx) -> _ => {},
-                recv(cancelled) -> _ => {},
-                default(pause) => {}
+            let woke = select! {
+                recv(registrar.rx) -> _ => { registrar.drain(); Some(true) },
+                recv(s.ended_rx) -> _ => None,
+                recv(cancelled) -> _ => None,
+                default(pause) => Some(false),
+            };
+            if let Some(pushed) = woke {
+                observe::wakeup(s.backend.kind(), pushed);
             }
         }
     }

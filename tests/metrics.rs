@@ -1,0 +1,176 @@
+//! The `metrics` feature: after a scripted session — locks taken, contended (a pushed wake-up and
+//! a polled one) and released, a permit and a partition, a keep-alive that fails, one that hangs
+//! past the query timeout, a session expired behind its back, a coordinator's replacement — every
+//! metric of the documented table (src/observe.rs, docs/observability.md) was recorded, with
+//! exactly its documented labels. One binary: the recorder is process-global.
+#![cfg(feature = "metrics")]
+
+mod support;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use metrics_util::debugging::DebuggingRecorder;
+use parking_lot::{Condvar, Mutex};
+use simba::backend::LeaseBackend;
+use simba::{Coordinator, ErrorKind, MemoryBackend, Session, SessionOptions, SessionState};
+use support::forward::{Forward, Hook, Op};
+
+/// Every documented metric and its label keys.
+const TABLE: &[(&str, &[&str])] = &[
+    ("simba_renewal_latency_seconds", &["backend"]),
+    ("simba_renewal_margin_seconds", &["backend"]),
+    ("simba_renewal_failures_total", &["backend", "kind"]),
+    ("simba_acquired_total", &["backend", "kind"]),
+    ("simba_acquire_wait_seconds", &["backend"]),
+    ("simba_released_total", &["backend", "kind"]),
+    ("simba_lost_total", &["backend", "kind", "reason"]),
+    ("simba_held", &["backend", "kind"]),
+    ("simba_wakeups_total", &["backend", "how"]),
+    ("simba_spi_call_seconds", &["backend", "call"]),
+    ("simba_spi_errors_total", &["backend", "call", "kind"]),
+    ("simba_pool_busy_workers", &[]),
+    ("simba_coordinator_replacements_total", &["backend"]),
+];
+
+fn options(lease: Duration) -> SessionOptions {
+    SessionOptions::builder()
+        .lease_duration(lease)
+        .renew_interval(lease / 4)
+        .query_timeout(Duration::from_millis(200))
+        .poll_interval(Duration::from_millis(50))
+        .build()
+        .unwrap()
+}
+
+fn eventually(mut cond: impl FnMut() -> bool) -> bool {
+    let end = Instant::now() + Duration::from_secs(20);
+    while Instant::now() < end {
+        if cond() {
+            return true;
+        }
+        thread::sleep(Duration::from_millis(10));
+    }
+    false
+}
+
+/// Keep-alives fail (an error) while `fail` is set, and hang while `hang` is set.
+#[derive(Debug, Default)]
+struct Trouble {
+    fail: AtomicBool,
+    hang: Mutex<bool>,
+    cond: Condvar,
+}
+
+impl Hook for Trouble {
+    fn before(&self, op: Op) {
+        if op == Op::KeepAlive {
+            let mut hang = self.hang.lock();
+            while *hang {
+                self.cond.wait(&mut hang);
+            }
+        }
+    }
+    fn fail(&self, op: Op) -> Option<simba::Error> {
+        (op == Op::KeepAlive && self.fail.load(Ordering::SeqCst))
+            .then(|| simba::Error::new(ErrorKind::Unavailable, "the test's keep-alive fails"))
+    }
+}
+
+#[test]
+fn every_documented_metric_is_recorded_with_its_labels() {
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    recorder.install().expect("the only recorder of this binary");
+
+    // Locks: taken, contended (woken by a push on memory), released.
+    let memory = Arc::new(MemoryBackend::new());
+    let (a, b) = (
+        Session::open(memory.clone(), options(Duration::from_secs(2))).unwrap(),
+        Arc::new(Session::open(memory.clone(), options(Duration::from_secs(2))).unwrap()),
+    );
+    let held = a.lock("metered").unwrap();
+    let waiter = {
+        let b = b.clone();
+        thread::spawn(move || b.lock("metered").map(drop))
+    };
+    assert!(eventually(|| b.status().waiters.len() == 1));
+    held.release().unwrap();
+    waiter.join().unwrap().unwrap();
+    // A polled wake-up: a backend that does not push.
+    let polled = Forward::memory("polled", Trouble::default());
+    let (c, d) = (
+        Session::open(polled.clone(), options(Duration::from_secs(2))).unwrap(),
+        Arc::new(Session::open(polled.clone(), options(Duration::from_secs(2))).unwrap()),
+    );
+    let held = c.lock("polled").unwrap();
+    let waiter = {
+        let d = d.clone();
+        thread::spawn(move || d.lock("polled").map(drop))
+    };
+    assert!(eventually(|| d.status().waiters.len() == 1));
+    held.release().unwrap();
+    waiter.join().unwrap().unwrap();
+    // A permit and a partition.
+    let permit = a.semaphore("metered-sem", 1).unwrap().acquire().unwrap();
+    let parts = a.partitions("metered-set", 1).unwrap();
+    assert!(eventually(|| parts.owned().len() == 1));
+    // Keep-alives that fail, then hang past the query timeout.
+    polled.hook.fail.store(true, Ordering::SeqCst);
+    assert!(eventually(|| c.status().consecutive_failures >= 1));
+    polled.hook.fail.store(false, Ordering::SeqCst);
+    *polled.hook.hang.lock() = true;
+    assert!(eventually(
+        || c.status().consecutive_failures >= 1 && c.status().last_error.is_some_and(|e| e.contains("did not answer"))
+    ));
+    *polled.hook.hang.lock() = false;
+    polled.hook.cond.notify_all();
+    // A session expired behind its back: its lease lost.
+    let lost = b.lock("lost").unwrap();
+    memory.close_session(b.id()).unwrap();
+    assert!(eventually(|| b.state() == SessionState::Expired));
+    drop(lost);
+    // A coordinator's replacement.
+    let coordinator = Coordinator::start(memory.clone(), options(Duration::from_secs(2))).unwrap();
+    let first = coordinator.session_id().unwrap();
+    memory.close_session(&first).unwrap();
+    assert!(eventually(|| coordinator.status().replacements == 1));
+    coordinator.close().unwrap();
+    drop((permit, parts));
+
+    let mut seen: BTreeMap<String, BTreeSet<Vec<(String, String)>>> = BTreeMap::new();
+    for (key, _, _, _) in snapshotter.snapshot().into_vec() {
+        let (_, key) = key.into_parts();
+        let labels: Vec<(String, String)> =
+            key.labels().map(|l| (l.key().to_string(), l.value().to_string())).collect();
+        seen.entry(key.name().to_string()).or_default().insert(labels);
+    }
+    for (name, keys) in TABLE {
+        let series =
+            seen.get(*name).unwrap_or_else(|| panic!("{name} was never recorded; recorded: {:?}", seen.keys()));
+        for labels in series {
+            let got: Vec<&str> = labels.iter().map(|(k, _)| k.as_str()).collect();
+            assert_eq!(&got, keys, "{name}: labels {labels:?}");
+        }
+    }
+    let values = |name: &str, key: &str| -> BTreeSet<String> {
+        seen[name].iter().flat_map(|ls| ls.iter().filter(|(k, _)| k == key).map(|(_, v)| v.clone())).collect()
+    };
+    assert!(values("simba_renewal_failures_total", "kind")
+        .is_superset(&["error", "timeout", "expired"].map(String::from).into()));
+    assert!(
+        values("simba_acquired_total", "kind").is_superset(&["lease", "permit", "partition"].map(String::from).into())
+    );
+    assert!(values("simba_wakeups_total", "how").is_superset(&["pushed", "polled"].map(String::from).into()));
+    assert!(values("simba_lost_total", "reason").contains("session_expired"));
+    assert!(values("simba_spi_errors_total", "call").contains("keep_alive"));
+    assert!(values("simba_spi_call_seconds", "call")
+        .is_superset(&["open_session", "keep_alive", "acquire", "release"].map(String::from).into()));
+    let documented: BTreeSet<&str> = TABLE.iter().map(|(n, _)| *n).collect();
+    let extra: Vec<&String> =
+        seen.keys().filter(|n| n.starts_with("simba_") && !documented.contains(n.as_str())).collect();
+    assert!(extra.is_empty(), "recorded but not documented: {extra:?}");
+}
