@@ -136,7 +136,7 @@ pub fn watcher(mut args: impl Iterator<Item = OsString>) -> u8 {
         } else {
             format!("simba: {text}")
         };
-        let _ = writeln!(io::stderr(), "{line}");
+        crate::out::write_line(&format!("{line}\n"));
     };
     if killpg(group, Signal::SIGTERM) == Err(Errno::ESRCH) {
         return 0;
