@@ -449,10 +449,10 @@ echo "end $SIMBA_PARTITION $SIMBA_TOKEN $MEMBER" >> {log}; exit 3"#,
     let exits: Vec<&Value> = events.iter().filter(|e| e["event"] == "exit").collect();
     assert!(exits.len() >= 3, "{events:#?}");
     for (e, l) in exits.iter().zip(lines.iter().filter(|l| l.start)).take(3) {
-        assert_eq!(e["exit_code"], 3, "{e}");
-        assert_eq!(e["token"], l.token, "{e}");
-        assert_eq!(e["stopped"], Value::Null, "{e}");
-        assert!(e["restart_in_ms"].as_u64().is_some_and(|ms| ms >= 1000), "{e}");
+        assert_eq!(e["exit_code"], 3, "{e}\n{events:#?}");
+        assert_eq!(e["token"], l.token, "{e}\n{events:#?}");
+        assert_eq!(e["stopped"], Value::Null, "{e}\n{events:#?}");
+        assert!(e["restart_in_ms"].as_u64().is_some_and(|ms| ms >= 1000), "{e}\n{events:#?}");
     }
     let _ = fs::remove_dir_all(&dir);
 }
