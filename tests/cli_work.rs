@@ -218,7 +218,7 @@ fn wait_log(
         }
         for m in members.iter_mut() {
             m.drain();
-            if let Ok(Some(status)) = m.child.try_wait() {
+            if let Ok(Some(status)) = m.child().try_wait() {
                 panic!("member {} exited with {status} while waiting for {what}:\n{}", m.tag, m.lines.seen.join("\n"));
             }
         }
@@ -234,11 +234,22 @@ fn wait_log(
     }
 }
 
-/// A `simba --json work` process and its stderr's JSON lines.
+/// A `simba --json work` process and its stderr's JSON lines. Dropped while it runs (a failed
+/// assertion), it gets SIGTERM: a failing test leaves no member behind.
 struct Member {
     tag: &'static str,
-    child: Child,
+    child: Option<Child>,
     lines: Lines,
+}
+
+impl Drop for Member {
+    fn drop(&mut self) {
+        if let Some(child) = &mut self.child {
+            if matches!(child.try_wait(), Ok(None)) {
+                let _ = kill(Pid::from_raw(child.id() as i32), Signal::SIGTERM);
+            }
+        }
+    }
 }
 
 impl Member {
@@ -252,7 +263,7 @@ impl Member {
             .stderr(Stdio::piped());
         let mut child = c.spawn().unwrap();
         let lines = Lines::of(&mut child);
-        Member { tag, child, lines }
+        Member { tag, child: Some(child), lines }
     }
 
     /// Takes in the stderr lines that arrived.
@@ -260,8 +271,8 @@ impl Member {
         let _ = self.lines.wait_within("\u{0}", Duration::ZERO);
     }
 
-    fn pid(&self) -> Pid {
-        Pid::from_raw(self.child.id() as i32)
+    fn child(&mut self) -> &mut Child {
+        self.child.as_mut().expect("running")
     }
 
     /// The JSON events seen so far of kind `event`.
@@ -276,9 +287,10 @@ impl Member {
     }
 
     /// SIGTERM, then the exit: 128 + 15 with a JSON result, and every JSON event.
-    fn stop(self) -> Vec<Value> {
-        kill(self.pid(), Signal::SIGTERM).unwrap();
-        let Member { tag, child, lines } = self;
+    fn stop(mut self) -> Vec<Value> {
+        let child = self.child.take().expect("running");
+        kill(Pid::from_raw(child.id() as i32), Signal::SIGTERM).unwrap();
+        let (tag, lines) = (self.tag, std::mem::replace(&mut self.lines, Lines::empty()));
         let (o, _) = wait_output(child, PATIENCE);
         let mut seen = lines.rest();
         assert_eq!(code(&o), 143, "member {tag}: {}", seen.join("\n"));

@@ -80,6 +80,18 @@ fn verdicts(log: &Path) -> Vec<(u64, String, String)> {
         .collect()
 }
 
+/// A `simba work` process that gets SIGCONT and SIGTERM if the test fails before it ended.
+struct Reap(Pid, bool);
+
+impl Drop for Reap {
+    fn drop(&mut self) {
+        if !self.1 {
+            let _ = kill(self.0, Signal::SIGCONT);
+            let _ = kill(self.0, Signal::SIGTERM);
+        }
+    }
+}
+
 /// Polls `what` until it returns `Some` (a safety net of [`PATIENCE`]).
 fn until<T>(what: &str, lines: &mut Lines, mut f: impl FnMut() -> Option<T>) -> T {
     let deadline = Instant::now() + PATIENCE;
@@ -120,6 +132,7 @@ while :; do SIMBA_PAUSED_CHILD={kind} SIMBA_PAUSED_NAME={name} {LOG}={log} {exe}
         .spawn()
         .unwrap();
     let mut lines = Lines::of(&mut a);
+    let mut reap = Reap(Pid::from_raw(a.id() as i32), false);
     let t1 = until("A's command writes", &mut lines, || {
         verdicts(&log).iter().find(|(_, pg, redis)| pg == "accepted" && redis == "accepted").map(|v| v.0)
     });
@@ -163,6 +176,7 @@ while :; do SIMBA_PAUSED_CHILD={kind} SIMBA_PAUSED_NAME={name} {LOG}={log} {exe}
     assert!(exit["stopped"].is_string(), "{kind}: the command was stopped by simba: {exit}");
     kill(pid, Signal::SIGTERM).unwrap();
     let (o, _) = wait_output(a, PATIENCE);
+    reap.1 = true;
     let rest = lines.rest();
     assert_eq!(code(&o), 143, "{kind}: {}", rest.join("\n"));
 
