@@ -55,7 +55,7 @@ RUST_LOG=debug shows diagnostics.";
 #[command(
     name = "simba",
     version,
-    about = "Locks and semaphores with fencing tokens, leader election and groups for shell scripts",
+    about = "Locks, semaphores and partition sets with fencing tokens, leader election and groups for shell scripts",
     after_help = EXIT_CODES
 )]
 struct Cli {
