@@ -10,43 +10,15 @@ mod support;
 
 use std::fs;
 use std::io::Read;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::path::Path;
+use std::process::{Child, Output, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use support::cli::{clean_command, code, stderr, stdout, Lines};
-
-const BIN: &str = env!("CARGO_BIN_EXE_simba");
-
-/// A `simba` command with a clean `SIMBA_*` environment, 2 s leases and `url`.
-fn simba(url: Option<&str>) -> Command {
-    let mut c = clean_command(BIN);
-    // Short leases, but a query timeout that tolerates a loaded machine.
-    c.env("SIMBA_LEASE_DURATION", "2s").env("SIMBA_RENEW_INTERVAL", "500ms").env("SIMBA_QUERY_TIMEOUT", "1500ms");
-    if let Some(u) = url {
-        c.env("SIMBA_URL", u);
-    }
-    c
-}
-
-fn run(mut c: Command) -> Output {
-    c.stdin(Stdio::null()).output().expect("run simba")
-}
-
-/// The last line of stdout, as JSON.
-fn json_result(o: &Output) -> Value {
-    let out = stdout(o);
-    let line = out.lines().last().unwrap_or_else(|| panic!("no stdout; stderr: {}", stderr(o)));
-    serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"))
-}
-
-fn temp_dir(prefix: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(support::unique(prefix));
-    fs::create_dir_all(&d).unwrap();
-    d
-}
+use support::cli::{
+    clean_command, code, json_result, prepare, run, simba, stderr, stdout, temp_dir, wait_output, Lines, BIN,
+};
 
 /// Waits until `path` has a non-empty first line and returns the file's content.
 fn wait_for_file(path: &Path, child: &mut Child) -> String {
@@ -66,27 +38,6 @@ fn wait_for_file(path: &Path, child: &mut Child) -> String {
         }
         assert!(Instant::now() < deadline, "{} never appeared", path.display());
         thread::sleep(Duration::from_millis(20));
-    }
-}
-
-fn wait_output(child: Child, limit: Duration) -> (Output, Duration) {
-    let start = Instant::now();
-    let pid = child.id();
-    let (tx, rx) = crossbeam_channel::bounded(1);
-    thread::spawn(move || {
-        let _ = tx.send(child.wait_with_output());
-    });
-    match rx.recv_timeout(limit) {
-        Ok(o) => (o.expect("wait for simba"), start.elapsed()),
-        Err(_) => {
-            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), nix::sys::signal::Signal::SIGKILL);
-            // What simba wrote until then (its command may still hold the pipe: do not wait long).
-            let err = match rx.recv_timeout(Duration::from_secs(5)) {
-                Ok(Ok(o)) => String::from_utf8_lossy(&o.stderr).into_owned(),
-                _ => "(stderr not available: the command still holds it)".to_string(),
-            };
-            panic!("simba (pid {pid}) did not exit within {limit:?}; its stderr:\n{err}");
-        }
     }
 }
 
@@ -541,29 +492,6 @@ fn a_network_backend_is_compiled_for_the_multi_process_tests() {
     panic!(
         "the multi-process CLI tests need a network backend: run with --features cli,redis (and/or postgres, mysql)"
     );
-}
-
-/// Fails clearly unless the server of `url` listens; applies the schema on SQL backends.
-#[allow(dead_code)]
-fn prepare(url: &str) {
-    let config = simba::Config::from_url(url).unwrap_or_else(|e| panic!("bad test URL: {e}"));
-    let host = config.hosts().first().cloned().expect("URL host");
-    let default_port = match config.backend_kind() {
-        simba::BackendKind::Postgres => 5432,
-        simba::BackendKind::Mysql => 3306,
-        simba::BackendKind::Zookeeper => 2181,
-        _ => 6379,
-    };
-    let addr = if host.contains(':') { host } else { format!("{host}:{default_port}") };
-    support::require_tcp(&format!("{} (for the CLI tests)", config.backend_kind()), &addr);
-    if config.backend_kind().is_sql() {
-        let o = run({
-            let mut c = simba(Some(url));
-            c.args(["schema", "apply"]);
-            c
-        });
-        assert_eq!(code(&o), 0, "schema apply: {}", stderr(&o));
-    }
 }
 
 /// Closes `sid` on the backend behind its simba process's back.

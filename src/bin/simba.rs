@@ -1,4 +1,4 @@
-//! `simba`: locks, semaphores, leader election and groups from the shell, on every simba backend.
+//! `simba`: locks, semaphores, leader election, groups and partition sets from the shell, on every simba backend.
 //!
 //! See `docs/cli.md` for the commands, the output formats and the exit codes.
 #![forbid(unsafe_code)]
@@ -15,6 +15,8 @@ mod out;
 mod supervise;
 #[path = "simba/wait.rs"]
 mod wait;
+#[path = "simba/work.rs"]
+mod work;
 
 use std::ffi::{OsStr, OsString};
 use std::io::Write;
@@ -36,11 +38,12 @@ Exit codes:
   69     backend unreachable or failed
   70     internal error
   75     --timeout passed before the lock/permit/leadership was acquired (it was held by others)
-  78     configuration error (URL, setting, name, missing feature, permit count out of range, a
-         semaphore limit other than the stored one)
+  78     configuration error (URL, setting, name, missing feature, permit or partition count out
+         of range, a semaphore limit or partition count other than the stored one)
   79     lock/permit/leadership/membership lost while the command ran (command terminated)
   126    command cannot be executed;  127  command not found (nothing was taken)
-  128+N  the command was killed by signal N (or simba was interrupted by signal N while waiting)
+  128+N  the command was killed by signal N (or simba was interrupted by signal N while waiting;
+         work: stopped by signal N, after stopping its commands and releasing its partitions)
 --json tells them apart: the result's outcome field is exited, lost, timeout, interrupted or
 spawn_failed.
 
@@ -52,7 +55,7 @@ RUST_LOG=debug shows diagnostics.";
 #[command(
     name = "simba",
     version,
-    about = "Locks and semaphores with fencing tokens, leader election and groups for shell scripts",
+    about = "Locks, semaphores and partition sets with fencing tokens, leader election and groups for shell scripts",
     after_help = EXIT_CODES
 )]
 struct Cli {
@@ -97,9 +100,10 @@ enum Cmd {
         /// Lease or election name
         name: String,
     },
-    /// Show who holds which slot of the semaphore NAME (see `lock -n`)
+    /// Show who holds which slot of the semaphore NAME (see `lock -n`), or which member owns which
+    /// partition of the partition set NAME (see `work`)
     Holders {
-        /// Semaphore name
+        /// Semaphore or partition set name
         name: String,
     },
     /// List the live members of GROUP
@@ -109,6 +113,9 @@ enum Cmd {
     },
     /// Be a member of GROUP while CMD runs (SIMBA_GROUP, SIMBA_SESSION in its environment)
     Join(JoinArgs),
+    /// Be a member of the partition set NAME and run CMD once per partition this member owns
+    /// (SIMBA_PARTITION, SIMBA_TOKEN, SIMBA_LEASE, SIMBA_SESSION in its environment)
+    Work(WorkArgs),
     /// SQL backends: print or apply the schema (init SQL)
     Schema {
         #[command(subcommand)]
@@ -159,6 +166,25 @@ pub struct JoinArgs {
     #[arg(long, value_parser = parse_duration, default_value = "5s", value_name = "D")]
     pub grace: Duration,
     /// The command to run, after --
+    #[arg(last = true, required = true, value_name = "CMD")]
+    pub command: Vec<OsString>,
+}
+
+#[derive(Args, Debug)]
+pub struct WorkArgs {
+    /// Partition set name: 1-113 of [A-Za-z0-9._:-]
+    pub name: String,
+    /// Number of partitions, 1 to 1000 (the first use of NAME fixes it; another number is an error)
+    #[arg(long = "partitions", value_name = "N", required = true)]
+    pub partitions: u64,
+    /// Time between SIGTERM and SIGKILL when a partition is revoked or lost, or simba stops
+    #[arg(long, value_parser = parse_duration, default_value = "5s", value_name = "D")]
+    pub grace: Duration,
+    /// How long a partition being handed off stays this member's while its command stops (the
+    /// partition is released as soon as the command exited, at the latest after this)
+    #[arg(long, value_parser = parse_duration, default_value = "5s", value_name = "D")]
+    pub drain: Duration,
+    /// The command to run per partition, after --
     #[arg(last = true, required = true, value_name = "CMD")]
     pub command: Vec<OsString>,
 }
@@ -264,7 +290,7 @@ fn separator_hint(e: &clap::Error, args: &[OsString]) -> Option<String> {
     if e.kind() != ErrorKind::UnknownArgument || args.iter().any(|a| a == "--") {
         return None;
     }
-    let sub = args.iter().position(|a| ["lock", "elect", "join"].iter().any(|s| a == *s))?;
+    let sub = args.iter().position(|a| ["lock", "elect", "join", "work"].iter().any(|s| a == *s))?;
     let Some(ContextValue::String(bad)) = e.get(ContextKind::InvalidArg) else { return None };
     let at = sub + 1 + args[sub + 1..].iter().position(|a| a == OsStr::new(bad))?;
     let mut words: Vec<String> = vec!["simba".into()];
@@ -298,6 +324,7 @@ fn command_name(cmd: &Cmd) -> &'static str {
         Cmd::Holders { .. } => "holders",
         Cmd::Members { .. } => "members",
         Cmd::Join(_) => "join",
+        Cmd::Work(_) => "work",
         Cmd::Schema { .. } => "schema",
         Cmd::Purge => "purge",
         Cmd::Check => "check",
@@ -351,7 +378,7 @@ fn run(cli: &Cli, out: &Out, signals: &Signals) -> Result<u8, Fail> {
     if let Cmd::Schema { action: SchemaAction::Print { dialect: Some(d), .. } } = &cli.command {
         return schema_print_dialect(cli, out, *d);
     }
-    if !matches!(cli.command, Cmd::Lock(_) | Cmd::Elect(_) | Cmd::Join(_)) {
+    if !matches!(cli.command, Cmd::Lock(_) | Cmd::Elect(_) | Cmd::Join(_) | Cmd::Work(_)) {
         // Nothing to clean up: a signal ends simba at once with 128 + N.
         let rx = signals.receiver().clone();
         let out = *out;
@@ -374,6 +401,7 @@ fn run(cli: &Cli, out: &Out, signals: &Signals) -> Result<u8, Fail> {
         Cmd::Lock(LockCmd { permits: None, lock }) => hold::lock(&config, out, signals, lock, false),
         Cmd::Elect(a) => hold::lock(&config, out, signals, a, true),
         Cmd::Join(a) => hold::join(&config, out, signals, a),
+        Cmd::Work(a) => work::work(&config, out, signals, a),
         Cmd::Leader { name } => inspect::leader(&config, out, name),
         Cmd::Holders { name } => inspect::holders(&config, out, name),
         Cmd::Members { group } => inspect::members(&config, out, group),

@@ -23,9 +23,15 @@ const OPEN_ATTEMPTS: u32 = 3;
 /// Connects and opens a session, retrying transient failures (a slow first call on a loaded
 /// machine) a few times before giving up with exit 69.
 pub fn open_session(config: &Config) -> Result<(Arc<dyn LeaseBackend>, Session), Fail> {
+    opening(config, || open_once(config))
+}
+
+/// Runs `open` (a connect and a session's open), retrying transient failures like
+/// [`open_session`]; a failure that persists is exit 69 with what a TCP connection says.
+pub fn opening<T>(config: &Config, open: impl Fn() -> simba::Result<T>) -> Result<T, Fail> {
     let mut attempt = 1;
     loop {
-        match open_once(config) {
+        match open() {
             Ok(r) => return Ok(r),
             Err(e) if e.is_retryable() && attempt < OPEN_ATTEMPTS => {
                 log::warn!("opening a session failed (attempt {attempt} of {OPEN_ATTEMPTS}): {}", display_chain(&e));
@@ -61,18 +67,18 @@ pub fn describe_holder(h: &Holder) -> String {
     }
 }
 
-fn warn_process_local(config: &Config, out: &Out) {
+pub fn warn_process_local(config: &Config, out: &Out) {
     if config.backend_kind() == simba::BackendKind::Memory {
         out.progress(
             "warning",
-            "memory:// is process-local: other simba processes do not see this lock, semaphore, leadership or group",
+            "memory:// is process-local: other simba processes do not see this lock, semaphore, leadership, group or partition set",
             json!({}),
         );
     }
 }
 
 /// Checks the command before anything is taken: a typo must never consume a token.
-fn resolve_command(out: &Out, name: &str, command: &[OsString]) -> Result<(), u8> {
+pub fn resolve_command(out: &Out, name: &str, command: &[OsString]) -> Result<(), u8> {
     let Some(program) = command.first() else { return Ok(()) };
     supervise::resolve(program).map(drop).map_err(|e| {
         let c = if e.not_found { code::NOT_FOUND } else { code::CANNOT_EXECUTE };
@@ -239,13 +245,13 @@ pub fn slot_json(slot: u32, sem: &Semaphore, h: &Holder) -> Value {
     with(json!({"slot": slot, "lease": lease}), holder_json(h))
 }
 
-fn close(session: Session, sid: &str) {
+pub fn close(session: Session, sid: &str) {
     if let Err(e) = session.close() {
         log::warn!("closing session {sid} failed: {}", display_chain(&e));
     }
 }
 
-fn with(mut fields: Value, more: Value) -> Value {
+pub fn with(mut fields: Value, more: Value) -> Value {
     if let (Value::Object(m), Value::Object(more)) = (&mut fields, more) {
         m.extend(more);
     }
@@ -305,7 +311,7 @@ impl Run<'_> {
             }
         };
         let job = supervise::Job { cmd: command, env, env_remove, grace: self.grace, json: out.json };
-        supervise::run(&job, self.signals, lost, &notify).map_err(|e| {
+        supervise::run(&job, self.signals.receiver(), lost, &notify).map_err(|e| {
             let code = if e.not_found { code::NOT_FOUND } else { code::CANNOT_EXECUTE };
             Fail::new(code, "command", e.message)
         })

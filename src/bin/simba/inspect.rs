@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use simba::backend::{CheckStatus, LeaseBackend};
+use simba::backend::{CheckStatus, Holder, LeaseBackend};
 use simba::{BackendKind, Config, Error};
 
 use crate::hold::holder_json;
@@ -75,15 +75,7 @@ pub fn leader(config: &Config, out: &Out, name: &str) -> Result<u8, Fail> {
     let holder = backend.holder(&name)?;
     match &holder {
         Some(h) => out.result(
-            &format!(
-                "{name}: held by session {} (token {}, expires in {}){}",
-                h.session,
-                h.token,
-                humantime::format_duration(Duration::from_millis(
-                    u64::try_from(h.remaining.as_millis()).unwrap_or(u64::MAX)
-                )),
-                if h.metadata.is_empty() { String::new() } else { format!(" metadata: {}", h.metadata) }
-            ),
+            &format!("{name}: held by {}", describe(h)),
             json!({"name": name.as_str(), "leader": holder_json(h)}),
         ),
         None => out.result(&format!("{name}: no holder"), json!({"name": name.as_str(), "leader": null})),
@@ -91,67 +83,146 @@ pub fn leader(config: &Config, out: &Out, name: &str) -> Result<u8, Fail> {
     Ok(code::OK)
 }
 
-/// `holders NAME`: the semaphore's stored limit and who holds which slot (one read per slot).
-pub fn holders(config: &Config, out: &Out, name: &str) -> Result<u8, Fail> {
-    // Validates the name before any I/O.
-    simba::semaphore::fence_resource(name, 0)?;
-    let name = simba::Name::new(name)?;
-    let backend = backend_only(config)?;
-    let max = simba::semaphore::MAX_PERMITS;
-    let permits = match backend.semaphore_limit(&name, None)? {
-        None => {
-            out.result(
-                &format!(
-                    "{name}: no such semaphore (no limit is stored: it was never used; for a lock, see `simba leader {name}`)"
-                ),
-                json!({"name": name.as_str(), "permits": null, "holders": []}),
-            );
-            return Ok(code::OK);
-        }
-        Some(n) if n == 0 || n > max => {
+/// A holder as `leader` and `holders` show it: `session S (token T, expires in D) metadata: M`.
+fn describe(h: &Holder) -> String {
+    format!(
+        "session {} (token {}, expires in {}){}",
+        h.session,
+        h.token,
+        humantime::format_duration(Duration::from_millis(u64::try_from(h.remaining.as_millis()).unwrap_or(u64::MAX))),
+        if h.metadata.is_empty() { String::new() } else { format!(" metadata: {}", h.metadata) }
+    )
+}
+
+/// A name's counted leases, as `holders` lists them: a semaphore's slots or a partition set's
+/// partitions (each an ordinary lease with a reserved name; the count stored on first use).
+struct Counted {
+    /// What the name names.
+    what: &'static str,
+    /// One of the leases: "slot", "partition".
+    one: &'static str,
+    /// The count's JSON key and human word: "permits", "partitions".
+    count_key: &'static str,
+    /// The list's JSON key and what its members do: ("holders", "held"), ("owners", "owned").
+    list_key: &'static str,
+    verb: &'static str,
+    max: u32,
+    /// Where the count is stored for a name.
+    stored_under: fn(&str) -> simba::Result<simba::Name>,
+    /// The lease name of one slot or partition.
+    lease: fn(&str, u32) -> simba::Result<simba::Name>,
+}
+
+const SEMAPHORE: Counted = Counted {
+    what: "semaphore",
+    one: "slot",
+    count_key: "permits",
+    list_key: "holders",
+    verb: "held",
+    max: simba::semaphore::MAX_PERMITS,
+    stored_under: |name| simba::Name::new(name),
+    lease: |name, i| simba::semaphore::fence_resource(name, i),
+};
+
+const PARTITION_SET: Counted = Counted {
+    what: "partition set",
+    one: "partition",
+    count_key: "partitions",
+    list_key: "owners",
+    verb: "owned",
+    max: simba::partitions::MAX_PARTITIONS,
+    stored_under: |name| simba::Name::new(format!("simba.part:{name}")),
+    lease: |name, i| simba::partitions::fence_resource(name, i),
+};
+
+/// A held slot or partition: its index, its lease name and its holder.
+type Held = (u32, simba::Name, Holder);
+
+/// What `holders` found for one kind of counted name: the stored count (`None`: never used) and
+/// who holds which of its leases (one read each).
+fn counted_holders(
+    config: &Config,
+    backend: &Arc<dyn LeaseBackend>,
+    name: &simba::Name,
+    c: &Counted,
+) -> Result<Option<(u32, Vec<Held>)>, Fail> {
+    let key = (c.stored_under)(name.as_str())?;
+    let count = match backend.semaphore_limit(&key, None)? {
+        None => return Ok(None),
+        Some(n) if n == 0 || n > c.max => {
             return Err(Fail::new(
                 code::UNAVAILABLE,
                 "unavailable",
                 format!(
-                    "{}: the stored limit of semaphore '{name}' is {n}, which is no valid limit (1 to {max}): the \
-                     stored value was changed by something other than simba",
-                    config.backend_kind()
+                    "{}: the stored {} of {} '{name}' is {n}, which is no valid value (1 to {}): the stored value was \
+                     changed by something other than simba",
+                    config.backend_kind(),
+                    c.count_key,
+                    c.what,
+                    c.max
                 ),
             ))
         }
         Some(n) => n,
     };
     let mut held = Vec::new();
-    for slot in 0..permits {
-        let lease = simba::semaphore::fence_resource(name.as_str(), slot)?;
+    for i in 0..count {
+        let lease = (c.lease)(name.as_str(), i)?;
         if let Some(h) = backend.holder(&lease)? {
-            held.push((slot, lease, h));
+            held.push((i, lease, h));
         }
     }
-    let mut human = format!("{name}: {} of {permits} permits held", held.len());
-    for (slot, _, h) in &held {
-        human.push_str(&format!(
-            "\n  slot {slot}: session {} (token {}, expires in {}){}",
-            h.session,
-            h.token,
-            humantime::format_duration(Duration::from_millis(
-                u64::try_from(h.remaining.as_millis()).unwrap_or(u64::MAX)
-            )),
-            if h.metadata.is_empty() { String::new() } else { format!(" metadata: {}", h.metadata) }
+    Ok(Some((count, held)))
+}
+
+/// `holders NAME`: the semaphore's stored limit and who holds which slot, and the partition set's
+/// stored count and who owns which partition (one read per slot or partition); a name used both
+/// ways shows both.
+pub fn holders(config: &Config, out: &Out, name: &str) -> Result<u8, Fail> {
+    // Validates the name before any I/O: a semaphore name, a partition set name or both.
+    let (sem, part) = (simba::semaphore::fence_resource(name, 0), simba::partitions::fence_resource(name, 0));
+    let valid = [sem.is_ok(), part.is_ok()];
+    if let (Err(e), Err(_)) = (sem, part) {
+        return Err(e.into());
+    }
+    let name = simba::Name::new(name)?;
+    let backend = backend_only(config)?;
+    let mut human = Vec::new();
+    let mut value = json!({"name": name.as_str()});
+    for (valid, c) in valid.into_iter().zip([&SEMAPHORE, &PARTITION_SET]) {
+        let found = if valid { counted_holders(config, &backend, &name, c)? } else { None };
+        let Value::Object(fields) = &mut value else { continue };
+        let Some((count, held)) = found else {
+            fields.insert(c.count_key.into(), Value::Null);
+            fields.insert(c.list_key.into(), json!([]));
+            continue;
+        };
+        let mut text = format!("{name}: {} of {count} {} {}", held.len(), c.count_key, c.verb);
+        for (i, _, h) in &held {
+            text.push_str(&format!("\n  {} {i}: {}", c.one, describe(h)));
+        }
+        human.push(text);
+        let list: Vec<Value> = held
+            .iter()
+            .map(|(i, lease, h)| {
+                let mut v = holder_json(h);
+                if let Value::Object(m) = &mut v {
+                    m.insert(c.one.into(), json!(i));
+                    m.insert("lease".into(), json!(lease.as_str()));
+                }
+                v
+            })
+            .collect();
+        fields.insert(c.count_key.into(), json!(count));
+        fields.insert(c.list_key.into(), Value::Array(list));
+    }
+    if human.is_empty() {
+        human.push(format!(
+            "{name}: no such semaphore or partition set (no limit or count is stored: it was never used; for a lock, \
+             see `simba leader {name}`)"
         ));
     }
-    let list: Vec<Value> = held
-        .iter()
-        .map(|(slot, lease, h)| {
-            let mut v = holder_json(h);
-            if let Value::Object(m) = &mut v {
-                m.insert("slot".into(), json!(slot));
-                m.insert("lease".into(), json!(lease.as_str()));
-            }
-            v
-        })
-        .collect();
-    out.result(&human, json!({"name": name.as_str(), "permits": permits, "holders": list}));
+    out.result(&human.join("\n"), value);
     Ok(code::OK)
 }
 

@@ -67,21 +67,22 @@ pub struct Out {
 }
 
 impl Out {
-    /// A progress event (stderr): `{"event", "message", fields…}` or `simba: text`.
+    /// A progress event (stderr): `{"event", "message", fields…}` or `simba: text`, written with
+    /// one `write` so that it is never interleaved with what the commands write to the same stderr.
     pub fn progress(&self, event: &str, text: &str, fields: Value) {
-        let mut err = std::io::stderr().lock();
-        if self.json {
+        let line = if self.json {
             let mut v = fields;
             if let Value::Object(m) = &mut v {
                 m.insert("event".into(), Value::from(event));
                 m.insert("message".into(), Value::from(text));
             }
-            let _ = writeln!(err, "{v}");
+            format!("{v}\n")
         } else if event == "warning" {
-            let _ = writeln!(err, "simba: warning: {text}");
+            format!("simba: warning: {text}\n")
         } else {
-            let _ = writeln!(err, "simba: {text}");
-        }
+            format!("simba: {text}\n")
+        };
+        write_line(&line);
     }
 
     /// The result (stdout): `human` text or the JSON value.
@@ -125,4 +126,10 @@ impl Out {
         }
         b.init();
     }
+}
+
+/// Writes `line` to stderr in one piece: stderr is unbuffered, and `writeln!` would issue one
+/// `write` per formatted piece, between which a command's output (sharing the stream) can land.
+pub fn write_line(line: &str) {
+    let _ = std::io::stderr().lock().write_all(line.as_bytes());
 }

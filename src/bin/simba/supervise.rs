@@ -136,7 +136,7 @@ pub fn watcher(mut args: impl Iterator<Item = OsString>) -> u8 {
         } else {
             format!("simba: {text}")
         };
-        let _ = writeln!(io::stderr(), "{line}");
+        crate::out::write_line(&format!("{line}\n"));
     };
     if killpg(group, Signal::SIGTERM) == Err(Errno::ESRCH) {
         return 0;
@@ -325,13 +325,14 @@ fn internal_pause(var: &str) {
 
 /// Runs `job.cmd` with `job.env` added (and `job.env_remove` removed) in its own process group and
 /// waits for it. Every [`POLL`] it asks `lost()`; once that returns a reason the group gets SIGTERM
-/// and, after the grace period, SIGKILL. Signals received by simba are forwarded to the group.
+/// and, after the grace period, SIGKILL. The signals arriving on `signals` (simba's own, or those
+/// a caller supervising several commands hands to this one) are forwarded to the group.
 ///
 /// # Errors
 /// When the command cannot be started.
 pub fn run(
     job: &Job<'_>,
-    signals: &Signals,
+    signals: &Receiver<Signal>,
     lost: &dyn Fn() -> Option<String>,
     notify: &dyn Fn(Notice<'_>),
 ) -> Result<Outcome, SpawnError> {
@@ -413,7 +414,7 @@ pub fn run(
                     (None, None) => Outcome::Lost { reason: "the command could not be waited for".into(), status: None },
                 });
             }
-            recv(signals.receiver()) -> sig => {
+            recv(signals) -> sig => {
                 if let Ok(sig) = sig {
                     notify(Notice::Forwarded { signal: sig, pid });
                     signal_group(sig);
