@@ -223,6 +223,8 @@ pub enum PartitionEvent {
     Revoking {
         /// The partition.
         partition: u32,
+        /// The term being revoked.
+        token: Token,
         /// When the set releases it.
         deadline: Instant,
         /// The assignment generation.
@@ -233,6 +235,8 @@ pub enum PartitionEvent {
     Revoked {
         /// The partition.
         partition: u32,
+        /// The term released.
+        token: Token,
         /// The assignment generation.
         generation: u64,
     },
@@ -241,6 +245,8 @@ pub enum PartitionEvent {
     Lost {
         /// The partition.
         partition: u32,
+        /// The term lost.
+        token: Token,
         /// Why.
         reason: LossReason,
         /// The assignment generation.
@@ -308,7 +314,7 @@ impl Shared {
             let mut st = self.st.lock();
             st.releasing.remove(&index);
             let generation = st.generation;
-            self.events.emit(&PartitionEvent::Revoked { partition: index, generation });
+            self.events.emit(&PartitionEvent::Revoked { partition: index, token, generation });
         }
         let _ = self.notify.send(Notification::Released(self.leases[index as usize].clone()));
         result
@@ -362,6 +368,11 @@ impl Partition {
     /// `LeaseLost` once the partition may no longer be ours (lost, released, or past its local deadline).
     pub fn token(&self) -> Result<Token> {
         self.session.lease_token(self.lease_name(), self.token)
+    }
+
+    /// The session the term was taken on (a coordinator's member changes sessions).
+    pub fn session_id(&self) -> &SessionId {
+        &self.session.id
     }
 
     /// The token this term was granted with, held or not (for logs).

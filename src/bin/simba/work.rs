@@ -130,21 +130,13 @@ pub fn work(config: &Config, out: &Out, signals: &Signals, a: &WorkArgs) -> Resu
     );
     let events = partitions.events();
     let (done_tx, done_rx) = unbounded();
-    let mut w = Work {
-        out,
-        args: a,
-        coordinator: &coordinator,
-        partitions: &partitions,
-        slots: BTreeMap::new(),
-        done_tx,
-        stopping: None,
-    };
+    let mut w = Work { out, args: a, partitions: &partitions, slots: BTreeMap::new(), done_tx, stopping: None };
     let ended = w.run(signals, &events, &done_rx, &coordinator_events);
     drop(w);
     let tokens: BTreeMap<u32, u64> = partitions.owned().iter().map(|p| (p.index(), p.granted_token().get())).collect();
     let closed = partitions.close();
     for ev in events.try_iter() {
-        if let PartitionEvent::Revoked { partition, generation } = ev {
+        if let PartitionEvent::Revoked { partition, generation, .. } = ev {
             out.progress(
                 "revoked",
                 &format!("released partition {partition} of '{}'", a.name),
@@ -172,7 +164,6 @@ fn close_coordinator(coordinator: Coordinator) {
 struct Work<'a> {
     out: &'a Out,
     args: &'a WorkArgs,
-    coordinator: &'a Coordinator,
     partitions: &'a Partitions,
     slots: BTreeMap<u32, Slot>,
     done_tx: Sender<Done>,
@@ -278,7 +269,7 @@ impl Work<'_> {
     fn on_event(&mut self, ev: PartitionEvent) {
         match ev {
             PartitionEvent::Assigned { partition, token, generation } => self.assigned(partition, token, generation),
-            PartitionEvent::Revoking { partition, deadline, generation } => {
+            PartitionEvent::Revoking { partition, deadline, generation, .. } => {
                 let drain = deadline.saturating_duration_since(Instant::now());
                 let slot = self.slots.entry(partition).or_default();
                 let token = slot.term.as_ref().map(|t| t.token.get());
@@ -306,7 +297,7 @@ impl Work<'_> {
                     self.release(partition);
                 }
             }
-            PartitionEvent::Revoked { partition, generation } => {
+            PartitionEvent::Revoked { partition, generation, .. } => {
                 let token = self.end_term(partition, "its partition was released");
                 self.out.progress(
                     "revoked",
@@ -314,7 +305,7 @@ impl Work<'_> {
                     json!({"name": self.name(), "partition": partition, "token": token, "generation": generation}),
                 );
             }
-            PartitionEvent::Lost { partition, reason, generation } => {
+            PartitionEvent::Lost { partition, reason, generation, .. } => {
                 let token = self.end_term(partition, &format!("partition {partition} was lost: {reason}"));
                 self.out.progress(
                     "lost",
@@ -347,7 +338,7 @@ impl Work<'_> {
             return;
         };
         let lease = p.lease_name().to_string();
-        let session = self.coordinator.session_id().map(|s| s.to_string()).unwrap_or_default();
+        let session = p.session_id().to_string();
         let slot = self.slots.entry(partition).or_default();
         slot.term = Some(Term { partition: p, token, revoking: false, restart_at: None });
         let waiting = slot.child.is_some();
@@ -382,7 +373,7 @@ impl Work<'_> {
             return;
         }
         let (p, token) = (term.partition.clone(), term.token);
-        let session = self.coordinator.session_id().map(|s| s.to_string()).unwrap_or_default();
+        let session = p.session_id().to_string();
         let env = vec![
             ("SIMBA_PARTITION", partition.to_string()),
             ("SIMBA_TOKEN", token.to_string()),

@@ -176,7 +176,7 @@ impl Driver {
                         return;
                     }
                     let generation = st.generation;
-                    self.shared.events.emit(&PartitionEvent::Lost { partition: index, reason, generation });
+                    self.shared.events.emit(&PartitionEvent::Lost { partition: index, token, reason, generation });
                     st.owned.remove(&index)
                 };
                 drop(lost);
@@ -311,9 +311,10 @@ impl Driver {
                 if mine.contains(&partition) && o.revoking.is_none() {
                     continue;
                 }
+                let token = o.lease.granted_token();
                 let deadline = *o.revoking.get_or_insert_with(|| {
                     let deadline = later(t, drain);
-                    self.shared.events.emit(&PartitionEvent::Revoking { partition, deadline, generation });
+                    self.shared.events.emit(&PartitionEvent::Revoking { partition, token, deadline, generation });
                     deadline
                 });
                 if deadline <= t {
@@ -396,8 +397,9 @@ impl Driver {
         let lost = {
             let mut st = self.shared.st.lock();
             let generation = st.generation;
-            for &partition in st.owned.keys() {
-                self.shared.events.emit(&PartitionEvent::Lost { partition, reason, generation });
+            for (&partition, o) in &st.owned {
+                let token = o.lease.granted_token();
+                self.shared.events.emit(&PartitionEvent::Lost { partition, token, reason, generation });
             }
             std::mem::take(&mut st.owned)
         };
