@@ -287,6 +287,26 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
+    /// Writes a hand-off line with its key-value fields (`set`, `partition`, `token`, `session`,
+    /// `generation`); call it with no lock held.
+    fn log(&self, level: log::Level, what: &str, partition: u32, token: Token, session: &SessionId, generation: u64) {
+        let message = format!(
+            "partition set '{}': partition {partition} (token {token}) {what} on session {session}, generation {generation}",
+            self.name
+        );
+        crate::runtime::log_kv(
+            level,
+            &message,
+            &[
+                ("set", self.name.to_string()),
+                ("partition", partition.to_string()),
+                ("token", token.to_string()),
+                ("session", session.to_string()),
+                ("generation", generation.to_string()),
+            ],
+        );
+    }
+
     fn count(&self) -> u32 {
         u32::try_from(self.leases.len()).unwrap_or(u32::MAX)
     }
@@ -300,21 +320,28 @@ impl Shared {
     /// `Revoked`. The release runs on this thread, off every lock; the partition is not claimed
     /// again until it returned.
     fn release(&self, index: u32, token: Token) -> Result<()> {
-        let lease = {
+        let (lease, session) = {
             let mut st = self.st.lock();
             match st.owned.get(&index) {
                 Some(o) if o.lease.granted_token() == token => {}
                 _ => return Ok(()),
             }
             st.releasing.insert(index);
-            st.owned.remove(&index).map(|o| o.lease)
+            match st.owned.remove(&index) {
+                Some(o) => (Some(o.lease), Some(o.session)),
+                None => (None, None),
+            }
         };
         let result = lease.map_or(Ok(()), Lease::release);
-        {
+        let generation = {
             let mut st = self.st.lock();
             st.releasing.remove(&index);
             let generation = st.generation;
             self.events.emit(&PartitionEvent::Revoked { partition: index, token, generation });
+            generation
+        };
+        if let Some(s) = session {
+            self.log(log::Level::Info, "handed off (revoked)", index, token, &s.id, generation);
         }
         let _ = self.notify.send(Notification::Released(self.leases[index as usize].clone()));
         result

@@ -16,13 +16,39 @@ use crate::sync;
 #[derive(Default)]
 #[must_use = "write the records once the locks are released"]
 pub(crate) struct Logs {
-    records: Vec<(log::Level, String)>,
+    records: Vec<(log::Level, String, Fields)>,
     measures: Vec<Measure>,
+}
+
+/// A record's key-value fields (`log`'s structured form): `session`, `lease`, `token`, …
+pub(crate) type Fields = Vec<(&'static str, String)>;
+
+/// Writes one record with its key-value fields (with no internal lock held).
+pub(crate) fn log_kv(level: log::Level, message: &str, fields: &[(&'static str, String)]) {
+    if level > log::max_level() {
+        return;
+    }
+    let kvs: Vec<(&str, &str)> = fields.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let logger = log::logger();
+    logger.log(
+        &log::Record::builder()
+            .level(level)
+            .target(module_path!())
+            .module_path_static(Some(module_path!()))
+            .key_values(&kvs)
+            .args(format_args!("{message}"))
+            .build(),
+    );
 }
 
 impl Logs {
     pub(crate) fn push(&mut self, level: log::Level, message: String) {
-        self.records.push((level, message));
+        self.records.push((level, message, Vec::new()));
+    }
+
+    /// A record with key-value fields.
+    pub(crate) fn push_kv(&mut self, level: log::Level, message: String, fields: Fields) {
+        self.records.push((level, message, fields));
     }
 
     /// Queues a measurement (recorded by [`write`](Logs::write)).
@@ -32,8 +58,12 @@ impl Logs {
 
     /// Writes the records and records the measurements; call it with no internal lock held.
     pub(crate) fn write(self) {
-        for (level, message) in self.records {
-            log::log!(level, "{message}");
+        for (level, message, fields) in self.records {
+            if fields.is_empty() {
+                log::log!(level, "{message}");
+            } else {
+                log_kv(level, &message, &fields);
+            }
         }
         for m in self.measures {
             m.record();

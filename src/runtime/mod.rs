@@ -61,7 +61,7 @@ mod sinks;
 mod status;
 mod wait;
 
-pub(crate) use calls::{bounded_call, jitter, Logs};
+pub(crate) use calls::{bounded_call, jitter, log_kv, Logs};
 use campaigns::CampaignSlot;
 pub(crate) use guard::guarded;
 use renewal::renewal_thread;

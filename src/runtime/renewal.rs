@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use crate::sync::{self, select, Receiver};
 
-use super::calls::Logs;
+use super::calls::{log_kv, Logs};
 use super::{pool, SessionInner, Wake};
 use crate::backend::{KeepAlive, Notification};
 use crate::engine::{Command, KeepAliveResult};
@@ -28,7 +28,16 @@ impl SessionInner {
             self.emit(&ev);
             match ev {
                 SessionEvent::LeaseLost { name, token, reason } => {
-                    logs.push(Warn, format!("session {id}: lease '{name}' (token {token}) lost: {reason}"));
+                    logs.push_kv(
+                        Warn,
+                        format!("session {id}: lease '{name}' (token {token}) lost: {reason}"),
+                        vec![
+                            ("session", id.to_string()),
+                            ("lease", name.to_string()),
+                            ("token", token.to_string()),
+                            ("reason", reason.to_string()),
+                        ],
+                    );
                     logs.measure(Measure::Lost { backend: self.backend.kind(), kind: observe::kind_of(&name), reason });
                     if let Some(slot) = self.campaigns.lock().get_mut(&name) {
                         slot.election.revoked(token, reason, logs);
@@ -36,7 +45,7 @@ impl SessionInner {
                     }
                 }
                 SessionEvent::Expired => {
-                    logs.push(Warn, format!("session {id} expired"));
+                    logs.push_kv(Warn, format!("session {id} expired"), vec![("session", id.to_string())]);
                     self.end(SessionState::Expired, logs);
                 }
                 SessionEvent::RenewalFailed { .. } => {}
@@ -105,7 +114,14 @@ impl SessionInner {
             // Decided under the lock, logged after it.
             let (new_cause, recovered) = inner.renewals.lock().returned(sent, sync::now(), &result, failure);
             match (&new_cause, &result) {
-                (Some(cause), _) => log::warn!("session {id}: keep-alive failed (retried; repeats at debug): {cause}"),
+                (Some(cause), _) => {
+                    let margin = inner.remaining().map_or_else(|| "none".to_string(), |m| format!("{m:?}"));
+                    log_kv(
+                        log::Level::Warn,
+                        &format!("session {id}: keep-alive failed (retried; repeats at debug): {cause}"),
+                        &[("session", id.to_string()), ("error", cause.clone()), ("margin", margin)],
+                    );
+                }
                 (None, KeepAliveResult::Failed) => log::debug!("session {id}: keep-alive failed again, same cause"),
                 _ if recovered => log::info!("session {id}: keep-alive succeeded again"),
                 _ => {}

@@ -170,15 +170,25 @@ impl Driver {
         match ev {
             SessionEvent::LeaseLost { name, token, reason } => {
                 let Some(index) = self.shared.index_of(&name) else { return };
-                let lost = {
+                let (lost, generation) = {
                     let mut st = self.shared.st.lock();
                     if st.owned.get(&index).is_none_or(|o| o.lease.granted_token() != token) {
                         return;
                     }
                     let generation = st.generation;
                     self.shared.events.emit(&PartitionEvent::Lost { partition: index, token, reason, generation });
-                    st.owned.remove(&index)
+                    (st.owned.remove(&index), generation)
                 };
+                if let Some(o) = &lost {
+                    self.shared.log(
+                        log::Level::Warn,
+                        &format!("lost ({reason})"),
+                        index,
+                        token,
+                        &o.session.id,
+                        generation,
+                    );
+                }
                 drop(lost);
             }
             SessionEvent::Expired => self.ended = Some(LossReason::SessionExpired),
@@ -305,6 +315,7 @@ impl Driver {
         let drain = self.shared.options.drain;
         let mut due = Vec::new();
         let mut running = Vec::new();
+        let mut started = Vec::new();
         {
             let mut st = self.shared.st.lock();
             for (&partition, o) in &mut st.owned {
@@ -315,6 +326,7 @@ impl Driver {
                 let deadline = *o.revoking.get_or_insert_with(|| {
                     let deadline = later(t, drain);
                     self.shared.events.emit(&PartitionEvent::Revoking { partition, token, deadline, generation });
+                    started.push((partition, token, o.session.id.clone()));
                     deadline
                 });
                 if deadline <= t {
@@ -323,6 +335,9 @@ impl Driver {
                     running.push(deadline);
                 }
             }
+        }
+        for (partition, token, session) in started {
+            self.shared.log(log::Level::Info, "revoking (draining)", partition, token, &session, generation);
         }
         for (partition, token) in due {
             if let Err(e) = self.shared.release(partition, token) {
@@ -360,9 +375,12 @@ impl Driver {
             match session.attempt_lock(name, later(now(), session.timing.query_timeout)) {
                 Ok(Some(token)) => {
                     let lease = Lease::new(session.clone(), name.clone(), token);
-                    let mut st = self.shared.st.lock();
-                    self.shared.events.emit(&PartitionEvent::Assigned { partition: p, token, generation });
-                    st.owned.insert(p, Owned { lease, session: session.clone(), revoking: None });
+                    {
+                        let mut st = self.shared.st.lock();
+                        self.shared.events.emit(&PartitionEvent::Assigned { partition: p, token, generation });
+                        st.owned.insert(p, Owned { lease, session: session.clone(), revoking: None });
+                    }
+                    self.shared.log(log::Level::Info, "assigned", p, token, &session.id, generation);
                 }
                 Ok(None) => {
                     pending = true;
@@ -394,15 +412,19 @@ impl Driver {
 
     /// The session ended: every owned partition is lost.
     fn lose_all(&mut self, reason: LossReason) {
-        let lost = {
+        let (lost, generation) = {
             let mut st = self.shared.st.lock();
             let generation = st.generation;
             for (&partition, o) in &st.owned {
                 let token = o.lease.granted_token();
                 self.shared.events.emit(&PartitionEvent::Lost { partition, token, reason, generation });
             }
-            std::mem::take(&mut st.owned)
+            (std::mem::take(&mut st.owned), generation)
         };
+        for (&partition, o) in &lost {
+            let what = format!("lost ({reason})");
+            self.shared.log(log::Level::Warn, &what, partition, o.lease.granted_token(), &o.session.id, generation);
+        }
         drop(lost);
     }
 
