@@ -145,7 +145,14 @@ impl Driver {
                 Err(e) if e.kind() == ErrorKind::Closed => return false,
                 Err(e) => log::debug!("partition set '{}': no session yet: {e}", self.shared.name),
             }
-            let _ = self.notes_rx.recv_timeout(self.shared.source.retry_pause());
+            // On the runtime's clock (the `sync` seam), as the driver's other waits: a plain
+            // `recv_timeout` would wait on the wall clock in the explorer and the simulation.
+            let idle = never::<()>();
+            select! {
+                recv(self.notes_rx) -> _ => {},
+                recv(idle) -> _ => {},
+                default(self.shared.source.retry_pause()) => {},
+            }
         }
     }
 
