@@ -246,7 +246,11 @@ impl Driver {
         let mine: BTreeSet<u32> =
             (0u32..).zip(&goal).filter(|(_, owner)| owner.is_some_and(|i| counted[i] == me)).map(|(p, _)| p).collect();
         let drains = self.revoke(&mine, generation);
-        let pending = unknown || self.claim(&session, &mine, &owners, generation);
+        // Claim even when some owner read failed: a partition whose read failed shows free, and
+        // its acquire answers busy if someone holds it (exclusivity never rests on the reads);
+        // skipping the claims would let one failed read in a round cost every partition.
+        let claimed = self.claim(&session, &mine, &owners, generation);
+        let pending = unknown || claimed;
         let uncovered = owners.iter().any(Option::is_none);
         let pause = if pending || uncovered { session.retry_delay() } else { session.timing.lease_duration };
         let mut next = later(now(), pause);
