@@ -306,7 +306,9 @@ impl Shared {
             let mut st = self.st.lock();
             st.releasing.remove(&index);
             let generation = st.generation;
-            self.events.emit(&PartitionEvent::Revoked { partition: index, generation });
+            let revoked = PartitionEvent::Revoked { partition: index, generation };
+            let event = sync::pick_with(sync::Bug::PartitionRevokedAsLost, || lost(index, generation), || revoked);
+            self.events.emit(&event);
         }
         let _ = self.notify.send(Notification::Released(self.leases[index as usize].clone()));
         result
@@ -546,6 +548,12 @@ fn validate(name: &Name, count: u32, options: &PartitionOptions) -> Result<()> {
         )));
     }
     Ok(())
+}
+
+/// The broken rule `Bug::PartitionRevokedAsLost` (never shipped; the simulation's
+/// `partition-live` must see it): a planned hand-off reported as a loss.
+fn lost(partition: u32, generation: u64) -> PartitionEvent {
+    PartitionEvent::Lost { partition, reason: LossReason::NotOwned, generation }
 }
 
 /// Now, for the driver and the handles (one clock).
