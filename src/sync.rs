@@ -131,6 +131,21 @@ pub enum Bug {
     // Switched in the Redis backend only.
     #[cfg_attr(not(feature = "redis"), allow(dead_code))]
     DropOutlivesReacquire = 16384,
+    /// A deliberately broken rule (never shipped) for the simulation's `partition-balanced`: the
+    /// partition assignment has no cap (⌈count / members⌉), so a member keeps every partition
+    /// it owns however many members join.
+    PartitionNoCap = 32768,
+    /// A deliberately broken rule (never shipped) for `partition-covered`: the assignment's fill
+    /// stops one partition short (an off-by-one), so the last partition is never assigned.
+    PartitionFillSkipsLast = 65536,
+    /// A deliberately broken rule (never shipped) for `partition-sticky`: the assignment ignores
+    /// the current owners (no keep step: plain bounded-load rendezvous from scratch), so a
+    /// membership change moves partitions between members that stay.
+    PartitionOwnersIgnored = 131072,
+    /// A deliberately broken rule (never shipped) for `partition-live`: a planned hand-off (a
+    /// release after `Revoking`, `Partition::release`, `close`) is reported `Lost` instead of
+    /// `Revoked`.
+    PartitionRevokedAsLost = 262144,
 }
 
 /// True when the explorer switched `bug`'s old behaviour back on. Always `false` outside the

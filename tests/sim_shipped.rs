@@ -15,7 +15,7 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use simba::explore::Bug;
 use simba::sim::shipped::{self, Scenario};
-use simba::sim::{Event, Invariant, Premise};
+use simba::sim::{partition_stats, Event, Invariant, PartStats, Premise};
 
 #[path = "support/sim.rs"]
 mod sim_support;
@@ -244,6 +244,97 @@ fn finding_3_with_session_term_lost_at_the_old_deadline_is_found() {
     );
     let again = shipped::run(o.seed, &sc);
     assert_eq!(again.records, o.records, "[{}] seed {} did not replay", sc.name, o.seed);
+}
+
+/// The partition-set workload (`Scenario::partition_sets`: members joining, holding, closing or
+/// dropping one set of 3–8 partitions, one of them churning, a `Coordinator` member on 40 % of
+/// the seeds, every fault class plus network partitions), and the same gentle (fewer faults, so
+/// more single joins and leaves are judged): no violation, every fault class fired, and the
+/// partition checks judged — stable points, partitions at rest, joins and leaves compared. Prints
+/// how long a set stayed unsettled at most (what `STABLE_LEASES` is measured against).
+#[test]
+fn partition_sets_keep_every_invariant() {
+    let all = seeds();
+    let n = all.end - all.start;
+    // A sixteenth (and a thirty-second) of the sweep: a run of this workload costs about four of
+    // the default one.
+    let mut stats = sweep_partition_sets(&Scenario::partition_sets(), all.start..all.start + n / 16);
+    stats.add(&sweep_partition_sets(&Scenario::partition_sets().gentle(), all.start..all.start + n / 32));
+    assert!(
+        stats.stable_points > 0 && stats.rest_checked > 0 && stats.joins_checked > 0 && stats.leaves_checked > 0,
+        "the partition checks judged too little over seeds {all:?}: {stats:?}"
+    );
+}
+
+/// Sweeps `sc` over `s` (every seed clean, every fault class fired); returns the partition
+/// checks' measurements.
+fn sweep_partition_sets(sc: &Scenario, s: Range<u64>) -> PartStats {
+    println!("[{}] seeds {s:?} (SIMBA_SIM_SEED_OFFSET={} reruns this sweep)", sc.name, s.start);
+    let started = Instant::now();
+    let lease = u64::try_from(sc.lease.as_nanos()).unwrap_or(u64::MAX);
+    let (mut stats, mut sweep) = (PartStats::default(), shipped::Sweep::default());
+    for seed in s.clone() {
+        let o = shipped::run(seed, sc);
+        stats.add(&partition_stats(&o.records, lease, lease / 3));
+        sweep.runs += 1;
+        sweep.counts.add(&o.counts);
+        assert!(o.clean(), "[{}] seed {seed} failed:\n{}\n{}", sc.name, o.report(30), replay_hint(sc, seed));
+    }
+    println!("[{}] {} seeds in {:.2?}: {}", sc.name, sweep.runs, started.elapsed(), sweep.counts);
+    println!(
+        "[{}] partition checks: {} stable points, {} at rest, {} joins, {} leaves; longest unsettled {:.2} leases \
+         (drain {:.2} leases) after the last change, bound {} leases + drain",
+        sc.name,
+        stats.stable_points,
+        stats.rest_checked,
+        stats.joins_checked,
+        stats.leaves_checked,
+        stats.max_unsettled_ns as f64 / lease as f64,
+        stats.max_unsettled_drain_ns as f64 / lease as f64,
+        simba::sim::STABLE_LEASES
+    );
+    let mut unfired = sweep.counts.unfired_of(sc);
+    if sc.intensity < 1.0 {
+        // Gentle: its few faults need not all fire over its few seeds; the sets' own classes must.
+        unfired.retain(|k| k.starts_with("part_"));
+    }
+    assert!(unfired.is_empty(), "[{}] fault classes that never fired over seeds {s:?}: {unfired:?}", sc.name);
+    stats
+}
+
+/// `partition-balanced` sees an assignment without a cap (`Bug::PartitionNoCap`: a member keeps
+/// every partition it owns however many members join).
+#[test]
+fn partition_balanced_finds_an_assignment_without_a_cap() {
+    let sc = Scenario::partition_sets().with_bug(Bug::PartitionNoCap);
+    assert_finds(&sc, 0..FINDING_SEEDS, Invariant::PartitionBalanced);
+}
+
+/// `partition-covered` sees a partition nobody is assigned (`Bug::PartitionFillSkipsLast`: the
+/// assignment's fill stops one partition short).
+#[test]
+fn partition_covered_finds_a_partition_never_assigned() {
+    let sc = Scenario::partition_sets().with_bug(Bug::PartitionFillSkipsLast);
+    assert_finds(&sc, 0..FINDING_SEEDS, Invariant::PartitionCovered);
+}
+
+/// `partition-sticky` sees an assignment that ignores the current owners
+/// (`Bug::PartitionOwnersIgnored`: plain bounded-load rendezvous from scratch), which moves
+/// partitions between members that stay when one joins or leaves. (The seed may also fail
+/// `partition-covered`: members that disagree about the list then also disagree about every
+/// partition, and hand them back and forth.)
+#[test]
+fn partition_sticky_finds_an_assignment_that_ignores_the_owners() {
+    // Gentle (fewer faults): more single joins and leaves between stable points are judged.
+    let sc = Scenario::partition_sets().gentle().with_bug(Bug::PartitionOwnersIgnored);
+    assert_finds_among(&sc, 0..FINDING_SEEDS, Invariant::PartitionSticky, &[Invariant::PartitionCovered]);
+}
+
+/// `partition-live` sees a planned hand-off reported as a loss (`Bug::PartitionRevokedAsLost`).
+#[test]
+fn partition_live_finds_a_hand_off_reported_lost() {
+    let sc = Scenario::partition_sets().with_bug(Bug::PartitionRevokedAsLost);
+    assert_finds(&sc, 0..FINDING_SEEDS, Invariant::PartitionLive);
 }
 
 /// The seeds a `finding_*`-style test of a new invariant may search.
@@ -616,12 +707,14 @@ fn scenario_named(name: &str) -> Option<Scenario> {
         "shipped" => Scenario::default_faults(),
         "shipped-elections" => Scenario::elections(),
         "shipped-coordinator" => Scenario::coordinator(),
+        "shipped-partition-sets" => Scenario::partition_sets(),
         _ => return None,
     };
     for m in parts {
         sc = match m {
             "noPush" => sc.without_push(),
             "harsh" => sc.harsh(),
+            "gentle" => sc.gentle(),
             "oldRelease" => sc.with_old_release_any_term(),
             "uncheckedLeaderToken" => sc.with_unchecked_leader_token(),
             "resignSkipped" => sc.with_resign_skipped(),
@@ -650,6 +743,10 @@ fn scenario_named(name: &str) -> Option<Scenario> {
                 "AbandonConfirmed" => Bug::AbandonConfirmed,
                 "LeaseSeconds" => Bug::LeaseSeconds,
                 "WithSessionKeepsOldDeadline" => Bug::WithSessionKeepsOldDeadline,
+                "PartitionNoCap" => Bug::PartitionNoCap,
+                "PartitionFillSkipsLast" => Bug::PartitionFillSkipsLast,
+                "PartitionOwnersIgnored" => Bug::PartitionOwnersIgnored,
+                "PartitionRevokedAsLost" => Bug::PartitionRevokedAsLost,
                 _ => return None,
             }),
         };

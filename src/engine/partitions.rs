@@ -19,6 +19,7 @@
 //! that disagree on the member list for a while compute different targets; that costs time, never
 //! exclusivity, which the partition leases guarantee on their own.
 
+use crate::sync::{self, Bug};
 use crate::types::SessionId;
 
 /// The most partitions any one member is assigned: ⌈count / members⌉, at most `max_per_member`
@@ -62,21 +63,13 @@ pub(crate) fn target(
             distinct.push(i);
         }
     }
-    let cap = cap(count, distinct.len(), max_per_member) as usize;
+    let cap = sync::pick(Bug::PartitionNoCap, owners.len(), cap(count, distinct.len(), max_per_member) as usize);
     let mut out: Vec<Option<usize>> = vec![None; owners.len()];
     let mut load = vec![0usize; members.len()];
-    // Keep: each member's own partitions, the lowest-scoring up to the cap.
-    for &i in &distinct {
-        let mut kept: Vec<u32> = (0..count).filter(|&p| owners[p as usize].as_ref() == Some(&members[i])).collect();
-        kept.sort_by_key(|&p| (score(p, &members[i]), p));
-        kept.truncate(cap);
-        for p in kept {
-            out[p as usize] = Some(i);
-            load[i] += 1;
-        }
-    }
+    sync::fixed_only(Bug::PartitionOwnersIgnored, || keep(members, &distinct, owners, cap, &mut out, &mut load));
     // Fill: the rest, in index order, to the least-loaded member below the cap.
-    for p in 0..count {
+    let filled = sync::pick(Bug::PartitionFillSkipsLast, count.saturating_sub(1), count);
+    for p in 0..filled {
         if out[p as usize].is_some() {
             continue;
         }
@@ -91,6 +84,28 @@ pub(crate) fn target(
         }
     }
     out
+}
+
+/// Keep: each member's own partitions, the lowest-scoring up to the cap (`out` and `load` of
+/// [`target`]).
+fn keep(
+    members: &[SessionId],
+    distinct: &[usize],
+    owners: &[Option<SessionId>],
+    cap: usize,
+    out: &mut [Option<usize>],
+    load: &mut [usize],
+) {
+    let count = u32::try_from(owners.len()).unwrap_or(u32::MAX);
+    for &i in distinct {
+        let mut kept: Vec<u32> = (0..count).filter(|&p| owners[p as usize].as_ref() == Some(&members[i])).collect();
+        kept.sort_by_key(|&p| (score(p, &members[i]), p));
+        kept.truncate(cap);
+        for p in kept {
+            out[p as usize] = Some(i);
+            load[i] += 1;
+        }
+    }
 }
 
 #[cfg(test)]

@@ -337,7 +337,9 @@ impl Shared {
             let mut st = self.st.lock();
             st.releasing.remove(&index);
             let generation = st.generation;
-            self.events.emit(&PartitionEvent::Revoked { partition: index, token, generation });
+            let (revoked, lost) = (PartitionEvent::Revoked { partition: index, token, generation }, lost(token));
+            let event = sync::pick_with(sync::Bug::PartitionRevokedAsLost, || lost(index, generation), || revoked);
+            self.events.emit(&event);
             generation
         };
         if let Some(s) = session {
@@ -613,6 +615,12 @@ fn validate(name: &Name, count: u32, options: &PartitionOptions) -> Result<()> {
         )));
     }
     Ok(())
+}
+
+/// The broken rule `Bug::PartitionRevokedAsLost` (never shipped; the simulation's
+/// `partition-live` must see it): a planned hand-off reported as a loss.
+fn lost(token: Token) -> impl FnOnce(u32, u64) -> PartitionEvent {
+    move |partition, generation| PartitionEvent::Lost { partition, token, reason: LossReason::NotOwned, generation }
 }
 
 /// Now, for the driver and the handles (one clock).

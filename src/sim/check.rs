@@ -7,6 +7,9 @@ use super::history::{Event, Record};
 use crate::types::{Name, Token};
 
 mod app;
+mod partitions;
+
+pub use partitions::{partition_stats, PartStats, STABLE_LEASES};
 
 /// An assumption the guarantees rest on. A run that breaks one may violate the invariants that
 /// list it (and the simulation shows that it does).
@@ -168,6 +171,41 @@ pub enum Invariant {
     /// back off from a quarter of it). Needs no premise: a loop that spins does so whatever the
     /// clocks do.
     BoundedCalls,
+    /// Partition sets (shipped-runtime simulation, `Workload::Partitions`; definitions of the
+    /// membership `M`, a partition's owner and a *stable* set in `sim::check::partitions`): at every
+    /// stable instant, no session of `M` owns (has `token()` Ok on) more than ⌈count / |M|⌉ of the
+    /// set's partitions (SPEC §13 "balanced"; the simulation sets no maximum per member). The
+    /// owners' `token()` rests on what `exclusive-token` rests on.
+    PartitionBalanced,
+    /// Partition sets: at every stable instant at which `M` is not empty, every partition of the
+    /// set is owned by a session of `M` (SPEC §13 "covered": within one lease duration plus the drain period plus one
+    /// hand-off of membership becoming stable). "Stable" is [`STABLE_LEASES`] (4) leases plus the
+    /// set's drain period after the last unsettling event; over 2,000 clean seeds the longest a
+    /// set stayed uncovered or unbalanced after one was 1.9 leases plus its drain (see
+    /// docs/testing.md: a join seen by a member's watch up to a retry interval plus jitter plus a
+    /// query timeout late, the drain, the release's notification or the retry pause, retries of
+    /// failed calls). Same premises as `exclusive-token`.
+    PartitionCovered,
+    /// Partition sets, judged between consecutive stable, covered instants of a set (owners as
+    /// above): with no unsettling event between them, no partition changed owner (at rest); with
+    /// exactly one change of `M` between them and nothing else unsettling (no fault-caused `Lost`,
+    /// outage, network partition): after a leave or a crash of `l`, only `l`'s partitions moved;
+    /// after a join of `j`, every partition that moved went to `j` or came from a member that
+    /// owned more than the new cap ⌈count / |M|⌉ (a member at or below the new cap keeps what it
+    /// has unless it gives it to the joiner). The stronger "a join moves partitions only to the
+    /// joiner" of SPEC §13 does not hold for the shipped rule from every balanced assignment
+    /// (docs/testing.md, "Partition sets"), nor while members disagree about the join.
+    /// Premises: those of `partition-covered`.
+    PartitionSticky,
+    /// Partition sets, liveness (SPEC §13 "live"): no member reports a partition
+    /// `PartitionEvent::Lost` unless its session is one the application closes, closed or saw
+    /// expire (whose end `no-spurious-loss` judges), or a fault explains it exactly as
+    /// `no-spurious-loss` excuses a loss: a fault of one of the session's calls (lost, refused by
+    /// the outage or a network partition, stalled, reply lost or late), a data loss, a clock jump
+    /// or the outage, with no clean renewal of the session after it; or the simulation's clock
+    /// granularity (the session's renewal was due and had not run). Same premises as
+    /// `no-spurious-loss`.
+    PartitionLive,
 }
 
 /// `bounded-calls`: at most this many busy acquires of one name by one session per renew
@@ -182,7 +220,7 @@ pub const RENEWALS_PER_RENEW: usize = 6;
 
 impl Invariant {
     /// Every invariant.
-    pub const ALL: [Invariant; 17] = [
+    pub const ALL: [Invariant; 21] = [
         Invariant::OneHolder,
         Invariant::ExclusiveToken,
         Invariant::TokenInTerm,
@@ -200,6 +238,10 @@ impl Invariant {
         Invariant::WatchSeesJoin,
         Invariant::NoSpuriousLoss,
         Invariant::BoundedCalls,
+        Invariant::PartitionBalanced,
+        Invariant::PartitionCovered,
+        Invariant::PartitionSticky,
+        Invariant::PartitionLive,
     ];
 
     /// Short name.
@@ -222,6 +264,10 @@ impl Invariant {
             Invariant::WatchSeesJoin => "watch-sees-join",
             Invariant::NoSpuriousLoss => "no-spurious-loss",
             Invariant::BoundedCalls => "bounded-calls",
+            Invariant::PartitionBalanced => "partition-balanced",
+            Invariant::PartitionCovered => "partition-covered",
+            Invariant::PartitionSticky => "partition-sticky",
+            Invariant::PartitionLive => "partition-live",
         }
     }
 
@@ -245,6 +291,10 @@ impl Invariant {
             Invariant::WatchSeesJoin => &[Premise::TokenReset],
             Invariant::NoSpuriousLoss => &[Premise::TokenReset, Premise::ClockJump, Premise::Drift],
             Invariant::BoundedCalls => &[],
+            Invariant::PartitionBalanced
+            | Invariant::PartitionCovered
+            | Invariant::PartitionSticky
+            | Invariant::PartitionLive => &[Premise::TokenReset, Premise::ClockJump, Premise::Drift],
         }
     }
 }
@@ -324,22 +374,7 @@ pub fn check(records: &[Record], lease_ns: u64) -> Vec<Violation> {
 /// Checks every invariant over `records` of sessions with a lease of `lease_ns` renewed every
 /// `renew_ns`; returns the violations in history order.
 pub fn check_renewing(records: &[Record], lease_ns: u64, renew_ns: u64) -> Vec<Violation> {
-    let mut c = Checker {
-        detect_within: lease_ns.saturating_mul(2),
-        app: app::AppState::new(lease_ns),
-        renew_ns,
-        ..Checker::default()
-    };
-    for r in records {
-        let (k, span) = match &r.event {
-            Event::CallFault { sess, from, until, .. } => (*sess, (*from, *until)),
-            Event::Outage { from, until } => (None, (*from, *until)),
-            Event::Pause { until, .. } => (None, (r.t, *until)),
-            Event::DataLoss { .. } | Event::ClockJump { .. } => (None, (r.t, r.t)),
-            _ => continue,
-        };
-        c.faults.entry(k).or_default().push(span);
-    }
+    let mut c = Checker::for_records(records, lease_ns, renew_ns);
     for (i, r) in records.iter().enumerate() {
         c.observe(i, r);
     }
@@ -371,6 +406,8 @@ struct Checker {
     detect_within: u64,
     /// Leader tasks and member watches (`app`).
     app: app::AppState,
+    /// Partition sets (`partitions`).
+    parts: partitions::PartState,
     /// The `token-in-term` failures reported (one per client, session, name and token).
     out_of_term: HashSet<(u8, u32, Name, u64)>,
     /// `no-spurious-loss`: every injected fault of the run as (from, until) real ns, per session
@@ -397,6 +434,28 @@ struct Checker {
 }
 
 impl Checker {
+    /// A checker for `records` (their faults read ahead, see `faults`).
+    fn for_records(records: &[Record], lease_ns: u64, renew_ns: u64) -> Checker {
+        let mut c = Checker {
+            detect_within: lease_ns.saturating_mul(2),
+            app: app::AppState::new(lease_ns),
+            parts: partitions::PartState::new(lease_ns),
+            renew_ns,
+            ..Checker::default()
+        };
+        for r in records {
+            let (k, span) = match &r.event {
+                Event::CallFault { sess, from, until, .. } => (*sess, (*from, *until)),
+                Event::Outage { from, until } => (None, (*from, *until)),
+                Event::Pause { until, .. } => (None, (r.t, *until)),
+                Event::DataLoss { .. } | Event::ClockJump { .. } => (None, (r.t, r.t)),
+                _ => continue,
+            };
+            c.faults.entry(k).or_default().push(span);
+        }
+        c
+    }
+
     fn fail(&mut self, invariant: Invariant, i: usize, t: u64, detail: String) {
         self.violations.push(Violation { invariant, index: i, t, detail });
     }
@@ -458,6 +517,21 @@ impl Checker {
     /// `no-spurious-loss`: `what` of client `client`'s session `sess` was seen lost at `t`; fails
     /// unless excused (see [`Invariant::NoSpuriousLoss`]).
     fn judge_loss(&mut self, i: usize, t: u64, client: u8, sess: u32, what: &str, session: bool) {
+        self.judge_loss_of(Invariant::NoSpuriousLoss, i, t, client, sess, what, session);
+    }
+
+    /// [`judge_loss`](Checker::judge_loss) failing `invariant`.
+    #[allow(clippy::too_many_arguments)]
+    fn judge_loss_of(
+        &mut self,
+        invariant: Invariant,
+        i: usize,
+        t: u64,
+        client: u8,
+        sess: u32,
+        what: &str,
+        session: bool,
+    ) {
         if let Some(r) = self.renewed_at.get(&sess) {
             if t >= r.saturating_add(self.renew_ns) {
                 // The next renewal was due and has not run: the clock driver moved time by a
@@ -487,7 +561,7 @@ impl Checker {
             (None, _) => "no fault touched the session".to_string(),
         };
         let msg = format!("client {client} s{sess}: {what} lost at {:.3}ms, and {why}", t as f64 / 1e6);
-        self.fail(Invariant::NoSpuriousLoss, i, t, msg);
+        self.fail(invariant, i, t, msg);
     }
 
     fn granted(&mut self, i: usize, t: u64, sess: u32, name: &Name, token: u64, what: &str) {
@@ -509,13 +583,18 @@ impl Checker {
         self.now = t;
         // The application-side checks first: they read the state as of the previous record.
         self.app_observe(i, r);
+        self.parts_observe(i, r);
         match &r.event {
             Event::LeaderTask { .. }
             | Event::Watch { .. }
             | Event::MembersReplyLate { .. }
             | Event::Teardown
             | Event::Outage { .. } => {}
-            Event::NodeClock { node, b } => self.clock_read(i, t, *node, *b),
+            Event::NodeClock { node, b } => {
+                self.clock_read(i, t, *node, *b);
+                self.parts_evaluate(i, t);
+            }
+            Event::PartitionSet { .. } => {}
             Event::Setup { .. } | Event::Partition { .. } | Event::SessionStarted { .. } | Event::Lost { .. } => {}
             // Read before the run (`faults`).
             Event::DataLoss { .. } | Event::ClockJump { .. } | Event::Pause { .. } | Event::CallFault { .. } => {}

@@ -458,6 +458,23 @@ pub enum Event {
         /// The lease, election or group.
         name: Name,
     },
+    /// What a member of a partition set (`simba::partitions`) did or was told (shipped-runtime
+    /// simulation, `Workload::Partitions`). Its partitions' `token()` answers are sampled as
+    /// [`Event::ValidStart`]/[`Event::ValidEnd`] of their lease names (`simba.part:<set>:<i>`),
+    /// like any lease's.
+    PartitionSet {
+        /// Client index.
+        client: u8,
+        /// The member's `Partitions` handle (run-wide number).
+        member: u64,
+        /// Session label: the member's session (a coordinator's member: the session of the term
+        /// a partition step names, else its current session).
+        sess: u32,
+        /// The set's name.
+        set: Name,
+        /// What happened.
+        what: PartStep,
+    },
     /// The node's clock read `b` (ns) at this point of the history: the shipped-runtime
     /// simulation records it after each clock step's sample, so `token-in-term` is judged at
     /// instants no backend call marks.
@@ -513,6 +530,60 @@ pub enum TaskStep {
     Stopped,
     /// The task's thread ended (its closure was dropped).
     Exited,
+}
+
+/// A step of a partition set member ([`Event::PartitionSet`]).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum PartStep {
+    /// `partitions_with` returned: the member joined the set of `count` partitions, with this drain
+    /// period (ns).
+    Opened {
+        /// The set's partition count.
+        count: u32,
+        /// The member's drain period (ns).
+        drain: u64,
+    },
+    /// `PartitionEvent::Assigned`.
+    Assigned {
+        /// The partition.
+        partition: u32,
+        /// The term's token.
+        token: Token,
+    },
+    /// `PartitionEvent::Revoking`.
+    Revoking {
+        /// The partition.
+        partition: u32,
+    },
+    /// `PartitionEvent::Revoked`.
+    Revoked {
+        /// The partition.
+        partition: u32,
+    },
+    /// `PartitionEvent::Lost`.
+    Lost {
+        /// The partition.
+        partition: u32,
+        /// Why.
+        reason: LossReason,
+    },
+    /// `Partitions::owned()` changed: the partitions it lists now (sampled).
+    Owned {
+        /// Partition indices, ascending.
+        owned: Vec<u32>,
+    },
+    /// The application called `Partition::release()` on a partition being revoked (its drain
+    /// ended early).
+    ReleaseEarly {
+        /// The partition.
+        partition: u32,
+    },
+    /// The application is about to `close()` the member (`wait`) or drop it (recorded after a
+    /// last sample, before the call).
+    Closing {
+        /// `close()` (waits for the leave and the releases) or drop (background).
+        wait: bool,
+    },
 }
 
 /// A step of a member watch ([`Event::Watch`]).

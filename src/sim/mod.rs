@@ -19,5 +19,8 @@ mod clock;
 mod history;
 pub mod shipped;
 
-pub use check::{check, check_renewing, Invariant, Premise, Violation, BUSY_PER_RENEW, RENEWALS_PER_RENEW};
-pub use history::{Event, Held, Record, TaskStep, WatchStep};
+pub use check::{
+    check, check_renewing, partition_stats, Invariant, PartStats, Premise, Violation, BUSY_PER_RENEW,
+    RENEWALS_PER_RENEW, STABLE_LEASES,
+};
+pub use history::{Event, Held, PartStep, Record, TaskStep, WatchStep};

@@ -145,7 +145,14 @@ impl Driver {
                 Err(e) if e.kind() == ErrorKind::Closed => return false,
                 Err(e) => log::debug!("partition set '{}': no session yet: {e}", self.shared.name),
             }
-            let _ = self.notes_rx.recv_timeout(self.shared.source.retry_pause());
+            // On the runtime's clock (the `sync` seam), as the driver's other waits: a plain
+            // `recv_timeout` would wait on the wall clock in the explorer and the simulation.
+            let idle = never::<()>();
+            select! {
+                recv(self.notes_rx) -> _ => {},
+                recv(idle) -> _ => {},
+                default(self.shared.source.retry_pause()) => {},
+            }
         }
     }
 
@@ -252,9 +259,11 @@ impl Driver {
         let mine: BTreeSet<u32> =
             (0u32..).zip(&goal).filter(|(_, owner)| owner.is_some_and(|i| counted[i] == me)).map(|(p, _)| p).collect();
         let drains = self.revoke(&mine, generation);
-        // Claim even when some owner could not be read: the lease decides who gets a partition.
-        let waiting = self.claim(&session, &mine, &owners, generation);
-        let pending = unknown || waiting;
+        // Claim even when some owner read failed: a partition whose read failed shows free, and
+        // its acquire answers busy if someone holds it (exclusivity never rests on the reads);
+        // skipping the claims would let one failed read in a round cost every partition.
+        let claimed = self.claim(&session, &mine, &owners, generation);
+        let pending = unknown || claimed;
         let uncovered = owners.iter().any(Option::is_none);
         // While partitions are free, the owners change with every claim, and the target computed
         // from a partly claimed state may give a free partition to another member than the one

@@ -108,6 +108,9 @@ pub(crate) struct HistState {
     pub(crate) renewal_waiters: bool,
     /// See `renewal_waiters`.
     pub(crate) renewals: HashMap<u32, u64>,
+    /// Every grant: (lease, token) → session label (the session of a coordinator member's
+    /// partition term, which its handle does not name).
+    pub(crate) grants: HashMap<(Name, Token), u32>,
 }
 
 /// The resign of the coordinator's campaign for `name` (see [`HistState::resigned`]).
@@ -708,6 +711,7 @@ impl LeaseBackend for SimBackend {
                             // The memory backend measures the time left: the term's end on the
                             // backend, whatever the reply says.
                             let until = b + ns(remaining.known().unwrap_or_default());
+                            h.grants.insert((name.clone(), token), sess);
                             hist.push(h, Event::Granted { node: 0, b, sess, name: name.clone(), token, until });
                             let remaining =
                                 if self.terms_with_session { TermRemaining::WithSession } else { remaining };

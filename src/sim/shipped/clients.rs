@@ -32,8 +32,10 @@ use crate::sim::history::{Event, Held};
 use crate::state::SessionEvent;
 use crate::types::{Name, Token};
 
+mod parts;
 mod tasks;
 mod watch;
+pub(crate) use parts::PartSetup;
 use tasks::{Task, TASK_P};
 
 /// A registered handle and what the history last recorded about it.
@@ -74,6 +76,8 @@ pub(crate) struct Handles {
     /// The coordinator's events (its client, from its start on), drained by every sample: the
     /// `MembershipLost` of its sessions is recorded and counted, as a user session's is.
     coordinator_events: Option<(u8, Events<CoordinatorEvent>)>,
+    /// Partition set members (`Workload::Partitions`), sampled by `parts::sample_parts`.
+    parts: Vec<parts::PartSlot>,
 }
 
 impl std::fmt::Debug for Handles {
@@ -208,6 +212,7 @@ pub(crate) fn sample(hist: &History, h: &mut HistState) {
             }
         }
     }
+    parts::sample_parts(hist, h, &mut events);
     for e in events {
         hist.push(h, e);
     }
@@ -276,6 +281,8 @@ pub(crate) struct Client {
     /// took effect, while its reply may still be on its way
     /// ([`Scenario::half_renew`](super::Scenario::half_renew)).
     pub(crate) lock_after_renewal: bool,
+    /// The run's partition set (`Workload::Partitions`), else `None`.
+    pub(crate) parts: Option<PartSetup>,
 }
 
 fn arc_unwrap<T>(a: Arc<T>) -> Option<T> {
@@ -626,6 +633,7 @@ impl Client {
             resign_skipped: self.resign_skipped,
             spin_try_lock: self.spin_try_lock,
             lock_after_renewal: self.lock_after_renewal,
+            parts: self.parts.clone(),
         }
     }
 

@@ -152,6 +152,18 @@ pub enum Workload {
     /// every seed has an outage (the coordinator replaces its session while the application
     /// resigns: the race of finding 5).
     Coordinator,
+    /// Partition sets (`simba::partitions`): every node is a member of one set (`P`, 3–8
+    /// partitions, one drain period per run: 0, a quarter or half a lease) that it opens, holds
+    /// (ending revoked partitions' drains early with `Partition::release` half the time), then
+    /// closes or drops: the run's last node (the churner) holds it 4–8 leases and stays out 5–8,
+    /// the others hold it 12–20 leases at a time; a node also closes its session now and then,
+    /// and reopens one
+    /// after an expiry. The first node is a `Coordinator` member on 40 % of the seeds (its member
+    /// survives the session replacements of the outage). Network partitions cut members off (a
+    /// crash, as far as the others can tell). The sampler asks every partition's `token()`
+    /// (`exclusive-token`, `token-in-term`, `granted-only` cover the partition leases) and records
+    /// the members' events and `owned()` snapshots (`partition-*` invariants).
+    Partitions,
 }
 
 impl Scenario {
@@ -256,6 +268,15 @@ impl Scenario {
         self.tagged("noPush", |s| s.push = false)
     }
 
+    /// A quarter of the per-call fault probabilities (up to 1.5 % each) and no network
+    /// partitions: fewer faults end stable stretches, so more joins and leaves are judged.
+    pub fn gentle(self) -> Scenario {
+        self.tagged("gentle", |s| {
+            s.intensity = 0.25;
+            s.partitions = false;
+        })
+    }
+
     /// Three times the per-call fault probabilities (up to 18 % each).
     pub fn harsh(self) -> Scenario {
         self.tagged("harsh", |s| s.intensity = 3.0)
@@ -293,6 +314,20 @@ impl Scenario {
     /// The coordinator-focused workload ([`Workload::Coordinator`]), every fault class.
     pub fn coordinator() -> Scenario {
         Scenario { name: "shipped-coordinator".into(), workload: Workload::Coordinator, ..Scenario::default_faults() }
+    }
+
+    /// The partition-set workload ([`Workload::Partitions`]), every fault class plus network
+    /// partitions ([`Scenario::partitions`]) cutting members off; no watcher thread.
+    pub fn partition_sets() -> Scenario {
+        Scenario {
+            name: "shipped-partition-sets".into(),
+            workload: Workload::Partitions,
+            // The churner's operations (the others make a third as many, each holding the set longer).
+            ops: 6,
+            partitions: true,
+            watchers: 0.0,
+            ..Scenario::default_faults()
+        }
     }
 
     /// The election-focused workload ([`Workload::Elections`]), every fault class.
@@ -382,6 +417,14 @@ pub struct FaultCounts {
     /// Clock steps taken although some thread still ran: `settle` gave up after
     /// `MAX_YIELDS` yields (a thread that never waits, i.e. busy-loops). Zero in a sound run.
     pub unsettled: u64,
+    /// Partition sets: `PartitionEvent::Assigned` events the members received.
+    pub part_assigned: u64,
+    /// Partition sets: `PartitionEvent::Revoked` events (planned hand-offs).
+    pub part_revoked: u64,
+    /// Partition sets: `PartitionEvent::Lost` events.
+    pub part_lost: u64,
+    /// Partition sets: drains the application ended early (`Partition::release` after `Revoking`).
+    pub part_released_early: u64,
 }
 
 impl FaultCounts {
@@ -415,6 +458,10 @@ impl FaultCounts {
         self.slow_replies += o.slow_replies;
         self.starved += o.starved;
         self.unsettled += o.unsettled;
+        self.part_assigned += o.part_assigned;
+        self.part_revoked += o.part_revoked;
+        self.part_lost += o.part_lost;
+        self.part_released_early += o.part_released_early;
     }
 
     /// The fault classes `scenario` enables beyond the default ones (premise breakers, late
@@ -430,6 +477,19 @@ impl FaultCounts {
             ("partitioned", scenario.partitions, self.partitioned),
         ];
         v.extend(extra.iter().filter(|(_, on, n)| *on && *n == 0).map(|(k, _, _)| *k));
+        if scenario.workload == Workload::Partitions {
+            // No leader tasks nor watcher threads there; the partition sets' own classes instead.
+            v.retain(|k| {
+                !matches!(*k, "leader_work" | "leader_work_refused" | "tasks_stopped" | "watch_changes" | "watch_joins")
+            });
+            let parts = [
+                ("part_assigned", self.part_assigned),
+                ("part_revoked", self.part_revoked),
+                ("part_lost", self.part_lost),
+                ("part_released_early", self.part_released_early),
+            ];
+            v.extend(parts.iter().filter(|(_, n)| *n == 0).map(|(k, _)| *k));
+        }
         v
     }
 
@@ -489,7 +549,7 @@ impl fmt::Display for FaultCounts {
              client-expiries {} reopened {} recoveries {} pushed {} push-lost {} push-duplicated {} leader-work {} \
              leader-work-refused {} tasks-stopped {} watch-changes {} watch-joins {} data-losses {} clock-jumps {} \
              drift-beyond {} late-deliveries {} memberships-lost {} partitions {} partitioned {} slow-replies {} starved {} \
-             unsettled {}",
+             unsettled {} part-assigned {} part-revoked {} part-lost {} part-released-early {}",
             self.completed,
             self.failed,
             self.stalled,
@@ -517,7 +577,11 @@ impl fmt::Display for FaultCounts {
             self.partitioned,
             self.slow_replies,
             self.starved,
-            self.unsettled
+            self.unsettled,
+            self.part_assigned,
+            self.part_revoked,
+            self.part_lost,
+            self.part_released_early
         )
     }
 }
@@ -692,6 +756,9 @@ fn name(s: &str) -> Name {
     }
 }
 
+/// The name of the partition set of the `Workload::Partitions` runs.
+pub const PART_SET: &str = "P";
+
 /// A fault the clock driver injects at a seeded instant.
 #[derive(Debug, Clone, Copy)]
 enum Timed {
@@ -797,8 +864,19 @@ fn execution(seed: u64, sc: &Scenario) -> Outcome {
     // One node in 40 % of the seeds has a watcher thread (`watch_members` on its session).
     let watcher = (unit() < sc.watchers).then(|| sync::random_below(clients as u64) as usize);
     let names = vec![name("L0"), name("L1")];
-    // What a partition aims at: the holders of these names and the members of `group`.
-    let (targets, group) = ([name("L0"), name("L1"), name("E")], name("G"));
+    // The partition set of the run (`Workload::Partitions`): 3–8 partitions, one drain period.
+    let parts = (sc.workload == Workload::Partitions).then(|| clients::PartSetup {
+        set: name(PART_SET),
+        count: 3 + sync::random_below(6) as u32,
+        drain: [Duration::ZERO, lease / 4, lease / 2][sync::random_below(3) as usize],
+        churner: (clients - 1) as u8,
+    });
+    // What a partition aims at: the holders of these names and the members of `group` (the
+    // partition set's members, where the run has one).
+    let (targets, group) = match &parts {
+        Some(p) => ([name("L0"), p.lease(0), p.lease(1)], p.group()),
+        None => ([name("L0"), name("L1"), name("E")], name("G")),
+    };
     let mut threads = Vec::new();
     let mut users = 0;
     let done = Arc::new(std::sync::atomic::AtomicUsize::new(0));
@@ -818,7 +896,24 @@ fn execution(seed: u64, sc: &Scenario) -> Outcome {
             resign_skipped: sc.resign_skipped,
             spin_try_lock: sc.spin_try_lock,
             lock_after_renewal: sc.half_renew,
+            parts: parts.clone(),
         };
+        if parts.is_some() {
+            // Partition sets: one user thread per node, a `Coordinator` member on 40 % of the
+            // seeds' first node.
+            let coordinator = c == 0 && unit() < 0.4;
+            let done = done.clone();
+            users += 1;
+            threads.push(thread::spawn(move || {
+                if coordinator {
+                    client.run_coordinator_member();
+                } else {
+                    client.run_member();
+                }
+                done.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            }));
+            continue;
+        }
         if c == 0 && (unit() < 0.4 || sc.workload == Workload::Coordinator) {
             // The first node runs a `Coordinator` on 40 % of the seeds.
             let done = done.clone();
