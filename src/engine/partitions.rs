@@ -13,7 +13,8 @@
 //!    with the fewest partitions so far that is below the cap, ties broken by the highest score.
 //!
 //! What follows (proved by the tests below on random inputs): no member gets more than the cap
-//! (**balanced**); when a member joins a balanced assignment, only partitions given up by members
+//! (**balanced**); when a member joins an evenly spread assignment (as the rule spreads from
+//! nothing), only partitions given up by members
 //! over the new cap move, and every one of them goes to the joiner (**sticky join**, at most a cap
 //! of them); when a member leaves or crashes, only its partitions move (**sticky leave**). Members
 //! that disagree on the member list for a while compute different targets; that costs time, never

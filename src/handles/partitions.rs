@@ -18,7 +18,8 @@
 //! the partitions the target gives it:
 //! - **balanced**: once membership is stable, no member owns more than ⌈count / members⌉ (or the
 //!   [maximum per member](PartitionOptions::max_per_member));
-//! - **sticky**: a join moves partitions only to the joiner, at most ⌈count / members⌉ of them; a
+//! - **sticky**: a join moves only partitions of members above the new cap, to the joiner first
+//!   (all of them to it when the members were spread evenly, at most ⌈count / members⌉); a
 //!   leave or a crash moves only the leaver's partitions;
 //! - **covered**: once membership is stable, every partition is owned within one lease duration
 //!   plus the drain period plus one hand-off.
