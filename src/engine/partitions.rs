@@ -14,9 +14,8 @@
 //!
 //! What follows (proved by the tests below on random inputs): no member gets more than the cap
 //! (**balanced**); when a member joins an evenly spread assignment (as the rule spreads from
-//! nothing), only partitions given up by members
-//! over the new cap move, and every one of them goes to the joiner (**sticky join**, at most a cap
-//! of them); when a member leaves or crashes, only its partitions move (**sticky leave**). Members
+//! nothing), only partitions given up by members over the new cap move, and every one of them goes
+//! to the joiner (**sticky join**, at most a cap of them); when a member leaves or crashes, only its partitions move (**sticky leave**). Members
 //! that disagree on the member list for a while compute different targets; that costs time, never
 //! exclusivity, which the partition leases guarantee on their own.
 
