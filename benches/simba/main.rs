@@ -19,7 +19,9 @@
 //! 5. scale: 1,000 sessions x 10 leases at default timings;
 //! 6. idle CPU of one session holding 1,000 leases;
 //! 7. semaphore acquire+release vs lock acquire+release;
-//! 8. acquire+release against a peer library (tooz on MySQL) on the same server.
+//! 8. acquire+release against a peer library (tooz on MySQL) on the same server;
+//! 9. partition sets: 64 partitions, members 4 → 5 → 4 (join, graceful leave, crash): time until
+//!    covered and balanced, partitions moved, hand-off per partition.
 //!
 //! Server URLs come from the same variables as the tests (`SIMBA_TEST_REDIS_URL`, ...). This is a
 //! benchmark, not a test: it asserts nothing about timings; it fails only when a server is
@@ -38,6 +40,7 @@ mod s5_scale;
 mod s6_idle;
 mod s7_semaphore;
 mod s8_peers;
+mod s9_partitions;
 mod targets;
 
 use std::process::ExitCode;
@@ -57,7 +60,7 @@ pub struct Config {
     pub quick: bool,
     /// Backends to measure (`SIMBA_BENCH`, default every compiled-in backend).
     pub kinds: Vec<Kind>,
-    /// Sections to run (`SIMBA_BENCH_SECTIONS`, default 1-8).
+    /// Sections to run (`SIMBA_BENCH_SECTIONS`, default 1-9).
     pub sections: Vec<u32>,
     /// Random prefix of every name this run uses.
     pub prefix: String,
@@ -95,13 +98,13 @@ impl Config {
                 let mut s = Vec::new();
                 for part in v.split(',').map(str::trim).filter(|p| !p.is_empty()) {
                     match part.parse::<u32>() {
-                        Ok(n @ 1..=8) => s.push(n),
-                        _ => return Err(format!("SIMBA_BENCH_SECTIONS: {part:?} is not a section number 1-8")),
+                        Ok(n @ 1..=9) => s.push(n),
+                        _ => return Err(format!("SIMBA_BENCH_SECTIONS: {part:?} is not a section number 1-9")),
                     }
                 }
                 s
             }
-            _ => (1..=8).collect(),
+            _ => (1..=9).collect(),
         };
         let prefix = format!("simba-bench-{:08x}", rand::random::<u32>());
         Ok(Config { quick, kinds, sections, prefix })
@@ -169,6 +172,7 @@ fn run(config: &Config) -> BenchResult<Report> {
             6 => s6_idle::run(config, &targets, &mut report),
             7 => s7_semaphore::run(config, &targets, &mut report),
             8 => s8_peers::run(config, &targets, &mut report),
+            9 => s9_partitions::run(config, &targets, &mut report),
             _ => {}
         }
         report.line(format!(

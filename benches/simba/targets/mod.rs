@@ -364,19 +364,23 @@ impl Target {
         }
     }
 
-    /// Deletes what the run left behind (SQL lease rows and Redis lease hashes of its names).
+    /// Deletes what the run left behind (SQL lease rows and Redis lease hashes of its names, and
+    /// those of its partition sets' partitions, `simba.part:<prefix>…`).
     pub fn cleanup(&self, config: &Config) -> BenchResult<()> {
-        let pattern = format!("{}%", config.prefix);
-        let _ = &pattern;
-        match self.kind {
-            #[cfg(feature = "redis")]
-            Kind::Redis | Kind::RedisCluster => redis_impl::cleanup(self, &config.prefix),
-            #[cfg(feature = "postgres")]
-            Kind::Postgres => pg_impl::cleanup(&self.url, &pattern),
-            #[cfg(feature = "mysql")]
-            Kind::Mysql => my_impl::cleanup(&self.url, &pattern),
-            _ => Ok(()),
+        for prefix in [config.prefix.clone(), format!("{}{}", simba::PARTITION_NAME_PREFIX, config.prefix)] {
+            let pattern = format!("{prefix}%");
+            let _ = &pattern;
+            match self.kind {
+                #[cfg(feature = "redis")]
+                Kind::Redis | Kind::RedisCluster => redis_impl::cleanup(self, &prefix)?,
+                #[cfg(feature = "postgres")]
+                Kind::Postgres => pg_impl::cleanup(&self.url, &pattern)?,
+                #[cfg(feature = "mysql")]
+                Kind::Mysql => my_impl::cleanup(&self.url, &pattern)?,
+                _ => {}
+            }
         }
+        Ok(())
     }
 }
 
