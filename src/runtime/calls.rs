@@ -29,13 +29,15 @@ pub(crate) fn log_kv(level: log::Level, message: &str, fields: &[(&'static str, 
         return;
     }
     let kvs: Vec<(&str, &str)> = fields.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    // A slice (not the Vec): `log` implements `Source` for `Vec` only with its `std` feature.
+    let source: &[(&str, &str)] = &kvs;
     let logger = log::logger();
     logger.log(
         &log::Record::builder()
             .level(level)
             .target(module_path!())
             .module_path_static(Some(module_path!()))
-            .key_values(&kvs)
+            .key_values(&source)
             .args(format_args!("{message}"))
             .build(),
     );
