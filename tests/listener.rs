@@ -14,7 +14,8 @@ use parking_lot::{Condvar, Mutex};
 use simba::backend::LeaseBackend;
 use simba::listener::{SessionListener, QUEUE};
 use simba::{LossReason, MemoryBackend, Name, Session, SessionEvent, SessionId, SessionOptions, SessionState, Token};
-use support::forward::{Forward, Hook, Op};
+use support::eventually;
+use support::forward::{Forward, KeepAliveTrouble};
 
 const PATIENCE: Duration = Duration::from_secs(20);
 
@@ -26,17 +27,6 @@ fn options(listener: Arc<dyn SessionListener>) -> SessionOptions {
         .listener(listener)
         .build()
         .unwrap()
-}
-
-fn eventually(mut cond: impl FnMut() -> bool) -> bool {
-    let end = Instant::now() + PATIENCE;
-    while Instant::now() < end {
-        if cond() {
-            return true;
-        }
-        thread::sleep(Duration::from_millis(5));
-    }
-    false
 }
 
 /// What a listener was told, in order.
@@ -112,24 +102,6 @@ impl SessionListener for Recorder {
     }
 }
 
-/// Keep-alives hang while set.
-#[derive(Debug, Default)]
-struct HangKeepAlives {
-    hung: Mutex<bool>,
-    cond: Condvar,
-}
-
-impl Hook for HangKeepAlives {
-    fn before(&self, op: Op) {
-        if op == Op::KeepAlive {
-            let mut hung = self.hung.lock();
-            while *hung {
-                self.cond.wait(&mut hung);
-            }
-        }
-    }
-}
-
 /// In order: renewals (latency and margin within the lease), the acquisition and release of a
 /// lock, a lease lost behind the session's back (`lost` then the event), the close.
 #[test]
@@ -137,7 +109,7 @@ fn listener_is_told_everything_in_order() {
     let rec = Arc::new(Recorder::default());
     let backend = Arc::new(MemoryBackend::new());
     let session = Session::open(backend.clone(), options(rec.clone())).unwrap();
-    assert!(eventually(|| rec.heard().contains(&Heard::Renewed)), "no renewal told");
+    assert!(eventually(PATIENCE, || rec.heard().contains(&Heard::Renewed)), "no renewal told");
     let (latency, margin) = rec.margins.lock()[0];
     assert!(latency < Duration::from_secs(1) && margin <= Duration::from_secs(1) && margin > Duration::ZERO);
     let name = Name::new("listened").unwrap();
@@ -148,9 +120,9 @@ fn listener_is_told_everything_in_order() {
     let t2 = lost.token().unwrap();
     // The session deleted behind its back: the next keep-alive says expired, the lease is lost.
     backend.close_session(session.id()).unwrap();
-    assert!(eventually(|| session.state() != SessionState::Active), "the session did not end");
+    assert!(eventually(PATIENCE, || session.state() != SessionState::Active), "the session did not end");
     drop(lost);
-    assert!(eventually(|| rec.heard().iter().any(|h| matches!(h, Heard::Event(SessionEvent::Expired)))));
+    assert!(eventually(PATIENCE, || rec.heard().iter().any(|h| matches!(h, Heard::Event(SessionEvent::Expired)))));
     let heard: Vec<Heard> = rec.heard().into_iter().filter(|h| *h != Heard::Renewed).collect();
     let pos = |h: &Heard| heard.iter().position(|x| x == h).unwrap_or_else(|| panic!("{h:?} not told: {heard:?}"));
     let acquired1 = pos(&Heard::Acquired(name.clone(), t1));
@@ -173,7 +145,7 @@ fn listener_is_told_everything_in_order() {
 fn blocked_listener_never_delays_renewal_or_loss_detection() {
     let rec = Arc::new(Recorder::default());
     rec.block(true);
-    let hang = Forward::memory("hang", HangKeepAlives::default());
+    let hang = Forward::memory("hang", KeepAliveTrouble::default());
     let session = Session::open(hang.clone(), options(rec.clone())).unwrap();
     let lease = session.lock("blocked").unwrap();
     // Four lease durations of renewals with the listener blocked from its first call.
@@ -187,15 +159,14 @@ fn blocked_listener_never_delays_renewal_or_loss_detection() {
         drop(session.lock(format!("fill-{i}").as_str()).unwrap());
     }
     // Loss detection with the listener still blocked: keep-alives hang, the lease ends by its deadline.
-    *hang.hook.hung.lock() = true;
+    hang.hook.hang(true);
     let hung_at = Instant::now();
-    assert!(eventually(|| lease.token().is_err()), "the lease never failed while keep-alives hung");
+    assert!(eventually(PATIENCE, || lease.token().is_err()), "the lease never failed while keep-alives hung");
     assert!(hung_at.elapsed() < Duration::from_secs(3), "loss detection waited for the listener");
-    *hang.hook.hung.lock() = false;
-    hang.hook.cond.notify_all();
+    hang.hook.hang(false);
     rec.block(false);
     assert!(
-        eventually(|| rec.heard().iter().any(|h| matches!(h, Heard::Dropped(n) if *n > 0))),
+        eventually(PATIENCE, || rec.heard().iter().any(|h| matches!(h, Heard::Dropped(n) if *n > 0))),
         "the listener was never told of the dropped calls"
     );
 }

@@ -8,18 +8,19 @@
 mod support;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use metrics_util::debugging::DebuggingRecorder;
-use parking_lot::{Condvar, Mutex};
 use simba::backend::LeaseBackend;
-use simba::{Coordinator, ErrorKind, MemoryBackend, Session, SessionOptions, SessionState};
-use support::forward::{Forward, Hook, Op};
+use simba::{Coordinator, MemoryBackend, Session, SessionOptions, SessionState};
+use support::eventually;
+use support::forward::{Forward, KeepAliveTrouble};
 
 /// Every documented metric and its label keys.
+const PATIENCE: Duration = Duration::from_secs(20);
+
 const TABLE: &[(&str, &[&str])] = &[
     ("simba_renewal_latency_seconds", &["backend"]),
     ("simba_renewal_margin_seconds", &["backend"]),
@@ -46,40 +47,6 @@ fn options(lease: Duration) -> SessionOptions {
         .unwrap()
 }
 
-fn eventually(mut cond: impl FnMut() -> bool) -> bool {
-    let end = Instant::now() + Duration::from_secs(20);
-    while Instant::now() < end {
-        if cond() {
-            return true;
-        }
-        thread::sleep(Duration::from_millis(10));
-    }
-    false
-}
-
-/// Keep-alives fail (an error) while `fail` is set, and hang while `hang` is set.
-#[derive(Debug, Default)]
-struct Trouble {
-    fail: AtomicBool,
-    hang: Mutex<bool>,
-    cond: Condvar,
-}
-
-impl Hook for Trouble {
-    fn before(&self, op: Op) {
-        if op == Op::KeepAlive {
-            let mut hang = self.hang.lock();
-            while *hang {
-                self.cond.wait(&mut hang);
-            }
-        }
-    }
-    fn fail(&self, op: Op) -> Option<simba::Error> {
-        (op == Op::KeepAlive && self.fail.load(Ordering::SeqCst))
-            .then(|| simba::Error::new(ErrorKind::Unavailable, "the test's keep-alive fails"))
-    }
-}
-
 #[test]
 fn every_documented_metric_is_recorded_with_its_labels() {
     let recorder = DebuggingRecorder::new();
@@ -97,11 +64,11 @@ fn every_documented_metric_is_recorded_with_its_labels() {
         let b = b.clone();
         thread::spawn(move || b.lock("metered").map(drop))
     };
-    assert!(eventually(|| b.status().waiters.len() == 1));
+    assert!(eventually(PATIENCE, || b.status().waiters.len() == 1));
     held.release().unwrap();
     waiter.join().unwrap().unwrap();
     // A polled wake-up: a backend that does not push.
-    let polled = Forward::memory("polled", Trouble::default());
+    let polled = Forward::memory("polled", KeepAliveTrouble::default());
     let (c, d) = (
         Session::open(polled.clone(), options(Duration::from_secs(2))).unwrap(),
         Arc::new(Session::open(polled.clone(), options(Duration::from_secs(2))).unwrap()),
@@ -111,33 +78,31 @@ fn every_documented_metric_is_recorded_with_its_labels() {
         let d = d.clone();
         thread::spawn(move || d.lock("polled").map(drop))
     };
-    assert!(eventually(|| d.status().waiters.len() == 1));
+    assert!(eventually(PATIENCE, || d.status().waiters.len() == 1));
     held.release().unwrap();
     waiter.join().unwrap().unwrap();
     // A permit and a partition.
     let permit = a.semaphore("metered-sem", 1).unwrap().acquire().unwrap();
     let parts = a.partitions("metered-set", 1).unwrap();
-    assert!(eventually(|| parts.owned().len() == 1));
+    assert!(eventually(PATIENCE, || parts.owned().len() == 1));
     // Keep-alives that fail, then hang past the query timeout.
-    polled.hook.fail.store(true, Ordering::SeqCst);
-    assert!(eventually(|| c.status().consecutive_failures >= 1));
-    polled.hook.fail.store(false, Ordering::SeqCst);
-    *polled.hook.hang.lock() = true;
-    assert!(eventually(
-        || c.status().consecutive_failures >= 1 && c.status().last_error.is_some_and(|e| e.contains("did not answer"))
-    ));
-    *polled.hook.hang.lock() = false;
-    polled.hook.cond.notify_all();
+    polled.hook.fail(true);
+    assert!(eventually(PATIENCE, || c.status().consecutive_failures >= 1));
+    polled.hook.fail(false);
+    polled.hook.hang(true);
+    assert!(eventually(PATIENCE, || c.status().consecutive_failures >= 1
+        && c.status().last_error.is_some_and(|e| e.contains("did not answer"))));
+    polled.hook.hang(false);
     // A session expired behind its back: its lease lost.
     let lost = b.lock("lost").unwrap();
     memory.close_session(b.id()).unwrap();
-    assert!(eventually(|| b.state() == SessionState::Expired));
+    assert!(eventually(PATIENCE, || b.state() == SessionState::Expired));
     drop(lost);
     // A coordinator's replacement.
     let coordinator = Coordinator::start(memory.clone(), options(Duration::from_secs(2))).unwrap();
     let first = coordinator.session_id().unwrap();
     memory.close_session(&first).unwrap();
-    assert!(eventually(|| coordinator.status().replacements == 1));
+    assert!(eventually(PATIENCE, || coordinator.status().replacements == 1));
     coordinator.close().unwrap();
     drop((permit, parts));
 

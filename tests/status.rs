@@ -7,13 +7,13 @@ mod support;
 
 use std::sync::Arc;
 use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use parking_lot::{Condvar, Mutex};
 use simba::backend::LeaseBackend;
 use simba::status::{LeaseKind, RenewalOutcome, SessionStatus};
 use simba::{Coordinator, MemoryBackend, Session, SessionOptions, SessionState};
-use support::forward::{Forward, Hook, Op};
+use support::eventually;
+use support::forward::{Forward, KeepAliveTrouble};
 
 #[cfg(feature = "redis")]
 #[path = "support/real_backends.rs"]
@@ -30,42 +30,6 @@ fn options() -> SessionOptions {
         .unwrap()
 }
 
-fn eventually(mut cond: impl FnMut() -> bool) -> bool {
-    let end = Instant::now() + PATIENCE;
-    while Instant::now() < end {
-        if cond() {
-            return true;
-        }
-        thread::sleep(Duration::from_millis(10));
-    }
-    false
-}
-
-/// Keep-alives block while `hung` is set.
-#[derive(Debug, Default)]
-struct HangKeepAlives {
-    hung: Mutex<bool>,
-    cond: Condvar,
-}
-
-impl HangKeepAlives {
-    fn set(&self, hung: bool) {
-        *self.hung.lock() = hung;
-        self.cond.notify_all();
-    }
-}
-
-impl Hook for HangKeepAlives {
-    fn before(&self, op: Op) {
-        if op == Op::KeepAlive {
-            let mut hung = self.hung.lock();
-            while *hung {
-                self.cond.wait(&mut hung);
-            }
-        }
-    }
-}
-
 /// Everything a session holds appears in its status, named as what it is, with the token the
 /// handles hold; a thread blocked in `lock` is a waiter until it got the lease.
 fn everything_held_is_reported(backend: Arc<dyn LeaseBackend>) {
@@ -77,12 +41,12 @@ fn everything_held_is_reported(backend: Arc<dyn LeaseBackend>) {
     let permit = a.semaphore(format!("{prefix}-sem").as_str(), 2).unwrap().acquire().unwrap();
     let set = format!("{prefix}-set");
     let parts = a.partitions(set.as_str(), 2).unwrap();
-    assert!(eventually(|| parts.owned().len() == 2), "the partitions were not assigned");
+    assert!(eventually(PATIENCE, || parts.owned().len() == 2), "the partitions were not assigned");
     let group = format!("{prefix}-group");
     let membership = a.join(group.as_str()).unwrap();
     let election = a.campaign(format!("{prefix}-elect").as_str()).unwrap();
     let leading = election.wait_elected_timeout(PATIENCE).unwrap();
-    assert!(eventually(|| a.status().last_renewal.is_some()), "no renewal returned");
+    assert!(eventually(PATIENCE, || a.status().last_renewal.is_some()), "no renewal returned");
     let s = a.status();
     assert_eq!((&s.session, s.backend, s.state), (a.id(), a.backend_kind(), SessionState::Active));
     assert!(s.is_healthy(), "{s:#?}");
@@ -120,7 +84,7 @@ fn everything_held_is_reported(backend: Arc<dyn LeaseBackend>) {
         thread::spawn(move || b.lock(lock.as_str()).map(|l| l.token().unwrap()))
     };
     let waiting = |s: &SessionStatus| s.waiters.iter().any(|(n, c)| n.as_str() == lock && *c == 1);
-    assert!(eventually(|| waiting(&b.status())), "the blocked lock() is not a waiter: {:#?}", b.status());
+    assert!(eventually(PATIENCE, || waiting(&b.status())), "the blocked lock() is not a waiter: {:#?}", b.status());
     lease.release().unwrap();
     waiter.join().unwrap().unwrap();
     assert!(b.status().waiters.is_empty(), "{:#?}", b.status());
@@ -143,31 +107,36 @@ fn status_reports_everything_held_on_redis() {
 /// keep-alives count as failures with a reason, `is_healthy()` turns false while the session is
 /// still alive, and after the local deadline the session is expired with no margin.
 fn hung_renewal_is_visible(inner: Arc<dyn LeaseBackend>) {
-    let backend = Forward::inheriting(inner, HangKeepAlives::default());
+    let backend = Forward::inheriting(inner, KeepAliveTrouble::default());
     let session = Session::open(backend.clone(), options()).unwrap();
-    assert!(eventually(|| session.status().last_renewal.is_some()), "no renewal returned");
-    backend.hook.set(true);
-    assert!(eventually(|| session.status().renewal_in_flight.is_some()), "no keep-alive in flight while they hang");
+    assert!(eventually(PATIENCE, || session.status().last_renewal.is_some()), "no renewal returned");
+    backend.hook.hang(true);
+    assert!(
+        eventually(PATIENCE, || session.status().renewal_in_flight.is_some()),
+        "no keep-alive in flight while they hang"
+    );
     let first = session.status();
-    assert!(eventually(|| session.status().consecutive_failures >= 1), "abandoned keep-alives are not failures");
+    assert!(
+        eventually(PATIENCE, || session.status().consecutive_failures >= 1),
+        "abandoned keep-alives are not failures"
+    );
     let s = session.status();
     assert!(s.margin.is_some_and(|m| Some(m) < first.margin), "the margin did not shrink: {first:#?} then {s:#?}");
     let error = s.last_error.clone().expect("a reason for the failures");
     assert!(error.contains("did not answer within the query timeout"), "{error}");
-    let unhealthy = eventually(|| {
+    let unhealthy = eventually(PATIENCE, || {
         let s = session.status();
         !s.is_healthy() && s.state == SessionState::Active
     });
     assert!(unhealthy, "is_healthy() stayed true until the session ended");
     let failures = session.status().consecutive_failures;
-    assert!(eventually(
-        || session.status().consecutive_failures > failures || session.status().state != SessionState::Active
-    ));
-    assert!(eventually(|| session.status().state == SessionState::Expired), "the session did not expire");
+    assert!(eventually(PATIENCE, || session.status().consecutive_failures > failures
+        || session.status().state != SessionState::Active));
+    assert!(eventually(PATIENCE, || session.status().state == SessionState::Expired), "the session did not expire");
     let s = session.status();
     assert_eq!(s.margin, None);
     assert!(!s.is_healthy());
-    backend.hook.set(false);
+    backend.hook.hang(false);
 }
 
 #[test]
@@ -192,10 +161,10 @@ fn coordinator_status_counts_replacements() {
     assert!(s.is_healthy());
     let old = c.session_id().unwrap();
     backend.close_session(&old).unwrap();
-    assert!(eventually(|| c.status().replacements == 1), "no replacement counted: {:#?}", c.status());
+    assert!(eventually(PATIENCE, || c.status().replacements == 1), "no replacement counted: {:#?}", c.status());
     let s = c.status();
     assert!(s.last_gap.is_some());
-    assert!(eventually(|| c.status().session.is_some_and(|s| s.session != old)));
+    assert!(eventually(PATIENCE, || c.status().session.is_some_and(|s| s.session != old)));
     c.close().unwrap();
 }
 
@@ -209,7 +178,7 @@ fn statuses_serialize_to_the_versioned_json_schema() {
     let lease = session.lock("json-lock").unwrap();
     let permit = session.semaphore("json-sem", 1).unwrap().acquire().unwrap();
     let parts = session.partitions("json-set", 1).unwrap();
-    assert!(eventually(|| parts.owned().len() == 1));
+    assert!(eventually(PATIENCE, || parts.owned().len() == 1));
     let v = serde_json::to_value(session.status()).unwrap();
     assert_eq!(v["schema"], simba::status::json::SCHEMA);
     assert_eq!((v["state"].as_str(), v["healthy"].as_bool()), (Some("active"), Some(true)), "{v:#}");
@@ -275,7 +244,7 @@ fn partitions_status_reports_owned_and_draining() {
     let (a, b) = (Session::open(backend.clone(), options()).unwrap(), Session::open(backend, options()).unwrap());
     let forever = simba::partitions::PartitionOptions::default().drain(Duration::MAX);
     let pa = a.partitions_with("st-set", 2, forever).unwrap();
-    assert!(eventually(|| pa.owned().len() == 2));
+    assert!(eventually(PATIENCE, || pa.owned().len() == 2));
     let s = pa.status();
     assert_eq!((s.name.as_str(), s.count, s.members.len()), ("st-set", 2, 1));
     assert_eq!(
@@ -284,7 +253,7 @@ fn partitions_status_reports_owned_and_draining() {
     );
     assert!(s.owned.iter().all(|o| o.remaining.is_some() && o.revoking.is_none()));
     let _pb = b.partitions_with("st-set", 2, forever).unwrap();
-    assert!(eventually(|| pa.status().owned.iter().any(|o| o.revoking.is_some())), "no drain reported");
+    assert!(eventually(PATIENCE, || pa.status().owned.iter().any(|o| o.revoking.is_some())), "no drain reported");
     let s = pa.status();
     assert_eq!(s.members.len(), 2);
     assert!(s.generation >= 2, "{s:#?}");

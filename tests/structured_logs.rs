@@ -6,16 +6,17 @@
 mod support;
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use parking_lot::Mutex;
 use simba::backend::LeaseBackend;
 use simba::partitions::PartitionOptions;
-use simba::{ErrorKind, MemoryBackend, Session, SessionOptions, SessionState};
-use support::forward::{Forward, Hook, Op};
+use simba::{MemoryBackend, Session, SessionOptions, SessionState};
+use support::eventually;
+use support::forward::{Forward, KeepAliveTrouble};
+
+const PATIENCE: Duration = Duration::from_secs(20);
 
 /// A record: level, message and its key-value fields.
 type Line = (log::Level, String, BTreeMap<String, String>);
@@ -56,31 +57,9 @@ fn options() -> SessionOptions {
         .unwrap()
 }
 
-fn eventually(mut cond: impl FnMut() -> bool) -> bool {
-    let end = Instant::now() + Duration::from_secs(20);
-    while Instant::now() < end {
-        if cond() {
-            return true;
-        }
-        thread::sleep(Duration::from_millis(10));
-    }
-    false
-}
-
 /// The first captured line whose message contains `text` and that has every key of `keys`.
 fn line(text: &str, keys: &[&str]) -> Option<Line> {
     CAPTURE.0.lock().iter().find(|(_, m, f)| m.contains(text) && keys.iter().all(|k| f.contains_key(*k))).cloned()
-}
-
-#[derive(Debug, Default)]
-struct FailKeepAlives(AtomicBool);
-
-impl Hook for FailKeepAlives {
-    fn before(&self, _op: Op) {}
-    fn fail(&self, op: Op) -> Option<simba::Error> {
-        (op == Op::KeepAlive && self.0.load(Ordering::SeqCst))
-            .then(|| simba::Error::new(ErrorKind::Unavailable, "the test's keep-alive fails"))
-    }
 }
 
 #[test]
@@ -89,15 +68,15 @@ fn alert_lines_carry_their_key_values() {
         log::set_max_level(log::LevelFilter::Info);
     }
     // A renewal failure.
-    let failing = Forward::memory("failing", FailKeepAlives::default());
+    let failing = Forward::memory("failing", KeepAliveTrouble::default());
     let s = Session::open(failing.clone(), options()).unwrap();
-    failing.hook.0.store(true, Ordering::SeqCst);
-    let found = eventually(|| line("keep-alive failed", &["session", "error", "margin"]).is_some());
+    failing.hook.fail(true);
+    let found = eventually(PATIENCE, || line("keep-alive failed", &["session", "error", "margin"]).is_some());
     assert!(found, "no renewal-failure line with its fields: {:?}", CAPTURE.0.lock());
     let (level, _, f) = line("keep-alive failed", &["session"]).unwrap();
     assert_eq!((level, f["session"].as_str()), (log::Level::Warn, s.id().as_str()));
     assert!(f["error"].contains("the test's keep-alive fails"), "{f:?}");
-    failing.hook.0.store(false, Ordering::SeqCst);
+    failing.hook.fail(false);
 
     // A loss and an expiry: the session deleted behind its back.
     let memory = Arc::new(MemoryBackend::new());
@@ -105,8 +84,8 @@ fn alert_lines_carry_their_key_values() {
     let lease = session.lock("logged").unwrap();
     let token = lease.token().unwrap();
     memory.close_session(session.id()).unwrap();
-    assert!(eventually(|| session.state() == SessionState::Expired));
-    assert!(eventually(|| line("lost", &["lease", "token", "reason"]).is_some()));
+    assert!(eventually(PATIENCE, || session.state() == SessionState::Expired));
+    assert!(eventually(PATIENCE, || line("lost", &["lease", "token", "reason"]).is_some()));
     let (level, _, f) = line("lost", &["lease", "token", "reason"]).unwrap();
     assert_eq!(level, log::Level::Warn);
     assert_eq!(
@@ -121,9 +100,9 @@ fn alert_lines_carry_their_key_values() {
     let (a, b) = (Session::open(memory.clone(), options()).unwrap(), Session::open(memory, options()).unwrap());
     let quick = PartitionOptions::default().drain(Duration::from_millis(50));
     let pa = a.partitions_with("logged-set", 2, quick).unwrap();
-    assert!(eventually(|| pa.owned().len() == 2));
+    assert!(eventually(PATIENCE, || pa.owned().len() == 2));
     let pb = b.partitions_with("logged-set", 2, quick).unwrap();
-    assert!(eventually(|| pb.owned().len() == 1));
+    assert!(eventually(PATIENCE, || pb.owned().len() == 1));
     let keys = ["set", "partition", "token", "session", "generation"];
     for what in ["assigned", "revoking", "handed off"] {
         let (_, _, f) =

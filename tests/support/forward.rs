@@ -180,3 +180,40 @@ impl<H: Hook> LeaseBackend for Forward<H> {
         }
     }
 }
+
+/// A hook that makes keep-alives fail with an error ([`fail`](KeepAliveTrouble::fail)) or hang
+/// ([`hang`](KeepAliveTrouble::hang)) while told to; every other call goes through.
+#[derive(Debug, Default)]
+pub struct KeepAliveTrouble {
+    failing: std::sync::atomic::AtomicBool,
+    hung: std::sync::Mutex<bool>,
+    cond: std::sync::Condvar,
+}
+
+impl KeepAliveTrouble {
+    /// Keep-alives fail (`Unavailable`) from now on while `on`.
+    pub fn fail(&self, on: bool) {
+        self.failing.store(on, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Keep-alives hang from now on while `on` (a hung one returns once it is off again).
+    pub fn hang(&self, on: bool) {
+        *self.hung.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = on;
+        self.cond.notify_all();
+    }
+}
+
+impl Hook for KeepAliveTrouble {
+    fn before(&self, op: Op) {
+        if op == Op::KeepAlive {
+            let mut hung = self.hung.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            while *hung {
+                hung = self.cond.wait(hung).unwrap_or_else(std::sync::PoisonError::into_inner);
+            }
+        }
+    }
+    fn fail(&self, op: Op) -> Option<simba::Error> {
+        (op == Op::KeepAlive && self.failing.load(std::sync::atomic::Ordering::SeqCst))
+            .then(|| simba::Error::new(simba::ErrorKind::Unavailable, "the test's keep-alive fails"))
+    }
+}

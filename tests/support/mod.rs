@@ -25,6 +25,20 @@ pub mod sql;
 pub mod tls;
 pub mod zk;
 
+/// Polls `cond` every 10 ms until it holds or `within` passes; whether it held.
+pub fn eventually(within: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let end = std::time::Instant::now() + within;
+    loop {
+        if cond() {
+            return true;
+        }
+        if std::time::Instant::now() >= end {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
 /// The value of `var`, or `default`.
 pub fn env_or(var: &str, default: &str) -> String {
     std::env::var(var).ok().filter(|v| !v.is_empty()).unwrap_or_else(|| default.to_string())
