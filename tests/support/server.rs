@@ -23,6 +23,11 @@ impl ServerProcess {
         self.child = Some(child);
     }
 
+    /// True once the recorded process has exited (a server that failed to start).
+    pub fn exited(&mut self) -> bool {
+        self.child.as_mut().is_some_and(|c| matches!(c.try_wait(), Ok(Some(_))))
+    }
+
     /// Stops the process gracefully (SIGTERM) and waits for it.
     pub fn terminate(&mut self) {
         if let Some(mut c) = self.child.take() {

@@ -212,8 +212,36 @@ impl PrivateMariadb {
         m
     }
 
-    /// Starts (again) the server process.
+    /// Starts (again) the server process. A process that exits before it accepts connections
+    /// (e.g. on a loaded machine, the previous one's files not yet free) is started again, for up
+    /// to two minutes; the panic then shows the end of the server's own log.
     pub fn launch(&mut self) {
+        let addr = format!("127.0.0.1:{}", self.port);
+        let deadline = Instant::now() + Duration::from_secs(120);
+        loop {
+            self.spawn();
+            while std::net::TcpStream::connect(&addr).is_err() {
+                if self.proc.exited() || Instant::now() >= deadline {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            if std::net::TcpStream::connect(&addr).is_ok() {
+                return;
+            }
+            let log = std::fs::read_to_string(self.proc.dir.join("mariadbd.log")).unwrap_or_default();
+            let tail: Vec<&str> = log.lines().rev().take(15).collect();
+            assert!(
+                Instant::now() < deadline,
+                "private MariaDB at {addr} did not come up within 2 minutes; its log ends:\n{}",
+                tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+            );
+            std::thread::sleep(Duration::from_secs(1));
+        }
+    }
+
+    fn spawn(&mut self) {
+        let log = std::fs::File::create(self.proc.dir.join("mariadbd.log")).expect("mariadbd.log");
         let child = Command::new("mariadbd")
             .arg("--no-defaults")
             .arg("--user=mysql")
@@ -227,11 +255,10 @@ impl PrivateMariadb {
             .arg("--skip-log-bin")
             .args(&self.extra)
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stderr(Stdio::from(log))
             .spawn()
             .expect("mariadbd");
         self.proc.running(child);
-        wait_tcp(&format!("127.0.0.1:{}", self.port), Duration::from_secs(30));
     }
 
     /// Stops the server gracefully.
