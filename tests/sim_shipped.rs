@@ -173,6 +173,51 @@ fn watch_sees_join_finds_a_watch_that_never_delivers() {
     assert_finds(&sc, 0..FINDING_SEEDS * 3, Invariant::WatchSeesJoin);
 }
 
+/// `watch-sees-join`'s bound restarts at a `members` read that failed by an injected fault (the
+/// watcher got an error, not an answer), and only there: a join shown 14 s after it returned
+/// (the bound is four 3 s leases) passes when reads kept failing until 4 s before, and fails with
+/// the same history minus the failed reads. Seed 338 of the Cluster election sweep (session 22)
+/// had six failed reads in a row, each a `group_live` that listed the member and a `session_info`
+/// of it that failed: the checker reported a watch that was never given a read.
+#[test]
+fn watch_sees_join_waits_out_failed_reads() {
+    use simba::sim::{check, Record, WatchStep};
+    const S: u64 = 1_000_000_000;
+    let g = simba::Name::new("G").expect("a valid name");
+    let watch =
+        |t: u64, what: WatchStep| Record { t, event: Event::Watch { client: 0, watch: 1, group: g.clone(), what } };
+    let read = |t: u64, members: Vec<u32>| Record {
+        t,
+        event: Event::MembersRead { node: 0, b: t, client: u8::MAX, group: g.clone(), members },
+    };
+    let mut history = vec![
+        Record { t: 0, event: Event::Opened { node: 0, b: 0, sess: 1, until: 1_000 * S } },
+        watch(0, WatchStep::Started { sess: None }),
+        read(S / 4, vec![]),
+        watch(S / 2, WatchStep::Change { members: vec![], joined: vec![], left: vec![] }),
+        Record { t: S, event: Event::Joined { node: 0, b: S, sess: 1, group: g.clone() } },
+        Record { t: S, event: Event::JoinReturned { client: 128, sess: 1, group: g.clone() } },
+    ];
+    let failed: Vec<Record> =
+        (1..=5).map(|i| Record { t: S + i * 2 * S, event: Event::MembersReadFailed { group: g.clone() } }).collect();
+    let seen = [
+        read(15 * S - S / 4, vec![1]),
+        watch(15 * S, WatchStep::Change { members: vec![1], joined: vec![1], left: vec![] }),
+    ];
+    let mut with_failures = history.clone();
+    with_failures.extend(failed);
+    with_failures.extend(seen.clone());
+    let v = check(&with_failures, 3 * S);
+    assert!(v.is_empty(), "the join shown 4 s after the last failed read: {v:?}");
+    history.extend(seen);
+    let v = check(&history, 3 * S);
+    assert_eq!(
+        v.iter().map(|v| v.invariant).collect::<Vec<_>>(),
+        [Invariant::WatchSeesJoin],
+        "the join shown after 14 s with no read failed: {v:?}"
+    );
+}
+
 /// `no-spurious-loss` sees a valid term reported lost: with keep-alive replies that leave out
 /// the first term they list on a quarter of the replies while the backend renewed it
 /// (`Scenario::with_owned_omitted`, in the backend layer: what finding 1 of issue #36, a Redis

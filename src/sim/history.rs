@@ -289,6 +289,13 @@ pub enum Event {
         /// Session labels the read listed (sorted).
         members: Vec<u32>,
     },
+    /// A `members(group)` read failed by an injected fault (a call of it failed, stalled past
+    /// the deadline, lost its reply, or was partitioned away): its caller got an error, not an
+    /// answer.
+    MembersReadFailed {
+        /// Group.
+        group: Name,
+    },
     /// The backend evaluated a `members(group)` read and returned these sessions.
     MembersRead {
         /// Node.

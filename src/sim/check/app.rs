@@ -141,6 +141,18 @@ impl Checker {
                     }
                 }
             }
+            Event::MembersReadFailed { group } => {
+                // The watcher got an error instead of a read (an injected fault): every join it
+                // has not shown yet gets its chance again. A watcher that stops reading after an
+                // error still runs out of time, as no read restarts it again.
+                let due = self.app.due(t);
+                let watches = &self.app.watches;
+                for ((w, _), p) in self.app.pending.iter_mut() {
+                    if watches.get(w).is_some_and(|x| &x.group == group) {
+                        p.due = p.due.max(due);
+                    }
+                }
+            }
             Event::Left { sess, group, .. } => {
                 self.app.left_at.insert((group.clone(), *sess), t);
                 self.membership_ended(group, *sess);

@@ -797,7 +797,11 @@ impl LeaseBackend for SimBackend {
             }
             Ok(r)
         });
-        if r.is_ok() && crate::sync::now().saturating_duration_since(started) >= self.query_timeout {
+        if r.is_err() {
+            // An injected fault: the watcher's chance to show a join starts again.
+            let mut h = self.hist.lock();
+            self.hist.push(&mut h, Event::MembersReadFailed { group: group.clone() });
+        } else if crate::sync::now().saturating_duration_since(started) >= self.query_timeout {
             // Its caller gave up on it (the checker's `watch-sees-join` bound restarts here).
             let mut h = self.hist.lock();
             self.hist.push(&mut h, Event::MembersReplyLate { group: group.clone(), members: listed.take() });

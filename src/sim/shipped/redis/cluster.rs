@@ -253,49 +253,20 @@ impl SimCluster {
         }
     }
 
-    fn timed_out(&self, script: &LuaScript, what: &str) -> Error {
-        Error::new(ErrorKind::Unavailable, format!("redis script {} (simulated): {what}", script.name()))
-    }
-}
-
-impl RedisScripting for SimCluster {
-    fn is_clustered(&self) -> bool {
-        true
-    }
-
-    fn group_by_node(&self, slots: &[u16], _deadline: Instant) -> Vec<Vec<usize>> {
-        let mut groups: Vec<(usize, Vec<usize>)> = Vec::new();
-        for (i, slot) in slots.iter().enumerate() {
-            let node = node_of_slot(*slot);
-            match groups.iter_mut().find(|(n, _)| *n == node) {
-                Some((_, g)) => g.push(i),
-                None => groups.push((node, vec![i])),
-            }
-        }
-        groups.into_iter().map(|(_, g)| g).collect()
-    }
-
-    fn eval(&self, script: &LuaScript, keys: &[String], args: &[String], deadline: Instant) -> Result<Value> {
-        let Some(first) = keys.first() else {
-            return Err(Error::backend(format!("redis cluster: script {} called without keys", script.name())));
-        };
-        let slot = slot_of(first.as_bytes());
-        if let Some(other) = keys.iter().find(|k| slot_of(k.as_bytes()) != slot) {
-            return Err(Error::backend(format!(
-                "redis cluster: CROSSSLOT script {} would span slots ({first} and {other})",
-                script.name()
-            )));
-        }
-        let node = node_of_slot(slot);
+    /// `eval` once its fate is drawn.
+    #[allow(clippy::too_many_arguments)]
+    fn eval_with(
+        &self,
+        fate: Fate,
+        node: usize,
+        script: &LuaScript,
+        keys: &[String],
+        args: &[String],
+        deadline: Instant,
+        t0: u64,
+        end: u64,
+    ) -> Result<Value> {
         let which = (script.name(), script.code());
-        let fate = self.draw(node);
-        // The call's start and its caller's deadline (real ns): a fault spans the call from its
-        // start, and one that makes the caller wait is over for it at the deadline.
-        let (t0, end) = (self.hist.t(), ns(deadline.saturating_duration_since(self.hist.base)));
-        if !matches!(fate, Fate::Complete | Fate::Stall | Fate::SlowReply) {
-            // The caller sees no reply: a read it was making fails.
-            self.reads.lock().remove(&thread::current().id());
-        }
         match fate {
             Fate::Complete => {
                 let r = {
@@ -383,6 +354,64 @@ impl RedisScripting for SimCluster {
                 Err(self.timed_out(script, "no reply by the deadline (the script lands later)"))
             }
         }
+    }
+
+    fn timed_out(&self, script: &LuaScript, what: &str) -> Error {
+        Error::new(ErrorKind::Unavailable, format!("redis script {} (simulated): {what}", script.name()))
+    }
+}
+
+impl RedisScripting for SimCluster {
+    fn is_clustered(&self) -> bool {
+        true
+    }
+
+    fn group_by_node(&self, slots: &[u16], _deadline: Instant) -> Vec<Vec<usize>> {
+        let mut groups: Vec<(usize, Vec<usize>)> = Vec::new();
+        for (i, slot) in slots.iter().enumerate() {
+            let node = node_of_slot(*slot);
+            match groups.iter_mut().find(|(n, _)| *n == node) {
+                Some((_, g)) => g.push(i),
+                None => groups.push((node, vec![i])),
+            }
+        }
+        groups.into_iter().map(|(_, g)| g).collect()
+    }
+
+    fn eval(&self, script: &LuaScript, keys: &[String], args: &[String], deadline: Instant) -> Result<Value> {
+        let Some(first) = keys.first() else {
+            return Err(Error::backend(format!("redis cluster: script {} called without keys", script.name())));
+        };
+        let slot = slot_of(first.as_bytes());
+        if let Some(other) = keys.iter().find(|k| slot_of(k.as_bytes()) != slot) {
+            return Err(Error::backend(format!(
+                "redis cluster: CROSSSLOT script {} would span slots ({first} and {other})",
+                script.name()
+            )));
+        }
+        let node = node_of_slot(slot);
+        let fate = self.draw(node);
+        // The call's start and its caller's deadline (real ns): a fault spans the call from its
+        // start, and one that makes the caller wait is over for it at the deadline.
+        let (t0, end) = (self.hist.t(), ns(deadline.saturating_duration_since(self.hist.base)));
+        // The caller sees no reply: a `members` read it was making (from its `group_live` on)
+        // fails, recorded once the caller has its error.
+        let failed_read = if matches!(fate, Fate::Complete | Fate::Stall | Fate::SlowReply) {
+            None
+        } else {
+            let pending = self.reads.lock().remove(&thread::current().id());
+            match pending {
+                Some(p) => Some(p.group().clone()),
+                None if script.name() == "group_live" => record::group_of(first),
+                None => None,
+            }
+        };
+        let r = self.eval_with(fate, node, script, keys, args, deadline, t0, end);
+        if let Some(group) = failed_read {
+            let mut h = self.hist.lock();
+            self.hist.push(&mut h, Event::MembersReadFailed { group });
+        }
+        r
     }
 
     fn eval_each<'a>(

@@ -31,6 +31,18 @@ pub(crate) struct PendingRead {
     alive: Vec<u32>,
 }
 
+impl PendingRead {
+    /// The group being read.
+    pub(crate) fn group(&self) -> &Name {
+        &self.group
+    }
+}
+
+/// The group a `group_live` call on `key` reads.
+pub(crate) fn group_of(key: &str) -> Option<Name> {
+    tagged(key, "simba:group:{").and_then(|g| Name::new(g).ok())
+}
+
 /// Follows the `members` read of the calling thread: after a `group_live` whose reply reached the
 /// caller, each `session_info` of its members in order; once the last one returned (or at once,
 /// with no member) records the backend's answer as a [`COMPOSITE_READ`]. `pending` is this
@@ -52,8 +64,7 @@ pub(crate) fn follow_read(
     };
     let mut read = match (script, pending.take()) {
         ("group_live", _) => {
-            let Some(group) = keys.first().and_then(|k| tagged(k, "simba:group:{")).and_then(|g| Name::new(g).ok())
-            else {
+            let Some(group) = keys.first().and_then(|k| group_of(k)) else {
                 return;
             };
             PendingRead { group, node, sids: items.iter().filter_map(bulk).collect(), alive: Vec::new() }
