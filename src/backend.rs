@@ -13,6 +13,10 @@ use crossbeam_channel::Sender;
 use crate::error::{Error, ErrorKind, Result};
 use crate::types::{Name, SessionId, Token};
 
+mod listing;
+
+pub use listing::{ListRequest, ListedGroup, ListedLease, ListedSession, Listing, Truncated, MAX_LIST_LIMIT};
+
 /// A session created by [`LeaseBackend::open_session`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SessionGrant {
@@ -421,6 +425,31 @@ pub trait LeaseBackend: Send + Sync + fmt::Debug + 'static {
     /// `Unavailable`/`Backend`.
     fn purge_expired(&self) -> Result<usize> {
         Ok(0)
+    }
+
+    /// What the backend holds right now, for operators (`simba status`): held leases and groups
+    /// with live members whose names start with the request's prefix, and live sessions, with
+    /// holders, tokens, members, metadata and time left by the backend's clock; at most the
+    /// request's limit of each, saying which sections were cut ([`Listing::finish`] does the
+    /// sorting and cutting for an implementation that gathers `limit + 1` of each).
+    ///
+    /// Bounded: never a full scan without a cap, and never on a hot path (no session calls it).
+    /// Each backend documents what it reads and at what cost (docs/observability.md). A snapshot,
+    /// not a transaction: an entry may change while the listing is read.
+    ///
+    /// The default (for backends that cannot list) fails with `Unsupported`.
+    ///
+    /// # Errors
+    /// `Unavailable`/`Backend`; `Unsupported` from the default.
+    fn list(&self, request: &ListRequest) -> Result<Listing> {
+        let _ = request;
+        Err(Error::new(
+            ErrorKind::Unsupported,
+            format!(
+                "the {} backend cannot list what it holds (LeaseBackend::list is not implemented for it)",
+                self.kind()
+            ),
+        ))
     }
 
     /// Operational checks: reachability, schema, eviction policy, ACLs, clock. Never fails: a

@@ -13,8 +13,8 @@ use crossbeam_channel::Sender;
 use parking_lot::Mutex;
 
 use crate::backend::{
-    Acquire, Capabilities, CheckItem, CheckStatus, Holder, KeepAlive, LeaseBackend, Member, Notification, SessionGrant,
-    Topic,
+    Acquire, Capabilities, CheckItem, CheckStatus, Holder, KeepAlive, LeaseBackend, ListRequest, ListedGroup,
+    ListedLease, ListedSession, Listing, Member, Notification, SessionGrant, Topic,
 };
 use crate::error::{Error, Result};
 use crate::types::{Name, SessionId, Token};
@@ -112,6 +112,27 @@ impl State {
             }
             out.push(Notification::MembersChanged(group));
         }
+    }
+
+    /// The live holder of `name` (the state is swept: a session in it is live).
+    fn holder(&self, name: &Name, now: Duration) -> Result<Option<Holder>> {
+        let Some(l) = self.leases.get(name) else { return Ok(None) };
+        let Some(sid) = &l.session else { return Ok(None) };
+        let Some(s) = self.sessions.get(sid) else { return Ok(None) };
+        let token = Token::new(l.token).ok_or_else(|| Error::backend("memory token is 0"))?;
+        Ok(Some(Holder {
+            session: sid.clone(),
+            token,
+            remaining: s.expires.saturating_sub(now),
+            metadata: s.metadata.clone(),
+        }))
+    }
+
+    /// The members of `group` (live: the state is swept), by session id.
+    fn members<'a>(&'a self, group: &Name) -> impl Iterator<Item = Member> + 'a {
+        self.groups.get(group).into_iter().flatten().filter_map(|sid| {
+            self.sessions.get(sid).map(|s| Member { session: sid.clone(), metadata: s.metadata.clone() })
+        })
     }
 
     fn remaining(&self, sid: &SessionId, now: Duration) -> Option<Duration> {
@@ -279,18 +300,7 @@ impl LeaseBackend for MemoryBackend {
     }
 
     fn holder(&self, name: &Name) -> Result<Option<Holder>> {
-        self.with_state(|st, now, _| {
-            let Some(l) = st.leases.get(name) else { return Ok(None) };
-            let Some(sid) = &l.session else { return Ok(None) };
-            let Some(s) = st.sessions.get(sid) else { return Ok(None) };
-            let token = Token::new(l.token).ok_or_else(|| Error::backend("memory token is 0"))?;
-            Ok(Some(Holder {
-                session: sid.clone(),
-                token,
-                remaining: s.expires.saturating_sub(now),
-                metadata: s.metadata.clone(),
-            }))
-        })
+        self.with_state(|st, now, _| st.holder(name, now))
     }
 
     fn join(&self, session: &SessionId, group: &Name) -> Result<()> {
@@ -322,14 +332,7 @@ impl LeaseBackend for MemoryBackend {
     }
 
     fn members(&self, group: &Name) -> Result<Vec<Member>> {
-        self.with_state(|st, _, _| {
-            let Some(g) = st.groups.get(group) else { return Ok(Vec::new()) };
-            Ok(g.iter()
-                .filter_map(|sid| {
-                    st.sessions.get(sid).map(|s| Member { session: sid.clone(), metadata: s.metadata.clone() })
-                })
-                .collect())
-        })
+        self.with_state(|st, _, _| Ok(st.members(group).collect()))
     }
 
     fn semaphore_limit(&self, name: &Name, permits: Option<u32>) -> Result<Option<u32>> {
@@ -371,6 +374,36 @@ impl LeaseBackend for MemoryBackend {
     fn purge_expired(&self) -> Result<usize> {
         // Sweeping happens on every call; report what this call's sweep removed.
         self.with_swept_state(|_, _, _, swept| Ok(swept))
+    }
+
+    /// Reads the whole in-process state under its lock: O(leases + groups + sessions), no I/O.
+    fn list(&self, request: &ListRequest) -> Result<Listing> {
+        self.with_state(|st, now, _| {
+            let take = request.limit().saturating_add(1);
+            let mut leases = Vec::new();
+            for name in st.leases.keys().filter(|n| request.matches(n.as_str())) {
+                if let Some(holder) = st.holder(name, now)? {
+                    leases.push(ListedLease { name: name.clone(), holder });
+                }
+            }
+            let groups = st
+                .groups
+                .keys()
+                .filter(|n| request.matches(n.as_str()))
+                .map(|name| ListedGroup { name: name.clone(), members: st.members(name).take(take).collect() })
+                .filter(|g| !g.members.is_empty())
+                .collect();
+            let sessions = st
+                .sessions
+                .iter()
+                .map(|(id, s)| ListedSession {
+                    id: id.clone(),
+                    remaining: s.expires.saturating_sub(now),
+                    metadata: s.metadata.clone(),
+                })
+                .collect();
+            Ok(Listing { leases, groups, sessions, ..Listing::default() }.finish(request))
+        })
     }
 
     fn check(&self) -> Vec<CheckItem> {

@@ -18,8 +18,8 @@ use std::time::Duration;
 use crossbeam_channel::Sender;
 
 use crate::backend::{
-    Acquire, Capabilities, CheckItem, CheckStatus, Holder, KeepAlive, LeaseBackend, Member, Notification, SessionGrant,
-    Topic,
+    Acquire, Capabilities, CheckItem, CheckStatus, Holder, KeepAlive, LeaseBackend, ListRequest, Listing, Member,
+    Notification, SessionGrant, Topic,
 };
 use crate::error::{Error, Result};
 use crate::observe;
@@ -108,6 +108,9 @@ impl LeaseBackend for Guarded {
     }
     fn purge_expired(&self) -> Result<usize> {
         self.call("purge_expired", |b| b.purge_expired())
+    }
+    fn list(&self, request: &ListRequest) -> Result<Listing> {
+        self.call("list", |b| b.list(request))
     }
     fn check(&self) -> Vec<CheckItem> {
         catch_unwind(AssertUnwindSafe(|| self.0.check())).unwrap_or_else(|payload| {

@@ -18,7 +18,7 @@
 //! with generous margins, asserting causality and order rather than tight timings.
 //!
 //! The cases live in one module per area (`spi`, `groups`, `locks`, `elections`, `recovery`,
-//! `semaphores`, `partitions`) and are registered in **one list** (the `__tck_case_list!` macro below), from
+//! `semaphores`, `partitions`, `listing`) and are registered in **one list** (the `__tck_case_list!` macro below), from
 //! which both [`cases`] and the `#[test]`s of [`tck_suite!`](crate::tck_suite) are generated. A
 //! case function is private to its area and the kit denies dead code, so a case that is written
 //! but not listed does not compile. A case that depends on a [`Capability`] is given what the
@@ -28,6 +28,7 @@
 
 mod elections;
 mod groups;
+mod listing;
 mod locks;
 mod partitions;
 mod recovery;
@@ -428,6 +429,10 @@ macro_rules! __tck_case_list {
                 max_per_member_leaves_the_rest_unowned,
                 settle_period_damps_flapping,
                 partition_handoff_is_pushed(PushRelease),
+            }
+            listing {
+                listing_matches_the_model,
+                listing_is_capped_and_says_so,
             }
         }
     };
