@@ -77,10 +77,17 @@ fn assert_finds(sc: &Scenario, seeds: Range<u64>, invariant: Invariant) -> u64 {
 }
 
 /// Like [`assert_finds`], the failing seed may also violate the invariants of `also` (the same
-/// broken property seen from another side), but must violate `invariant`.
+/// broken property seen from another side), but must violate `invariant`; a seed that fails only
+/// on `also` is passed over (seen in session 23: with `PartitionOwnersIgnored`, seed 6 left
+/// partitions unowned without moving one between members that stayed).
 fn assert_finds_among(sc: &Scenario, seeds: Range<u64>, invariant: Invariant, also: &[Invariant]) -> u64 {
     let started = Instant::now();
-    let Some(o) = seeds.clone().map(|seed| shipped::run(seed, sc)).find(|o| !o.clean()) else {
+    // The first seed that fails on `invariant` or on anything outside `also` (a seed that fails
+    // only on what `also` allows is a side effect of the same bug, and the search goes on).
+    let telling = |o: &shipped::Outcome| {
+        o.panic.is_some() || o.violations.iter().any(|v| v.invariant == invariant || !also.contains(&v.invariant))
+    };
+    let Some(o) = seeds.clone().map(|seed| shipped::run(seed, sc)).find(|o| !o.clean() && telling(o)) else {
         panic!("[{}] re-introduced, yet seeds {seeds:?} found nothing", sc.name)
     };
     println!(
