@@ -195,6 +195,51 @@ mod tests {
         assert!(ListRequest::new("", MAX_LIST_LIMIT + 1).is_err());
     }
 
+    /// A backend written before `list` existed: every required method, nothing else.
+    #[derive(Debug)]
+    struct NoList(crate::backends::memory::MemoryBackend);
+
+    impl crate::backend::LeaseBackend for NoList {
+        fn kind(&self) -> &'static str {
+            "old"
+        }
+        fn open_session(&self, d: Duration, m: &str) -> Result<crate::backend::SessionGrant> {
+            self.0.open_session(d, m)
+        }
+        fn keep_alive(&self, s: &SessionId, d: Duration) -> Result<crate::backend::KeepAlive> {
+            self.0.keep_alive(s, d)
+        }
+        fn close_session(&self, s: &SessionId) -> Result<()> {
+            self.0.close_session(s)
+        }
+        fn acquire(&self, s: &SessionId, n: &Name) -> Result<crate::backend::Acquire> {
+            self.0.acquire(s, n)
+        }
+        fn release(&self, s: &SessionId, n: &Name, t: crate::types::Token) -> Result<()> {
+            self.0.release(s, n, t)
+        }
+        fn holder(&self, n: &Name) -> Result<Option<Holder>> {
+            self.0.holder(n)
+        }
+        fn join(&self, s: &SessionId, g: &Name) -> Result<()> {
+            self.0.join(s, g)
+        }
+        fn leave(&self, s: &SessionId, g: &Name) -> Result<()> {
+            self.0.leave(s, g)
+        }
+        fn members(&self, g: &Name) -> Result<Vec<Member>> {
+            self.0.members(g)
+        }
+    }
+
+    #[test]
+    fn a_backend_without_list_says_so() {
+        use crate::backend::LeaseBackend;
+        let e = NoList(Default::default()).list(&ListRequest::new("", 1).unwrap()).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Unsupported);
+        assert!(e.to_string().contains("the old backend cannot list what it holds"), "{e}");
+    }
+
     #[test]
     fn upper_bound_is_above_every_name_with_the_prefix() {
         let r = |p: &str| ListRequest::new(p, 1).unwrap();

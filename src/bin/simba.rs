@@ -11,6 +11,8 @@ mod hold;
 mod inspect;
 #[path = "simba/out.rs"]
 mod out;
+#[path = "simba/status.rs"]
+mod status;
 #[path = "simba/supervise.rs"]
 mod supervise;
 #[path = "simba/wait.rs"]
@@ -125,6 +127,9 @@ enum Cmd {
     Purge,
     /// Check the backend: reachability, schema, eviction policy, ACLs, clock
     Check,
+    /// Show what is held on the backend right now: locks and leaders, semaphores, partition sets,
+    /// groups and live sessions, with holders, tokens and time left
+    Status(status::StatusArgs),
     /// Fencing on the resource side: check a token against a PostgreSQL/MySQL/Redis fence
     Fence {
         #[command(subcommand)]
@@ -328,6 +333,7 @@ fn command_name(cmd: &Cmd) -> &'static str {
         Cmd::Schema { .. } => "schema",
         Cmd::Purge => "purge",
         Cmd::Check => "check",
+        Cmd::Status(_) => "status",
         Cmd::Fence { .. } => "fence",
     }
 }
@@ -413,6 +419,7 @@ fn run(cli: &Cli, out: &Out, signals: &Signals) -> Result<u8, Fail> {
         Cmd::Schema { action: SchemaAction::Apply } => inspect::schema_apply(&config, out),
         Cmd::Purge => inspect::purge(&config, out),
         Cmd::Check => inspect::check(&config, out),
+        Cmd::Status(a) => status::status(&config, out, a),
         Cmd::Fence { action } => fence::run(&config, cli, out, action),
     }
 }

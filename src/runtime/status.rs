@@ -49,13 +49,15 @@ impl Renewals {
     }
 }
 
+/// Why renewals fail when none returned an error: they were abandoned at the query timeout.
+fn abandoned_message(query_timeout: std::time::Duration) -> String {
+    format!("keep-alives did not answer within the query timeout ({})", humantime::format_duration(query_timeout))
+}
+
 impl Renewals {
     /// The keep-alive in flight was abandoned at the query timeout: the failures' cause now.
     pub(super) fn abandoned(&mut self, query_timeout: std::time::Duration) {
-        self.failing = Some(format!(
-            "keep-alives did not answer within the query timeout ({})",
-            humantime::format_duration(query_timeout)
-        ));
+        self.failing = Some(abandoned_message(query_timeout));
     }
 
     /// Why keep-alives fail, while they fail.
@@ -122,14 +124,8 @@ impl SessionInner {
                 outcome,
             });
             // Failures without a returned error are keep-alives abandoned at the query timeout.
-            let error = r.failing.clone().or_else(|| {
-                (failures > 0).then(|| {
-                    format!(
-                        "keep-alives did not answer within the query timeout ({})",
-                        humantime::format_duration(self.timing.query_timeout)
-                    )
-                })
-            });
+            let error =
+                r.failing.clone().or_else(|| (failures > 0).then(|| abandoned_message(self.timing.query_timeout)));
             (last, error)
         };
         let mut waiters: Vec<(Name, u32)> = self.waiters.lock().iter().map(|(n, c)| (n.clone(), *c)).collect();

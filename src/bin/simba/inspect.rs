@@ -1,4 +1,5 @@
-//! The commands that only look or administer: `leader`, `holders`, `members`, `schema`, `purge`, `check`.
+//! The commands that only look or administer: `leader`, `holders`, `members`, `schema`, `purge`, `check`
+//! (and `status`, in `status.rs`).
 
 use std::net::{TcpStream, ToSocketAddrs};
 use std::sync::Arc;
@@ -13,7 +14,7 @@ use crate::out::{code, Fail, Out};
 use crate::Dialect;
 
 /// A bounded backend call without a session: the backend bounds its own calls by the query timeout.
-fn backend_only(config: &Config) -> Result<Arc<dyn LeaseBackend>, Fail> {
+pub fn backend_only(config: &Config) -> Result<Arc<dyn LeaseBackend>, Fail> {
     config.connect().map_err(|e| unreachable(config, e))
 }
 
@@ -96,24 +97,24 @@ fn describe(h: &Holder) -> String {
 
 /// A name's counted leases, as `holders` lists them: a semaphore's slots or a partition set's
 /// partitions (each an ordinary lease with a reserved name; the count stored on first use).
-struct Counted {
+pub struct Counted {
     /// What the name names.
     what: &'static str,
     /// One of the leases: "slot", "partition".
-    one: &'static str,
+    pub one: &'static str,
     /// The count's JSON key and human word: "permits", "partitions".
-    count_key: &'static str,
+    pub count_key: &'static str,
     /// The list's JSON key and what its members do: ("holders", "held"), ("owners", "owned").
-    list_key: &'static str,
+    pub list_key: &'static str,
     verb: &'static str,
     max: u32,
     /// Where the count is stored for a name.
-    stored_under: fn(&str) -> simba::Result<simba::Name>,
+    pub stored_under: fn(&str) -> simba::Result<simba::Name>,
     /// The lease name of one slot or partition.
     lease: fn(&str, u32) -> simba::Result<simba::Name>,
 }
 
-const SEMAPHORE: Counted = Counted {
+pub const SEMAPHORE: Counted = Counted {
     what: "semaphore",
     one: "slot",
     count_key: "permits",
@@ -124,7 +125,7 @@ const SEMAPHORE: Counted = Counted {
     lease: |name, i| simba::semaphore::fence_resource(name, i),
 };
 
-const PARTITION_SET: Counted = Counted {
+pub const PARTITION_SET: Counted = Counted {
     what: "partition set",
     one: "partition",
     count_key: "partitions",
