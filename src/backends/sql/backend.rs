@@ -3,6 +3,7 @@
 
 use super::driver::{Driver, RawAcquire};
 use super::*;
+use crate::backend::{ListRequest, Listing};
 
 ///
 /// Construction does no I/O: connections are opened on demand (at most
@@ -228,7 +229,7 @@ impl SqlBackend {
     }
 
     /// Remaining `ms` as a duration, capped at the session's lease duration when this process knows it.
-    fn remaining(&self, session: Option<&SessionId>, ms: i64) -> Duration {
+    pub(super) fn remaining(&self, session: Option<&SessionId>, ms: i64) -> Duration {
         let d = Duration::from_millis(u64::try_from(ms).unwrap_or(0));
         match session.and_then(|s| self.inner.leases.lock().get(s).copied()) {
             Some(lease) => d.min(lease),
@@ -269,7 +270,7 @@ impl SqlBackend {
         }
     }
 
-    fn parse_session(&self, s: &str) -> Result<SessionId> {
+    pub(super) fn parse_session(&self, s: &str) -> Result<SessionId> {
         SessionId::parse(s.trim_end()).map_err(|e| {
             Error::backend(format!("{}: corrupt session id in the database", self.inner.dialect)).with_source(e)
         })
@@ -426,6 +427,34 @@ impl LeaseBackend for SqlBackend {
         }
         out.sort();
         Ok(out)
+    }
+
+    /// Three `SELECT`s on one pooled connection, one after the other: three round trips (three
+    /// more the first time a connection prepares them), within the query timeout like every call
+    /// (the server's statement limit just under it). Each reads its primary key's range in key
+    /// order (`name >= prefix and name < upper bound`, never `LIKE`: `_` is a name character)
+    /// and returns at most `limit + 1` rows, never more, so the client holds at most that many of
+    /// each section (`limit + 1` groups of at most `limit + 1` members):
+    /// - held leases (`list-leases.sql`): `simba_lease` from the prefix on, each holder's session
+    ///   looked up by its primary key; stops at the `limit + 1`-th live holder, and in any case
+    ///   after 10,001 lease rows, free ones and those of expired holders included (lease rows are
+    ///   never deleted);
+    /// - groups (`list-members.sql`): the live `simba_member` rows of the range, stopping after
+    ///   10,001 of them, numbered by window functions to cap the groups and each group's members;
+    /// - sessions (`list-sessions.sql`): live `simba_session` rows by id, `LIMIT limit + 1` (the
+    ///   expired rows it skips are deleted by the purge).
+    ///
+    /// With a million lease or membership rows under the prefix a statement still reads at most
+    /// 10,001 rows (about 0.1 s on PostgreSQL 15, 0.1 to 0.35 s on MariaDB 10.11, measured with a
+    /// million rows); when a scan stopped there before the range's end, the section says
+    /// `truncated` and what follows is not listed: narrow the prefix. The statements run as
+    /// separate autocommit statements, not in one transaction: the SPI promises a snapshot per
+    /// entry, not across sections, and a read-only transaction would add two round trips and
+    /// hold a snapshot open (PostgreSQL's xmin horizon, InnoDB's purge) on a busy server for
+    /// nothing the caller can rely on. Liveness is judged as by `holder`/`members`: by each
+    /// statement's own database clock (`expires_at` > now in ms), and time left comes from it.
+    fn list(&self, request: &ListRequest) -> Result<Listing> {
+        self.list_within(request, &ListBounds::new(request))
     }
 
     fn call_bound(&self) -> Option<Duration> {
