@@ -215,3 +215,6 @@ mod prop_tests;
 
 #[cfg(all(test, any(feature = "postgres", feature = "mysql")))]
 mod purge_tests;
+
+#[cfg(all(test, any(feature = "postgres", feature = "mysql")))]
+mod listing_tests;
