@@ -60,34 +60,45 @@ pub(crate) struct RawListing {
     pub(crate) members_cut: bool,
     /// `(session id, remaining ms, metadata)` of the live sessions, by id.
     pub(crate) sessions: Vec<(String, i64, String)>,
+    /// The session scan stopped at its budget: live sessions after it are not listed.
+    pub(crate) sessions_cut: bool,
 }
 
+/// A row of `list-leases.sql`: name, session id, token, remaining ms and metadata (both NULL for
+/// the scan's last row when no live session holds it), place in the scan.
+pub(crate) type LeaseRow = (String, String, i64, Option<i64>, Option<String>, i64);
+
+/// A row of `list-members.sql`: group name, session id, metadata (all NULL in the one row of a
+/// range without live members), memberships scanned.
+pub(crate) type MemberRow = (Option<String>, Option<String>, Option<String>, i64);
+
+/// A row of `list-sessions.sql`: session id, remaining ms (0 or less for the scan's last row when
+/// it has expired), metadata, place in the scan.
+pub(crate) type SessionRow = (String, i64, String, i64);
+
 impl RawListing {
-    /// One row of `list-leases.sql`: name, session id, token, remaining ms and metadata (both
-    /// NULL for the scan's last row when no live session holds it), place in the scan.
-    pub(crate) fn add_lease(
-        &mut self,
-        bounds: &ListBounds,
-        (name, session, token, remaining_ms, metadata, nth): (String, String, i64, Option<i64>, Option<String>, i64),
-    ) {
-        if nth >= bounds.scan {
-            self.leases_cut = true;
-        }
-        if let (Some(ms), Some(metadata)) = (remaining_ms, metadata) {
+    /// Adds a row of `list-leases.sql`.
+    pub(crate) fn add_lease(&mut self, bounds: &ListBounds, (name, session, token, ms, metadata, nth): LeaseRow) {
+        self.leases_cut |= nth >= bounds.scan;
+        if let (Some(ms), Some(metadata)) = (ms, metadata) {
             self.leases.push((name, (session, token, ms, metadata)));
         }
     }
 
-    /// One row of `list-members.sql`: group name, session id, metadata, live memberships scanned.
-    pub(crate) fn add_member(
-        &mut self,
-        bounds: &ListBounds,
-        (group, session, metadata, scanned): (String, String, String, i64),
-    ) {
-        if scanned >= bounds.scan {
-            self.members_cut = true;
+    /// Adds a row of `list-members.sql`.
+    pub(crate) fn add_member(&mut self, bounds: &ListBounds, (group, session, metadata, scanned): MemberRow) {
+        self.members_cut |= scanned >= bounds.scan;
+        if let (Some(group), Some(session), Some(metadata)) = (group, session, metadata) {
+            self.members.push((group, session, metadata));
         }
-        self.members.push((group, session, metadata));
+    }
+
+    /// Adds a row of `list-sessions.sql`.
+    pub(crate) fn add_session(&mut self, bounds: &ListBounds, (session, ms, metadata, nth): SessionRow) {
+        self.sessions_cut |= nth >= bounds.scan;
+        if ms > 0 {
+            self.sessions.push((session, ms, metadata));
+        }
     }
 }
 
@@ -98,6 +109,7 @@ impl SqlBackend {
         let mut listing = Listing::default();
         listing.truncated.leases = raw.leases_cut;
         listing.truncated.groups = raw.members_cut;
+        listing.truncated.sessions = raw.sessions_cut;
         for (name, (sid, token, remaining_ms, metadata)) in raw.leases {
             let name = self.parse_name("lease", &name)?;
             let session = self.parse_session(&sid)?;
@@ -159,9 +171,13 @@ mod tests {
         assert!(!raw.leases_cut && raw.leases.len() == 1);
         raw.add_lease(&b, ("c".into(), String::new(), 1, None, None, 4));
         assert!(raw.leases_cut && raw.leases.len() == 1, "the budget row of a free lease is not listed");
-        raw.add_member(&b, ("g".into(), "s".into(), "m".into(), 3));
-        assert!(!raw.members_cut);
-        raw.add_member(&b, ("g".into(), "t".into(), "m".into(), 4));
-        assert!(raw.members_cut && raw.members.len() == 2);
+        raw.add_member(&b, (None, None, None, 3));
+        assert!(!raw.members_cut && raw.members.is_empty(), "no live member: the one row says how far it read");
+        raw.add_member(&b, (Some("g".into()), Some("s".into()), Some("m".into()), 4));
+        assert!(raw.members_cut && raw.members.len() == 1);
+        raw.add_session(&b, ("s".into(), 5, "m".into(), 2));
+        assert!(!raw.sessions_cut && raw.sessions.len() == 1);
+        raw.add_session(&b, ("t".into(), 0, "m".into(), 4));
+        assert!(raw.sessions_cut && raw.sessions.len() == 1, "the budget row of an expired session is not listed");
     }
 }

@@ -7,8 +7,9 @@
 //!   reaches the last name;
 //! - each section is cut in the SQL: the driver receives `limit + 1` rows of each (and of each
 //!   group's members), not every row;
-//! - each scan stops at its budget, and the listing then says `truncated`: a held lease or a
-//!   group after the budget is not read.
+//! - each scan stops at its budget, free leases, memberships of expired sessions and expired
+//!   sessions included, and the listing then says `truncated`: a held lease, a group or a
+//!   session after the budget is not read.
 //!
 //! Each test works in a private PostgreSQL schema / MySQL database (dropped at the end), so the
 //! sessions section holds this test's sessions only. URLs: `SIMBA_TEST_POSTGRES_URL` (default
@@ -165,6 +166,29 @@ fn scans_stop_at_their_budget(dialect: Dialect) {
     assert!(cut.truncated.groups, "{:?}", cut.truncated);
     let whole = fx.list_scanning("r-", 10, 7);
     assert!(whole.groups.iter().all(|g| g.members.len() == 3) && !whole.truncated.groups, "{whole:?}");
+    // Three live sessions (s and the two others): the session scan stops at two of them.
+    let sessions = fx.list_scanning("", 10, 2);
+    assert!(sessions.sessions.len() == 2 && sessions.truncated.sessions, "{sessions:?}");
+    let sessions = fx.list_scanning("", 10, 4);
+    assert!(sessions.sessions.len() == 3 && !sessions.truncated.sessions, "{sessions:?}");
+    // Memberships of expired sessions (not purged yet) count too: a range of dead rows ends the
+    // scan as well, and says so.
+    for _ in 0..4 {
+        let dead = fx.backend.open_session(Duration::from_millis(100), "dead").unwrap().id;
+        fx.join(&dead, "t-a");
+    }
+    fx.join(&s, "t-b");
+    std::thread::sleep(Duration::from_millis(300));
+    let dead = fx.list_scanning("t-", 10, 4);
+    assert!(dead.groups.is_empty() && dead.truncated.groups, "four dead memberships read, then stopped: {dead:?}");
+    let past = fx.list_scanning("t-", 10, 6);
+    assert_eq!(groups(&past), ["t-b"]);
+    assert!(!past.truncated.groups, "{past:?}");
+    let sessions = fx.list_scanning("", 10, 100);
+    assert!(
+        sessions.sessions.len() == 3 && !sessions.truncated.sessions,
+        "expired sessions are not listed: {sessions:?}"
+    );
 }
 
 macro_rules! per_dialect {

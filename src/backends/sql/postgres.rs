@@ -621,8 +621,8 @@ impl Driver for PgDriver {
             for r in &c.query(q::LIST_MEMBERS, &[&b.from, &b.to, &b.take, &b.scan], &what)? {
                 out.add_member(b, (col(r, 0, &what)?, col(r, 1, &what)?, col(r, 2, &what)?, col(r, 3, &what)?));
             }
-            for r in &c.query(q::LIST_SESSIONS, &[&b.take], &what)? {
-                out.sessions.push((col(r, 0, &what)?, col(r, 1, &what)?, col(r, 2, &what)?));
+            for r in &c.query(q::LIST_SESSIONS, &[&b.take, &b.scan], &what)? {
+                out.add_session(b, (col(r, 0, &what)?, col(r, 1, &what)?, col(r, 2, &what)?, col(r, 3, &what)?));
             }
             Ok(out)
         })

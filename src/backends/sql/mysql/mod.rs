@@ -485,8 +485,8 @@ impl Driver for MyDriver {
             for r in &c.rows(q::LIST_MEMBERS, (from, to, b.scan, b.take, b.take), &what)? {
                 out.add_member(b, (col(r, 0, &what)?, col(r, 1, &what)?, col(r, 2, &what)?, col(r, 3, &what)?));
             }
-            for r in &c.rows(q::LIST_SESSIONS, (b.take,), &what)? {
-                out.sessions.push((col(r, 0, &what)?, col(r, 1, &what)?, col(r, 2, &what)?));
+            for r in &c.rows(q::LIST_SESSIONS, (b.scan, b.scan, b.take), &what)? {
+                out.add_session(b, (col(r, 0, &what)?, col(r, 1, &what)?, col(r, 2, &what)?, col(r, 3, &what)?));
             }
             Ok(out)
         })
