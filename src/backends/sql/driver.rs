@@ -11,6 +11,8 @@ use crate::backend::{LeaseBackend, TermRemaining};
 use crate::error::Result;
 use crate::types::{Name, SessionId};
 
+use super::{ListBounds, RawListing};
+
 /// The server-side limit of a statement (PostgreSQL `statement_timeout`; MariaDB
 /// `max_statement_time`, MySQL 8 `max_execution_time`, and `innodb_lock_wait_timeout` in whole
 /// seconds, at least 1) for a query timeout `qt`: a little less than `qt` (a quarter of it, at most
@@ -85,6 +87,9 @@ pub(crate) trait Driver: Send + Sync + 'static {
     fn leave(&self, id: &SessionId, group: &Name) -> Result<()>;
     fn members(&self, group: &Name) -> Result<Vec<(String, String)>>;
     fn purge(&self, limit: usize) -> Result<usize>;
+    /// The three listing statements (held leases, live members, live sessions) within `bounds`,
+    /// one after the other on one connection, each its own snapshot (see [`LeaseBackend::list`]).
+    fn list(&self, bounds: &ListBounds) -> Result<RawListing>;
     fn now_ms(&self) -> Result<i64>;
     fn schema_tables(&self) -> Result<i64>;
     /// The stored limit of semaphore `name`, storing `permits` first when given and none is stored.

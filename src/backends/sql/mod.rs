@@ -53,6 +53,7 @@ mod backend;
 mod check;
 pub(crate) mod config;
 mod driver;
+mod listing;
 #[cfg(feature = "mysql")]
 mod mysql;
 #[cfg(feature = "mysql")]
@@ -70,6 +71,7 @@ pub use postgres::{PostgresTls, RootCerts, SslMode};
 pub use backend::SqlBackend;
 pub use config::{SqlOptions, SqlOptionsBuilder};
 pub(crate) use driver::{add_keep_alive_row, server_limit, Driver, RawAcquire, RawAlive, RawHolder, RawKeepAlive};
+pub(crate) use listing::{ListBounds, RawListing};
 
 /// Default time between two background purges of expired sessions.
 pub const DEFAULT_PURGE_INTERVAL: Duration = Duration::from_secs(60);
@@ -213,3 +215,6 @@ mod prop_tests;
 
 #[cfg(all(test, any(feature = "postgres", feature = "mysql")))]
 mod purge_tests;
+
+#[cfg(all(test, any(feature = "postgres", feature = "mysql")))]
+mod listing_tests;

@@ -25,7 +25,7 @@ use postgres::{Client, Config, Row};
 
 use super::pool::{ConnectFailure, ConnectHealth, Fail, SqlPool};
 use super::queries::postgres as q;
-use super::{add_keep_alive_row, Driver, RawAcquire, RawHolder, RawKeepAlive, SqlOptions};
+use super::{add_keep_alive_row, Driver, ListBounds, RawAcquire, RawHolder, RawKeepAlive, RawListing, SqlOptions};
 use crate::backend::{CheckItem, CheckStatus, Notification, Topic};
 use crate::error::{Error, Result};
 use crate::types::{Name, SessionId};
@@ -604,6 +604,27 @@ impl Driver for PgDriver {
         self.run(&what, |c| {
             let rows = c.query(q::MEMBERS, &[&group.as_str()], &what)?;
             rows.iter().map(|r| Ok((col(r, 0, &what)?, col(r, 1, &what)?))).collect()
+        })
+    }
+
+    fn list(&self, b: &ListBounds) -> Result<RawListing> {
+        let what = b.what();
+        // Three statements, three round trips on one connection (autocommit: each its own
+        // snapshot and clock); a retry after a lost connection starts the listing again.
+        self.run(&what, |c| {
+            let mut out = RawListing::default();
+            for r in &c.query(q::LIST_LEASES, &[&b.from, &b.to, &b.take, &b.scan], &what)? {
+                let row =
+                    (col(r, 0, &what)?, col(r, 1, &what)?, col(r, 2, &what)?, col(r, 3, &what)?, col(r, 4, &what)?);
+                out.add_lease(b, (row.0, row.1, row.2, row.3, row.4, col(r, 5, &what)?));
+            }
+            for r in &c.query(q::LIST_MEMBERS, &[&b.from, &b.to, &b.take, &b.scan], &what)? {
+                out.add_member(b, (col(r, 0, &what)?, col(r, 1, &what)?, col(r, 2, &what)?, col(r, 3, &what)?));
+            }
+            for r in &c.query(q::LIST_SESSIONS, &[&b.take, &b.scan], &what)? {
+                out.add_session(b, (col(r, 0, &what)?, col(r, 1, &what)?, col(r, 2, &what)?, col(r, 3, &what)?));
+            }
+            Ok(out)
         })
     }
 

@@ -11,8 +11,10 @@ use std::time::Duration;
 use parking_lot::Mutex;
 use proptest::prelude::*;
 
-use super::{Dialect, Driver, RawAcquire, RawAlive, RawHolder, RawKeepAlive, SqlBackend, SqlOptions};
-use crate::backend::{Acquire, KeepAlive, LeaseBackend};
+use super::{
+    Dialect, Driver, ListBounds, RawAcquire, RawAlive, RawHolder, RawKeepAlive, RawListing, SqlBackend, SqlOptions,
+};
+use crate::backend::{Acquire, KeepAlive, LeaseBackend, ListRequest};
 use crate::error::{Error, ErrorKind, Result};
 use crate::types::{Name, SessionId, Token};
 
@@ -28,6 +30,9 @@ struct Rows {
     acquire: Option<(i64, i64)>,
     holder: Option<RawHolder>,
     members: Vec<(String, String)>,
+    /// The listing's rows: `(name, holder)`, `(group, session id, metadata)`, `(session id,
+    /// remaining ms, metadata)`.
+    listing: (Vec<(String, RawHolder)>, Vec<(String, String, String)>, Vec<(String, i64, String)>),
     now_ms: i64,
     tables: i64,
     version: String,
@@ -73,6 +78,10 @@ impl Driver for Scripted {
     fn purge(&self, _: usize) -> Result<usize> {
         Ok(0)
     }
+    fn list(&self, _: &ListBounds) -> Result<RawListing> {
+        let (leases, members, sessions) = self.0.lock().listing.clone();
+        Ok(RawListing { leases, members, sessions, ..RawListing::default() })
+    }
     fn now_ms(&self) -> Result<i64> {
         Ok(self.0.lock().now_ms)
     }
@@ -114,19 +123,31 @@ fn rows() -> impl Strategy<Value = Rows> {
         proptest::option::of((int(), int())),
         proptest::option::of((text(), int(), int(), ".{0,20}")),
         proptest::collection::vec((text(), ".{0,20}"), 0..5),
+        listing(),
         int(),
         int(),
         ".{0,20}",
     )
-        .prop_map(|(keep_alive, acquire, holder, members, now_ms, tables, version)| Rows {
+        .prop_map(|(keep_alive, acquire, holder, members, listing, now_ms, tables, version)| Rows {
             keep_alive,
             acquire,
             holder,
             members,
+            listing,
             now_ms,
             tables,
             version,
         })
+}
+
+/// Listing rows as a writer may have corrupted them (names, ids, tokens, times).
+fn listing(
+) -> impl Strategy<Value = (Vec<(String, RawHolder)>, Vec<(String, String, String)>, Vec<(String, i64, String)>)> {
+    (
+        proptest::collection::vec((text(), (text(), int(), int(), ".{0,20}")), 0..4),
+        proptest::collection::vec((text(), text(), ".{0,20}"), 0..4),
+        proptest::collection::vec((text(), int(), ".{0,20}"), 0..4),
+    )
 }
 
 fn is_clean(e: &Error) -> bool {
@@ -154,6 +175,10 @@ proptest! {
         }
         if let Err(e) = b.members(&name) {
             prop_assert!(is_clean(&e), "{e:?}");
+        }
+        match b.list(&ListRequest::new("", 2).unwrap()) {
+            Ok(l) => prop_assert!(l.leases.len() <= 2 && l.groups.len() <= 2 && l.sessions.len() <= 2, "{l:?}"),
+            Err(e) => prop_assert!(is_clean(&e), "{e:?}"),
         }
         prop_assert!(b.check().len() >= 2);
     }

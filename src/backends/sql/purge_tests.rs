@@ -24,7 +24,9 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{unbounded, Receiver, Sender};
 
-use super::{Dialect, Driver, RawAcquire, RawHolder, RawKeepAlive, SqlBackend, SqlOptions, PURGE_BATCH};
+use super::{
+    Dialect, Driver, ListBounds, RawAcquire, RawHolder, RawKeepAlive, RawListing, SqlBackend, SqlOptions, PURGE_BATCH,
+};
 use crate::backend::{Acquire, CheckItem, KeepAlive, LeaseBackend, Notification, Topic};
 use crate::error::Result;
 use crate::types::{Name, SessionId};
@@ -110,6 +112,9 @@ impl Driver for Seam {
             Err(e) => Outcome::Failed(crate::error::display_chain(e)),
         });
         r
+    }
+    fn list(&self, bounds: &ListBounds) -> Result<RawListing> {
+        self.real.list(bounds)
     }
     fn now_ms(&self) -> Result<i64> {
         self.real.now_ms()
@@ -198,26 +203,60 @@ impl Raw {
     }
 }
 
+/// A private namespace of the shared server (a PostgreSQL schema or a MySQL database, dropped
+/// with it): every backend on the shared servers purges expired sessions in the background, and
+/// other tests' sessions are live there.
+pub(super) struct Namespace {
+    dialect: Dialect,
+    /// The URL of the namespace (the shared server's, with the schema or database set).
+    pub(super) url: String,
+    admin: Raw,
+    name: String,
+}
+
+impl Drop for Namespace {
+    fn drop(&mut self) {
+        let drop = match self.dialect {
+            Dialect::Postgres => format!("drop schema if exists {} cascade", self.name),
+            Dialect::Mysql => format!("DROP DATABASE IF EXISTS {}", self.name),
+        };
+        self.admin.exec(&drop);
+    }
+}
+
+impl Namespace {
+    /// A new namespace named `<prefix>_<random>` (no tables yet).
+    pub(super) fn create(dialect: Dialect, prefix: &str) -> Namespace {
+        let base = base_url(dialect);
+        let name = format!("{prefix}_{:012x}", rand::random::<u64>() >> 16);
+        let mut admin = Raw::connect(dialect, &base);
+        let url = match dialect {
+            Dialect::Postgres => {
+                admin.exec(&format!("create schema {name}"));
+                let sep = if base.contains('?') { '&' } else { '?' };
+                format!("{base}{sep}options=-c%20search_path%3D{name}")
+            }
+            Dialect::Mysql => {
+                admin.exec(&format!("CREATE DATABASE {name}"));
+                let mut u = url::Url::parse(&base).unwrap();
+                u.set_path(&format!("/{name}"));
+                u.to_string()
+            }
+        };
+        Namespace { dialect, url, admin, name }
+    }
+}
+
 /// A backend through the seam in a private namespace of the shared server, its schema created.
 struct Fixture {
-    dialect: Dialect,
-    url: String,
     backend: SqlBackend,
     runs: Arc<Runs>,
     ended: Receiver<Outcome>,
     raw: Raw,
-    admin: Raw,
-    namespace: String,
-}
-
-impl Drop for Fixture {
-    fn drop(&mut self) {
-        let drop = match self.dialect {
-            Dialect::Postgres => format!("drop schema if exists {} cascade", self.namespace),
-            Dialect::Mysql => format!("DROP DATABASE IF EXISTS {}", self.namespace),
-        };
-        self.admin.exec(&drop);
-    }
+    dialect: Dialect,
+    url: String,
+    /// Dropped last: the namespace goes after the connections into it.
+    _namespace: Namespace,
 }
 
 fn base_url(dialect: Dialect) -> String {
@@ -236,22 +275,8 @@ fn base_url(dialect: Dialect) -> String {
 
 impl Fixture {
     fn new(dialect: Dialect, options: SqlOptions) -> Fixture {
-        let base = base_url(dialect);
-        let namespace = format!("simba_purge_{:012x}", rand::random::<u64>() >> 16);
-        let mut admin = Raw::connect(dialect, &base);
-        let url = match dialect {
-            Dialect::Postgres => {
-                admin.exec(&format!("create schema {namespace}"));
-                let sep = if base.contains('?') { '&' } else { '?' };
-                format!("{base}{sep}options=-c%20search_path%3D{namespace}")
-            }
-            Dialect::Mysql => {
-                admin.exec(&format!("CREATE DATABASE {namespace}"));
-                let mut u = url::Url::parse(&base).unwrap();
-                u.set_path(&format!("/{namespace}"));
-                u.to_string()
-            }
-        };
+        let namespace = Namespace::create(dialect, "simba_purge");
+        let url = namespace.url.clone();
         let real = SqlBackend::from_url(&url, options.clone()).unwrap();
         let real = Arc::try_unwrap(real.inner).ok().expect("a fresh backend has no clones").driver;
         let runs = Arc::new(Runs::default());
@@ -259,7 +284,7 @@ impl Fixture {
         let seam = Seam { real, runs: runs.clone(), ended: tx };
         let backend = SqlBackend::with_driver(dialect, &url, options, Box::new(seam));
         let raw = Raw::connect(dialect, &url);
-        let fx = Fixture { dialect, url, backend, runs, ended, raw, admin, namespace };
+        let fx = Fixture { backend, runs, ended, raw, dialect, url, _namespace: namespace };
         fx.backend.init_schema().unwrap();
         fx
     }

@@ -30,6 +30,15 @@ pub mod postgres {
     pub const KEEP_ALIVE: &str = include_str!("../../../sql/postgres/keep-alive.sql");
     /// `leave.sql`: Removes a session from a group (idempotent).
     pub const LEAVE: &str = include_str!("../../../sql/postgres/leave.sql");
+    /// `list-leases.sql`: Listing: the held leases of a name range with their live holders, within
+    /// a scan budget (the scan's last row says when it stopped there).
+    pub const LIST_LEASES: &str = include_str!("../../../sql/postgres/list-leases.sql");
+    /// `list-members.sql`: Listing: the live members of the groups of a name range, groups and
+    /// members per group capped, within a scan budget (with how many memberships it read).
+    pub const LIST_MEMBERS: &str = include_str!("../../../sql/postgres/list-members.sql");
+    /// `list-sessions.sql`: Listing: the live sessions with their remaining time, by id, capped,
+    /// within a scan budget (the scan's last row says when it stopped there).
+    pub const LIST_SESSIONS: &str = include_str!("../../../sql/postgres/list-sessions.sql");
     /// `listen.sql`: The notification connection subscribes to the channel of released leases.
     pub const LISTEN: &str = include_str!("../../../sql/postgres/listen.sql");
     /// `members.sql`: Live members of a group, ordered by session id.
@@ -110,6 +119,15 @@ pub mod mysql {
     pub const KEEP_ALIVE: &str = include_str!("../../../sql/mysql/keep-alive.sql");
     /// `leave.sql`: Removes a session from a group (idempotent).
     pub const LEAVE: &str = include_str!("../../../sql/mysql/leave.sql");
+    /// `list-leases.sql`: Listing: the held leases of a name range with their live holders, within
+    /// a scan budget (the scan's last row says when it stopped there).
+    pub const LIST_LEASES: &str = include_str!("../../../sql/mysql/list-leases.sql");
+    /// `list-members.sql`: Listing: the live members of the groups of a name range, groups and
+    /// members per group capped, within a scan budget (with how many memberships it read).
+    pub const LIST_MEMBERS: &str = include_str!("../../../sql/mysql/list-members.sql");
+    /// `list-sessions.sql`: Listing: the live sessions with their remaining time, by id, capped,
+    /// within a scan budget (the scan's last row says when it stopped there).
+    pub const LIST_SESSIONS: &str = include_str!("../../../sql/mysql/list-sessions.sql");
     /// `members.sql`: Live members of a group, ordered by session id.
     pub const MEMBERS: &str = include_str!("../../../sql/mysql/members.sql");
     /// `now.sql`: The database clock as UTC epoch milliseconds.

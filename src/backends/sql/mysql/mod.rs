@@ -52,7 +52,7 @@ use parking_lot::Mutex;
 
 use super::pool::{ConnectHealth, Fail, SqlPool};
 use super::queries::mysql as q;
-use super::{add_keep_alive_row, Driver, RawAcquire, RawHolder, RawKeepAlive, SqlOptions};
+use super::{add_keep_alive_row, Driver, ListBounds, RawAcquire, RawHolder, RawKeepAlive, RawListing, SqlOptions};
 use crate::backend::{CheckItem, CheckStatus};
 use crate::error::{Error, Result};
 use crate::types::{Name, SessionId};
@@ -467,6 +467,28 @@ impl Driver for MyDriver {
         self.run(&what, |c| {
             let rows = c.rows(q::MEMBERS, (group.as_str(),), &what)?;
             rows.iter().map(|r| Ok((col(r, 0, &what)?, col(r, 1, &what)?))).collect()
+        })
+    }
+
+    fn list(&self, b: &ListBounds) -> Result<RawListing> {
+        let what = b.what();
+        // Three statements, three round trips on one connection (autocommit: each its own
+        // snapshot and clock); a retry after a lost connection starts the listing again.
+        let (from, to) = (b.from.as_str(), b.to.as_str());
+        self.run(&what, |c| {
+            let mut out = RawListing::default();
+            for r in &c.rows(q::LIST_LEASES, (from, to, b.scan, b.scan, b.take), &what)? {
+                let row =
+                    (col(r, 0, &what)?, col(r, 1, &what)?, col(r, 2, &what)?, col(r, 3, &what)?, col(r, 4, &what)?);
+                out.add_lease(b, (row.0, row.1, row.2, row.3, row.4, col(r, 5, &what)?));
+            }
+            for r in &c.rows(q::LIST_MEMBERS, (from, to, b.scan, b.take, b.take), &what)? {
+                out.add_member(b, (col(r, 0, &what)?, col(r, 1, &what)?, col(r, 2, &what)?, col(r, 3, &what)?));
+            }
+            for r in &c.rows(q::LIST_SESSIONS, (b.scan, b.scan, b.take), &what)? {
+                out.add_session(b, (col(r, 0, &what)?, col(r, 1, &what)?, col(r, 2, &what)?, col(r, 3, &what)?));
+            }
+            Ok(out)
         })
     }
 
