@@ -31,6 +31,7 @@ mod barrier;
 pub(crate) mod config;
 mod errors;
 mod exec;
+mod liveness;
 mod options;
 mod paths;
 mod probe;

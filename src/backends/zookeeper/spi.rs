@@ -1,6 +1,7 @@
 //! The [`LeaseBackend`] implementation: sessions, leases, groups, semaphores' limits, watches and
 //! `check`, over the pieces in the other files of this backend.
 
+use super::liveness::{live_member, member_ids};
 use super::*;
 
 impl LeaseBackend for ZookeeperBackend {
@@ -419,27 +420,10 @@ impl LeaseBackend for ZookeeperBackend {
         let Some((_, stat)) = inner.synced_read(&client, || client.get_data(&path), deadline, &what)? else {
             return Ok(None);
         };
-        if stat.ephemeral_owner == 0 {
-            return Err(Error::backend(format!(
-                "lease node {path} is not ephemeral: it was not created by simba; delete it"
-            )));
+        match run_until(inner.live_holder(&client, name, &stat), deadline) {
+            Some(holder) => holder,
+            None => Err(inner.fail(Fail::Timeout, &what, inner.opts.query_timeout)),
         }
-        let sid = SessionId::from_u64(stat.ephemeral_owner as u64);
-        let token = token_of(stat.czxid, name.as_str())?;
-        let spath = inner.paths.session(&sid);
-        let (remaining, metadata) = match run_until(client.get_data(&spath), deadline) {
-            None => return Err(inner.fail(Fail::Timeout, &what, inner.opts.query_timeout)),
-            // The holder's session ended after we read the lease: its node is gone too.
-            Some(Err(ZkError::NoNode)) => return Ok(None),
-            Some(Err(e)) => return Err(inner.zk_error(e, &format!("read of session node {spath}"))),
-            Some(Ok((data, _))) => decode_session(&data),
-        };
-        let remaining = match (inner.session(&sid), remaining) {
-            (Some(s), _) => s.remaining_from(Instant::now()).unwrap_or_default(),
-            (None, Some(r)) => r,
-            (None, None) => client.session_timeout(),
-        };
-        Ok(Some(Holder { session: sid, token, remaining, metadata }))
     }
 
     fn join(&self, session: &SessionId, group: &Name) -> Result<()> {
@@ -517,16 +501,7 @@ impl LeaseBackend for ZookeeperBackend {
         let Some(children) = inner.synced_read(&client, || client.list_children(&path), deadline, &what)? else {
             return Ok(Vec::new());
         };
-        let ids: Vec<SessionId> = children
-            .iter()
-            .filter_map(|c| match SessionId::parse(c) {
-                Ok(id) => Some(id),
-                Err(_) => {
-                    log::warn!("zookeeper group {group}: ignoring foreign child node {c:?}");
-                    None
-                }
-            })
-            .collect();
+        let ids = member_ids(group, &children);
         let reads: Vec<_> = ids.iter().map(|id| client.get_data(&inner.paths.member(group, id))).collect();
         let datas = match run_until(join_all(reads), deadline) {
             Some(d) => d,
@@ -534,13 +509,8 @@ impl LeaseBackend for ZookeeperBackend {
         };
         let mut members = Vec::with_capacity(ids.len());
         for (id, r) in ids.into_iter().zip(datas) {
-            match r {
-                Ok((data, _)) => {
-                    members.push(Member { session: id, metadata: String::from_utf8_lossy(&data).into_owned() })
-                }
-                Err(ZkError::NoNode) => {} // left (or its session ended) meanwhile
-                Err(e) => return Err(inner.zk_error(e, &what)),
-            }
+            // `None`: left (or its session ended) meanwhile.
+            members.extend(live_member(inner, id, r, &what)?);
         }
         members.sort();
         Ok(members)
