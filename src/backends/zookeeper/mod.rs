@@ -31,6 +31,7 @@ mod barrier;
 pub(crate) mod config;
 mod errors;
 mod exec;
+mod listing;
 mod liveness;
 mod options;
 mod paths;
@@ -71,8 +72,8 @@ use self::paths::{decode_session, encode_session, parent, Paths};
 use self::session::watchdog;
 use self::watch::Watches;
 use crate::backend::{
-    Acquire, Capabilities, CheckItem, CheckStatus, Holder, KeepAlive, LeaseBackend, Member, Notification, SessionGrant,
-    Topic,
+    Acquire, Capabilities, CheckItem, CheckStatus, Holder, KeepAlive, LeaseBackend, ListRequest, Listing, Member,
+    Notification, SessionGrant, Topic,
 };
 use crate::error::{Error, Result};
 use crate::types::{validate_metadata, Name, SessionId, Token};
