@@ -1,9 +1,10 @@
 //! [`LeaseBackend::list`](crate::backend::LeaseBackend::list) (`simba status`): the children of
-//! `{root}/leases`, `{root}/groups` and `{root}/sessions` (one `getChildren` each, after a write
-//! barrier), filtered by prefix and sorted on the client, then node reads for the first entries
-//! only: at most `limit + 1` that count plus an allowance for entries that turn out gone
-//! ([`gather`]), in pipelined batches. Liveness is judged by [`super::liveness`], as in `holder`
-//! and `members`. The cost is written in `docs/backends/zookeeper.md` ("Listing").
+//! `{root}/leases`, `{root}/groups` and `{root}/sessions` (after a write barrier; one `exists`
+//! then one `getChildren` each, refused above [`MAX_CHILDREN`]), filtered by prefix and sorted on
+//! the client, then node reads for the first entries only: at most `limit + 1` that count plus
+//! an allowance for entries that turn out gone ([`gather`]), in pipelined batches. Liveness is
+//! judged by [`super::liveness`], as in `holder` and `members`. The cost is written in
+//! `docs/backends/zookeeper.md` ("Listing").
 
 use std::cell::Cell;
 use std::future::Future;
@@ -11,6 +12,13 @@ use std::future::Future;
 use super::liveness::{live_member, member_ids};
 use super::*;
 use crate::backend::{ListedGroup, ListedLease, ListedSession};
+use crate::error::ErrorKind;
+
+/// The most children of one parent (`{root}/leases`, `{root}/groups`, `{root}/sessions`, a group)
+/// a listing reads: ZooKeeper has no paged child listing, so one `getChildren` reply holds every
+/// name, and neither the servers nor this client cap a reply. At this bound a reply is at most
+/// ~13 MB (names of 128 characters; ~2.4 MB for names of 20, or session ids).
+pub(super) const MAX_CHILDREN: usize = 100_000;
 
 /// Node reads sent at once (one round trip per batch; a lease read is followed by the read of its
 /// holder's session node, so up to twice as many requests are in flight).
@@ -24,7 +32,9 @@ const MIN_SKIPS: usize = 100;
 /// What a listing read, by kind (the test counts them; `list` ignores them).
 #[derive(Debug, Default)]
 pub(super) struct Reads {
-    /// `getChildren` calls (the three parents, and one per group read).
+    /// `exists` calls (the three parents' and one per group read), for their number of children.
+    pub(super) stats: Cell<usize>,
+    /// `getChildren` calls (of the parents and groups that have children).
     pub(super) children: Cell<usize>,
     /// `getData` calls of lease nodes.
     pub(super) leases: Cell<usize>,
@@ -32,6 +42,14 @@ pub(super) struct Reads {
     pub(super) sessions: Cell<usize>,
     /// `getData` calls of member nodes.
     pub(super) members: Cell<usize>,
+}
+
+/// What one listing may read: `want` (the limit + 1) entries per section and per group's
+/// members, parents of at most `max_children`; its reads counted in `reads`.
+struct Bounds<'r> {
+    want: usize,
+    max_children: usize,
+    reads: &'r Reads,
 }
 
 impl Reads {
@@ -70,57 +88,88 @@ where
 }
 
 impl Inner {
-    /// [`LeaseBackend::list`](crate::backend::LeaseBackend::list), counting its reads in `reads`.
-    pub(super) fn list_counted(&self, request: &ListRequest, reads: &Reads) -> Result<Listing> {
+    /// [`LeaseBackend::list`](crate::backend::LeaseBackend::list), counting its reads in `reads`,
+    /// refusing to list a parent with more than `max_children` ([`MAX_CHILDREN`]).
+    pub(super) fn list_counted(&self, request: &ListRequest, reads: &Reads, max_children: usize) -> Result<Listing> {
         let deadline = self.query_deadline();
         let client = self.shared(deadline)?;
-        match run_until(self.read_listing(&client, request, reads), deadline) {
+        let bounds = Bounds { want: request.limit().saturating_add(1), max_children, reads };
+        match run_until(self.read_listing(&client, request, &bounds), deadline) {
             Some(listing) => listing,
             None => Err(self.fail(Fail::Timeout, "listing", self.opts.query_timeout)),
         }
     }
 
-    async fn read_listing(&self, client: &Client, request: &ListRequest, reads: &Reads) -> Result<Listing> {
-        let want = request.limit().saturating_add(1);
+    async fn read_listing(&self, client: &Client, request: &ListRequest, b: &Bounds<'_>) -> Result<Listing> {
         let dirs = [self.paths.leases_dir(), self.paths.groups_dir(), self.paths.sessions_dir()];
-        // Sent in this order, at once: the barrier (so that every write that returned on any
-        // server is seen), then the three parents' children.
+        // The barrier is sent first (so that every write that returned on any server is seen),
+        // then the parents' `exists` at once, each parent's `getChildren` on its answer.
         let ordered = barrier(client, self.paths.root());
-        let [leases, groups, sessions] = dirs.each_ref().map(|d| client.list_children(d));
-        Reads::add(&reads.children, dirs.len());
-        let ordered = ordered.await;
-        let (leases, groups, sessions) = (leases.await, groups.await, sessions.await);
-        if let Err(e) = ordered {
+        let (leases, groups, sessions) = futures::join!(
+            self.children_within(client, &dirs[0], b),
+            self.children_within(client, &dirs[1], b),
+            self.children_within(client, &dirs[2], b),
+        );
+        if let Err(e) = ordered.await {
             return Err(self.zk_error(e, "write barrier of the listing"));
         }
-        let children = |dir: &str, r: std::result::Result<Vec<String>, ZkError>| match r {
-            Ok(c) => Ok(c),
-            Err(ZkError::NoNode) => Ok(Vec::new()), // nothing was ever created there
-            Err(e) => Err(self.zk_error(e, &format!("list of the children of {dir}"))),
-        };
         let named = |c: Vec<String>| {
             let mut names: Vec<Name> =
                 c.into_iter().filter(|n| request.matches(n)).filter_map(|n| Name::new(n).ok()).collect();
             names.sort();
             names
         };
-        let lease_names = named(children(&dirs[0], leases)?);
-        let group_names = named(children(&dirs[1], groups)?);
-        let mut ids: Vec<SessionId> =
-            children(&dirs[2], sessions)?.iter().filter_map(|c| SessionId::parse(c).ok()).collect();
+        let lease_names = named(leases?);
+        let group_names = named(groups?);
+        let mut ids: Vec<SessionId> = sessions?.iter().filter_map(|c| SessionId::parse(c).ok()).collect();
         ids.sort();
         let mut listing = Listing::default();
         // One section at a time, so that at most one section's batch is in flight.
         let (leases, cut) =
-            gather(&lease_names, want, READ_BATCH, |name| self.listed_lease(client, name, reads)).await?;
+            gather(&lease_names, b.want, READ_BATCH, |name| self.listed_lease(client, name, b.reads)).await?;
         (listing.leases, listing.truncated.leases) = (leases, cut);
         let (groups, cut) =
-            gather(&group_names, want, GROUP_BATCH, |name| self.listed_group(client, name, want, reads)).await?;
+            gather(&group_names, b.want, GROUP_BATCH, |name| self.listed_group(client, name, b)).await?;
         listing.truncated.groups = cut || groups.iter().any(|(_, cut)| *cut);
         listing.groups = groups.into_iter().map(|(g, _)| g).collect();
-        let (sessions, cut) = gather(&ids, want, READ_BATCH, |id| self.listed_session(client, id, reads)).await?;
+        let (sessions, cut) = gather(&ids, b.want, READ_BATCH, |id| self.listed_session(client, id, b.reads)).await?;
         (listing.sessions, listing.truncated.sessions) = (sessions, cut);
         Ok(listing.finish(request))
+    }
+
+    /// The children of `path`: none when it does not exist or `exists` says it has none (no
+    /// `getChildren` is sent), all when it has at most `b.max_children`.
+    ///
+    /// # Errors
+    /// `Unsupported` when it has more (naming it and how many); the server's errors.
+    async fn children_within(&self, client: &Client, path: &str, b: &Bounds<'_>) -> Result<Vec<String>> {
+        Reads::add(&b.reads.stats, 1);
+        let stat = match client.check_stat(path).await {
+            Ok(Some(stat)) => stat,
+            Ok(None) => return Ok(Vec::new()), // nothing was ever created there
+            Err(e) => return Err(self.zk_error(e, &format!("read of {path}"))),
+        };
+        let count = usize::try_from(stat.num_children).unwrap_or_default();
+        if count == 0 {
+            return Ok(Vec::new());
+        }
+        if count > b.max_children {
+            return Err(Error::new(
+                ErrorKind::Unsupported,
+                format!(
+                    "cannot list {path}: it has {count} children, more than the {} a listing reads (ZooKeeper \
+                     has no paged child listing: one reply would hold every name); ask for given names instead \
+                     (holder, members)",
+                    b.max_children
+                ),
+            ));
+        }
+        Reads::add(&b.reads.children, 1);
+        match client.list_children(path).await {
+            Ok(children) => Ok(children),
+            Err(ZkError::NoNode) => Ok(Vec::new()), // deleted meanwhile (a container reaped)
+            Err(e) => Err(self.zk_error(e, &format!("list of the children of {path}"))),
+        }
     }
 
     /// Lease `name` with its live holder ([`Inner::live_holder`]); `None` when it is free now.
@@ -152,25 +201,19 @@ impl Inner {
         &'a self,
         client: &'a Client,
         name: &Name,
-        want: usize,
-        reads: &'a Reads,
+        b: &'a Bounds<'a>,
     ) -> impl Future<Output = Result<Option<(ListedGroup, bool)>>> + 'a {
         let name = name.clone();
         let path = self.paths.group(&name);
-        Reads::add(&reads.children, 1);
         async move {
-            let children = match client.list_children(&path).await {
-                Ok(c) => c,
-                Err(ZkError::NoNode) => return Ok(None),
-                Err(e) => return Err(self.zk_error(e, &format!("read of group {name}"))),
-            };
+            let children = self.children_within(client, &path, b).await?;
             let mut ids = member_ids(&name, &children);
             drop(children);
             ids.sort();
             let what = format!("read of a member of group {name}");
-            let (members, cut) = gather(&ids, want, READ_BATCH, |id| {
+            let (members, cut) = gather(&ids, b.want, READ_BATCH, |id| {
                 let read = client.get_data(&self.paths.member(&name, id));
-                Reads::add(&reads.members, 1);
+                Reads::add(&b.reads.members, 1);
                 let (id, what) = (id.clone(), &what);
                 async move { live_member(self, id, read.await, what) }
             })

@@ -2,7 +2,7 @@
 //! `check`, over the pieces in the other files of this backend.
 
 use super::liveness::{live_member, member_ids};
-use super::*;
+use super::{listing, *};
 
 impl LeaseBackend for ZookeeperBackend {
     fn kind(&self) -> &'static str {
@@ -516,33 +516,37 @@ impl LeaseBackend for ZookeeperBackend {
         Ok(members)
     }
 
-    /// Reads, on the backend's shared reader session, with one deadline (`query_timeout`) for the
-    /// whole listing: a write barrier (as `holder` and `members` do: a no-op `multi`, one quorum
-    /// write, so that every write that returned on any server is seen), pipelined with one
-    /// `getChildren` of each of `{root}/leases`, `{root}/groups` and `{root}/sessions`. ZooKeeper
-    /// has no ranged or paged child listing, so each of those replies holds every child name of
-    /// its parent: O(children) work on the server and bytes on the wire (a million leases of
-    /// 20-character names: a ~24 MB reply, held by this client while it filters). The prefix is
-    /// matched and the names sorted on the client; then only the first matches are read, in
-    /// pipelined batches of at most 256 (a round trip each): per section at most `limit + 1`
-    /// reads that find an entry plus `max(limit + 1, 100)` that find none (a node gone since its
-    /// parent was listed, a group container left empty until the server reaps it) — when that
-    /// allowance runs out with names unread, the section is cut there and says so. A lease costs
-    /// two reads (its node, then its holder's session node), a session one, a group one
-    /// `getChildren` (O(its members), at most 16 groups' in flight) and up to the same bound of
-    /// member reads. A prefix that matches nothing reads no lease or group node at all.
+    /// Reads, on the backend's shared reader session, under one deadline (`query_timeout`) for the
+    /// whole listing (past it: `Unavailable`):
+    ///
+    /// - a write barrier (a no-op `multi`: one quorum write, as `holder` and `members` do, so that
+    ///   every write that returned through any server is seen), pipelined with an `exists` of
+    ///   each of `{root}/leases`, `{root}/groups` and `{root}/sessions` (O(1) each: its number
+    ///   of children), then one `getChildren` of each that has children: 2 round trips.
+    ///   ZooKeeper has no ranged or paged child listing, so that reply holds every child name:
+    ///   O(children) work on the server and bytes on the wire, and neither the servers nor
+    ///   `zookeeper-client` cap it (`jute.maxbuffer`, 1 MB by default, bounds what a server
+    ///   accepts and what the Java client accepts: `zkCli` fails such an `ls` with
+    ///   `ConnectionLoss`). So a parent with more than 100,000 children (a reply of up to ~13 MB)
+    ///   is not listed: the listing fails with `Unsupported` naming it and its count, after its
+    ///   `exists`, without its `getChildren`. A million leases are refused that way.
+    /// - the prefix is matched and the names sorted on the client; then only the first matches
+    ///   are read, in pipelined batches of at most 256 (a round trip each): per section at most
+    ///   `limit + 1` reads that find an entry plus `max(limit + 1, 100)` that find none (a node
+    ///   gone since its parent was listed, a group container left empty until the server reaps
+    ///   it); when that allowance runs out with names unread, the section is cut there and says
+    ///   so. A lease costs two reads (its node, then its holder's session node), a session one, a
+    ///   group an `exists`, a `getChildren` when it has members (same bound; at most 16 groups in
+    ///   flight) and up to the same bound of member reads. A prefix that matches no name reads no
+    ///   lease, group or member node.
     ///
     /// Liveness is judged as `holder` and `members` judge it (the `liveness` module): a lease's
     /// holder is its node's ephemeral owner whose session node exists, a member is a member node
     /// that exists, a session is a session node that exists; time left as `holder` reports it
-    /// (exact for this backend's sessions, the session's upper bound for another process's).
-    ///
-    /// ZooKeeper servers do not cap a reply (`jute.maxbuffer` bounds what a server *accepts*,
-    /// and what the Java client accepts); this client reads a reply of any size, so a huge parent
-    /// costs memory and time, and the listing fails with `Unavailable` when it does not complete
-    /// within `query_timeout`. See `docs/backends/zookeeper.md`, "Listing (`simba status`)".
+    /// (exact for this backend's sessions, the session's upper bound for another process's). See
+    /// `docs/backends/zookeeper.md`, "Listing (`simba status`)".
     fn list(&self, request: &ListRequest) -> Result<Listing> {
-        self.inner.list_counted(request, &Default::default())
+        self.inner.list_counted(request, &Default::default(), listing::MAX_CHILDREN)
     }
 
     fn semaphore_limit(&self, name: &Name, permits: Option<u32>) -> Result<Option<u32>> {

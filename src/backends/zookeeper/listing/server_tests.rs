@@ -10,9 +10,10 @@ use serial_test::serial;
 use zookeeper_client::CreateMode;
 
 use super::super::{ZookeeperBackend, ZookeeperOptions};
-use super::{Reads, MIN_SKIPS};
+use super::{Reads, MAX_CHILDREN, MIN_SKIPS};
 use crate::backend::{Acquire, LeaseBackend, ListRequest, Listing};
 use crate::backends::zookeeper::exec::run_until;
+use crate::error::ErrorKind;
 use crate::types::{Name, SessionId};
 
 const LEASE: Duration = Duration::from_secs(20);
@@ -35,13 +36,13 @@ fn name(n: String) -> Name {
 
 fn list(b: &ZookeeperBackend, prefix: &str, limit: usize) -> (Listing, Reads) {
     let reads = Reads::default();
-    let listing = b.inner.list_counted(&ListRequest::new(prefix, limit).unwrap(), &reads).unwrap();
+    let listing = b.inner.list_counted(&ListRequest::new(prefix, limit).unwrap(), &reads, MAX_CHILDREN).unwrap();
     (listing, reads)
 }
 
-/// (getChildren, lease reads, session reads, member reads).
-fn counts(r: &Reads) -> (usize, usize, usize, usize) {
-    (r.children.get(), r.leases.get(), r.sessions.get(), r.members.get())
+/// (exists, getChildren, lease reads, session reads, member reads).
+fn counts(r: &Reads) -> (usize, usize, usize, usize, usize) {
+    (r.stats.get(), r.children.get(), r.leases.get(), r.sessions.get(), r.members.get())
 }
 
 /// `sessions` sessions; the first holds leases `job-00`..`job-{leases}`, each joins groups
@@ -69,8 +70,8 @@ fn a_prefix_that_matches_no_child_reads_no_lease_or_group_node() {
     let (l, reads) = list(&b, "nomatch", 10);
     assert!(l.leases.is_empty() && l.groups.is_empty(), "{l:?}");
     assert_eq!(l.sessions.len(), 2, "sessions are not filtered by the prefix: {l:?}");
-    // The three parents' children and the two live sessions' nodes: no lease, group or member.
-    assert_eq!(counts(&reads), (3, 0, 2, 0));
+    // The three parents and the two live sessions' nodes: no lease, group or member node.
+    assert_eq!(counts(&reads), (3, 3, 0, 2, 0));
     for s in &ids {
         b.close_session(s).unwrap();
     }
@@ -86,13 +87,13 @@ fn node_reads_are_bounded_by_the_limit() {
     assert_eq!(l.groups.iter().map(|g| g.name.as_str()).collect::<Vec<_>>(), ["grp-00", "grp-01"]);
     assert!(l.groups.iter().all(|g| g.members.len() == 2), "{l:?}");
     assert!(l.truncated.leases && l.truncated.groups && l.truncated.sessions, "{:?}", l.truncated);
-    // limit + 1 of each: 3 lease nodes (and their holder's session node), 3 groups' children
-    // (after the three parents') with 3 member nodes each, 3 session nodes; of 41 leases, 13
-    // groups, 49 memberships and 4 sessions.
-    assert_eq!(counts(&reads), (3 + 3, 3, 3 + 3, 9));
+    // limit + 1 of each: 3 lease nodes (and their holder's session node), 3 groups (after the
+    // three parents) with 3 member nodes each, 3 session nodes; of 41 leases, 13 groups, 49
+    // memberships and 4 sessions.
+    assert_eq!(counts(&reads), (3 + 3, 3 + 3, 3, 3 + 3, 9));
     let (all, reads) = list(&b, "job-", 100);
     assert_eq!((all.leases.len(), all.truncated.leases), (40, false));
-    assert_eq!(counts(&reads).1, 40);
+    assert_eq!(counts(&reads).2, 40);
     for s in &ids {
         b.close_session(s).unwrap();
     }
@@ -114,14 +115,15 @@ fn empty_groups_are_skipped_within_an_allowance_then_the_section_is_cut() {
     }
     b.join(&s, &name("g-zzz".into())).unwrap();
     // Limit 1: two groups wanted, max(2, MIN_SKIPS) may be empty; the live one is beyond.
+    // An empty group costs an `exists` (no `getChildren`); {root}/leases does not exist.
     let (l, reads) = list(&b, "g-", 1);
     assert!(l.groups.is_empty() && l.truncated.groups, "{l:?}");
-    assert_eq!(counts(&reads).0, 3 + 2 + MIN_SKIPS);
+    assert_eq!(counts(&reads), (3 + 2 + MIN_SKIPS, 2, 0, 1, 0));
     // A limit whose allowance reaches it lists it and cuts nothing.
     let (l, reads) = list(&b, "g-", MIN_SKIPS);
     assert_eq!(l.groups.iter().map(|g| g.name.as_str()).collect::<Vec<_>>(), ["g-zzz"], "{l:?}");
     assert!(!l.truncated.groups, "{:?}", l.truncated);
-    assert_eq!(counts(&reads).0, 3 + empty.len() + 1);
+    assert_eq!(counts(&reads), (3 + empty.len() + 1, 2 + 1, 0, 1, 1));
     b.close_session(&s).unwrap();
     let deletes: Vec<_> = empty.iter().map(|p| client.delete(p, None)).collect();
     for r in run_until(join_all(deletes), deadline).unwrap() {
@@ -154,11 +156,35 @@ fn a_parent_above_a_megabyte_of_names_is_listed() {
     }
     let (l, reads) = list(&b, "nomatch", 10);
     assert!(l.leases.is_empty(), "{l:?}");
-    assert_eq!(counts(&reads).1, 0);
+    assert_eq!(counts(&reads).2, 0);
     // 1000 names match; none is held by a live simba session (their owner has no session
     // node): limit + 1 reads and the allowance find nothing, and the section says it was cut.
     let (l, reads) = list(&b, "00", 5);
     assert!(l.leases.is_empty() && l.truncated.leases, "{l:?}");
-    assert_eq!(counts(&reads).1, 6 + MIN_SKIPS);
+    assert_eq!(counts(&reads).2, 6 + MIN_SKIPS);
     drop(owner);
+}
+
+/// A parent with more children than a listing reads is refused after its `exists`, before its
+/// `getChildren` (which would bring every name at once), saying which and how many.
+#[test]
+#[serial(zookeeper)]
+fn a_parent_above_the_bound_is_refused_without_listing_it() {
+    let b = backend();
+    let s = b.open_session(LEASE, "holder").unwrap().id;
+    for i in 0..12 {
+        assert!(matches!(b.acquire(&s, &name(format!("job-{i:02}"))).unwrap(), Acquire::Acquired { .. }));
+    }
+    let reads = Reads::default();
+    let e = b.inner.list_counted(&ListRequest::new("", 10).unwrap(), &reads, 10).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Unsupported, "{e}");
+    let leases = b.inner.paths.leases_dir();
+    assert!(e.to_string().contains(&format!("cannot list {leases}: it has 12 children, more than the 10")), "{e}");
+    // Three `exists`; only {root}/sessions (one child) listed; {root}/groups does not exist.
+    assert_eq!(counts(&reads), (3, 1, 0, 0, 0));
+    // At 12 it is listed.
+    let reads = Reads::default();
+    let l = b.inner.list_counted(&ListRequest::new("", 10).unwrap(), &reads, 12).unwrap();
+    assert_eq!((l.leases.len(), l.truncated.leases), (10, true));
+    b.close_session(&s).unwrap();
 }
