@@ -72,6 +72,11 @@ impl Paths {
         format!("{}/sessions", self.base)
     }
 
+    /// `{root}/groups`, the parent of every group node.
+    pub(crate) fn groups_dir(&self) -> String {
+        format!("{}/groups", self.base)
+    }
+
     /// `{root}/semaphores/{name}`, a semaphore's limit node.
     pub(crate) fn semaphore(&self, name: &Name) -> String {
         format!("{}/semaphores/{name}", self.base)
@@ -133,6 +138,7 @@ mod tests {
         assert_eq!(p.root(), "/simba");
         assert_eq!(parent(&p.session(&s)), Some(p.sessions_dir().as_str()));
         assert_eq!(parent(&p.lease(&n)), Some(p.leases_dir().as_str()));
+        assert_eq!(parent(&p.group(&n)), Some(p.groups_dir().as_str()));
         let p = Paths::new("/");
         assert_eq!(p.leases_dir(), "/leases");
         assert_eq!(p.lease(&n), "/leases/job");

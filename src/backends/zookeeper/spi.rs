@@ -1,7 +1,8 @@
 //! The [`LeaseBackend`] implementation: sessions, leases, groups, semaphores' limits, watches and
 //! `check`, over the pieces in the other files of this backend.
 
-use super::*;
+use super::liveness::{live_member, member_ids};
+use super::{listing, *};
 
 impl LeaseBackend for ZookeeperBackend {
     fn kind(&self) -> &'static str {
@@ -419,27 +420,10 @@ impl LeaseBackend for ZookeeperBackend {
         let Some((_, stat)) = inner.synced_read(&client, || client.get_data(&path), deadline, &what)? else {
             return Ok(None);
         };
-        if stat.ephemeral_owner == 0 {
-            return Err(Error::backend(format!(
-                "lease node {path} is not ephemeral: it was not created by simba; delete it"
-            )));
+        match run_until(inner.live_holder(&client, name, &stat), deadline) {
+            Some(holder) => holder,
+            None => Err(inner.fail(Fail::Timeout, &what, inner.opts.query_timeout)),
         }
-        let sid = SessionId::from_u64(stat.ephemeral_owner as u64);
-        let token = token_of(stat.czxid, name.as_str())?;
-        let spath = inner.paths.session(&sid);
-        let (remaining, metadata) = match run_until(client.get_data(&spath), deadline) {
-            None => return Err(inner.fail(Fail::Timeout, &what, inner.opts.query_timeout)),
-            // The holder's session ended after we read the lease: its node is gone too.
-            Some(Err(ZkError::NoNode)) => return Ok(None),
-            Some(Err(e)) => return Err(inner.zk_error(e, &format!("read of session node {spath}"))),
-            Some(Ok((data, _))) => decode_session(&data),
-        };
-        let remaining = match (inner.session(&sid), remaining) {
-            (Some(s), _) => s.remaining_from(Instant::now()).unwrap_or_default(),
-            (None, Some(r)) => r,
-            (None, None) => client.session_timeout(),
-        };
-        Ok(Some(Holder { session: sid, token, remaining, metadata }))
     }
 
     fn join(&self, session: &SessionId, group: &Name) -> Result<()> {
@@ -517,16 +501,7 @@ impl LeaseBackend for ZookeeperBackend {
         let Some(children) = inner.synced_read(&client, || client.list_children(&path), deadline, &what)? else {
             return Ok(Vec::new());
         };
-        let ids: Vec<SessionId> = children
-            .iter()
-            .filter_map(|c| match SessionId::parse(c) {
-                Ok(id) => Some(id),
-                Err(_) => {
-                    log::warn!("zookeeper group {group}: ignoring foreign child node {c:?}");
-                    None
-                }
-            })
-            .collect();
+        let ids = member_ids(group, &children);
         let reads: Vec<_> = ids.iter().map(|id| client.get_data(&inner.paths.member(group, id))).collect();
         let datas = match run_until(join_all(reads), deadline) {
             Some(d) => d,
@@ -534,16 +509,44 @@ impl LeaseBackend for ZookeeperBackend {
         };
         let mut members = Vec::with_capacity(ids.len());
         for (id, r) in ids.into_iter().zip(datas) {
-            match r {
-                Ok((data, _)) => {
-                    members.push(Member { session: id, metadata: String::from_utf8_lossy(&data).into_owned() })
-                }
-                Err(ZkError::NoNode) => {} // left (or its session ended) meanwhile
-                Err(e) => return Err(inner.zk_error(e, &what)),
-            }
+            // `None`: left (or its session ended) meanwhile.
+            members.extend(live_member(inner, id, r, &what)?);
         }
         members.sort();
         Ok(members)
+    }
+
+    /// Reads, on the backend's shared reader session, under one deadline (`query_timeout`) for the
+    /// whole listing (past it: `Unavailable`):
+    ///
+    /// - a write barrier (a no-op `multi`: one quorum write, as `holder` and `members` do, so that
+    ///   every write that returned through any server is seen), pipelined with an `exists` of
+    ///   each of `{root}/leases`, `{root}/groups` and `{root}/sessions` (O(1) each: its number
+    ///   of children), then one `getChildren` of each that has children: 2 round trips.
+    ///   ZooKeeper has no ranged or paged child listing, so that reply holds every child name:
+    ///   O(children) work on the server and bytes on the wire, and neither the servers nor
+    ///   `zookeeper-client` cap it (`jute.maxbuffer`, 1 MB by default, bounds what a server
+    ///   accepts and what the Java client accepts: `zkCli` fails such an `ls` with
+    ///   `ConnectionLoss`). So a parent with more than 100,000 children (a reply of up to ~13 MB)
+    ///   is not listed: the listing fails with `Unsupported` naming it and its count, after its
+    ///   `exists`, without its `getChildren`. A million leases are refused that way.
+    /// - the prefix is matched and the names sorted on the client; then only the first matches
+    ///   are read, in pipelined batches of at most 256 (a round trip each): per section at most
+    ///   `limit + 1` reads that find an entry plus `max(limit + 1, 100)` that find none (a node
+    ///   gone since its parent was listed, a group container left empty until the server reaps
+    ///   it); when that allowance runs out with names unread, the section is cut there and says
+    ///   so. A lease costs two reads (its node, then its holder's session node), a session one, a
+    ///   group an `exists`, a `getChildren` when it has members (same bound; at most 16 groups in
+    ///   flight) and up to the same bound of member reads. A prefix that matches no name reads no
+    ///   lease, group or member node.
+    ///
+    /// Liveness is judged as `holder` and `members` judge it (the `liveness` module): a lease's
+    /// holder is its node's ephemeral owner whose session node exists, a member is a member node
+    /// that exists, a session is a session node that exists; time left as `holder` reports it
+    /// (exact for this backend's sessions, the session's upper bound for another process's). See
+    /// `docs/backends/zookeeper.md`, "Listing (`simba status`)".
+    fn list(&self, request: &ListRequest) -> Result<Listing> {
+        self.inner.list_counted(request, &Default::default(), listing::MAX_CHILDREN)
     }
 
     fn semaphore_limit(&self, name: &Name, permits: Option<u32>) -> Result<Option<u32>> {
