@@ -192,7 +192,8 @@ fn status_shows_what_is_held(url: &str) {
         c.args(["status", "--prefix", p, "--limit", "1"]);
         c
     });
-    assert!(stdout(&o).contains("more sessions than --limit 1 matched"), "{}", stdout(&o));
+    let text = stdout(&o);
+    assert!(text.contains("sessions than --limit 1 matched") && text.contains("narrow --prefix"), "{text}");
     drop(h.parts);
     let _ = h.session.close();
     let _ = h.other.close();

@@ -31,6 +31,7 @@ use crate::sim::history::{ms as ns, Event};
 use crate::sim::shipped::backend::{below, sleep_unless, unit, HistState, History};
 use crate::sync::thread::{self, ThreadId};
 use crate::sync::{self, Mutex};
+use crate::types::Name;
 
 /// The simulated nodes' clocks start here (µs since the Unix epoch, 2025-06-15), plus each node's
 /// offset.
@@ -81,6 +82,9 @@ struct Late {
     code: String,
     keys: Vec<String>,
     args: Vec<String>,
+    /// The `members` read this call was part of (its caller got an error): recorded as
+    /// [`Event::MembersReadFailed`] when the script lands.
+    read: Option<Name>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -249,11 +253,17 @@ impl SimCluster {
         for l in due {
             h.counts.late_deliveries += 1;
             fault(h, &self.hist, (l.name, &l.keys, &l.args), "late-landed", l.from, t);
+            if let Some(group) = l.read {
+                self.hist.push(h, Event::MembersReadFailed { group });
+            }
             self.apply(h, l.node, (l.name, &l.code), &l.keys, &l.args, false);
         }
     }
 
-    /// `eval` once its fate is drawn.
+    /// `eval` once its fate is drawn. `read`: the `members` read the call is part of, when its
+    /// fate fails it, recorded as [`Event::MembersReadFailed`] under the history lock the fault
+    /// takes anyway (or when a late script lands): no scheduling point is added, so the seeds'
+    /// schedules stay those of the model before the event existed.
     #[allow(clippy::too_many_arguments)]
     fn eval_with(
         &self,
@@ -263,10 +273,15 @@ impl SimCluster {
         keys: &[String],
         args: &[String],
         deadline: Instant,
-        t0: u64,
-        end: u64,
+        (t0, end): (u64, u64),
+        read: Option<Name>,
     ) -> Result<Value> {
         let which = (script.name(), script.code());
+        let read_failed = |h: &mut HistState| {
+            if let Some(group) = read.clone() {
+                self.hist.push(h, Event::MembersReadFailed { group });
+            }
+        };
         match fate {
             Fate::Complete => {
                 let r = {
@@ -281,6 +296,7 @@ impl SimCluster {
                 h.counts.partitioned += 1;
                 let t = self.hist.t();
                 fault(&mut h, &self.hist, (script.name(), keys, args), "partitioned", t0, t);
+                read_failed(&mut h);
                 drop(h);
                 Err(Error::new(ErrorKind::Unavailable, format!("simulated: node {node} is partitioned away")))
             }
@@ -290,6 +306,7 @@ impl SimCluster {
                 let t = self.hist.t();
                 let until = if at_deadline { end.max(t) } else { t };
                 fault(&mut h, &self.hist, (script.name(), keys, args), "failed", t0, until);
+                read_failed(&mut h);
                 drop(h);
                 if at_deadline {
                     self.wait_until(deadline);
@@ -330,6 +347,7 @@ impl SimCluster {
                     let t = self.hist.t();
                     let until = if at_deadline { end.max(t) } else { t };
                     fault(&mut h, &self.hist, (script.name(), keys, args), "lost-reply", t0, until);
+                    read_failed(&mut h);
                     self.apply(&mut h, node, which, keys, args, false);
                 }
                 if at_deadline {
@@ -348,6 +366,7 @@ impl SimCluster {
                     code: script.code().into(),
                     keys: keys.to_vec(),
                     args: args.to_vec(),
+                    read,
                 };
                 self.late.lock().push(late);
                 self.wait_until(deadline);
@@ -395,7 +414,7 @@ impl RedisScripting for SimCluster {
         // start, and one that makes the caller wait is over for it at the deadline.
         let (t0, end) = (self.hist.t(), ns(deadline.saturating_duration_since(self.hist.base)));
         // The caller sees no reply: a `members` read it was making (from its `group_live` on)
-        // fails, recorded once the caller has its error.
+        // fails.
         let failed_read = if matches!(fate, Fate::Complete | Fate::Stall | Fate::SlowReply) {
             None
         } else {
@@ -406,12 +425,7 @@ impl RedisScripting for SimCluster {
                 None => None,
             }
         };
-        let r = self.eval_with(fate, node, script, keys, args, deadline, t0, end);
-        if let Some(group) = failed_read {
-            let mut h = self.hist.lock();
-            self.hist.push(&mut h, Event::MembersReadFailed { group });
-        }
-        r
+        self.eval_with(fate, node, script, keys, args, deadline, (t0, end), failed_read)
     }
 
     fn eval_each<'a>(
