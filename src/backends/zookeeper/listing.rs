@@ -1,4 +1,4 @@
-//! [`LeaseBackend::list`](crate::backend::LeaseBackend::list) (`simba status`): the children of
+//! [`LeaseBackend::list`] (`simba status`): the children of
 //! `{root}/leases`, `{root}/groups` and `{root}/sessions` (after a write barrier; one `exists`
 //! then one `getChildren` each, refused above [`MAX_CHILDREN`]), filtered by prefix and sorted on
 //! the client, then node reads for the first entries only: at most `limit + 1` that count plus
@@ -88,7 +88,7 @@ where
 }
 
 impl Inner {
-    /// [`LeaseBackend::list`](crate::backend::LeaseBackend::list), counting its reads in `reads`,
+    /// [`LeaseBackend::list`], counting its reads in `reads`,
     /// refusing to list a parent with more than `max_children` ([`MAX_CHILDREN`]).
     pub(super) fn list_counted(&self, request: &ListRequest, reads: &Reads, max_children: usize) -> Result<Listing> {
         let deadline = self.query_deadline();
@@ -218,7 +218,7 @@ impl Inner {
                 async move { live_member(self, id, read.await, what) }
             })
             .await?;
-            Ok((!members.is_empty()).then(|| (ListedGroup { name, members }, cut)))
+            Ok((!members.is_empty()).then_some((ListedGroup { name, members }, cut)))
         }
     }
 

@@ -397,7 +397,7 @@ impl Inner {
         mode.with_acls(self.acls.as_slice().into())
     }
 
-    /// Runs `read` after a [`barrier`], pipelined (the read then sees every write that returned
+    /// Runs `read` after a [`barrier()`], pipelined (the read then sees every write that returned
     /// on any server of the ensemble), bounded by `deadline`. `Ok(None)`
     /// when the node does not exist.
     fn synced_read<'c, T, F>(
