@@ -264,7 +264,10 @@ fn measure(config: &Config, t: &Target, block: usize, rounds: usize) -> BenchRes
 /// `INFO commandstats` usec; minimum over a few blocks since other clients only add.
 fn server_time(config: &Config, t: &Target) -> BenchResult<String> {
     let n = 100usize;
-    let Some(mut counter) = t.counter()? else { return Ok("—".into()) };
+    let mut counter = t.counter();
+    if !counter.live() {
+        return Ok(counter.cell(None, "—"));
+    }
     let api_name = name(&format!("{}.u.api-us", config.prefix))?;
     let spi_name = name(&format!("{}.u.spi-us", config.prefix))?;
     let backend = t.backend()?;
@@ -276,10 +279,11 @@ fn server_time(config: &Config, t: &Target) -> BenchResult<String> {
         v.block(5, &mut scratch)?;
         let mut best = u64::MAX;
         for _ in 0..3 {
-            let c0 = counter.read()?;
+            let c0 = counter.read();
             v.block(n, &mut scratch)?;
-            let d = counter.read()?.since(c0, targets::Reading::default());
-            best = best.min(d.server_us.unwrap_or(0));
+            if let Some(d) = counter.since(c0) {
+                best = best.min(d.server_us.unwrap_or(0));
+            }
         }
         Ok(format!("{:.1} µs", best as f64 / n as f64))
     };
@@ -291,6 +295,10 @@ fn server_time(config: &Config, t: &Target) -> BenchResult<String> {
     };
     drop(session);
     let _ = backend.close_session(&spi.id);
+    // The counter is a side stat: once it could not be read, the cell says why.
+    if let Some(u) = counter.unavailable() {
+        return Ok(u.to_string());
+    }
     Ok(format!("{a} / {s} / {r}"))
 }
 
@@ -323,8 +331,10 @@ fn round_trips(config: &Config, t: &Target) -> BenchResult<String> {
         let _ = backend.close_session(&spi.id);
         return Ok(format!("{a:.2} / {s:.2} / {r}"));
     }
-    let Some(mut counter) = t.counter()? else { return Ok("— (in-process)".into()) };
-    let cost = targets::self_cost(&mut *counter)?;
+    let mut counter = t.counter();
+    if !counter.live() {
+        return Ok(counter.cell(None, "— (in-process)"));
+    }
     let backend = t.backend()?;
     let session = Session::open(backend.clone(), SessionOptions::default())?;
     let spi = backend.open_session(Duration::from_secs(60), "")?;
@@ -335,9 +345,11 @@ fn round_trips(config: &Config, t: &Target) -> BenchResult<String> {
         let mut best = targets::Reading::MAX;
         // Minimum over a few tries: other clients' commands only ever add.
         for _ in 0..3 {
-            let c0 = counter.read()?;
+            let c0 = counter.read();
             v.block(n, &mut scratch)?;
-            best = best.min(counter.read()?.since(c0, cost));
+            if let Some(d) = counter.since(c0) {
+                best = best.min(d);
+            }
         }
         Ok(best.per(n as f64))
     };
@@ -349,6 +361,9 @@ fn round_trips(config: &Config, t: &Target) -> BenchResult<String> {
     };
     drop(session);
     let _ = backend.close_session(&spi.id);
+    if let Some(u) = counter.unavailable() {
+        return Ok(u.to_string());
+    }
     Ok(format!("{a} / {s} / {r} (server requests)"))
 }
 

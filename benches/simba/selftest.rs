@@ -1,0 +1,177 @@
+//! The benchmark's own checks, run when the binary is started without `--bench`
+//! (`cargo test --bench simba --all-features`; the target has no libtest harness, so these are
+//! plain functions). They need no server: what they talk to they start on loopback.
+
+/// One check: its name and the function that returns why it failed.
+type Check = (&'static str, fn() -> Result<(), String>);
+
+/// Runs every check, prints one line each and a closing count; true when all passed.
+pub fn run() -> bool {
+    let checks: Vec<Check> = vec![
+        #[cfg(feature = "zookeeper")]
+        ("zk_fsync_not_whitelisted_is_unavailable", zk::fsync_not_whitelisted_is_unavailable),
+        #[cfg(feature = "zookeeper")]
+        ("zk_counter_not_whitelisted_is_unavailable", zk::counter_not_whitelisted_is_unavailable),
+        #[cfg(feature = "zookeeper")]
+        ("zk_version_not_whitelisted_is_unavailable", zk::version_not_whitelisted_is_unavailable),
+        #[cfg(feature = "zookeeper")]
+        ("zk_whitelisted_stats_are_read", zk::whitelisted_stats_are_read),
+        #[cfg(feature = "zookeeper")]
+        ("zk_no_server_is_unavailable", zk::no_server_is_unavailable),
+    ];
+    let mut failed = 0;
+    for (name, check) in &checks {
+        match check() {
+            Ok(()) => println!("test {name} ... ok"),
+            Err(why) => {
+                failed += 1;
+                println!("test {name} ... FAILED: {why}");
+            }
+        }
+    }
+    println!("\nself-tests: {} passed, {failed} failed", checks.len() - failed);
+    failed == 0
+}
+
+#[cfg(feature = "zookeeper")]
+mod zk {
+    use std::io::{Read, Write};
+    use std::net::{SocketAddr, TcpListener};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    use std::thread::JoinHandle;
+    use std::time::{Duration, Instant};
+
+    use crate::targets::{Kind, Target};
+
+    /// A loopback server that answers four-letter words as a ZooKeeper whose
+    /// `4lw.commands.whitelist` holds only `allowed` (each with the given reply) does: any other
+    /// word gets ZooKeeper's own refusal, then the connection closes.
+    struct FourLetterServer {
+        addr: SocketAddr,
+        stop: Arc<AtomicBool>,
+        thread: Option<JoinHandle<()>>,
+    }
+
+    impl FourLetterServer {
+        fn start(allowed: &'static [(&'static str, &'static str)]) -> Result<FourLetterServer, String> {
+            let listener = TcpListener::bind("127.0.0.1:0").map_err(|e| format!("bind: {e}"))?;
+            let addr = listener.local_addr().map_err(|e| format!("local_addr: {e}"))?;
+            listener.set_nonblocking(true).map_err(|e| format!("set_nonblocking: {e}"))?;
+            let stop = Arc::new(AtomicBool::new(false));
+            let stopped = stop.clone();
+            let thread = std::thread::spawn(move || {
+                let until = Instant::now() + Duration::from_secs(30);
+                while !stopped.load(Ordering::Relaxed) && Instant::now() < until {
+                    let Ok((mut s, _)) = listener.accept() else {
+                        std::thread::sleep(Duration::from_millis(2));
+                        continue;
+                    };
+                    let _ = s.set_nonblocking(false);
+                    let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
+                    let mut word = [0u8; 4];
+                    if s.read_exact(&mut word).is_err() {
+                        continue;
+                    }
+                    let word = String::from_utf8_lossy(&word).into_owned();
+                    let reply = match allowed.iter().find(|(w, _)| *w == word) {
+                        Some((_, reply)) => reply.to_string(),
+                        None => format!("{word} is not executed because it is not in the whitelist.\n"),
+                    };
+                    let _ = s.write_all(reply.as_bytes());
+                }
+            });
+            Ok(FourLetterServer { addr, stop, thread: Some(thread) })
+        }
+    }
+
+    impl Drop for FourLetterServer {
+        fn drop(&mut self) {
+            self.stop.store(true, Ordering::Relaxed);
+            if let Some(t) = self.thread.take() {
+                let _ = t.join();
+            }
+        }
+    }
+
+    const SRVR: &str =
+        "Zookeeper version: 3.8.0-${mvngit.commit.id}, built on 2024-12-29 17:54 UTC\nMode: standalone\n";
+    const MNTR: &str = "zk_version\t3.8.0\nzk_packets_received\t42\nzk_cnt_fsynctime\t7\nzk_sum_fsynctime\t14\n\
+                        zk_max_fsynctime\t9\n";
+    const REFUSED: &str = "unavailable: mntr is not executed because it is not in the whitelist.";
+
+    fn target(addr: SocketAddr) -> Target {
+        Target { kind: Kind::Zookeeper, url: format!("zookeeper://{addr}"), server_version: String::new() }
+    }
+
+    fn expect(what: &str, got: impl std::fmt::Debug, want: impl std::fmt::Debug) -> Result<(), String> {
+        let (got, want) = (format!("{got:?}"), format!("{want:?}"));
+        if got == want {
+            Ok(())
+        } else {
+            Err(format!("{what}: got {got}, want {want}"))
+        }
+    }
+
+    /// Section 2's fsync side column against a server whose whitelist leaves `mntr` out: the stat
+    /// is "unavailable" in the server's own words, and reading it is not an error.
+    pub fn fsync_not_whitelisted_is_unavailable() -> Result<(), String> {
+        let server = FourLetterServer::start(&[("srvr", SRVR)])?;
+        let t = target(server.addr);
+        let (before, after) = (t.fsync_stats(), t.fsync_stats());
+        match &before {
+            Some(Err(u)) => expect("the reason", u.to_string(), REFUSED)?,
+            other => return Err(format!("expected the unavailable reason, got {other:?}")),
+        }
+        expect("section 2's column", crate::s2_handoff::fsync_text(before, after), Some(REFUSED))
+    }
+
+    /// The statement counter (sections 1, 4, 5) against the same server: unavailable, no error.
+    pub fn counter_not_whitelisted_is_unavailable() -> Result<(), String> {
+        let server = FourLetterServer::start(&[("srvr", SRVR)])?;
+        let mut counter = target(server.addr).counter();
+        expect("exists", counter.exists(), true)?;
+        expect("live", counter.live(), false)?;
+        expect("read", counter.read(), None::<crate::targets::Reading>)?;
+        expect("cell", counter.cell(None, "—"), REFUSED)
+    }
+
+    /// The version in the machine table, where even `srvr` is left out.
+    pub fn version_not_whitelisted_is_unavailable() -> Result<(), String> {
+        let server = FourLetterServer::start(&[])?;
+        let got = crate::targets::zk_impl::version(server.addr).map_err(|u| u.to_string());
+        expect(
+            "version",
+            got,
+            Err::<String, _>("unavailable: srvr is not executed because it is not in the whitelist."),
+        )
+    }
+
+    /// With `mntr` allowed the same readers give the numbers.
+    pub fn whitelisted_stats_are_read() -> Result<(), String> {
+        let server = FourLetterServer::start(&[("srvr", SRVR), ("mntr", MNTR)])?;
+        let t = target(server.addr);
+        expect("version", crate::targets::zk_impl::version(server.addr), Ok::<_, ()>("3.8.0"))?;
+        expect(
+            "section 2's column",
+            crate::s2_handoff::fsync_text(t.fsync_stats(), t.fsync_stats()),
+            Some("0, 0.00 ms on average (longest since it started: 9 ms)"),
+        )?;
+        let mut counter = t.counter();
+        expect("live", counter.live(), true)?;
+        let r = counter.read().map(|r| r.requests);
+        expect("packets", r, Some(42u64))
+    }
+
+    /// No server at all behind the address: unavailable with the client's error, no error.
+    pub fn no_server_is_unavailable() -> Result<(), String> {
+        let addr = {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| format!("bind: {e}"))?;
+            l.local_addr().map_err(|e| format!("local_addr: {e}"))?
+        };
+        match target(addr).fsync_stats() {
+            Some(Err(u)) if u.to_string().starts_with(&format!("unavailable: mntr to {addr}: ")) => Ok(()),
+            other => Err(format!("expected unavailable: mntr to {addr}: <error>, got {other:?}")),
+        }
+    }
+}
