@@ -7,8 +7,14 @@
 //! SIMBA_BENCH_QUICK=1 cargo bench --all-features --bench simba   # short smoke run
 //! SIMBA_BENCH_SECTIONS=1,4 ...                                   # only some sections
 //! SIMBA_BENCH_OUT=report.md ...                                  # also write the tables to a file
+//! SIMBA_BENCH_CHARTS=docs/bench ...                               # also draw SVG charts there
 //! cargo test --all-features --bench simba                         # the benchmark's own checks
 //! ```
+//!
+//! `SIMBA_BENCH_CHARTS=<dir>` (default: no charts) writes `handoff.svg` (section 2: the hand-off
+//! latency distribution per backend) and `api-spi-raw.svg` (section 1: API vs SPI vs raw per
+//! backend) into `<dir>`, relative to the package root under `cargo bench`; `docs/bench` holds
+//! the committed ones that docs/benchmarks.md shows.
 //!
 //! Sections (each prints a markdown table; see `docs/benchmarks.md` for the results and their
 //! reading):
@@ -33,6 +39,7 @@
 #![forbid(unsafe_code)]
 
 mod assets;
+mod charts;
 mod common;
 mod proxy;
 mod s1_uncontended;
@@ -68,6 +75,8 @@ pub struct Config {
     pub sections: Vec<u32>,
     /// Random prefix of every name this run uses.
     pub prefix: String,
+    /// Where sections 1 and 2 draw their SVG charts (`SIMBA_BENCH_CHARTS`, default none).
+    pub charts: Option<std::path::PathBuf>,
 }
 
 impl Config {
@@ -111,7 +120,8 @@ impl Config {
             _ => (1..=9).collect(),
         };
         let prefix = format!("simba-bench-{:08x}", rand::random::<u32>());
-        Ok(Config { quick, kinds, sections, prefix })
+        let charts = std::env::var_os("SIMBA_BENCH_CHARTS").filter(|v| !v.is_empty()).map(std::path::PathBuf::from);
+        Ok(Config { quick, kinds, sections, prefix, charts })
     }
 
     /// `full` normally, `quick` in a smoke run.

@@ -11,6 +11,7 @@ use crossbeam_channel::{bounded, unbounded};
 use simba::backend::{Acquire, LeaseBackend};
 use simba::{Session, SessionOptions};
 
+use crate::charts::ApiSpiRaw;
 use crate::common::{
     allocations, context_switches, err, fmt_dur, fmt_rate, name, process_cpu_precise, progress, BenchResult, Report,
     Samples, Summary, Table,
@@ -104,10 +105,14 @@ pub fn run(config: &Config, targets: &[Target], report: &mut Report) {
             "allocations/op API / SPI / raw",
         ],
     );
+    let mut bars = Vec::new();
     for t in targets {
         progress(format!("section 1: {}", t.kind.name()));
         match measure(config, t, block, rounds) {
-            Ok(row) => table.row(row),
+            Ok((row, b)) => {
+                table.row(row);
+                bars.push(b);
+            }
             Err(e) => table.failed(t.kind.name(), &e),
         }
     }
@@ -128,6 +133,9 @@ pub fn run(config: &Config, targets: &[Target], report: &mut Report) {
          renewal and worker threads count; a process-wide counting allocator), over one extra block per variant."
     ));
     report.table(&table);
+    if !bars.is_empty() {
+        report.chart("API vs SPI vs raw", crate::charts::api_spi_raw(config, &bars));
+    }
     match handoff_table(config) {
         Ok(t) => report.table(&t),
         Err(e) => {
@@ -138,7 +146,8 @@ pub fn run(config: &Config, targets: &[Target], report: &mut Report) {
     }
 }
 
-fn measure(config: &Config, t: &Target, block: usize, rounds: usize) -> BenchResult<Vec<String>> {
+/// One backend's row and its API, SPI and raw latencies (for the chart).
+fn measure(config: &Config, t: &Target, block: usize, rounds: usize) -> BenchResult<(Vec<String>, ApiSpiRaw)> {
     let backend = t.backend()?;
     let session = Session::open(backend.clone(), SessionOptions::default())?;
     let api_name = name(&format!("{}.u.api", config.prefix))?;
@@ -240,7 +249,8 @@ fn measure(config: &Config, t: &Target, block: usize, rounds: usize) -> BenchRes
         Some(false) => format!("{} (session and lease on two masters)", t.kind.name()),
         None => t.kind.name().to_string(),
     };
-    Ok(vec![
+    let bars = ApiSpiRaw { kind: t.kind, api: a, spi: s, raw: (raws.ops > 0).then_some(base) };
+    let row = vec![
         backend_label,
         fmt_rate(api.ops_per_s()),
         fmt_dur(a.p50),
@@ -257,7 +267,8 @@ fn measure(config: &Config, t: &Target, block: usize, rounds: usize) -> BenchRes
         costs[0].clone(),
         costs[1].clone(),
         costs[2].clone(),
-    ])
+    ];
+    Ok((row, bars))
 }
 
 /// Redis: server CPU time per op of the requests (scripts include the commands they run), from

@@ -18,10 +18,14 @@ pub fn run(config: &Config, targets: &[Target], report: &mut Report) {
         "2. Hand-off latency: `release` → waiting `lock()` returns (default timings: 15 s lease, 5 s renew)",
         &["backend", "wake-up", "samples", "p50", "p99", "max", "target", "met", "raw notification p50 / p99 / max"],
     );
+    let mut samples = Vec::new();
     for t in targets {
         progress(format!("section 2: {}", t.kind.name()));
         match measure(config, t) {
-            Ok(row) => table.row(row),
+            Ok((row, s)) => {
+                table.row(row);
+                samples.push((t.kind, s));
+            }
             Err(e) => table.failed(t.kind.name(), &e),
         }
     }
@@ -39,9 +43,13 @@ pub fn run(config: &Config, targets: &[Target], report: &mut Report) {
          0.5 s + up to 0.25 s at default timings): max ≤ 1 s (issue #19, against tooz's 0.97 s p99).",
     );
     report.table(&table);
+    if !samples.is_empty() {
+        report.chart("hand-off latency distribution", crate::charts::handoff(config, &samples));
+    }
 }
 
-fn measure(config: &Config, t: &Target) -> BenchResult<Vec<String>> {
+/// One backend's row and its hand-off samples (for the chart).
+fn measure(config: &Config, t: &Target) -> BenchResult<(Vec<String>, Vec<Duration>)> {
     let push = t.kind.pushes();
     let samples_wanted = if push { config.pick(200, 20) } else { config.pick(40, 3) };
     let opts = SessionOptions::default();
@@ -133,7 +141,7 @@ fn measure(config: &Config, t: &Target) -> BenchResult<Vec<String>> {
         let target = Duration::from_secs(1);
         (target, s.max <= target)
     };
-    Ok(vec![
+    let row = vec![
         t.kind.name().into(),
         if push { "notification".into() } else { "polling".into() },
         s.n.to_string(),
@@ -143,7 +151,8 @@ fn measure(config: &Config, t: &Target) -> BenchResult<Vec<String>> {
         if push { format!("p99 ≤ {}", fmt_dur(target)) } else { format!("max ≤ {}", fmt_dur(target)) },
         if met { "yes".into() } else { "**no**".into() },
         raw,
-    ])
+    ];
+    Ok((row, samples))
 }
 
 /// The fsync side column from the readings before and after the samples: the count and mean, or

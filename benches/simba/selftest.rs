@@ -8,6 +8,7 @@ type Check = (&'static str, fn() -> Result<(), String>);
 /// Runs every check, prints one line each and a closing count; true when all passed.
 pub fn run() -> bool {
     let checks: Vec<Check> = vec![
+        ("charts_only_when_asked", charts_only_when_asked),
         #[cfg(feature = "zookeeper")]
         ("zk_fsync_not_whitelisted_is_unavailable", zk::fsync_not_whitelisted_is_unavailable),
         #[cfg(feature = "zookeeper")]
@@ -31,6 +32,84 @@ pub fn run() -> bool {
     }
     println!("\nself-tests: {} passed, {failed} failed", checks.len() - failed);
     failed == 0
+}
+
+/// Without `SIMBA_BENCH_CHARTS` no chart is drawn; with it both SVGs are written, with their
+/// axis units, one curve per backend and the legend.
+fn charts_only_when_asked() -> Result<(), String> {
+    use std::time::Duration;
+
+    use crate::charts::{self, ApiSpiRaw};
+    use crate::common::Summary;
+    use crate::targets::Kind;
+
+    let dir = std::env::temp_dir().join(format!("simba-bench-selftest-{}", std::process::id()));
+    let mut config = crate::Config {
+        quick: true,
+        kinds: vec![Kind::Memory, Kind::Redis],
+        sections: vec![1, 2],
+        prefix: "selftest".into(),
+        charts: None,
+    };
+    let us = |v: &[u64]| v.iter().map(|&u| Duration::from_micros(u)).collect::<Vec<_>>();
+    let samples = vec![(Kind::Memory, us(&[60, 70, 80, 120])), (Kind::Redis, us(&[400, 480, 900, 4_000]))];
+    let bars = vec![
+        ApiSpiRaw { kind: Kind::Memory, api: Summary::of(&us(&[1, 2])), spi: Summary::of(&us(&[1])), raw: None },
+        ApiSpiRaw {
+            kind: Kind::Redis,
+            api: Summary::of(&us(&[150, 160])),
+            spi: Summary::of(&us(&[140, 150])),
+            raw: Some(Summary::of(&us(&[110, 120]))),
+        },
+    ];
+    let none = (charts::handoff(&config, &samples), charts::api_spi_raw(&config, &bars));
+    if !matches!(none, (Ok(None), Ok(None))) {
+        return Err(format!("charts without SIMBA_BENCH_CHARTS: {none:?}"));
+    }
+    config.charts = Some(dir.clone());
+    let result = (|| {
+        let handoff = charts::handoff(&config, &samples).map_err(|e| e.to_string())?;
+        let bars = charts::api_spi_raw(&config, &bars).map_err(|e| e.to_string())?;
+        for (path, wants) in [
+            (
+                handoff,
+                &[
+                    "hand-off latency (ms, log scale)",
+                    "samples at or below (%)",
+                    "memory (4 samples)",
+                    "redis (4 samples)",
+                    "push target",
+                ][..],
+            ),
+            (
+                bars,
+                &[
+                    "one acquire + release (µs, log scale)",
+                    "\nredis\n",
+                    "\nmemory\n",
+                    "API: Session::try_lock",
+                    "API/raw 1.36",
+                    "API/SPI",
+                ][..],
+            ),
+        ] {
+            let path = path.ok_or("no path")?;
+            let svg = std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+            for want in wants {
+                if !svg.contains(want) {
+                    return Err(format!("{} has no {want:?}", path.display()));
+                }
+            }
+        }
+        Ok(())
+    })();
+    match &result {
+        Ok(()) => {
+            let _ = std::fs::remove_dir_all(&dir);
+        }
+        Err(_) => println!("  (the charts are left in {} for a look)", dir.display()),
+    }
+    result
 }
 
 #[cfg(feature = "zookeeper")]
