@@ -183,7 +183,7 @@ mod zk {
         Target { kind: Kind::Zookeeper, url: format!("zookeeper://{addr}"), server_version: String::new() }
     }
 
-    fn expect(what: &str, got: impl std::fmt::Debug, want: impl std::fmt::Debug) -> Result<(), String> {
+    fn same(what: &str, got: impl std::fmt::Debug, want: impl std::fmt::Debug) -> Result<(), String> {
         let (got, want) = (format!("{got:?}"), format!("{want:?}"));
         if got == want {
             Ok(())
@@ -199,47 +199,43 @@ mod zk {
         let t = target(server.addr);
         let (before, after) = (t.fsync_stats(), t.fsync_stats());
         match &before {
-            Some(Err(u)) => expect("the reason", u.to_string(), REFUSED)?,
+            Some(Err(u)) => same("the reason", u.to_string(), REFUSED)?,
             other => return Err(format!("expected the unavailable reason, got {other:?}")),
         }
-        expect("section 2's column", crate::s2_handoff::fsync_text(before, after), Some(REFUSED))
+        same("section 2's column", crate::s2_handoff::fsync_text(before, after), Some(REFUSED))
     }
 
     /// The statement counter (sections 1, 4, 5) against the same server: unavailable, no error.
     pub fn counter_not_whitelisted_is_unavailable() -> Result<(), String> {
         let server = FourLetterServer::start(&[("srvr", SRVR)])?;
         let mut counter = target(server.addr).counter();
-        expect("exists", counter.exists(), true)?;
-        expect("live", counter.live(), false)?;
-        expect("read", counter.read(), None::<crate::targets::Reading>)?;
-        expect("cell", counter.cell(None, "—"), REFUSED)
+        same("exists", counter.exists(), true)?;
+        same("live", counter.live(), false)?;
+        same("read", counter.read(), None::<crate::targets::Reading>)?;
+        same("cell", counter.cell(None, "—"), REFUSED)
     }
 
     /// The version in the machine table, where even `srvr` is left out.
     pub fn version_not_whitelisted_is_unavailable() -> Result<(), String> {
         let server = FourLetterServer::start(&[])?;
         let got = crate::targets::zk_impl::version(server.addr).map_err(|u| u.to_string());
-        expect(
-            "version",
-            got,
-            Err::<String, _>("unavailable: srvr is not executed because it is not in the whitelist."),
-        )
+        same("version", got, Err::<String, _>("unavailable: srvr is not executed because it is not in the whitelist."))
     }
 
     /// With `mntr` allowed the same readers give the numbers.
     pub fn whitelisted_stats_are_read() -> Result<(), String> {
         let server = FourLetterServer::start(&[("srvr", SRVR), ("mntr", MNTR)])?;
         let t = target(server.addr);
-        expect("version", crate::targets::zk_impl::version(server.addr), Ok::<_, ()>("3.8.0"))?;
-        expect(
+        same("version", crate::targets::zk_impl::version(server.addr), Ok::<_, ()>("3.8.0"))?;
+        same(
             "section 2's column",
             crate::s2_handoff::fsync_text(t.fsync_stats(), t.fsync_stats()),
             Some("0, 0.00 ms on average (longest since it started: 9 ms)"),
         )?;
         let mut counter = t.counter();
-        expect("live", counter.live(), true)?;
+        same("live", counter.live(), true)?;
         let r = counter.read().map(|r| r.requests);
-        expect("packets", r, Some(42u64))
+        same("packets", r, Some(42u64))
     }
 
     /// No server at all behind the address: unavailable with the client's error, no error.
