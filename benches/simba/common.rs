@@ -231,6 +231,18 @@ impl Report {
         self.push(t.render());
     }
 
+    /// Where a chart was written, or (counted as a failure) why it was not.
+    pub fn chart(&mut self, what: &str, written: BenchResult<Option<std::path::PathBuf>>) {
+        match written {
+            Ok(Some(path)) => self.push(format!("_chart ({what}): {}_\n", path.display())),
+            Ok(None) => {}
+            Err(e) => {
+                self.failures += 1;
+                self.push(format!("**chart ({what}) not written: {}**\n", one_line(&e.to_string())));
+            }
+        }
+    }
+
     pub fn failures(&self) -> usize {
         self.failures
     }

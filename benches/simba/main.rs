@@ -7,7 +7,14 @@
 //! SIMBA_BENCH_QUICK=1 cargo bench --all-features --bench simba   # short smoke run
 //! SIMBA_BENCH_SECTIONS=1,4 ...                                   # only some sections
 //! SIMBA_BENCH_OUT=report.md ...                                  # also write the tables to a file
+//! SIMBA_BENCH_CHARTS=docs/bench ...                               # also draw SVG charts there
+//! cargo test --all-features --bench simba                         # the benchmark's own checks
 //! ```
+//!
+//! `SIMBA_BENCH_CHARTS=<dir>` (default: no charts) writes `handoff.svg` (section 2: the hand-off
+//! latency distribution per backend) and `api-spi-raw.svg` (section 1: API vs SPI vs raw per
+//! backend) into `<dir>`, relative to the package root under `cargo bench`; `docs/bench` holds
+//! the committed ones that docs/benchmarks.md shows.
 //!
 //! Sections (each prints a markdown table; see `docs/benchmarks.md` for the results and their
 //! reading):
@@ -25,11 +32,14 @@
 //!
 //! Server URLs come from the same variables as the tests (`SIMBA_TEST_REDIS_URL`, ...). This is a
 //! benchmark, not a test: it asserts nothing about timings; it fails only when a server is
-//! unreachable or an operation errors.
+//! unreachable or an operation errors. A side stat the server will not give (ZooKeeper's `mntr`
+//! outside its `4lw.commands.whitelist`, a counter, the version) is shown as
+//! `unavailable: <reason>` and fails nothing.
 
 #![forbid(unsafe_code)]
 
 mod assets;
+mod charts;
 mod common;
 mod proxy;
 mod s1_uncontended;
@@ -41,6 +51,7 @@ mod s6_idle;
 mod s7_semaphore;
 mod s8_peers;
 mod s9_partitions;
+mod selftest;
 mod targets;
 
 use std::process::ExitCode;
@@ -64,6 +75,8 @@ pub struct Config {
     pub sections: Vec<u32>,
     /// Random prefix of every name this run uses.
     pub prefix: String,
+    /// Where sections 1 and 2 draw their SVG charts (`SIMBA_BENCH_CHARTS`, default none).
+    pub charts: Option<std::path::PathBuf>,
 }
 
 impl Config {
@@ -107,7 +120,8 @@ impl Config {
             _ => (1..=9).collect(),
         };
         let prefix = format!("simba-bench-{:08x}", rand::random::<u32>());
-        Ok(Config { quick, kinds, sections, prefix })
+        let charts = std::env::var_os("SIMBA_BENCH_CHARTS").filter(|v| !v.is_empty()).map(std::path::PathBuf::from);
+        Ok(Config { quick, kinds, sections, prefix, charts })
     }
 
     /// `full` normally, `quick` in a smoke run.
@@ -122,9 +136,10 @@ impl Config {
 
 fn main() -> ExitCode {
     // `cargo bench` passes `--bench`; `cargo test --all-targets` runs bench targets without it.
+    // Without it the binary runs its own checks (`cargo test --bench simba --all-features`).
     if !std::env::args().any(|a| a == "--bench") {
         println!("simba benchmarks: run them with `cargo bench --all-features --bench simba` (see docs/benchmarks.md)");
-        return ExitCode::SUCCESS;
+        return if selftest::run() { ExitCode::SUCCESS } else { ExitCode::FAILURE };
     }
     let _ = env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("error"))
         .format_timestamp_micros()

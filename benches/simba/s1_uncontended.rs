@@ -11,6 +11,7 @@ use crossbeam_channel::{bounded, unbounded};
 use simba::backend::{Acquire, LeaseBackend};
 use simba::{Session, SessionOptions};
 
+use crate::charts::ApiSpiRaw;
 use crate::common::{
     allocations, context_switches, err, fmt_dur, fmt_rate, name, process_cpu_precise, progress, BenchResult, Report,
     Samples, Summary, Table,
@@ -104,10 +105,14 @@ pub fn run(config: &Config, targets: &[Target], report: &mut Report) {
             "allocations/op API / SPI / raw",
         ],
     );
+    let mut bars = Vec::new();
     for t in targets {
         progress(format!("section 1: {}", t.kind.name()));
         match measure(config, t, block, rounds) {
-            Ok(row) => table.row(row),
+            Ok((row, b)) => {
+                table.row(row);
+                bars.push(b);
+            }
             Err(e) => table.failed(t.kind.name(), &e),
         }
     }
@@ -128,6 +133,9 @@ pub fn run(config: &Config, targets: &[Target], report: &mut Report) {
          renewal and worker threads count; a process-wide counting allocator), over one extra block per variant."
     ));
     report.table(&table);
+    if !bars.is_empty() {
+        report.chart("API vs SPI vs raw", crate::charts::api_spi_raw(config, &bars));
+    }
     match handoff_table(config) {
         Ok(t) => report.table(&t),
         Err(e) => {
@@ -138,7 +146,8 @@ pub fn run(config: &Config, targets: &[Target], report: &mut Report) {
     }
 }
 
-fn measure(config: &Config, t: &Target, block: usize, rounds: usize) -> BenchResult<Vec<String>> {
+/// One backend's row and its API, SPI and raw latencies (for the chart).
+fn measure(config: &Config, t: &Target, block: usize, rounds: usize) -> BenchResult<(Vec<String>, ApiSpiRaw)> {
     let backend = t.backend()?;
     let session = Session::open(backend.clone(), SessionOptions::default())?;
     let api_name = name(&format!("{}.u.api", config.prefix))?;
@@ -240,7 +249,8 @@ fn measure(config: &Config, t: &Target, block: usize, rounds: usize) -> BenchRes
         Some(false) => format!("{} (session and lease on two masters)", t.kind.name()),
         None => t.kind.name().to_string(),
     };
-    Ok(vec![
+    let bars = ApiSpiRaw { kind: t.kind, api: a, spi: s, raw: (raws.ops > 0).then_some(base) };
+    let row = vec![
         backend_label,
         fmt_rate(api.ops_per_s()),
         fmt_dur(a.p50),
@@ -257,14 +267,18 @@ fn measure(config: &Config, t: &Target, block: usize, rounds: usize) -> BenchRes
         costs[0].clone(),
         costs[1].clone(),
         costs[2].clone(),
-    ])
+    ];
+    Ok((row, bars))
 }
 
 /// Redis: server CPU time per op of the requests (scripts include the commands they run), from
 /// `INFO commandstats` usec; minimum over a few blocks since other clients only add.
 fn server_time(config: &Config, t: &Target) -> BenchResult<String> {
     let n = 100usize;
-    let Some(mut counter) = t.counter()? else { return Ok("—".into()) };
+    let mut counter = t.counter();
+    if !counter.live() {
+        return Ok(counter.cell(None, "—"));
+    }
     let api_name = name(&format!("{}.u.api-us", config.prefix))?;
     let spi_name = name(&format!("{}.u.spi-us", config.prefix))?;
     let backend = t.backend()?;
@@ -276,10 +290,11 @@ fn server_time(config: &Config, t: &Target) -> BenchResult<String> {
         v.block(5, &mut scratch)?;
         let mut best = u64::MAX;
         for _ in 0..3 {
-            let c0 = counter.read()?;
+            let c0 = counter.read();
             v.block(n, &mut scratch)?;
-            let d = counter.read()?.since(c0, targets::Reading::default());
-            best = best.min(d.server_us.unwrap_or(0));
+            if let Some(d) = counter.since(c0) {
+                best = best.min(d.server_us.unwrap_or(0));
+            }
         }
         Ok(format!("{:.1} µs", best as f64 / n as f64))
     };
@@ -291,6 +306,10 @@ fn server_time(config: &Config, t: &Target) -> BenchResult<String> {
     };
     drop(session);
     let _ = backend.close_session(&spi.id);
+    // The counter is a side stat: once it could not be read, the cell says why.
+    if let Some(u) = counter.unavailable() {
+        return Ok(u.to_string());
+    }
     Ok(format!("{a} / {s} / {r}"))
 }
 
@@ -323,8 +342,10 @@ fn round_trips(config: &Config, t: &Target) -> BenchResult<String> {
         let _ = backend.close_session(&spi.id);
         return Ok(format!("{a:.2} / {s:.2} / {r}"));
     }
-    let Some(mut counter) = t.counter()? else { return Ok("— (in-process)".into()) };
-    let cost = targets::self_cost(&mut *counter)?;
+    let mut counter = t.counter();
+    if !counter.live() {
+        return Ok(counter.cell(None, "— (in-process)"));
+    }
     let backend = t.backend()?;
     let session = Session::open(backend.clone(), SessionOptions::default())?;
     let spi = backend.open_session(Duration::from_secs(60), "")?;
@@ -335,9 +356,11 @@ fn round_trips(config: &Config, t: &Target) -> BenchResult<String> {
         let mut best = targets::Reading::MAX;
         // Minimum over a few tries: other clients' commands only ever add.
         for _ in 0..3 {
-            let c0 = counter.read()?;
+            let c0 = counter.read();
             v.block(n, &mut scratch)?;
-            best = best.min(counter.read()?.since(c0, cost));
+            if let Some(d) = counter.since(c0) {
+                best = best.min(d);
+            }
         }
         Ok(best.per(n as f64))
     };
@@ -349,6 +372,9 @@ fn round_trips(config: &Config, t: &Target) -> BenchResult<String> {
     };
     drop(session);
     let _ = backend.close_session(&spi.id);
+    if let Some(u) = counter.unavailable() {
+        return Ok(u.to_string());
+    }
     Ok(format!("{a} / {s} / {r} (server requests)"))
 }
 

@@ -14,7 +14,7 @@ use crate::common::{
     err, fmt_dur, name, process_cpu_precise, progress, spi_acquire, BenchResult, Report, Summary, Table,
 };
 use crate::proxy::Proxy;
-use crate::targets::{self, redis_slot, Kind, Reading, Target};
+use crate::targets::{redis_slot, Kind, Reading, SideCounter, Stat, Target};
 use crate::Config;
 
 const LEASE: Duration = Duration::from_secs(120);
@@ -128,13 +128,10 @@ fn measure(config: &Config, t: &Target) -> BenchResult<Vec<Vec<String>>> {
     let backend = t.backend()?;
     let grant = backend.open_session(LEASE, "")?;
     // pg_stat_database is flushed too late to count single statements: PostgreSQL uses the proxy.
-    let mut counter = if t.kind == Kind::Postgres { None } else { t.counter()? };
-    let cost = match counter.as_deref_mut() {
-        Some(c) => targets::self_cost(c)?,
-        None => Reading::default(),
-    };
+    // A side stat: a counter the server will not give shows "unavailable: <reason>".
+    let mut counter = if t.kind == Kind::Postgres { SideCounter::none() } else { t.counter() };
     #[allow(clippy::type_complexity)]
-    let mut timing: Vec<(Summary, Summary, Option<Reading>, Option<String>, Option<Summary>)> = Vec::new();
+    let mut timing: Vec<(Summary, Summary, Option<Reading>, Option<String>, Option<Stat<Summary>>)> = Vec::new();
     let mut have = 0;
     for &n in &counts {
         acquire_range(&backend, &grant.id, &names[have..n])?;
@@ -148,17 +145,13 @@ fn measure(config: &Config, t: &Target) -> BenchResult<Vec<Vec<String>>> {
         let mut stmts = Reading::MAX;
         let mut server_us = Vec::new();
         for _ in 0..samples {
-            let c0 = match counter.as_deref_mut() {
-                Some(c) => Some(c.read()?),
-                None => None,
-            };
+            let c0 = counter.read();
             let cpu0 = process_cpu_precise()?;
             let t0 = Instant::now();
             keep_alive_owned(&*backend, &grant.id)?;
             times.push(t0.elapsed());
             cpu.push(process_cpu_precise()?.saturating_sub(cpu0));
-            if let (Some(c), Some(c0)) = (counter.as_deref_mut(), c0) {
-                let r = c.read()?.since(c0, cost);
+            if let Some(r) = counter.since(c0) {
                 server_us.extend(r.server_us.map(Duration::from_micros));
                 stmts = stmts.min(r);
             }
@@ -174,22 +167,25 @@ fn measure(config: &Config, t: &Target) -> BenchResult<Vec<Vec<String>>> {
             }
             Ok(())
         })?;
-        let pings = pings.filter(|p| !p.is_empty());
+        let pings = pings.and_then(|p| match p {
+            Ok(p) if p.is_empty() => None,
+            p => Some(p.map(|p| Summary::of(&p))),
+        });
         // Redis standalone lists the session's lease index only after someone else changed it (its
         // own acquires and releases the client follows): the server time of a keep-alive right
         // after one release + re-acquire by this backend (a churning session), and by another
         // backend instance on the same session (the worst case: the whole index is listed).
         let (mut own_us, mut other_us) = (Vec::new(), Vec::new());
         if t.kind == Kind::Redis {
-            if let (Some(c), Some(last)) = (counter.as_deref_mut(), names[..n].last()) {
+            if let Some(last) = names[..n].last().filter(|_| counter.live()) {
                 let other = t.backend()?;
                 for (by, into) in [(&backend, &mut own_us), (&other, &mut other_us)] {
                     for _ in 0..samples {
                         by.release(&grant.id, last, spi_token(&**by, &grant.id, last)?)?;
                         spi_acquire(&**by, &grant.id, last)?;
-                        let c0 = c.read()?;
+                        let c0 = counter.read();
                         keep_alive_owned(&*backend, &grant.id)?;
-                        into.extend(c.read()?.since(c0, cost).server_us.map(Duration::from_micros));
+                        into.extend(counter.since(c0).and_then(|r| r.server_us).map(Duration::from_micros));
                     }
                 }
             }
@@ -206,13 +202,7 @@ fn measure(config: &Config, t: &Target) -> BenchResult<Vec<Vec<String>>> {
                 )
             }
         });
-        timing.push((
-            Summary::of(&times),
-            Summary::of(&cpu),
-            (stmts != Reading::MAX).then_some(stmts),
-            server,
-            pings.map(|p| Summary::of(&p)),
-        ));
+        timing.push((Summary::of(&times), Summary::of(&cpu), (stmts != Reading::MAX).then_some(stmts), server, pings));
     }
     let _ = backend.close_session(&grant.id);
     drop(backend);
@@ -268,9 +258,17 @@ fn measure(config: &Config, t: &Target) -> BenchResult<Vec<Vec<String>>> {
             fmt_dur(cpu.p50),
             rts[i].map_or("—".into(), |r| format!("{r:.0}")),
             delayed[i].map_or("—".into(), fmt_dur),
-            stmts.map_or("—".into(), |s| s.per(1.0)),
-            server.unwrap_or_else(|| "—".into()),
-            pings.map_or("—".into(), |p| format!("{} / {}", fmt_dur(p.p50), fmt_dur(p.max))),
+            counter.cell(stmts.map(|s| s.per(1.0)), "—"),
+            match server {
+                Some(s) => s,
+                None if matches!(t.kind, Kind::Redis | Kind::RedisCluster) => counter.cell(None, "—"),
+                None => "—".into(),
+            },
+            match pings {
+                Some(Ok(p)) => format!("{} / {}", fmt_dur(p.p50), fmt_dur(p.max)),
+                Some(Err(u)) => u.to_string(),
+                None => "—".into(),
+            },
             target,
         ]);
     }

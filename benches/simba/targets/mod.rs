@@ -1,6 +1,11 @@
 //! The backends under test: how to connect (directly or through the counting proxy), the raw
 //! primitive each is compared with, and the server-side statement counters. Each backend's raw
 //! side is in its own file (`redis_impl.rs`, `pg_impl.rs`, `my_impl.rs`, `zk_impl.rs`).
+//!
+//! The server's side stats (statement counters, ZooKeeper's fsyncs, the server version) are
+//! [`Stat`]s: one the server will not give (a four-letter word left out of ZooKeeper's
+//! `4lw.commands.whitelist`, a user without the right to `INFO`, ...) is shown as
+//! `unavailable: <reason>` where its number would be, and the measurement beside it goes on.
 
 #![allow(dead_code)]
 
@@ -14,6 +19,35 @@ use simba::MemoryBackend;
 
 use crate::common::{err, BenchResult};
 use crate::Config;
+
+/// Why a side stat of the server could not be read, as one line: the server's own words where it
+/// gave any (`mntr is not executed because it is not in the whitelist.`), else the client's error.
+/// Displayed as `unavailable: <reason>`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unavailable(pub String);
+
+impl Unavailable {
+    /// The reason on one line, without the table's cell separators.
+    pub fn new(reason: impl std::fmt::Display) -> Unavailable {
+        let text = reason.to_string();
+        Unavailable(text.split_whitespace().collect::<Vec<_>>().join(" ").replace('|', "/"))
+    }
+}
+
+impl std::fmt::Display for Unavailable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "unavailable: {}", self.0)
+    }
+}
+
+impl std::error::Error for Unavailable {}
+
+/// A side stat of the server: its value, or why the server would not give it. Never a reason to
+/// fail the measurement it sits beside.
+pub type Stat<T> = Result<T, Unavailable>;
+
+/// ZooKeeper's fsyncs (`mntr`): count, total ms, longest ms since the server started.
+pub type Fsyncs = (u64, u64, u64);
 
 /// A backend kind, as named in `SIMBA_BENCH`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -308,13 +342,20 @@ impl Target {
     }
 
     /// ZooKeeper: the server's (fsync count, total fsync ms, longest fsync ms since it started),
-    /// from `mntr`. `None` on every other backend.
-    pub fn fsync_stats(&self) -> BenchResult<Option<(u64, u64, u64)>> {
+    /// from `mntr`, or why it cannot be read. `None` on every other backend.
+    pub fn fsync_stats(&self) -> Option<Stat<Fsyncs>> {
         match self.kind {
             #[cfg(feature = "zookeeper")]
-            Kind::Zookeeper => zk_impl::fsync(self.upstream()?.ok_or_else(|| err("no ZooKeeper address"))?).map(Some),
-            _ => Ok(None),
+            Kind::Zookeeper => Some(self.four_letter_addr().and_then(zk_impl::fsync)),
+            _ => None,
         }
+    }
+
+    /// ZooKeeper: the one server the four-letter words go to (an ensemble URL has none).
+    fn four_letter_addr(&self) -> Stat<SocketAddr> {
+        self.upstream()
+            .map_err(Unavailable::new)?
+            .ok_or_else(|| Unavailable::new(format!("no single server to ask in {}", self.url)))
     }
 
     /// Redis Cluster: the raw sharded notification, as simba's (script `SPUBLISH` → `SSUBSCRIBE`
@@ -329,34 +370,46 @@ impl Target {
         }
     }
 
-    /// A server-side statement counter, or `None` where there is no reliable one.
+    /// The server-side statement counter as a side stat (connected, its own cost measured): none
+    /// where there is no reliable one (memory), unavailable where the server will not give it.
     #[cfg_attr(
         not(any(feature = "redis", feature = "postgres", feature = "mysql", feature = "zookeeper")),
         allow(unused_variables, unreachable_code)
     )] // memory only
-    pub fn counter(&self) -> BenchResult<Option<Box<dyn ServerCounter>>> {
-        let c: Box<dyn ServerCounter> = match self.kind {
-            Kind::Memory => return Ok(None),
+    pub fn counter(&self) -> SideCounter {
+        let c: Stat<Box<dyn ServerCounter>> = match self.kind {
+            Kind::Memory => return SideCounter::none(),
             #[cfg(feature = "redis")]
-            Kind::Redis | Kind::RedisCluster => Box::new(redis_impl::InfoCounter::connect(self)?),
+            Kind::Redis | Kind::RedisCluster => redis_impl::InfoCounter::connect(self)
+                .map(|c| Box::new(c) as Box<dyn ServerCounter>)
+                .map_err(|e| Unavailable::new(format!("INFO commandstats: {e}"))),
             #[cfg(feature = "postgres")]
-            Kind::Postgres => Box::new(pg_impl::CommitCounter::connect(&self.url)?),
+            Kind::Postgres => pg_impl::CommitCounter::connect(&self.url)
+                .map(|c| Box::new(c) as Box<dyn ServerCounter>)
+                .map_err(|e| Unavailable::new(format!("pg_stat_database: {e}"))),
             #[cfg(feature = "mysql")]
-            Kind::Mysql => Box::new(my_impl::QuestionsCounter::connect(&self.url)?),
+            Kind::Mysql => my_impl::QuestionsCounter::connect(&self.url)
+                .map(|c| Box::new(c) as Box<dyn ServerCounter>)
+                .map_err(|e| Unavailable::new(format!("SHOW GLOBAL STATUS: {e}"))),
             #[cfg(feature = "zookeeper")]
             Kind::Zookeeper => {
-                Box::new(zk_impl::MntrCounter::new(self.upstream()?.ok_or_else(|| err("no ZooKeeper address"))?))
+                self.four_letter_addr().map(|a| Box::new(zk_impl::MntrCounter::new(a)) as Box<dyn ServerCounter>)
             }
             #[allow(unreachable_patterns)]
-            k => return Err(err(format!("{} is not compiled in", k.name()))),
+            k => Err(Unavailable::new(format!("{} is not compiled in", k.name()))),
         };
-        Ok(Some(c))
+        SideCounter::new(c)
     }
 
     /// A concurrent client's `PING` latencies while `during` runs (Redis standalone only: the
-    /// server is single-threaded, so a long script stalls every other client for its length).
-    /// `None` for the other backends.
-    pub fn pings_during<R>(&self, during: impl FnOnce() -> BenchResult<R>) -> BenchResult<(R, Option<Vec<Duration>>)> {
+    /// server is single-threaded, so a long script stalls every other client for its length), or
+    /// why there are none (the side client failed; `during` ran all the same). `None` for the
+    /// other backends.
+    #[allow(clippy::type_complexity)]
+    pub fn pings_during<R>(
+        &self,
+        during: impl FnOnce() -> BenchResult<R>,
+    ) -> BenchResult<(R, Option<Stat<Vec<Duration>>>)> {
         match self.kind {
             #[cfg(feature = "redis")]
             Kind::Redis => redis_impl::pings_during(&self.url, during).map(|(r, p)| (r, Some(p))),
@@ -467,11 +520,11 @@ impl Reading {
 
 /// A server-side counter of what clients ask of the server.
 pub trait ServerCounter: Send {
-    fn read(&mut self) -> BenchResult<Reading>;
+    fn read(&mut self) -> Stat<Reading>;
 }
 
 /// What a counter read itself adds (two reads back to back, minimum of a few tries).
-pub fn self_cost(c: &mut dyn ServerCounter) -> BenchResult<Reading> {
+pub fn self_cost(c: &mut dyn ServerCounter) -> Stat<Reading> {
     let mut best = Reading::MAX;
     for _ in 0..5 {
         let a = c.read()?;
@@ -479,6 +532,73 @@ pub fn self_cost(c: &mut dyn ServerCounter) -> BenchResult<Reading> {
         best = best.min(b.since(a, Reading::default()));
     }
     Ok(best)
+}
+
+/// A server counter read beside a measurement: connected and its own cost measured once; the
+/// first connect or read that fails turns it off and keeps why (then its cells say
+/// `unavailable: <reason>`), so the measurement goes on without it.
+pub struct SideCounter {
+    counter: Option<Box<dyn ServerCounter>>,
+    cost: Reading,
+    unavailable: Option<Unavailable>,
+}
+
+impl SideCounter {
+    /// The backend has no counter (its cells say what the caller says then, e.g. "—").
+    pub fn none() -> SideCounter {
+        SideCounter { counter: None, cost: Reading::default(), unavailable: None }
+    }
+
+    fn new(counter: Stat<Box<dyn ServerCounter>>) -> SideCounter {
+        let mut side = SideCounter::none();
+        match counter.and_then(|mut c| self_cost(&mut *c).map(|cost| (c, cost))) {
+            Ok((c, cost)) => {
+                side.counter = Some(c);
+                side.cost = cost;
+            }
+            Err(u) => side.unavailable = Some(u),
+        }
+        side
+    }
+
+    /// True when the backend has a counter (readable or not).
+    pub fn exists(&self) -> bool {
+        self.counter.is_some() || self.unavailable.is_some()
+    }
+
+    /// True while the counter can be read.
+    pub fn live(&self) -> bool {
+        self.counter.is_some()
+    }
+
+    /// The counter now; `None` when there is none or it became unavailable.
+    pub fn read(&mut self) -> Option<Reading> {
+        match self.counter.as_mut()?.read() {
+            Ok(r) => Some(r),
+            Err(u) => {
+                self.counter = None;
+                self.unavailable = Some(u);
+                None
+            }
+        }
+    }
+
+    /// What was counted since `earlier` (a [`SideCounter::read`]), less the counter's own reads.
+    pub fn since(&mut self, earlier: Option<Reading>) -> Option<Reading> {
+        let earlier = earlier?;
+        let cost = self.cost;
+        self.read().map(|now| now.since(earlier, cost))
+    }
+
+    /// Why the counter cannot be read, once it could not.
+    pub fn unavailable(&self) -> Option<&Unavailable> {
+        self.unavailable.as_ref()
+    }
+
+    /// A cell: `value` when there is one, else `unavailable: <reason>`, else `none`.
+    pub fn cell(&self, value: Option<String>, none: &str) -> String {
+        value.or_else(|| self.unavailable.as_ref().map(|u| u.to_string())).unwrap_or_else(|| none.to_string())
+    }
 }
 
 /// Sends a ZooKeeper four-letter word and returns the reply.
@@ -518,4 +638,4 @@ mod pg_impl;
 mod my_impl;
 
 #[cfg(feature = "zookeeper")]
-mod zk_impl;
+pub mod zk_impl;

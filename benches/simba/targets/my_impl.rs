@@ -67,12 +67,11 @@ impl QuestionsCounter {
 }
 
 impl ServerCounter for QuestionsCounter {
-    fn read(&mut self) -> BenchResult<Reading> {
-        Ok(Reading {
-            requests: first_string(&mut self.conn, q::QUESTIONS, 1)?.parse()?,
-            executed: None,
-            server_us: None,
-        })
+    fn read(&mut self) -> Stat<Reading> {
+        let questions = first_string(&mut self.conn, q::QUESTIONS, 1)
+            .and_then(|v| Ok(v.parse::<u64>()?))
+            .map_err(|e| Unavailable::new(format!("SHOW GLOBAL STATUS: {e}")))?;
+        Ok(Reading { requests: questions, executed: None, server_us: None })
     }
 }
 

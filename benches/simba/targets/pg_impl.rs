@@ -96,8 +96,12 @@ impl CommitCounter {
 }
 
 impl ServerCounter for CommitCounter {
-    fn read(&mut self) -> BenchResult<Reading> {
-        let v: i64 = self.client.query_one(q::COMMITS, &[])?.try_get(0)?;
+    fn read(&mut self) -> Stat<Reading> {
+        let v: i64 = self
+            .client
+            .query_one(q::COMMITS, &[])
+            .and_then(|row| row.try_get(0))
+            .map_err(|e| Unavailable::new(format!("pg_stat_database: {e}")))?;
         Ok(Reading { requests: v.max(0) as u64, executed: None, server_us: None })
     }
 }

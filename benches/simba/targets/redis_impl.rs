@@ -82,7 +82,11 @@ pub fn init(t: &Target) -> BenchResult<String> {
         t.url.clone()
     };
     let mut c = conn(&first)?;
-    let v = info_field(&mut c, "server", "redis_version")?;
+    // The version is a side stat: a user without the right to `INFO` still benchmarks.
+    let v = match info_field(&mut c, "server", "redis_version") {
+        Ok(v) => v,
+        Err(e) => format!("(version {})", Unavailable::new(e)),
+    };
     Ok(if t.kind == Kind::RedisCluster {
         format!("Redis {v} (cluster, {} masters)", masters(&t.url)?.len())
     } else {
@@ -168,7 +172,13 @@ impl InfoCounter {
 const REQUESTS: [&str; 6] = ["eval", "evalsha", "eval_ro", "evalsha_ro", "fcall", "set"];
 
 impl ServerCounter for InfoCounter {
-    fn read(&mut self) -> BenchResult<Reading> {
+    fn read(&mut self) -> Stat<Reading> {
+        self.read_info().map_err(|e| Unavailable::new(format!("INFO commandstats: {e}")))
+    }
+}
+
+impl InfoCounter {
+    fn read_info(&mut self) -> BenchResult<Reading> {
         let mut r = Reading { requests: 0, executed: Some(0), server_us: Some(0) };
         for c in &mut self.conns {
             let info: String = redis::cmd("INFO").arg("stats").arg("commandstats").query(c)?;
@@ -196,10 +206,14 @@ impl ServerCounter for InfoCounter {
 }
 
 /// Runs `during` while another thread sends `PING` after `PING` on its own connection; returns
-/// what `during` returned and every `PING`'s round-trip time.
-pub fn pings_during<R>(url: &str, during: impl FnOnce() -> BenchResult<R>) -> BenchResult<(R, Vec<Duration>)> {
+/// what `during` returned and every `PING`'s round-trip time, or why the pinging client failed
+/// (then `during` runs all the same).
+pub fn pings_during<R>(url: &str, during: impl FnOnce() -> BenchResult<R>) -> BenchResult<(R, Stat<Vec<Duration>>)> {
     use std::sync::atomic::{AtomicBool, Ordering};
-    let mut c = conn(url)?;
+    let mut c = match conn(url) {
+        Ok(c) => c,
+        Err(e) => return during().map(|r| (r, Err(Unavailable::new(format!("PING client: {e}"))))),
+    };
     let stop = std::sync::Arc::new(AtomicBool::new(false));
     let (started_tx, started_rx) = crossbeam_channel::bounded::<()>(1);
     let pinger = {
@@ -219,7 +233,11 @@ pub fn pings_during<R>(url: &str, during: impl FnOnce() -> BenchResult<R>) -> Be
     let _ = started_rx.recv_timeout(Duration::from_secs(5));
     let r = during();
     stop.store(true, Ordering::Relaxed);
-    let rtts = pinger.join().map_err(|_| err("ping thread panicked"))??;
+    let rtts = match pinger.join() {
+        Ok(Ok(rtts)) => Ok(rtts),
+        Ok(Err(e)) => Err(Unavailable::new(format!("PING: {e}"))),
+        Err(_) => Err(Unavailable::new("the PING thread panicked")),
+    };
     Ok((r?, rtts))
 }
 

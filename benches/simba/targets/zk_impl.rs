@@ -17,11 +17,48 @@ pub fn init(hosts: &str) -> BenchResult<String> {
         Err(e) => return Err(e.into()),
     }
     let addr = hosts.split(',').next().unwrap_or("").to_socket_addrs()?.next().ok_or_else(|| err("bad address"))?;
-    let srvr = zk_four_letter(addr, "srvr")?;
+    Ok(match version(addr) {
+        Ok(v) => format!("ZooKeeper {v}"),
+        Err(u) => format!("ZooKeeper (version {u})"),
+    })
+}
+
+/// Sends a four-letter word and returns the reply, or why there is none: a ZooKeeper whose
+/// `4lw.commands.whitelist` leaves the word out answers with one line of its own ("mntr is not
+/// executed because it is not in the whitelist."), which becomes the reason as it wrote it.
+/// `looks_right` tells a real reply from such a refusal.
+fn four_letter(addr: SocketAddr, word: &str, looks_right: impl Fn(&str) -> bool) -> Stat<String> {
+    let reply = zk_four_letter(addr, word).map_err(|e| Unavailable::new(format!("{word} to {addr}: {e}")))?;
+    if looks_right(&reply) {
+        return Ok(reply);
+    }
+    Err(Unavailable::new(match reply.trim() {
+        "" => format!("{word} to {addr}: the server closed the connection without a reply"),
+        said => said.to_string(),
+    }))
+}
+
+/// The server's version (`srvr`), e.g. `3.8.0`.
+pub fn version(addr: SocketAddr) -> Stat<String> {
+    let srvr = four_letter(addr, "srvr", |r| r.contains("Zookeeper version: "))?;
     let v = srvr.lines().find_map(|l| l.strip_prefix("Zookeeper version: ")).unwrap_or("unknown");
     let v = v.split(',').next().unwrap_or(v);
     // Debian's build reports "3.8.0-${mvngit.commit.id}".
-    Ok(format!("ZooKeeper {}", v.split("-$").next().unwrap_or(v)))
+    Ok(v.split("-$").next().unwrap_or(v).to_string())
+}
+
+/// `mntr`'s reply (lines of `zk_<key>\t<value>`), or why there is none.
+fn mntr(addr: SocketAddr) -> Stat<String> {
+    four_letter(addr, "mntr", |r| r.lines().any(|l| l.starts_with("zk_")))
+}
+
+/// The numeric value of `key` in a `mntr` reply.
+fn mntr_value(mntr: &str, key: &str) -> Stat<u64> {
+    let v = mntr
+        .lines()
+        .find_map(|l| l.strip_prefix(key).filter(|r| r.starts_with('\t')))
+        .ok_or_else(|| Unavailable::new(format!("mntr has no {key}")))?;
+    v.trim().parse().map_err(|e| Unavailable::new(format!("mntr's {key} {:?} is not a count: {e}", v.trim())))
 }
 
 /// Create + delete of an ephemeral node, on a dedicated client.
@@ -106,17 +143,10 @@ pub fn samples(hosts: &str, samples: usize, sample: Sample) -> BenchResult<Vec<D
 }
 
 /// The server's fsync count and total time in ms (`mntr` zk_cnt_fsynctime, zk_sum_fsynctime)
-/// and its longest fsync since it started (zk_max_fsynctime).
-pub fn fsync(addr: SocketAddr) -> BenchResult<(u64, u64, u64)> {
-    let m = zk_four_letter(addr, "mntr")?;
-    let get = |key: &str| -> BenchResult<u64> {
-        let v = m
-            .lines()
-            .find_map(|l| l.strip_prefix(key).filter(|r| r.starts_with('\t')))
-            .ok_or_else(|| err(format!("mntr has no {key} (is mntr in 4lw.commands.whitelist?)")))?;
-        Ok(v.trim().parse()?)
-    };
-    Ok((get("zk_cnt_fsynctime")?, get("zk_sum_fsynctime")?, get("zk_max_fsynctime")?))
+/// and its longest fsync since it started (zk_max_fsynctime), or why they cannot be read.
+pub fn fsync(addr: SocketAddr) -> Stat<Fsyncs> {
+    let m = mntr(addr)?;
+    Ok((mntr_value(&m, "zk_cnt_fsynctime")?, mntr_value(&m, "zk_sum_fsynctime")?, mntr_value(&m, "zk_max_fsynctime")?))
 }
 
 /// `mntr` zk_packets_received (a four-letter word over its own TCP connection).
@@ -131,12 +161,8 @@ impl MntrCounter {
 }
 
 impl ServerCounter for MntrCounter {
-    fn read(&mut self) -> BenchResult<Reading> {
-        let m = zk_four_letter(self.addr, "mntr")?;
-        let v = m
-            .lines()
-            .find_map(|l| l.strip_prefix("zk_packets_received"))
-            .ok_or_else(|| err("mntr has no zk_packets_received (is mntr in 4lw.commands.whitelist?)"))?;
-        Ok(Reading { requests: v.trim().parse()?, executed: None, server_us: None })
+    fn read(&mut self) -> Stat<Reading> {
+        let requests = mntr_value(&mntr(self.addr)?, "zk_packets_received")?;
+        Ok(Reading { requests, executed: None, server_us: None })
     }
 }
