@@ -184,6 +184,9 @@ pub struct Capabilities {
     /// next attempt is its only call. Without it (a subscription that does not look at the
     /// lease: Redis, PostgreSQL) waiters register before every attempt.
     pub watch_checks_lease: bool,
+    /// The backend implements [`LeaseBackend::list`] (`simba status`); without it `list` answers
+    /// `Unsupported` (the TCK area `listing` checks the claim either way).
+    pub list: bool,
 }
 
 /// Where a waiter registers for a lease's release, relative to its attempts (from

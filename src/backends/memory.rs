@@ -348,7 +348,7 @@ impl LeaseBackend for MemoryBackend {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities { push_release: true, push_membership: true, watch_checks_lease: true }
+        Capabilities { push_release: true, push_membership: true, watch_checks_lease: true, list: true }
     }
 
     fn watch(&self, topic: &Topic, notify: &Sender<Notification>) -> Result<bool> {

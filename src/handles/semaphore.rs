@@ -721,7 +721,7 @@ mod push_race {
             self.inner.call_bound()
         }
         fn capabilities(&self) -> Capabilities {
-            Capabilities { push_release: true, push_membership: false, watch_checks_lease: false }
+            Capabilities { push_release: true, push_membership: false, watch_checks_lease: false, list: false }
         }
         fn watch(&self, topic: &Topic, notify: &Sender<Notification>) -> Result<bool> {
             let second = {

@@ -6,6 +6,20 @@ use super::*;
 use crate::backend::{ListRequest, Listing, MAX_LIST_LIMIT};
 use crate::backends::memory::MemoryBackend;
 
+/// A backend that does not claim `list` answers `Unsupported`, naming itself.
+fn declines(h: &Harness) {
+    let request = ListRequest::new("", 1).unwrap_or_else(|e| panic!("TCK bug: {e}"));
+    match h.backend().list(&request) {
+        Err(e) if e.kind() == ErrorKind::Unsupported => {
+            assert!(e.to_string().contains(h.backend().kind()), "the error does not name the backend: {e}")
+        }
+        other => panic!(
+            "{}: capabilities().list is false, but list answered {other:?} (claim it, or answer Unsupported)",
+            h.backend().kind()
+        ),
+    }
+}
+
 /// `list` of `prefix` with `limit`, which must succeed.
 fn list(b: &dyn LeaseBackend, prefix: &str, limit: usize) -> Listing {
     let request = match ListRequest::new(prefix, limit) {
@@ -95,7 +109,10 @@ fn scenario(h: &Harness, on: &[&dyn LeaseBackend], prefix: &str, tag: &str) -> V
 /// just outside the prefix), the groups with live members (not a group whose only member
 /// expired, not one left), and the live sessions (not an expired one); each section sorted,
 /// holders' tokens valid, time left within the lease duration.
-pub(super) fn listing_matches_the_model(h: &Harness) {
+pub(super) fn listing_matches_the_model(h: &Harness, claimed: bool) {
+    if !claimed {
+        return declines(h);
+    }
     let prefix = format!("{}-ls-", h.prefix);
     let tag = format!("{}/", h.prefix);
     let model = MemoryBackend::default();
@@ -139,7 +156,10 @@ pub(super) fn listing_matches_the_model(h: &Harness) {
 
 /// At most `limit` of each section (and of a group's members), sorted, saying which sections
 /// were cut; a limit that fits everything cuts nothing.
-pub(super) fn listing_is_capped_and_says_so(h: &Harness) {
+pub(super) fn listing_is_capped_and_says_so(h: &Harness, claimed: bool) {
+    if !claimed {
+        return declines(h);
+    }
     let prefix = format!("{}-cap-", h.prefix);
     let tag = format!("{}/", h.prefix);
     let sessions: Vec<SessionId> = (0..3).map(|i| h.raw_session(&format!("{tag}{i}"))).collect();

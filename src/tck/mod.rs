@@ -247,6 +247,8 @@ pub enum Capability {
     PushMembership,
     /// `watch_checks_lease`: a lease registration answers a free lease at once.
     WatchChecksLease,
+    /// `list`: the backend lists what it holds (`LeaseBackend::list`).
+    Listing,
 }
 
 impl Capability {
@@ -257,6 +259,7 @@ impl Capability {
             Capability::PushRelease => caps.push_release,
             Capability::PushMembership => caps.push_membership,
             Capability::WatchChecksLease => caps.watch_checks_lease,
+            Capability::Listing => caps.list,
         }
     }
 }
@@ -431,8 +434,8 @@ macro_rules! __tck_case_list {
                 partition_handoff_is_pushed(PushRelease),
             }
             listing {
-                listing_matches_the_model,
-                listing_is_capped_and_says_so,
+                listing_matches_the_model(Listing),
+                listing_is_capped_and_says_so(Listing),
             }
         }
     };

@@ -471,6 +471,7 @@ impl LeaseBackend for SqlBackend {
             push_release: self.inner.driver.push_release(),
             push_membership: self.inner.driver.push_membership(),
             watch_checks_lease: false,
+            list: true,
         }
     }
 

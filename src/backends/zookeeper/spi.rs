@@ -560,7 +560,7 @@ impl LeaseBackend for ZookeeperBackend {
 
     fn capabilities(&self) -> Capabilities {
         // A lease watch is an `exists` watch: a free lease fires it at once.
-        Capabilities { push_release: true, push_membership: true, watch_checks_lease: true }
+        Capabilities { push_release: true, push_membership: true, watch_checks_lease: true, list: true }
     }
 
     fn watch(&self, topic: &Topic, notify: &Sender<Notification>) -> Result<bool> {

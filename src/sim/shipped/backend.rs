@@ -630,7 +630,12 @@ impl LeaseBackend for SimBackend {
 
     fn capabilities(&self) -> Capabilities {
         let push = self.faults.push;
-        Capabilities { push_release: push, push_membership: push, watch_checks_lease: push && self.checked_watch }
+        Capabilities {
+            push_release: push,
+            push_membership: push,
+            watch_checks_lease: push && self.checked_watch,
+            list: false,
+        }
     }
 
     fn watch(&self, topic: &Topic, notify: &Sender<Notification>) -> Result<bool> {
