@@ -15,7 +15,7 @@ use crate::backend::{ListRequest, ListedGroup, ListedLease, ListedSession, Listi
 pub(crate) const ABOVE_EVERY_NAME: &str = "{";
 
 /// The most rows a listing statement's scan reads on the server (`limit + 1` of the largest
-/// limit): lease rows of the range (free and dead-holder leases included), or live memberships.
+/// limit), live or not: free leases, leases and memberships of expired sessions, expired sessions.
 pub(crate) const SCAN_BUDGET: usize = MAX_LIST_LIMIT + 1;
 
 /// What the listing statements are given for a [`ListRequest`].

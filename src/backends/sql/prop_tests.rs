@@ -22,6 +22,10 @@ use crate::types::{Name, SessionId, Token};
 /// rows.
 type AliveRows = (i64, Vec<(String, i64)>, Vec<String>);
 
+/// The listing's rows: `(name, holder)`, `(group, session id, metadata)`, `(session id, remaining
+/// ms, metadata)`.
+type ListingRows = (Vec<(String, RawHolder)>, Vec<(String, String, String)>, Vec<(String, i64, String)>);
+
 /// What the scripted driver answers.
 #[derive(Debug, Clone, Default)]
 struct Rows {
@@ -30,9 +34,7 @@ struct Rows {
     acquire: Option<(i64, i64)>,
     holder: Option<RawHolder>,
     members: Vec<(String, String)>,
-    /// The listing's rows: `(name, holder)`, `(group, session id, metadata)`, `(session id,
-    /// remaining ms, metadata)`.
-    listing: (Vec<(String, RawHolder)>, Vec<(String, String, String)>, Vec<(String, i64, String)>),
+    listing: ListingRows,
     now_ms: i64,
     tables: i64,
     version: String,
@@ -141,8 +143,7 @@ fn rows() -> impl Strategy<Value = Rows> {
 }
 
 /// Listing rows as a writer may have corrupted them (names, ids, tokens, times).
-fn listing(
-) -> impl Strategy<Value = (Vec<(String, RawHolder)>, Vec<(String, String, String)>, Vec<(String, i64, String)>)> {
+fn listing() -> impl Strategy<Value = ListingRows> {
     (
         proptest::collection::vec((text(), (text(), int(), int(), ".{0,20}")), 0..4),
         proptest::collection::vec((text(), text(), ".{0,20}"), 0..4),
