@@ -18,6 +18,16 @@ fn options() -> SessionOptions {
         .unwrap()
 }
 
+/// Runs its closure when dropped: removes planted data even when the check panics.
+#[allow(dead_code)]
+struct Planted<F: FnMut()>(F);
+
+impl<F: FnMut()> Drop for Planted<F> {
+    fn drop(&mut self) {
+        (self.0)();
+    }
+}
+
 /// Bad data was planted under `bad_lease` (corrupt token), `held_by_intruder` (held by a
 /// session with a malformed id) and `bad_group` (a member with a malformed id).
 fn check_isolation(backend: Arc<dyn LeaseBackend>, bad_lease: &str, held_by_intruder: &str, bad_group: &str) {
@@ -60,6 +70,12 @@ fn postgres_corrupt_rows() {
     raw.execute(include_str!("sql/corrupt-session-pg.sql"), &[&intruder]).unwrap();
     raw.execute(include_str!("sql/corrupt-held-pg.sql"), &[&held, &intruder]).unwrap();
     raw.execute(include_str!("sql/corrupt-member-pg.sql"), &[&group, &intruder]).unwrap();
+    // The planted session is removed again however the check ends: it is live for an hour, and
+    // every later listing of the shared database's sessions (the TCK's `listing` area) would fail
+    // on it, as it should.
+    let _planted = Planted(move || {
+        let _ = raw.execute(include_str!("sql/corrupt-session-delete-pg.sql"), &[&intruder]);
+    });
     check_isolation(Arc::new(backend), &bad, &held, &group);
 }
 
@@ -80,6 +96,10 @@ fn mysql_corrupt_rows() {
     raw.exec_drop(include_str!("sql/corrupt-session-mysql.sql"), (&intruder,)).unwrap();
     raw.exec_drop(include_str!("sql/corrupt-held-mysql.sql"), (&held, &intruder)).unwrap();
     raw.exec_drop(include_str!("sql/corrupt-member-mysql.sql"), (&group, &intruder)).unwrap();
+    // Removed again however the check ends (see postgres_corrupt_rows).
+    let _planted = Planted(move || {
+        let _ = raw.exec_drop(include_str!("sql/corrupt-session-delete-mysql.sql"), (&intruder,));
+    });
     check_isolation(Arc::new(backend), &bad, &held, &group);
 }
 

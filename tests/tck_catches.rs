@@ -271,7 +271,9 @@ fn case_list_is_whole() {
     let areas: HashSet<_> = cases.iter().map(|c| c.area()).collect();
     assert_eq!(
         areas,
-        ["spi", "groups", "locks", "elections", "recovery", "semaphores", "partitions"].into_iter().collect()
+        ["spi", "groups", "locks", "elections", "recovery", "semaphores", "partitions", "listing"]
+            .into_iter()
+            .collect()
     );
     let selected: Vec<_> = cases.iter().filter(|c| c.capability().is_some()).map(|c| c.name()).collect();
     assert_eq!(
@@ -285,7 +287,9 @@ fn case_list_is_whole() {
             "campaign_registers_where_it_cannot_miss_a_release",
             "permit_waiter_wakes_on_release",
             "permit_waiter_registers_where_it_cannot_miss_a_release",
-            "partition_handoff_is_pushed"
+            "partition_handoff_is_pushed",
+            "listing_matches_the_model",
+            "listing_is_capped_and_says_so"
         ]
     );
 }
