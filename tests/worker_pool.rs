@@ -16,7 +16,7 @@ use crossbeam_channel::{Receiver, Sender};
 use parking_lot::Mutex;
 use serial_test::serial;
 use simba::backend::{Notification, Topic};
-use simba::{Cancel, Config, Coordinator, CoordinatorEvent, ErrorKind, Name, Session, SessionOptions};
+use simba::{Cancel, Config, Coordinator, CoordinatorEvent, ErrorKind, Name, Session, SessionEvent, SessionOptions};
 use support::forward::{Forward, Hook, Op};
 
 const WORKERS: usize = 4;
@@ -25,6 +25,7 @@ const WORKERS: usize = 4;
 #[derive(Debug)]
 struct Hang {
     open_session: AtomicBool,
+    acquire: AtomicBool,
     everything: AtomicBool,
     gate: Mutex<Option<Sender<()>>>,
     wait: Receiver<()>,
@@ -35,6 +36,7 @@ impl Hang {
         let (tx, rx) = crossbeam_channel::bounded(0);
         Hang {
             open_session: AtomicBool::new(false),
+            acquire: AtomicBool::new(false),
             everything: AtomicBool::new(false),
             gate: Mutex::new(Some(tx)),
             wait: rx,
@@ -48,7 +50,9 @@ impl Hang {
 
 impl Hook for Hang {
     fn before(&self, op: Op) {
-        if self.everything.load(Ordering::SeqCst) || (op == Op::OpenSession && self.open_session.load(Ordering::SeqCst))
+        if self.everything.load(Ordering::SeqCst)
+            || (op == Op::OpenSession && self.open_session.load(Ordering::SeqCst))
+            || (op == Op::Acquire && self.acquire.load(Ordering::SeqCst))
         {
             let _ = self.wait.recv();
         }
@@ -191,6 +195,64 @@ fn exhausted_pool_fails_user_calls_at_once_and_loss_detection_is_unaffected() {
     drop(lease);
     drop(session);
     drain(fwd);
+}
+
+/// Parks every worker in a hanging acquire (`try_lock`s that time out) until a call is refused.
+fn exhaust(session: &Session) {
+    for _ in 0..=WORKERS {
+        match session.try_lock(support::unique("park")) {
+            Err(e) if e.kind() == ErrorKind::Timeout => {}
+            Err(e) if e.kind() == ErrorKind::Unavailable && e.to_string().contains("worker pool is exhausted") => {
+                return
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    panic!("{} calls did not exhaust a pool of {WORKERS}", WORKERS + 1);
+}
+
+/// Simulation finding (seed 592 of the Cluster election sweep): a join or a waited leave that the
+/// exhausted pool refused never ran, and nothing ended it in the engine, so it stayed counted in
+/// flight for good. A join counted in flight keeps the group from ever being judged again (a
+/// membership removed behind the session was never reported lost); a leave counted in flight
+/// makes every later join of the group fail. Now a refused call is ended like one that failed.
+#[test]
+#[serial]
+fn joins_and_leaves_refused_by_an_exhausted_pool_leave_nothing_in_flight() {
+    pool_is_free();
+    let fwd = Forward::memory("hang-acquire", Hang::new());
+    let _open = OpenOnDrop(fwd.clone());
+    let opts = options(Duration::from_secs(3), Duration::from_millis(100), Duration::from_millis(200));
+    let session = Session::open(fwd.clone(), opts).unwrap();
+    let events = session.events();
+    let (joined, refused_join) = (support::unique("joined"), support::unique("refused"));
+    let member = session.join(joined.as_str()).unwrap();
+    fwd.hook.acquire.store(true, Ordering::SeqCst);
+    exhaust(&session);
+    let err = session.join(refused_join.as_str()).unwrap_err();
+    assert!(err.to_string().contains("worker pool is exhausted"), "{err}");
+    let err = member.leave().unwrap_err();
+    assert!(err.to_string().contains("worker pool is exhausted"), "{err}");
+    // The parked acquires return; the pool has workers again.
+    fwd.hook.acquire.store(false, Ordering::SeqCst);
+    fwd.hook.open_gate();
+    pool_is_free();
+    // The refused leave is not in flight: the group can be joined again at once.
+    let again = session.join(joined.as_str()).expect("a join after a refused leave");
+    // The refused join is not in flight: its group is judged by the keep-alives, so a membership
+    // removed behind the session is reported lost (and re-joined).
+    let member = session.join(refused_join.as_str()).expect("a join after a refused join");
+    fwd.inner.leave(session.id(), member.group()).unwrap();
+    let lost = loop {
+        match events.recv_timeout(Duration::from_secs(5)) {
+            Ok(SessionEvent::MembershipLost { group }) => break group,
+            Ok(_) => {}
+            Err(e) => panic!("the membership removed behind the session was not reported lost within 5 s: {e}"),
+        }
+    };
+    assert_eq!(lost.as_str(), refused_join);
+    drop((again, member));
+    session.close().unwrap();
 }
 
 /// Registrations for a release that hang (a backend whose `watch` never answers, as a

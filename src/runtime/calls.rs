@@ -10,6 +10,41 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::observe::Measure;
 use crate::sync;
 
+/// The engine transition that ends a backend call the engine counted in flight (a join, a leave,
+/// a re-join, a release), run exactly once: by [`finish`](CallEnd::finish) with the call's result
+/// when the call returned, or with `None` when it never ran — a job refused by an exhausted pool
+/// or a pool that cannot start a thread is dropped unrun, and the end runs as it is dropped. A
+/// call counted in flight that nothing ends stays counted for good: a join's group is then never
+/// judged by the keep-alives again, a leave's group can never be joined again (simulation
+/// finding, seed 592 of the Cluster election sweep).
+pub(crate) struct CallEnd<R> {
+    end: Option<EndFn<R>>,
+}
+
+/// What a [`CallEnd`] runs: with the call's result, or `None` when it never ran.
+type EndFn<R> = Box<dyn FnOnce(Option<&R>) + Send>;
+
+impl<R> CallEnd<R> {
+    pub(crate) fn new(end: impl FnOnce(Option<&R>) + Send + 'static) -> CallEnd<R> {
+        CallEnd { end: Some(Box::new(end)) }
+    }
+
+    /// Ends the call with its result.
+    pub(crate) fn finish(mut self, result: &R) {
+        if let Some(end) = self.end.take() {
+            end(Some(result));
+        }
+    }
+}
+
+impl<R> Drop for CallEnd<R> {
+    fn drop(&mut self) {
+        if let Some(end) = self.end.take() {
+            end(None);
+        }
+    }
+}
+
 /// Log records and measurements decided under an internal lock, written and recorded once every
 /// lock is released (the application's logger and metrics recorder may call back into the
 /// session: they must never run under a lock).

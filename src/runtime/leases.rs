@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use crate::sync::{self, Bug, Sender};
 
-use super::calls::inline;
+use super::calls::{inline, CallEnd};
 use super::wait::Contender;
 use super::{pool, CampaignSink, SessionInner};
 use crate::backend::Acquire;
@@ -20,7 +20,20 @@ impl SessionInner {
     /// Releases the term `token` of `name` on the backend (the caller already called
     /// `begin_release`). When `done` is given, the result is sent there.
     pub(super) fn dispatch_release(self: &Arc<Self>, name: Name, token: Token, done: Option<Sender<Result<()>>>) {
-        let weak = Arc::downgrade(self);
+        let (weak, n) = (Arc::downgrade(self), name.clone());
+        let end = CallEnd::new(move |r: Option<&Result<()>>| {
+            if let Some(inner) = weak.upgrade() {
+                let confirmed = r.is_some_and(Result::is_ok);
+                inner.apply(|e| {
+                    if confirmed {
+                        e.end_confirmed_release(&n, token);
+                    } else {
+                        e.end_release(&n);
+                    }
+                    ((), Step::none())
+                });
+            }
+        });
         let backend = self.backend.clone();
         let id = self.id.clone();
         pool::spawn(move || {
@@ -28,17 +41,7 @@ impl SessionInner {
             if let Err(err) = &r {
                 log::warn!("session {id}: release of '{name}' failed: {err}");
             }
-            if let Some(inner) = weak.upgrade() {
-                let confirmed = r.is_ok();
-                inner.apply(|e| {
-                    if confirmed {
-                        e.end_confirmed_release(&name, token);
-                    } else {
-                        e.end_release(&name);
-                    }
-                    ((), Step::none())
-                });
-            }
+            end.finish(&r);
             if let Some(tx) = done {
                 let _ = tx.send(r);
             }

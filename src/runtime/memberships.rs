@@ -3,7 +3,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use super::calls::bounded_call;
+use super::calls::{bounded_call, CallEnd};
 use super::{pool, MembershipSink, SessionInner};
 use crate::backend::LeaseBackend;
 use crate::engine::{later, Step};
@@ -47,17 +47,22 @@ impl SessionInner {
         // caller still waits) or the caller giving up (then a late success is a stray, left by a
         // later keep-alive).
         let gave_up = Arc::new(AtomicBool::new(false));
-        let (id, g, session, late) = (self.id.clone(), group.clone(), Arc::downgrade(self), gave_up.clone());
-        let call = move |b: &dyn LeaseBackend| {
-            let r = b.join(&id, &g);
+        let (g, session, late) = (group.clone(), Arc::downgrade(self), gave_up.clone());
+        let end = CallEnd::new(move |r: Option<&Result<()>>| {
             if let Some(s) = session.upgrade() {
                 s.apply(|e| {
                     let now = sync::now();
                     e.end_join(&g, now);
-                    let out = if r.is_ok() && !late.load(Ordering::SeqCst) { e.joined(&g, now) } else { Step::none() };
+                    let ok = r.is_some_and(Result::is_ok);
+                    let out = if ok && !late.load(Ordering::SeqCst) { e.joined(&g, now) } else { Step::none() };
                     ((), out)
                 });
             }
+        });
+        let (id, g) = (self.id.clone(), group.clone());
+        let call = move |b: &dyn LeaseBackend| {
+            let r = b.join(&id, &g);
+            end.finish(&r);
             r
         };
         // One bound for the whole join: the wait for a leave above and the call share it.
@@ -101,12 +106,16 @@ impl SessionInner {
     /// leave only when the backend call returned, wherever it runs and even after its caller
     /// stopped waiting.
     fn leave_call(self: &Arc<Self>, group: &Name) -> impl FnOnce(&dyn LeaseBackend) -> Result<()> + Send + 'static {
-        let (id, g, session) = (self.id.clone(), group.clone(), Arc::downgrade(self));
-        move |b: &dyn LeaseBackend| {
-            let r = b.leave(&id, &g);
+        let (g, session) = (group.clone(), Arc::downgrade(self));
+        let end = CallEnd::new(move |_: Option<&Result<()>>| {
             if let Some(s) = session.upgrade() {
                 s.apply(|e| (e.end_leave(&g, sync::now()), Step::none()));
             }
+        });
+        let (id, g) = (self.id.clone(), group.clone());
+        move |b: &dyn LeaseBackend| {
+            let r = b.leave(&id, &g);
+            end.finish(&r);
             r
         }
     }
@@ -133,7 +142,12 @@ impl SessionInner {
 
     /// Joins `group` again after the backend lost it (the engine counted the join in flight).
     pub(super) fn dispatch_rejoin(self: &Arc<Self>, group: Name) {
-        let weak = Arc::downgrade(self);
+        let (weak, g) = (Arc::downgrade(self), group.clone());
+        let end = CallEnd::new(move |r: Option<&Result<()>>| {
+            if let Some(inner) = weak.upgrade() {
+                inner.apply(|e| ((), e.end_rejoin(&g, sync::now(), r.is_some_and(Result::is_ok))));
+            }
+        });
         let backend = self.backend.clone();
         let id = self.id.clone();
         pool::spawn(move || {
@@ -141,9 +155,7 @@ impl SessionInner {
             if let Err(err) = &r {
                 log::warn!("session {id}: re-join of '{group}' failed (retried at the next renewal): {err}");
             }
-            if let Some(inner) = weak.upgrade() {
-                inner.apply(|e| ((), e.end_rejoin(&group, sync::now(), r.is_ok())));
-            }
+            end.finish(&r);
         });
     }
 
