@@ -6,7 +6,8 @@
 -- ARGV[1] session id, ARGV[2] lease duration in ms, ARGV[3] the `gen` of the lease index the
 -- client last received ('' for none), ARGV[4..] pairs (name, token) of terms the client
 -- abandoned: released here, never reported.
--- Returns {-1} when the session is gone, else {remaining_ms, gen, terms, {group1, group2, ...}}:
+-- Returns {-1} when the session is gone, else {remaining_ms, gen, terms, {group1, group2, ...},
+-- before_ms} (before_ms: the session's PTTL when the script found it, before renewing):
 -- terms is the lease index {name1, token1, name2, token2, ...} (the leases the session owns)
 -- when its gen differs from ARGV[3], else false (nil: unchanged since that listing); the groups
 -- are those the session is still a member of (score present and unexpired; the others leave the
@@ -17,7 +18,8 @@ local sid = ARGV[1]
 local d = tonumber(ARGV[2])
 -- PTTL, not EXISTS, as every other session check: in the millisecond of its expiry the key still
 -- exists but its PTTL is 0, which acquire, join and session_info already take as gone.
-if redis.call('PTTL', KEYS[1]) <= 0 then
+local before = redis.call('PTTL', KEYS[1])
+if before <= 0 then
   return {-1}
 end
 redis.call('PEXPIRE', KEYS[1], d)
@@ -95,4 +97,4 @@ for _, group in ipairs(redis.call('SMEMBERS', KEYS[3])) do
 end
 redis.call('PEXPIRE', KEYS[2], 2 * d)
 redis.call('PEXPIRE', KEYS[3], 2 * d)
-return {d, gen, terms, groups}
+return {d, gen, terms, groups, before}

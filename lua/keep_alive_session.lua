@@ -10,11 +10,13 @@
 -- index again. (A name is indexed again when the client acquired or joined it while a renewal
 -- dropped it: the acquire's or join's own SADD may have come first.)
 -- Returns {-1} when the session is gone, else {remaining_ms, gen, {lease names} or false (nil:
--- unchanged since the client's listing), {group names}}.
+-- unchanged since the client's listing), {group names}, before_ms} (before_ms: the session's PTTL
+-- when the script found it, before renewing).
 local d = tonumber(ARGV[1])
 -- PTTL, not EXISTS, as every other session check: in the millisecond of its expiry the key still
 -- exists but its PTTL is 0, which acquire, join and session_info already take as gone.
-if redis.call('PTTL', KEYS[1]) <= 0 then
+local before = redis.call('PTTL', KEYS[1])
+if before <= 0 then
   return {-1}
 end
 redis.call('PEXPIRE', KEYS[1], d)
@@ -42,4 +44,4 @@ local leases = false
 if gen ~= ARGV[2] then
   leases = redis.call('SMEMBERS', KEYS[2])
 end
-return {d, gen, leases, redis.call('SMEMBERS', KEYS[3])}
+return {d, gen, leases, redis.call('SMEMBERS', KEYS[3]), before}

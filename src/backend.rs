@@ -50,6 +50,12 @@ pub enum KeepAlive {
         /// be live where it could not be checked. Most backends check everything and leave this
         /// empty.
         unknown: Vec<Name>,
+        /// The time the session had left on the backend when this renewal reached it, before
+        /// renewing, by the backend's clock (`None`: the backend does not say). With the
+        /// `remaining` of the renewal before, it tells how far the backend's clock advanced
+        /// between the two, which the session compares with its own to report the clock drift it
+        /// observes ([`SessionStatus::observed_drift`](crate::status::SessionStatus)).
+        remaining_before: Option<Duration>,
     },
     /// The session is expired (or unknown); it never revives.
     Expired,

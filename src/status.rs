@@ -52,6 +52,10 @@ pub struct SessionStatus {
     pub renew_interval: Duration,
     /// The drift the session allows for (a fraction of every remaining time it is given).
     pub drift: f64,
+    /// The clock drift observed against the backend over the last renewals (`None` until two
+    /// renewals in a row told it, and on a backend whose renewals do not say what they found
+    /// left: see [`ObservedDrift`]). Compare it with [`drift`](SessionStatus::drift).
+    pub observed_drift: Option<ObservedDrift>,
     /// The last keep-alive that returned (`None` before the first).
     pub last_renewal: Option<Renewal>,
     /// How long the keep-alive in flight has been waiting for its reply, if one is (one that
@@ -75,11 +79,47 @@ pub struct SessionStatus {
 }
 
 impl SessionStatus {
-    /// True when the session is alive and its margin is above one renew interval: what a
-    /// readiness check should ask. A healthy session renews well before its deadline; an unhealthy
-    /// but alive one has missed at least one renewal and may lose everything within the margin.
+    /// True when the session is alive, its margin is above one renew interval, and no observed
+    /// clock drift [exceeds](ObservedDrift::exceeds) the `drift` setting: what a readiness check
+    /// should ask. A healthy session renews well before its deadline; an unhealthy but alive one
+    /// has missed at least one renewal and may lose everything within the margin, or runs on a
+    /// clock slower against the backend's than its local deadlines allow for.
     pub fn is_healthy(&self) -> bool {
-        self.state == SessionState::Active && self.margin.is_some_and(|m| m > self.renew_interval)
+        self.state == SessionState::Active
+            && self.margin.is_some_and(|m| m > self.renew_interval)
+            && !self.observed_drift.is_some_and(|d| d.exceeds(self.drift))
+    }
+}
+
+/// The clock drift a session observed against its backend (from the time each renewal found
+/// left on the backend: [`KeepAlive::Alive::remaining_before`](crate::backend::KeepAlive)), over
+/// up to its last 16 pairs of renewals in a row.
+///
+/// The drift is `1 − client elapsed / backend elapsed`: positive when the client's monotonic clock
+/// runs slower than the backend's. The session's local deadlines allow for a positive drift up to
+/// its `drift` setting (a term whose backend time left is `r` ends locally after `r × (1 − drift)`
+/// by the client's clock); a negative drift (the client's clock running faster) only ends terms
+/// early. Each renewal ran somewhere within its round trip, which bounds how far the true value
+/// can be from the estimate: [`uncertainty`](ObservedDrift::uncertainty).
+#[derive(Debug, Clone, Copy, PartialEq)]
+#[non_exhaustive]
+pub struct ObservedDrift {
+    /// The drift estimated over the window.
+    pub estimate: f64,
+    /// How far the true drift can be from `estimate`, either way.
+    pub uncertainty: f64,
+    /// The backend time the window covers.
+    pub window: Duration,
+    /// The pairs of renewals the window covers.
+    pub renewals: u32,
+}
+
+impl ObservedDrift {
+    /// True when even the smallest drift the window allows is above `drift`: the client's clock
+    /// runs slower against the backend's than the setting allows for, and a local deadline may
+    /// come after the backend already expired the term. Raise the setting or fix the clock.
+    pub fn exceeds(&self, drift: f64) -> bool {
+        self.estimate - self.uncertainty > drift
     }
 }
 

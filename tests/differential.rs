@@ -98,9 +98,9 @@ impl simba::backend::LeaseBackend for OmitsReacquired {
     fn keep_alive(&self, s: &simba::SessionId, d: Duration) -> simba::Result<simba::backend::KeepAlive> {
         let released = self.released.lock().clone();
         Ok(match self.inner.keep_alive(s, d)? {
-            simba::backend::KeepAlive::Alive { remaining, mut owned, groups, unknown } => {
+            simba::backend::KeepAlive::Alive { remaining, mut owned, groups, unknown, remaining_before } => {
                 owned.retain(|(n, _)| !released.contains(n));
-                simba::backend::KeepAlive::Alive { remaining, owned, groups, unknown }
+                simba::backend::KeepAlive::Alive { remaining, owned, groups, unknown, remaining_before }
             }
             e => e,
         })

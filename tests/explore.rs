@@ -222,7 +222,7 @@ impl LeaseBackend for Script {
             .map(|(n, (_, tok))| (name(n), token(*tok)))
             .collect();
         let groups = t.groups.iter().filter(|(_, m)| m.contains(session.as_str())).map(|(g, _)| name(g)).collect();
-        Ok(KeepAlive::Alive { remaining: lease_duration, owned, groups, unknown: Vec::new() })
+        Ok(KeepAlive::Alive { remaining: lease_duration, owned, groups, unknown: Vec::new(), remaining_before: None })
     }
 
     fn close_session(&self, session: &SessionId) -> simba::Result<()> {

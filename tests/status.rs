@@ -1,7 +1,8 @@
 //! `Session::status()` and `Coordinator::status()` through the public API: every field after a
 //! scripted session (a lock, a permit, partitions, a membership, a leadership, a blocked waiter) on
 //! the memory backend and on Redis, and during a hung renewal (the margin shrinking, the failures
-//! counting up, `is_healthy()` turning false before the session expires).
+//! counting up, `is_healthy()` turning false before the session expires); the observed clock
+//! drift against a backend whose clock runs fast or slow, and on the real backends.
 
 mod support;
 
@@ -9,13 +10,13 @@ use std::sync::Arc;
 use std::thread;
 use std::time::Duration;
 
-use simba::backend::LeaseBackend;
-use simba::status::{LeaseKind, RenewalOutcome, SessionStatus};
-use simba::{Coordinator, MemoryBackend, Session, SessionOptions, SessionState};
+use simba::backend::{Acquire, Holder, KeepAlive, LeaseBackend, Member, SessionGrant};
+use simba::status::{LeaseKind, ObservedDrift, RenewalOutcome, SessionStatus};
+use simba::{Coordinator, MemoryBackend, Name, Session, SessionId, SessionOptions, SessionState, Token};
 use support::eventually;
 use support::forward::{Forward, KeepAliveTrouble};
 
-#[cfg(feature = "redis")]
+#[cfg(any(feature = "redis", feature = "postgres", feature = "mysql", feature = "zookeeper"))]
 #[path = "support/real_backends.rs"]
 mod real_backends;
 
@@ -257,4 +258,171 @@ fn partitions_status_reports_owned_and_draining() {
     let s = pa.status();
     assert_eq!(s.members.len(), 2);
     assert!(s.generation >= 2, "{s:#?}");
+}
+
+/// The memory backend with a clock that runs `rate` times as fast as the client's: each renewal
+/// finds the time the session had left shrunk by `rate` × the real time since the renewal before.
+#[derive(Debug)]
+struct Skewed {
+    inner: MemoryBackend,
+    rate: f64,
+}
+
+impl LeaseBackend for Skewed {
+    fn kind(&self) -> &'static str {
+        "skewed-memory"
+    }
+    fn open_session(&self, d: Duration, m: &str) -> simba::Result<SessionGrant> {
+        self.inner.open_session(d, m)
+    }
+    fn keep_alive(&self, s: &SessionId, d: Duration) -> simba::Result<KeepAlive> {
+        Ok(match self.inner.keep_alive(s, d)? {
+            KeepAlive::Alive { remaining, owned, groups, unknown, remaining_before } => {
+                // The memory backend renews to exactly `d`, so `d - before` is the real time since.
+                let before = remaining_before.map(|b| d.saturating_sub(d.saturating_sub(b).mul_f64(self.rate)));
+                KeepAlive::Alive { remaining, owned, groups, unknown, remaining_before: before }
+            }
+            expired => expired,
+        })
+    }
+    fn close_session(&self, s: &SessionId) -> simba::Result<()> {
+        self.inner.close_session(s)
+    }
+    fn acquire(&self, s: &SessionId, n: &Name) -> simba::Result<Acquire> {
+        self.inner.acquire(s, n)
+    }
+    fn release(&self, s: &SessionId, n: &Name, t: Token) -> simba::Result<()> {
+        self.inner.release(s, n, t)
+    }
+    fn holder(&self, n: &Name) -> simba::Result<Option<Holder>> {
+        self.inner.holder(n)
+    }
+    fn join(&self, s: &SessionId, g: &Name) -> simba::Result<()> {
+        self.inner.join(s, g)
+    }
+    fn leave(&self, s: &SessionId, g: &Name) -> simba::Result<()> {
+        self.inner.leave(s, g)
+    }
+    fn members(&self, g: &Name) -> simba::Result<Vec<Member>> {
+        self.inner.members(g)
+    }
+}
+
+fn fast_renewals(drift: f64) -> SessionOptions {
+    SessionOptions::builder()
+        .lease_duration(Duration::from_secs(2))
+        .renew_interval(Duration::from_millis(50))
+        .query_timeout(Duration::from_millis(400))
+        .drift(drift)
+        .build()
+        .unwrap()
+}
+
+/// Waits for a drift estimate over a full window of renewals.
+fn full_window(session: &Session) -> ObservedDrift {
+    let full = eventually(PATIENCE, || session.status().observed_drift.is_some_and(|d| d.renewals == 16));
+    let d = session.status().observed_drift;
+    assert!(full, "no estimate over 16 renewals: {d:?}");
+    d.unwrap()
+}
+
+/// Against a backend clock running 5% fast or slow, the observed drift is the true one
+/// (`1 − 1/rate`) within the uncertainty it states; a drift above the setting makes the session
+/// unhealthy, one below (or negative: the client's clock runs fast) does not.
+#[test]
+fn observed_drift_finds_a_backend_clock_running_fast_or_slow() {
+    for (rate, setting, healthy) in [(1.05, 0.01, false), (1.05, 0.1, true), (0.95, 0.01, true), (1.0, 0.01, true)] {
+        let backend = Arc::new(Skewed { inner: MemoryBackend::new(), rate });
+        let session = Session::open(backend, fast_renewals(setting)).unwrap();
+        assert_eq!(session.status().observed_drift, None, "an estimate before any renewal");
+        let d = full_window(&session);
+        let truth = 1.0 - 1.0 / rate;
+        assert!((d.estimate - truth).abs() <= d.uncertainty + 1e-6, "rate {rate}: truth {truth}, observed {d:?}");
+        assert!(d.uncertainty < 0.02, "rate {rate}: the round trips cannot be that slow: {d:?}");
+        assert!(d.window > Duration::from_millis(700), "{d:?}");
+        let s = session.status();
+        assert_eq!(s.observed_drift.is_some_and(|d| d.exceeds(setting)), !healthy, "rate {rate}: {s:#?}");
+        assert_eq!(s.is_healthy(), healthy, "rate {rate}, setting {setting}: {s:#?}");
+        session.close().unwrap();
+    }
+}
+
+/// A keep-alive that fails starts the window over: the next estimate pairs only renewals after it.
+#[test]
+fn a_failed_renewal_restarts_the_drift_window() {
+    let backend = Forward::inheriting(Arc::new(MemoryBackend::new()), KeepAliveTrouble::default());
+    let session = Session::open(backend.clone(), fast_renewals(0.01)).unwrap();
+    full_window(&session);
+    backend.hook.fail(true);
+    assert!(eventually(PATIENCE, || session.status().consecutive_failures >= 1), "no failure");
+    assert_eq!(session.status().observed_drift, None, "the window outlived a failed renewal");
+    backend.hook.fail(false);
+    let d = full_window(&session);
+    assert!(d.estimate.abs() <= d.uncertainty + 1e-6, "{d:?}");
+    session.close().unwrap();
+}
+
+/// On a real server (on this machine: the same clock, read as wall-clock milliseconds) the drift
+/// is about zero; a backend that cannot tell (MySQL's keep-alive procedure, ZooKeeper) says so at
+/// the SPI (`remaining_before: None`), and its sessions report no drift.
+#[cfg(any(feature = "redis", feature = "postgres", feature = "mysql", feature = "zookeeper"))]
+fn observed_drift_on(backend: Arc<dyn LeaseBackend>, tells: bool) {
+    let lease = Duration::from_secs(2);
+    let grant = backend.open_session(lease, "").unwrap();
+    for _ in 0..2 {
+        match backend.keep_alive(&grant.id, lease).unwrap() {
+            KeepAlive::Alive { remaining_before, .. } => {
+                assert_eq!(remaining_before.is_some(), tells, "{remaining_before:?}");
+                assert!(remaining_before.is_none_or(|b| b > Duration::ZERO && b <= lease), "{remaining_before:?}");
+            }
+            KeepAlive::Expired => panic!("a fresh session expired"),
+        }
+    }
+    backend.close_session(&grant.id).unwrap();
+    if !tells {
+        return;
+    }
+    let session = Session::open(backend, fast_renewals(0.01)).unwrap();
+    let d = full_window(&session);
+    // Milliseconds on the server (one, over the window) and the wall clock's slewing (NTP slews
+    // at most 500 ppm) on top of the round trips.
+    let slack = 0.0005 + 0.001 / d.window.as_secs_f64();
+    assert!(d.estimate.abs() <= d.uncertainty + slack, "{d:?}");
+    assert!(session.status().is_healthy(), "{:#?}", session.status());
+    session.close().unwrap();
+}
+
+#[cfg(feature = "postgres")]
+#[test]
+#[serial_test::serial(postgres)]
+fn observed_drift_on_postgres() {
+    observed_drift_on(real_backends::postgres(), true);
+}
+
+#[cfg(feature = "mysql")]
+#[test]
+#[serial_test::serial(mysql)]
+fn observed_drift_on_mysql_is_not_told() {
+    observed_drift_on(real_backends::mysql(), false);
+}
+
+#[cfg(feature = "redis")]
+#[test]
+#[serial_test::serial(redis)]
+fn observed_drift_on_redis() {
+    observed_drift_on(real_backends::redis(), true);
+}
+
+#[cfg(feature = "redis")]
+#[test]
+#[serial_test::serial(redis)]
+fn observed_drift_on_redis_cluster() {
+    observed_drift_on(real_backends::redis_cluster(), true);
+}
+
+#[cfg(feature = "zookeeper")]
+#[test]
+#[serial_test::serial(zookeeper)]
+fn observed_drift_on_zookeeper_is_not_told() {
+    observed_drift_on(real_backends::zookeeper(), false);
 }

@@ -90,12 +90,16 @@ impl LeaseBackend for Flawed {
     }
     fn keep_alive(&self, s: &SessionId, d: Duration) -> simba::Result<KeepAlive> {
         match self.inner.keep_alive(s, self.ttl(d))? {
-            KeepAlive::Alive { remaining, owned, groups, unknown } => {
-                Ok(KeepAlive::Alive { remaining: self.reported(remaining), owned, groups, unknown })
+            KeepAlive::Alive { remaining, owned, groups, unknown, remaining_before } => {
+                Ok(KeepAlive::Alive { remaining: self.reported(remaining), owned, groups, unknown, remaining_before })
             }
-            KeepAlive::Expired if self.flaw == Flaw::ExpiredReportedAlive => {
-                Ok(KeepAlive::Alive { remaining: d, owned: Vec::new(), groups: Vec::new(), unknown: Vec::new() })
-            }
+            KeepAlive::Expired if self.flaw == Flaw::ExpiredReportedAlive => Ok(KeepAlive::Alive {
+                remaining: d,
+                owned: Vec::new(),
+                groups: Vec::new(),
+                unknown: Vec::new(),
+                remaining_before: None,
+            }),
             KeepAlive::Expired => {
                 self.reported_expired.lock().insert(s.clone());
                 Ok(KeepAlive::Expired)

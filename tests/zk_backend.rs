@@ -606,6 +606,12 @@ fn check_reports_reachability_open_acl_and_clock_independence() {
     assert_eq!(get("acl").status, CheckStatus::Warn, "{:?}", get("acl"));
     assert_eq!(get("clock").status, CheckStatus::Ok);
     assert!(get("clock").detail.contains("clock-independent"));
+    // scripts/services leaves conf out of the servers' 4lw.commands.whitelist: the tickTime is
+    // unavailable, in the server's own words, and the default assumed is a warning.
+    let tick = get("tick");
+    assert_eq!(tick.status, CheckStatus::Warn, "{tick:?}");
+    assert!(tick.detail.starts_with("unavailable: "), "{tick:?}");
+    assert!(tick.detail.contains("not in the whitelist") && tick.detail.contains("assuming"), "{tick:?}");
     b.close_session(&s).unwrap();
 }
 

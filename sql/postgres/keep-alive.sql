@@ -1,8 +1,9 @@
 -- Keep-alive in ONE statement (one round trip): renews the session, or deletes it when it has
 -- expired, and returns what it owns and the groups it is a member of. $1 session id, $2 lease
 -- duration (ms).
--- Returns (remaining ms, lease name, token, group name) rows, every row with the session's
--- remaining time: one per owned lease (group name null) — or one row with null name/token/group
+-- Returns (remaining ms, lease name, token, group name, before ms) rows, every row with the
+-- session's remaining time and the time it had left when this statement found it (before ms, by
+-- the same clock reading: how far the database's clock advanced since the previous renewal): one per owned lease (group name null) — or one row with null name/token/group
 -- when it owns none — plus one per membership (lease name and token null). No row at all when the
 -- session is expired or unknown (it and its memberships are then deleted; lease rows stay).
 --
@@ -32,7 +33,7 @@ renewed as (
     from clock c
     where s.session_id = $1
       and c.expires_at > c.now_ms
-    returning s.expires_at - c.now_ms as remaining_ms
+    returning s.expires_at - c.now_ms as remaining_ms, c.expires_at - c.now_ms as before_ms
 ),
 dead as (
     delete from simba_session s
@@ -45,10 +46,10 @@ unjoined as (
     where session_id = $1
       and not exists (select 1 from renewed)
 )
-select r.remaining_ms, l.name::text, l.token, null::text as group_name
+select r.remaining_ms, l.name::text, l.token, null::text as group_name, r.before_ms
 from renewed r
 left join simba_lease l on l.session_id = $1
 union all
-select r.remaining_ms, null::text, null::bigint, m.group_name::text
+select r.remaining_ms, null::text, null::bigint, m.group_name::text, r.before_ms
 from renewed r
 join simba_member m on m.session_id = $1

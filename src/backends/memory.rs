@@ -251,7 +251,8 @@ impl LeaseBackend for MemoryBackend {
             let mut groups: Vec<Name> =
                 st.sessions.get(session).map(|s| s.groups.iter().cloned().collect()).unwrap_or_default();
             groups.sort();
-            Ok(KeepAlive::Alive { remaining: lease_duration, owned, groups, unknown: Vec::new() })
+            let remaining_before = Some(old.saturating_sub(now));
+            Ok(KeepAlive::Alive { remaining: lease_duration, owned, groups, unknown: Vec::new(), remaining_before })
         })
     }
 

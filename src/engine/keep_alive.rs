@@ -78,6 +78,7 @@ impl Engine {
         if let Some(sent) = self.ka_in_flight {
             if now >= later(sent, self.timing.query_timeout) {
                 self.ka_in_flight = None;
+                self.drift.restart();
                 self.keep_alive_failed(now, &mut step);
             }
         }
@@ -177,12 +178,14 @@ impl Engine {
         match result {
             KeepAliveResult::Failed => {
                 if current {
+                    // It may have renewed the session all the same: the drift window starts over.
+                    self.drift.restart();
                     self.keep_alive_failed(now, &mut step);
                 }
                 step
             }
             KeepAliveResult::Reply(KeepAlive::Expired) => self.expire(),
-            KeepAliveResult::Reply(KeepAlive::Alive { remaining, owned, groups, unknown }) => {
+            KeepAliveResult::Reply(KeepAlive::Alive { remaining, owned, groups, unknown, remaining_before }) => {
                 let revived = || self.deadline.max(self.timing.deadline(sent, remaining)); // old: the reply's deadline
                 let expiry = sync::pick_with(Bug::LateAliveRevives, revived, || self.deadline);
                 if now >= expiry {
@@ -194,6 +197,11 @@ impl Engine {
                 if current {
                     self.failures = 0;
                     self.next_keep_alive = later(sent, self.timing.renew_interval);
+                    self.drift.renewed(sent, now, remaining, remaining_before);
+                } else {
+                    // A late reply: its renewal ran at an unknown point of a call that was
+                    // abandoned, so it pairs with nothing.
+                    self.drift.restart();
                 }
                 self.deadline = self.deadline.max(deadline);
                 let owned: HashMap<&Name, Token> = owned.iter().map(|(n, t)| (n, *t)).collect();

@@ -25,12 +25,15 @@
 //!   attempt that starts late after a resign sends nothing); a resign ends the campaign and gives
 //!   up its term in one transition;
 //! - **memberships** (`groups.rs`): a joined group missing from a keep-alive's report is lost and
-//!   re-joined; a reported group the session does not hold is left again.
+//!   re-joined; a reported group the session does not hold is left again;
+//! - **observed clock drift** (`drift.rs`): how fast the client's clock ran against the backend's
+//!   over the last renewals, from the time each renewal found left on the backend.
 //!
 //! The files depend on `mod.rs` (the [`Engine`] itself) and on the leaves `timing.rs` and
 //! `step.rs`; `keep_alive.rs` and `campaigns.rs` use `leases.rs`, nothing uses them back.
 
 mod campaigns;
+mod drift;
 mod groups;
 mod keep_alive;
 mod leases;
@@ -52,6 +55,7 @@ pub use timing::Timing;
 pub(crate) use timing::{deadline_after, deadline_basis, later};
 
 use crate::state::SessionState;
+use crate::status::ObservedDrift;
 use crate::types::{Name, Token};
 
 /// The state machine of one session.
@@ -81,6 +85,7 @@ pub struct Engine {
     next_keep_alive: Instant,
     failures: u32,
     groups: groups::Groups,
+    drift: drift::DriftMeter,
 }
 
 impl Engine {
@@ -101,6 +106,7 @@ impl Engine {
             next_keep_alive: later(sent, timing.renew_interval),
             failures: 0,
             groups: groups::Groups::default(),
+            drift: drift::DriftMeter::default(),
         }
     }
 
@@ -137,6 +143,12 @@ impl Engine {
     /// Keep-alives that failed in a row since the last that returned.
     pub fn failures(&self) -> u32 {
         self.failures
+    }
+
+    /// The clock drift observed over the last renewals (`None` until two renewals in a row said
+    /// what they found left, or when the backend does not say): see [`ObservedDrift`].
+    pub fn observed_drift(&self) -> Option<ObservedDrift> {
+        self.drift.observed()
     }
 
     /// When the keep-alive in flight was sent, if one is (an abandoned one is not).

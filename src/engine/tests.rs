@@ -48,6 +48,7 @@ fn alive(remaining: Duration, owned: &[(&str, u64)]) -> KeepAliveResult {
         owned: owned.iter().map(|(a, b)| (n(a), t(*b))).collect(),
         groups: Vec::new(),
         unknown: Vec::new(),
+        remaining_before: None,
     })
 }
 
@@ -791,6 +792,7 @@ fn alive_unknown(remaining: Duration, owned: &[(&str, u64)], unknown: &[&str]) -
         owned: owned.iter().map(|(a, b)| (n(a), t(*b))).collect(),
         groups: Vec::new(),
         unknown: unknown.iter().map(|a| n(a)).collect(),
+        remaining_before: None,
     })
 }
 

@@ -132,7 +132,8 @@ impl SessionInner {
                 KeepAliveResult::Failed => observe::renewal_failed(inner.backend.kind(), "error"),
                 KeepAliveResult::Reply(_) => {}
             }
-            let renewal = inner.apply(|e| {
+            let drift = inner.timing.drift;
+            let (renewal, observed) = inner.apply(|e| {
                 let now = sync::now();
                 let step = e.on_keep_alive(sent, now, result);
                 let mut renewal = None;
@@ -142,10 +143,26 @@ impl SessionInner {
                     inner.tell(Told::Renewed { latency, margin });
                     renewal = Some((latency, margin));
                 }
-                (renewal, step)
+                ((renewal, e.observed_drift()), step)
             });
             if let Some((latency, margin)) = renewal {
                 observe::renewed(inner.backend.kind(), latency, margin);
+            }
+            let exceeded = observed.filter(|d| d.exceeds(drift));
+            if renewed && inner.renewals.lock().drift_exceeded(exceeded.is_some()) {
+                match exceeded {
+                    Some(d) => log_kv(
+                        log::Level::Warn,
+                        &format!(
+                            "session {id}: the client's clock runs slower against the backend's than the drift \
+                             setting allows: observed drift {:.4} ± {:.4} over {:?}, setting {drift} (raise the \
+                             setting or fix the clock: a local deadline may come after the backend's expiry)",
+                            d.estimate, d.uncertainty, d.window
+                        ),
+                        &[("session", id.to_string()), ("drift", format!("{:.6}", d.estimate))],
+                    ),
+                    None => log::info!("session {id}: the observed clock drift is within the drift setting again"),
+                }
             }
             inner.poke();
         });

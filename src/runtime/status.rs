@@ -19,9 +19,16 @@ pub(crate) struct Renewals {
     last: Option<(Instant, Instant, RenewalOutcome)>,
     /// Why keep-alives fail, while they fail.
     failing: Option<String>,
+    /// Whether the observed clock drift exceeded the setting at the last renewal (warned once).
+    drift_exceeded: bool,
 }
 
 impl Renewals {
+    /// Records whether the observed drift exceeds the setting now; returns whether that changed.
+    pub(super) fn drift_exceeded(&mut self, now: bool) -> bool {
+        std::mem::replace(&mut self.drift_exceeded, now) != now
+    }
+
     /// Records a keep-alive sent at `sent` that returned at `now` with `result` (`failure`: why it
     /// failed). Returns a cause to warn about (a new one: its repeats go to debug) and whether
     /// keep-alives succeed again after failing.
@@ -96,7 +103,7 @@ impl SessionInner {
     /// permits and partitions).
     pub(crate) fn status(self: &Arc<Self>) -> SessionStatus {
         let now = sync::now();
-        let (state, margin, in_flight, failures, mut leases, mut campaigns, mut memberships) = {
+        let (state, margin, in_flight, failures, observed_drift, mut leases, mut campaigns, mut memberships) = {
             let e = self.engine.lock();
             let in_flight = e.keep_alive_in_flight().map(|sent| now.saturating_duration_since(sent));
             let margin = e.is_alive(now).then(|| e.deadline().saturating_duration_since(now));
@@ -111,7 +118,7 @@ impl SessionInner {
                 .collect();
             let campaigns: Vec<Name> = e.campaigning().cloned().collect();
             let memberships: Vec<Name> = e.memberships().cloned().collect();
-            (e.state(), margin, in_flight, e.failures(), leases, campaigns, memberships)
+            (e.state(), margin, in_flight, e.failures(), e.observed_drift(), leases, campaigns, memberships)
         };
         leases.sort_by(|a, b| a.name.cmp(&b.name));
         campaigns.sort();
@@ -138,6 +145,7 @@ impl SessionInner {
             lease_duration: self.timing.lease_duration,
             renew_interval: self.timing.renew_interval,
             drift: self.timing.drift,
+            observed_drift,
             last_renewal,
             renewal_in_flight: in_flight,
             consecutive_failures: failures,

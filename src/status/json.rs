@@ -15,7 +15,8 @@ use serde::ser::{SerializeMap, SerializeStruct};
 use serde::{Serialize, Serializer};
 
 use super::{
-    CoordinatorStatus, HeldLease, LeaseKind, OwnedPartition, PartitionsStatus, Renewal, RenewalOutcome, SessionStatus,
+    CoordinatorStatus, HeldLease, LeaseKind, ObservedDrift, OwnedPartition, PartitionsStatus, Renewal, RenewalOutcome,
+    SessionStatus,
 };
 use crate::state::SessionState;
 
@@ -104,7 +105,7 @@ impl Serialize for SessionJson<'_> {
 }
 
 fn session_fields<S: Serializer>(st: &SessionStatus, schema: Option<u32>, ser: S) -> Result<S::Ok, S::Error> {
-    let mut s = ser.serialize_struct("SessionStatus", 17)?;
+    let mut s = ser.serialize_struct("SessionStatus", 18)?;
     if let Some(v) = schema {
         s.serialize_field("schema", &v)?;
     }
@@ -116,6 +117,7 @@ fn session_fields<S: Serializer>(st: &SessionStatus, schema: Option<u32>, ser: S
     s.serialize_field("lease_duration_ms", &ms(st.lease_duration))?;
     s.serialize_field("renew_interval_ms", &ms(st.renew_interval))?;
     s.serialize_field("drift", &st.drift)?;
+    s.serialize_field("observed_drift", &st.observed_drift.as_ref().map(DriftJson))?;
     s.serialize_field("last_renewal", &st.last_renewal.as_ref().map(RenewalJson))?;
     s.serialize_field("renewal_in_flight_ms", &ms_opt(st.renewal_in_flight))?;
     s.serialize_field("consecutive_failures", &st.consecutive_failures)?;
@@ -126,6 +128,20 @@ fn session_fields<S: Serializer>(st: &SessionStatus, schema: Option<u32>, ser: S
     let waiters: Vec<Waiter<'_>> = st.waiters.iter().map(|(n, c)| Waiter { name: n.as_str(), threads: *c }).collect();
     s.serialize_field("waiters", &waiters)?;
     s.end()
+}
+
+struct DriftJson<'a>(&'a ObservedDrift);
+
+impl Serialize for DriftJson<'_> {
+    fn serialize<S: Serializer>(&self, ser: S) -> Result<S::Ok, S::Error> {
+        let d = self.0;
+        let mut s = ser.serialize_struct("ObservedDrift", 4)?;
+        s.serialize_field("estimate", &d.estimate)?;
+        s.serialize_field("uncertainty", &d.uncertainty)?;
+        s.serialize_field("window_ms", &ms(d.window))?;
+        s.serialize_field("renewals", &d.renewals)?;
+        s.end()
+    }
 }
 
 struct Waiter<'a> {

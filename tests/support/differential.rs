@@ -332,7 +332,7 @@ impl<'a> Side<'a> {
                 let Some(id) = self.session(s) else { return (Obs::Skipped, String::new()) };
                 match b.keep_alive(&id, LEASE) {
                     Ok(KeepAlive::Expired) => (Obs::Expired, "Expired".into()),
-                    Ok(KeepAlive::Alive { remaining, owned, groups, unknown }) => {
+                    Ok(KeepAlive::Alive { remaining, owned, groups, unknown, remaining_before }) => {
                         let raw = format!("Alive {{ remaining: {remaining:?}, owned: {owned:?}, groups: {groups:?} }}");
                         if !unknown.is_empty() {
                             // The runs inject no fault: every lease can be checked.
@@ -341,6 +341,14 @@ impl<'a> Side<'a> {
                         if !remaining_ok(remaining) {
                             return (
                                 Obs::Broken(format!("keep_alive: remaining {remaining:?} not in (0, lease]")),
+                                raw,
+                            );
+                        }
+                        // The time the renewal found left: what the session's drift meter pairs
+                        // with the renewal before (a live session, so some, at most a lease).
+                        if let Some(before) = remaining_before.filter(|b| !remaining_ok(*b)) {
+                            return (
+                                Obs::Broken(format!("keep_alive: remaining_before {before:?} not in (0, lease]")),
                                 raw,
                             );
                         }

@@ -119,9 +119,11 @@ pub(crate) fn keep_alive(inner: &Inner, sid: &SessionId, d: Duration) -> Result<
         log::info!("redis session {sid} is expired");
         return Ok(KeepAlive::Expired);
     }
-    let [_, gen, leases, groups] = items else {
+    let [_, gen, leases, groups, before] = items else {
         return Err(unexpected(script.name(), &v));
     };
+    let before = int(before).filter(|b| *b > 0).ok_or_else(|| unexpected(script.name(), &v))?;
+    let remaining_before = Some(Duration::from_millis(before.unsigned_abs()));
     let remaining = reply::millis(first, d);
     // The lease index, listed again only when it changed since the client's listing.
     let leases = match (leases, index) {
@@ -293,7 +295,7 @@ pub(crate) fn keep_alive(inner: &Inner, sid: &SessionId, d: Duration) -> Result<
     members.dedup();
     unknown.sort();
     unknown.dedup();
-    Ok(KeepAlive::Alive { remaining, owned, groups: members, unknown })
+    Ok(KeepAlive::Alive { remaining, owned, groups: members, unknown, remaining_before })
 }
 
 /// Decodes a `renew_slot` reply for `work`: the token of each renewed lease still ours (`None`:

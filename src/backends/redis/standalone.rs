@@ -45,7 +45,9 @@ pub(crate) fn keep_alive(inner: &Inner, sid: &SessionId, d: Duration) -> Result<
         &args,
         inner.deadline(),
     )?;
-    let Some(Renewed { remaining_ms, gen, owned: listed, groups }) = decode_keep_alive(script.name(), &v, sid)? else {
+    let Some(Renewed { remaining_ms, gen, owned: listed, groups, before_ms }) =
+        decode_keep_alive(script.name(), &v, sid)?
+    else {
         inner.books.forget(sid);
         log::info!("redis session {sid} is expired");
         return Ok(KeepAlive::Expired);
@@ -83,7 +85,14 @@ pub(crate) fn keep_alive(inner: &Inner, sid: &SessionId, d: Duration) -> Result<
         }
     });
     logs.write();
-    Ok(KeepAlive::Alive { remaining: reply::millis(remaining_ms, d), owned, groups, unknown: Vec::new() })
+    let remaining_before = Some(Duration::from_millis(before_ms.unsigned_abs()));
+    Ok(KeepAlive::Alive {
+        remaining: reply::millis(remaining_ms, d),
+        owned,
+        groups,
+        unknown: Vec::new(),
+        remaining_before,
+    })
 }
 
 /// The decoded reply of `keep_alive.lua` for a live session.
@@ -97,19 +106,22 @@ struct Renewed {
     owned: Option<Vec<(Name, Token)>>,
     /// Every group the session is still a member of, sorted.
     groups: Vec<Name>,
+    /// The session's time left (ms) when the script found it, before renewing.
+    before_ms: i64,
 }
 
 /// Decodes `{-1}` (`None`: the session is gone) or
-/// `{remaining_ms, gen, {name, token, ...} or nil, {group, ...}}`. Any other shape is a `Backend`
-/// error.
+/// `{remaining_ms, gen, {name, token, ...} or nil, {group, ...}, before_ms}`. Any other shape is a
+/// `Backend` error.
 fn decode_keep_alive(script: &str, v: &redis::Value, sid: &SessionId) -> Result<Option<Renewed>> {
     let items = array(v).ok_or_else(|| unexpected(script, v))?;
-    let (first, gen, owned, groups) = match items {
+    let (first, gen, owned, groups, before) = match items {
         [first] if int(first).is_some_and(|r| r < 0) => return Ok(None),
-        [first, gen, owned, groups] => (first, gen, owned, groups),
+        [first, gen, owned, groups, before] => (first, gen, owned, groups, before),
         _ => return Err(unexpected(script, v)),
     };
     let remaining_ms = int(first).filter(|r| *r >= 0).ok_or_else(|| unexpected(script, v))?;
+    let before_ms = int(before).filter(|r| *r > 0).ok_or_else(|| unexpected(script, v))?;
     let gen = int(gen).filter(|g| *g >= 0).ok_or_else(|| unexpected(script, v))?.to_string();
     let owned = match owned {
         redis::Value::Nil | redis::Value::Boolean(false) => None,
@@ -127,7 +139,7 @@ fn decode_keep_alive(script: &str, v: &redis::Value, sid: &SessionId) -> Result<
         }
     };
     let groups = reply::group_names(groups, sid, script)?;
-    Ok(Some(Renewed { remaining_ms, gen, owned, groups }))
+    Ok(Some(Renewed { remaining_ms, gen, owned, groups, before_ms }))
 }
 
 pub(crate) fn close_session(inner: &Inner, sid: &SessionId) -> Result<()> {
@@ -400,6 +412,7 @@ mod tests {
             Value::Int(3),
             Value::Array(vec![bulk("a"), bulk("7")]),
             Value::Array(vec![bulk("g2"), bulk("g1"), bulk("g2")]),
+            Value::Int(640),
         ]);
         assert_eq!(
             d(v).unwrap(),
@@ -408,17 +421,20 @@ mod tests {
                 gen: "3".into(),
                 owned: Some(vec![(name("a"), Token::new(7).unwrap())]),
                 groups: vec![name("g1"), name("g2")],
+                before_ms: 640,
             })
         );
-        let empty = Value::Array(vec![Value::Int(5), bulk("0"), Value::Array(vec![]), Value::Array(vec![])]);
+        let empty =
+            Value::Array(vec![Value::Int(5), bulk("0"), Value::Array(vec![]), Value::Array(vec![]), Value::Int(3)]);
         assert_eq!(
             d(empty).unwrap(),
-            Some(Renewed { remaining_ms: 5, gen: "0".into(), owned: Some(vec![]), groups: vec![] })
+            Some(Renewed { remaining_ms: 5, gen: "0".into(), owned: Some(vec![]), groups: vec![], before_ms: 3 })
         );
-        let unchanged = Value::Array(vec![Value::Int(5), Value::Int(12), Value::Nil, Value::Array(vec![])]);
+        let unchanged =
+            Value::Array(vec![Value::Int(5), Value::Int(12), Value::Nil, Value::Array(vec![]), Value::Int(4)]);
         assert_eq!(
             d(unchanged).unwrap(),
-            Some(Renewed { remaining_ms: 5, gen: "12".into(), owned: None, groups: vec![] })
+            Some(Renewed { remaining_ms: 5, gen: "12".into(), owned: None, groups: vec![], before_ms: 4 })
         );
     }
 
@@ -428,6 +444,7 @@ mod tests {
         let ok_leases = || Value::Array(vec![bulk("a"), bulk("7")]);
         let ok_groups = || Value::Array(vec![bulk("g")]);
         let gen = || Value::Int(1);
+        let before = || Value::Int(800);
         let bad = [
             Value::Nil,
             Value::Int(5),
@@ -437,20 +454,25 @@ mod tests {
             Value::Array(vec![Value::Int(5), ok_leases(), ok_groups()]),
             Value::Array(vec![Value::Int(5), gen(), ok_leases()]),
             Value::Array(vec![Value::Int(5), gen(), ok_leases(), ok_groups(), Value::Array(vec![])]),
-            Value::Array(vec![bulk("x"), gen(), ok_leases(), ok_groups()]),
-            Value::Array(vec![Value::Int(-1), gen(), ok_leases(), ok_groups()]),
-            Value::Array(vec![Value::Int(5), bulk("x"), ok_leases(), ok_groups()]),
-            Value::Array(vec![Value::Int(5), Value::Int(-2), ok_leases(), ok_groups()]),
-            Value::Array(vec![Value::Int(5), Value::Nil, ok_leases(), ok_groups()]),
-            Value::Array(vec![Value::Int(5), gen(), bulk("a"), ok_groups()]),
-            Value::Array(vec![Value::Int(5), gen(), Value::Array(vec![bulk("a")]), ok_groups()]),
-            Value::Array(vec![Value::Int(5), gen(), Value::Array(vec![bulk("a"), Value::Nil]), ok_groups()]),
-            Value::Array(vec![Value::Int(5), gen(), Value::Array(vec![bulk("a"), bulk("x")]), ok_groups()]),
-            Value::Array(vec![Value::Int(5), gen(), Value::Array(vec![bulk(""), bulk("7")]), ok_groups()]),
-            Value::Array(vec![Value::Int(5), gen(), ok_leases(), bulk("g")]),
-            Value::Array(vec![Value::Int(5), gen(), ok_leases(), Value::Array(vec![Value::Nil])]),
-            Value::Array(vec![Value::Int(5), gen(), ok_leases(), Value::Array(vec![bulk("")])]),
-            Value::Array(vec![Value::Int(5), gen(), ok_leases(), Value::Array(vec![Value::Array(vec![])])]),
+            // the format before before_ms, and a before_ms that is no time left
+            Value::Array(vec![Value::Int(5), gen(), ok_leases(), ok_groups()]),
+            Value::Array(vec![Value::Int(5), gen(), ok_leases(), ok_groups(), Value::Int(0)]),
+            Value::Array(vec![Value::Int(5), gen(), ok_leases(), ok_groups(), bulk("x")]),
+            Value::Array(vec![Value::Int(5), gen(), ok_leases(), ok_groups(), before(), before()]),
+            Value::Array(vec![bulk("x"), gen(), ok_leases(), ok_groups(), before()]),
+            Value::Array(vec![Value::Int(-1), gen(), ok_leases(), ok_groups(), before()]),
+            Value::Array(vec![Value::Int(5), bulk("x"), ok_leases(), ok_groups(), before()]),
+            Value::Array(vec![Value::Int(5), Value::Int(-2), ok_leases(), ok_groups(), before()]),
+            Value::Array(vec![Value::Int(5), Value::Nil, ok_leases(), ok_groups(), before()]),
+            Value::Array(vec![Value::Int(5), gen(), bulk("a"), ok_groups(), before()]),
+            Value::Array(vec![Value::Int(5), gen(), Value::Array(vec![bulk("a")]), ok_groups(), before()]),
+            Value::Array(vec![Value::Int(5), gen(), Value::Array(vec![bulk("a"), Value::Nil]), ok_groups(), before()]),
+            Value::Array(vec![Value::Int(5), gen(), Value::Array(vec![bulk("a"), bulk("x")]), ok_groups(), before()]),
+            Value::Array(vec![Value::Int(5), gen(), Value::Array(vec![bulk(""), bulk("7")]), ok_groups(), before()]),
+            Value::Array(vec![Value::Int(5), gen(), ok_leases(), bulk("g"), before()]),
+            Value::Array(vec![Value::Int(5), gen(), ok_leases(), Value::Array(vec![Value::Nil]), before()]),
+            Value::Array(vec![Value::Int(5), gen(), ok_leases(), Value::Array(vec![bulk("")]), before()]),
+            Value::Array(vec![Value::Int(5), gen(), ok_leases(), Value::Array(vec![Value::Array(vec![])]), before()]),
         ];
         for v in bad {
             let e = decode_keep_alive("keep_alive", &v, &sid).unwrap_err();

@@ -310,7 +310,7 @@ impl LeaseBackend for SqlBackend {
     fn keep_alive(&self, session: &SessionId, lease_duration: Duration) -> Result<KeepAlive> {
         let lease_ms = self.lease_ms(lease_duration)?;
         let reply = self.inner.driver.keep_alive(session, lease_ms)?;
-        let Some(RawAlive { remaining_ms, owned: rows, groups: group_rows }) = reply else {
+        let Some(RawAlive { remaining_ms, owned: rows, groups: group_rows, before_ms }) = reply else {
             self.inner.leases.lock().remove(session);
             debug!("simba {}: session {session} expired; deleted", self.inner.dialect);
             return Ok(KeepAlive::Expired);
@@ -349,7 +349,9 @@ impl LeaseBackend for SqlBackend {
         groups.dedup();
         let remaining = Duration::from_millis(u64::try_from(remaining_ms).unwrap_or(0)).min(lease_duration);
         self.maybe_purge();
-        Ok(KeepAlive::Alive { remaining, owned, groups, unknown: Vec::new() })
+        // Negative: the statement found it expired (then it is not renewed and no row comes back).
+        let remaining_before = before_ms.and_then(|ms| u64::try_from(ms).ok()).map(Duration::from_millis);
+        Ok(KeepAlive::Alive { remaining, owned, groups, unknown: Vec::new(), remaining_before })
     }
 
     fn close_session(&self, session: &SessionId) -> Result<()> {

@@ -47,6 +47,9 @@ pub(crate) struct RawAlive {
     pub(crate) owned: Vec<(String, i64)>,
     /// The group names of the session's membership rows.
     pub(crate) groups: Vec<String>,
+    /// The session's time left (ms) when the keep-alive found it, before renewing (`None`: the
+    /// dialect's keep-alive does not say).
+    pub(crate) before_ms: Option<i64>,
 }
 
 /// A keep-alive reply: `None` when expired.

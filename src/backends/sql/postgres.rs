@@ -540,6 +540,9 @@ impl Driver for PgDriver {
                     col(r, 3, &what)?,
                 );
             }
+            if let (Some(alive), Some(first)) = (alive.as_mut(), rows.first()) {
+                alive.before_ms = Some(col(first, 4, &what)?);
+            }
             Ok(alive)
         })
     }

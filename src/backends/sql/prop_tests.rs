@@ -51,7 +51,12 @@ impl Driver for Scripted {
     }
     fn keep_alive(&self, _: &SessionId, _: i64) -> Result<RawKeepAlive> {
         let r = self.0.lock();
-        Ok(r.keep_alive.clone().map(|(remaining_ms, owned, groups)| RawAlive { remaining_ms, owned, groups }))
+        Ok(r.keep_alive.clone().map(|(remaining_ms, owned, groups)| RawAlive {
+            remaining_ms,
+            owned,
+            groups,
+            before_ms: None,
+        }))
     }
     fn close_session(&self, _: &SessionId) -> Result<()> {
         Ok(())

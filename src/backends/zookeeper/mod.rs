@@ -457,6 +457,43 @@ impl Inner {
         known
     }
 
+    /// `simba check`'s `tick` item: the servers' `tickTime`, asked now, which bounds how much of
+    /// the negotiated timeout a keep-alive reports ([`tick`]); a server that does not tell it is
+    /// "unavailable" with its reason (a warning: the default assumed may be too small).
+    fn tick_item(&self) -> CheckItem {
+        let assumed = format!(
+            "assuming ZooKeeper's default tickTime {:?}, at most half the negotiated timeout: if the servers' \
+             tickTime is larger, a keep-alive may report more time than the leader gives the session",
+            tick::DEFAULT_TICK
+        );
+        let (status, detail) = if self.tls.is_some() {
+            (
+                CheckStatus::Warn,
+                format!(
+                    "unavailable: the four-letter command conf is asked on plaintext client ports only and this \
+                     backend connects with TLS; {assumed}"
+                ),
+            )
+        } else {
+            let read = tick::read_tick(&self.hosts);
+            match (read.tick, read.why_not) {
+                (Some(t), None) => (CheckStatus::Ok, format!("tickTime {t:?} (conf of every server)")),
+                (Some(t), Some(why)) => (
+                    CheckStatus::Ok,
+                    format!("tickTime {t:?}, the largest a server told (conf; not every server told it: {why})"),
+                ),
+                (None, why) => (
+                    CheckStatus::Warn,
+                    format!(
+                        "unavailable: {} (add conf to 4lw.commands.whitelist); {assumed}",
+                        why.unwrap_or_else(|| "no server to ask".into())
+                    ),
+                ),
+            }
+        };
+        CheckItem { name: "tick".into(), status, detail }
+    }
+
     /// Opens a new ZooKeeper session (a new client) requesting `session_timeout`.
     fn connect_client(&self, session_timeout: Duration, deadline: Instant) -> Result<Client> {
         let template = self.connector.clone().unwrap_or_else(Client::connector);

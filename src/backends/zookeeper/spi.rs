@@ -240,7 +240,9 @@ impl LeaseBackend for ZookeeperBackend {
             None => s.joined.lock().iter().cloned().collect(),
         };
         let remaining = lease_duration.min(s.safe);
-        Ok(KeepAlive::Alive { remaining, owned, groups: groups.into_iter().collect(), unknown: Vec::new() })
+        // ZooKeeper tells no session's time left: its renewals are the client's pings.
+        let groups = groups.into_iter().collect();
+        Ok(KeepAlive::Alive { remaining, owned, groups, unknown: Vec::new(), remaining_before: None })
     }
 
     fn close_session(&self, session: &SessionId) -> Result<()> {
@@ -713,6 +715,7 @@ impl LeaseBackend for ZookeeperBackend {
                 ),
             },
         });
+        items.push(inner.tick_item());
         items.push(CheckItem {
             name: "clock".into(),
             status: CheckStatus::Ok,

@@ -55,28 +55,46 @@ pub(super) fn safe_timeout(negotiated: Duration, staleness: Duration) -> Duratio
 pub(super) struct TickRead {
     pub(super) tick: Option<Duration>,
     pub(super) settled: bool,
+    /// Why a host told no tick: the first such host with the server's own words, or that it did
+    /// not answer (`None` when every host told one, or there was none to ask).
+    pub(super) why_not: Option<String>,
 }
 
 /// Asks each plaintext host of `hosts` (`host:port[,…]`, optionally `tcp://host:port`; TLS hosts
 /// are skipped) for its configuration with the `conf` four-letter command, each bounded by
 /// [`CONF_TIMEOUT`].
 pub(super) fn read_tick(hosts: &str) -> TickRead {
-    let mut read = TickRead { tick: None, settled: true };
+    let mut read = TickRead { tick: None, settled: true, why_not: None };
     for host in hosts.split(',').map(str::trim).filter(|h| !h.is_empty()) {
         if host.starts_with("tcp+tls://") {
             continue;
         }
         let host = host.strip_prefix("tcp://").unwrap_or(host);
-        match conf(host) {
-            Some(text) => {
-                if let Some(t) = parse_tick(&text) {
+        let why = match conf(host) {
+            Some(text) => match parse_tick(&text) {
+                Some(t) => {
                     read.tick = Some(read.tick.map_or(t, |k| k.max(t)));
+                    None
                 }
+                None => Some(format!("{host} answered conf with {:?}", first_line(&text))),
+            },
+            None => {
+                read.settled = false;
+                Some(format!("{host} did not answer conf within {CONF_TIMEOUT:?}"))
             }
-            None => read.settled = false,
+        };
+        if read.why_not.is_none() {
+            read.why_not = why;
         }
     }
     read
+}
+
+/// The first non-empty line of a four-letter answer, at most 200 characters (what a server says
+/// when it refuses: "conf is not executed because it is not in the whitelist.").
+fn first_line(text: &str) -> String {
+    let line = text.lines().map(str::trim).find(|l| !l.is_empty()).unwrap_or("nothing");
+    line.chars().take(200).collect()
 }
 
 /// The `conf` answer of `host`, `None` when it cannot be reached or does not answer in time.
@@ -139,5 +157,38 @@ mod tests {
         assert_eq!(parse_tick("conf is not executed because it is not in the whitelist.\n"), None);
         assert_eq!(parse_tick("tickTime=0\n"), None);
         assert_eq!(parse_tick("tickTime=abc\n"), None);
+    }
+
+    /// A loopback server answering one four-letter command with `answer`; its `host:port`.
+    fn answering(answer: &'static str) -> String {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        std::thread::spawn(move || {
+            if let Ok((mut s, _)) = listener.accept() {
+                let mut cmd = [0u8; 4];
+                if s.read_exact(&mut cmd).is_ok() {
+                    let _ = s.write_all(answer.as_bytes());
+                }
+            }
+        });
+        addr
+    }
+
+    #[test]
+    fn a_host_that_tells_no_tick_says_why() {
+        let told = answering("clientPort=2181\ntickTime=3000\n");
+        let read = read_tick(&told);
+        assert_eq!((read.tick, read.settled, read.why_not), (Some(Duration::from_secs(3)), true, None));
+        let refused = answering("conf is not executed because it is not in the whitelist.\n");
+        let read = read_tick(&format!("tcp://{refused},tcp+tls://127.0.0.1:1"));
+        assert_eq!((read.tick, read.settled), (None, true));
+        let why = read.why_not.unwrap();
+        assert!(why.contains(&refused) && why.contains("not in the whitelist"), "{why}");
+        // Nothing listens there: not settled (asked again later), and said so.
+        let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().to_string();
+        let told = answering("tickTime=2000\n");
+        let read = read_tick(&format!("{closed},{told}"));
+        assert_eq!((read.tick, read.settled), (Some(Duration::from_secs(2)), false));
+        assert!(read.why_not.unwrap().contains("did not answer conf"));
     }
 }

@@ -29,6 +29,7 @@ proptest! {
         gen in 0i64..i64::MAX,
         owned in proptest::option::of(proptest::collection::vec((name(), 1i64..i64::MAX), 0..6)),
         groups in proptest::collection::vec(name(), 0..6),
+        before_ms in 1i64..i64::MAX,
     ) {
         let sid = SessionId::from_u64(7);
         let listed = match &owned {
@@ -40,6 +41,7 @@ proptest! {
             Value::Int(gen),
             listed,
             Value::Array(groups.iter().map(|g| bulk(g.as_str())).collect()),
+            Value::Int(before_ms),
         ]);
         let got = decode_keep_alive("keep_alive.lua", &v, &sid).unwrap().unwrap();
         let mut want_groups = groups.clone();
@@ -47,7 +49,8 @@ proptest! {
         want_groups.dedup();
         let want_owned = owned
             .map(|o| o.iter().map(|(n, t)| (n.clone(), crate::Token::new(*t as u64).unwrap())).collect());
-        prop_assert_eq!(got, Renewed { remaining_ms, gen: gen.to_string(), owned: want_owned, groups: want_groups });
+        let want = Renewed { remaining_ms, gen: gen.to_string(), owned: want_owned, groups: want_groups, before_ms };
+        prop_assert_eq!(got, want);
     }
 
     #[test]
