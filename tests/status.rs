@@ -363,7 +363,7 @@ fn a_failed_renewal_restarts_the_drift_window() {
 }
 
 /// On a real server (on this machine: the same clock, read as wall-clock milliseconds) the drift
-/// is about zero; a backend that cannot tell (MySQL's keep-alive procedure, ZooKeeper) says so at
+/// is about zero; a backend that cannot tell (ZooKeeper) says so at
 /// the SPI (`remaining_before: None`), and its sessions report no drift.
 #[cfg(any(feature = "redis", feature = "postgres", feature = "mysql", feature = "zookeeper"))]
 fn observed_drift_on(backend: Arc<dyn LeaseBackend>, tells: bool) {
@@ -402,8 +402,8 @@ fn observed_drift_on_postgres() {
 #[cfg(feature = "mysql")]
 #[test]
 #[serial_test::serial(mysql)]
-fn observed_drift_on_mysql_is_not_told() {
-    observed_drift_on(real_backends::mysql(), false);
+fn observed_drift_on_mysql() {
+    observed_drift_on(real_backends::mysql(), true);
 }
 
 #[cfg(feature = "redis")]

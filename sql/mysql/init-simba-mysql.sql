@@ -26,11 +26,13 @@ create table if not exists simba_member
     index idx_member_session (session_id)
 );
 
--- The keep-alive in one round trip (CALL simba_keep_alive_v3(session id, lease ms)): renews the
+-- The keep-alive in one round trip (CALL simba_keep_alive_v4(session id, lease ms)): renews the
 -- session, or deletes it and its memberships when it has expired, and returns one result set of
--- (remaining ms, lease name, token, group name) rows: one per owned lease (group name NULL) — one
--- row with NULL name/token/group when it owns none — plus one per group the session is a member
--- of (lease name and token NULL); no row when the session is expired or unknown.
+-- (remaining ms, lease name, token, group name, before ms) rows: one per owned lease (group name
+-- NULL) — one row with NULL name/token/group when it owns none — plus one per group the session is
+-- a member of (lease name and token NULL); no row when the session is expired or unknown. Before
+-- ms, on every row, is the time the session had left when the call found it, read after the row
+-- lock and before the renewal (the client compares the database's clock with its own with it).
 -- Expiry is judged with database time read AFTER the session row's lock is granted: the first
 -- statement of the transaction locks the row (waiting for a takeover that holds it in share mode)
 -- and the later statements each read a fresh NOW(3). A single UPDATE would not do: MySQL 8 fixes
@@ -41,14 +43,14 @@ create table if not exists simba_member
 -- keep-alive-read.sql in one transaction). Any error rolls the transaction back before it is
 -- passed on, so no lock outlives a failed call.
 -- The name carries a version: a changed body gets a new name, so old and new clients can share a
--- database during a rolling upgrade (simba_keep_alive_v2, which judged expiry with the clock of
--- its UPDATE's start, and simba_keep_alive_v1, which did not return the groups, are what older
--- versions call; this script no longer creates them and never drops them: drop them by hand once
--- no older client runs). Needs MariaDB 10.1.3+ or MySQL 8.0.29+ (IF NOT EXISTS) and the CREATE
+-- database during a rolling upgrade (simba_keep_alive_v3, which did not return the time found
+-- left, simba_keep_alive_v2, which judged expiry with the clock of its UPDATE's start, and
+-- simba_keep_alive_v1, which did not return the groups, are what older versions call; this script
+-- no longer creates them and never drops them: drop them by hand once no older client runs). Needs MariaDB 10.1.3+ or MySQL 8.0.29+ (IF NOT EXISTS) and the CREATE
 -- ROUTINE privilege; without it the backend falls back to separate statements.
 -- The mysql client needs the DELIMITER lines; simba schema apply reads them the same way.
 delimiter //
-create procedure if not exists simba_keep_alive_v3(
+create procedure if not exists simba_keep_alive_v4(
     in p_session  char(32) character set ascii collate ascii_bin,
     in p_lease_ms bigint
 )
@@ -57,6 +59,7 @@ create procedure if not exists simba_keep_alive_v3(
     comment 'Simba keep-alive in one round trip, expiry judged after the row lock (sql/mysql/init-simba-mysql.sql)'
 begin
     declare v_rows bigint default 0;
+    declare v_before bigint default null;
     declare v_remaining bigint default null;
     declare exit handler for sqlexception
     begin
@@ -69,6 +72,10 @@ begin
     from simba_session
     where session_id = p_session
     for update;
+    select max(expires_at) - cast(unix_timestamp(now(3)) * 1000 as signed)
+    into v_before
+    from simba_session
+    where session_id = p_session;
     update simba_session
     set expires_at = cast(unix_timestamp(now(3)) * 1000 as signed) + p_lease_ms
     where session_id = p_session
@@ -86,12 +93,12 @@ begin
         where session_id = p_session;
     end if;
     commit;
-    select v_remaining, l.name, l.token, null
+    select v_remaining, l.name, l.token, null, v_before
     from (select 1 as one) as live
     left join simba_lease l on l.session_id = p_session
     where v_remaining is not null
     union all
-    select v_remaining, null, null, m.group_name
+    select v_remaining, null, null, m.group_name, v_before
     from simba_member m
     where m.session_id = p_session
       and v_remaining is not null;

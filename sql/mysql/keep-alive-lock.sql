@@ -1,4 +1,4 @@
--- Fallback keep-alive, step 1 (only while the procedure simba_keep_alive_v3 of
+-- Fallback keep-alive, step 1 (only while the procedure simba_keep_alive_v4 of
 -- init-simba-mysql.sql is missing or not executable; see keep-alive-call.sql), the first statement
 -- of its transaction: lock the session row (waiting for a takeover that holds it in share mode), so
 -- that the renewal that follows judges expiry with a NOW(3) read after the lock was granted.

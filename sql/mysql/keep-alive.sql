@@ -1,4 +1,4 @@
--- Fallback keep-alive, step 2 (only while the procedure simba_keep_alive_v3 of
+-- Fallback keep-alive, step 2 (only while the procedure simba_keep_alive_v4 of
 -- init-simba-mysql.sql is missing or not executable; see keep-alive-call.sql), in the transaction
 -- that keep-alive-lock.sql began: one UPDATE renews the session and with it every lease and
 -- membership it holds. The row is already locked, so this statement's NOW(3) is read after the

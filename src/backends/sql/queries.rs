@@ -108,7 +108,7 @@ pub mod mysql {
     pub const KEEP_ALIVE_CALL: &str = include_str!("../../../sql/mysql/keep-alive-call.sql");
     /// The name of the stored procedure [`KEEP_ALIVE_CALL`] calls, created by
     /// [`INIT_SIMBA_MYSQL`] and looked up by [`ROUTINE_CHECK`] (not SQL text: the name, for messages).
-    pub const KEEP_ALIVE_PROCEDURE: &str = "simba_keep_alive_v3";
+    pub const KEEP_ALIVE_PROCEDURE: &str = "simba_keep_alive_v4";
     /// `keep-alive-lock.sql`: Fallback keep-alive step 1 (no procedure): locks the session row
     /// first, so that the renewal judges expiry with a clock read after the lock.
     pub const KEEP_ALIVE_LOCK: &str = include_str!("../../../sql/mysql/keep-alive-lock.sql");

@@ -15,10 +15,10 @@
 //! Rows are read as [`mysql::Row`] and converted column by column (`get_opt`), never with typed
 //! helpers that panic on an unexpected type.
 //!
-//! The keep-alive is one `CALL` of the schema's stored procedure (`simba_keep_alive_v3`, created by
-//! `init-simba-mysql.sql`), which returns the owned leases and the session's groups: one round
-//! trip. While the procedure is missing (a schema created by an older version and not re-applied,
-//! which may hold only the older `simba_keep_alive_v2` or `_v1`) or not executable by this user, it
+//! The keep-alive is one `CALL` of the schema's stored procedure (`simba_keep_alive_v4`, created by
+//! `init-simba-mysql.sql`), which returns the owned leases, the session's groups and the time it
+//! found left (the observed clock drift): one round trip; the fallback does not tell that time. While the procedure is missing (a schema created by an older version and not re-applied,
+//! which may hold only the older `simba_keep_alive_v3`, `_v2` or `_v1`) or not executable by this user, it
 //! falls back to the statements it replaced (one transaction, five round trips, same reply) and
 //! tries the procedure again every [`ROUTINE_RETRY`] or after [`init_schema`](Driver::init_schema).
 //! Both paths lock the session row first and judge expiry with a `NOW(3)` read by a later
@@ -398,7 +398,11 @@ impl Driver for MyDriver {
                 match c.call_rows(q::KEEP_ALIVE_CALL, (id.as_str(), lease_ms)) {
                     Ok(rows) => {
                         self.keep_alive_routine.answered();
-                        return keep_alive_reply(&rows, &what);
+                        let mut alive = keep_alive_reply(&rows, &what)?;
+                        if let (Some(alive), Some(first)) = (alive.as_mut(), rows.first()) {
+                            alive.before_ms = Some(col(first, 4, &what)?);
+                        }
+                        return Ok(alive);
                     }
                     Err(e) => match Routine::is_unavailable(&e) {
                         Some(se) => self.keep_alive_routine.unavailable(se),
@@ -616,6 +620,7 @@ mod tests {
         assert!(s[3].contains(q::KEEP_ALIVE_PROCEDURE) && s[3].ends_with("end"), "{}", s[3]);
         assert!(!s[3].contains("simba_keep_alive_v1("), "the old procedure is not recreated: {}", s[3]);
         assert!(!s[3].contains("simba_keep_alive_v2("), "the old procedure is not recreated: {}", s[3]);
+        assert!(!s[3].contains("simba_keep_alive_v3("), "the old procedure is not recreated: {}", s[3]);
         assert!(s[3].matches(';').count() >= 4, "the body keeps its statements: {}", s[3]);
         assert!(!s.iter().any(|s| s.to_ascii_lowercase().contains("delimiter")), "{s:?}");
     }
