@@ -37,6 +37,20 @@ pub mod redis {
     pub fn backend_with_scripting(scripting: Arc<dyn RedisScripting>, options: RedisOptions) -> Result<RedisBackend> {
         RedisBackend::with_scripting(scripting, options)
     }
+
+    /// `backend.list(request)` with a `SCAN` walk of at most `steps` calls of `COUNT count` per
+    /// master (instead of the backend's budget), so that a test can run it out.
+    ///
+    /// # Errors
+    /// As `LeaseBackend::list`.
+    pub fn list_within(
+        backend: &RedisBackend,
+        request: &crate::backend::ListRequest,
+        count: usize,
+        steps: usize,
+    ) -> Result<crate::backend::Listing> {
+        backend.list_within(request, count, steps)
+    }
 }
 
 /// Watch registrations waiting for a notification in `backend`, over every topic (leak tests).

@@ -1,5 +1,5 @@
 //! End-to-end tests of `simba status` (issue #39 item 4): what is held on a backend right now, on
-//! every network backend compiled in that lists (Redis does not yet: exit 78), read by the `simba` process while this test process holds
+//! every network backend compiled in, read by the `simba` process while this test process holds
 //! a lock, a semaphore permit, a partition set and a membership through the library. Bad input is
 //! exit 78 before any I/O. A server that is down fails the test with "run `scripts/services up`".
 
@@ -199,26 +199,6 @@ fn status_shows_what_is_held(url: &str) {
     let _ = h.other.close();
 }
 
-/// A backend that cannot list: exit 78, naming the backend, in both output forms.
-fn status_says_the_backend_cannot_list(url: &str) {
-    prepare(url);
-    for json in [false, true] {
-        let o = run({
-            let mut c = simba(Some(url));
-            if json {
-                c.arg("--json");
-            }
-            c.arg("status");
-            c
-        });
-        assert_eq!(code(&o), 78, "{}", stderr(&o));
-        assert!(stderr(&o).contains("backend cannot list what it holds"), "{}", stderr(&o));
-        if json {
-            assert_eq!(json_result(&o)["error"]["kind"], "config", "{}", stdout(&o));
-        }
-    }
-}
-
 macro_rules! backend_tests {
     ($($m:ident, $feature:literal, $var:literal, $default:literal, $test:ident;)*) => {$(
         #[cfg(feature = $feature)]
@@ -232,12 +212,11 @@ macro_rules! backend_tests {
     )*};
 }
 
-// Redis does not list yet (its capabilities say so; docs/observability.md, "Not yet").
 backend_tests! {
     postgres, "postgres", "SIMBA_TEST_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432/test", status_shows_what_is_held;
     mysql, "mysql", "SIMBA_TEST_MYSQL_URL", "mysql://root@127.0.0.1:3306/test", status_shows_what_is_held;
-    redis, "redis", "SIMBA_TEST_REDIS_URL", "redis://127.0.0.1:6379", status_says_the_backend_cannot_list;
+    redis, "redis", "SIMBA_TEST_REDIS_URL", "redis://127.0.0.1:6379", status_shows_what_is_held;
     redis_cluster, "redis", "SIMBA_TEST_REDIS_CLUSTER_URL", "redis+cluster://127.0.0.1:7000,127.0.0.1:7001,127.0.0.1:7002",
-        status_says_the_backend_cannot_list;
+        status_shows_what_is_held;
     zookeeper, "zookeeper", "SIMBA_TEST_ZOOKEEPER_URL", "zookeeper://127.0.0.1:2181/simba-test", status_shows_what_is_held;
 }

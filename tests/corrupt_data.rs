@@ -114,6 +114,18 @@ fn redis_corrupt_keys() {
     let mut raw = redis::Client::open(url.as_str()).unwrap().get_connection().unwrap();
     let (bad, held, group) = (support::unique("bad"), support::unique("held"), support::unique("group"));
     let intruder = format!("{:Z<32}", &support::unique("X")[..18]);
+    // Removed again however the check ends (see postgres_corrupt_rows): the intruder session is
+    // live for an hour and every later listing of the server's sessions would fail on it.
+    let planted = [
+        format!("simba:lease:{{{bad}}}"),
+        format!("simba:session:{{{intruder}}}"),
+        format!("simba:lease:{{{held}}}"),
+        format!("simba:group:{{{group}}}"),
+    ];
+    let mut cleanup = redis::Client::open(url.as_str()).unwrap().get_connection().unwrap();
+    let _planted = Planted(move || {
+        let _: redis::RedisResult<()> = redis::cmd("DEL").arg(&planted).query(&mut cleanup);
+    });
     let _: () = redis::cmd("HSET")
         .arg(format!("simba:lease:{{{bad}}}"))
         .arg("session")

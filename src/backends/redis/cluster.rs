@@ -650,39 +650,50 @@ pub(crate) fn release(inner: &Inner, sid: &SessionId, name: &Name, token: Token)
 
 /// `{remaining_ms, metadata}` of a live session, from its own slot.
 fn session_info(inner: &Inner, sid: &str, deadline: Instant) -> Result<Option<(Duration, String)>> {
+    decode_session_info(&inner.scripting.eval(&SCRIPTS.session_info, &[keys::session(sid)], &[], deadline)?)
+}
+
+/// The reply of `session_info.lua`: `{remaining, metadata}` of a live session.
+pub(crate) fn decode_session_info(v: &redis::Value) -> Result<Option<(Duration, String)>> {
     let script = &SCRIPTS.session_info;
-    let v = inner.scripting.eval(script, &[keys::session(sid)], &[], deadline)?;
-    match array(&v).ok_or_else(|| unexpected(script.name(), &v))? {
+    match array(v).ok_or_else(|| unexpected(script.name(), v))? {
         [] => Ok(None),
         [r, m] => Ok(Some((
-            reply::millis(int(r).ok_or_else(|| unexpected(script.name(), &v))?, Duration::MAX),
+            reply::millis(int(r).ok_or_else(|| unexpected(script.name(), v))?, Duration::MAX),
             string(m).unwrap_or_default(),
         ))),
-        _ => Err(unexpected(script.name(), &v)),
+        _ => Err(unexpected(script.name(), v)),
     }
 }
 
 pub(crate) fn holder(inner: &Inner, name: &Name) -> Result<Option<Holder>> {
     let deadline = inner.deadline();
-    let script = &SCRIPTS.lease_info;
-    let v = inner.scripting.eval(script, &[keys::lease(name.as_str())], &[], deadline)?;
-    let (sid, token, rem) = match array(&v).ok_or_else(|| unexpected(script.name(), &v))? {
-        [] => return Ok(None),
-        [sid, token, rem] => (
-            string(sid).ok_or_else(|| unexpected(script.name(), &v))?,
-            reply::token(token, &format!("lease {name}"), script.name())?,
-            reply::millis(int(rem).ok_or_else(|| unexpected(script.name(), &v))?, Duration::MAX),
-        ),
-        _ => return Err(unexpected(script.name(), &v)),
-    };
-    let session = SessionId::parse(&sid)
-        .map_err(|e| Error::backend(format!("lease {name}: corrupt holder {sid:?} in redis")).with_source(e))?;
-    Ok(session_info(inner, &sid, deadline)?.map(|(pttl, metadata)| Holder {
+    let v = inner.scripting.eval(&SCRIPTS.lease_info, &[keys::lease(name.as_str())], &[], deadline)?;
+    let Some((session, token, rem)) = decode_lease_info(name, &v)? else { return Ok(None) };
+    Ok(session_info(inner, session.as_str(), deadline)?.map(|(pttl, metadata)| Holder {
         session,
         token,
         remaining: rem.min(pttl),
         metadata,
     }))
+}
+
+/// The reply of `lease_info.lua` for lease `name`: its term's session, token and time left by
+/// the lease's node (the holder's session is still to be asked: [`decode_session_info`]).
+pub(crate) fn decode_lease_info(name: &Name, v: &redis::Value) -> Result<Option<(SessionId, Token, Duration)>> {
+    let script = &SCRIPTS.lease_info;
+    let (sid, token, rem) = match array(v).ok_or_else(|| unexpected(script.name(), v))? {
+        [] => return Ok(None),
+        [sid, token, rem] => (
+            string(sid).ok_or_else(|| unexpected(script.name(), v))?,
+            reply::token(token, &format!("lease {name}"), script.name())?,
+            reply::millis(int(rem).ok_or_else(|| unexpected(script.name(), v))?, Duration::MAX),
+        ),
+        _ => return Err(unexpected(script.name(), v)),
+    };
+    let session = SessionId::parse(&sid)
+        .map_err(|e| Error::backend(format!("lease {name}: corrupt holder {sid:?} in redis")).with_source(e))?;
+    Ok(Some((session, token, rem)))
 }
 
 pub(crate) fn join(inner: &Inner, sid: &SessionId, group: &Name) -> Result<()> {

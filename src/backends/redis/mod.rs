@@ -35,6 +35,7 @@ mod check;
 mod cluster;
 pub(crate) mod config;
 mod conn;
+mod listing;
 mod pool;
 pub(crate) mod port;
 mod reply;
@@ -65,7 +66,8 @@ use self::book::Books;
 use self::config::Target;
 use self::watch::Watchers;
 use crate::backend::{
-    Acquire, Capabilities, CheckItem, Holder, KeepAlive, LeaseBackend, Member, Notification, SessionGrant, Topic,
+    Acquire, Capabilities, CheckItem, Holder, KeepAlive, LeaseBackend, ListRequest, Listing, Member, Notification,
+    SessionGrant, Topic,
 };
 use crate::error::{Error, Result};
 use crate::types::{validate_metadata, Name, SessionId, Token};
@@ -220,6 +222,15 @@ impl RedisBackend {
     }
 }
 
+impl RedisBackend {
+    /// `list` with a `SCAN` walk of at most `steps` calls of `COUNT count` per master (the test
+    /// seam: a budget small enough to run out on a test server).
+    #[cfg(feature = "internal-testing")]
+    pub(crate) fn list_within(&self, request: &ListRequest, count: usize, steps: usize) -> Result<Listing> {
+        listing::list(&self.inner, request, listing::ScanBudget { count, steps })
+    }
+}
+
 impl fmt::Debug for RedisBackend {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RedisBackend")
@@ -366,8 +377,18 @@ impl LeaseBackend for RedisBackend {
 
     fn capabilities(&self) -> Capabilities {
         let push = self.inner.push;
-        // `list` is not built for Redis yet (docs/observability.md, "Not yet").
-        Capabilities { push_release: push, push_membership: push, watch_checks_lease: false, list: false }
+        Capabilities { push_release: push, push_membership: push, watch_checks_lease: false, list: true }
+    }
+
+    /// Two `SCAN` walks of every master's keyspace (lease and group keys of the prefix, session
+    /// keys), each at most about 100 000 keys examined per master (a larger keyspace cuts the
+    /// sections it feeds, and `truncated` says so); then the first names and ids in order are
+    /// read with the scripts of `holder` and `members`, in pipelined batches. One deadline, the
+    /// query timeout, bounds the whole listing. A key `simba:lease:{…}`, `simba:group:{…}` or
+    /// `simba:session:{…}` whose inside is no name (session id) fails the listing, naming it;
+    /// other keys the walk matches are skipped. See `docs/backends/redis.md` ("Listing").
+    fn list(&self, request: &ListRequest) -> Result<Listing> {
+        listing::list(&self.inner, request, listing::SCAN_BUDGET)
     }
 
     fn watch(&self, topic: &Topic, notify: &Sender<Notification>) -> Result<bool> {

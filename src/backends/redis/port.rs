@@ -80,6 +80,26 @@ pub trait RedisScripting: Send + Sync + fmt::Debug + 'static {
         Err(Error::new(ErrorKind::Unsupported, "WAIT is not available on this Redis deployment"))
     }
 
+    /// Walks the keyspace of every master with `SCAN cursor MATCH pattern COUNT count`, at most
+    /// `steps` calls per master (each examines about `count` keys, matching or not), before
+    /// `deadline`. Returns the keys found (`SCAN` may return a key twice) and whether every
+    /// master's walk reached its end (`false`: a budget ran out first and more keys may match).
+    /// `LeaseBackend::list` rests on it.
+    ///
+    /// # Errors
+    /// As [`eval`](RedisScripting::eval). The default (an adapter that cannot scan) fails with
+    /// `Unsupported`, and so does the backend's `list` then.
+    fn scan(&self, pattern: &str, count: usize, steps: usize, deadline: Instant) -> Result<(Vec<String>, bool)> {
+        let _ = (pattern, count, steps, deadline);
+        Err(Error::new(
+            ErrorKind::Unsupported,
+            format!(
+                "the redis scripting port of {} cannot SCAN, so the backend cannot list what it holds",
+                self.target()
+            ),
+        ))
+    }
+
     /// Runs a plain command (`PING`, `CONFIG GET`, `INFO`, `TIME`) on every master; returns each
     /// master's address and reply.
     ///
@@ -289,6 +309,31 @@ fn run_script(
         }
         other => other,
     }
+}
+
+/// One master's part of [`RedisScripting::scan`]: `SCAN` from cursor 0, at most `steps` calls,
+/// each with the time left before `deadline`. Returns the keys and whether the walk ended.
+pub(crate) fn scan_node(
+    con: &mut Conn,
+    pattern: &str,
+    count: usize,
+    steps: usize,
+    deadline: Instant,
+) -> redis::RedisResult<(Vec<String>, bool)> {
+    let mut cursor = "0".to_string();
+    let mut keys = Vec::new();
+    for _ in 0..steps {
+        let mut cmd = redis::cmd("SCAN");
+        cmd.arg(&cursor).arg("MATCH").arg(pattern).arg("COUNT").arg(count);
+        let v = query(con, &cmd, deadline)?;
+        let (next, found): (String, Vec<String>) = redis::from_redis_value(v)?;
+        keys.extend(found);
+        if next == "0" {
+            return Ok((keys, true));
+        }
+        cursor = next;
+    }
+    Ok((keys, false))
 }
 
 /// Cluster node addresses as URLs: `host:port` becomes `redis://host:port`.
@@ -530,6 +575,46 @@ impl RedisScripting for StandaloneScripting {
         })
     }
 
+    /// Builds every call first, then sends them as one pipeline on one connection (one round
+    /// trip); a call whose reply was a server error runs again alone and reports it as
+    /// [`eval`](RedisScripting::eval) does. No standalone operation batches calls; the listing
+    /// (`LeaseBackend::list`) does.
+    fn eval_each<'a>(
+        &self,
+        count: usize,
+        call: &mut dyn FnMut(usize) -> Result<ScriptCall<'a>>,
+        deadline: Instant,
+    ) -> Vec<Result<Value>> {
+        let built: Vec<Result<ScriptCall<'a>>> = (0..count).map(call).collect();
+        let ok: Vec<&ScriptCall<'a>> = built.iter().filter_map(|c| c.as_ref().ok()).collect();
+        let mut piped = if ok.is_empty() {
+            Ok(Vec::new())
+        } else {
+            self.run(deadline, "script pipeline", |con, deadline| {
+                send_scripts(con, &ok, deadline)?;
+                recv_scripts(con, &ok, deadline)
+            })
+        }
+        .map(Vec::into_iter);
+        built
+            .into_iter()
+            .map(|c| {
+                let c = c?;
+                match &mut piped {
+                    Ok(replies) => match replies.next().flatten() {
+                        Some(v) => Ok(v),
+                        None => self.eval(c.script, &c.keys, &c.args, deadline),
+                    },
+                    Err(e) => Err(Error::new(e.kind(), e.to_string())),
+                }
+            })
+            .collect()
+    }
+
+    fn scan(&self, pattern: &str, count: usize, steps: usize, deadline: Instant) -> Result<(Vec<String>, bool)> {
+        self.run(deadline, "SCAN", |con, deadline| scan_node(con, pattern, count, steps, deadline))
+    }
+
     fn on_masters(&self, cmd: &Cmd, deadline: Instant) -> Result<Vec<(String, Value)>> {
         let v = self.run(deadline, "command", |con, deadline| query(con, cmd, deadline))?;
         Ok(vec![(self.target.clone(), v)])
@@ -741,6 +826,13 @@ impl RedisScripting for ClusteredScripting {
 
     fn on_masters(&self, cmd: &Cmd, deadline: Instant) -> Result<Vec<(String, Value)>> {
         self.router.on_masters(cmd, deadline, "command")
+    }
+
+    fn scan(&self, pattern: &str, count: usize, steps: usize, deadline: Instant) -> Result<(Vec<String>, bool)> {
+        let walks =
+            self.router.on_each_master(deadline, "SCAN", |con| scan_node(con, pattern, count, steps, deadline))?;
+        let ended = walks.iter().all(|(_, (_, ended))| *ended);
+        Ok((walks.into_iter().flat_map(|(_, (keys, _))| keys).collect(), ended))
     }
 
     fn subscriber_endpoints(&self) -> Vec<ConnectionInfo> {

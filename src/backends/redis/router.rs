@@ -515,11 +515,22 @@ impl Router {
 
     /// Runs `cmd` on every master, before `deadline`: each master's address and reply.
     pub(crate) fn on_masters(&self, cmd: &Cmd, deadline: Instant, what: &str) -> Result<Vec<(String, Value)>> {
+        self.on_each_master(deadline, what, |con| query(con, cmd, deadline))
+    }
+
+    /// Runs `f` on a connection to every master in turn, before `deadline`: each master's address
+    /// and what `f` returned there.
+    pub(crate) fn on_each_master<T>(
+        &self,
+        deadline: Instant,
+        what: &str,
+        mut f: impl FnMut(&mut Conn) -> redis::RedisResult<T>,
+    ) -> Result<Vec<(String, T)>> {
         let map = self.map(deadline, what)?;
         let mut out = Vec::new();
         for addr in map.masters() {
             let node = self.node(addr)?;
-            match self.on_node(&node, deadline, what, |con| query(con, cmd, deadline))? {
+            match self.on_node(&node, deadline, what, &mut f)? {
                 Outcome::Done(v) => out.push((addr.to_string(), v)),
                 Outcome::Redirect { error, .. } => return Err(error),
             }

@@ -284,19 +284,24 @@ fn decode_release(script: &str, v: &redis::Value) -> Result<i64> {
 }
 
 pub(crate) fn holder(inner: &Inner, name: &Name) -> Result<Option<Holder>> {
+    let v = inner.scripting.eval(&SCRIPTS.holder, &[keys::lease(name.as_str())], &[], inner.deadline())?;
+    decode_holder(name, &v)
+}
+
+/// The reply of `holder.lua` for lease `name`.
+pub(crate) fn decode_holder(name: &Name, v: &redis::Value) -> Result<Option<Holder>> {
     let script = &SCRIPTS.holder;
-    let v = inner.scripting.eval(script, &[keys::lease(name.as_str())], &[], inner.deadline())?;
-    let items = array(&v).ok_or_else(|| unexpected(script.name(), &v))?;
+    let items = array(v).ok_or_else(|| unexpected(script.name(), v))?;
     if items.is_empty() {
         return Ok(None);
     }
-    let [sid, token, remaining, metadata] = items else { return Err(unexpected(script.name(), &v)) };
-    let sid = string(sid).ok_or_else(|| unexpected(script.name(), &v))?;
+    let [sid, token, remaining, metadata] = items else { return Err(unexpected(script.name(), v)) };
+    let sid = string(sid).ok_or_else(|| unexpected(script.name(), v))?;
     Ok(Some(Holder {
         session: SessionId::parse(&sid)
             .map_err(|e| Error::backend(format!("lease {name}: corrupt holder {sid:?} in redis")).with_source(e))?,
         token: reply::token(token, &format!("lease {name}"), script.name())?,
-        remaining: reply::millis(int(remaining).ok_or_else(|| unexpected(script.name(), &v))?, Duration::MAX),
+        remaining: reply::millis(int(remaining).ok_or_else(|| unexpected(script.name(), v))?, Duration::MAX),
         metadata: string(metadata).unwrap_or_default(),
     }))
 }
@@ -362,13 +367,18 @@ pub(crate) fn leave(inner: &Inner, sid: &SessionId, group: &Name) -> Result<()> 
 }
 
 pub(crate) fn members(inner: &Inner, group: &Name) -> Result<Vec<Member>> {
+    let v = inner.scripting.eval(&SCRIPTS.members, &[keys::group(group.as_str())], &[], inner.deadline())?;
+    decode_members(group, &v)
+}
+
+/// The reply of `members.lua` for `group`: its live members, sorted.
+pub(crate) fn decode_members(group: &Name, v: &redis::Value) -> Result<Vec<Member>> {
     let script = &SCRIPTS.members;
-    let v = inner.scripting.eval(script, &[keys::group(group.as_str())], &[], inner.deadline())?;
-    let items = array(&v).ok_or_else(|| unexpected(script.name(), &v))?;
+    let items = array(v).ok_or_else(|| unexpected(script.name(), v))?;
     let mut members = Vec::with_capacity(items.len() / 2);
     for pair in items.chunks(2) {
-        let [sid, metadata] = pair else { return Err(unexpected(script.name(), &v)) };
-        let sid = string(sid).ok_or_else(|| unexpected(script.name(), &v))?;
+        let [sid, metadata] = pair else { return Err(unexpected(script.name(), v)) };
+        let sid = string(sid).ok_or_else(|| unexpected(script.name(), v))?;
         let session = SessionId::parse(&sid)
             .map_err(|e| Error::backend(format!("group {group}: corrupt member {sid:?} in redis")).with_source(e))?;
         members.push(Member { session, metadata: string(metadata).unwrap_or_default() });
