@@ -133,3 +133,28 @@ impl Out {
 pub fn write_line(line: &str) {
     let _ = std::io::stderr().lock().write_all(line.as_bytes());
 }
+
+#[cfg(test)]
+mod tests {
+    use simba::{Error, ErrorKind};
+
+    use super::{code, Fail};
+
+    /// What each error kind exits with (docs/cli.md): a backend that cannot do what was asked — a
+    /// third-party backend without `list`, for `simba status` — is a configuration error, 78,
+    /// in the backend's words; a backend that fails is 69.
+    #[test]
+    fn error_kinds_map_to_the_documented_exit_codes() {
+        let unsupported = Fail::from(Error::new(ErrorKind::Unsupported, "the acme backend cannot list what it holds"));
+        assert_eq!((unsupported.code, unsupported.kind), (code::CONFIG, "config"));
+        assert_eq!(code::CONFIG, 78);
+        assert!(unsupported.message.contains("acme backend cannot list"), "{}", unsupported.message);
+        for kind in [ErrorKind::Unavailable, ErrorKind::Backend, ErrorKind::Timeout] {
+            let f = Fail::from(Error::new(kind, "down"));
+            assert_eq!((f.code, f.kind), (code::UNAVAILABLE, "unavailable"), "{kind:?}");
+        }
+        assert_eq!(code::UNAVAILABLE, 69);
+        let bad = Fail::from(Error::new(ErrorKind::InvalidName, "invalid name prefix"));
+        assert_eq!(bad.code, 78);
+    }
+}
