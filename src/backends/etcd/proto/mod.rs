@@ -4,9 +4,9 @@
 //! Watch, Lease, Cluster, Maintenance, Auth) and the messages they carry.
 #![allow(missing_docs, dead_code, unreachable_pub, clippy::all, clippy::pedantic, rustdoc::all)]
 
+/// etcd's `authpb` package: users, roles and permissions.
+pub(crate) mod authpb;
 /// etcd's `etcdserverpb` package: the services and their requests and replies.
 pub(crate) mod etcdserverpb;
 /// etcd's `mvccpb` package: `KeyValue` and watch `Event`.
 pub(crate) mod mvccpb;
-/// etcd's `authpb` package: users, roles and permissions.
-pub(crate) mod authpb;
