@@ -99,18 +99,30 @@ impl std::fmt::Debug for EtcdClient {
 }
 
 /// Maps a gRPC status to the crate's errors, in the server's (or the transport's) own words.
+/// A certificate the TLS stack rejects is permanent (`Backend`): retrying cannot fix it.
 pub(crate) fn status_error(what: &str, members: &str, s: &Status) -> Error {
-    let words = display_chain(s);
+    let mut words = s.message().to_string();
+    if let Some(src) = s.source() {
+        let chain = display_chain(src);
+        if chain.contains(&words) {
+            words = chain;
+        } else if !words.contains(&chain) {
+            words = format!("{words} ({chain})");
+        }
+    }
+    let certificate = words.contains("certificate");
     match s.code() {
-        Code::Unavailable | Code::DeadlineExceeded | Code::Cancelled | Code::Aborted | Code::ResourceExhausted => {
+        Code::Unavailable | Code::DeadlineExceeded | Code::Cancelled | Code::Aborted | Code::ResourceExhausted
+            if !certificate =>
+        {
             Error::unavailable(format!("etcd {what} at {members} failed: {words}"))
         }
-        // tonic reports transport failures (connection refused, TLS handshake) as Unknown or
-        // Unavailable with the cause in the source chain.
-        Code::Unknown if s.source().is_some() => {
+        // tonic reports transport failures (connection refused or reset) as Unknown with the
+        // cause in the source chain.
+        Code::Unknown if s.source().is_some() && !certificate => {
             Error::unavailable(format!("etcd {what} at {members} failed: {words}"))
         }
-        _ => Error::backend(format!("etcd {what} at {members} was refused: {words}")),
+        code => Error::backend(format!("etcd {what} at {members} was refused: {words} (gRPC {code:?})")),
     }
 }
 

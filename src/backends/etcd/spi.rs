@@ -243,9 +243,10 @@ impl LeaseBackend for EtcdBackend {
         let key = self.inner.keys.lease(name);
         let index = self.inner.keys.owned(session, name);
         let sid = session.to_string();
-        // One transaction: create the key (and the session's index entry, same revision) only
-        // when absent, and read it back either way.
-        let txn = TxnRequest {
+        // One transaction: while the session's key exists (its etcd lease is alive), create the
+        // lease key (and the session's index entry, same revision) only when absent, and read
+        // it back either way. A session whose lease is gone takes the outer failure branch.
+        let inner = TxnRequest {
             compare: vec![created_at(key.clone(), 0)],
             success: vec![
                 op_put(key.clone(), sid.clone().into_bytes(), id),
@@ -253,6 +254,15 @@ impl LeaseBackend for EtcdBackend {
                 op_range(range(key.clone())),
             ],
             failure: vec![op_range(range(key))],
+        };
+        let txn = TxnRequest {
+            compare: vec![cmp(
+                self.inner.keys.session(session),
+                compare::CompareResult::Greater,
+                compare::TargetUnion::Version(0),
+            )],
+            success: vec![op_txn(inner)],
+            failure: Vec::new(),
         };
         let reply = self.inner.client.call("acquire", move |c| {
             let txn = txn.clone();
@@ -265,9 +275,15 @@ impl LeaseBackend for EtcdBackend {
                 }
             }
         })?;
-        let Some(reply) = reply else { return Err(Self::expired(session)) };
-        let pos = if reply.succeeded { 2 } else { 0 };
-        let read = txn_range(&reply, pos).map_err(|s| Error::backend(s.message().to_string()))?;
+        let inner = match reply {
+            Some(r) if r.succeeded => match r.responses.into_iter().next().and_then(|r| r.response) {
+                Some(response_op::Response::ResponseTxn(t)) => t,
+                _ => return Err(Error::backend("etcd's acquire transaction reply has no nested transaction reply")),
+            },
+            _ => return Err(Self::expired(session)),
+        };
+        let pos = if inner.succeeded { 2 } else { 0 };
+        let read = txn_range(&inner, pos).map_err(|s| Error::backend(s.message().to_string()))?;
         match read.kvs.first() {
             Some(kv) if kv.lease == id && kv.value == sid.as_bytes() => Ok(Acquire::Acquired {
                 token: token_of(kv).map_err(|s| Error::backend(s.message().to_string()))?,
