@@ -448,7 +448,7 @@ impl LeaseBackend for EtcdBackend {
         let Some(kv) = read.kvs.first() else { return Ok(None) };
         let v = String::from_utf8_lossy(&kv.value);
         match v.parse::<u32>() {
-            Ok(n) if n >= 1 && n <= crate::semaphore::MAX_PERMITS => Ok(Some(n)),
+            Ok(n) if (1..=crate::semaphore::MAX_PERMITS).contains(&n) => Ok(Some(n)),
             _ => Err(Error::backend(format!(
                 "corrupt limit of semaphore '{name}' in etcd: {:?} is not 1 to {}",
                 v.chars().take(40).collect::<String>(),
