@@ -221,6 +221,7 @@ impl EtcdClient {
             let run = async {
                 match op(clients.clone()).await {
                     Err(s) if token_expired(&s) && clients.user.is_some() => {
+                        log::debug!("etcd refused the auth token ({}): logging in again", s.message());
                         clients.authenticate().await?;
                         op(clients).await
                     }

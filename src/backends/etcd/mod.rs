@@ -19,7 +19,7 @@ use std::time::Duration;
 use crate::error::Result;
 
 mod client;
-pub mod config;
+pub(crate) mod config;
 mod keys;
 mod options;
 mod proto;

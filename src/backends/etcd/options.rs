@@ -158,11 +158,6 @@ impl EtcdOptions {
         self
     }
 
-    /// The configured prefix.
-    pub fn get_prefix(&self) -> &str {
-        &self.prefix
-    }
-
     /// Checks every value (no I/O).
     pub(crate) fn validate(&self) -> Result<()> {
         let p = &self.prefix;

@@ -127,7 +127,7 @@ impl LeaseBackend for EtcdBackend {
             .map_err(|_| Error::config("lease duration too long for etcd"))?;
         let keys = self.inner.keys.clone();
         let metadata = metadata.as_bytes().to_vec();
-        let granted = self.inner.client.call("lease grant", move |c| {
+        let granted = self.inner.client.call("open session", move |c| {
             let (metadata, keys) = (metadata.clone(), keys.clone());
             async move {
                 let mut lease = c.lease.clone();
