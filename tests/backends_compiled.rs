@@ -11,6 +11,7 @@ fn compiled_out() -> Vec<&'static str> {
         ("mysql", cfg!(feature = "mysql")),
         ("redis", cfg!(feature = "redis")),
         ("zookeeper", cfg!(feature = "zookeeper")),
+        ("etcd", cfg!(feature = "etcd")),
     ]
     .into_iter()
     .filter(|(_, on)| !on)

@@ -153,9 +153,11 @@ differential! {
     "redis" redis CI_CASES;
     "redis" redis_cluster CI_CASES;
     "zookeeper" zookeeper CI_CASES;
+    "etcd" etcd CI_CASES;
     "postgres" postgres_tls CI_CASES_TLS;
     "mysql" mysql_tls CI_CASES_TLS;
     "redis" redis_tls CI_CASES_TLS;
     "redis" redis_cluster_tls CI_CASES_TLS;
     "zookeeper" zookeeper_tls CI_CASES_TLS;
+    "etcd" etcd_tls CI_CASES_TLS;
 }

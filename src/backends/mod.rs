@@ -17,3 +17,6 @@ pub mod redis;
 
 #[cfg(feature = "zookeeper")]
 pub mod zookeeper;
+
+#[cfg(feature = "etcd")]
+pub mod etcd;

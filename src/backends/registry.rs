@@ -93,6 +93,8 @@ pub(crate) static REGISTRY: &[&dyn BackendConfig] = &[
     &super::redis::config::RedisConfig,
     #[cfg(feature = "zookeeper")]
     &super::zookeeper::config::ZookeeperConfig,
+    #[cfg(feature = "etcd")]
+    &super::etcd::config::EtcdConfig,
 ];
 
 /// The backend of `kind`, when it is compiled in.
@@ -113,6 +115,9 @@ pub(crate) struct Knobs {
     /// The ZooKeeper backend's settings (checked when parsed).
     #[cfg(feature = "zookeeper")]
     pub(crate) zookeeper: super::zookeeper::ZookeeperSettings,
+    /// The etcd backend's settings (checked when parsed).
+    #[cfg(feature = "etcd")]
+    pub(crate) etcd: super::etcd::config::EtcdSettings,
 }
 
 impl Knobs {
@@ -124,6 +129,8 @@ impl Knobs {
         _d.field("redis", &self.redis);
         #[cfg(feature = "zookeeper")]
         _d.field("zookeeper", &self.zookeeper);
+        #[cfg(feature = "etcd")]
+        _d.field("etcd", &self.etcd);
     }
 }
 
@@ -136,6 +143,8 @@ pub(crate) const BACKEND_VARS: &[&[&str]] = &[
     super::redis::config::ENV_VARS,
     #[cfg(feature = "zookeeper")]
     super::zookeeper::config::ENV_VARS,
+    #[cfg(feature = "etcd")]
+    super::etcd::config::ENV_VARS,
 ];
 
 #[cfg(test)]

@@ -16,6 +16,7 @@ const GENERIC_VARS: &[&str] = &[
     "SIMBA_MYSQL_ENABLED",
     "SIMBA_REDIS_ENABLED",
     "SIMBA_ZOOKEEPER_ENABLED",
+    "SIMBA_ETCD_ENABLED",
     "SIMBA_MEMORY_ENABLED",
     "SIMBA_LEASE_DURATION",
     "SIMBA_RENEW_INTERVAL",
@@ -116,12 +117,14 @@ impl ConfigBuilder {
         }
         if let Some(v) = get("SIMBA_ENABLED") {
             if !parse_bool("SIMBA_ENABLED", &v)? {
-                for f in [Family::Postgres, Family::Mysql, Family::Redis, Family::Zookeeper, Family::Memory] {
+                for f in
+                    [Family::Postgres, Family::Mysql, Family::Redis, Family::Zookeeper, Family::Etcd, Family::Memory]
+                {
                     b.disabled.push((f, "SIMBA_ENABLED"));
                 }
             }
         }
-        for f in [Family::Postgres, Family::Mysql, Family::Redis, Family::Zookeeper, Family::Memory] {
+        for f in [Family::Postgres, Family::Mysql, Family::Redis, Family::Zookeeper, Family::Etcd, Family::Memory] {
             let var = f.enabled_var();
             if let Some(v) = get(var) {
                 if !parse_bool(var, &v)? {

@@ -88,7 +88,7 @@ impl fmt::Debug for Endpoint {
 pub(crate) fn url_error(redacted: &str, why: impl fmt::Display) -> Error {
     Error::config(format!(
         "invalid backend URL {redacted}: {why}; expected e.g. postgres://user@host:5432/db, mysql://user@host:3306/db, \
-         redis://host:6379, redis+cluster://h1:7000,h2:7001, zookeeper://h1:2181,h2:2181/root or memory://"
+         redis://host:6379, redis+cluster://h1:7000,h2:7001, zookeeper://h1:2181,h2:2181/root, etcd://h1:2379,h2:2379/prefix or memory://"
     ))
 }
 

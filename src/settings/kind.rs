@@ -21,6 +21,8 @@ pub enum BackendKind {
     RedisCluster,
     /// ZooKeeper 3.8 (`zookeeper://h1:2181,h2:2181/root`; feature `zookeeper`).
     Zookeeper,
+    /// etcd v3 (`etcd://h1:2379,h2:2379/prefix`, `etcds://` for TLS; feature `etcd`).
+    Etcd,
     /// The in-process memory backend (`memory://`; always compiled). Process-local: two processes
     /// never see each other's leases.
     Memory,
@@ -28,12 +30,13 @@ pub enum BackendKind {
 
 impl BackendKind {
     /// Every kind.
-    pub const ALL: [BackendKind; 6] = [
+    pub const ALL: [BackendKind; 7] = [
         BackendKind::Postgres,
         BackendKind::Mysql,
         BackendKind::Redis,
         BackendKind::RedisCluster,
         BackendKind::Zookeeper,
+        BackendKind::Etcd,
         BackendKind::Memory,
     ];
 
@@ -45,6 +48,7 @@ impl BackendKind {
             BackendKind::Redis => "redis",
             BackendKind::RedisCluster => "redis-cluster",
             BackendKind::Zookeeper => "zookeeper",
+            BackendKind::Etcd => "etcd",
             BackendKind::Memory => "memory",
         }
     }
@@ -56,6 +60,7 @@ impl BackendKind {
             BackendKind::Mysql => Some("mysql"),
             BackendKind::Redis | BackendKind::RedisCluster => Some("redis"),
             BackendKind::Zookeeper => Some("zookeeper"),
+            BackendKind::Etcd => Some("etcd"),
             BackendKind::Memory => None,
         }
     }
@@ -67,6 +72,7 @@ impl BackendKind {
             BackendKind::Mysql => cfg!(feature = "mysql"),
             BackendKind::Redis | BackendKind::RedisCluster => cfg!(feature = "redis"),
             BackendKind::Zookeeper => cfg!(feature = "zookeeper"),
+            BackendKind::Etcd => cfg!(feature = "etcd"),
             BackendKind::Memory => true,
         }
     }
@@ -78,7 +84,7 @@ impl BackendKind {
 
     /// The kind of a URL scheme (case-insensitive), compiled in or not: `postgres`/`postgresql`,
     /// `mysql`/`mariadb`, `redis`/`rediss`, `redis+cluster`/`rediss+cluster`, `zookeeper`/`zk`,
-    /// `memory`. (A backend not compiled in still has its schemes, so its URL gets the error that
+    /// `etcd`/`etcds`, `memory`. (A backend not compiled in still has its schemes, so its URL gets the error that
     /// names its feature.)
     pub(crate) fn from_scheme(scheme: &str) -> Option<BackendKind> {
         match scheme.to_ascii_lowercase().as_str() {
@@ -87,6 +93,7 @@ impl BackendKind {
             "redis" | "rediss" => Some(BackendKind::Redis),
             "redis+cluster" | "rediss+cluster" => Some(BackendKind::RedisCluster),
             "zookeeper" | "zk" => Some(BackendKind::Zookeeper),
+            "etcd" | "etcds" => Some(BackendKind::Etcd),
             "memory" => Some(BackendKind::Memory),
             _ => None,
         }
@@ -99,6 +106,7 @@ impl BackendKind {
             BackendKind::Mysql => Family::Mysql,
             BackendKind::Redis | BackendKind::RedisCluster => Family::Redis,
             BackendKind::Zookeeper => Family::Zookeeper,
+            BackendKind::Etcd => Family::Etcd,
             BackendKind::Memory => Family::Memory,
         }
     }
@@ -120,7 +128,7 @@ impl FromStr for BackendKind {
     type Err = Error;
 
     /// Parses `postgres` (or `postgresql`), `mysql`, `redis`, `redis-cluster`, `zookeeper`,
-    /// `memory`; case-insensitive.
+    /// `etcd`, `memory`; case-insensitive.
     fn from_str(s: &str) -> Result<BackendKind> {
         match s.trim().to_ascii_lowercase().as_str() {
             "postgres" | "postgresql" => Ok(BackendKind::Postgres),
@@ -128,9 +136,10 @@ impl FromStr for BackendKind {
             "redis" => Ok(BackendKind::Redis),
             "redis-cluster" => Ok(BackendKind::RedisCluster),
             "zookeeper" => Ok(BackendKind::Zookeeper),
+            "etcd" => Ok(BackendKind::Etcd),
             "memory" => Ok(BackendKind::Memory),
             _ => Err(Error::config(format!(
-                "unknown backend {:?}: expected one of postgres, mysql, redis, redis-cluster, zookeeper, memory",
+                "unknown backend {:?}: expected one of postgres, mysql, redis, redis-cluster, zookeeper, etcd, memory",
                 shorten(s)
             ))),
         }
@@ -145,6 +154,7 @@ pub(crate) enum Family {
     Sql,
     Redis,
     Zookeeper,
+    Etcd,
     Memory,
 }
 
@@ -156,6 +166,7 @@ impl Family {
             Family::Sql => "sql (postgres/mysql)",
             Family::Redis => "redis",
             Family::Zookeeper => "zookeeper",
+            Family::Etcd => "etcd",
             Family::Memory => "memory",
         }
     }
@@ -175,6 +186,8 @@ impl Family {
             Family::Redis
         } else if name.starts_with("SIMBA_ZOOKEEPER_") {
             Family::Zookeeper
+        } else if name.starts_with("SIMBA_ETCD_") {
+            Family::Etcd
         } else if name.starts_with("SIMBA_SQL_") || name == "SIMBA_PURGE_INTERVAL" {
             Family::Sql
         } else {
@@ -186,6 +199,7 @@ impl Family {
         let compiled = match family {
             Family::Redis => cfg!(feature = "redis"),
             Family::Sql => cfg!(any(feature = "postgres", feature = "mysql")),
+            Family::Etcd => cfg!(feature = "etcd"),
             _ => cfg!(feature = "zookeeper"),
         };
         (!compiled && !name.ends_with("_ENABLED")).then_some(family)
@@ -197,6 +211,7 @@ impl Family {
             Family::Mysql => "SIMBA_MYSQL_ENABLED",
             Family::Redis => "SIMBA_REDIS_ENABLED",
             Family::Zookeeper => "SIMBA_ZOOKEEPER_ENABLED",
+            Family::Etcd => "SIMBA_ETCD_ENABLED",
             Family::Memory | Family::Sql => "SIMBA_MEMORY_ENABLED",
         }
     }
@@ -210,6 +225,7 @@ pub(crate) fn example_url(kind: BackendKind) -> &'static str {
         BackendKind::Redis => "redis://127.0.0.1:6379",
         BackendKind::RedisCluster => "redis+cluster://127.0.0.1:7000,127.0.0.1:7001",
         BackendKind::Zookeeper => "zookeeper://127.0.0.1:2181/simba",
+        BackendKind::Etcd => "etcd://127.0.0.1:2379/simba",
         BackendKind::Memory => "memory://",
     }
 }

@@ -47,7 +47,8 @@ pub struct Allowances {
     pub contiguous_tokens: bool,
     /// An acquire may answer [`TermRemaining::WithSession`] where the model answers a known time:
     /// only where a term ends exactly with its session (SPI `TermRemaining::WithSession`) — MySQL's
-    /// one-upsert acquire, and ZooKeeper, whose lease node is an ephemeral node of the session.
+    /// one-upsert acquire, ZooKeeper, whose lease node is an ephemeral node of the session, and
+    /// etcd, whose lease key is attached to the session's etcd lease.
     pub acquire_with_session: bool,
 }
 
@@ -55,8 +56,8 @@ impl Allowances {
     /// The allowances of a backend of kind `kind` ([`LeaseBackend::kind`]).
     pub fn for_kind(kind: &str) -> Allowances {
         Allowances {
-            contiguous_tokens: kind != "zookeeper",
-            acquire_with_session: matches!(kind, "mysql" | "zookeeper"),
+            contiguous_tokens: !matches!(kind, "zookeeper" | "etcd"),
+            acquire_with_session: matches!(kind, "mysql" | "zookeeper" | "etcd"),
         }
     }
 }

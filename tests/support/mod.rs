@@ -21,7 +21,7 @@ pub mod proxy;
 pub mod server;
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 pub mod sql;
-#[cfg(any(feature = "postgres", feature = "mysql", feature = "redis", feature = "zookeeper"))]
+#[cfg(any(feature = "postgres", feature = "mysql", feature = "redis", feature = "zookeeper", feature = "etcd"))]
 pub mod tls;
 pub mod zk;
 

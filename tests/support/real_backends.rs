@@ -138,3 +138,30 @@ pub fn zookeeper_tls() -> Arc<dyn simba::backend::LeaseBackend> {
     );
     zk_at(&url, "the TLS-only ZooKeeper", "zookeeper-tls")
 }
+
+#[cfg(feature = "etcd")]
+fn etcd_at(url: &str, what: &str, service: &str) -> Arc<dyn simba::backend::LeaseBackend> {
+    use simba::backends::etcd::{EtcdBackend, EtcdOptions};
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    let hosts = rest.split(['/', '?']).next().unwrap_or_default().to_string();
+    support::require_tcp(what, hosts.split(',').next().unwrap_or_default());
+    let backend = EtcdBackend::from_url(url, EtcdOptions::default())
+        .unwrap_or_else(|e| panic!("cannot connect to {what} at {url}: {e} (run `scripts/services up {service}`)"));
+    Arc::new(backend)
+}
+
+#[cfg(feature = "etcd")]
+pub fn etcd() -> Arc<dyn simba::backend::LeaseBackend> {
+    let url = support::env_or("SIMBA_TEST_ETCD_URL", "etcd://127.0.0.1:2379/simba-test");
+    etcd_at(&url, "etcd", "etcd")
+}
+
+#[cfg(feature = "etcd")]
+pub fn etcd_tls() -> Arc<dyn simba::backend::LeaseBackend> {
+    let dir = support::tls::dir();
+    let url = support::env_or(
+        "SIMBA_TEST_ETCD_TLS_URL",
+        &format!("etcds://127.0.0.1:2389/simba-test?ca={dir}/ca.pem&cert={dir}/client.pem&key={dir}/client.key"),
+    );
+    etcd_at(&url, "the TLS-only etcd", "etcd-tls")
+}

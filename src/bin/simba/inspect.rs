@@ -65,6 +65,7 @@ fn default_port(kind: BackendKind) -> Option<u16> {
         BackendKind::Postgres => Some(5432),
         BackendKind::Mysql => Some(3306),
         BackendKind::Zookeeper => Some(2181),
+        BackendKind::Etcd => Some(2379),
         BackendKind::Redis | BackendKind::RedisCluster => Some(6379),
         _ => None,
     }

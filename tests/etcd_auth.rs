@@ -1,0 +1,132 @@
+//! etcd user/password auth against a private etcd member with auth enabled (started by this test
+//! on 127.0.0.1:2399, peer 2400, from the `etcd` and `etcdctl` of `scripts/services up etcd`):
+//! a wrong password and a missing permission fail at once in the server's words, and the server's
+//! auth tokens, which expire after 1 s here (`--auth-token-ttl 1`), are renewed without losing
+//! the session.
+#![cfg(feature = "etcd")]
+
+mod support;
+
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use simba::backend::{KeepAlive, LeaseBackend};
+use simba::backends::etcd::{EtcdBackend, EtcdOptions};
+use simba::ErrorKind;
+use support::server::ServerProcess;
+
+const PORT: u16 = 2399;
+
+/// Counts the backend's "logging in again" records (this binary's only logger).
+struct Relogins;
+static RELOGINS: AtomicUsize = AtomicUsize::new(0);
+
+impl log::Log for Relogins {
+    fn enabled(&self, _: &log::Metadata) -> bool {
+        true
+    }
+    fn log(&self, record: &log::Record) {
+        if record.args().to_string().contains("logging in again") {
+            RELOGINS.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+    fn flush(&self) {}
+}
+
+fn etcdctl(args: &[&str]) {
+    let out = Command::new("etcdctl")
+        .env("ETCDCTL_API", "3")
+        .args(["--endpoints", &format!("127.0.0.1:{PORT}")])
+        .args(args)
+        .output()
+        .expect("etcdctl is missing: run `scripts/services up etcd` (it installs etcd-client)");
+    assert!(out.status.success(), "etcdctl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// A private member with users root (role root) and plain (no role), auth enabled.
+fn start() -> ServerProcess {
+    let dir = std::env::temp_dir().join(format!("simba-etcd-auth-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut server = ServerProcess::new(dir.clone());
+    let child = Command::new("etcd")
+        .args(["--name", "auth", "--data-dir"])
+        .arg(dir.join("data"))
+        .args([
+            "--listen-client-urls",
+            &format!("http://127.0.0.1:{PORT}"),
+            "--advertise-client-urls",
+            &format!("http://127.0.0.1:{PORT}"),
+            "--listen-peer-urls",
+            &format!("http://127.0.0.1:{}", PORT + 1),
+            "--initial-advertise-peer-urls",
+            &format!("http://127.0.0.1:{}", PORT + 1),
+            "--initial-cluster",
+            &format!("auth=http://127.0.0.1:{}", PORT + 1),
+            "--heartbeat-interval",
+            "50",
+            "--election-timeout",
+            "500",
+            "--auth-token-ttl",
+            "1",
+        ])
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(dir.join("etcd.log")).unwrap())
+        .spawn()
+        .expect("etcd is missing: run `scripts/services up etcd` (it installs etcd-server)");
+    server.running(child);
+    let ready = support::eventually(Duration::from_secs(20), || {
+        Command::new("etcdctl")
+            .env("ETCDCTL_API", "3")
+            .args(["--endpoints", &format!("127.0.0.1:{PORT}"), "--command-timeout", "1s", "endpoint", "health"])
+            .output()
+            .is_ok_and(|o| o.status.success())
+    });
+    assert!(ready && !server.exited(), "the private etcd did not start; see {}", dir.join("etcd.log").display());
+    etcdctl(&["user", "add", "root", "--new-user-password=root-pw"]);
+    etcdctl(&["role", "add", "root"]);
+    etcdctl(&["user", "grant-role", "root", "root"]);
+    etcdctl(&["user", "add", "plain", "--new-user-password=plain-pw"]);
+    etcdctl(&["auth", "enable"]);
+    server
+}
+
+#[test]
+fn auth_errors_are_permanent_and_in_the_servers_words_and_expired_tokens_are_renewed() {
+    log::set_logger(&Relogins).expect("the only logger of this binary");
+    log::set_max_level(log::LevelFilter::Debug);
+    let _server = start();
+    let url = |user: &str| format!("etcd://{user}@127.0.0.1:{PORT}/simba-auth");
+
+    let t0 = Instant::now();
+    let err = EtcdBackend::from_url(&url("root:wrong"), EtcdOptions::default()).expect_err("wrong password");
+    assert_eq!(err.kind(), ErrorKind::Backend, "{err}");
+    assert!(err.to_string().contains("authentication failed, invalid user ID or password"), "{err}");
+    assert!(!err.to_string().contains("wrong"), "the password is not shown: {err}");
+    assert!(t0.elapsed() < Duration::from_secs(2), "{:?}", t0.elapsed());
+
+    // plain may log in but not write under the prefix.
+    let plain = EtcdBackend::from_url(&url("plain:plain-pw"), EtcdOptions::default()).unwrap();
+    let err = plain.open_session(Duration::from_secs(5), "m").expect_err("no permission");
+    assert_eq!(err.kind(), ErrorKind::Backend, "{err}");
+    assert!(err.to_string().contains("permission denied"), "{err}");
+
+    let root = EtcdBackend::from_url(&url("root:root-pw"), EtcdOptions::default()).unwrap();
+    let s = root.open_session(Duration::from_secs(10), "m").unwrap().id;
+    let name = simba::Name::new("auth-lease").unwrap();
+    let token = root.acquire(&s, &name).unwrap().token().unwrap();
+    // Past the 1 s token TTL (the server drops tokens it has not seen used for that long, checked
+    // every second or so): every later call is refused with "invalid auth token" until the
+    // backend logs in again, which it does without the session noticing.
+    for _ in 0..3 {
+        std::thread::sleep(Duration::from_millis(2500));
+        match root.keep_alive(&s, Duration::from_secs(10)).unwrap() {
+            KeepAlive::Alive { owned, .. } => assert_eq!(owned, vec![(name.clone(), token)]),
+            KeepAlive::Expired => panic!("the session expired across a token renewal"),
+        }
+    }
+    // The renewal was exercised, not skipped: the server did refuse an expired token.
+    assert!(RELOGINS.load(Ordering::SeqCst) >= 1, "no token expired during the test");
+    root.close_session(&s).unwrap();
+}

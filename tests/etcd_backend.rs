@@ -1,0 +1,147 @@
+//! The etcd backend outside the TCK: URL errors before any I/O, TTL rounding and refusal, and
+//! permanent errors (TLS refused) failing at once in the server's or the TLS stack's words.
+//! Needs `scripts/services up etcd etcd-tls` for the tests that connect.
+#![cfg(feature = "etcd")]
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use simba::backend::{KeepAlive, LeaseBackend};
+use simba::backends::etcd::{EtcdBackend, EtcdOptions};
+use simba::ErrorKind;
+
+fn url() -> String {
+    support::env_or("SIMBA_TEST_ETCD_URL", "etcd://127.0.0.1:2379/simba-test")
+}
+
+fn backend() -> EtcdBackend {
+    let url = url();
+    let hosts = url.trim_start_matches("etcd://").split('/').next().unwrap_or_default().to_string();
+    support::require_tcp("etcd", hosts.split(',').next().unwrap_or_default());
+    EtcdBackend::from_url(&url, EtcdOptions::default())
+        .unwrap_or_else(|e| panic!("cannot connect to etcd at {url}: {e} (run `scripts/services up etcd`)"))
+}
+
+#[test]
+fn bad_urls_fail_before_any_io_saying_what_is_allowed() {
+    for (url, expect) in [
+        ("etcd://127.0.0.1:2379/simba?tls_ca=/x", "unknown etcd URL parameter"),
+        ("etcd://127.0.0.1:2379/simba?ca=/x", "use etcds://"),
+        ("etcds://127.0.0.1:2379/simba?cert=/x", "cert and key go together"),
+        ("etcd://user@127.0.0.1:2379/simba", "needs a password"),
+        ("etcd://127.0.0.1:2379/a//b", "invalid etcd key prefix"),
+        ("etcd://127.0.0.1:2379/a/../b", "invalid etcd key prefix"),
+        ("etcds://127.0.0.1:2379/simba?ca=/nonexistent/ca.pem", "cannot read the etcd TLS CA file /nonexistent/ca.pem"),
+        ("etcd://,127.0.0.1:2379/simba", "empty host"),
+    ] {
+        let t0 = Instant::now();
+        // Port 9 (discard) is never an etcd: an error here must come from parsing, not I/O.
+        let err = EtcdBackend::from_url(url, EtcdOptions::default()).expect_err(url);
+        assert_eq!(err.kind(), ErrorKind::InvalidConfig, "{url}: {err}");
+        assert!(err.to_string().contains(expect), "{url}: {err}");
+        assert!(t0.elapsed() < Duration::from_secs(1), "{url} took {:?}", t0.elapsed());
+    }
+}
+
+#[test]
+fn the_url_sets_members_prefix_and_the_user_is_not_printed() {
+    let b = backend();
+    assert_eq!(b.prefix(), "/simba-test/");
+    let err =
+        EtcdBackend::from_url("etcd://root:s3cret-pw@127.0.0.1:1/x", EtcdOptions::default()).expect_err("no server");
+    assert!(!err.to_string().contains("s3cret-pw"), "{err}");
+}
+
+#[test]
+fn ttls_are_rounded_up_to_whole_seconds_and_remaining_never_exceeds_the_lease_duration() {
+    let b = backend();
+    let grant = b.open_session(Duration::from_millis(1500), "m").unwrap();
+    assert!(grant.remaining <= Duration::from_millis(1500) && !grant.remaining.is_zero(), "{grant:?}");
+    // The server holds it for the rounded-up 2 s: still alive after 1.6 s without renewal.
+    std::thread::sleep(Duration::from_millis(1600));
+    match b.keep_alive(&grant.id, Duration::from_millis(1500)).unwrap() {
+        KeepAlive::Alive { remaining, .. } => assert_eq!(remaining, Duration::from_millis(1500)),
+        KeepAlive::Expired => panic!("the 2 s etcd lease of a 1.5 s session expired after 1.6 s"),
+    }
+    b.close_session(&grant.id).unwrap();
+    assert_eq!(b.keep_alive(&grant.id, Duration::from_millis(1500)).unwrap(), KeepAlive::Expired);
+}
+
+#[test]
+fn a_lease_duration_etcd_cannot_grant_is_refused_clearly() {
+    let b = backend();
+    let err = b.open_session(Duration::from_secs(10_000_000_000), "m").expect_err("too long");
+    assert_eq!(err.kind(), ErrorKind::InvalidConfig);
+    assert!(err.to_string().contains("1 to 9000000000 whole seconds"), "{err}");
+    let err = b.open_session(Duration::MAX, "m").expect_err("forever");
+    assert!(err.to_string().contains("whole seconds"), "{err}");
+}
+
+#[test]
+fn a_key_deleted_behind_the_session_is_lost_at_the_next_renewal() {
+    let b = backend();
+    let s = b.open_session(Duration::from_secs(5), "m").unwrap().id;
+    let name = simba::Name::new(format!("behind-{:x}", rand_u64())).unwrap();
+    let token = b.acquire(&s, &name).unwrap().token().unwrap();
+    match b.keep_alive(&s, Duration::from_secs(5)).unwrap() {
+        KeepAlive::Alive { owned, .. } => assert_eq!(owned, vec![(name.clone(), token)]),
+        KeepAlive::Expired => panic!("expired"),
+    }
+    let out = std::process::Command::new("etcdctl")
+        .env("ETCDCTL_API", "3")
+        .args(["--endpoints", "127.0.0.1:2379", "del", &format!("/simba-test/l/{name}")])
+        .output()
+        .expect("etcdctl (apt-get install etcd-client)");
+    assert!(out.status.success(), "{out:?}");
+    match b.keep_alive(&s, Duration::from_secs(5)).unwrap() {
+        KeepAlive::Alive { owned, .. } => assert!(owned.is_empty(), "{owned:?}"),
+        KeepAlive::Expired => panic!("expired"),
+    }
+    b.close_session(&s).unwrap();
+}
+
+#[test]
+fn tls_against_the_wrong_ca_fails_at_once_in_the_tls_stacks_words() {
+    let dir = support::tls::dir();
+    support::require_tcp("the TLS-only etcd", "127.0.0.1:2389");
+    let t0 = Instant::now();
+    let url =
+        format!("etcds://127.0.0.1:2389/simba-test?ca={dir}/other-ca.pem&cert={dir}/client.pem&key={dir}/client.key");
+    let err = EtcdBackend::from_url(&url, EtcdOptions::default()).expect_err("wrong CA");
+    let msg = err.to_string();
+    assert!(msg.contains("invalid peer certificate: UnknownIssuer"), "{msg}");
+    assert_eq!(err.kind(), ErrorKind::Backend, "a certificate the TLS stack rejects is permanent: {msg}");
+    assert!(t0.elapsed() < Duration::from_secs(5), "took {:?}: {msg}", t0.elapsed());
+    // Without a client certificate the member refuses the handshake.
+    let url = format!("etcds://127.0.0.1:2389/simba-test?ca={dir}/ca.pem");
+    let err = EtcdBackend::from_url(&url, EtcdOptions::default()).expect_err("no client certificate");
+    assert!(t0.elapsed() < Duration::from_secs(10), "took {:?}: {err}", t0.elapsed());
+    // Plain text against the TLS-only member.
+    let err = EtcdBackend::from_url("etcd://127.0.0.1:2389/simba-test", EtcdOptions::default()).expect_err("plaintext");
+    assert!(t0.elapsed() < Duration::from_secs(15), "took {:?}: {err}", t0.elapsed());
+}
+
+fn rand_u64() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u64(std::process::id() as u64);
+    h.finish()
+}
+
+/// Found by tests/differential.rs: an acquire of a held lease by a closed session answered Busy
+/// (the transaction's "already there" branch wrote nothing, so etcd never checked the lease).
+#[test]
+fn an_expired_session_acquiring_a_held_lease_is_told_it_expired() {
+    let b = backend();
+    let holder = b.open_session(Duration::from_secs(5), "h").unwrap().id;
+    let late = b.open_session(Duration::from_secs(5), "l").unwrap().id;
+    let name = simba::Name::new(format!("expired-{:x}", rand_u64())).unwrap();
+    assert!(b.acquire(&holder, &name).unwrap().token().is_some());
+    b.close_session(&late).unwrap();
+    let err = b.acquire(&late, &name).expect_err("closed session");
+    assert_eq!(err.kind(), ErrorKind::SessionExpired, "{err}");
+    let err = b.join(&late, &name).expect_err("closed session");
+    assert_eq!(err.kind(), ErrorKind::SessionExpired, "{err}");
+    b.close_session(&holder).unwrap();
+}
