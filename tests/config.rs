@@ -146,8 +146,9 @@ fn backend_kind_names_round_trip() {
         assert_eq!(k.to_string(), k.name());
     }
     assert_eq!("PostgreSQL".parse::<BackendKind>().unwrap(), BackendKind::Postgres);
-    let e = "etcd".parse::<BackendKind>().unwrap_err();
-    assert_contains(&e.to_string(), &["unknown backend \"etcd\"", "postgres, mysql, redis"]);
+    assert_eq!("etcd".parse::<BackendKind>().unwrap(), BackendKind::Etcd);
+    let e = "consul".parse::<BackendKind>().unwrap_err();
+    assert_contains(&e.to_string(), &["unknown backend \"consul\"", "postgres, mysql, redis", "etcd"]);
     assert_eq!(BackendKind::Memory.feature(), None);
     assert!(BackendKind::Memory.is_compiled());
     assert_eq!(BackendKind::RedisCluster.feature(), Some("redis"));
