@@ -289,6 +289,17 @@ pub(super) fn partition_handoff_is_pushed(h: &Harness, claimed: bool) {
     };
     // The waiter's claim found the partition busy: it registered (or polls) and waits.
     assert!(eventually(h.patience(), || spy.busy_replies() >= 1), "the second member never tried the partition");
+    // Release right after one of its busy claims, never just before its next poll: that claim
+    // may lie seconds back (the owner revokes only once it counts the joiner), and a poll due
+    // inside the bound would pass for a push. The member retries a busy claim on its retry
+    // delay (push or poll), so a fresh one comes within `renew_interval * 3 / 4`.
+    let seen = spy.busy_replies();
+    let fresh = eventually(options.renew_interval(), || spy.busy_replies() > seen);
+    assert!(
+        fresh,
+        "the waiting member made no further claim of partition {revoking} in {:?}",
+        options.renew_interval()
+    );
     let t1 = a.owned().iter().find(|x| x.index() == revoking).map(|x| x.granted_token()).expect("still owned");
     let x = a.owned().into_iter().find(|x| x.index() == revoking).expect("still owned");
     let released = Instant::now();
