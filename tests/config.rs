@@ -537,7 +537,7 @@ fn zookeeper_security_settings() {
         &url_err("zookeeper://h:2181/r?tls_ca=/nonexistent/ca%20x.pem"),
         &["TLS CA file /nonexistent/ca x.pem"],
     );
-    assert_contains(&url_err("zookeeper://h:2181?tls_ca=/a&tls_ca=/b"), &["tls_ca is given twice"]);
+    assert_contains(&url_err("zookeeper://h:2181?tls_ca=/a&tls_ca=/b"), &["tls_ca= is given twice"]);
     assert_contains(
         &url_err("zookeeper://h:2181?tls_ca=/ca.pem&tls_cert=/c.pem"),
         &["both URL parameters tls_cert and tls_key"],
@@ -716,4 +716,48 @@ fn memory_config_opens_working_sessions() {
     let s2 = Session::open(other, c.session_options()).unwrap();
     let _a = s1.lock("same").unwrap();
     assert!(s2.try_lock("same").unwrap().is_some());
+}
+
+#[cfg(feature = "etcd")]
+#[test]
+fn etcd_settings() {
+    let etcd = ("SIMBA_URL", "etcd://127.0.0.1:2379,127.0.0.1:2479");
+    let c = from(&[etcd, ("SIMBA_ETCD_PREFIX", "apps/simba"), ("SIMBA_ETCD_CONNECTION_TIMEOUT", "3s")]).unwrap();
+    assert_eq!(c.etcd_prefix(), "apps/simba");
+    assert_eq!(c.etcd_members(), ["127.0.0.1:2379", "127.0.0.1:2479"]);
+    assert_eq!(c.etcd_connection_timeout(), Some(Duration::from_secs(3)));
+    // The builder sets the same values, checked by build() before any I/O.
+    let c = Config::builder()
+        .url("etcd://h")
+        .etcd_prefix("team/locks")
+        .etcd_connection_timeout(Duration::from_secs(4))
+        .etcd_user("simba", "hunter2")
+        .build()
+        .unwrap();
+    assert_eq!(c.etcd_prefix(), "team/locks");
+    assert!(c.etcd_options().is_some());
+    assert_eq!(c.etcd_connection_timeout(), Some(Duration::from_secs(4)));
+    assert!(!format!("{c:?}").contains("hunter2"), "{c:?}");
+    let e = Config::builder().url("etcd://h").etcd_prefix("a//b").build().unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidConfig);
+    assert_contains(&e.to_string(), &["invalid etcd key prefix \"a//b\"", "none empty"]);
+    let e = Config::builder().url("etcd://h").etcd_connection_timeout(Duration::ZERO).build().unwrap_err();
+    assert_contains(&e.to_string(), &["invalid etcd connection timeout", "more than 0"]);
+    let e = Config::builder().url("etcd://h/one").etcd_prefix("two").build().unwrap_err();
+    assert_contains(&e.to_string(), &["prefix is set twice", "\"one\"", "\"two\""]);
+    let e = Config::builder().url("etcd://u:p@h").etcd_user("simba", "hunter2").build().unwrap_err();
+    assert!(!e.to_string().contains("hunter2"), "{e}");
+    // TLS belongs to etcds:// URLs; its files are read when the configuration is built.
+    let e = Config::builder().url("etcd://h").etcd_tls_ca("/nonexistent/ca.pem").build().unwrap_err();
+    assert_contains(&e.to_string(), &["etcd_tls_ca", "use etcds://"]);
+    let e = Config::builder().url("etcds://h").etcd_tls_ca("/nonexistent/ca.pem").build().unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidConfig);
+    assert_contains(&e.to_string(), &["/nonexistent/ca.pem"]);
+    // An etcd setting with another backend's URL is ignored with a warning, as for the others;
+    // without a URL it names the etcd setting.
+    let c = Config::builder().url("redis://h").etcd_prefix("x").build().unwrap();
+    assert!(c.warnings().iter().any(|w| w.contains("etcd_prefix") && w.contains("ignored")), "{:?}", c.warnings());
+    assert!(c.etcd_options().is_none());
+    let e = Config::builder().etcd_prefix("x").build().unwrap_err();
+    assert_contains(&e.to_string(), &["etcd (etcd_prefix)", "no backend is chosen"]);
 }

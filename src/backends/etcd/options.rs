@@ -7,8 +7,9 @@ use std::path::Path;
 use std::time::Duration;
 
 use crate::error::{Error, Result};
-use crate::settings::endpoint::{parse_endpoint, percent_decode, url_error, Endpoint};
+use crate::settings::endpoint::{parse_endpoint, url_error, Endpoint};
 use crate::settings::kind::BackendKind;
+use crate::settings::tls_query::TlsParams;
 
 /// The default key prefix, `simba`: every key lives under `/simba/`.
 pub const DEFAULT_PREFIX: &str = "simba";
@@ -235,25 +236,16 @@ impl EtcdUrl {
             cert: None,
             key: None,
         };
-        for kv in ep.query.as_deref().unwrap_or("").split('&').filter(|s| !s.is_empty()) {
-            let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
-            let v = percent_decode(v);
-            let slot = match k {
-                "ca" => &mut out.ca,
-                "cert" => &mut out.cert,
-                "key" => &mut out.key,
-                other => {
-                    return Err(url_error(
-                        &ep.redacted,
-                        format!("unknown etcd URL parameter {other:?} (known: ca, cert, key)"),
-                    ))
-                }
-            };
-            if v.is_empty() {
-                return Err(url_error(&ep.redacted, format!("the etcd URL parameter {k} has no value (a file path)")));
-            }
-            *slot = Some(v);
-        }
+        let invalid = |d: String| url_error(&ep.redacted, d);
+        let params = TlsParams { names: ["ca", "cert", "key"], normalize: TlsParams::exact, invalid: &invalid };
+        let files = params.split(ep.query.as_deref().unwrap_or(""), &mut |k, _| {
+            Err(invalid(format!(
+                "unknown etcd URL parameter {:?} (known: ca, cert, key)",
+                k.chars().take(64).collect::<String>()
+            )))
+        })?;
+        let text = |f: &Option<std::path::PathBuf>| f.as_ref().map(|p| p.to_string_lossy().into_owned());
+        (out.ca, out.cert, out.key) = (text(&files[0]), text(&files[1]), text(&files[2]));
         if !out.tls && (out.ca.is_some() || out.cert.is_some() || out.key.is_some()) {
             return Err(url_error(&ep.redacted, "ca, cert and key are TLS files: use etcds:// for TLS"));
         }

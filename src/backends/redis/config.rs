@@ -22,6 +22,7 @@ use crate::options::DEFAULT_QUERY_TIMEOUT;
 use crate::settings::endpoint::{parse_endpoint, url_error, Endpoint};
 use crate::settings::kind::{BackendKind, Family};
 use crate::settings::redact::redact_url;
+use crate::settings::tls_query::{with_query, TlsParams};
 use crate::settings::values::{parse_count, parse_duration, shorten};
 
 /// The `SIMBA_REDIS_*` variables ([`RedisOptionsBuilder::from_vars`] and
@@ -484,34 +485,23 @@ pub(crate) fn split_url(url: &str) -> Result<(String, RedisTls)> {
         )));
     }
     let Some((base, query)) = url.split_once('?') else { return Ok((url.to_string(), RedisTls::default())) };
-    let mut tls = RedisTls::default();
+    let invalid = |d: String| Error::config(format!("invalid redis URL {shown}: {d}"));
+    let params = TlsParams { names: URL_TLS_KEYS, normalize: TlsParams::exact, invalid: &invalid };
     let mut kept = Vec::new();
-    for (k, v) in url::form_urlencoded::parse(query.as_bytes()) {
-        let Some(i) = URL_TLS_KEYS.iter().position(|key| *key == k) else {
-            kept.push((k.into_owned(), v.into_owned()));
-            continue;
-        };
-        let slots = tls.slots();
-        let slot = &mut *slots[i];
-        if v.is_empty() {
-            return Err(Error::config(format!("invalid redis URL {shown}: {k}= needs a file path")));
-        }
-        if slot.is_some() {
-            return Err(Error::config(format!("invalid redis URL {shown}: {k}= is given twice")));
-        }
-        *slot = Some(PathBuf::from(v.as_ref()));
+    let files = params.split(query, &mut |k, v| {
+        kept.push((k.into_owned(), v.into_owned()));
+        Ok(())
+    })?;
+    let mut tls = RedisTls::default();
+    for (slot, file) in tls.slots().into_iter().zip(files) {
+        *slot = file;
     }
     if !tls.is_empty() && !tls::is_tls_scheme(base) {
         return Err(Error::config(format!(
             "invalid redis URL {shown}: ca=, cert= and key= need TLS: use rediss:// (rediss+cluster:// on Cluster)"
         )));
     }
-    let rest = if kept.is_empty() {
-        base.to_string()
-    } else {
-        let q: String = url::form_urlencoded::Serializer::new(String::new()).extend_pairs(kept).finish();
-        format!("{base}?{q}")
-    };
+    let rest = with_query(base, kept);
     Ok((rest, tls))
 }
 

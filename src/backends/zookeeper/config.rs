@@ -18,6 +18,7 @@ use crate::error::{Error, Result};
 use crate::settings::endpoint::{parse_endpoint, url_error, Endpoint};
 use crate::settings::kind::{BackendKind, Family};
 use crate::settings::redact::Secret;
+use crate::settings::tls_query::TlsParams;
 use crate::settings::values::parse_duration;
 
 /// Default ZooKeeper port, used for URL hosts written without one.
@@ -361,22 +362,15 @@ impl ZookeeperUrl {
 /// `InvalidConfig` for an unknown or repeated key, a certificate without its key (or the reverse),
 /// a client certificate without `tls_ca`, or a file that cannot be read or parsed (naming it).
 fn tls_from_url_query(query: &str) -> Result<Option<ZookeeperTls>> {
-    let mut files: [Option<PathBuf>; 3] = [None, None, None];
-    for (k, v) in url::form_urlencoded::parse(query.as_bytes()) {
-        let Some(i) = URL_QUERY_KEYS.iter().position(|key| *key == k) else {
-            return Err(Error::config(format!(
-                "unknown ZooKeeper URL parameter {:?}: expected {}",
-                k.chars().take(64).collect::<String>(),
-                URL_QUERY_KEYS.join(", ")
-            )));
-        };
-        if v.is_empty() {
-            return Err(Error::config(format!("ZooKeeper URL parameter {k} needs a file path")));
-        }
-        if files[i].replace(PathBuf::from(v.as_ref())).is_some() {
-            return Err(Error::config(format!("ZooKeeper URL parameter {k} is given twice")));
-        }
-    }
+    let invalid = |d: String| Error::config(format!("invalid ZooKeeper URL parameter: {d}"));
+    let params = TlsParams { names: URL_QUERY_KEYS, normalize: TlsParams::exact, invalid: &invalid };
+    let files = params.split(query, &mut |k, _| {
+        Err(Error::config(format!(
+            "unknown ZooKeeper URL parameter {:?}: expected {}",
+            k.chars().take(64).collect::<String>(),
+            URL_QUERY_KEYS.join(", ")
+        )))
+    })?;
     let [ca, cert, key] = files;
     tls_from_files(ca, cert, key, &URL_TLS_NAMES)
 }

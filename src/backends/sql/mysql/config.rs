@@ -18,6 +18,7 @@
 //! `require_ssl` are refused with the `ssl-*` parameter to use instead: one way to say it, with
 //! MySQL's meaning.
 
+use std::borrow::Cow;
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
@@ -28,6 +29,7 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
 use super::super::redact_url;
 use crate::error::{Error, Result};
+use crate::settings::tls_query::{with_query, TlsParams};
 
 /// How a MySQL connection uses TLS: MySQL's `--ssl-mode`, with the MySQL client's meaning.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -410,49 +412,29 @@ fn split_url(url: &str, shown: &str) -> Result<(String, MysqlTls)> {
         return Err(Error::config(format!("invalid MySQL URL {shown}: a fragment (#…) is not allowed")));
     }
     let Some((base, query)) = url.split_once('?') else { return Ok((url, MysqlTls::new())) };
-    let mut tls = MysqlTls::new();
     let mut mode = None;
     let mut kept = Vec::new();
-    for (k, v) in url::form_urlencoded::parse(query.as_bytes()) {
-        let key = k.to_ascii_lowercase().replace('_', "-");
-        if let Some((name, instead)) = DRIVER_TLS_PARAMETERS.iter().find(|(n, _)| n.replace('_', "-") == key) {
-            return Err(Error::config(format!(
-                "invalid MySQL URL {shown}: {name}= is not taken here; use {instead} (docs/configuration.md, MySQL)"
-            )));
+    let invalid = |d: String| Error::config(format!("invalid MySQL URL {shown}: {d}"));
+    let loose: fn(&str) -> Cow<'_, str> = |k| Cow::Owned(k.to_ascii_lowercase().replace('_', "-"));
+    let params = TlsParams { names: ["ssl-ca", "ssl-cert", "ssl-key"], normalize: loose, invalid: &invalid };
+    let [ca, cert, key] = params.split(query, &mut |k, v| {
+        let name = loose(&k);
+        if let Some((driver, instead)) = DRIVER_TLS_PARAMETERS.iter().find(|(n, _)| n.replace('_', "-") == name) {
+            return Err(invalid(format!("{driver}= is not taken here; use {instead} (docs/configuration.md, MySQL)")));
         }
-        let slot = match key.as_str() {
-            "ssl-mode" => {
-                if mode.is_some() {
-                    return Err(Error::config(format!("invalid MySQL URL {shown}: ssl-mode= is given twice")));
-                }
-                mode = Some(
-                    v.parse::<MysqlSslMode>().map_err(|e| Error::config(format!("invalid MySQL URL {shown}: {e}")))?,
-                );
-                continue;
+        if name == "ssl-mode" {
+            if mode.is_some() {
+                return Err(invalid("ssl-mode= is given twice".to_string()));
             }
-            "ssl-ca" => &mut tls.ca,
-            "ssl-cert" => &mut tls.cert,
-            "ssl-key" => &mut tls.key,
-            _ => {
-                kept.push((k.into_owned(), v.into_owned()));
-                continue;
-            }
-        };
-        if v.is_empty() {
-            return Err(Error::config(format!("invalid MySQL URL {shown}: {key}= needs a file path")));
+            mode = Some(v.parse::<MysqlSslMode>().map_err(|e| invalid(e.to_string()))?);
+        } else {
+            kept.push((k.into_owned(), v.into_owned()));
         }
-        if slot.is_some() {
-            return Err(Error::config(format!("invalid MySQL URL {shown}: {key}= is given twice")));
-        }
-        *slot = Some(PathBuf::from(v.as_ref()));
-    }
-    tls.mode = mode;
-    let rest = if kept.is_empty() {
-        base.to_string()
-    } else {
-        let q: String = url::form_urlencoded::Serializer::new(String::new()).extend_pairs(kept).finish();
-        format!("{base}?{q}")
-    };
+        Ok(())
+    })?;
+    let mut tls = MysqlTls::new();
+    (tls.ca, tls.cert, tls.key, tls.mode) = (ca, cert, key, mode);
+    let rest = with_query(base, kept);
     Ok((rest, tls))
 }
 
