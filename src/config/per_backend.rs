@@ -5,9 +5,9 @@
 
 #[cfg(feature = "zookeeper")]
 use std::path::Path;
-#[cfg(any(feature = "redis", feature = "zookeeper"))]
+#[cfg(any(feature = "redis", feature = "zookeeper", feature = "etcd"))]
 use std::path::PathBuf;
-#[cfg(any(feature = "postgres", feature = "mysql", feature = "zookeeper"))]
+#[cfg(any(feature = "postgres", feature = "mysql", feature = "zookeeper", feature = "etcd"))]
 use std::time::Duration;
 
 use super::{Config, ConfigBuilder};
@@ -16,7 +16,7 @@ use crate::settings::kind::Family;
 impl ConfigBuilder {
     /// Records that `setting` (a backend's setter) was set, for the selection rules.
     #[cfg_attr(
-        not(any(feature = "postgres", feature = "mysql", feature = "redis", feature = "zookeeper")),
+        not(any(feature = "postgres", feature = "mysql", feature = "redis", feature = "zookeeper", feature = "etcd")),
         allow(dead_code)
     )]
     fn mark(mut self, setting: (Family, &'static str)) -> Self {
@@ -28,7 +28,7 @@ impl ConfigBuilder {
 impl Config {
     /// The chosen backend's settings, when they are a `T` (what its `BackendConfig::parse` made).
     #[cfg_attr(
-        not(any(feature = "postgres", feature = "mysql", feature = "redis", feature = "zookeeper")),
+        not(any(feature = "postgres", feature = "mysql", feature = "redis", feature = "zookeeper", feature = "etcd")),
         allow(dead_code)
     )]
     fn parsed<T: 'static>(&self) -> Option<&T> {
@@ -274,6 +274,85 @@ mod zookeeper {
         /// ZooKeeper: the connection timeout.
         pub fn zookeeper_connection_timeout(&self) -> Option<Duration> {
             self.zookeeper_options().map(|o| o.connection_timeout)
+        }
+    }
+}
+
+/// The etcd settings (checked by [`build`](ConfigBuilder::build), as
+/// [`EtcdBackend::connect`](crate::backends::etcd::EtcdBackend::connect) checks them).
+#[cfg(feature = "etcd")]
+mod etcd {
+    use super::*;
+    use crate::backends::etcd::config::EtcdParsed;
+    use crate::backends::etcd::{EtcdOptions, DEFAULT_PREFIX};
+    use crate::settings::redact::Secret;
+
+    impl ConfigBuilder {
+        /// etcd: the key prefix (default [`DEFAULT_PREFIX`]; like `SIMBA_ETCD_PREFIX`, and an
+        /// `etcd://` URL path sets it too: both set and different is an error).
+        #[must_use]
+        pub fn etcd_prefix(mut self, prefix: impl Into<String>) -> Self {
+            self.backends.etcd.prefix = Some(prefix.into());
+            self.mark((Family::Etcd, "etcd_prefix"))
+        }
+
+        /// etcd: bound on connecting (default
+        /// [`DEFAULT_CONNECTION_TIMEOUT`](crate::backends::etcd::DEFAULT_CONNECTION_TIMEOUT); like
+        /// `SIMBA_ETCD_CONNECTION_TIMEOUT`).
+        #[must_use]
+        pub fn etcd_connection_timeout(mut self, d: Duration) -> Self {
+            self.backends.etcd.connection_timeout = Some(d);
+            self.mark((Family::Etcd, "etcd_connection_timeout"))
+        }
+
+        /// etcd: log in as `user` with `password` (like `SIMBA_ETCD_USER` and
+        /// `SIMBA_ETCD_PASSWORD`; a user in the URL as well is an error). The password is never
+        /// printed.
+        #[must_use]
+        pub fn etcd_user(mut self, user: impl Into<String>, password: impl Into<String>) -> Self {
+            self.backends.etcd.user = Some(user.into());
+            self.backends.etcd.password = Some(Secret(password.into()));
+            self.mark((Family::Etcd, "etcd_user"))
+        }
+
+        /// etcd over TLS (`etcds://`): trust only the CA certificate(s) in this PEM file instead
+        /// of the system's roots (like `SIMBA_ETCD_TLS_CA` and the URL's `ca=`). The file is read
+        /// when the configuration is built.
+        #[must_use]
+        pub fn etcd_tls_ca(mut self, ca: impl Into<PathBuf>) -> Self {
+            self.backends.etcd.tls[0] = Some(ca.into().to_string_lossy().into_owned());
+            self.mark((Family::Etcd, "etcd_tls_ca"))
+        }
+
+        /// etcd over TLS: present this client certificate chain and key (PEM files; like
+        /// `SIMBA_ETCD_TLS_CERT` and `SIMBA_ETCD_TLS_KEY`, and the URL's `cert=` and `key=`).
+        #[must_use]
+        pub fn etcd_tls_identity(mut self, cert: impl Into<PathBuf>, key: impl Into<PathBuf>) -> Self {
+            self.backends.etcd.tls[1] = Some(cert.into().to_string_lossy().into_owned());
+            self.backends.etcd.tls[2] = Some(key.into().to_string_lossy().into_owned());
+            self.mark((Family::Etcd, "etcd_tls_identity"))
+        }
+    }
+
+    impl Config {
+        /// etcd: the backend's options (`None` for another backend).
+        pub fn etcd_options(&self) -> Option<&EtcdOptions> {
+            self.parsed::<EtcdParsed>().map(|e| &e.options)
+        }
+
+        /// etcd: the members (`host:port`) the URL names (empty for another backend).
+        pub fn etcd_members(&self) -> &[String] {
+            self.parsed::<EtcdParsed>().map_or(&[], |e| &e.members)
+        }
+
+        /// etcd: the key prefix (the default for another backend).
+        pub fn etcd_prefix(&self) -> &str {
+            self.etcd_options().map_or(DEFAULT_PREFIX, |o| o.prefix.as_str())
+        }
+
+        /// etcd: the connection timeout (`None` for another backend).
+        pub fn etcd_connection_timeout(&self) -> Option<Duration> {
+            self.etcd_options().map(|o| o.connection_timeout)
         }
     }
 }

@@ -31,12 +31,12 @@ pub(crate) const ENV_VARS: &[&str] = &[
 /// The etcd settings as read from the variables, checked when the configuration is built.
 #[derive(Clone, Default)]
 pub(crate) struct EtcdSettings {
-    prefix: Option<String>,
-    connection_timeout: Option<Duration>,
-    user: Option<String>,
-    password: Option<Secret>,
+    pub(crate) prefix: Option<String>,
+    pub(crate) connection_timeout: Option<Duration>,
+    pub(crate) user: Option<String>,
+    pub(crate) password: Option<Secret>,
     /// CA, client certificate, client key (file paths).
-    tls: [Option<String>; 3],
+    pub(crate) tls: [Option<String>; 3],
 }
 
 impl fmt::Debug for EtcdSettings {
@@ -91,7 +91,7 @@ impl EtcdSettings {
             if u != s {
                 return Err(Error::config(format!(
                     "the etcd prefix is set twice with different values: {u:?} in the URL and {s:?} in \
-                     SIMBA_ETCD_PREFIX; keep one"
+                     SIMBA_ETCD_PREFIX/etcd_prefix; keep one"
                 )));
             }
         }
@@ -106,7 +106,7 @@ impl EtcdSettings {
         let [ca, cert, key] = &self.tls;
         if ca.is_some() || cert.is_some() || key.is_some() {
             if !url.tls {
-                return Err(Error::config("SIMBA_ETCD_TLS_* are set for an etcd:// URL: use etcds:// for TLS"));
+                return Err(Error::config("SIMBA_ETCD_TLS_* (or etcd_tls_ca/etcd_tls_identity) are set for an etcd:// URL: use etcds:// for TLS"));
             }
             let mut tls = match ca {
                 Some(ca) => EtcdTls::from_ca_file(ca)?,
@@ -124,6 +124,7 @@ impl EtcdSettings {
             o = o.tls(tls);
         }
         let o = url.apply(o)?;
+        o.validate()?;
         Ok((url.members, o))
     }
 }
@@ -172,8 +173,8 @@ impl BackendConfig for EtcdConfig {
 
 /// The etcd settings of a [`crate::Config`], parsed and checked.
 pub(crate) struct EtcdParsed {
-    members: Vec<String>,
-    options: EtcdOptions,
+    pub(crate) members: Vec<String>,
+    pub(crate) options: EtcdOptions,
 }
 
 impl ParsedBackend for EtcdParsed {
