@@ -12,6 +12,7 @@
 //! |---|---|---|---|
 //! | `simba_renewal_latency_seconds` | histogram | seconds | `backend` |
 //! | `simba_renewal_margin_seconds` | histogram | seconds | `backend` |
+//! | `simba_observed_drift` | histogram | ratio | `backend` |
 //! | `simba_renewal_failures_total` | counter | | `backend`, `kind` = `error` / `timeout` / `expired` |
 //! | `simba_acquired_total` | counter | | `backend`, `kind` = `lease` / `permit` / `partition` |
 //! | `simba_acquire_wait_seconds` | histogram | seconds | `backend` (blocking waits that won) |
@@ -105,16 +106,20 @@ impl Measure {
     }
 }
 
-/// A keep-alive renewed the session: its latency and the margin it leaves.
+/// A keep-alive renewed the session: its latency, the margin it leaves, and the observed clock
+/// drift's estimate after it (once the backend's replies gave one, see `engine::drift`).
 #[inline(always)]
-pub(crate) fn renewed(backend: &'static str, latency: Duration, margin: Duration) {
+pub(crate) fn renewed(backend: &'static str, latency: Duration, margin: Duration, drift: Option<f64>) {
     #[cfg(feature = "metrics")]
     {
         metrics::histogram!("simba_renewal_latency_seconds", "backend" => backend).record(latency.as_secs_f64());
         metrics::histogram!("simba_renewal_margin_seconds", "backend" => backend).record(margin.as_secs_f64());
+        if let Some(drift) = drift {
+            metrics::histogram!("simba_observed_drift", "backend" => backend).record(drift);
+        }
     }
     #[cfg(not(feature = "metrics"))]
-    let _ = (backend, latency, margin);
+    let _ = (backend, latency, margin, drift);
 }
 
 /// A keep-alive failed: `kind` is `error` (it returned an error), `expired` (the backend said

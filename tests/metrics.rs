@@ -8,15 +8,16 @@
 mod support;
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread;
 use std::time::Duration;
 
 use metrics_util::debugging::DebuggingRecorder;
-use simba::backend::LeaseBackend;
-use simba::{Coordinator, MemoryBackend, Session, SessionOptions, SessionState};
+use simba::backend::{Acquire, LeaseBackend};
+use simba::{Coordinator, MemoryBackend, Session, SessionId, SessionOptions, SessionState};
 use support::eventually;
-use support::forward::{Forward, KeepAliveTrouble};
+use support::forward::{Forward, Hook, KeepAliveTrouble, Op};
 
 /// Every documented metric and its label keys.
 const PATIENCE: Duration = Duration::from_secs(20);
@@ -24,6 +25,7 @@ const PATIENCE: Duration = Duration::from_secs(20);
 const TABLE: &[(&str, &[&str])] = &[
     ("simba_renewal_latency_seconds", &["backend"]),
     ("simba_renewal_margin_seconds", &["backend"]),
+    ("simba_observed_drift", &["backend"]),
     ("simba_renewal_failures_total", &["backend", "kind"]),
     ("simba_acquired_total", &["backend", "kind"]),
     ("simba_acquire_wait_seconds", &["backend"]),
@@ -36,6 +38,29 @@ const TABLE: &[(&str, &[&str])] = &[
     ("simba_pool_busy_workers", &[]),
     ("simba_coordinator_replacements_total", &["backend"]),
 ];
+
+/// Keep-alive trouble on command, and a count of `Busy` acquire replies: a waiter counted busy
+/// has made its attempt, so the release that follows wakes it (rather than finding it before its
+/// first attempt, which then takes the lease without any wake-up).
+#[derive(Debug, Default)]
+struct Counted {
+    trouble: KeepAliveTrouble,
+    busy: AtomicU64,
+}
+
+impl Hook for Counted {
+    fn before(&self, op: Op) {
+        Hook::before(&self.trouble, op);
+    }
+    fn fail(&self, op: Op) -> Option<simba::Error> {
+        Hook::fail(&self.trouble, op)
+    }
+    fn acquired(&self, _session: &SessionId, reply: &simba::Result<Acquire>) {
+        if matches!(reply, Ok(Acquire::Busy)) {
+            self.busy.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+}
 
 fn options(lease: Duration) -> SessionOptions {
     SessionOptions::builder()
@@ -55,20 +80,21 @@ fn every_documented_metric_is_recorded_with_its_labels() {
 
     // Locks: taken, contended (woken by a push on memory), released.
     let memory = Arc::new(MemoryBackend::new());
+    let pushed = Forward::inheriting(memory.clone(), Counted::default());
     let (a, b) = (
         Session::open(memory.clone(), options(Duration::from_secs(2))).unwrap(),
-        Arc::new(Session::open(memory.clone(), options(Duration::from_secs(2))).unwrap()),
+        Arc::new(Session::open(pushed.clone(), options(Duration::from_secs(2))).unwrap()),
     );
     let held = a.lock("metered").unwrap();
     let waiter = {
         let b = b.clone();
         thread::spawn(move || b.lock("metered").map(drop))
     };
-    assert!(eventually(PATIENCE, || b.status().waiters.len() == 1));
+    assert!(eventually(PATIENCE, || pushed.hook.busy.load(Ordering::SeqCst) >= 1));
     held.release().unwrap();
     waiter.join().unwrap().unwrap();
     // A polled wake-up: a backend that does not push.
-    let polled = Forward::memory("polled", KeepAliveTrouble::default());
+    let polled = Forward::memory("polled", Counted::default());
     let (c, d) = (
         Session::open(polled.clone(), options(Duration::from_secs(2))).unwrap(),
         Arc::new(Session::open(polled.clone(), options(Duration::from_secs(2))).unwrap()),
@@ -78,7 +104,7 @@ fn every_documented_metric_is_recorded_with_its_labels() {
         let d = d.clone();
         thread::spawn(move || d.lock("polled").map(drop))
     };
-    assert!(eventually(PATIENCE, || d.status().waiters.len() == 1));
+    assert!(eventually(PATIENCE, || polled.hook.busy.load(Ordering::SeqCst) >= 1));
     held.release().unwrap();
     waiter.join().unwrap().unwrap();
     // A permit and a partition.
@@ -86,13 +112,13 @@ fn every_documented_metric_is_recorded_with_its_labels() {
     let parts = a.partitions("metered-set", 1).unwrap();
     assert!(eventually(PATIENCE, || parts.owned().len() == 1));
     // Keep-alives that fail, then hang past the query timeout.
-    polled.hook.fail(true);
+    polled.hook.trouble.fail(true);
     assert!(eventually(PATIENCE, || c.status().consecutive_failures >= 1));
-    polled.hook.fail(false);
-    polled.hook.hang(true);
+    polled.hook.trouble.fail(false);
+    polled.hook.trouble.hang(true);
     assert!(eventually(PATIENCE, || c.status().consecutive_failures >= 1
         && c.status().last_error.is_some_and(|e| e.contains("did not answer"))));
-    polled.hook.hang(false);
+    polled.hook.trouble.hang(false);
     // A session expired behind its back: its lease lost.
     let lost = b.lock("lost").unwrap();
     memory.close_session(b.id()).unwrap();

@@ -146,7 +146,7 @@ impl SessionInner {
                 ((renewal, e.observed_drift()), step)
             });
             if let Some((latency, margin)) = renewal {
-                observe::renewed(inner.backend.kind(), latency, margin);
+                observe::renewed(inner.backend.kind(), latency, margin, observed.map(|d| d.estimate));
             }
             let exceeded = observed.filter(|d| d.exceeds(drift));
             if renewed && inner.renewals.lock().drift_exceeded(exceeded.is_some()) {
