@@ -20,17 +20,13 @@ use std::fmt::Write as _;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::Sender;
 use parking_lot::Mutex;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use simba::backend::{
-    Acquire, Capabilities, Holder, KeepAlive, LeaseBackend, Member, Notification, SessionGrant, Topic,
-};
-use simba::{
-    backend::CheckItem, ElectionEvent, Name, RevokeReason, Session, SessionEvent, SessionId, SessionOptions, Token,
-};
+use simba::backend::{KeepAlive, LeaseBackend};
+use simba::{ElectionEvent, Name, RevokeReason, Session, SessionEvent, SessionId, SessionOptions};
+use support::forward::{Forward, Hook, Op};
 
 /// Sessions (threads) per backend.
 const THREADS: usize = 4;
@@ -50,25 +46,22 @@ struct Renewal {
     reply: String,
 }
 
-/// A forwarding backend that records every keep-alive (the renewal history of a failure).
+/// A hook that records every keep-alive (the renewal history of a failure).
 #[derive(Debug)]
 struct Recorder {
-    inner: Arc<dyn LeaseBackend>,
     origin: Instant,
     renewals: Mutex<Vec<Renewal>>,
 }
 
-impl LeaseBackend for Recorder {
-    fn kind(&self) -> &'static str {
-        self.inner.kind()
-    }
-    fn open_session(&self, d: Duration, m: &str) -> simba::Result<SessionGrant> {
-        self.inner.open_session(d, m)
-    }
-    fn keep_alive(&self, s: &SessionId, d: Duration) -> simba::Result<KeepAlive> {
-        let started = Instant::now();
-        let reply = self.inner.keep_alive(s, d);
-        let took = started.elapsed();
+impl Hook for Recorder {
+    fn before(&self, _op: Op) {}
+    fn answer_keep_alive(
+        &self,
+        session: &SessionId,
+        called: Instant,
+        reply: simba::Result<KeepAlive>,
+    ) -> simba::Result<KeepAlive> {
+        let took = called.elapsed();
         let shown = match &reply {
             Ok(KeepAlive::Alive { remaining, owned, groups, .. }) => {
                 format!("Alive {{ remaining: {remaining:?}, owned: {owned:?}, groups: {groups:?} }}")
@@ -76,51 +69,12 @@ impl LeaseBackend for Recorder {
             other => format!("{other:?}"),
         };
         self.renewals.lock().push(Renewal {
-            session: s.clone(),
-            started: started.duration_since(self.origin),
+            session: session.clone(),
+            started: called.duration_since(self.origin),
             took,
             reply: shown,
         });
         reply
-    }
-    fn close_session(&self, s: &SessionId) -> simba::Result<()> {
-        self.inner.close_session(s)
-    }
-    fn acquire(&self, s: &SessionId, n: &Name) -> simba::Result<Acquire> {
-        self.inner.acquire(s, n)
-    }
-    fn release(&self, s: &SessionId, n: &Name, t: Token) -> simba::Result<()> {
-        self.inner.release(s, n, t)
-    }
-    fn holder(&self, n: &Name) -> simba::Result<Option<Holder>> {
-        self.inner.holder(n)
-    }
-    fn join(&self, s: &SessionId, g: &Name) -> simba::Result<()> {
-        self.inner.join(s, g)
-    }
-    fn leave(&self, s: &SessionId, g: &Name) -> simba::Result<()> {
-        self.inner.leave(s, g)
-    }
-    fn members(&self, g: &Name) -> simba::Result<Vec<Member>> {
-        self.inner.members(g)
-    }
-    fn semaphore_limit(&self, n: &Name, p: Option<u32>) -> simba::Result<Option<u32>> {
-        self.inner.semaphore_limit(n, p)
-    }
-    fn call_bound(&self) -> Option<Duration> {
-        self.inner.call_bound()
-    }
-    fn capabilities(&self) -> Capabilities {
-        self.inner.capabilities()
-    }
-    fn watch(&self, t: &Topic, n: &Sender<Notification>) -> simba::Result<bool> {
-        self.inner.watch(t, n)
-    }
-    fn purge_expired(&self) -> simba::Result<usize> {
-        self.inner.purge_expired()
-    }
-    fn check(&self) -> Vec<CheckItem> {
-        self.inner.check()
     }
 }
 
@@ -250,7 +204,7 @@ fn soak(label: &str, backend: Arc<dyn LeaseBackend>) {
         .map(|v| v.parse().expect("SIMBA_SOAK_SEED: a number"))
         .unwrap_or_else(|| rand::random::<u32>() as u64);
     let recorder =
-        Arc::new(Recorder { inner: backend.clone(), origin: Instant::now(), renewals: Mutex::new(Vec::new()) });
+        Forward::inheriting(backend.clone(), Recorder { origin: Instant::now(), renewals: Mutex::new(Vec::new()) });
     let p = support::unique("soak");
     let names = Arc::new(Names {
         locks: (0..LOCKS).map(|i| format!("{p}.lock{i}")).collect(),
@@ -352,7 +306,7 @@ fn soak(label: &str, backend: Arc<dyn LeaseBackend>) {
         }
     }
     check.close().unwrap();
-    let renewals = recorder.renewals.lock();
+    let renewals = recorder.hook.renewals.lock();
     let ops: u64 = tallies.iter().flat_map(|t| t.ops).sum();
     let timeouts: u64 = tallies.iter().map(|t| t.timeouts).sum();
     let mut by_kind = [0u64; 5];

@@ -8,13 +8,13 @@ mod support;
 
 use std::sync::Arc;
 use std::thread;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use simba::backend::{Acquire, Holder, KeepAlive, LeaseBackend, Member, SessionGrant};
+use simba::backend::{KeepAlive, LeaseBackend};
 use simba::status::{LeaseKind, ObservedDrift, RenewalOutcome, SessionStatus};
-use simba::{Coordinator, MemoryBackend, Name, Session, SessionId, SessionOptions, SessionState, Token};
+use simba::{Coordinator, MemoryBackend, Session, SessionId, SessionOptions, SessionState};
 use support::eventually;
-use support::forward::{Forward, KeepAliveTrouble};
+use support::forward::{Forward, Hook, KeepAliveTrouble, Op};
 
 #[cfg(any(feature = "redis", feature = "postgres", feature = "mysql", feature = "zookeeper"))]
 #[path = "support/real_backends.rs"]
@@ -264,47 +264,27 @@ fn partitions_status_reports_owned_and_draining() {
 /// finds the time the session had left shrunk by `rate` × the real time since the renewal before.
 #[derive(Debug)]
 struct Skewed {
-    inner: MemoryBackend,
     rate: f64,
 }
 
-impl LeaseBackend for Skewed {
-    fn kind(&self) -> &'static str {
-        "skewed-memory"
-    }
-    fn open_session(&self, d: Duration, m: &str) -> simba::Result<SessionGrant> {
-        self.inner.open_session(d, m)
-    }
-    fn keep_alive(&self, s: &SessionId, d: Duration) -> simba::Result<KeepAlive> {
-        Ok(match self.inner.keep_alive(s, d)? {
+impl Hook for Skewed {
+    fn before(&self, _op: Op) {}
+    fn answer_keep_alive(
+        &self,
+        _session: &SessionId,
+        _called: Instant,
+        reply: simba::Result<KeepAlive>,
+    ) -> simba::Result<KeepAlive> {
+        Ok(match reply? {
             KeepAlive::Alive { remaining, owned, groups, unknown, remaining_before } => {
-                // The memory backend renews to exactly `d`, so `d - before` is the real time since.
+                // The memory backend renews to exactly `remaining`, so `remaining - before` is the
+                // real time since.
+                let d = remaining;
                 let before = remaining_before.map(|b| d.saturating_sub(d.saturating_sub(b).mul_f64(self.rate)));
                 KeepAlive::Alive { remaining, owned, groups, unknown, remaining_before: before }
             }
             expired => expired,
         })
-    }
-    fn close_session(&self, s: &SessionId) -> simba::Result<()> {
-        self.inner.close_session(s)
-    }
-    fn acquire(&self, s: &SessionId, n: &Name) -> simba::Result<Acquire> {
-        self.inner.acquire(s, n)
-    }
-    fn release(&self, s: &SessionId, n: &Name, t: Token) -> simba::Result<()> {
-        self.inner.release(s, n, t)
-    }
-    fn holder(&self, n: &Name) -> simba::Result<Option<Holder>> {
-        self.inner.holder(n)
-    }
-    fn join(&self, s: &SessionId, g: &Name) -> simba::Result<()> {
-        self.inner.join(s, g)
-    }
-    fn leave(&self, s: &SessionId, g: &Name) -> simba::Result<()> {
-        self.inner.leave(s, g)
-    }
-    fn members(&self, g: &Name) -> simba::Result<Vec<Member>> {
-        self.inner.members(g)
     }
 }
 
@@ -332,7 +312,7 @@ fn full_window(session: &Session) -> ObservedDrift {
 #[test]
 fn observed_drift_finds_a_backend_clock_running_fast_or_slow() {
     for (rate, setting, healthy) in [(1.05, 0.01, false), (1.05, 0.1, true), (0.95, 0.01, true), (1.0, 0.01, true)] {
-        let backend = Arc::new(Skewed { inner: MemoryBackend::new(), rate });
+        let backend = Forward::memory("skewed-memory", Skewed { rate });
         let session = Session::open(backend, fast_renewals(setting)).unwrap();
         assert_eq!(session.status().observed_drift, None, "an estimate before any renewal");
         let d = full_window(&session);

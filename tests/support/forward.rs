@@ -3,11 +3,11 @@
 
 use std::fmt;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crossbeam_channel::Sender;
 use simba::backend::{
-    Acquire, Capabilities, Holder, KeepAlive, LeaseBackend, Member, Notification, SessionGrant, Topic,
+    Acquire, Capabilities, CheckItem, Holder, KeepAlive, LeaseBackend, Member, Notification, SessionGrant, Topic,
 };
 use simba::{MemoryBackend, Name, SessionId, Token};
 
@@ -49,6 +49,16 @@ pub trait Hook: Send + Sync + fmt::Debug + 'static {
     fn kept_alive(&self) {}
     /// After `kept_alive`: sees the keep-alive's reply (nothing by default).
     fn keep_alive_reply(&self, _reply: &simba::Result<KeepAlive>) {}
+    /// After `keep_alive_reply`: the reply the caller sees to the keep-alive of `session`
+    /// forwarded at `called` (the forwarded one by default).
+    fn answer_keep_alive(
+        &self,
+        _session: &SessionId,
+        _called: Instant,
+        reply: simba::Result<KeepAlive>,
+    ) -> simba::Result<KeepAlive> {
+        reply
+    }
     /// After a forwarded release of `name` returned (nothing by default).
     fn released(&self, _name: &Name) {}
 }
@@ -119,10 +129,11 @@ impl<H: Hook> LeaseBackend for Forward<H> {
     }
     fn keep_alive(&self, s: &SessionId, d: Duration) -> simba::Result<KeepAlive> {
         self.enter(Op::KeepAlive)?;
+        let called = Instant::now();
         let reply = self.inner.keep_alive(s, d);
         self.hook.kept_alive();
         self.hook.keep_alive_reply(&reply);
-        reply
+        self.hook.answer_keep_alive(s, called, reply)
     }
     fn close_session(&self, s: &SessionId) -> simba::Result<()> {
         self.enter(Op::CloseSession)?;
@@ -168,6 +179,12 @@ impl<H: Hook> LeaseBackend for Forward<H> {
         } else {
             Capabilities::default()
         }
+    }
+    fn purge_expired(&self) -> simba::Result<usize> {
+        self.inner.purge_expired()
+    }
+    fn check(&self) -> Vec<CheckItem> {
+        self.inner.check()
     }
     fn watch(&self, topic: &Topic, notify: &Sender<Notification>) -> simba::Result<bool> {
         if !self.inherit {
