@@ -27,6 +27,7 @@ fn color(kind: Kind) -> RGBColor {
         Kind::Postgres => RGBColor(31, 119, 180),
         Kind::Mysql => RGBColor(44, 160, 44),
         Kind::Zookeeper => RGBColor(148, 103, 189),
+        Kind::Etcd => RGBColor(23, 190, 207),
     }
 }
 

@@ -163,7 +163,10 @@ pub fn fsync_text(before: Option<Stat<Fsyncs>>, after: Option<Stat<Fsyncs>>) -> 
         (Ok((c0, s0, _)), Ok((c1, s1, max))) => {
             let (n, ms) = (c1.saturating_sub(c0), s1.saturating_sub(s0));
             let avg = if n == 0 { 0.0 } else { ms as f64 / n as f64 };
-            Some(format!("{n}, {avg:.2} ms on average (longest since it started: {max} ms)"))
+            Some(match max {
+                Some(max) => format!("{n}, {avg:.2} ms on average (longest since it started: {max} ms)"),
+                None => format!("{n}, {avg:.2} ms on average"),
+            })
         }
         (Err(u), _) | (_, Err(u)) => Some(u.to_string()),
     }

@@ -89,6 +89,7 @@ fn measure(config: &Config, t: &Target) -> BenchResult<Vec<String>> {
         t.kind.name().into(),
         match t.kind {
             Kind::Zookeeper => "watch (node deleted)".into(),
+            Kind::Etcd => "watch (key deleted with the etcd lease)".into(),
             _ => "retry (polling)".into(),
         },
         s.n.to_string(),

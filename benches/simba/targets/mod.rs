@@ -1,6 +1,7 @@
 //! The backends under test: how to connect (directly or through the counting proxy), the raw
 //! primitive each is compared with, and the server-side statement counters. Each backend's raw
-//! side is in its own file (`redis_impl.rs`, `pg_impl.rs`, `my_impl.rs`, `zk_impl.rs`).
+//! side is in its own file (`redis_impl.rs`, `pg_impl.rs`, `my_impl.rs`, `zk_impl.rs`,
+//! `etcd_impl.rs`).
 //!
 //! The server's side stats (statement counters, ZooKeeper's fsyncs, the server version) are
 //! [`Stat`]s: one the server will not give (a four-letter word left out of ZooKeeper's
@@ -46,8 +47,9 @@ impl std::error::Error for Unavailable {}
 /// fail the measurement it sits beside.
 pub type Stat<T> = Result<T, Unavailable>;
 
-/// ZooKeeper's fsyncs (`mntr`): count, total ms, longest ms since the server started.
-pub type Fsyncs = (u64, u64, u64);
+/// The server's fsyncs (ZooKeeper's `mntr`, etcd's `/metrics`): count, total ms, and the longest
+/// ms since the server started where the server reports it (ZooKeeper; etcd keeps a histogram).
+pub type Fsyncs = (u64, u64, Option<u64>);
 
 /// A backend kind, as named in `SIMBA_BENCH`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -58,11 +60,12 @@ pub enum Kind {
     Postgres,
     Mysql,
     Zookeeper,
+    Etcd,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 6] =
-        [Kind::Memory, Kind::Redis, Kind::RedisCluster, Kind::Postgres, Kind::Mysql, Kind::Zookeeper];
+    pub const ALL: [Kind; 7] =
+        [Kind::Memory, Kind::Redis, Kind::RedisCluster, Kind::Postgres, Kind::Mysql, Kind::Zookeeper, Kind::Etcd];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -72,6 +75,7 @@ impl Kind {
             Kind::Postgres => "postgres",
             Kind::Mysql => "mysql",
             Kind::Zookeeper => "zookeeper",
+            Kind::Etcd => "etcd",
         }
     }
 
@@ -86,6 +90,7 @@ impl Kind {
             Kind::Postgres => "postgres",
             Kind::Mysql => "mysql",
             Kind::Zookeeper => "zookeeper",
+            Kind::Etcd => "etcd",
         }
     }
 
@@ -96,6 +101,7 @@ impl Kind {
             Kind::Postgres => cfg!(feature = "postgres"),
             Kind::Mysql => cfg!(feature = "mysql"),
             Kind::Zookeeper => cfg!(feature = "zookeeper"),
+            Kind::Etcd => cfg!(feature = "etcd"),
         }
     }
 
@@ -114,6 +120,8 @@ fn env_or(var: &str, default: &str) -> String {
     std::env::var(var).ok().filter(|v| !v.is_empty()).unwrap_or_else(|| default.to_string())
 }
 
+/// Key prefix of the etcd backend in benchmarks.
+pub const ETCD_PREFIX: &str = "simba-bench";
 /// Root of the ZooKeeper backend's nodes in benchmarks.
 pub const ZK_ROOT: &str = "/simba-bench";
 /// Parent of the raw ZooKeeper lock nodes.
@@ -150,6 +158,7 @@ impl Target {
             Kind::Postgres => env_or("SIMBA_TEST_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432/test"),
             Kind::Mysql => env_or("SIMBA_TEST_MYSQL_URL", "mysql://root@127.0.0.1:3306/test"),
             Kind::Zookeeper => env_or("SIMBA_TEST_ZOOKEEPER_URL", "zookeeper://127.0.0.1:2181/simba-test"),
+            Kind::Etcd => env_or("SIMBA_TEST_ETCD_URL", "etcd://127.0.0.1:2379"),
         };
         // The raw PostgreSQL client connects without TLS (`postgres::NoTls`); the library's default
         // `sslmode=prefer` would use TLS against a server with `ssl = on` and pay the encryption
@@ -175,6 +184,8 @@ impl Target {
             Kind::Mysql => my_impl::init(&self.url),
             #[cfg(feature = "zookeeper")]
             Kind::Zookeeper => zk_impl::init(&self.zk_hosts()?),
+            #[cfg(feature = "etcd")]
+            Kind::Etcd => etcd_impl::init(&self.url),
             #[allow(unreachable_patterns)]
             k => Err(err(format!("{} is not compiled in", k.name()))),
         }
@@ -204,6 +215,13 @@ impl Target {
                 }
                 hosts
             }
+            #[cfg(feature = "etcd")]
+            Kind::Etcd => {
+                if self.url.contains(',') {
+                    return Ok(None);
+                }
+                etcd_impl::first_member(&self.url)?
+            }
             _ => {
                 let u = url::Url::parse(&self.url)?;
                 let host = u.host_str().ok_or_else(|| err("URL without host"))?.to_string();
@@ -231,7 +249,7 @@ impl Target {
 
     /// A new backend instance, connected to `via` (the proxy) instead of the server when given.
     #[cfg_attr(
-        not(any(feature = "redis", feature = "postgres", feature = "mysql", feature = "zookeeper")),
+        not(any(feature = "redis", feature = "postgres", feature = "mysql", feature = "zookeeper", feature = "etcd")),
         allow(unused_variables, unreachable_code)
     )] // memory only
     pub fn backend_at(&self, via: Option<SocketAddr>) -> BenchResult<Arc<dyn LeaseBackend>> {
@@ -262,6 +280,11 @@ impl Target {
                 let hosts = if via.is_some() { url } else { self.zk_hosts()? };
                 Ok(Arc::new(ZookeeperBackend::connect(&hosts, ZookeeperOptions::default().root(ZK_ROOT))?))
             }
+            #[cfg(feature = "etcd")]
+            Kind::Etcd => {
+                use simba::backends::etcd::{EtcdBackend, EtcdOptions};
+                Ok(Arc::new(EtcdBackend::from_url(&url, EtcdOptions::default().prefix(ETCD_PREFIX))?))
+            }
             #[allow(unreachable_patterns)]
             k => Err(err(format!("{} is not compiled in", k.name()))),
         }
@@ -285,7 +308,7 @@ impl Target {
 
     /// The raw primitive on the same server (through `via` when given), or `None` for memory.
     #[cfg_attr(
-        not(any(feature = "redis", feature = "postgres", feature = "mysql", feature = "zookeeper")),
+        not(any(feature = "redis", feature = "postgres", feature = "mysql", feature = "zookeeper", feature = "etcd")),
         allow(unused_variables, unreachable_code)
     )] // memory only
     pub fn raw(&self, via: Option<SocketAddr>) -> BenchResult<Option<Box<dyn RawLock>>> {
@@ -308,6 +331,8 @@ impl Target {
                 let hosts = if via.is_some() { url } else { self.zk_hosts()? };
                 Ok(Some(Box::new(zk_impl::RawZk::connect(&hosts)?)))
             }
+            #[cfg(feature = "etcd")]
+            Kind::Etcd => Ok(Some(Box::new(etcd_impl::RawEtcd::connect(&etcd_impl::first_member(&url)?)?))),
             #[allow(unreachable_patterns)]
             k => Err(err(format!("{} is not compiled in", k.name()))),
         }
@@ -326,6 +351,8 @@ impl Target {
             Kind::Zookeeper => zk_impl::samples(&self.zk_hosts()?, samples, zk_impl::Sample::Notify).map(Some),
             #[cfg(feature = "postgres")]
             Kind::Postgres => pg_impl::notify(&self.url, samples).map(Some),
+            #[cfg(feature = "etcd")]
+            Kind::Etcd => etcd_impl::samples(&self.url, samples, etcd_impl::Sample::Notify).map(Some),
             _ => Ok(None),
         }
     }
@@ -337,6 +364,8 @@ impl Target {
         match self.kind {
             #[cfg(feature = "zookeeper")]
             Kind::Zookeeper => zk_impl::samples(&self.zk_hosts()?, samples, zk_impl::Sample::Handoff).map(Some),
+            #[cfg(feature = "etcd")]
+            Kind::Etcd => etcd_impl::samples(&self.url, samples, etcd_impl::Sample::Handoff).map(Some),
             _ => Ok(None),
         }
     }
@@ -347,11 +376,14 @@ impl Target {
         match self.kind {
             #[cfg(feature = "zookeeper")]
             Kind::Zookeeper => Some(self.four_letter_addr().and_then(zk_impl::fsync)),
+            #[cfg(feature = "etcd")]
+            Kind::Etcd => Some(self.four_letter_addr().and_then(etcd_impl::fsync)),
             _ => None,
         }
     }
 
-    /// ZooKeeper: the one server the four-letter words go to (an ensemble URL has none).
+    /// ZooKeeper, etcd: the one server the side stats are read from (four-letter words, `/metrics`;
+    /// a URL of several members has none).
     fn four_letter_addr(&self) -> Stat<SocketAddr> {
         self.upstream()
             .map_err(Unavailable::new)?
@@ -373,7 +405,7 @@ impl Target {
     /// The server-side statement counter as a side stat (connected, its own cost measured): none
     /// where there is no reliable one (memory), unavailable where the server will not give it.
     #[cfg_attr(
-        not(any(feature = "redis", feature = "postgres", feature = "mysql", feature = "zookeeper")),
+        not(any(feature = "redis", feature = "postgres", feature = "mysql", feature = "zookeeper", feature = "etcd")),
         allow(unused_variables, unreachable_code)
     )] // memory only
     pub fn counter(&self) -> SideCounter {
@@ -394,6 +426,10 @@ impl Target {
             #[cfg(feature = "zookeeper")]
             Kind::Zookeeper => {
                 self.four_letter_addr().map(|a| Box::new(zk_impl::MntrCounter::new(a)) as Box<dyn ServerCounter>)
+            }
+            #[cfg(feature = "etcd")]
+            Kind::Etcd => {
+                self.four_letter_addr().map(|a| Box::new(etcd_impl::MetricsCounter::new(a)) as Box<dyn ServerCounter>)
             }
             #[allow(unreachable_patterns)]
             k => Err(Unavailable::new(format!("{} is not compiled in", k.name()))),
@@ -430,6 +466,8 @@ impl Target {
                 Kind::Postgres => pg_impl::cleanup(&self.url, &pattern)?,
                 #[cfg(feature = "mysql")]
                 Kind::Mysql => my_impl::cleanup(&self.url, &pattern)?,
+                #[cfg(feature = "etcd")]
+                Kind::Etcd => etcd_impl::cleanup(&self.url)?,
                 _ => {}
             }
         }
@@ -639,3 +677,6 @@ mod my_impl;
 
 #[cfg(feature = "zookeeper")]
 pub mod zk_impl;
+
+#[cfg(feature = "etcd")]
+pub mod etcd_impl;

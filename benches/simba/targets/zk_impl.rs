@@ -146,7 +146,11 @@ pub fn samples(hosts: &str, samples: usize, sample: Sample) -> BenchResult<Vec<D
 /// and its longest fsync since it started (zk_max_fsynctime), or why they cannot be read.
 pub fn fsync(addr: SocketAddr) -> Stat<Fsyncs> {
     let m = mntr(addr)?;
-    Ok((mntr_value(&m, "zk_cnt_fsynctime")?, mntr_value(&m, "zk_sum_fsynctime")?, mntr_value(&m, "zk_max_fsynctime")?))
+    Ok((
+        mntr_value(&m, "zk_cnt_fsynctime")?,
+        mntr_value(&m, "zk_sum_fsynctime")?,
+        Some(mntr_value(&m, "zk_max_fsynctime")?),
+    ))
 }
 
 /// `mntr` zk_packets_received (a four-letter word over its own TCP connection).
