@@ -4,8 +4,9 @@
 //! ("Watches"); in short:
 //!
 //! - A registration reads first (linearizable, bounded by the query timeout like every call): a
-//!   free lease is answered at once; otherwise the etcd watch starts at the read's revision + 1,
-//!   so whatever happens after the read is delivered, even when the watch is created later.
+//!   free lease is answered at once; otherwise the etcd watch starts at the read's revision, so
+//!   whatever happens after the read is delivered, even when the watch is created later (or the
+//!   watch is cancelled as compacted, below).
 //! - Each topic has one etcd watch and a list of one-shot waiters (deduplicated by channel); the
 //!   first matching event (a delete of the lease key; any change under the group's prefix)
 //!   notifies them all and cancels the watch.
@@ -32,7 +33,7 @@ use super::proto::etcdserverpb::watch_request::RequestUnion;
 use super::proto::etcdserverpb::{RangeRequest, WatchCancelRequest, WatchCreateRequest, WatchRequest, WatchResponse};
 use super::proto::mvccpb::event::EventType;
 use crate::backend::{Notification, Topic};
-use crate::error::{Error, Result};
+use crate::error::Result;
 
 /// The first wait before opening a stream again after a failure (doubled up to [`MAX_BACKOFF`]).
 const MIN_BACKOFF: Duration = Duration::from_millis(50);
@@ -75,7 +76,7 @@ struct State {
 /// One topic's etcd watch and its waiters.
 struct Entry {
     waiters: Vec<Sender<Notification>>,
-    /// The revision the etcd watch starts at (the first registration's read revision + 1).
+    /// The revision the etcd watch starts at (the first registration's read revision).
     start: i64,
     /// Tells this entry from an earlier one of the same topic (for late confirmations).
     serial: u64,
@@ -275,9 +276,11 @@ impl Watches {
             deliver(vec![(vec![notify.clone()], note(topic))]);
             return Ok(true);
         }
-        let start = revision
-            .checked_add(1)
-            .ok_or_else(|| Error::backend(format!("etcd reported revision {revision}: no revision follows it")))?;
+        // From the read's revision itself, not the next one: a compaction at the very revision of
+        // a delete drops that delete's tombstone, and a watch starting there would miss it without
+        // being told; starting one revision earlier, etcd cancels it as compacted instead. (The
+        // events of the read's revision are ones the read saw: at worst a spurious hint.)
+        let start = revision;
         let mut st = self.shared.state.lock();
         let st = &mut *st;
         if let Some(e) = st.entries.get_mut(topic) {
