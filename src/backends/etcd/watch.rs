@@ -33,7 +33,7 @@ use super::proto::etcdserverpb::watch_request::RequestUnion;
 use super::proto::etcdserverpb::{RangeRequest, WatchCancelRequest, WatchCreateRequest, WatchRequest, WatchResponse};
 use super::proto::mvccpb::event::EventType;
 use crate::backend::{Notification, Topic};
-use crate::error::Result;
+use crate::error::{Error, Result};
 
 /// The first wait before opening a stream again after a failure (doubled up to [`MAX_BACKOFF`]).
 const MIN_BACKOFF: Duration = Duration::from_millis(50);
@@ -281,15 +281,22 @@ impl Watches {
         // being told; starting one revision earlier, etcd cancels it as compacted instead. (The
         // events of the read's revision are ones the read saw: at worst a spurious hint.)
         let start = revision;
-        let mut st = self.shared.state.lock();
-        let st = &mut *st;
+        if start < 1 {
+            // 0 would mean "from now on" to etcd: a gap after the read.
+            return Err(Error::backend(format!("etcd reported revision {revision} for a read")));
+        }
+        let mut guard = self.shared.state.lock();
+        let st = &mut *guard;
         if let Some(e) = st.entries.get_mut(topic) {
-            if e.start > start {
-                // The topic's watch starts after this registration's read: what happened between
-                // the two is not covered. Answer at once (the caller re-checks and registers again).
-                deliver(vec![(vec![notify.clone()], note(topic))]);
-            } else if !e.waiters.iter().any(|s| s.same_channel(notify)) {
+            // A watch that starts after this registration's read does not cover what happened
+            // between the two: answer at once (the caller re-checks and registers again).
+            let answer_now = e.start > start;
+            if !answer_now && !e.waiters.iter().any(|s| s.same_channel(notify)) {
                 e.waiters.push(notify.clone());
+            }
+            drop(guard);
+            if answer_now {
+                deliver(vec![(vec![notify.clone()], note(topic))]);
             }
             return Ok(true);
         }
