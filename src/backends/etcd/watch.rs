@@ -386,3 +386,103 @@ async fn run(weak: Weak<Shared>, clients: Clients, bound: Duration) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backends::etcd::proto::mvccpb::Event;
+    use crate::types::Name;
+
+    fn shared() -> Shared {
+        Shared { state: Mutex::new(State::default()), keys: Keys::new("t") }
+    }
+
+    /// An entry for `topic`, its create sent on the current stream.
+    fn add(sh: &Shared, topic: &Topic, tx: &Sender<Notification>) {
+        let mut st = sh.state.lock();
+        st.serial += 1;
+        let serial = st.serial;
+        st.entries.insert(topic.clone(), Entry { waiters: vec![tx.clone()], start: 5, serial, watch_id: None });
+        st.pending.push_back((topic.clone(), serial));
+    }
+
+    fn reply(watch_id: i64, f: impl FnOnce(&mut WatchResponse)) -> WatchResponse {
+        let mut r = WatchResponse { watch_id, ..Default::default() };
+        f(&mut r);
+        r
+    }
+
+    fn event(t: EventType) -> Event {
+        Event { r#type: t as i32, kv: None, prev_kv: None }
+    }
+
+    #[test]
+    fn a_delete_notifies_once_a_put_does_not_and_compaction_notifies() {
+        let sh = shared();
+        let (stream, requests) = mpsc::unbounded();
+        assert!(sh.established(stream).is_empty());
+        let (tx, rx) = crossbeam_channel::unbounded();
+        let (l, g) = (Topic::Lease(Name::new("l").unwrap()), Topic::Group(Name::new("g").unwrap()));
+        add(&sh, &l, &tx);
+        add(&sh, &g, &tx);
+        assert!(sh.on_response(reply(7, |r| r.created = true)).0.is_empty());
+        assert!(sh.on_response(reply(8, |r| r.created = true)).0.is_empty());
+        assert!(sh.on_response(reply(7, |r| r.events = vec![event(EventType::Put)])).0.is_empty());
+        deliver(sh.on_response(reply(7, |r| r.events = vec![event(EventType::Delete)])).0);
+        assert_eq!(rx.try_recv(), Ok(Notification::Released(Name::new("l").unwrap())));
+        assert!(sh.on_response(reply(7, |r| r.events = vec![event(EventType::Delete)])).0.is_empty(), "one-shot");
+        deliver(sh.on_response(reply(8, |r| (r.canceled, r.compact_revision) = (true, 9))).0);
+        assert_eq!(rx.try_recv(), Ok(Notification::MembersChanged(Name::new("g").unwrap())));
+        assert!(rx.try_recv().is_err() && sh.state.lock().entries.is_empty());
+        drop(sh);
+        // The fired lease watch was cancelled on the stream.
+        let sent: Vec<WatchRequest> = futures::executor::block_on(futures::StreamExt::collect(requests));
+        assert!(sent
+            .iter()
+            .any(|r| matches!(r.request_union, Some(RequestUnion::CancelRequest(c)) if c.watch_id == 7)));
+    }
+
+    #[test]
+    fn a_broken_stream_notifies_every_registration_once_a_new_one_is_up() {
+        let sh = shared();
+        let (stream, _requests) = mpsc::unbounded();
+        sh.established(stream);
+        let (tx, rx) = crossbeam_channel::unbounded();
+        let l = Topic::Lease(Name::new("l").unwrap());
+        add(&sh, &l, &tx);
+        sh.on_response(reply(3, |r| r.created = true));
+        sh.broken();
+        // Events of the old stream's watch ids mean nothing now.
+        assert!(sh.on_response(reply(3, |r| r.events = vec![event(EventType::Delete)])).0.is_empty());
+        assert!(rx.try_recv().is_err());
+        let (stream, _requests) = mpsc::unbounded();
+        deliver(sh.established(stream));
+        assert_eq!(rx.try_recv(), Ok(Notification::Released(Name::new("l").unwrap())));
+        assert!(sh.state.lock().entries.is_empty());
+    }
+
+    #[test]
+    fn a_refused_or_late_confirmation_is_handled() {
+        let sh = shared();
+        let (stream, requests) = mpsc::unbounded();
+        sh.established(stream);
+        let (tx, rx) = crossbeam_channel::unbounded();
+        let l = Topic::Lease(Name::new("l").unwrap());
+        add(&sh, &l, &tx);
+        let (fired, refused) = sh.on_response(reply(-1, |r| (r.created, r.canceled) = (true, true)));
+        assert!(refused);
+        deliver(fired);
+        assert_eq!(rx.try_recv(), Ok(Notification::Released(Name::new("l").unwrap())));
+        // Confirmed after its entry was notified and replaced: the stale watch is cancelled.
+        add(&sh, &l, &tx);
+        let serial = sh.state.lock().entries[&l].serial;
+        sh.state.lock().entries.get_mut(&l).unwrap().serial = serial + 100;
+        assert!(sh.on_response(reply(4, |r| r.created = true)).0.is_empty());
+        assert_eq!(sh.state.lock().entries[&l].watch_id, None);
+        drop(sh);
+        let sent: Vec<WatchRequest> = futures::executor::block_on(futures::StreamExt::collect(requests));
+        assert!(sent
+            .iter()
+            .any(|r| matches!(r.request_union, Some(RequestUnion::CancelRequest(c)) if c.watch_id == 4)));
+    }
+}
