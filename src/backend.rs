@@ -172,11 +172,12 @@ pub struct Member {
 #[non_exhaustive]
 pub struct Capabilities {
     /// The backend sends [`Notification::Released`] when a lease is freed (Redis pub/sub,
-    /// ZooKeeper watches, PostgreSQL `LISTEN`/`NOTIFY`, memory). Without it candidates retry at `renew_interval / 2` + jitter.
+    /// ZooKeeper and etcd watches, PostgreSQL `LISTEN`/`NOTIFY`, memory). Without it candidates
+    /// retry at `renew_interval / 2` + jitter.
     pub push_release: bool,
     /// The backend sends [`Notification::MembersChanged`] on joins and leaves (a member's close
     /// included: it leaves its groups) to a registration ([`LeaseBackend::watch`] of
-    /// [`Topic::Group`]) made before them (memory, Redis, ZooKeeper, PostgreSQL). A member whose
+    /// [`Topic::Group`]) made before them (memory, Redis, ZooKeeper, PostgreSQL, etcd). A member whose
     /// session *expires* need not be announced at its expiry (Redis and PostgreSQL filter members
     /// by liveness and nothing runs then; the memory backend notices at its next call; ZooKeeper
     /// pushes the ephemeral node's deletion): member watches re-read the list every poll interval
@@ -184,10 +185,10 @@ pub struct Capabilities {
     pub push_membership: bool,
     /// A lease registration checks the lease: [`watch`](LeaseBackend::watch) of
     /// [`Topic::Lease`] sends [`Notification::Released`] at once when the lease is free at
-    /// registration (memory; ZooKeeper, whose registration is an `exists` watch). Waiters then
-    /// register only after a busy attempt — a release between the two is still pushed — so a
-    /// `lock()` that finds the lease free makes no registration at all, and a woken waiter's
-    /// next attempt is its only call. Without it (a subscription that does not look at the
+    /// registration (memory; ZooKeeper, whose registration is an `exists` watch; etcd, which
+    /// reads the key first). Waiters then register only after a busy attempt — a release
+    /// between the two is still pushed — so a `lock()` that finds the lease free makes no
+    /// registration at all, and a woken waiter's next attempt is its only call. Without it (a subscription that does not look at the
     /// lease: Redis, PostgreSQL) waiters register before every attempt.
     pub watch_checks_lease: bool,
     /// The backend implements [`LeaseBackend::list`] (`simba status`); without it `list` answers

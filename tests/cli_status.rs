@@ -219,4 +219,5 @@ backend_tests! {
     redis_cluster, "redis", "SIMBA_TEST_REDIS_CLUSTER_URL", "redis+cluster://127.0.0.1:7000,127.0.0.1:7001,127.0.0.1:7002",
         status_shows_what_is_held;
     zookeeper, "zookeeper", "SIMBA_TEST_ZOOKEEPER_URL", "zookeeper://127.0.0.1:2181/simba-test", status_shows_what_is_held;
+    etcd, "etcd", "SIMBA_TEST_ETCD_URL", "etcd://127.0.0.1:2379/simba-test", status_shows_what_is_held;
 }

@@ -1,5 +1,6 @@
 //! The etcd backend outside the TCK: URL errors before any I/O, TTL rounding and refusal, and
 //! permanent errors (TLS refused) failing at once in the server's or the TLS stack's words.
+//! Also `list`'s group order where key order and name order differ.
 //! Needs `scripts/services up etcd etcd-tls` for the tests that connect.
 #![cfg(feature = "etcd")]
 
@@ -144,4 +145,26 @@ fn an_expired_session_acquiring_a_held_lease_is_told_it_expired() {
     let err = b.join(&late, &name).expect_err("closed session");
     assert_eq!(err.kind(), ErrorKind::SessionExpired, "{err}");
     b.close_session(&holder).unwrap();
+}
+
+/// Group `x` sorts before `x-1` and `x.2` by name, but after them by key (`g/x-1/…`, `g/x.2/…`,
+/// `g/x/…`: `-` and `.` sort before `/`): a capped listing still gives the first groups by name.
+#[test]
+fn a_capped_listing_gives_the_first_groups_by_name() {
+    use simba::backend::ListRequest;
+    let b = backend();
+    let s = b.open_session(Duration::from_secs(10), "m").unwrap().id;
+    let p = format!("ord{:x}-", rand_u64() ^ Instant::now().elapsed().as_nanos() as u64);
+    let x = format!("{p}x");
+    for g in [format!("{x}-1"), format!("{x}.2"), x.clone()] {
+        b.join(&s, &simba::Name::new(g).unwrap()).unwrap();
+    }
+    let names = |limit: usize| {
+        let l = b.list(&ListRequest::new(&x, limit).unwrap()).unwrap();
+        (l.groups.iter().map(|g| g.name.to_string()).collect::<Vec<_>>(), l.truncated.groups)
+    };
+    assert_eq!(names(1), (vec![x.clone()], true));
+    assert_eq!(names(2), (vec![x.clone(), format!("{x}-1")], true));
+    assert_eq!(names(3), (vec![x.clone(), format!("{x}-1"), format!("{x}.2")], false));
+    b.close_session(&s).unwrap();
 }

@@ -19,6 +19,7 @@ use super::proto::etcdserverpb::auth_client::AuthClient;
 use super::proto::etcdserverpb::kv_client::KvClient;
 use super::proto::etcdserverpb::lease_client::LeaseClient;
 use super::proto::etcdserverpb::maintenance_client::MaintenanceClient;
+use super::proto::etcdserverpb::watch_client::WatchClient;
 use super::proto::etcdserverpb::AuthenticateRequest;
 use crate::error::{display_chain, Error, Result};
 
@@ -43,6 +44,7 @@ pub(crate) struct Clients {
     pub(crate) kv: KvClient<Svc>,
     pub(crate) lease: LeaseClient<Svc>,
     pub(crate) maintenance: MaintenanceClient<Svc>,
+    pub(crate) watch: WatchClient<Svc>,
     auth: AuthClient<Channel>,
     token: AuthToken,
     user: Option<Arc<(String, String)>>,
@@ -50,7 +52,7 @@ pub(crate) struct Clients {
 
 impl Clients {
     /// Asks the server for a token for the configured user and uses it from now on.
-    async fn authenticate(&self) -> std::result::Result<(), Status> {
+    pub(crate) async fn authenticate(&self) -> std::result::Result<(), Status> {
         let Some(user) = &self.user else { return Ok(()) };
         let mut auth = self.auth.clone();
         let reply = auth
@@ -65,7 +67,7 @@ impl Clients {
 }
 
 /// True for the error etcd answers when a token expired (or a member restarted and forgot it).
-fn token_expired(s: &Status) -> bool {
+pub(crate) fn token_expired(s: &Status) -> bool {
     s.code() == Code::Unauthenticated && s.message().contains("invalid auth token")
 }
 
@@ -175,6 +177,7 @@ impl EtcdClient {
             kv: KvClient::with_interceptor(channel.clone(), token.clone()),
             lease: LeaseClient::with_interceptor(channel.clone(), token.clone()),
             maintenance: MaintenanceClient::with_interceptor(channel.clone(), token.clone()),
+            watch: WatchClient::with_interceptor(channel.clone(), token.clone()),
             auth: AuthClient::new(channel),
             token,
             user: options.user.clone().map(Arc::new),
@@ -195,6 +198,16 @@ impl EtcdClient {
     /// The query timeout.
     pub(crate) fn query_timeout(&self) -> Duration {
         self.query_timeout
+    }
+
+    /// Spawns the long-lived task `task` (the watch stream's) on the runtime, with the clients; it
+    /// ends with the runtime, when the client is dropped.
+    pub(crate) fn spawn<F, Fut>(&self, task: F)
+    where
+        F: FnOnce(Clients) -> Fut,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
+        self.rt.spawn(task(self.clients.clone()));
     }
 
     /// Runs `op` on the runtime, bounded by the query timeout; re-authenticates once when the

@@ -35,6 +35,11 @@ impl Keys {
         format!("{}s/{s}", self.root).into_bytes()
     }
 
+    /// The prefix of the keys `session` returns.
+    pub(crate) fn sessions_prefix(&self) -> String {
+        format!("{}s/", self.root)
+    }
+
     pub(crate) fn lease(&self, name: &Name) -> Vec<u8> {
         format!("{}l/{name}", self.root).into_bytes()
     }

@@ -21,9 +21,11 @@ use crate::error::Result;
 mod client;
 pub(crate) mod config;
 mod keys;
+mod listing;
 mod options;
 mod proto;
 mod spi;
+mod watch;
 
 pub use options::{
     EtcdOptions, EtcdTls, DEFAULT_CONNECTION_TIMEOUT, DEFAULT_PORT, DEFAULT_PREFIX, DEFAULT_QUERY_TIMEOUT,
@@ -32,6 +34,7 @@ pub use options::{
 use client::EtcdClient;
 use keys::Keys;
 use options::EtcdUrl;
+use watch::Watches;
 
 /// etcd's largest lease TTL (`MaxLeaseTTL`, 9 000 000 000 s): a longer session is refused.
 pub const MAX_TTL: Duration = Duration::from_secs(9_000_000_000);
@@ -46,6 +49,8 @@ pub struct EtcdBackend {
 struct Inner {
     client: EtcdClient,
     keys: Keys,
+    /// The watch stream's registrations (docs/backends/etcd.md, "Watches").
+    watches: Watches,
 }
 
 impl EtcdBackend {
@@ -72,7 +77,9 @@ impl EtcdBackend {
             })
             .collect();
         let client = EtcdClient::connect(&members, &options)?;
-        Ok(EtcdBackend { inner: Arc::new(Inner { client, keys: Keys::new(&options.prefix) }) })
+        let keys = Keys::new(&options.prefix);
+        let watches = Watches::start(&client, keys.clone());
+        Ok(EtcdBackend { inner: Arc::new(Inner { client, keys, watches }) })
     }
 
     /// Connects as the URL says: `etcd://[user:password@]host:2379[,host:2379…]/prefix`, or

@@ -15,29 +15,31 @@ use super::proto::etcdserverpb::{
 use super::proto::mvccpb::KeyValue;
 use super::{EtcdBackend, MAX_TTL};
 use crate::backend::{
-    Acquire, Capabilities, CheckItem, CheckStatus, Holder, KeepAlive, LeaseBackend, Member, SessionGrant, TermRemaining,
+    Acquire, Capabilities, CheckItem, CheckStatus, Holder, KeepAlive, LeaseBackend, ListRequest, Listing, Member,
+    Notification, SessionGrant, TermRemaining, Topic,
 };
+use crate::channel::Sender;
 use crate::error::{Error, Result};
 use crate::types::{Name, SessionId, Token};
 
 /// Most operations etcd accepts in one transaction (its `--max-txn-ops` default).
-const MAX_TXN_OPS: usize = 128;
+pub(super) const MAX_TXN_OPS: usize = 128;
 
 /// etcd's answer to a write attached to a lease that does not exist (expired or revoked).
 fn lease_not_found(s: &Status) -> bool {
     s.code() == Code::NotFound && s.message().contains("lease not found")
 }
 
-fn range(key: Vec<u8>) -> RangeRequest {
+pub(super) fn range(key: Vec<u8>) -> RangeRequest {
     RangeRequest { key, ..Default::default() }
 }
 
-fn range_prefix(prefix: &str) -> RangeRequest {
+pub(super) fn range_prefix(prefix: &str) -> RangeRequest {
     let key = prefix.as_bytes().to_vec();
     RangeRequest { range_end: prefix_end(&key), key, ..Default::default() }
 }
 
-fn op_range(r: RangeRequest) -> RequestOp {
+pub(super) fn op_range(r: RangeRequest) -> RequestOp {
     RequestOp { request: Some(request_op::Request::RequestRange(r)) }
 }
 
@@ -71,14 +73,14 @@ fn created_at(key: Vec<u8>, revision: i64) -> Compare {
 }
 
 /// The range reply at `i` of a transaction's replies.
-fn txn_range(t: &TxnResponse, i: usize) -> std::result::Result<&RangeResponse, Status> {
+pub(super) fn txn_range(t: &TxnResponse, i: usize) -> std::result::Result<&RangeResponse, Status> {
     match t.responses.get(i).and_then(|r| r.response.as_ref()) {
         Some(response_op::Response::ResponseRange(r)) => Ok(r),
         _ => Err(Status::internal(format!("etcd's transaction reply has no range reply at position {i}"))),
     }
 }
 
-fn text(kv: &KeyValue, what: &str) -> std::result::Result<String, Status> {
+pub(super) fn text(kv: &KeyValue, what: &str) -> std::result::Result<String, Status> {
     String::from_utf8(kv.value.clone()).map_err(|_| {
         Status::internal(format!(
             "corrupt {what}: the value of key {:?} is not UTF-8",
@@ -87,19 +89,19 @@ fn text(kv: &KeyValue, what: &str) -> std::result::Result<String, Status> {
     })
 }
 
-fn token_of(kv: &KeyValue) -> std::result::Result<Token, Status> {
+pub(super) fn token_of(kv: &KeyValue) -> std::result::Result<Token, Status> {
     u64::try_from(kv.create_revision)
         .ok()
         .and_then(Token::new)
         .ok_or_else(|| Status::internal(format!("etcd reported create revision {} for a key", kv.create_revision)))
 }
 
-fn secs(ttl: i64) -> Duration {
+pub(super) fn secs(ttl: i64) -> Duration {
     Duration::from_secs(u64::try_from(ttl).unwrap_or(0))
 }
 
 /// Whether `s` is a session id this backend makes (16 hex digits).
-fn is_session_id(s: &str) -> bool {
+pub(super) fn is_session_id(s: &str) -> bool {
     s.len() == 16 && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }
 
@@ -464,7 +466,17 @@ impl LeaseBackend for EtcdBackend {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities::default()
+        // Watches on one stream, resynchronised when it breaks (watch.rs); a lease registration
+        // reads the key first; listing with range reads (listing.rs).
+        Capabilities { push_release: true, push_membership: true, watch_checks_lease: true, list: true }
+    }
+
+    fn watch(&self, topic: &Topic, notify: &Sender<Notification>) -> Result<bool> {
+        self.inner.watches.register(&self.inner.client, topic, notify)
+    }
+
+    fn list(&self, request: &ListRequest) -> Result<Listing> {
+        super::listing::list(&self.inner.client, &self.inner.keys, request)
     }
 
     fn check(&self) -> Vec<CheckItem> {
