@@ -2,7 +2,7 @@
 //! on 127.0.0.1:2399, peer 2400, from the `etcd` and `etcdctl` of `scripts/services up etcd`):
 //! a wrong password and a missing permission fail at once in the server's words, and the server's
 //! auth tokens, which expire after 1 s here (`--auth-token-ttl 1`), are renewed without losing
-//! the session.
+//! the session. `check` reports auth on and the plain user's missing permission.
 #![cfg(feature = "etcd")]
 
 mod support;
@@ -11,7 +11,7 @@ use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use simba::backend::{KeepAlive, LeaseBackend};
+use simba::backend::{CheckStatus, KeepAlive, LeaseBackend};
 use simba::backends::etcd::{EtcdBackend, EtcdOptions};
 use simba::ErrorKind;
 use support::server::ServerProcess;
@@ -112,7 +112,19 @@ fn auth_errors_are_permanent_and_in_the_servers_words_and_expired_tokens_are_ren
     assert_eq!(err.kind(), ErrorKind::Backend, "{err}");
     assert!(err.to_string().contains("permission denied"), "{err}");
 
+    // `check` shows the same denial: its probe does what the backend needs under the prefix.
+    let items = plain.check();
+    let auth = items.iter().find(|c| c.name == "auth").unwrap_or_else(|| panic!("no auth item: {items:?}"));
+    assert_eq!(auth.status, CheckStatus::Fail, "{auth:?}");
+    for words in ["logged in as plain", "cannot do what simba needs under /simba-auth/", "permission denied"] {
+        assert!(auth.detail.contains(words), "{words:?} missing: {auth:?}");
+    }
+
     let root = EtcdBackend::from_url(&url("root:root-pw"), EtcdOptions::default()).unwrap();
+    let items = root.check();
+    let auth = items.iter().find(|c| c.name == "auth").unwrap_or_else(|| panic!("no auth item: {items:?}"));
+    assert_eq!(auth.status, CheckStatus::Ok, "{auth:?}");
+    assert!(auth.detail.starts_with("auth enabled, logged in as root;"), "{auth:?}");
     let s = root.open_session(Duration::from_secs(10), "m").unwrap().id;
     let name = simba::Name::new("auth-lease").unwrap();
     let token = root.acquire(&s, &name).unwrap().token().unwrap();

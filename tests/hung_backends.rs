@@ -7,9 +7,11 @@
 //! Redis Cluster all declare `call_bound`). Redis Cluster runs on a
 //! private cluster whose every node is frozen (`SIGSTOP`: connections are accepted, nothing
 //! answers), since a proxy in front of the shared cluster would be bypassed by the node addresses
-//! the cluster announces.
+//! the cluster announces. etcd runs both ways: a private single member paused (`SIGSTOP`,
+//! tests/support/etcd.rs) and a proxy in front of the shared member that stalls; its calls are
+//! bounded on its own runtime, and once the backend is dropped no thread of that runtime is left.
 
-#![cfg(any(feature = "postgres", feature = "mysql", feature = "redis"))]
+#![cfg(any(feature = "postgres", feature = "mysql", feature = "redis", feature = "etcd"))]
 
 mod support;
 
@@ -25,6 +27,8 @@ use simba::{ErrorKind, Name, Session, SessionOptions};
 use support::proxy::Proxy;
 
 use support::forward::{Forward, Hook, Op};
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+use support::server::wait_stopped;
 
 const SLACK: Duration = Duration::from_millis(500);
 
@@ -424,27 +428,6 @@ fn postgres_paused_server_user_calls_run_inline_and_return_by_themselves() {
     user_calls_return_on_time(on_thread(backend), || server.pause(), true);
 }
 
-/// Returns once every thread of process `pid` is stopped: `kill(SIGSTOP)` returns before a
-/// running thread has stopped, and such a thread could still answer a request sent right after it.
-#[cfg(any(feature = "postgres", feature = "mysql"))]
-fn wait_stopped(pid: nix::unistd::Pid) {
-    let tasks = format!("/proc/{pid}/task");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let states: Vec<String> = std::fs::read_dir(&tasks)
-            .unwrap()
-            .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("stat")).ok())
-            // The state is the field after the parenthesised command name.
-            .filter_map(|stat| stat.rsplit_once(") ").map(|(_, rest)| rest.chars().take(1).collect()))
-            .collect();
-        if !states.is_empty() && states.iter().all(|s| s == "T") {
-            return;
-        }
-        assert!(Instant::now() < deadline, "the threads of {pid} did not all stop: {states:?}");
-        std::thread::sleep(Duration::from_millis(1));
-    }
-}
-
 #[cfg(feature = "redis")]
 #[test]
 #[serial_test::serial(redis)]
@@ -479,4 +462,71 @@ fn redis_cluster_frozen_nodes_user_calls_run_inline_and_return_by_themselves() {
     assert!(backend.is_clustered());
     assert_eq!(backend.call_bound(), Some(Duration::from_millis(500)));
     user_calls_return_on_time(on_thread(backend), || cluster.freeze(), true);
+}
+
+#[cfg(feature = "etcd")]
+mod etcd {
+    use super::*;
+    use simba::backends::etcd::{EtcdBackend, EtcdOptions};
+    use support::etcd::EtcdCluster;
+
+    /// A backend whose call bound (its query timeout + 50 ms) is the sessions' 500 ms query
+    /// timeout, so that user calls run on the caller's thread.
+    fn backend(url: &str) -> Arc<EtcdBackend> {
+        let opts = EtcdOptions::default().query_timeout(Duration::from_millis(450));
+        Arc::new(EtcdBackend::from_url(url, opts).unwrap_or_else(|e| panic!("{e} (run `scripts/services up etcd`)")))
+    }
+
+    /// Once the backends of a test are dropped, their runtimes' threads end: no call left behind
+    /// on the hung server keeps a worker.
+    fn no_worker_left() {
+        let gone = support::eventually(Duration::from_secs(5), || support::threads_named("simba-etcd") == 0);
+        assert!(gone, "{} etcd runtime threads outlived their backends", support::threads_named("simba-etcd"));
+    }
+
+    fn shared() -> String {
+        let url = support::env_or("SIMBA_TEST_ETCD_URL", "etcd://127.0.0.1:2379/simba-test");
+        let addr = url.trim_start_matches("etcd://").split('/').next().unwrap_or_default().to_string();
+        support::require_tcp("etcd", &addr);
+        addr
+    }
+
+    #[test]
+    #[serial_test::serial(etcd)]
+    fn paused_member_does_not_delay_loss_detection() {
+        let mut member = EtcdCluster::start(2790, 1);
+        loss_is_on_time(backend(&member.url(&[0], "simba-hung")), || member.pause(0));
+        no_worker_left();
+    }
+
+    #[test]
+    #[serial_test::serial(etcd)]
+    fn paused_member_user_calls_run_inline_and_return_by_themselves() {
+        // Every call is one future on the backend's runtime bounded by the query timeout, and the
+        // caller waits for it only that long: the backend declares a call bound and user calls run
+        // on the caller's thread; against a paused member they end within the query timeout.
+        let mut member = EtcdCluster::start(2792, 1);
+        let b = backend(&member.url(&[0], "simba-hung"));
+        assert_eq!(b.call_bound(), Some(Duration::from_millis(500)));
+        user_calls_return_on_time(on_thread(b), || member.pause(0), true);
+        no_worker_left();
+    }
+
+    #[test]
+    #[serial_test::serial(etcd)]
+    fn stalled_connection_does_not_delay_loss_detection() {
+        let proxy = Proxy::start(&shared());
+        loss_is_on_time(backend(&format!("etcd://{}/simba-hung", proxy.addr())), || proxy.stall());
+        no_worker_left();
+    }
+
+    #[test]
+    #[serial_test::serial(etcd)]
+    fn stalled_connection_user_calls_run_inline_and_return_by_themselves() {
+        let proxy = Proxy::start(&shared());
+        let b = backend(&format!("etcd://{}/simba-hung", proxy.addr()));
+        assert_eq!(b.call_bound(), Some(Duration::from_millis(500)));
+        user_calls_return_on_time(on_thread(b), || proxy.stall(), true);
+        no_worker_left();
+    }
 }

@@ -13,6 +13,8 @@ use simba::{Name, Session, SessionOptions};
 
 #[cfg(feature = "cli")]
 pub mod cli;
+#[cfg(feature = "etcd")]
+pub mod etcd;
 pub mod forward;
 pub mod netfault;
 #[cfg(all(feature = "postgres", feature = "redis"))]

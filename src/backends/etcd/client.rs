@@ -16,12 +16,13 @@ use tonic::{Code, Request, Status};
 
 use super::options::EtcdOptions;
 use super::proto::etcdserverpb::auth_client::AuthClient;
+use super::proto::etcdserverpb::cluster_client::ClusterClient;
 use super::proto::etcdserverpb::kv_client::KvClient;
 use super::proto::etcdserverpb::lease_client::LeaseClient;
 use super::proto::etcdserverpb::maintenance_client::MaintenanceClient;
 use super::proto::etcdserverpb::watch_client::WatchClient;
 use super::proto::etcdserverpb::AuthenticateRequest;
-use crate::error::{display_chain, Error, Result};
+use crate::error::{display_chain, Error, ErrorKind, Result};
 
 /// Adds the current auth token (etcd's `token` metadata) to every request.
 #[derive(Clone, Default)]
@@ -45,12 +46,29 @@ pub(crate) struct Clients {
     pub(crate) lease: LeaseClient<Svc>,
     pub(crate) maintenance: MaintenanceClient<Svc>,
     pub(crate) watch: WatchClient<Svc>,
+    pub(crate) cluster: ClusterClient<Svc>,
+    /// Auth calls made as the logged-in user (`AuthStatus`, `UserGet`); `auth` logs in.
+    pub(crate) auth_as_user: AuthClient<Svc>,
     auth: AuthClient<Channel>,
     token: AuthToken,
     user: Option<Arc<(String, String)>>,
 }
 
 impl Clients {
+    fn over(channel: Channel, token: AuthToken, user: Option<Arc<(String, String)>>) -> Clients {
+        Clients {
+            kv: KvClient::with_interceptor(channel.clone(), token.clone()),
+            lease: LeaseClient::with_interceptor(channel.clone(), token.clone()),
+            maintenance: MaintenanceClient::with_interceptor(channel.clone(), token.clone()),
+            watch: WatchClient::with_interceptor(channel.clone(), token.clone()),
+            cluster: ClusterClient::with_interceptor(channel.clone(), token.clone()),
+            auth_as_user: AuthClient::with_interceptor(channel.clone(), token.clone()),
+            auth: AuthClient::new(channel),
+            token,
+            user,
+        }
+    }
+
     /// Asks the server for a token for the configured user and uses it from now on.
     pub(crate) async fn authenticate(&self) -> std::result::Result<(), Status> {
         let Some(user) = &self.user else { return Ok(()) };
@@ -78,6 +96,10 @@ pub(crate) struct EtcdClient {
     query_timeout: Duration,
     /// The members, for messages.
     pub(crate) members: String,
+    /// One endpoint per member, in the order given (for `check`, which asks each member).
+    endpoints: Vec<(String, Endpoint)>,
+    /// TLS: `Some(whether a client certificate is configured)`; `None` for plain text.
+    tls: Option<bool>,
 }
 
 impl Drop for EtcdClient {
@@ -112,7 +134,7 @@ pub(crate) fn status_error(what: &str, members: &str, s: &Status) -> Error {
             words = format!("{words} ({chain})");
         }
     }
-    let certificate = words.contains("certificate");
+    let certificate = tls_failure(&words);
     match s.code() {
         Code::Unavailable | Code::DeadlineExceeded | Code::Cancelled | Code::Aborted | Code::ResourceExhausted
             if !certificate =>
@@ -129,6 +151,27 @@ pub(crate) fn status_error(what: &str, members: &str, s: &Status) -> Error {
 }
 
 use std::error::Error as _;
+
+/// The pause before a request that could not be sent is sent again (see `EtcdClient::run`).
+const RESEND_PAUSE: Duration = Duration::from_millis(5);
+
+/// Whether the request never left: the connection to the member it was routed to could not be
+/// made (refused: the member is down or restarting).
+fn never_sent(s: &Status) -> bool {
+    let chain = match s.source() {
+        Some(src) => format!("{} {}", s.message(), display_chain(src)),
+        None => s.message().to_string(),
+    };
+    chain.contains("tcp connect error") || chain.contains("Connection refused")
+}
+
+/// Whether a transport error chain is a TLS failure (rustls' words, or a plain member's answer
+/// to a TLS client): permanent, unlike a refused or reset connection.
+fn tls_failure(words: &str) -> bool {
+    ["certificate", "InvalidContentType", "received fatal alert", "corrupt message", "tls handshake eof"]
+        .iter()
+        .any(|w| words.contains(w))
+}
 
 impl EtcdClient {
     /// Builds the runtime and the channel, authenticates, and checks the cluster answers (one
@@ -166,33 +209,129 @@ impl EtcdClient {
                     .tls_config(cfg)
                     .map_err(|e| Error::config(format!("invalid etcd TLS settings for {m}: {}", display_chain(&e))))?;
             }
-            endpoints.push(ep);
+            endpoints.push((m.clone(), ep));
         }
         let channel = {
             let _guard = rt.enter();
-            Channel::balance_list(endpoints.into_iter())
+            Channel::balance_list(endpoints.iter().map(|(_, ep)| ep.clone()))
         };
-        let token = AuthToken::default();
-        let clients = Clients {
-            kv: KvClient::with_interceptor(channel.clone(), token.clone()),
-            lease: LeaseClient::with_interceptor(channel.clone(), token.clone()),
-            maintenance: MaintenanceClient::with_interceptor(channel.clone(), token.clone()),
-            watch: WatchClient::with_interceptor(channel.clone(), token.clone()),
-            auth: AuthClient::new(channel),
-            token,
-            user: options.user.clone().map(Arc::new),
+        let clients = Clients::over(channel, AuthToken::default(), options.user.clone().map(Arc::new));
+        let client = EtcdClient {
+            rt,
+            clients,
+            query_timeout: options.query_timeout,
+            members: members.join(","),
+            endpoints,
+            tls: options.tls.as_ref().map(|t| t.identity.is_some()),
         };
-        let client = EtcdClient { rt, clients, query_timeout: options.query_timeout, members: members.join(",") };
         let c = client.clients.clone();
-        client.call_within("connect", options.connection_timeout, move |_| {
+        let checked = client.call_within("connect", options.connection_timeout, move |_| {
             let c = c.clone();
             async move {
                 c.authenticate().await?;
                 let mut m = c.maintenance.clone();
                 m.status(super::proto::etcdserverpb::StatusRequest {}).await.map(|_| ())
             }
-        })?;
-        Ok(client)
+        });
+        match checked {
+            Ok(()) => Ok(client),
+            Err(e) => Err(client.why_not_connected(e, options.connection_timeout)),
+        }
+    }
+
+    /// When connecting failed below gRPC, tonic's status says only "transport error" (the balanced
+    /// channel keeps the cause to itself): connects to each member directly, once, to get the
+    /// transport's own error chain, the TLS stack's words for a certificate or protocol mismatch
+    /// (unknown issuer, a plain member spoken to in TLS, a client certificate the member
+    /// requires). A TLS failure is permanent (`Backend`): retrying cannot fix it. A call that
+    /// timed out, or that the server refused, is returned as it is.
+    fn why_not_connected(&self, e: Error, bound: Duration) -> Error {
+        let text = e.to_string();
+        if (e.kind() != ErrorKind::Unavailable && !tls_failure(&text)) || text.contains("did not answer within") {
+            return e;
+        }
+        let endpoints = self.endpoints.clone();
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        self.rt.spawn(async move {
+            let tries = endpoints.into_iter().map(|(m, ep)| async move {
+                match tokio::time::timeout(bound, ep.connect()).await {
+                    Ok(Err(err)) => Some((m, display_chain(&err))),
+                    Ok(Ok(_)) | Err(_) => None,
+                }
+            });
+            let failed: Vec<(String, String)> = futures::future::join_all(tries).await.into_iter().flatten().collect();
+            let _ = tx.send(failed);
+        });
+        let failed = rx.recv_deadline(Instant::now() + bound + Duration::from_millis(20)).unwrap_or_default();
+        const EOF_HINT: &str =
+            " (the member closed the connection in the TLS handshake: does it serve plain text? then use etcd://)";
+        if let Some((member, words)) = failed.iter().find(|(_, w)| tls_failure(w)) {
+            let hint = if words.contains("tls handshake eof") { EOF_HINT } else { "" };
+            return Error::backend(format!("etcd connect at {member} failed in the TLS handshake: {words}{hint}"));
+        }
+        if tls_failure(&text) {
+            let hint = if text.contains("tls handshake eof") { EOF_HINT } else { "" };
+            return Error::backend(format!("{text}: failed in the TLS handshake{hint}"));
+        }
+        // Every member accepted a connection (and a TLS handshake), then closed it at the first
+        // request: what members do to a client that lacks what they require. Neither side says
+        // more (the member's TLS alert, when there is one, may not reach the client in time).
+        let closed =
+            ["connection closed", "connection reset", "broken pipe", "stream closed"].iter().any(|w| text.contains(w));
+        if failed.is_empty() && closed {
+            match self.tls {
+                Some(false) => {
+                    return Error::backend(format!(
+                        "{text}: the members at {} closed the connection after the TLS handshake; no client \
+                         certificate was given (cert= and key=), which a member started with --client-cert-auth \
+                         requires",
+                        self.members
+                    ))
+                }
+                None => {
+                    return Error::backend(format!(
+                        "{text}: the members at {} closed the connection at the first plain-text request; a \
+                         member that serves TLS only does that (then use etcds://)",
+                        self.members
+                    ))
+                }
+                Some(true) => {}
+            }
+        }
+        match failed.first() {
+            Some((member, words)) => Error::unavailable(format!("etcd connect at {member} failed: {words}")),
+            None => e,
+        }
+    }
+
+    /// The configured user's name, when there is one.
+    pub(crate) fn user(&self) -> Option<&str> {
+        self.clients.user.as_deref().map(|u| u.0.as_str())
+    }
+
+    /// The members' addresses, in the order given.
+    pub(crate) fn member_addrs(&self) -> Vec<String> {
+        self.endpoints.iter().map(|(m, _)| m.clone()).collect()
+    }
+
+    /// Runs `op` on the clients of member `i` alone (its own connection, made at the first call,
+    /// with the same TLS settings and token), bounded by the query timeout; for `check`.
+    pub(crate) fn call_member<T, F, Fut>(&self, i: usize, what: &str, op: F) -> Result<T>
+    where
+        F: Fn(Clients) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = std::result::Result<T, Status>> + Send + 'static,
+        T: Send + 'static,
+    {
+        let Some((addr, ep)) = self.endpoints.get(i) else {
+            return Err(Error::backend(format!("no etcd member number {i}")));
+        };
+        let channel = {
+            let _guard = self.rt.enter();
+            ep.connect_lazy()
+        };
+        let clients = Clients::over(channel, self.clients.token.clone(), self.clients.user.clone());
+        // Errors name the member alone, not the whole list.
+        self.run(what, addr, self.query_timeout, clients, op)
     }
 
     /// The query timeout.
@@ -227,18 +366,43 @@ impl EtcdClient {
         Fut: Future<Output = std::result::Result<T, Status>> + Send + 'static,
         T: Send + 'static,
     {
+        self.run(what, &self.members, bound, self.clients.clone(), op)
+    }
+
+    fn run<T, F, Fut>(&self, what: &str, members: &str, bound: Duration, clients: Clients, op: F) -> Result<T>
+    where
+        F: Fn(Clients) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = std::result::Result<T, Status>> + Send + 'static,
+        T: Send + 'static,
+    {
         let deadline = Instant::now() + bound;
         let (tx, rx) = crossbeam_channel::bounded(1);
-        let clients = self.clients.clone();
+        // On the balanced channel of several members, a request that could not even be sent (the
+        // member it was routed to refuses connections: dead, restarting) is sent again, to
+        // whichever member the balancer picks next, until the bound: tonic's balancer keeps
+        // routing to an endpoint whose connection attempts fail (docs/backends/etcd.md, "Faults
+        // and failover"). Nothing reached a server, so nothing is applied twice.
+        let retry = self.endpoints.len() > 1 && members == self.members;
+        let last: Arc<parking_lot::Mutex<Option<Status>>> = Arc::default();
+        let last_seen = last.clone();
         self.rt.spawn(async move {
             let run = async {
-                match op(clients.clone()).await {
-                    Err(s) if token_expired(&s) && clients.user.is_some() => {
-                        log::debug!("etcd refused the auth token ({}): logging in again", s.message());
-                        clients.authenticate().await?;
-                        op(clients).await
+                loop {
+                    let r = match op(clients.clone()).await {
+                        Err(s) if token_expired(&s) && clients.user.is_some() => {
+                            log::debug!("etcd refused the auth token ({}): logging in again", s.message());
+                            clients.authenticate().await?;
+                            op(clients.clone()).await
+                        }
+                        r => r,
+                    };
+                    match r {
+                        Err(s) if retry && never_sent(&s) => {
+                            *last_seen.lock() = Some(s);
+                            tokio::time::sleep(RESEND_PAUSE).await;
+                        }
+                        r => return r,
                     }
-                    r => r,
                 }
             };
             let _ = tx.send(tokio::time::timeout(bound, run).await);
@@ -246,10 +410,11 @@ impl EtcdClient {
         // A little past the inner timeout, so that its answer (rather than ours) is the one seen.
         match rx.recv_deadline(deadline + Duration::from_millis(20)) {
             Ok(Ok(Ok(v))) => Ok(v),
-            Ok(Ok(Err(s))) => Err(status_error(what, &self.members, &s)),
-            Ok(Err(_)) | Err(_) => {
-                Err(Error::unavailable(format!("etcd {what} at {} did not answer within {bound:?}", self.members)))
-            }
+            Ok(Ok(Err(s))) => Err(status_error(what, members, &s)),
+            Ok(Err(_)) | Err(_) => match last.lock().take() {
+                Some(s) => Err(status_error(&format!("{what} (sent for {bound:?})"), members, &s)),
+                None => Err(Error::unavailable(format!("etcd {what} at {members} did not answer within {bound:?}"))),
+            },
         }
     }
 }

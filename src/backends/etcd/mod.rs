@@ -18,6 +18,7 @@ use std::time::Duration;
 
 use crate::error::Result;
 
+mod check;
 mod client;
 pub(crate) mod config;
 mod keys;

@@ -9,14 +9,14 @@ use tonic::{Code, Status};
 use super::keys::{lease_id, prefix_end, session_id};
 use super::proto::etcdserverpb::{
     compare, request_op, response_op, Compare, DeleteRangeRequest, LeaseGrantRequest, LeaseKeepAliveRequest,
-    LeaseRevokeRequest, LeaseTimeToLiveRequest, PutRequest, RangeRequest, RangeResponse, RequestOp, StatusRequest,
-    TxnRequest, TxnResponse,
+    LeaseRevokeRequest, LeaseTimeToLiveRequest, PutRequest, RangeRequest, RangeResponse, RequestOp, TxnRequest,
+    TxnResponse,
 };
 use super::proto::mvccpb::KeyValue;
 use super::{EtcdBackend, MAX_TTL};
 use crate::backend::{
-    Acquire, Capabilities, CheckItem, CheckStatus, Holder, KeepAlive, LeaseBackend, ListRequest, Listing, Member,
-    Notification, SessionGrant, TermRemaining, Topic,
+    Acquire, Capabilities, CheckItem, Holder, KeepAlive, LeaseBackend, ListRequest, Listing, Member, Notification,
+    SessionGrant, TermRemaining, Topic,
 };
 use crate::channel::Sender;
 use crate::error::{Error, Result};
@@ -480,23 +480,6 @@ impl LeaseBackend for EtcdBackend {
     }
 
     fn check(&self) -> Vec<CheckItem> {
-        let members = self.inner.client.members.clone();
-        match self.inner.client.call("status", |c| async move {
-            let mut m = c.maintenance.clone();
-            m.status(StatusRequest {}).await.map(|r| r.into_inner())
-        }) {
-            Ok(s) => vec![CheckItem {
-                name: "reachable".into(),
-                status: CheckStatus::Ok,
-                detail: format!(
-                    "etcd {} at {members}: member {:x}, leader {:x}, raft term {}",
-                    s.version,
-                    s.header.map_or(0, |h| h.member_id),
-                    s.leader,
-                    s.raft_term
-                ),
-            }],
-            Err(e) => vec![CheckItem { name: "reachable".into(), status: CheckStatus::Fail, detail: e.to_string() }],
-        }
+        super::check::check(&self.inner.client, &self.inner.keys)
     }
 }
