@@ -90,7 +90,9 @@ fn auth(client: &EtcdClient, keys: &Keys) -> CheckItem {
     };
     let probe_key = keys.root().as_bytes().iter().chain(b"check").copied().collect::<Vec<u8>>();
     let root = keys.root().as_bytes().to_vec();
-    let probe = client.call("permission probe", move |c| {
+    // Four calls one after the other (each a write through the leader on a cluster): a query
+    // timeout for each.
+    let probe = client.call_within("permission probe", client.query_timeout() * 4, move |c| {
         let (key, root) = (probe_key.clone(), root.clone());
         async move {
             let mut lease = c.lease.clone();

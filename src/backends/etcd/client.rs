@@ -360,7 +360,9 @@ impl EtcdClient {
         self.call_within(what, self.query_timeout, op)
     }
 
-    fn call_within<T, F, Fut>(&self, what: &str, bound: Duration, op: F) -> Result<T>
+    /// Runs `op` on the runtime, bounded by `bound` (inside and outside); re-authenticates once
+    /// when the token expired.
+    pub(crate) fn call_within<T, F, Fut>(&self, what: &str, bound: Duration, op: F) -> Result<T>
     where
         F: Fn(Clients) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = std::result::Result<T, Status>> + Send + 'static,
