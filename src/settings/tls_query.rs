@@ -12,6 +12,9 @@ use crate::error::{Error, Result};
 /// CA, client certificate and client key, as a URL's query names them.
 pub(crate) type TlsFiles = [Option<PathBuf>; 3];
 
+/// Where a query's other parameters go, in order: kept, or refused with an error.
+pub(crate) type Others<'a> = dyn FnMut(Cow<'_, str>, Cow<'_, str>) -> Result<()> + 'a;
+
 /// How one backend names its TLS file parameters.
 pub(crate) struct TlsParams<'a> {
     /// The parameters of the CA, the client certificate and its key, in that order.
@@ -34,11 +37,7 @@ impl TlsParams<'_> {
     /// # Errors
     /// `InvalidConfig` (from `invalid`) for a file parameter without a value or given twice;
     /// whatever `other` returns.
-    pub(crate) fn split(
-        &self,
-        query: &str,
-        other: &mut dyn FnMut(Cow<'_, str>, Cow<'_, str>) -> Result<()>,
-    ) -> Result<TlsFiles> {
+    pub(crate) fn split(&self, query: &str, other: &mut Others<'_>) -> Result<TlsFiles> {
         let mut files: TlsFiles = [None, None, None];
         for (k, v) in url::form_urlencoded::parse(query.as_bytes()) {
             let name = (self.normalize)(&k);
