@@ -138,15 +138,22 @@ pub fn samples(url: &str, samples: usize, sample: Sample) -> BenchResult<Vec<Dur
     );
     let key = key.into_bytes();
     // One watch stream; a watch per sample, created after the key is, cancelled with the stream.
+    // The stream opens once its first create is queued: etcd answers the call (its headers) only
+    // with its first reply.
     let (tx, rx) = futures::channel::mpsc::unbounded::<WatchRequest>();
+    let mut rx = Some(rx);
+    let mut stream = None;
     let mut client = WatchClient::new(watcher.channel.clone());
-    let mut events = watcher.rt.block_on(client.watch(rx))?.into_inner();
     let mut out = Vec::with_capacity(samples);
     for _ in 0..samples {
         writer.put_if_absent(&key)?;
         let create = WatchCreateRequest { key: key.clone(), ..Default::default() };
         tx.unbounded_send(WatchRequest { request_union: Some(watch_request::RequestUnion::CreateRequest(create)) })
             .map_err(|e| err(format!("the raw watch stream closed: {e}")))?;
+        if let Some(rx) = rx.take() {
+            stream = Some(watcher.rt.block_on(client.watch(rx))?.into_inner());
+        }
+        let events = stream.as_mut().ok_or_else(|| err("the raw watch stream did not open"))?;
         // The creation's own reply first: the watch is in place from here on.
         let watch_id = loop {
             let reply = watcher.rt.block_on(events.message())?.ok_or_else(|| err("the raw watch stream ended"))?;
@@ -157,15 +164,17 @@ pub fn samples(url: &str, samples: usize, sample: Sample) -> BenchResult<Vec<Dur
         let (done_tx, done_rx) = crossbeam_channel::bounded::<Result<Instant, String>>(1);
         std::thread::scope(|scope| -> BenchResult<()> {
             let watcher = &watcher;
-            let events = &mut events;
             let key = &key;
             scope.spawn(move || {
+                // Bounded, so that a watch that never reports ends the scope too.
                 let seen = loop {
-                    match watcher.rt.block_on(events.message()) {
-                        Ok(Some(r)) if r.watch_id == watch_id && !r.events.is_empty() => break Ok(()),
-                        Ok(Some(_)) => {}
-                        Ok(None) => break Err("the raw watch stream ended".to_string()),
-                        Err(e) => break Err(e.to_string()),
+                    let next = async { tokio::time::timeout(Duration::from_secs(5), events.message()).await };
+                    match watcher.rt.block_on(next) {
+                        Ok(Ok(Some(r))) if r.watch_id == watch_id && !r.events.is_empty() => break Ok(()),
+                        Ok(Ok(Some(_))) => {}
+                        Ok(Ok(None)) => break Err("the raw watch stream ended".to_string()),
+                        Ok(Err(e)) => break Err(e.to_string()),
+                        Err(_) => break Err("no report of the delete within 5 s".to_string()),
                     }
                 };
                 let r = seen.and_then(|()| match sample {

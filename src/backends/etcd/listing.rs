@@ -23,8 +23,8 @@ use tonic::Status;
 
 use super::client::{Clients, EtcdClient};
 use super::keys::{lease_id, prefix_end, session_id, Keys};
-use super::proto::etcdserverpb::{LeaseTimeToLiveRequest, RangeRequest, TxnRequest};
-use super::spi::{is_session_id, op_range, range, range_prefix, secs, text, token_of, txn_range, MAX_TXN_OPS};
+use super::proto::etcdserverpb::{LeaseTimeToLiveRequest, RangeRequest};
+use super::spi::{is_session_id, range_prefix, secs, session_metadata, text, token_of};
 use crate::backend::{Holder, ListRequest, ListedGroup, ListedLease, ListedSession, Listing, Member};
 use crate::error::Result;
 use crate::types::{Name, SessionId};
@@ -129,19 +129,7 @@ async fn gather(c: Clients, keys: Keys, request: ListRequest) -> std::result::Re
         .filter(|s| !metadata.contains_key(s))
         .collect();
     let unknown: Vec<SessionId> = unknown.into_iter().collect();
-    for chunk in unknown.chunks(MAX_TXN_OPS) {
-        let txn = TxnRequest {
-            compare: Vec::new(),
-            success: chunk.iter().map(|s| op_range(range(keys.session(s)))).collect(),
-            failure: Vec::new(),
-        };
-        let reply = kv.txn(txn).await?.into_inner();
-        for (i, sid) in chunk.iter().enumerate() {
-            if let Some(m) = txn_range(&reply, i)?.kvs.first() {
-                metadata.insert(sid.clone(), text(m, "session metadata")?);
-            }
-        }
-    }
+    metadata.extend(session_metadata(&c, &keys, &unknown).await?);
 
     for (name, session, token, lease) in holders {
         let (Some(&Some(remaining)), Some(meta)) = (ttls.get(&lease), metadata.get(&session)) else { continue };

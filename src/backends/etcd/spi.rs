@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use tonic::{Code, Status};
 
-use super::keys::{lease_id, prefix_end, session_id};
+use super::client::Clients;
+use super::keys::{lease_id, prefix_end, session_id, Keys};
 use super::proto::etcdserverpb::{
     compare, request_op, response_op, Compare, DeleteRangeRequest, LeaseGrantRequest, LeaseKeepAliveRequest,
     LeaseRevokeRequest, LeaseTimeToLiveRequest, PutRequest, RangeRequest, RangeResponse, RequestOp, TxnRequest,
@@ -70,6 +71,31 @@ fn cmp(key: Vec<u8>, result: compare::CompareResult, target: compare::TargetUnio
 
 fn created_at(key: Vec<u8>, revision: i64) -> Compare {
     cmp(key, compare::CompareResult::Equal, compare::TargetUnion::CreateRevision(revision))
+}
+
+/// The metadata of those of `sids` whose session key still exists, in their order: one read of
+/// their session keys per [`MAX_TXN_OPS`] (a session gone meanwhile is left out).
+pub(crate) async fn session_metadata(
+    c: &Clients,
+    keys: &Keys,
+    sids: &[SessionId],
+) -> std::result::Result<Vec<(SessionId, String)>, Status> {
+    let mut kv = c.kv.clone();
+    let mut out = Vec::with_capacity(sids.len());
+    for chunk in sids.chunks(MAX_TXN_OPS) {
+        let txn = TxnRequest {
+            compare: Vec::new(),
+            success: chunk.iter().map(|s| op_range(range(keys.session(s)))).collect(),
+            failure: Vec::new(),
+        };
+        let reply = kv.txn(txn).await?.into_inner();
+        for (i, sid) in chunk.iter().enumerate() {
+            if let Some(m) = txn_range(&reply, i)?.kvs.first() {
+                out.push((sid.clone(), text(m, "session metadata")?));
+            }
+        }
+    }
+    Ok(out)
 }
 
 /// The range reply at `i` of a transaction's replies.
@@ -409,23 +435,10 @@ impl LeaseBackend for EtcdBackend {
                     .filter(|s| is_session_id(s))
                     .filter_map(|s| SessionId::parse(s).ok())
                     .collect();
-                let mut out = Vec::with_capacity(sids.len());
                 // The members' metadata, from their session keys (a session gone meanwhile is
                 // not alive: left out).
-                for chunk in sids.chunks(MAX_TXN_OPS) {
-                    let txn = TxnRequest {
-                        compare: Vec::new(),
-                        success: chunk.iter().map(|s| op_range(range(keys.session(s)))).collect(),
-                        failure: Vec::new(),
-                    };
-                    let reply = kv.txn(txn).await?.into_inner();
-                    for (i, sid) in chunk.iter().enumerate() {
-                        if let Some(m) = txn_range(&reply, i)?.kvs.first() {
-                            out.push(Member { session: sid.clone(), metadata: text(m, "session metadata")? });
-                        }
-                    }
-                }
-                Ok(out)
+                let known = session_metadata(&c, &keys, &sids).await?;
+                Ok(known.into_iter().map(|(session, metadata)| Member { session, metadata }).collect())
             }
         })
     }
