@@ -8,5 +8,6 @@
 pub(crate) mod endpoint;
 pub(crate) mod kind;
 pub(crate) mod redact;
+#[cfg(any(feature = "redis", feature = "mysql", feature = "zookeeper", feature = "etcd"))]
 pub(crate) mod tls_query;
 pub(crate) mod values;
