@@ -59,6 +59,7 @@ impl TlsParams<'_> {
 }
 
 /// `base` with the query `kept` (none: `base` alone).
+#[cfg_attr(not(any(feature = "redis", feature = "mysql")), allow(dead_code))]
 pub(crate) fn with_query(base: &str, kept: Vec<(String, String)>) -> String {
     if kept.is_empty() {
         base.to_string()
