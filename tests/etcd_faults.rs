@@ -2,7 +2,8 @@
 //! own ports from 2740, own data directories, heartbeat 50 ms, election timeout 500 ms; never the
 //! shared members): a follower killed and restarted, the leader killed (with the failover bound of
 //! a crashed holder measured), a member paused (`SIGSTOP`) under a client that uses only it and
-//! under one that balances over all three, and a member dead from the start. The reasoning and the
+//! under one given all three (which must keep its session), a member dead from the start, and a new session's lease grant
+//! applied by one member whose answer is late (sent on to the next, it grants one lease). The reasoning and the
 //! measured bounds are in docs/backends/etcd.md, "Faults and failover".
 #![cfg(feature = "etcd")]
 
@@ -15,7 +16,8 @@ use simba::backend::{Acquire, KeepAlive, LeaseBackend};
 use simba::backends::etcd::{EtcdBackend, EtcdOptions};
 use simba::channel::Receiver;
 use simba::{Name, Session, SessionEvent, SessionOptions};
-use support::etcd::{EtcdCluster, ELECTION_TIMEOUT};
+use support::etcd::{etcdctl, EtcdCluster, ELECTION_TIMEOUT};
+use support::proxy::Proxy;
 
 const LEASE: Duration = Duration::from_secs(2);
 const RENEW: Duration = Duration::from_millis(500);
@@ -179,22 +181,26 @@ fn paused_member_loses_the_session_by_its_local_deadline_and_nothing_is_held_twi
     rival.close().unwrap();
 }
 
-/// A follower of a client that balances over all three members is paused. Whether the session
-/// keeps its lease (renewing through the other two) or loses it, the client never believes it
-/// holds what the cluster does not give it: every time `token()` succeeds, a read of the holder
-/// through another member made just before names this session and term. What tonic's balancing
-/// does is printed for the docs.
+/// The member that a client given all three sends its calls to (the first given, a follower) is
+/// paused: nothing answers, its connections stay open. Calls go on to the next member after the
+/// hedge delay (a quarter of the query timeout, src/backends/etcd/route.rs), so the session keeps
+/// its lease throughout (nothing lost), and it never believes it holds what the cluster does not
+/// give it: every time `token()` succeeds, a read of the holder through the leader made just
+/// before names this session and term. A second client with the same member order opens a
+/// session while the member is still paused, waits for the name, and is handed it by a push when
+/// the first releases it (its watch stream follows its calls to a live member) — long before its
+/// poll, due 10 s in.
 #[test]
 #[serial_test::serial(etcd_private)]
-fn paused_follower_under_a_balanced_client_never_makes_a_double_holder() {
+fn paused_first_member_of_three_costs_no_session_and_no_push() {
     let mut cluster = EtcdCluster::start(2770, 3);
     let leader = cluster.leader();
     let victim = (leader + 1) % 3;
-    let all = backend(&cluster, &[0, 1, 2]);
+    let order = [victim, (victim + 1) % 3, (victim + 2) % 3];
     let observer = backend(&cluster, &[leader]);
-    let session = Session::open(all, options(LEASE)).unwrap();
+    let session = Session::open(backend(&cluster, &order), options(LEASE)).unwrap();
     let events = session.events();
-    let n = name("balanced");
+    let n = name("first-paused");
     let lease = session.lock(&n).unwrap();
     let token = lease.token().unwrap();
     cluster.pause(victim);
@@ -209,9 +215,45 @@ fn paused_follower_under_a_balanced_client_never_makes_a_double_holder() {
         }
         std::thread::sleep(Duration::from_millis(50));
     }
-    let evs: Vec<SessionEvent> = events.try_iter().collect();
-    eprintln!("paused follower under balance_list: {held_checks} checks held, events {evs:?}");
+    for ev in events.try_iter() {
+        assert!(
+            matches!(ev, SessionEvent::RenewalFailed { .. }),
+            "the session lost something while only the member it called first was paused: {ev:?}"
+        );
+    }
+    assert!(lease.token().is_ok(), "the lease is still held ({held_checks} checks held)");
+    assert_eq!(session.state(), simba::SessionState::Active);
+
+    // A waiter on a client of its own, opened while the member is paused; it polls every 10 s.
+    let polling_slowly = SessionOptions::builder()
+        .lease_duration(Duration::from_secs(60))
+        .renew_interval(Duration::from_secs(20))
+        .query_timeout(QUERY)
+        .build()
+        .unwrap();
+    let waiter = Session::open(backend(&cluster, &order), polling_slowly).unwrap();
+    let (tx, got) = crossbeam_channel::bounded(1);
+    let (wn, waiter_events) = (n.clone(), waiter.events());
+    let handle = std::thread::spawn(move || {
+        let r = waiter.lock(&wn).map(|l| l.token());
+        let _ = tx.send((Instant::now(), r));
+        waiter
+    });
+    // The waiter is parked once its lock attempt was refused and its watch registered; give it
+    // time to get there (a late release only makes the hand-off easier to see as a push).
+    std::thread::sleep(Duration::from_secs(1));
+    let released = Instant::now();
+    lease.release().unwrap();
+    let (at, r) = got.recv_timeout(Duration::from_secs(8)).expect("the waiter never got the lease");
+    let t = r.unwrap().unwrap();
+    assert!(t > token, "the waiter's term {t} comes after {token}");
+    let took = at.saturating_duration_since(released);
+    assert!(took < Duration::from_secs(2), "the waiter got the lease {took:?} after the release: not pushed");
+    assert!(waiter_events.try_iter().all(|ev| matches!(ev, SessionEvent::RenewalFailed { .. })));
     cluster.resume(victim);
+    let waiter = handle.join().unwrap();
+    waiter.close().unwrap();
+    session.close().unwrap();
 }
 
 /// One member of three is dead before the client connects: the connect and every later call
@@ -237,4 +279,34 @@ fn a_member_dead_from_the_start_does_not_slow_calls() {
     let failures = holds_for(&session, &events, &lease, LEASE + RENEW);
     assert_eq!(failures, 0, "no renewal went to the dead member");
     session.close().unwrap();
+}
+
+/// A new session's lease grant reaches the first member given, which applies it, but its answer
+/// is held back (a proxy stalls the member's replies). After the hedge delay the grant goes on to
+/// the next member, which refuses the client-chosen lease id as existing; the session opens on
+/// that one lease and keeps it. The cluster then has exactly one lease, the session's: a grant
+/// sent twice never grants two (it would with ids chosen by the server).
+#[test]
+#[serial_test::serial(etcd_private)]
+fn a_grant_sent_to_two_members_grants_one_lease() {
+    let cluster = EtcdCluster::start(2820, 3);
+    let proxy = Proxy::start(&cluster.addr(0));
+    let url = format!("etcd://{},{},{}/simba-faults", proxy.addr(), cluster.addr(1), cluster.addr(2));
+    let opts = EtcdOptions::default().query_timeout(QUERY).connection_timeout(Duration::from_secs(5));
+    let client = Arc::new(EtcdBackend::from_url(&url, opts).unwrap());
+    let leases = || {
+        let out = etcdctl(&cluster.addr(1), &["lease", "list"]).expect("etcdctl lease list");
+        out.lines().skip(1).map(|l| u64::from_str_radix(l.trim(), 16).unwrap()).collect::<Vec<u64>>()
+    };
+    assert_eq!(leases(), Vec::<u64>::new(), "a fresh cluster has no lease");
+    proxy.stall_replies();
+    let session = Session::open(client, options(LEASE)).unwrap();
+    let events = session.events();
+    let id = u64::from_str_radix(session.id().as_str(), 16).unwrap();
+    assert_eq!(leases(), vec![id], "the cluster's leases are the session's one");
+    let lease = session.lock(&name("grant")).unwrap();
+    assert_eq!(holds_for(&session, &events, &lease, LEASE + RENEW), 0);
+    proxy.resume_replies();
+    session.close().unwrap();
+    assert_eq!(leases(), Vec::<u64>::new(), "closing revoked the one lease");
 }

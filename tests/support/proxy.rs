@@ -21,6 +21,8 @@ pub struct Proxy {
     conns: Arc<Mutex<Vec<TcpStream>>>,
     requests: Arc<AtomicUsize>,
     hold: Arc<Hold>,
+    /// While set, the server's data waits (requests still reach the server).
+    replies_stalled: Arc<AtomicBool>,
 }
 
 /// What [`Proxy::hold_on`] holds back: the pattern, whether a chunk has been held, whether it may go.
@@ -63,6 +65,8 @@ impl Proxy {
         let r2 = requests.clone();
         let hold = Arc::new(Hold::default());
         let h2 = hold.clone();
+        let replies_stalled = Arc::new(AtomicBool::new(false));
+        let rs2 = replies_stalled.clone();
         thread::spawn(move || {
             while !st2.load(Ordering::SeqCst) {
                 match listener.accept() {
@@ -78,13 +82,13 @@ impl Proxy {
                         let answered = Arc::new(AtomicBool::new(true));
                         let up = Direction::Up { answered: answered.clone(), requests: r2.clone(), hold: h2.clone() };
                         pump(client.try_clone().unwrap(), server.try_clone().unwrap(), s2.clone(), up);
-                        pump(server, client, s2.clone(), Direction::Down { answered });
+                        pump(server, client, s2.clone(), Direction::Down { answered, stalled: rs2.clone() });
                     }
                     Err(_) => thread::sleep(Duration::from_millis(5)),
                 }
             }
         });
-        Proxy { port, stalled, stop, conns, requests, hold }
+        Proxy { port, stalled, stop, conns, requests, hold, replies_stalled }
     }
 
     /// From now on, holds back the client data of a connection from its first chunk containing
@@ -129,6 +133,17 @@ impl Proxy {
         self.stalled.store(false, Ordering::SeqCst);
     }
 
+    /// Stops forwarding the server's data only: requests still reach the server, their answers
+    /// wait (a request applied whose reply is late).
+    pub fn stall_replies(&self) {
+        self.replies_stalled.store(true, Ordering::SeqCst);
+    }
+
+    /// Forwards the server's data again.
+    pub fn resume_replies(&self) {
+        self.replies_stalled.store(false, Ordering::SeqCst);
+    }
+
     /// Closes every open connection (new ones are still accepted).
     pub fn cut(&self) {
         for c in self.conns.lock().unwrap().drain(..) {
@@ -142,6 +157,7 @@ impl Drop for Proxy {
         self.stop.store(true, Ordering::SeqCst);
         self.let_through();
         self.resume();
+        self.resume_replies();
         self.cut();
     }
 }
@@ -150,8 +166,8 @@ impl Drop for Proxy {
 enum Direction {
     /// Client to server: counts a request when the server spoke last; holds what [`Hold`] matches.
     Up { answered: Arc<AtomicBool>, requests: Arc<AtomicUsize>, hold: Arc<Hold> },
-    /// Server to client.
-    Down { answered: Arc<AtomicBool> },
+    /// Server to client; waits while `stalled` is set.
+    Down { answered: Arc<AtomicBool>, stalled: Arc<AtomicBool> },
 }
 
 fn pump(mut from: TcpStream, mut to: TcpStream, stalled: Arc<AtomicBool>, direction: Direction) {
@@ -171,7 +187,12 @@ fn pump(mut from: TcpStream, mut to: TcpStream, stalled: Arc<AtomicBool>, direct
                             }
                             hold.gate(&buf[..n]);
                         }
-                        Direction::Down { answered } => answered.store(true, Ordering::SeqCst),
+                        Direction::Down { answered, stalled } => {
+                            answered.store(true, Ordering::SeqCst);
+                            while stalled.load(Ordering::SeqCst) {
+                                thread::sleep(Duration::from_millis(5));
+                            }
+                        }
                     }
                     while stalled.load(Ordering::SeqCst) {
                         thread::sleep(Duration::from_millis(5));

@@ -92,7 +92,8 @@ fn auth(client: &EtcdClient, keys: &Keys) -> CheckItem {
     let root = keys.root().as_bytes().to_vec();
     // Four calls one after the other (each a write through the leader on a cluster): a query
     // timeout for each.
-    let probe = client.call_within("permission probe", client.query_timeout() * 4, move |c| {
+    // Not sent twice: it grants a lease.
+    let probe = client.call_once("permission probe", client.query_timeout() * 4, move |c| {
         let (key, root) = (probe_key.clone(), root.clone());
         async move {
             let mut lease = c.lease.clone();

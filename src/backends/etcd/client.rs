@@ -22,6 +22,7 @@ use super::proto::etcdserverpb::lease_client::LeaseClient;
 use super::proto::etcdserverpb::maintenance_client::MaintenanceClient;
 use super::proto::etcdserverpb::watch_client::WatchClient;
 use super::proto::etcdserverpb::AuthenticateRequest;
+use super::route::{Resend, Route};
 use crate::error::{display_chain, Error, ErrorKind, Result};
 
 /// Adds the current auth token (etcd's `token` metadata) to every request.
@@ -82,6 +83,23 @@ impl Clients {
         *self.token.0.write() = Some(value);
         Ok(())
     }
+
+    /// Runs `op` on these clients; logs in again and runs it once more when the server refused
+    /// the auth token (expired, or a member that does not know it).
+    pub(crate) async fn run<T, F, Fut>(&self, op: &F) -> std::result::Result<T, Status>
+    where
+        F: Fn(Clients) -> Fut,
+        Fut: Future<Output = std::result::Result<T, Status>>,
+    {
+        match op(self.clone()).await {
+            Err(s) if token_expired(&s) && self.user.is_some() => {
+                log::debug!("etcd refused the auth token ({}): logging in again", s.message());
+                self.authenticate().await?;
+                op(self.clone()).await
+            }
+            r => r,
+        }
+    }
 }
 
 /// True for the error etcd answers when a token expired (or a member restarted and forgot it).
@@ -89,10 +107,10 @@ pub(crate) fn token_expired(s: &Status) -> bool {
     s.code() == Code::Unauthenticated && s.message().contains("invalid auth token")
 }
 
-/// The client: its runtime and its clients.
+/// The client: its runtime and its route to the members.
 pub(crate) struct EtcdClient {
     rt: tokio::runtime::Runtime,
-    clients: Clients,
+    route: Arc<Route>,
     query_timeout: Duration,
     /// The members, for messages.
     pub(crate) members: String,
@@ -134,30 +152,41 @@ pub(crate) fn status_error(what: &str, members: &str, s: &Status) -> Error {
             words = format!("{words} ({chain})");
         }
     }
-    let certificate = tls_failure(&words);
+    if transient_in(s, &words) {
+        Error::unavailable(format!("etcd {what} at {members} failed: {words}"))
+    } else {
+        let code = s.code();
+        Error::backend(format!("etcd {what} at {members} was refused: {words} (gRPC {code:?})"))
+    }
+}
+
+/// Whether `s` is a failure that may pass (`Unavailable` to the caller; another member may
+/// answer): not the server's refusal, and not a certificate the TLS stack rejects.
+pub(crate) fn transient(s: &Status) -> bool {
+    let words = match s.source() {
+        Some(src) => format!("{} {}", s.message(), display_chain(src)),
+        None => s.message().to_string(),
+    };
+    transient_in(s, &words)
+}
+
+/// [`transient`], given the status's words with its source chain.
+fn transient_in(s: &Status, words: &str) -> bool {
     match s.code() {
-        Code::Unavailable | Code::DeadlineExceeded | Code::Cancelled | Code::Aborted | Code::ResourceExhausted
-            if !certificate =>
-        {
-            Error::unavailable(format!("etcd {what} at {members} failed: {words}"))
-        }
+        _ if tls_failure(words) => false,
+        Code::Unavailable | Code::DeadlineExceeded | Code::Cancelled | Code::Aborted | Code::ResourceExhausted => true,
         // tonic reports transport failures (connection refused or reset) as Unknown with the
         // cause in the source chain.
-        Code::Unknown if s.source().is_some() && !certificate => {
-            Error::unavailable(format!("etcd {what} at {members} failed: {words}"))
-        }
-        code => Error::backend(format!("etcd {what} at {members} was refused: {words} (gRPC {code:?})")),
+        Code::Unknown => s.source().is_some(),
+        _ => false,
     }
 }
 
 use std::error::Error as _;
 
-/// The pause before a request that could not be sent is sent again (see `EtcdClient::run`).
-const RESEND_PAUSE: Duration = Duration::from_millis(5);
-
 /// Whether the request never left: the connection to the member it was routed to could not be
 /// made (refused: the member is down or restarting).
-fn never_sent(s: &Status) -> bool {
+pub(crate) fn never_sent(s: &Status) -> bool {
     let chain = match s.source() {
         Some(src) => format!("{} {}", s.message(), display_chain(src)),
         None => s.message().to_string(),
@@ -211,27 +240,24 @@ impl EtcdClient {
             }
             endpoints.push((m.clone(), ep));
         }
-        let channel = {
+        let (token, user) = (AuthToken::default(), options.user.clone().map(Arc::new));
+        let members_clients = {
             let _guard = rt.enter();
-            Channel::balance_list(endpoints.iter().map(|(_, ep)| ep.clone()))
+            endpoints.iter().map(|(_, ep)| Clients::over(ep.connect_lazy(), token.clone(), user.clone())).collect()
         };
-        let clients = Clients::over(channel, AuthToken::default(), options.user.clone().map(Arc::new));
+        let route = Arc::new(Route::new(members_clients, options.query_timeout / HEDGE_DIVISOR));
         let client = EtcdClient {
             rt,
-            clients,
+            route,
             query_timeout: options.query_timeout,
             members: members.join(","),
             endpoints,
             tls: options.tls.as_ref().map(|t| t.identity.is_some()),
         };
-        let c = client.clients.clone();
-        let checked = client.call_within("connect", options.connection_timeout, move |_| {
-            let c = c.clone();
-            async move {
-                c.authenticate().await?;
-                let mut m = c.maintenance.clone();
-                m.status(super::proto::etcdserverpb::StatusRequest {}).await.map(|_| ())
-            }
+        let checked = client.call_within("connect", options.connection_timeout, move |c| async move {
+            c.authenticate().await?;
+            let mut m = c.maintenance.clone();
+            m.status(super::proto::etcdserverpb::StatusRequest {}).await.map(|_| ())
         });
         match checked {
             Ok(()) => Ok(client),
@@ -306,7 +332,7 @@ impl EtcdClient {
 
     /// The configured user's name, when there is one.
     pub(crate) fn user(&self) -> Option<&str> {
-        self.clients.user.as_deref().map(|u| u.0.as_str())
+        self.route.member(0).and_then(|c| c.user.as_deref()).map(|u| u.0.as_str())
     }
 
     /// The members' addresses, in the order given.
@@ -314,24 +340,18 @@ impl EtcdClient {
         self.endpoints.iter().map(|(m, _)| m.clone()).collect()
     }
 
-    /// Runs `op` on the clients of member `i` alone (its own connection, made at the first call,
-    /// with the same TLS settings and token), bounded by the query timeout; for `check`.
+    /// Runs `op` on the clients of member `i` alone, bounded by the query timeout; for `check`.
     pub(crate) fn call_member<T, F, Fut>(&self, i: usize, what: &str, op: F) -> Result<T>
     where
         F: Fn(Clients) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = std::result::Result<T, Status>> + Send + 'static,
         T: Send + 'static,
     {
-        let Some((addr, ep)) = self.endpoints.get(i) else {
+        let (Some((addr, _)), Some(clients)) = (self.endpoints.get(i), self.route.member(i)) else {
             return Err(Error::backend(format!("no etcd member number {i}")));
         };
-        let channel = {
-            let _guard = self.rt.enter();
-            ep.connect_lazy()
-        };
-        let clients = Clients::over(channel, self.clients.token.clone(), self.clients.user.clone());
         // Errors name the member alone, not the whole list.
-        self.run(what, addr, self.query_timeout, clients, op)
+        self.run(what, addr, self.query_timeout, Target::Member(clients.clone()), op)
     }
 
     /// The query timeout.
@@ -339,18 +359,18 @@ impl EtcdClient {
         self.query_timeout
     }
 
-    /// Spawns the long-lived task `task` (the watch stream's) on the runtime, with the clients; it
+    /// Spawns the long-lived task `task` (the watch stream's) on the runtime, with the route; it
     /// ends with the runtime, when the client is dropped.
     pub(crate) fn spawn<F, Fut>(&self, task: F)
     where
-        F: FnOnce(Clients) -> Fut,
+        F: FnOnce(Arc<Route>) -> Fut,
         Fut: Future<Output = ()> + Send + 'static,
     {
-        self.rt.spawn(task(self.clients.clone()));
+        self.rt.spawn(task(self.route.clone()));
     }
 
-    /// Runs `op` on the runtime, bounded by the query timeout; re-authenticates once when the
-    /// token expired.
+    /// Runs `op` on the runtime, bounded by the query timeout, routed to the members (`route.rs`;
+    /// `op` may run on more than one); re-authenticates once when the token expired.
     pub(crate) fn call<T, F, Fut>(&self, what: &str, op: F) -> Result<T>
     where
         F: Fn(Clients) -> Fut + Send + Sync + 'static,
@@ -360,18 +380,28 @@ impl EtcdClient {
         self.call_within(what, self.query_timeout, op)
     }
 
-    /// Runs `op` on the runtime, bounded by `bound` (inside and outside); re-authenticates once
-    /// when the token expired.
+    /// As [`EtcdClient::call`] for an `op` that must not run twice (it is sent to another member
+    /// only when it could not be sent at all).
+    pub(crate) fn call_once<T, F, Fut>(&self, what: &str, bound: Duration, op: F) -> Result<T>
+    where
+        F: Fn(Clients) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = std::result::Result<T, Status>> + Send + 'static,
+        T: Send + 'static,
+    {
+        self.run(what, &self.members, bound, Target::Routed(Resend::Once), op)
+    }
+
+    /// As [`EtcdClient::call`], bounded by `bound` (inside and outside).
     pub(crate) fn call_within<T, F, Fut>(&self, what: &str, bound: Duration, op: F) -> Result<T>
     where
         F: Fn(Clients) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = std::result::Result<T, Status>> + Send + 'static,
         T: Send + 'static,
     {
-        self.run(what, &self.members, bound, self.clients.clone(), op)
+        self.run(what, &self.members, bound, Target::Routed(Resend::Idempotent), op)
     }
 
-    fn run<T, F, Fut>(&self, what: &str, members: &str, bound: Duration, clients: Clients, op: F) -> Result<T>
+    fn run<T, F, Fut>(&self, what: &str, members: &str, bound: Duration, target: Target, op: F) -> Result<T>
     where
         F: Fn(Clients) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = std::result::Result<T, Status>> + Send + 'static,
@@ -379,32 +409,14 @@ impl EtcdClient {
     {
         let deadline = Instant::now() + bound;
         let (tx, rx) = crossbeam_channel::bounded(1);
-        // On the balanced channel of several members, a request that could not even be sent (the
-        // member it was routed to refuses connections: dead, restarting) is sent again, to
-        // whichever member the balancer picks next, until the bound: tonic's balancer keeps
-        // routing to an endpoint whose connection attempts fail (docs/backends/etcd.md, "Faults
-        // and failover"). Nothing reached a server, so nothing is applied twice.
-        let retry = self.endpoints.len() > 1 && members == self.members;
         let last: Arc<parking_lot::Mutex<Option<Status>>> = Arc::default();
         let last_seen = last.clone();
+        let route = self.route.clone();
         self.rt.spawn(async move {
             let run = async {
-                loop {
-                    let r = match op(clients.clone()).await {
-                        Err(s) if token_expired(&s) && clients.user.is_some() => {
-                            log::debug!("etcd refused the auth token ({}): logging in again", s.message());
-                            clients.authenticate().await?;
-                            op(clients.clone()).await
-                        }
-                        r => r,
-                    };
-                    match r {
-                        Err(s) if retry && never_sent(&s) => {
-                            *last_seen.lock() = Some(s);
-                            tokio::time::sleep(RESEND_PAUSE).await;
-                        }
-                        r => return r,
-                    }
+                match target {
+                    Target::Routed(resend) => route.call(&op, resend, &last_seen).await,
+                    Target::Member(clients) => clients.run(&op).await,
                 }
             };
             let _ = tx.send(tokio::time::timeout(bound, run).await);
@@ -420,3 +432,14 @@ impl EtcdClient {
         }
     }
 }
+
+/// Where [`EtcdClient::run`] sends a call.
+enum Target {
+    /// Routed to the members (`route.rs`).
+    Routed(Resend),
+    /// To this member alone.
+    Member(Clients),
+}
+
+/// The hedge delay is the query timeout divided by this (`route.rs`).
+const HEDGE_DIVISOR: u32 = 4;

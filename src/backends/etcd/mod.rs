@@ -25,6 +25,7 @@ mod keys;
 mod listing;
 mod options;
 mod proto;
+mod route;
 mod spi;
 mod watch;
 

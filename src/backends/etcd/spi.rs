@@ -31,6 +31,18 @@ fn lease_not_found(s: &Status) -> bool {
     s.code() == Code::NotFound && s.message().contains("lease not found")
 }
 
+/// etcd's answer to a grant of a lease id it already has.
+fn lease_exists(s: &Status) -> bool {
+    s.code() == Code::FailedPrecondition && s.message().contains("lease already exists")
+}
+
+/// A random lease id for a new session: positive, 63 bits (etcd's ids are `int64`, 0 meaning
+/// "choose one").
+fn new_lease_id() -> i64 {
+    let id = (crate::sync::random_id() as u64 >> 1) as i64;
+    id.max(1)
+}
+
 pub(super) fn range(key: Vec<u8>) -> RangeRequest {
     RangeRequest { key, ..Default::default() }
 }
@@ -155,26 +167,43 @@ impl LeaseBackend for EtcdBackend {
             .map_err(|_| Error::config("lease duration too long for etcd"))?;
         let keys = self.inner.keys.clone();
         let metadata = metadata.as_bytes().to_vec();
+        // The lease id is chosen here, so that a grant sent to a second member (the first did not
+        // answer in time: route.rs) cannot grant a second lease: etcd refuses an id it has
+        // ("lease already exists"), and the grant then reads the granted TTL instead.
+        let id = new_lease_id();
         let granted = self.inner.client.call("open session", move |c| {
             let (metadata, keys) = (metadata.clone(), keys.clone());
             async move {
                 let mut lease = c.lease.clone();
-                let g = lease.lease_grant(LeaseGrantRequest { ttl: asked, id: 0 }).await?.into_inner();
-                if !g.error.is_empty() {
-                    return Err(Status::failed_precondition(g.error));
-                }
-                if g.ttl != asked {
+                let ttl = match lease.lease_grant(LeaseGrantRequest { ttl: asked, id }).await {
+                    Ok(g) => {
+                        let g = g.into_inner();
+                        if !g.error.is_empty() {
+                            return Err(Status::failed_precondition(g.error));
+                        }
+                        g.ttl
+                    }
+                    Err(s) if lease_exists(&s) => {
+                        lease
+                            .lease_time_to_live(LeaseTimeToLiveRequest { id, keys: false })
+                            .await?
+                            .into_inner()
+                            .granted_ttl
+                    }
+                    Err(s) => return Err(s),
+                };
+                if ttl != asked {
                     // The server raised the TTL to its minimum: refuse rather than hold longer.
-                    let _ = lease.lease_revoke(LeaseRevokeRequest { id: g.id }).await;
-                    return Ok(Err((g.ttl, asked)));
+                    let _ = lease.lease_revoke(LeaseRevokeRequest { id }).await;
+                    return Ok(Err((ttl, asked)));
                 }
-                let key = keys.session(&session_id(g.id));
+                let key = keys.session(&session_id(id));
                 let mut kv = c.kv.clone();
-                if let Err(e) = kv.put(PutRequest { key, value: metadata, lease: g.id, ..Default::default() }).await {
-                    let _ = lease.lease_revoke(LeaseRevokeRequest { id: g.id }).await;
+                if let Err(e) = kv.put(PutRequest { key, value: metadata, lease: id, ..Default::default() }).await {
+                    let _ = lease.lease_revoke(LeaseRevokeRequest { id }).await;
                     return Err(e);
                 }
-                Ok(Ok((g.id, g.ttl)))
+                Ok(Ok((id, ttl)))
             }
         })?;
         match granted {

@@ -22,6 +22,10 @@
 //!   registration is kept, and notified as soon as a new stream is established (the server has
 //!   confirmed its first watch), whatever happened meanwhile: waiters re-check and register
 //!   again on the new stream. The notification is at worst spurious, never lost.
+//! - The stream runs on the member calls are pinned to (`route.rs`) and follows the pin: when a
+//!   call finds that member not answering and moves the pin, the stream is dropped as broken and
+//!   opened on the new member (a stream on a paused member would otherwise wait for the HTTP/2
+//!   keep-alive to notice). A stream that cannot be opened moves the pin on itself.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Weak};
@@ -29,6 +33,7 @@ use std::time::Duration;
 
 use crossbeam_channel::{Sender, TrySendError};
 use futures::channel::mpsc;
+use futures::future::Either;
 use parking_lot::Mutex;
 use tonic::Status;
 
@@ -38,6 +43,7 @@ use super::proto::etcdserverpb::watch_create_request::FilterType;
 use super::proto::etcdserverpb::watch_request::RequestUnion;
 use super::proto::etcdserverpb::{RangeRequest, WatchCancelRequest, WatchCreateRequest, WatchRequest, WatchResponse};
 use super::proto::mvccpb::event::EventType;
+use super::route::Route;
 use crate::backend::{Notification, Topic};
 use crate::error::{Error, Result};
 
@@ -277,7 +283,7 @@ impl Watches {
         let shared = Arc::new(Shared { state: Mutex::new(State::default()), keys });
         let weak = Arc::downgrade(&shared);
         let bound = client.query_timeout();
-        client.spawn(move |clients| run(weak, clients, bound));
+        client.spawn(move |route| run(weak, route, bound));
         Watches { shared }
     }
 
@@ -339,19 +345,26 @@ impl Watches {
 
 /// The stream task: opens the stream (confirmed by a sentinel watch), then serves it until it
 /// breaks, and again, with a backoff between failed attempts, until the backend is dropped.
-async fn run(weak: Weak<Shared>, clients: Clients, bound: Duration) {
+async fn run(weak: Weak<Shared>, route: Arc<Route>, bound: Duration) {
     let mut backoff = MIN_BACKOFF;
     loop {
         let Some(sentinel) = weak.upgrade().map(|s| s.sentinel()) else { return };
+        let mut moved = route.subscribe();
+        let (at, clients) = route.pinned();
         let (tx, rx) = mpsc::unbounded();
         let _ = tx.unbounded_send(create_request(sentinel, Vec::new(), 0, Vec::new()));
         let mut client = clients.watch.clone();
-        let opened = tokio::time::timeout(bound, async move {
+        let opening = std::pin::pin!(tokio::time::timeout(bound, async move {
             let mut stream = client.watch(rx).await?.into_inner();
             let first = stream.message().await?;
             Ok::<_, Status>((stream, first))
-        })
-        .await;
+        }));
+        let opened = match futures::future::select(opening, std::pin::pin!(moved.changed())).await {
+            Either::Left((opened, _)) => opened,
+            // A call found the member not answering meanwhile: open on the new one at once.
+            Either::Right((Ok(()), _)) => continue,
+            Either::Right((Err(_), _)) => return,
+        };
         let mut stream = match opened {
             Ok(Ok((stream, Some(first)))) if first.created && !first.canceled => stream,
             Ok(Ok((_, first))) => {
@@ -367,6 +380,8 @@ async fn run(weak: Weak<Shared>, clients: Clients, bound: Duration) {
                 log::debug!("cannot open the etcd watch stream: {s}; retrying in {backoff:?}");
                 if token_expired(&s) {
                     let _ = clients.authenticate().await;
+                } else {
+                    route.pass(at);
                 }
                 tokio::time::sleep(backoff).await;
                 backoff = (backoff * 2).min(MAX_BACKOFF);
@@ -374,6 +389,7 @@ async fn run(weak: Weak<Shared>, clients: Clients, bound: Duration) {
             }
             Err(_) => {
                 log::debug!("the etcd watch stream did not open within {bound:?}; retrying");
+                route.pass(at);
                 tokio::time::sleep(backoff).await;
                 backoff = (backoff * 2).min(MAX_BACKOFF);
                 continue;
@@ -385,8 +401,25 @@ async fn run(weak: Weak<Shared>, clients: Clients, bound: Duration) {
         drop(shared);
         deliver(fired);
         loop {
-            let msg = stream.message().await;
+            let msg = {
+                let msg = std::pin::pin!(stream.message());
+                let pin_moved = std::pin::pin!(moved.changed());
+                match futures::future::select(msg, pin_moved).await {
+                    Either::Left((msg, _)) => Some(msg),
+                    Either::Right((Ok(()), _)) => None,
+                    // The route is gone: so is the backend.
+                    Either::Right((Err(_), _)) => return,
+                }
+            };
             let Some(shared) = weak.upgrade() else { return };
+            let Some(msg) = msg else {
+                if *moved.borrow_and_update() != at {
+                    log::debug!("calls moved away from the etcd watch stream's member: opening a new stream");
+                    shared.broken();
+                    break;
+                }
+                continue;
+            };
             match msg {
                 Ok(Some(r)) => {
                     let (fired, refused, recheck) = shared.on_response(r);
