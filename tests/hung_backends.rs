@@ -470,10 +470,10 @@ mod etcd {
     use simba::backends::etcd::{EtcdBackend, EtcdOptions};
     use support::etcd::EtcdCluster;
 
-    /// A backend whose call bound (its query timeout + 50 ms) is the sessions' 500 ms query
-    /// timeout, so that user calls run on the caller's thread.
+    /// A backend whose call bound (its query timeout) is the sessions' 500 ms query timeout, so
+    /// that user calls run on the caller's thread.
     fn backend(url: &str) -> Arc<EtcdBackend> {
-        let opts = EtcdOptions::default().query_timeout(Duration::from_millis(450));
+        let opts = EtcdOptions::default().query_timeout(Duration::from_millis(500));
         Arc::new(EtcdBackend::from_url(url, opts).unwrap_or_else(|e| panic!("{e} (run `scripts/services up etcd`)")))
     }
 
@@ -502,9 +502,10 @@ mod etcd {
     #[test]
     #[serial_test::serial(etcd)]
     fn paused_member_user_calls_run_inline_and_return_by_themselves() {
-        // Every call is one future on the backend's runtime bounded by the query timeout, and the
-        // caller waits for it only that long: the backend declares a call bound and user calls run
-        // on the caller's thread; against a paused member they end within the query timeout.
+        // Every call is bounded by the query timeout (run on the caller's thread by a timer of its
+        // own, or on the backend's runtime and waited for only that long): the backend declares a
+        // call bound and user calls run on the caller's thread; against a paused member they end
+        // within the query timeout.
         let mut member = EtcdCluster::start(2792, 1);
         let b = backend(&member.url(&[0], "simba-hung"));
         assert_eq!(b.call_bound(), Some(Duration::from_millis(500)));

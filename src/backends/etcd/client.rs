@@ -1,8 +1,9 @@
-//! The etcd gRPC client (tonic, pre-generated code in `proto/`) on the backend's own small tokio
-//! runtime: the backend's only bridge from async to blocking code. Every call is spawned on that
-//! runtime and bounded by the query timeout twice, inside (`tokio::time::timeout`, which drops the
-//! request) and outside (the caller waits on a channel until the deadline), so a stuck runtime
-//! never holds a caller past its deadline.
+//! The etcd gRPC client (tonic, pre-generated code in `proto/`): the backend's only bridge from
+//! async to blocking code. Every call is bounded by the query timeout and routed to the members
+//! (`route.rs`); it runs on the caller's thread on a connection of its own (`slots.rs`), or else
+//! spawned on the backend's small runtime, bounded twice there, inside (`tokio::time::timeout`,
+//! which drops the request) and outside (the caller waits on a channel until the deadline), so a
+//! stuck runtime never holds a caller past its deadline.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -22,7 +23,8 @@ use super::proto::etcdserverpb::lease_client::LeaseClient;
 use super::proto::etcdserverpb::maintenance_client::MaintenanceClient;
 use super::proto::etcdserverpb::watch_client::WatchClient;
 use super::proto::etcdserverpb::AuthenticateRequest;
-use super::route::{Resend, Route};
+use super::route::{Pin, Resend, Route};
+use super::slots::Slots;
 use crate::error::{display_chain, Error, ErrorKind, Result};
 
 /// Adds the current auth token (etcd's `token` metadata) to every request.
@@ -56,7 +58,8 @@ pub(crate) struct Clients {
 }
 
 impl Clients {
-    fn over(channel: Channel, token: AuthToken, user: Option<Arc<(String, String)>>) -> Clients {
+    /// The clients over `channel`, sending `token`, logging in as `user`.
+    pub(crate) fn over(channel: Channel, token: AuthToken, user: Option<Arc<(String, String)>>) -> Clients {
         Clients {
             kv: KvClient::with_interceptor(channel.clone(), token.clone()),
             lease: LeaseClient::with_interceptor(channel.clone(), token.clone()),
@@ -107,10 +110,12 @@ pub(crate) fn token_expired(s: &Status) -> bool {
     s.code() == Code::Unauthenticated && s.message().contains("invalid auth token")
 }
 
-/// The client: its runtime and its route to the members.
+/// The client: its runtime and its route to the members, and the connections its callers drive
+/// (`slots.rs`).
 pub(crate) struct EtcdClient {
     rt: tokio::runtime::Runtime,
     route: Arc<Route>,
+    slots: Slots,
     query_timeout: Duration,
     /// The members, for messages.
     pub(crate) members: String,
@@ -245,10 +250,13 @@ impl EtcdClient {
             let _guard = rt.enter();
             endpoints.iter().map(|(_, ep)| Clients::over(ep.connect_lazy(), token.clone(), user.clone())).collect()
         };
-        let route = Arc::new(Route::new(members_clients, options.query_timeout / HEDGE_DIVISOR));
+        let pin = Arc::new(Pin::new(options.query_timeout / HEDGE_DIVISOR));
+        let route = Arc::new(Route::new(members_clients, pin.clone()));
+        let slots = Slots::new(endpoints.iter().map(|(_, ep)| ep.clone()).collect(), token, user, pin);
         let client = EtcdClient {
             rt,
             route,
+            slots,
             query_timeout: options.query_timeout,
             members: members.join(","),
             endpoints,
@@ -407,29 +415,53 @@ impl EtcdClient {
         Fut: Future<Output = std::result::Result<T, Status>> + Send + 'static,
         T: Send + 'static,
     {
+        let last: Arc<parking_lot::Mutex<Option<Status>>> = Arc::default();
+        let here = match target {
+            Target::Routed(resend) => self.slots.run(&op, resend, bound, &last),
+            Target::Member(_) => None,
+        };
+        let answer = match here {
+            Some(answer) => answer,
+            None => self.spawned(bound, target, op, last.clone()),
+        };
+        match answer {
+            Some(Ok(v)) => Ok(v),
+            Some(Err(s)) => Err(status_error(what, members, &s)),
+            None => match last.lock().take() {
+                Some(s) => Err(status_error(&format!("{what} (sent for {bound:?})"), members, &s)),
+                None => Err(Error::unavailable(format!("etcd {what} at {members} did not answer within {bound:?}"))),
+            },
+        }
+    }
+
+    /// Runs `op` on the backend's runtime, bounded by `bound` inside and outside (the caller
+    /// waits on a channel until the deadline): `None` when it did not finish in time.
+    fn spawned<T, F, Fut>(
+        &self,
+        bound: Duration,
+        target: Target,
+        op: F,
+        last: Arc<parking_lot::Mutex<Option<Status>>>,
+    ) -> Option<std::result::Result<T, Status>>
+    where
+        F: Fn(Clients) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = std::result::Result<T, Status>> + Send + 'static,
+        T: Send + 'static,
+    {
         let deadline = Instant::now() + bound;
         let (tx, rx) = crossbeam_channel::bounded(1);
-        let last: Arc<parking_lot::Mutex<Option<Status>>> = Arc::default();
-        let last_seen = last.clone();
         let route = self.route.clone();
         self.rt.spawn(async move {
             let run = async {
                 match target {
-                    Target::Routed(resend) => route.call(&op, resend, &last_seen).await,
+                    Target::Routed(resend) => route.call(&op, resend, &last).await,
                     Target::Member(clients) => clients.run(&op).await,
                 }
             };
             let _ = tx.send(tokio::time::timeout(bound, run).await);
         });
         // A little past the inner timeout, so that its answer (rather than ours) is the one seen.
-        match rx.recv_deadline(deadline + Duration::from_millis(20)) {
-            Ok(Ok(Ok(v))) => Ok(v),
-            Ok(Ok(Err(s))) => Err(status_error(what, members, &s)),
-            Ok(Err(_)) | Err(_) => match last.lock().take() {
-                Some(s) => Err(status_error(&format!("{what} (sent for {bound:?})"), members, &s)),
-                None => Err(Error::unavailable(format!("etcd {what} at {members} did not answer within {bound:?}"))),
-            },
-        }
+        rx.recv_deadline(deadline + Duration::from_millis(20)).ok().and_then(|r| r.ok())
     }
 }
 

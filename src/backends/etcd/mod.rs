@@ -26,6 +26,7 @@ mod listing;
 mod options;
 mod proto;
 mod route;
+mod slots;
 mod spi;
 mod watch;
 

@@ -20,6 +20,7 @@
 
 use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::Either;
@@ -43,9 +44,9 @@ pub(crate) enum Resend {
     Once,
 }
 
-/// The members' clients (one channel each, connected at first use) and the pinned member.
-pub(crate) struct Route {
-    members: Vec<Clients>,
+/// Which member is pinned, shared by every route of one backend (each runtime has its own
+/// channels, all follow one pin).
+pub(crate) struct Pin {
     pinned: AtomicUsize,
     hedge_after: Duration,
     /// Tells the watch stream's task where the pin is (it follows the pin: a stream on a member
@@ -53,11 +54,25 @@ pub(crate) struct Route {
     moved: watch::Sender<usize>,
 }
 
-impl Route {
-    /// A route over `members` (at least one), hedging after `hedge_after`.
-    pub(crate) fn new(members: Vec<Clients>, hedge_after: Duration) -> Route {
+impl Pin {
+    /// The first member pinned; calls hedged after `hedge_after`.
+    pub(crate) fn new(hedge_after: Duration) -> Pin {
         let (moved, _) = watch::channel(0);
-        Route { members, pinned: AtomicUsize::new(0), hedge_after, moved }
+        Pin { pinned: AtomicUsize::new(0), hedge_after, moved }
+    }
+}
+
+/// The members' clients on one runtime (one channel each, connected at first use) and the pin.
+pub(crate) struct Route {
+    members: Vec<Clients>,
+    pin: Arc<Pin>,
+}
+
+impl Route {
+    /// A route over `members` (at least one, the same members in the same order for every route
+    /// of `pin`).
+    pub(crate) fn new(members: Vec<Clients>, pin: Arc<Pin>) -> Route {
+        Route { members, pin }
     }
 
     /// The clients of member `i`, in the order given.
@@ -67,26 +82,26 @@ impl Route {
 
     /// The pinned member: its index and its clients.
     pub(crate) fn pinned(&self) -> (usize, Clients) {
-        let i = self.pinned.load(Ordering::Relaxed) % self.members.len();
+        let i = self.pin.pinned.load(Ordering::Relaxed) % self.members.len();
         (i, self.members[i].clone())
     }
 
     /// Told of every move of the pin (its value is the pinned member's index).
     pub(crate) fn subscribe(&self) -> watch::Receiver<usize> {
-        self.moved.subscribe()
+        self.pin.moved.subscribe()
     }
 
     fn pin(&self, i: usize) {
-        self.pinned.store(i, Ordering::Relaxed);
-        self.moved.send_if_modified(|p| std::mem::replace(p, i) != i);
+        self.pin.pinned.store(i, Ordering::Relaxed);
+        self.pin.moved.send_if_modified(|p| std::mem::replace(p, i) != i);
     }
 
     /// Moves the pin from `from` to the next member, unless it moved meanwhile (a call or the
     /// watch stream found `from` not answering).
     pub(crate) fn pass(&self, from: usize) {
         let next = (from + 1) % self.members.len();
-        if self.pinned.compare_exchange(from, next, Ordering::Relaxed, Ordering::Relaxed).is_ok() {
-            self.moved.send_if_modified(|p| std::mem::replace(p, next) != next);
+        if self.pin.pinned.compare_exchange(from, next, Ordering::Relaxed, Ordering::Relaxed).is_ok() {
+            self.pin.moved.send_if_modified(|p| std::mem::replace(p, next) != next);
         }
     }
 
@@ -117,7 +132,7 @@ impl Route {
         in_flight.push(send(0));
         // Members of this round a request went to.
         let mut sent = 1;
-        let mut hedge = Box::pin(tokio::time::sleep(self.hedge_after));
+        let mut hedge = Box::pin(tokio::time::sleep(self.pin.hedge_after));
         loop {
             let next = match futures::future::select(in_flight.next(), hedge.as_mut()).await {
                 Either::Left((answer, _)) => Some(answer),
@@ -133,13 +148,13 @@ impl Route {
                     if sent < n {
                         in_flight.push(send(sent));
                         sent += 1;
-                        hedge.as_mut().reset(Instant::now() + self.hedge_after);
+                        hedge.as_mut().reset(Instant::now() + self.pin.hedge_after);
                     } else if in_flight.is_empty() {
                         // Every member failed it: a new round after a pause.
                         tokio::time::sleep(RESEND_PAUSE).await;
                         in_flight.push(send(0));
                         sent = 1;
-                        hedge.as_mut().reset(Instant::now() + self.hedge_after);
+                        hedge.as_mut().reset(Instant::now() + self.pin.hedge_after);
                     }
                 }
                 Some(Some((_, Err(s)))) => return Err(s),
@@ -154,7 +169,7 @@ impl Route {
                         Resend::Idempotent => {}
                         Resend::Once => self.pass(first),
                     }
-                    hedge.as_mut().reset(Instant::now() + self.hedge_after);
+                    hedge.as_mut().reset(Instant::now() + self.pin.hedge_after);
                 }
             }
         }

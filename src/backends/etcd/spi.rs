@@ -302,26 +302,16 @@ impl LeaseBackend for EtcdBackend {
         let key = self.inner.keys.lease(name);
         let index = self.inner.keys.owned(session, name);
         let sid = session.to_string();
-        // One transaction: while the session's key exists (its etcd lease is alive), create the
-        // lease key (and the session's index entry, same revision) only when absent, and read
-        // it back either way. A session whose lease is gone takes the outer failure branch.
-        let inner = TxnRequest {
-            compare: vec![created_at(key.clone(), 0)],
-            success: vec![
-                op_put(key.clone(), sid.clone().into_bytes(), id),
-                op_put(index, Vec::new(), id),
-                op_range(range(key.clone())),
-            ],
-            failure: vec![op_range(range(key))],
-        };
+        // One transaction: create the lease key and the session's index entry (same revision),
+        // both attached to the session's etcd lease, only when the lease key is absent (a session
+        // whose etcd lease is gone is refused "lease not found"); else read the key and whether
+        // the session's key exists (it does exactly while its etcd lease lives). The puts'
+        // revision, the reply header's, is the key's create revision: the token.
+        let session_key = RangeRequest { count_only: true, ..range(self.inner.keys.session(session)) };
         let txn = TxnRequest {
-            compare: vec![cmp(
-                self.inner.keys.session(session),
-                compare::CompareResult::Greater,
-                compare::TargetUnion::Version(0),
-            )],
-            success: vec![op_txn(inner)],
-            failure: Vec::new(),
+            compare: vec![created_at(key.clone(), 0)],
+            success: vec![op_put(key.clone(), sid.clone().into_bytes(), id), op_put(index, Vec::new(), id)],
+            failure: vec![op_range(range(key)), op_range(session_key)],
         };
         let reply = self.inner.client.call("acquire", move |c| {
             let txn = txn.clone();
@@ -334,22 +324,28 @@ impl LeaseBackend for EtcdBackend {
                 }
             }
         })?;
-        let inner = match reply {
-            Some(r) if r.succeeded => match r.responses.into_iter().next().and_then(|r| r.response) {
-                Some(response_op::Response::ResponseTxn(t)) => t,
-                _ => return Err(Error::backend("etcd's acquire transaction reply has no nested transaction reply")),
-            },
-            _ => return Err(Self::expired(session)),
-        };
-        let pos = if inner.succeeded { 2 } else { 0 };
-        let read = txn_range(&inner, pos).map_err(|s| Error::backend(s.message().to_string()))?;
+        let Some(reply) = reply else { return Err(Self::expired(session)) };
+        let backend = |s: Status| Error::backend(s.message().to_string());
+        if reply.succeeded {
+            let revision = reply.header.as_ref().map_or(0, |h| h.revision);
+            let token = u64::try_from(revision).ok().and_then(Token::new).ok_or_else(|| {
+                Error::backend(format!("etcd reported revision {revision} for the acquire of '{name}'"))
+            })?;
+            // The key is attached to the session's lease: it ends exactly with the session.
+            return Ok(Acquire::Acquired { token, remaining: TermRemaining::WithSession });
+        }
+        if txn_range(&reply, 1).map_err(backend)?.count == 0 {
+            // Gone: another session's key must not make this answer `Busy`.
+            return Err(Self::expired(session));
+        }
+        let read = txn_range(&reply, 0).map_err(backend)?;
         match read.kvs.first() {
-            Some(kv) if kv.lease == id && kv.value == sid.as_bytes() => Ok(Acquire::Acquired {
-                token: token_of(kv).map_err(|s| Error::backend(s.message().to_string()))?,
-                // The key is attached to the session's lease: it ends exactly with the session.
-                remaining: TermRemaining::WithSession,
-            }),
+            // Already this session's (the same acquire sent twice, route.rs).
+            Some(kv) if kv.lease == id && kv.value == sid.as_bytes() => {
+                Ok(Acquire::Acquired { token: token_of(kv).map_err(backend)?, remaining: TermRemaining::WithSession })
+            }
             Some(_) => Ok(Acquire::Busy),
+            // Deleted between the compare and the read cannot happen within one transaction.
             None => Err(Error::backend(format!("etcd lost the key of lease '{name}' within its own transaction"))),
         }
     }
@@ -504,7 +500,11 @@ impl LeaseBackend for EtcdBackend {
     }
 
     fn call_bound(&self) -> Option<Duration> {
-        Some(self.inner.client.query_timeout() + Duration::from_millis(50))
+        // Every call ends by the query timeout: on the caller's thread by its own timer
+        // (slots.rs), on the backend's runtime by the inner timeout and the caller's wait, 20 ms
+        // later (client.rs), which is thread scheduling. With more, the engine would hand every
+        // call to a worker whenever the session's query timeout equals etcd's.
+        Some(self.inner.client.query_timeout())
     }
 
     fn capabilities(&self) -> Capabilities {

@@ -1,0 +1,139 @@
+//! Calls driven on the caller's own thread: a few connections, each on a current-thread tokio
+//! runtime of its own that only the thread running a call drives (`block_on`), taken from a pool
+//! for the call and put back after it.
+//!
+//! Why: a call spawned on the backend's runtime costs two thread wake-ups (the runtime's worker,
+//! then the caller) on top of the server's answer, about 0.14 ms per call on the benchmark's
+//! machine, which made an acquire and release 1.6 times the raw primitive's
+//! (docs/benchmarks.md, "etcd"). Here the caller's thread sends, waits on the socket and reads
+//! the answer itself, as the raw primitive and the PostgreSQL pool do.
+//!
+//! The watch stream, `check`'s calls to one member and callers inside a tokio runtime (where
+//! `block_on` would panic) stay on the backend's runtime, and so does a call when every slot is
+//! busy: no caller ever waits for a slot. A slot's connection is driven only during calls: the
+//! server's pings and a closed connection are seen at the next call, which the route then sends
+//! on to the next member (`route.rs`). The bound holds as on the backend's runtime: the timer
+//! that ends the call is driven by the same `block_on`. A call that panics drops its slot.
+
+use std::future::Future;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use tokio::runtime::Runtime;
+use tonic::transport::Endpoint;
+use tonic::Status;
+
+use super::client::{AuthToken, Clients};
+use super::route::{Pin, Resend, Route};
+
+/// The most slots of one backend (calls beyond run on the backend's runtime).
+const MAX_SLOTS: usize = 4;
+
+/// One connection per member on a runtime of its own.
+struct Slot {
+    /// Always `Some` until dropped.
+    rt: Option<Runtime>,
+    route: Route,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        // Never wait for its tasks (a drop may happen on any thread).
+        if let Some(rt) = self.rt.take() {
+            rt.shutdown_background();
+        }
+    }
+}
+
+/// The slots of one backend.
+pub(crate) struct Slots {
+    idle: Mutex<Vec<Slot>>,
+    made: AtomicUsize,
+    endpoints: Vec<Endpoint>,
+    token: AuthToken,
+    user: Option<Arc<(String, String)>>,
+    pin: Arc<Pin>,
+}
+
+/// A slot taken for a call: put back when done, dropped when the call panicked.
+struct Taken<'a> {
+    slots: &'a Slots,
+    slot: Option<Slot>,
+}
+
+impl Drop for Taken<'_> {
+    fn drop(&mut self) {
+        if let Some(slot) = self.slot.take() {
+            if std::thread::panicking() {
+                drop(slot);
+                self.slots.made.fetch_sub(1, Ordering::SeqCst);
+            } else {
+                self.slots.idle.lock().push(slot);
+            }
+        }
+    }
+}
+
+impl Slots {
+    /// Slots over `endpoints` (the members in order), with the backend's token, user and pin.
+    pub(crate) fn new(
+        endpoints: Vec<Endpoint>,
+        token: AuthToken,
+        user: Option<Arc<(String, String)>>,
+        pin: Arc<Pin>,
+    ) -> Slots {
+        Slots { idle: Mutex::new(Vec::new()), made: AtomicUsize::new(0), endpoints, token, user, pin }
+    }
+
+    /// Runs `op` routed (`route.rs`) on the caller's thread, bounded by `bound`: `None` when it
+    /// cannot run here (inside a tokio runtime, every slot busy, or no runtime could be made),
+    /// else `Some(None)` when it did not finish within `bound`.
+    pub(crate) fn run<T, F, Fut>(
+        &self,
+        op: &F,
+        resend: Resend,
+        bound: Duration,
+        last: &Mutex<Option<Status>>,
+    ) -> Option<Option<Result<T, Status>>>
+    where
+        F: Fn(Clients) -> Fut,
+        Fut: Future<Output = Result<T, Status>>,
+    {
+        if tokio::runtime::Handle::try_current().is_ok() {
+            return None;
+        }
+        let taken = Taken { slots: self, slot: Some(self.take()?) };
+        let slot = taken.slot.as_ref()?;
+        let rt = slot.rt.as_ref()?;
+        // The timeout is made inside `block_on`: its timer belongs to the slot's runtime.
+        let answer = rt.block_on(async { tokio::time::timeout(bound, slot.route.call(op, resend, last)).await });
+        drop(taken);
+        Some(answer.ok())
+    }
+
+    fn take(&self) -> Option<Slot> {
+        if let Some(slot) = self.idle.lock().pop() {
+            return Some(slot);
+        }
+        if self.made.fetch_add(1, Ordering::SeqCst) >= MAX_SLOTS {
+            self.made.fetch_sub(1, Ordering::SeqCst);
+            return None;
+        }
+        let made = tokio::runtime::Builder::new_current_thread().enable_all().build().ok().map(|rt| {
+            let members = {
+                let _guard = rt.enter();
+                self.endpoints
+                    .iter()
+                    .map(|ep| Clients::over(ep.connect_lazy(), self.token.clone(), self.user.clone()))
+                    .collect()
+            };
+            Slot { route: Route::new(members, self.pin.clone()), rt: Some(rt) }
+        });
+        if made.is_none() {
+            self.made.fetch_sub(1, Ordering::SeqCst);
+        }
+        made
+    }
+}
