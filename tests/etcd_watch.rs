@@ -11,18 +11,17 @@ mod support;
 
 use std::process::Command;
 use std::sync::Arc;
-use std::thread;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
 use simba::backend::{LeaseBackend, Notification, Topic};
 use simba::backends::etcd::{EtcdBackend, EtcdOptions};
 use simba::{Name, Session, SessionOptions};
-use support::forward::{Forward, Hook, Op};
+use support::forward::{Granted, Hook, Op, SLOW_RENEW};
 use support::proxy::Proxy;
 
 const ETCD: &str = "127.0.0.1:2379";
-const RENEW: Duration = Duration::from_secs(20);
+const RENEW: Duration = SLOW_RENEW;
 
 fn init_log() {
     let _ = env_logger::builder().is_test(true).try_init();
@@ -33,15 +32,6 @@ fn backend(member: &str, prefix: &str) -> EtcdBackend {
     let o = EtcdOptions::default().prefix(prefix).query_timeout(Duration::from_secs(2));
     EtcdBackend::connect(&[member], o)
         .unwrap_or_else(|e| panic!("etcd at {member}: {e} (run `scripts/services up etcd`)"))
-}
-
-fn slow_polling() -> SessionOptions {
-    SessionOptions::builder()
-        .lease_duration(Duration::from_secs(60))
-        .renew_interval(RENEW)
-        .query_timeout(Duration::from_secs(2))
-        .build()
-        .unwrap()
 }
 
 /// `etcdctl` against the shared member; its standard output.
@@ -93,25 +83,15 @@ fn stream_is_up(backend: &EtcdBackend, holder: &Session) {
     assert_eq!(rx.recv_timeout(Duration::from_secs(10)), Ok(Notification::Released(warm)), "the stream never came up");
 }
 
-/// A `lock(name)` waiting on its own thread over `backend` (registrations reported on the
-/// returned receiver); the lease arrives with the instant it did.
-fn waiter(backend: &EtcdBackend, name: &Name) -> (Receiver<()>, Receiver<(Instant, simba::Result<simba::Lease>)>) {
-    let (reg_tx, registered) = crossbeam_channel::unbounded();
-    let observed = Forward::inheriting(Arc::new(backend.clone()), Registered { backend: backend.clone(), tx: reg_tx });
-    let session = Session::open(observed, slow_polling()).unwrap();
-    let (tx, rx) = crossbeam_channel::bounded(1);
-    let n = name.clone();
-    thread::spawn(move || {
-        let r = session.lock(&n);
-        let _ = tx.send((Instant::now(), r));
-        // Keep the session (and the lease) until the test has looked at it.
-        thread::sleep(Duration::from_secs(2));
-        drop(session);
-    });
-    (registered, rx)
+/// A [`waiter`](support::forward::waiter) for `name` over `backend`, its registrations reported
+/// on the first receiver.
+fn waiter(backend: &EtcdBackend, name: &Name) -> (Receiver<()>, Granted) {
+    let (tx, registered) = crossbeam_channel::unbounded();
+    let hook = Registered { backend: backend.clone(), tx };
+    (registered, support::forward::waiter(Arc::new(backend.clone()), hook, name))
 }
 
-fn pushed(rx: &Receiver<(Instant, simba::Result<simba::Lease>)>, since: Instant, what: &str) {
+fn pushed(rx: &Granted, since: Instant, what: &str) {
     let (at, lease) = rx.recv_timeout(RENEW).unwrap_or_else(|_| panic!("{what}: the waiter never got the lease"));
     lease.unwrap_or_else(|e| panic!("{what}: the waiter's lock failed: {e}"));
     let took = at.saturating_duration_since(since);
