@@ -108,6 +108,23 @@ impl EtcdCluster {
         found.unwrap_or_default()
     }
 
+    /// The agreed leader (as [`EtcdCluster::leader`]) and the other members, the followers, in
+    /// ring order after it (`leader + 1`, `leader + 2`… modulo the size).
+    pub fn roles(&self) -> (usize, Vec<usize>) {
+        let leader = self.leader();
+        let n = self.members.len();
+        (leader, (1..n).map(|k| (leader + k) % n).collect())
+    }
+
+    /// Starts 3 members on ports from `base_port` and kills a follower (`SIGKILL`) once they agree
+    /// on a leader: the cluster and the dead member.
+    pub fn with_a_dead_follower(base_port: u16) -> (EtcdCluster, usize) {
+        let mut cluster = EtcdCluster::start(base_port, 3);
+        let dead = cluster.roles().1[0];
+        cluster.kill(dead);
+        (cluster, dead)
+    }
+
     fn agreed_leader(&self) -> Option<usize> {
         let mut ids = Vec::new(); // (member index, its id, the leader it names)
         for i in (0..self.members.len()).filter(|i| self.is_up(*i)) {
