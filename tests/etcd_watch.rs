@@ -9,7 +9,6 @@
 
 mod support;
 
-use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -17,6 +16,7 @@ use crossbeam_channel::{Receiver, Sender};
 use simba::backend::{LeaseBackend, Notification, Topic};
 use simba::backends::etcd::{EtcdBackend, EtcdOptions};
 use simba::{Name, Session, SessionOptions};
+use support::etcd::etcdctl_ok;
 use support::forward::{Granted, Hook, Op, SLOW_RENEW};
 use support::proxy::Proxy;
 
@@ -34,24 +34,12 @@ fn backend(member: &str, prefix: &str) -> EtcdBackend {
         .unwrap_or_else(|e| panic!("etcd at {member}: {e} (run `scripts/services up etcd`)"))
 }
 
-/// `etcdctl` against the shared member; its standard output.
-fn etcdctl(args: &[&str]) -> String {
-    let o = Command::new("etcdctl")
-        .env("ETCDCTL_API", "3")
-        .args(["--endpoints", ETCD])
-        .args(args)
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run etcdctl (apt-get install etcd-client): {e}"));
-    assert!(o.status.success(), "etcdctl {args:?}: {}", String::from_utf8_lossy(&o.stderr));
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
 /// Compacts the shared member's history up to its current revision.
 fn compact_now() {
     let v: serde_json::Value =
-        serde_json::from_str(&etcdctl(&["get", "simba-watch-test-probe", "-w", "json"])).unwrap();
+        serde_json::from_str(&etcdctl_ok(ETCD, &["get", "simba-watch-test-probe", "-w", "json"])).unwrap();
     let rev = v["header"]["revision"].as_i64().unwrap();
-    etcdctl(&["compact", &rev.to_string()]);
+    etcdctl_ok(ETCD, &["compact", &rev.to_string()]);
 }
 
 /// Tells the test each time the waiter's lease registration returned `Ok(true)`.
