@@ -1,5 +1,6 @@
 //! etcd user/password auth against a private etcd member with auth enabled (started by this test
-//! on 127.0.0.1:2399, peer 2400, from the `etcd` and `etcdctl` of `scripts/services up etcd`):
+//! through tests/support/etcd.rs on 127.0.0.1:2399, peer 2400, from the `etcd` and `etcdctl` of
+//! `scripts/services up etcd`):
 //! a wrong password and a missing permission fail at once in the server's words, and the server's
 //! auth tokens, which expire after 1 s here (`--auth-token-ttl 1`), are renewed without losing
 //! the session. `check` reports auth on and the plain user's missing permission.
@@ -7,14 +8,13 @@
 
 mod support;
 
-use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use simba::backend::{CheckStatus, KeepAlive, LeaseBackend};
 use simba::backends::etcd::{EtcdBackend, EtcdOptions};
 use simba::ErrorKind;
-use support::server::ServerProcess;
+use support::etcd::{etcdctl_ok, EtcdCluster};
 
 const PORT: u16 = 2399;
 
@@ -34,69 +34,24 @@ impl log::Log for Relogins {
     fn flush(&self) {}
 }
 
-fn etcdctl(args: &[&str]) {
-    let out = Command::new("etcdctl")
-        .env("ETCDCTL_API", "3")
-        .args(["--endpoints", &format!("127.0.0.1:{PORT}")])
-        .args(args)
-        .output()
-        .expect("etcdctl is missing: run `scripts/services up etcd` (it installs etcd-client)");
-    assert!(out.status.success(), "etcdctl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-}
-
-/// A private member with users root (role root) and plain (no role), auth enabled.
-fn start() -> ServerProcess {
-    let dir = std::env::temp_dir().join(format!("simba-etcd-auth-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let mut server = ServerProcess::new(dir.clone());
-    let child = Command::new("etcd")
-        .args(["--name", "auth", "--data-dir"])
-        .arg(dir.join("data"))
-        .args([
-            "--listen-client-urls",
-            &format!("http://127.0.0.1:{PORT}"),
-            "--advertise-client-urls",
-            &format!("http://127.0.0.1:{PORT}"),
-            "--listen-peer-urls",
-            &format!("http://127.0.0.1:{}", PORT + 1),
-            "--initial-advertise-peer-urls",
-            &format!("http://127.0.0.1:{}", PORT + 1),
-            "--initial-cluster",
-            &format!("auth=http://127.0.0.1:{}", PORT + 1),
-            "--heartbeat-interval",
-            "50",
-            "--election-timeout",
-            "500",
-            "--auth-token-ttl",
-            "1",
-        ])
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(dir.join("etcd.log")).unwrap())
-        .spawn()
-        .expect("etcd is missing: run `scripts/services up etcd` (it installs etcd-server)");
-    server.running(child);
-    let ready = support::eventually(Duration::from_secs(20), || {
-        Command::new("etcdctl")
-            .env("ETCDCTL_API", "3")
-            .args(["--endpoints", &format!("127.0.0.1:{PORT}"), "--command-timeout", "1s", "endpoint", "health"])
-            .output()
-            .is_ok_and(|o| o.status.success())
-    });
-    assert!(ready && !server.exited(), "the private etcd did not start; see {}", dir.join("etcd.log").display());
-    etcdctl(&["user", "add", "root", "--new-user-password=root-pw"]);
-    etcdctl(&["role", "add", "root"]);
-    etcdctl(&["user", "grant-role", "root", "root"]);
-    etcdctl(&["user", "add", "plain", "--new-user-password=plain-pw"]);
-    etcdctl(&["auth", "enable"]);
-    server
+/// A private member (tests/support/etcd.rs) whose auth tokens expire after 1 s, with users root
+/// (role root) and plain (no role), auth enabled.
+fn start() -> EtcdCluster {
+    let cluster = EtcdCluster::start_with(PORT, 1, &["--auth-token-ttl", "1"]);
+    let addr = cluster.addr(0);
+    etcdctl_ok(&addr, &["user", "add", "root", "--new-user-password=root-pw"]);
+    etcdctl_ok(&addr, &["role", "add", "root"]);
+    etcdctl_ok(&addr, &["user", "grant-role", "root", "root"]);
+    etcdctl_ok(&addr, &["user", "add", "plain", "--new-user-password=plain-pw"]);
+    etcdctl_ok(&addr, &["auth", "enable"]);
+    cluster
 }
 
 #[test]
 fn auth_errors_are_permanent_and_in_the_servers_words_and_expired_tokens_are_renewed() {
     log::set_logger(&Relogins).expect("the only logger of this binary");
     log::set_max_level(log::LevelFilter::Debug);
-    let _server = start();
+    let _member = start();
     let url = |user: &str| format!("etcd://{user}@127.0.0.1:{PORT}/simba-auth");
 
     let t0 = Instant::now();

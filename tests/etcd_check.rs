@@ -74,10 +74,7 @@ fn check_on_the_shared_cluster_names_the_leader_and_every_member() {
 
 #[test]
 fn check_names_the_member_that_is_down() {
-    let mut cluster = EtcdCluster::start(2800, 3);
-    let leader = cluster.leader();
-    let dead = (leader + 1) % 3;
-    cluster.kill(dead);
+    let (cluster, dead) = EtcdCluster::with_a_dead_follower(2800);
     let (rc, items, out) = check(&cluster.url(&[0, 1, 2], "simba-check"));
     // Still usable (a quorum answers): a warning, not a failure.
     assert_eq!(rc, 0, "{out}");

@@ -14,8 +14,7 @@ use std::time::{Duration, Instant};
 
 use simba::backend::{Acquire, KeepAlive, LeaseBackend};
 use simba::backends::etcd::{EtcdBackend, EtcdOptions};
-use simba::channel::Receiver;
-use simba::{Name, Session, SessionEvent, SessionOptions};
+use simba::{Events, Name, Session, SessionEvent, SessionOptions, Token};
 use support::etcd::{etcdctl, EtcdCluster, ELECTION_TIMEOUT};
 use support::proxy::Proxy;
 
@@ -37,24 +36,44 @@ fn backend(cluster: &EtcdCluster, which: &[usize]) -> Arc<EtcdBackend> {
     Arc::new(EtcdBackend::from_url(&cluster.url(which, "simba-faults"), opts).unwrap())
 }
 
-/// Watches `session` for `within`: no lease or session may be lost (renewal failures are allowed:
-/// a call on a connection to a member that just died fails once). Since the session renews its
-/// etcd lease of `LEASE` only by keep-alives, holding on for longer than `LEASE` proves that
-/// renewals went through. Returns the renewal failures seen.
-fn holds_for(session: &Session, events: &Receiver<SessionEvent>, lease: &simba::Lease, within: Duration) -> u32 {
-    assert!(within > LEASE);
-    let end = Instant::now() + within;
-    let mut failures = 0;
-    loop {
-        match events.recv_deadline(end) {
-            Ok(SessionEvent::RenewalFailed { failures: n }) => failures = failures.max(n),
-            Ok(ev) => panic!("the session lost something while the cluster kept a quorum: {ev:?}"),
-            Err(_) => break,
-        }
+/// A session on a backend holding a lease: what the tests watch.
+struct Holding {
+    session: Session,
+    events: Events<SessionEvent>,
+    name: Name,
+    lease: simba::Lease,
+    token: Token,
+}
+
+impl Holding {
+    /// Opens a session with leases of `lease_duration` on `backend` and locks `name`.
+    fn lock(backend: Arc<EtcdBackend>, lease_duration: Duration, name: Name) -> Holding {
+        let session = Session::open(backend, options(lease_duration)).unwrap();
+        let events = session.events();
+        let lease = session.lock(&name).unwrap();
+        let token = lease.token().unwrap();
+        Holding { session, events, name, lease, token }
     }
-    assert!(lease.token().is_ok(), "the lease is still held");
-    assert_eq!(session.state(), simba::SessionState::Active);
-    failures
+
+    /// Watches the session for `within`: no lease or session may be lost (renewal failures are
+    /// allowed: a call on a connection to a member that just died fails once). Since the session
+    /// renews its etcd lease of at least `LEASE` only by keep-alives, holding on for longer than
+    /// `LEASE` proves that renewals went through. Returns the renewal failures seen.
+    fn holds_for(&self, within: Duration) -> u32 {
+        assert!(within > LEASE);
+        let end = Instant::now() + within;
+        let mut failures = 0;
+        loop {
+            match self.events.recv_deadline(end) {
+                Ok(SessionEvent::RenewalFailed { failures: n }) => failures = failures.max(n),
+                Ok(ev) => panic!("the session lost something while the cluster kept a quorum: {ev:?}"),
+                Err(_) => break,
+            }
+        }
+        assert!(self.lease.token().is_ok(), "the lease is still held");
+        assert_eq!(self.session.state(), simba::SessionState::Active);
+        failures
+    }
 }
 
 fn name(prefix: &str) -> Name {
@@ -69,20 +88,15 @@ fn name(prefix: &str) -> Name {
 fn killed_and_restarted_members_do_not_cost_the_session() {
     let mut cluster = EtcdCluster::start(2740, 3);
     let backend = backend(&cluster, &[0, 1, 2]);
-    let session = Session::open(backend.clone(), options(LEASE)).unwrap();
-    let events = session.events();
-    let n = name("kill");
-    let lease = session.lock(&n).unwrap();
-    let token = lease.token().unwrap();
-    let leader = cluster.leader();
-    for victim in (0..3).filter(|i| *i != leader) {
+    let h = Holding::lock(backend.clone(), LEASE, name("kill"));
+    for victim in cluster.roles().1 {
         cluster.kill(victim);
-        holds_for(&session, &events, &lease, 2 * LEASE);
+        h.holds_for(2 * LEASE);
         cluster.restart(victim);
     }
-    let holder = backend.holder(&n).unwrap().expect("held");
-    assert_eq!((holder.session, holder.token), (session.id().clone(), token));
-    session.close().unwrap();
+    let holder = backend.holder(&h.name).unwrap().expect("held");
+    assert_eq!((holder.session, holder.token), (h.session.id().clone(), h.token));
+    h.session.close().unwrap();
 }
 
 /// The leader is killed while one session holds a lease and another holder has just crashed (it
@@ -99,9 +113,7 @@ fn leader_kill_keeps_live_sessions_and_frees_a_crashed_holders_lease_within_the_
     let lease_duration = Duration::from_secs(3);
     let mut cluster = EtcdCluster::start(2750, 3);
     let backend = backend(&cluster, &[0, 1, 2]);
-    let live = Session::open(backend.clone(), options(lease_duration)).unwrap();
-    let events = live.events();
-    let live_lease = live.lock(name("live")).unwrap();
+    let live = Holding::lock(backend.clone(), lease_duration, name("live"));
 
     let crashed = backend.open_session(lease_duration, "crashed").unwrap().id;
     let contested = name("crashed");
@@ -136,10 +148,10 @@ fn leader_kill_keeps_live_sessions_and_frees_a_crashed_holders_lease_within_the_
     assert!(free_after <= elected + lease_duration + ELECTION_TIMEOUT + REVOKE_LOOP + SLACK);
 
     // The live session rode it out (it renews at `RENEW`, so this proves renewals after the kill).
-    let failures = holds_for(&live, &events, &live_lease, lease_duration + RENEW);
+    let failures = live.holds_for(lease_duration + RENEW);
     eprintln!("leader kill: the live session saw {failures} consecutive renewal failures at most");
     backend.close_session(&contender).unwrap();
-    live.close().unwrap();
+    live.session.close().unwrap();
 }
 
 /// The one member a client uses is paused: nothing answers, connections stay open. The session is
@@ -151,15 +163,12 @@ fn leader_kill_keeps_live_sessions_and_frees_a_crashed_holders_lease_within_the_
 #[serial_test::serial(etcd_private)]
 fn paused_member_loses_the_session_by_its_local_deadline_and_nothing_is_held_twice() {
     let mut cluster = EtcdCluster::start(2760, 3);
-    let leader = cluster.leader();
-    let victim = (leader + 1) % 3;
-    let other = (leader + 2) % 3;
+    let (victim, other) = match cluster.roles().1[..] {
+        [victim, other] => (victim, other),
+        ref f => panic!("two followers expected: {f:?}"),
+    };
     let only = backend(&cluster, &[victim]);
-    let session = Session::open(only.clone(), options(LEASE)).unwrap();
-    let events = session.events();
-    let n = name("paused");
-    let lease = session.lock(&n).unwrap();
-    let token = lease.token().unwrap();
+    let Holding { session, events, name: n, lease, token } = Holding::lock(only.clone(), LEASE, name("paused"));
     cluster.pause(victim);
     let by = Instant::now() + LEASE + SLACK;
     support::assert_lost_by(&session, &events, &lease, (n.clone(), token), by);
@@ -194,15 +203,12 @@ fn paused_member_loses_the_session_by_its_local_deadline_and_nothing_is_held_twi
 #[serial_test::serial(etcd_private)]
 fn paused_first_member_of_three_costs_no_session_and_no_push() {
     let mut cluster = EtcdCluster::start(2770, 3);
-    let leader = cluster.leader();
-    let victim = (leader + 1) % 3;
+    let (leader, followers) = cluster.roles();
+    let victim = followers[0];
     let order = [victim, (victim + 1) % 3, (victim + 2) % 3];
     let observer = backend(&cluster, &[leader]);
-    let session = Session::open(backend(&cluster, &order), options(LEASE)).unwrap();
-    let events = session.events();
-    let n = name("first-paused");
-    let lease = session.lock(&n).unwrap();
-    let token = lease.token().unwrap();
+    let Holding { session, events, name: n, lease, token } =
+        Holding::lock(backend(&cluster, &order), LEASE, name("first-paused"));
     cluster.pause(victim);
     let end = Instant::now() + 2 * LEASE;
     let mut held_checks = 0;
@@ -262,10 +268,7 @@ fn paused_first_member_of_three_costs_no_session_and_no_push() {
 #[test]
 #[serial_test::serial(etcd_private)]
 fn a_member_dead_from_the_start_does_not_slow_calls() {
-    let mut cluster = EtcdCluster::start(2780, 3);
-    let leader = cluster.leader();
-    let dead = (leader + 1) % 3;
-    cluster.kill(dead);
+    let (cluster, dead) = EtcdCluster::with_a_dead_follower(2780);
     let backend = backend(&cluster, &[0, 1, 2]);
     let n = name("dead");
     for i in 0..30 {
@@ -273,12 +276,9 @@ fn a_member_dead_from_the_start_does_not_slow_calls() {
         backend.holder(&n).unwrap_or_else(|e| panic!("call {i} with member {dead} dead: {e}"));
         assert!(t.elapsed() < QUERY + Duration::from_millis(50), "call {i} took {:?}", t.elapsed());
     }
-    let session = Session::open(backend.clone(), options(LEASE)).unwrap();
-    let events = session.events();
-    let lease = session.lock(&n).unwrap();
-    let failures = holds_for(&session, &events, &lease, LEASE + RENEW);
-    assert_eq!(failures, 0, "no renewal went to the dead member");
-    session.close().unwrap();
+    let h = Holding::lock(backend, LEASE, n);
+    assert_eq!(h.holds_for(LEASE + RENEW), 0, "no renewal went to the dead member");
+    h.session.close().unwrap();
 }
 
 /// A new session's lease grant reaches the first member given, which applies it, but its answer
@@ -300,13 +300,11 @@ fn a_grant_sent_to_two_members_grants_one_lease() {
     };
     assert_eq!(leases(), Vec::<u64>::new(), "a fresh cluster has no lease");
     proxy.stall_replies();
-    let session = Session::open(client, options(LEASE)).unwrap();
-    let events = session.events();
-    let id = u64::from_str_radix(session.id().as_str(), 16).unwrap();
+    let h = Holding::lock(client, LEASE, name("grant"));
+    let id = u64::from_str_radix(h.session.id().as_str(), 16).unwrap();
     assert_eq!(leases(), vec![id], "the cluster's leases are the session's one");
-    let lease = session.lock(&name("grant")).unwrap();
-    assert_eq!(holds_for(&session, &events, &lease, LEASE + RENEW), 0);
+    assert_eq!(h.holds_for(LEASE + RENEW), 0);
     proxy.resume_replies();
-    session.close().unwrap();
+    h.session.close().unwrap();
     assert_eq!(leases(), Vec::<u64>::new(), "closing revoked the one lease");
 }

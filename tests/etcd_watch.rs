@@ -9,20 +9,19 @@
 
 mod support;
 
-use std::process::Command;
 use std::sync::Arc;
-use std::thread;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
 use simba::backend::{LeaseBackend, Notification, Topic};
 use simba::backends::etcd::{EtcdBackend, EtcdOptions};
 use simba::{Name, Session, SessionOptions};
-use support::forward::{Forward, Hook, Op};
+use support::etcd::etcdctl_ok;
+use support::forward::{Granted, Hook, Op, SLOW_RENEW};
 use support::proxy::Proxy;
 
 const ETCD: &str = "127.0.0.1:2379";
-const RENEW: Duration = Duration::from_secs(20);
+const RENEW: Duration = SLOW_RENEW;
 
 fn init_log() {
     let _ = env_logger::builder().is_test(true).try_init();
@@ -35,33 +34,12 @@ fn backend(member: &str, prefix: &str) -> EtcdBackend {
         .unwrap_or_else(|e| panic!("etcd at {member}: {e} (run `scripts/services up etcd`)"))
 }
 
-fn slow_polling() -> SessionOptions {
-    SessionOptions::builder()
-        .lease_duration(Duration::from_secs(60))
-        .renew_interval(RENEW)
-        .query_timeout(Duration::from_secs(2))
-        .build()
-        .unwrap()
-}
-
-/// `etcdctl` against the shared member; its standard output.
-fn etcdctl(args: &[&str]) -> String {
-    let o = Command::new("etcdctl")
-        .env("ETCDCTL_API", "3")
-        .args(["--endpoints", ETCD])
-        .args(args)
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run etcdctl (apt-get install etcd-client): {e}"));
-    assert!(o.status.success(), "etcdctl {args:?}: {}", String::from_utf8_lossy(&o.stderr));
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
 /// Compacts the shared member's history up to its current revision.
 fn compact_now() {
     let v: serde_json::Value =
-        serde_json::from_str(&etcdctl(&["get", "simba-watch-test-probe", "-w", "json"])).unwrap();
+        serde_json::from_str(&etcdctl_ok(ETCD, &["get", "simba-watch-test-probe", "-w", "json"])).unwrap();
     let rev = v["header"]["revision"].as_i64().unwrap();
-    etcdctl(&["compact", &rev.to_string()]);
+    etcdctl_ok(ETCD, &["compact", &rev.to_string()]);
 }
 
 /// Tells the test each time the waiter's lease registration returned `Ok(true)`.
@@ -93,25 +71,15 @@ fn stream_is_up(backend: &EtcdBackend, holder: &Session) {
     assert_eq!(rx.recv_timeout(Duration::from_secs(10)), Ok(Notification::Released(warm)), "the stream never came up");
 }
 
-/// A `lock(name)` waiting on its own thread over `backend` (registrations reported on the
-/// returned receiver); the lease arrives with the instant it did.
-fn waiter(backend: &EtcdBackend, name: &Name) -> (Receiver<()>, Receiver<(Instant, simba::Result<simba::Lease>)>) {
-    let (reg_tx, registered) = crossbeam_channel::unbounded();
-    let observed = Forward::inheriting(Arc::new(backend.clone()), Registered { backend: backend.clone(), tx: reg_tx });
-    let session = Session::open(observed, slow_polling()).unwrap();
-    let (tx, rx) = crossbeam_channel::bounded(1);
-    let n = name.clone();
-    thread::spawn(move || {
-        let r = session.lock(&n);
-        let _ = tx.send((Instant::now(), r));
-        // Keep the session (and the lease) until the test has looked at it.
-        thread::sleep(Duration::from_secs(2));
-        drop(session);
-    });
-    (registered, rx)
+/// A [`waiter`](support::forward::waiter) for `name` over `backend`, its registrations reported
+/// on the first receiver.
+fn waiter(backend: &EtcdBackend, name: &Name) -> (Receiver<()>, Granted) {
+    let (tx, registered) = crossbeam_channel::unbounded();
+    let hook = Registered { backend: backend.clone(), tx };
+    (registered, support::forward::waiter(Arc::new(backend.clone()), hook, name))
 }
 
-fn pushed(rx: &Receiver<(Instant, simba::Result<simba::Lease>)>, since: Instant, what: &str) {
+fn pushed(rx: &Granted, since: Instant, what: &str) {
     let (at, lease) = rx.recv_timeout(RENEW).unwrap_or_else(|_| panic!("{what}: the waiter never got the lease"));
     lease.unwrap_or_else(|e| panic!("{what}: the waiter's lock failed: {e}"));
     let took = at.saturating_duration_since(since);

@@ -24,10 +24,10 @@ use serial_test::serial;
 use simba::backend::{LeaseBackend, Notification, Topic};
 use simba::backends::redis::{RedisBackend, RedisOptions};
 use simba::{Name, Session, SessionOptions};
-use support::forward::{Forward, Hook, Op};
+use support::forward::{slow_polling, Granted, Hook, Op, SLOW_RENEW};
 
-/// Well below the waiters' first poll (renew interval / 2 = 10 s).
-const PUSHED: Duration = Duration::from_secs(5);
+/// Well below the waiters' first poll (renew interval / 2 = 10 s): 5 s.
+const PUSHED: Duration = Duration::from_secs(SLOW_RENEW.as_secs() / 4);
 
 fn init_log() {
     let _ = env_logger::builder().is_test(true).try_init();
@@ -36,15 +36,6 @@ fn init_log() {
 fn backend(r: &PrivateRedis) -> RedisBackend {
     let o = RedisOptions::builder().query_timeout(Duration::from_secs(2)).build().unwrap();
     RedisBackend::connect(&r.url(), o).unwrap_or_else(|e| panic!("private redis: {e}"))
-}
-
-fn slow_polling() -> SessionOptions {
-    SessionOptions::builder()
-        .lease_duration(Duration::from_secs(60))
-        .renew_interval(Duration::from_secs(20))
-        .query_timeout(Duration::from_secs(2))
-        .build()
-        .unwrap()
 }
 
 fn name(prefix: &str) -> Name {
@@ -108,25 +99,9 @@ impl Hook for Arc<Calls> {
     }
 }
 
-/// A waiting `lock(name)` on its own thread over `backend`, observed by `calls`: the lease
-/// arrives on the returned channel with the instant it did.
-fn waiter(
-    backend: &RedisBackend,
-    calls: &Arc<Calls>,
-    name: &Name,
-) -> crossbeam_channel::Receiver<(Instant, simba::Result<simba::Lease>)> {
-    let observed = Forward::inheriting(Arc::new(backend.clone()), calls.clone());
-    let session = Session::open(observed, slow_polling()).unwrap();
-    let (tx, rx) = crossbeam_channel::bounded(1);
-    let n = name.clone();
-    thread::spawn(move || {
-        let r = session.lock(&n);
-        let _ = tx.send((Instant::now(), r));
-        // Keep the session (and the lease) until the test has looked at it.
-        thread::sleep(Duration::from_secs(2));
-        drop(session);
-    });
-    rx
+/// A [`waiter`](support::forward::waiter) for `name` over `backend`, observed by `calls`.
+fn waiter(backend: &RedisBackend, calls: &Arc<Calls>, name: &Name) -> Granted {
+    support::forward::waiter(Arc::new(backend.clone()), calls.clone(), name)
 }
 
 #[test]

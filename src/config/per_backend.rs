@@ -320,7 +320,7 @@ mod etcd {
         /// when the configuration is built.
         #[must_use]
         pub fn etcd_tls_ca(mut self, ca: impl Into<PathBuf>) -> Self {
-            self.backends.etcd.tls[0] = Some(ca.into().to_string_lossy().into_owned());
+            self.backends.etcd.tls[0] = Some(ca.into());
             self.mark((Family::Etcd, "etcd_tls_ca"))
         }
 
@@ -328,8 +328,8 @@ mod etcd {
         /// `SIMBA_ETCD_TLS_CERT` and `SIMBA_ETCD_TLS_KEY`, and the URL's `cert=` and `key=`).
         #[must_use]
         pub fn etcd_tls_identity(mut self, cert: impl Into<PathBuf>, key: impl Into<PathBuf>) -> Self {
-            self.backends.etcd.tls[1] = Some(cert.into().to_string_lossy().into_owned());
-            self.backends.etcd.tls[2] = Some(key.into().to_string_lossy().into_owned());
+            self.backends.etcd.tls[1] = Some(cert.into());
+            self.backends.etcd.tls[2] = Some(key.into());
             self.mark((Family::Etcd, "etcd_tls_identity"))
         }
     }

@@ -1,7 +1,8 @@
 //! A private etcd cluster for fault tests (never the shared members of `scripts/services`): `n`
 //! members on loopback, member `i` serving clients on `base_port + 2i` and its peers on
 //! `base_port + 2i + 1`, with a fast raft clock (heartbeat 50 ms, election timeout 500 ms, so
-//! etcd's minimum lease TTL is 1 s). A test kills, restarts, pauses and resumes members; on drop
+//! etcd's minimum lease TTL is 1 s), and the extra server flags a test asks for
+//! ([`EtcdCluster::start_with`]). A test kills, restarts, pauses and resumes members; on drop
 //! every member is resumed, killed, and its data directory removed, also when the test fails.
 #![allow(dead_code)]
 
@@ -22,6 +23,8 @@ pub const HEARTBEAT: Duration = Duration::from_millis(50);
 pub struct EtcdCluster {
     base: PathBuf,
     base_port: u16,
+    /// Server flags every member gets on top of the common ones.
+    extra: Vec<String>,
     members: Vec<ServerProcess>,
     paused: Vec<bool>,
 }
@@ -30,11 +33,23 @@ impl EtcdCluster {
     /// Starts `n` members on ports from `base_port` and waits until every one is healthy (a
     /// quorum answers through it).
     pub fn start(base_port: u16, n: usize) -> EtcdCluster {
+        EtcdCluster::start_with(base_port, n, &[])
+    }
+
+    /// Like [`EtcdCluster::start`], every member also started (and restarted) with the server
+    /// flags `extra` (e.g. `["--auth-token-ttl", "1"]`).
+    pub fn start_with(base_port: u16, n: usize, extra: &[&str]) -> EtcdCluster {
         let base = std::env::temp_dir().join(format!("simba-etcd-private-{base_port}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&base);
         std::fs::create_dir_all(&base).unwrap();
         let members = (0..n).map(|i| ServerProcess::new(base.join(format!("m{i}")))).collect();
-        let mut cluster = EtcdCluster { base, base_port, members, paused: vec![false; n] };
+        let mut cluster = EtcdCluster {
+            base,
+            base_port,
+            extra: extra.iter().map(|a| a.to_string()).collect(),
+            members,
+            paused: vec![false; n],
+        };
         for i in 0..n {
             cluster.spawn(i);
         }
@@ -68,6 +83,7 @@ impl EtcdCluster {
             .args(["--initial-cluster-token", &format!("simba-private-{}", self.base_port)])
             .args(["--heartbeat-interval", &HEARTBEAT.as_millis().to_string()])
             .args(["--election-timeout", &ELECTION_TIMEOUT.as_millis().to_string()])
+            .args(&self.extra)
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
@@ -106,6 +122,23 @@ impl EtcdCluster {
         });
         assert!(ok, "the private etcd members never agreed on a leader");
         found.unwrap_or_default()
+    }
+
+    /// The agreed leader (as [`EtcdCluster::leader`]) and the other members, the followers, in
+    /// ring order after it (`leader + 1`, `leader + 2`… modulo the size).
+    pub fn roles(&self) -> (usize, Vec<usize>) {
+        let leader = self.leader();
+        let n = self.members.len();
+        (leader, (1..n).map(|k| (leader + k) % n).collect())
+    }
+
+    /// Starts 3 members on ports from `base_port` and kills a follower (`SIGKILL`) once they agree
+    /// on a leader: the cluster and the dead member.
+    pub fn with_a_dead_follower(base_port: u16) -> (EtcdCluster, usize) {
+        let mut cluster = EtcdCluster::start(base_port, 3);
+        let dead = cluster.roles().1[0];
+        cluster.kill(dead);
+        (cluster, dead)
     }
 
     fn agreed_leader(&self) -> Option<usize> {
@@ -174,11 +207,22 @@ impl Drop for EtcdCluster {
 
 /// `etcdctl --endpoints addr args…`'s stdout when it succeeds.
 pub fn etcdctl(addr: &str, args: &[&str]) -> Option<String> {
-    let out = Command::new("etcdctl")
+    let out = run_etcdctl(addr, args);
+    out.status.success().then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// `etcdctl --endpoints addr args…`'s stdout; panics with its stderr unless it succeeds.
+pub fn etcdctl_ok(addr: &str, args: &[&str]) -> String {
+    let out = run_etcdctl(addr, args);
+    assert!(out.status.success(), "etcdctl {args:?} at {addr}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn run_etcdctl(addr: &str, args: &[&str]) -> std::process::Output {
+    Command::new("etcdctl")
         .env("ETCDCTL_API", "3")
         .args(["--endpoints", addr])
         .args(args)
         .output()
-        .expect("etcdctl is missing: run `scripts/services up etcd` (it installs etcd-client)");
-    out.status.success().then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+        .expect("etcdctl is missing: run `scripts/services up etcd` (it installs etcd-client)")
 }

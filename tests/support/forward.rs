@@ -1,15 +1,16 @@
 //! A test backend that forwards every SPI call to another backend after a hook: the doubles that
-//! observe, delay or hang calls (engine_faults.rs, hung_backends.rs) write only their hook.
+//! observe, delay or hang calls (engine_faults.rs, hung_backends.rs) write only their hook; and a
+//! waiter observed by such a hook ([`waiter`], redis_pubsub.rs and etcd_watch.rs).
 
 use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::Sender;
+use crossbeam_channel::{Receiver, Sender};
 use simba::backend::{
     Acquire, Capabilities, CheckItem, Holder, KeepAlive, LeaseBackend, Member, Notification, SessionGrant, Topic,
 };
-use simba::{MemoryBackend, Name, SessionId, Token};
+use simba::{MemoryBackend, Name, Session, SessionId, SessionOptions, Token};
 
 /// The SPI call about to be forwarded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -233,4 +234,41 @@ impl Hook for KeepAliveTrouble {
         (op == Op::KeepAlive && self.failing.load(std::sync::atomic::Ordering::SeqCst))
             .then(|| simba::Error::new(simba::ErrorKind::Unavailable, "the test's keep-alive fails"))
     }
+}
+
+/// The renew interval of [`slow_polling`] sessions (20 s).
+pub const SLOW_RENEW: Duration = Duration::from_secs(20);
+
+/// Session options of a waiter that must be woken by a push: a 60 s lease renewed every
+/// [`SLOW_RENEW`], so it polls for the first time 10 s after a busy attempt at the earliest, and a
+/// lease it gets well before that was pushed.
+pub fn slow_polling() -> SessionOptions {
+    SessionOptions::builder()
+        .lease_duration(Duration::from_secs(60))
+        .renew_interval(SLOW_RENEW)
+        .query_timeout(Duration::from_secs(2))
+        .build()
+        .unwrap()
+}
+
+/// What a [`waiter`] reports once: the instant its `lock` returned, and what it returned.
+pub type Granted = Receiver<(Instant, simba::Result<simba::Lease>)>;
+
+/// A `lock(name)` waiting on its own thread, in a [`slow_polling`] session over `inner` behind
+/// `hook` ([`Forward::inheriting`]: the inner backend's push capabilities and watches, so the
+/// hook sees the waiter's registrations and attempts). The lease arrives on the returned channel
+/// with the instant it did; the session (and the lease) are kept 2 s longer, for the test to look
+/// at them.
+pub fn waiter<H: Hook>(inner: Arc<dyn LeaseBackend>, hook: H, name: &Name) -> Granted {
+    let session = Session::open(Forward::inheriting(inner, hook), slow_polling()).unwrap();
+    let (tx, rx) = crossbeam_channel::bounded(1);
+    let n = name.clone();
+    std::thread::spawn(move || {
+        let r = session.lock(&n);
+        let _ = tx.send((Instant::now(), r));
+        // Keep the session (and the lease) until the test has looked at it.
+        std::thread::sleep(Duration::from_secs(2));
+        drop(session);
+    });
+    rx
 }

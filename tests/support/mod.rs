@@ -75,9 +75,14 @@ pub fn require_tcp(what: &str, addr: &str) {
 /// (`SessionExpired`): its deadline comes from its acquire's reply and the session's from the last
 /// keep-alive's, so when no renewal succeeds after the acquire the two are within the calls'
 /// delays of each other, and either may pass first. Both are on time; no other reason is.
+///
+/// `events` is the session's [`simba::Events`] itself, not the crossbeam `Receiver` it
+/// dereferences to in a normal build: with `--cfg simba_explore` it dereferences to the
+/// explorer's receiver instead, and a `&crossbeam_channel::Receiver` parameter did not compile
+/// there (hung_backends, worker_pool and etcd_faults call this).
 pub fn assert_lost_by(
     session: &simba::Session,
-    events: &crossbeam_channel::Receiver<simba::SessionEvent>,
+    events: &simba::Events<simba::SessionEvent>,
     lease: &simba::Lease,
     (name, token): (simba::Name, simba::Token),
     by: std::time::Instant,

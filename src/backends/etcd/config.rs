@@ -5,6 +5,7 @@
 
 use std::any::Any;
 use std::fmt;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -35,8 +36,9 @@ pub(crate) struct EtcdSettings {
     pub(crate) connection_timeout: Option<Duration>,
     pub(crate) user: Option<String>,
     pub(crate) password: Option<Secret>,
-    /// CA, client certificate, client key (file paths).
-    pub(crate) tls: [Option<String>; 3],
+    /// CA, client certificate, client key (file paths, kept as given: a path from the builder
+    /// need not be UTF-8).
+    pub(crate) tls: [Option<PathBuf>; 3],
 }
 
 impl fmt::Debug for EtcdSettings {
@@ -74,7 +76,7 @@ impl EtcdSettings {
         }
         for (i, name) in ["SIMBA_ETCD_TLS_CA", "SIMBA_ETCD_TLS_CERT", "SIMBA_ETCD_TLS_KEY"].into_iter().enumerate() {
             if let Some(v) = var(name) {
-                self.tls[i] = Some(v);
+                self.tls[i] = Some(PathBuf::from(v));
             }
         }
         Ok(self)
@@ -189,5 +191,38 @@ impl ParsedBackend for EtcdParsed {
 
     fn as_any(&self) -> &dyn Any {
         self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// The TLS files given through the builder reach the open calls as given: names that are not
+    /// UTF-8 (a byte 0xff) are read, not replaced by U+FFFD (names where no file is).
+    #[cfg(unix)]
+    #[test]
+    fn builder_tls_paths_reach_the_open_calls_unchanged() {
+        use std::ffi::OsStr;
+        use std::os::unix::ffi::OsStrExt;
+
+        let dir = std::env::temp_dir().join(format!("simba-etcd-tls-unit-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = |stem: &str, pem: &str| {
+            let path = dir.join(OsStr::from_bytes(&[stem.as_bytes(), b"-\xff.pem"].concat()));
+            std::fs::write(&path, format!("-----BEGIN {pem}-----\n{stem}\n-----END {pem}-----\n")).unwrap();
+            assert!(!std::path::Path::new(&*path.to_string_lossy()).exists(), "no file at the lossy name");
+            path
+        };
+        let (ca, cert, key) = (file("ca", "CERTIFICATE"), file("cert", "CERTIFICATE"), file("key", "PRIVATE KEY"));
+        let built = crate::Config::builder()
+            .url("etcds://127.0.0.1:2379/p")
+            .etcd_tls_ca(&ca)
+            .etcd_tls_identity(&cert, &key)
+            .build();
+        std::fs::remove_dir_all(&dir).ok();
+        let config = built.unwrap_or_else(|e| panic!("the files are read: {e}"));
+        let tls = config.etcd_options().and_then(|o| o.tls.as_ref()).expect("TLS options");
+        assert!(tls.ca_pem.as_deref().is_some_and(|p| p.contains("\nca\n")), "{tls:?}");
+        let (c, k) = tls.identity.as_ref().expect("a client identity");
+        assert!(c.contains("\ncert\n") && k.contains("\nkey\n"), "{tls:?}");
     }
 }

@@ -3,7 +3,7 @@
 //! TLS).
 
 use std::fmt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::error::{Error, Result};
@@ -194,9 +194,10 @@ pub(crate) struct EtcdUrl {
     pub(crate) tls: bool,
     pub(crate) prefix: Option<String>,
     pub(crate) user: Option<(String, String)>,
-    pub(crate) ca: Option<String>,
-    pub(crate) cert: Option<String>,
-    pub(crate) key: Option<String>,
+    /// The TLS files `ca=`, `cert=` and `key=` name (paths as written: a query is text).
+    pub(crate) ca: Option<PathBuf>,
+    pub(crate) cert: Option<PathBuf>,
+    pub(crate) key: Option<PathBuf>,
 }
 
 impl EtcdUrl {
@@ -238,14 +239,12 @@ impl EtcdUrl {
         };
         let invalid = |d: String| url_error(&ep.redacted, d);
         let params = TlsParams { names: ["ca", "cert", "key"], normalize: TlsParams::exact, invalid: &invalid };
-        let files = params.split(ep.query.as_deref().unwrap_or(""), &mut |k, _| {
+        [out.ca, out.cert, out.key] = params.split(ep.query.as_deref().unwrap_or(""), &mut |k, _| {
             Err(invalid(format!(
                 "unknown etcd URL parameter {:?} (known: ca, cert, key)",
                 k.chars().take(64).collect::<String>()
             )))
         })?;
-        let text = |f: &Option<std::path::PathBuf>| f.as_ref().map(|p| p.to_string_lossy().into_owned());
-        (out.ca, out.cert, out.key) = (text(&files[0]), text(&files[1]), text(&files[2]));
         if !out.tls && (out.ca.is_some() || out.cert.is_some() || out.key.is_some()) {
             return Err(url_error(&ep.redacted, "ca, cert and key are TLS files: use etcds:// for TLS"));
         }
