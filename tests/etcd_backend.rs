@@ -1,6 +1,7 @@
 //! The etcd backend outside the TCK: URL errors before any I/O, TTL rounding and refusal, and
 //! permanent errors (TLS refused) failing at once in the server's or the TLS stack's words.
-//! Also `list`'s group order where key order and name order differ.
+//! Also `list`'s group order where key order and name order differ, and calls from inside a
+//! tokio runtime and from more threads than the backend drives connections for.
 //! Needs `scripts/services up etcd etcd-tls` for the tests that connect.
 #![cfg(feature = "etcd")]
 
@@ -167,4 +168,35 @@ fn a_capped_listing_gives_the_first_groups_by_name() {
     assert_eq!(names(2), (vec![x.clone(), format!("{x}-1")], true));
     assert_eq!(names(3), (vec![x.clone(), format!("{x}-1"), format!("{x}.2")], false));
     b.close_session(&s).unwrap();
+}
+
+/// Calls made from inside a tokio runtime, where the backend cannot drive a connection of its own
+/// on the caller's thread (`block_on` would panic there), run on the backend's runtime and work;
+/// so do calls from more threads at once than the backend has caller-driven slots (4), and every
+/// one of them reads the same holder (src/backends/etcd/slots.rs).
+#[test]
+fn calls_from_inside_a_tokio_runtime_and_beyond_the_slots_work() {
+    let b = std::sync::Arc::new(backend());
+    let name = simba::Name::new(format!("in-runtime-{:x}", rand_u64())).unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let (sid, token) = rt.block_on(async {
+        let sid = b.open_session(Duration::from_secs(5), "in a runtime").unwrap().id;
+        let token = b.acquire(&sid, &name).unwrap().token().expect("a free name");
+        (sid, token)
+    });
+    let threads: Vec<_> = (0..8)
+        .map(|_| {
+            let (b, name) = (b.clone(), name.clone());
+            std::thread::spawn(move || (0..20).map(|_| b.holder(&name).unwrap()).collect::<Vec<_>>())
+        })
+        .collect();
+    for t in threads {
+        for h in t.join().unwrap() {
+            let h = h.expect("held");
+            assert_eq!((&h.session, h.token), (&sid, token));
+        }
+    }
+    rt.block_on(async { b.keep_alive(&sid, Duration::from_secs(5)).unwrap() });
+    b.close_session(&sid).unwrap();
+    assert!(b.holder(&name).unwrap().is_none(), "closing the session freed the name");
 }

@@ -219,15 +219,15 @@ impl EtcdClient {
             .map_err(|e| Error::backend(format!("cannot start the etcd client's runtime: {e}")))?;
         let scheme = if options.tls.is_some() { "https" } else { "http" };
         let mut endpoints = Vec::with_capacity(members.len());
+        // Slots' connections have no HTTP/2 keep-alive: they are driven only during calls, so a
+        // ping's answer could wait in the socket past its timeout (slots.rs).
+        let mut slot_endpoints = Vec::with_capacity(members.len());
         for m in members {
             let uri = format!("{scheme}://{m}");
             let mut ep = Endpoint::from_shared(uri.clone())
                 .map_err(|e| Error::config(format!("invalid etcd member address {uri}: {e}")))?
                 .connect_timeout(options.connection_timeout)
-                .tcp_nodelay(true)
-                .http2_keep_alive_interval(Duration::from_secs(10))
-                .keep_alive_timeout(options.query_timeout)
-                .keep_alive_while_idle(true);
+                .tcp_nodelay(true);
             if let Some(tls) = &options.tls {
                 let host =
                     m.rsplit_once(':').map_or(m.as_str(), |(h, _)| h).trim_start_matches('[').trim_end_matches(']');
@@ -243,6 +243,11 @@ impl EtcdClient {
                     .tls_config(cfg)
                     .map_err(|e| Error::config(format!("invalid etcd TLS settings for {m}: {}", display_chain(&e))))?;
             }
+            slot_endpoints.push(ep.clone());
+            let ep = ep
+                .http2_keep_alive_interval(Duration::from_secs(10))
+                .keep_alive_timeout(options.query_timeout)
+                .keep_alive_while_idle(true);
             endpoints.push((m.clone(), ep));
         }
         let (token, user) = (AuthToken::default(), options.user.clone().map(Arc::new));
@@ -252,7 +257,7 @@ impl EtcdClient {
         };
         let pin = Arc::new(Pin::new(options.query_timeout / HEDGE_DIVISOR));
         let route = Arc::new(Route::new(members_clients, pin.clone()));
-        let slots = Slots::new(endpoints.iter().map(|(_, ep)| ep.clone()).collect(), token, user, pin);
+        let slots = Slots::new(slot_endpoints, token, user, pin);
         let client = EtcdClient {
             rt,
             route,

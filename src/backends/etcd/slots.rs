@@ -10,10 +10,12 @@
 //!
 //! The watch stream, `check`'s calls to one member and callers inside a tokio runtime (where
 //! `block_on` would panic) stay on the backend's runtime, and so does a call when every slot is
-//! busy: no caller ever waits for a slot. A slot's connection is driven only during calls: the
-//! server's pings and a closed connection are seen at the next call, which the route then sends
-//! on to the next member (`route.rs`). The bound holds as on the backend's runtime: the timer
-//! that ends the call is driven by the same `block_on`. A call that panics drops its slot.
+//! busy: no caller ever waits for a slot. A slot's connections are driven only during calls (so
+//! they send no HTTP/2 keep-alive pings): a slot goes back to the pool only after a clean call,
+//! answered by the first member it was sent to; after a timeout, a failure or a hedge it is
+//! dropped with its connections, and the next call makes a new one, so a connection that died
+//! silently (half-open) costs at most one call. The bound holds as on the backend's runtime: the
+//! timer that ends the call is driven by the same `block_on`. A call that panics drops its slot.
 
 use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -25,7 +27,7 @@ use tokio::runtime::Runtime;
 use tonic::transport::Endpoint;
 use tonic::Status;
 
-use super::client::{AuthToken, Clients};
+use super::client::{transient, AuthToken, Clients};
 use super::route::{Pin, Resend, Route};
 
 /// The most slots of one backend (calls beyond run on the backend's runtime).
@@ -57,20 +59,22 @@ pub(crate) struct Slots {
     pin: Arc<Pin>,
 }
 
-/// A slot taken for a call: put back when done, dropped when the call panicked.
+/// A slot taken for a call: put back when the call was clean, else dropped (also when the call
+/// panicked).
 struct Taken<'a> {
     slots: &'a Slots,
     slot: Option<Slot>,
+    clean: bool,
 }
 
 impl Drop for Taken<'_> {
     fn drop(&mut self) {
         if let Some(slot) = self.slot.take() {
-            if std::thread::panicking() {
+            if self.clean && !std::thread::panicking() {
+                self.slots.idle.lock().push(slot);
+            } else {
                 drop(slot);
                 self.slots.made.fetch_sub(1, Ordering::SeqCst);
-            } else {
-                self.slots.idle.lock().push(slot);
             }
         }
     }
@@ -104,11 +108,16 @@ impl Slots {
         if tokio::runtime::Handle::try_current().is_ok() {
             return None;
         }
-        let taken = Taken { slots: self, slot: Some(self.take()?) };
+        let mut taken = Taken { slots: self, slot: Some(self.take()?), clean: false };
         let slot = taken.slot.as_ref()?;
         let rt = slot.rt.as_ref()?;
+        let first = slot.route.pinned().0;
         // The timeout is made inside `block_on`: its timer belongs to the slot's runtime.
         let answer = rt.block_on(async { tokio::time::timeout(bound, slot.route.call(op, resend, last)).await });
+        // Clean: an answer (a server's refusal included), nothing failed on the way, and the
+        // member that answered is the one it was sent to first.
+        let failed = matches!(&answer, Ok(Err(s)) if transient(s));
+        taken.clean = answer.is_ok() && !failed && last.lock().is_none() && slot.route.pinned().0 == first;
         drop(taken);
         Some(answer.ok())
     }
