@@ -364,7 +364,7 @@ impl EtcdClient {
             return Err(Error::backend(format!("no etcd member number {i}")));
         };
         // Errors name the member alone, not the whole list.
-        self.run(what, addr, self.query_timeout, Target::Member(clients.clone()), op)
+        self.run(what, addr, self.query_timeout, Target::Member(Box::new(clients.clone())), op)
     }
 
     /// The query timeout.
@@ -475,7 +475,7 @@ enum Target {
     /// Routed to the members (`route.rs`).
     Routed(Resend),
     /// To this member alone.
-    Member(Clients),
+    Member(Box<Clients>),
 }
 
 /// The hedge delay is the query timeout divided by this (`route.rs`).
