@@ -148,15 +148,7 @@ impl std::fmt::Debug for EtcdClient {
 /// Maps a gRPC status to the crate's errors, in the server's (or the transport's) own words.
 /// A certificate the TLS stack rejects is permanent (`Backend`): retrying cannot fix it.
 pub(crate) fn status_error(what: &str, members: &str, s: &Status) -> Error {
-    let mut words = s.message().to_string();
-    if let Some(src) = s.source() {
-        let chain = display_chain(src);
-        if chain.contains(&words) {
-            words = chain;
-        } else if !words.contains(&chain) {
-            words = format!("{words} ({chain})");
-        }
-    }
+    let words = words(s);
     if transient_in(s, &words) {
         Error::unavailable(format!("etcd {what} at {members} failed: {words}"))
     } else {
@@ -168,11 +160,18 @@ pub(crate) fn status_error(what: &str, members: &str, s: &Status) -> Error {
 /// Whether `s` is a failure that may pass (`Unavailable` to the caller; another member may
 /// answer): not the server's refusal, and not a certificate the TLS stack rejects.
 pub(crate) fn transient(s: &Status) -> bool {
-    let words = match s.source() {
-        Some(src) => format!("{} {}", s.message(), display_chain(src)),
-        None => s.message().to_string(),
-    };
-    transient_in(s, &words)
+    transient_in(s, &words(s))
+}
+
+/// The status's message with its source chain (the transport's own words), each said once.
+fn words(s: &Status) -> String {
+    let message = s.message();
+    match s.source().map(display_chain) {
+        None => message.to_string(),
+        Some(chain) if chain.contains(message) => chain,
+        Some(chain) if message.contains(&chain) => message.to_string(),
+        Some(chain) => format!("{message} ({chain})"),
+    }
 }
 
 /// [`transient`], given the status's words with its source chain.
@@ -192,11 +191,8 @@ use std::error::Error as _;
 /// Whether the request never left: the connection to the member it was routed to could not be
 /// made (refused: the member is down or restarting).
 pub(crate) fn never_sent(s: &Status) -> bool {
-    let chain = match s.source() {
-        Some(src) => format!("{} {}", s.message(), display_chain(src)),
-        None => s.message().to_string(),
-    };
-    chain.contains("tcp connect error") || chain.contains("Connection refused")
+    let words = words(s);
+    words.contains("tcp connect error") || words.contains("Connection refused")
 }
 
 /// Whether a transport error chain is a TLS failure (rustls' words, or a plain member's answer
@@ -420,19 +416,26 @@ impl EtcdClient {
         Fut: Future<Output = std::result::Result<T, Status>> + Send + 'static,
         T: Send + 'static,
     {
-        let last: Arc<parking_lot::Mutex<Option<Status>>> = Arc::default();
-        let here = match target {
-            Target::Routed(resend) => self.slots.run(&op, resend, bound, &last),
+        // The last failure that made the call go on to another member (route.rs): for the
+        // message when the bound ends the call.
+        let here = parking_lot::Mutex::new(None);
+        let answered = match target {
+            Target::Routed(resend) => self.slots.run(&op, resend, bound, &here),
             Target::Member(_) => None,
         };
-        let answer = match here {
-            Some(answer) => answer,
-            None => self.spawned(bound, target, op, last.clone()),
+        let (answer, last) = match answered {
+            Some(answer) => (answer, here.into_inner()),
+            None => {
+                let last: Arc<parking_lot::Mutex<Option<Status>>> = Arc::default();
+                let answer = self.spawned(bound, target, op, last.clone());
+                let last = last.lock().take();
+                (answer, last)
+            }
         };
         match answer {
             Some(Ok(v)) => Ok(v),
             Some(Err(s)) => Err(status_error(what, members, &s)),
-            None => match last.lock().take() {
+            None => match last {
                 Some(s) => Err(status_error(&format!("{what} (sent for {bound:?})"), members, &s)),
                 None => Err(Error::unavailable(format!("etcd {what} at {members} did not answer within {bound:?}"))),
             },
