@@ -78,8 +78,10 @@ impl ConfigBuilder {
     /// Unknown `SIMBA_*` variables produce a warning (a likely typo).
     ///
     /// # Errors
-    /// `InvalidConfig` for a malformed value, naming the variable and the rule.
+    /// `InvalidConfig` for a malformed value, naming the variable and the rule, and for a
+    /// setting whose value is not UTF-8 (rather than ignoring it).
     pub fn from_env() -> Result<ConfigBuilder> {
+        text_only(std::env::vars_os())?;
         let mut b = ConfigBuilder::from_vars(|k| std::env::var(k).ok())?;
         for (k, _) in std::env::vars_os() {
             let Some(k) = k.to_str() else { continue };
@@ -184,5 +186,43 @@ impl Config {
     /// As [`from_env`](Config::from_env).
     pub fn from_vars(get: impl Fn(&str) -> Option<String>) -> Result<Config> {
         ConfigBuilder::from_vars(get)?.build()
+    }
+}
+
+/// Refuses a setting (one of [`ENV_VARS`]) whose value is not UTF-8: settings are read as text,
+/// and one left out would silently fall back to its default (a TLS file path, say).
+fn text_only(vars: impl Iterator<Item = (std::ffi::OsString, std::ffi::OsString)>) -> Result<()> {
+    for (k, v) in vars {
+        let Some(k) = k.to_str() else { continue };
+        if ENV_VARS.contains(&k) && v.to_str().is_none() {
+            return Err(Error::config(format!(
+                "{k} is not valid UTF-8 ({}): settings are read as text; give a UTF-8 value (a file path: \
+                 link or move the file to a UTF-8 path), or set it in code",
+                v.to_string_lossy()
+            )));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::ffi::OsString;
+    use std::os::unix::ffi::OsStringExt;
+
+    use super::*;
+
+    #[test]
+    fn a_setting_that_is_not_utf8_is_refused_by_name() {
+        let bad = OsString::from_vec(b"/etc/ssl/\xffca.pem".to_vec());
+        let vars = [(OsString::from("SIMBA_URL"), bad)];
+        let e = text_only(vars.into_iter()).unwrap_err();
+        assert!(e.to_string().contains("SIMBA_URL is not valid UTF-8"), "{e}");
+        assert!(e.to_string().contains("/etc/ssl/\u{fffd}ca.pem"), "{e}");
+        // Other variables are not settings: not ours to judge.
+        let other = [(OsString::from("HOME"), OsString::from_vec(vec![0xff]))];
+        assert!(text_only(other.into_iter()).is_ok());
+        let fine = [(OsString::from("SIMBA_URL"), OsString::from("/etc/ssl/ca.pem"))];
+        assert!(text_only(fine.into_iter()).is_ok());
     }
 }
