@@ -2,9 +2,11 @@
 //! own ports from 2740, own data directories, heartbeat 50 ms, election timeout 500 ms; never the
 //! shared members): a follower killed and restarted, the leader killed (with the failover bound of
 //! a crashed holder measured), a member paused (`SIGSTOP`) under a client that uses only it and
-//! under one given all three (which must keep its session), a member dead from the start, and a new session's lease grant
-//! applied by one member whose answer is late (sent on to the next, it grants one lease). The reasoning and the
-//! measured bounds are in docs/backends/etcd.md, "Faults and failover".
+//! under one given all three (which must keep its session), a member dead from the start, a new
+//! session's lease grant applied by one member whose answer is late (sent on to the next, it
+//! grants one lease), and late copies of a leave, a join and an acquire (held back on their way
+//! to the first member, delivered after the call returned). The reasoning and the measured bounds
+//! are in docs/backends/etcd.md, "Faults and failover" and "Client".
 #![cfg(feature = "etcd")]
 
 mod support;
@@ -307,4 +309,280 @@ fn a_grant_sent_to_two_members_grants_one_lease() {
     proxy.resume_replies();
     h.session.close().unwrap();
     assert_eq!(leases(), Vec::<u64>::new(), "closing revoked the one lease");
+}
+
+/// The query timeout of the late-copy tests: the hedge delay is a quarter of it, long enough that
+/// a loaded machine does not move the pin off member 0 before the test holds a request there.
+const LATE_QUERY: Duration = Duration::from_secs(2);
+const LATE_RENEW: Duration = Duration::from_secs(1);
+
+fn late_options() -> SessionOptions {
+    SessionOptions::builder()
+        .lease_duration(Duration::from_secs(6))
+        .renew_interval(LATE_RENEW)
+        .query_timeout(LATE_QUERY)
+        .build()
+        .unwrap()
+}
+
+/// A client given member 0 behind a proxy (first, so pinned) and members 1 and 2 directly: the
+/// proxy holds back a request, which the client then sends on to member 1 after the hedge delay,
+/// and delivers it later, a *late copy* of a call that already returned. An observer reads
+/// through member 1.
+struct LateCopies {
+    cluster: EtcdCluster,
+    proxy: Proxy,
+    client: Arc<EtcdBackend>,
+    observer: Arc<EtcdBackend>,
+}
+
+impl LateCopies {
+    fn start(base_port: u16) -> LateCopies {
+        let cluster = EtcdCluster::start(base_port, 3);
+        let proxy = Proxy::start(&cluster.addr(0));
+        let url = format!("etcd://{},{},{}/simba-faults", proxy.addr(), cluster.addr(1), cluster.addr(2));
+        let opts = EtcdOptions::default().query_timeout(LATE_QUERY).connection_timeout(Duration::from_secs(5));
+        let client = Arc::new(EtcdBackend::from_url(&url, opts).unwrap());
+        let observer = backend(&cluster, &[1]);
+        LateCopies { cluster, proxy, client, observer }
+    }
+
+    /// Holds back the first request that names `pattern` (a key's distinctive part).
+    fn hold(&self, pattern: &str) {
+        self.proxy.hold_on(pattern.as_bytes());
+    }
+
+    /// Waits until the proxy holds the request (the client sent it to member 0 first).
+    fn wait_held(&self) {
+        let end = Instant::now() + Duration::from_secs(10);
+        while !self.proxy.holding() {
+            assert!(Instant::now() < end, "the request never went to member 0");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// Delivers the held request to member 0 and waits until member 0 answered it (its count of
+    /// writes answered OK goes up: nothing else is sent to it once the pin moved on), so it is
+    /// applied.
+    fn deliver(&self) {
+        let before = writes_answered(&self.cluster.addr(0));
+        self.proxy.let_through_alone();
+        let end = Instant::now() + Duration::from_secs(10);
+        while writes_answered(&self.cluster.addr(0)) == before {
+            assert!(Instant::now() < end, "member 0 never answered the late copy");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Whether the observer lists `session` in `group`.
+    fn is_member(&self, group: &Name, session: &simba::SessionId) -> bool {
+        self.observer.members(group).unwrap().iter().any(|m| &m.session == session)
+    }
+}
+
+/// The sum of the samples of member `addr`'s `/metrics` whose line passes `keep`.
+fn metric(addr: &str, keep: impl Fn(&str) -> bool) -> u64 {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).expect("connect for /metrics");
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    s.write_all(format!("GET /metrics HTTP/1.0\r\nHost: {addr}\r\n\r\n").as_bytes()).unwrap();
+    let mut text = String::new();
+    s.read_to_string(&mut text).expect("read /metrics");
+    text.lines()
+        .filter(|l| !l.starts_with('#') && keep(l))
+        .map(|l| l.rsplit(' ').next().unwrap().parse::<f64>().unwrap() as u64)
+        .sum()
+}
+
+/// The write calls (`Txn`, `Put`, `DeleteRange`) member `addr` answered OK.
+fn writes_answered(addr: &str) -> u64 {
+    metric(addr, |l| {
+        l.starts_with("grpc_server_handled_total{")
+            && l.contains("grpc_code=\"OK\"")
+            && ["\"Txn\"", "\"Put\"", "\"DeleteRange\""].iter().any(|m| l.contains(&format!("grpc_method={m}")))
+    })
+}
+
+/// The watches member `addr` serves now.
+fn watchers(addr: &str) -> u64 {
+    metric(addr, |l| l.starts_with("etcd_debugging_mvcc_watcher_total "))
+}
+
+/// A leave whose first copy reaches its member late, after the leave returned (answered by the
+/// next member after the hedge delay) and the session joined the group again, must not end that
+/// later membership: the leave deletes only a membership created at or before the last revision
+/// the client had seen. (With a plain delete the late copy ends it: a spurious loss.)
+#[test]
+#[serial_test::serial(etcd_private)]
+fn a_late_copy_of_a_leave_does_not_end_a_later_join() {
+    let late = LateCopies::start(2840);
+    let session = Session::open(late.client.clone(), late_options()).unwrap();
+    let events = session.events();
+    let group = name("late-leave");
+    let membership = session.join(&group).unwrap();
+    late.hold(&format!("g/{group}/{}", session.id()));
+    membership.leave().unwrap();
+    late.wait_held();
+    assert!(!late.is_member(&group, session.id()), "the leave returned: the session is not a member");
+    let again = session.join(&group).unwrap();
+    assert!(late.is_member(&group, session.id()));
+    late.deliver();
+    assert!(
+        late.is_member(&group, session.id()),
+        "the late copy of the leave ended the membership joined after the leave returned"
+    );
+    // Nothing is lost at the following keep-alives either.
+    std::thread::sleep(2 * LATE_RENEW + SLACK);
+    for ev in events.try_iter() {
+        assert!(matches!(ev, SessionEvent::RenewalFailed { .. }), "the session lost something: {ev:?}");
+    }
+    assert!(late.is_member(&group, session.id()));
+    again.leave().unwrap();
+    assert!(!late.is_member(&group, session.id()), "a leave still ends the membership");
+    session.close().unwrap();
+}
+
+/// A join whose first copy reaches its member late, after the session left the group, makes a
+/// membership the session does not hold (a stray): its next keep-alive lists it and the session
+/// leaves it, so the group is free of it within about one renew interval.
+#[test]
+#[serial_test::serial(etcd_private)]
+fn a_late_copy_of_a_join_is_left_at_the_next_keep_alive() {
+    let late = LateCopies::start(2850);
+    let session = Session::open(late.client.clone(), late_options()).unwrap();
+    let events = session.events();
+    let group = name("late-join");
+    late.hold(&format!("g/{group}/{}", session.id()));
+    let membership = session.join(&group).unwrap();
+    late.wait_held();
+    membership.leave().unwrap();
+    late.deliver();
+    let stray_since = Instant::now();
+    assert!(late.is_member(&group, session.id()), "the late copy of the join made a membership");
+    // One renew interval until the keep-alive that lists it, its call, then the leave's.
+    let bound = LATE_RENEW + 2 * LATE_QUERY + SLACK;
+    while late.is_member(&group, session.id()) {
+        assert!(stray_since.elapsed() < bound, "the stray membership was still there after {bound:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    for ev in events.try_iter() {
+        assert!(matches!(ev, SessionEvent::RenewalFailed { .. }), "the session lost something: {ev:?}");
+    }
+    session.close().unwrap();
+}
+
+/// An acquire whose first copy reaches its member late, after the lease was released, takes the
+/// name again for the session that no longer holds it (a stray): the session's next keep-alive
+/// lists it and releases it, so a waiter on another client gets the name within about one renew
+/// interval.
+#[test]
+#[serial_test::serial(etcd_private)]
+fn a_late_copy_of_an_acquire_is_released_at_the_next_keep_alive() {
+    let late = LateCopies::start(2860);
+    let session = Session::open(late.client.clone(), late_options()).unwrap();
+    let events = session.events();
+    let n = name("late-acquire");
+    late.hold(&format!("l/{n}"));
+    let lease = session.lock(&n).unwrap();
+    late.wait_held();
+    lease.release().unwrap();
+    late.deliver();
+    let stray_since = Instant::now();
+    let held = late.observer.holder(&n).unwrap().expect("the late copy of the acquire took the name");
+    assert_eq!(&held.session, session.id());
+    let waiter = Session::open(late.observer.clone(), late_options()).unwrap();
+    let bound = LATE_RENEW + 2 * LATE_QUERY + SLACK;
+    let got = waiter.lock_timeout(&n, bound + SLACK).unwrap();
+    assert!(got.is_some(), "the stray kept the name from a waiter for {:?}", stray_since.elapsed());
+    for ev in events.try_iter() {
+        assert!(matches!(ev, SessionEvent::RenewalFailed { .. }), "the session lost something: {ev:?}");
+    }
+    waiter.close().unwrap();
+    session.close().unwrap();
+}
+
+/// Every connection of a client given one member goes silent without closing (half-open: a
+/// route that drops packets, a host gone without a reset), while the client has several idle
+/// connections (its caller-thread slots, `src/backends/etcd/slots.rs`). The keep-alive on one of
+/// them fails at the query timeout, and the client then drops the other idle ones too: the next
+/// keep-alive, on a new connection, renews, so the session keeps its lease after one renewal
+/// failure. (Had each idle connection cost its own timeout, four in a row outlast the lease.)
+#[test]
+#[serial_test::serial(etcd_private)]
+fn half_open_connections_cost_one_call_not_one_per_connection() {
+    let cluster = EtcdCluster::start(2870, 1);
+    let proxy = Proxy::start(&cluster.addr(0));
+    let opts = EtcdOptions::default().query_timeout(QUERY).connection_timeout(Duration::from_secs(5));
+    let client = Arc::new(EtcdBackend::from_url(&format!("etcd://{}/simba-faults", proxy.addr()), opts).unwrap());
+    let h = Holding::lock(client.clone(), LEASE, name("half-open"));
+    // Calls at once from several threads until the client has four connections of its own
+    // beyond the first (the runtime's): one per slot.
+    let mut rounds = 0;
+    while proxy.connections() < 5 {
+        rounds += 1;
+        assert!(rounds <= 200, "only {} connections after {rounds} rounds of parallel calls", proxy.connections());
+        let start = std::sync::Barrier::new(4);
+        std::thread::scope(|s| {
+            for _ in 0..4 {
+                s.spawn(|| {
+                    start.wait();
+                    client.holder(&h.name).unwrap();
+                });
+            }
+        });
+    }
+    proxy.stall_existing();
+    let failures = h.holds_for(2 * LEASE);
+    assert!(failures <= 1, "{failures} renewals failed in a row: each dead connection cost a call");
+    assert_eq!(client.holder(&h.name).unwrap().map(|x| x.token), Some(h.token));
+    h.session.close().unwrap();
+}
+
+/// The watch stream of a client given one member goes silent without closing (half-open), with a
+/// waiter parked on it: the HTTP/2 keep-alive (every 10 s, answered within the query timeout)
+/// finds the connection dead, the stream reopens on a new one and re-reads what it watched, and
+/// the waiter gets the name released meanwhile by a push — long before its next try, which is at
+/// least half its 60 s renew interval away.
+#[test]
+#[serial_test::serial(etcd_private)]
+fn a_half_open_watch_stream_on_one_member_recovers_by_its_keep_alive() {
+    let cluster = EtcdCluster::start(2880, 1);
+    let proxy = Proxy::start(&cluster.addr(0));
+    let member = cluster.addr(0);
+    let opts = EtcdOptions::default().query_timeout(QUERY).connection_timeout(Duration::from_secs(5));
+    let client = Arc::new(EtcdBackend::from_url(&format!("etcd://{}/simba-faults", proxy.addr()), opts).unwrap());
+    let h = Holding::lock(backend(&cluster, &[0]), LEASE, name("stream-stall"));
+    let slow = SessionOptions::builder()
+        .lease_duration(Duration::from_secs(180))
+        .renew_interval(Duration::from_secs(60))
+        .query_timeout(QUERY)
+        .build()
+        .unwrap();
+    let waiter = Session::open(client, slow).unwrap();
+    let before = watchers(&member);
+    let (tx, got) = crossbeam_channel::bounded(1);
+    let n = h.name.clone();
+    let handle = std::thread::spawn(move || {
+        let r = waiter.lock(&n).map(|l| l.token());
+        let _ = tx.send((Instant::now(), r));
+        waiter
+    });
+    // Parked: its watch is in place on the member.
+    let end = Instant::now() + Duration::from_secs(10);
+    while watchers(&member) <= before {
+        assert!(Instant::now() < end, "the waiter's watch never reached the member");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    proxy.stall_existing();
+    let released = Instant::now();
+    h.lease.release().unwrap();
+    let (at, r) = got.recv_timeout(Duration::from_secs(25)).expect("the waiter never got the lease");
+    let t = r.unwrap().unwrap();
+    assert!(t > h.token, "the waiter's term {t} comes after {}", h.token);
+    let took = at.saturating_duration_since(released);
+    let bound = Duration::from_secs(10) + 2 * QUERY + Duration::from_secs(2);
+    assert!(took < bound, "the waiter got the lease {took:?} after the release (bound {bound:?})");
+    let waiter = handle.join().unwrap();
+    waiter.close().unwrap();
+    h.session.close().unwrap();
 }

@@ -3,7 +3,8 @@
 //! counts requests: data the client sends after the server last answered on that connection (one
 //! round trip; a pipeline written at once counts once). It can also hold back one connection's
 //! client data from the first chunk that contains a given byte string (a statement, a command)
-//! until the test lets it through, while every other connection flows.
+//! until the test lets it through, while every other connection flows — or lets that chunk alone
+//! through as a late request, keeping the server side open.
 #![allow(dead_code)]
 
 use std::io::{Read, Write};
@@ -23,6 +24,8 @@ pub struct Proxy {
     hold: Arc<Hold>,
     /// While set, the server's data waits (requests still reach the server).
     replies_stalled: Arc<AtomicBool>,
+    /// Each connection's own stall flag (set by [`Proxy::stall_existing`]).
+    each: Arc<Mutex<Vec<Arc<AtomicBool>>>>,
 }
 
 /// What [`Proxy::hold_on`] holds back: the pattern, whether a chunk has been held, whether it may go.
@@ -31,23 +34,27 @@ struct Hold {
     pattern: Mutex<Option<Vec<u8>>>,
     holding: AtomicBool,
     released: AtomicBool,
+    /// Set by [`Proxy::let_through_alone`]: after the held chunk, the rest of that connection's
+    /// client data is dropped and its server side stays open.
+    alone: AtomicBool,
 }
 
 impl Hold {
     /// Blocks a client chunk that contains the pattern (and, as the pump is sequential, everything
-    /// after it on that connection) until [`Proxy::let_through`].
-    fn gate(&self, chunk: &[u8]) {
+    /// after it on that connection) until [`Proxy::let_through`]. True when it held this chunk.
+    fn gate(&self, chunk: &[u8]) -> bool {
         let matches = match &*self.pattern.lock().unwrap() {
             Some(p) => !p.is_empty() && chunk.windows(p.len()).any(|w| w == p.as_slice()),
             None => false,
         };
         if !matches {
-            return;
+            return false;
         }
         self.holding.store(true, Ordering::SeqCst);
         while !self.released.load(Ordering::SeqCst) {
             thread::sleep(Duration::from_millis(2));
         }
+        true
     }
 }
 
@@ -67,6 +74,8 @@ impl Proxy {
         let h2 = hold.clone();
         let replies_stalled = Arc::new(AtomicBool::new(false));
         let rs2 = replies_stalled.clone();
+        let each: Arc<Mutex<Vec<Arc<AtomicBool>>>> = Arc::default();
+        let e2 = each.clone();
         thread::spawn(move || {
             while !st2.load(Ordering::SeqCst) {
                 match listener.accept() {
@@ -81,14 +90,17 @@ impl Proxy {
                         // Set when the server spoke last: the client's next data starts a request.
                         let answered = Arc::new(AtomicBool::new(true));
                         let up = Direction::Up { answered: answered.clone(), requests: r2.clone(), hold: h2.clone() };
-                        pump(client.try_clone().unwrap(), server.try_clone().unwrap(), s2.clone(), up);
-                        pump(server, client, s2.clone(), Direction::Down { answered, stalled: rs2.clone() });
+                        let own = Arc::new(AtomicBool::new(false));
+                        e2.lock().unwrap().push(own.clone());
+                        let gate = Stall { all: s2.clone(), own };
+                        pump(client.try_clone().unwrap(), server.try_clone().unwrap(), gate.clone(), up);
+                        pump(server, client, gate, Direction::Down { answered, stalled: rs2.clone() });
                     }
                     Err(_) => thread::sleep(Duration::from_millis(5)),
                 }
             }
         });
-        Proxy { port, stalled, stop, conns, requests, hold, replies_stalled }
+        Proxy { port, stalled, stop, conns, requests, hold, replies_stalled, each }
     }
 
     /// From now on, holds back the client data of a connection from its first chunk containing
@@ -106,6 +118,14 @@ impl Proxy {
     pub fn let_through(&self) {
         *self.hold.pattern.lock().unwrap() = None;
         self.hold.released.store(true, Ordering::SeqCst);
+    }
+
+    /// Forwards what [`hold_on`](Proxy::hold_on) held as a late request: the held chunk reaches
+    /// the server, and nothing the client sent after it does, not even its closing the
+    /// connection (which would cancel the request on a gRPC server) until the proxy is dropped.
+    pub fn let_through_alone(&self) {
+        self.hold.alone.store(true, Ordering::SeqCst);
+        self.let_through();
     }
 
     /// The proxy's address, `127.0.0.1:<port>`.
@@ -131,6 +151,19 @@ impl Proxy {
     /// Forwards again.
     pub fn resume(&self) {
         self.stalled.store(false, Ordering::SeqCst);
+    }
+
+    /// Connections accepted so far.
+    pub fn connections(&self) -> usize {
+        self.each.lock().unwrap().len()
+    }
+
+    /// Stops forwarding on every connection open now, for good (they stay open: half-open
+    /// connections as a dead peer or a dropped route leaves them); new connections flow.
+    pub fn stall_existing(&self) {
+        for c in self.each.lock().unwrap().iter() {
+            c.store(true, Ordering::SeqCst);
+        }
     }
 
     /// Stops forwarding the server's data only: requests still reach the server, their answers
@@ -170,7 +203,20 @@ enum Direction {
     Down { answered: Arc<AtomicBool>, stalled: Arc<AtomicBool> },
 }
 
-fn pump(mut from: TcpStream, mut to: TcpStream, stalled: Arc<AtomicBool>, direction: Direction) {
+/// When a connection's data waits: while the whole proxy or this connection is stalled.
+#[derive(Clone)]
+struct Stall {
+    all: Arc<AtomicBool>,
+    own: Arc<AtomicBool>,
+}
+
+impl Stall {
+    fn load(&self, order: Ordering) -> bool {
+        self.all.load(order) || self.own.load(order)
+    }
+}
+
+fn pump(mut from: TcpStream, mut to: TcpStream, stalled: Stall, direction: Direction) {
     thread::spawn(move || {
         let mut buf = vec![0u8; 256 * 1024];
         loop {
@@ -185,7 +231,13 @@ fn pump(mut from: TcpStream, mut to: TcpStream, stalled: Arc<AtomicBool>, direct
                             if answered.swap(false, Ordering::SeqCst) {
                                 requests.fetch_add(1, Ordering::SeqCst);
                             }
-                            hold.gate(&buf[..n]);
+                            if hold.gate(&buf[..n]) && hold.alone.load(Ordering::SeqCst) {
+                                let _ = to.write_all(&buf[..n]);
+                                // The rest is dropped; the server side stays open until the
+                                // proxy is dropped (`cut`).
+                                while !matches!(from.read(&mut buf), Ok(0) | Err(_)) {}
+                                return;
+                            }
                         }
                         Direction::Down { answered, stalled } => {
                             answered.store(true, Ordering::SeqCst);

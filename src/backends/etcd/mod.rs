@@ -13,6 +13,7 @@
 //!
 //! The session id is the etcd lease id as 16 hex digits.
 
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -54,6 +55,16 @@ struct Inner {
     keys: Keys,
     /// The watch stream's registrations (docs/backends/etcd.md, "Watches").
     watches: Watches,
+    /// The highest store revision a join or keep-alive reply reported: a leave deletes only a
+    /// membership created at or before it (`spi.rs`, `leave`).
+    seen: AtomicI64,
+}
+
+impl Inner {
+    /// Notes a reply's store revision.
+    fn saw(&self, revision: i64) {
+        self.seen.fetch_max(revision, Ordering::SeqCst);
+    }
 }
 
 impl EtcdBackend {
@@ -82,7 +93,7 @@ impl EtcdBackend {
         let client = EtcdClient::connect(&members, &options)?;
         let keys = Keys::new(&options.prefix);
         let watches = Watches::start(&client, keys.clone());
-        Ok(EtcdBackend { inner: Arc::new(Inner { client, keys, watches }) })
+        Ok(EtcdBackend { inner: Arc::new(Inner { client, keys, watches, seen: AtomicI64::new(0) }) })
     }
 
     /// Connects as the URL says: `etcd://[user:password@]host:2379[,host:2379…]/prefix`, or

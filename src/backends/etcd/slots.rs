@@ -13,8 +13,9 @@
 //! busy: no caller ever waits for a slot. A slot's connections are driven only during calls (so
 //! they send no HTTP/2 keep-alive pings): a slot goes back to the pool only after a clean call,
 //! answered by the first member it was sent to; after a timeout, a failure or a hedge it is
-//! dropped with its connections, and the next call makes a new one, so a connection that died
-//! silently (half-open) costs at most one call. The bound holds as on the backend's runtime: the
+//! dropped with its connections, and the next call makes a new one; a call that no member
+//! answered within its bound also drops the idle slots, so connections that died silently
+//! (half-open) cost one call, not one per slot. The bound holds as on the backend's runtime: the
 //! timer that ends the call is driven by the same `block_on`. A call that panics drops its slot.
 
 use std::future::Future;
@@ -119,7 +120,20 @@ impl Slots {
         let failed = matches!(&answer, Ok(Err(s)) if transient(s));
         taken.clean = answer.is_ok() && !failed && last.lock().is_none() && slot.route.pinned().0 == first;
         drop(taken);
+        if answer.is_err() {
+            // No member answered within the bound: the idle slots' connections, opened as long
+            // ago, are likely dead the same way (half-open after a network fault); each would
+            // cost a whole bound. Fresh connections for the next calls.
+            self.forget_idle();
+        }
         Some(answer.ok())
+    }
+
+    /// Drops every idle slot.
+    fn forget_idle(&self) {
+        let idle = std::mem::take(&mut *self.idle.lock());
+        self.made.fetch_sub(idle.len(), Ordering::SeqCst);
+        drop(idle);
     }
 
     fn take(&self) -> Option<Slot> {

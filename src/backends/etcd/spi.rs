@@ -245,6 +245,9 @@ impl LeaseBackend for EtcdBackend {
             }
         })?;
         let (renew, attached, index) = reply;
+        for header in [&renew.header, &attached.header, &index.header].into_iter().flatten() {
+            self.inner.saw(header.revision);
+        }
         if renew.ttl <= 0 || attached.ttl < 0 {
             return Ok(KeepAlive::Expired);
         }
@@ -416,31 +419,49 @@ impl LeaseBackend for EtcdBackend {
     fn join(&self, session: &SessionId, group: &Name) -> Result<()> {
         let Some(id) = lease_id(session) else { return Err(Self::expired(session)) };
         let key = self.inner.keys.member(group, session);
-        let alive = self.inner.client.call("join", move |c| {
+        let joined = self.inner.client.call("join", move |c| {
             let key = key.clone();
             async move {
                 let mut kv = c.kv.clone();
                 match kv.put(PutRequest { key, value: Vec::new(), lease: id, ..Default::default() }).await {
-                    Ok(_) => Ok(true),
-                    Err(s) if lease_not_found(&s) => Ok(false),
+                    Ok(r) => Ok(Some(r.into_inner().header.map_or(0, |h| h.revision))),
+                    Err(s) if lease_not_found(&s) => Ok(None),
                     Err(s) => Err(s),
                 }
             }
         })?;
-        if alive {
-            Ok(())
-        } else {
-            Err(Self::expired(session))
+        match joined {
+            Some(revision) => {
+                self.inner.saw(revision);
+                Ok(())
+            }
+            None => Err(Self::expired(session)),
         }
     }
 
     fn leave(&self, session: &SessionId, group: &Name) -> Result<()> {
         let key = self.inner.keys.member(group, session);
+        // Deletes the membership only when it was created at or before the last revision a join
+        // or keep-alive reply showed: every membership this leave means. A copy of this leave
+        // that reaches a member late (sent on after the hedge delay, route.rs) then cannot
+        // delete a membership the session joined again after the leave returned. A membership
+        // this leave misses (a join's copy landing late) is a stray: the next keep-alive lists
+        // it and the engine leaves it again (`LeaveStray`), with the keep-alive's revision seen.
+        let seen = self.inner.seen.load(std::sync::atomic::Ordering::SeqCst);
+        let txn = TxnRequest {
+            compare: vec![cmp(
+                key.clone(),
+                compare::CompareResult::Less,
+                compare::TargetUnion::CreateRevision(seen.saturating_add(1)),
+            )],
+            success: vec![op_delete(key)],
+            failure: Vec::new(),
+        };
         self.inner.client.call("leave", move |c| {
-            let key = key.clone();
+            let txn = txn.clone();
             async move {
                 let mut kv = c.kv.clone();
-                kv.delete_range(DeleteRangeRequest { key, ..Default::default() }).await.map(|_| ())
+                kv.txn(txn).await.map(|_| ())
             }
         })
     }
