@@ -24,6 +24,14 @@ pub fn err(msg: impl Into<String>) -> BenchError {
     msg.into().into()
 }
 
+/// How long after the waiter is parked a push hand-off sample releases: simba's (section 2) and
+/// every raw notification and hand-off sampler's alike, 20–25 ms. The same idle time matters: a
+/// release after 2–5 ms was measured ~0.5 ms faster at p50 on etcd than after 20–25 ms (the
+/// server's and the clients' threads have not gone to sleep yet; docs/benchmarks.md, "etcd").
+pub fn release_delay() -> Duration {
+    Duration::from_millis(20) + Duration::from_micros(rand::random_range(0..5_000))
+}
+
 // ----- statistics -----
 
 /// Nearest-rank percentile of sorted samples (`p` in 0..=100).

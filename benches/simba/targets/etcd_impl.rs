@@ -15,11 +15,12 @@ use super::*;
 mod proto;
 
 use proto::etcdserverpb::kv_client::KvClient;
+use proto::etcdserverpb::lease_client::LeaseClient;
 use proto::etcdserverpb::maintenance_client::MaintenanceClient;
 use proto::etcdserverpb::watch_client::WatchClient;
 use proto::etcdserverpb::{
-    compare, request_op, watch_request, Compare, DeleteRangeRequest, PutRequest, RequestOp, StatusRequest, TxnRequest,
-    WatchCreateRequest, WatchRequest,
+    compare, request_op, watch_request, Compare, DeleteRangeRequest, LeaseGrantRequest, LeaseRevokeRequest, PutRequest,
+    RequestOp, StatusRequest, TxnRequest, WatchCreateRequest, WatchRequest,
 };
 
 /// Prefix of the raw lock keys (the backend's keys are under `/simba-bench/`).
@@ -61,6 +62,11 @@ impl Conn {
 
     /// Puts `key` only when it is absent (create revision 0): true when it was put.
     fn put_if_absent(&self, key: &[u8]) -> BenchResult<bool> {
+        self.put_if_absent_leased(key, 0)
+    }
+
+    /// [`Conn::put_if_absent`], the key attached to etcd lease `lease` (0: none).
+    fn put_if_absent_leased(&self, key: &[u8], lease: i64) -> BenchResult<bool> {
         let absent = Compare {
             result: compare::CompareResult::Equal as i32,
             target: compare::CompareTarget::Create as i32,
@@ -72,12 +78,25 @@ impl Conn {
             request: Some(request_op::Request::RequestPut(PutRequest {
                 key: key.to_vec(),
                 value: b"raw".to_vec(),
+                lease,
                 ..Default::default()
             })),
         };
         let txn = TxnRequest { compare: vec![absent], success: vec![put], failure: Vec::new() };
         let mut kv = self.kv();
         Ok(self.rt.block_on(kv.txn(txn))?.into_inner().succeeded)
+    }
+
+    /// Grants an etcd lease of `ttl` seconds (the server chooses the id).
+    fn grant(&self, ttl: i64) -> BenchResult<i64> {
+        let mut lease = LeaseClient::new(self.channel.clone());
+        Ok(self.rt.block_on(lease.lease_grant(LeaseGrantRequest { ttl, id: 0 }))?.into_inner().id)
+    }
+
+    fn revoke(&self, id: i64) -> BenchResult<()> {
+        let mut lease = LeaseClient::new(self.channel.clone());
+        self.rt.block_on(lease.lease_revoke(LeaseRevokeRequest { id }))?;
+        Ok(())
     }
 
     fn delete(&self, key: &[u8]) -> BenchResult<()> {
@@ -123,35 +142,76 @@ pub enum Sample {
     /// The raw hand-off: the watcher then puts the key if absent (its lock is taken once the
     /// transaction returns). Two durable writes, one after the other, as simba's hand-off.
     Handoff,
+    /// [`Sample::Handoff`] with both clients' keys attached to an etcd lease of their own, as
+    /// simba's keys are to their session's.
+    LeasedHandoff,
 }
 
 /// delete on one connection → the watch of another connection reports it (→ for a hand-off,
 /// that connection's put-if-absent returns): the time from the delete, per sample.
 pub fn samples(url: &str, samples: usize, sample: Sample) -> BenchResult<Vec<Duration>> {
-    let member = first_member(url)?;
-    let writer = Conn::open(&member)?;
-    let watcher = Conn::open(&member)?;
-    let key = format!(
-        "{RAW_PREFIX}{}-{:08x}",
-        if sample == Sample::Notify { "notify" } else { "handoff" },
-        rand::random::<u32>()
-    );
-    let key = key.into_bytes();
-    // One watch stream; a watch per sample, created after the key is, cancelled with the stream.
-    // The stream opens once its first create is queued: etcd answers the call (its headers) only
-    // with its first reply.
-    let (tx, rx) = futures::channel::mpsc::unbounded::<WatchRequest>();
-    let mut rx = Some(rx);
-    let mut stream = None;
-    let mut client = WatchClient::new(watcher.channel.clone());
-    let mut out = Vec::with_capacity(samples);
-    for _ in 0..samples {
-        writer.put_if_absent(&key)?;
+    let mut sampler = Sampler::open(url, sample)?;
+    let out = (0..samples).map(|_| sampler.next()).collect::<BenchResult<Vec<_>>>()?;
+    sampler.close()?;
+    Ok(out)
+}
+
+/// Raw samples one at a time (so that section 2 can interleave them with simba's): two
+/// connections, one watch stream, a key of its own.
+pub struct Sampler {
+    writer: Conn,
+    watcher: Conn,
+    key: Vec<u8>,
+    sample: Sample,
+    /// Each client's lease (leased hand-off only), long enough for a run without keep-alives.
+    leases: (i64, i64),
+    tx: futures::channel::mpsc::UnboundedSender<WatchRequest>,
+    /// Until the stream opens: it opens once its first create is queued (etcd answers the call,
+    /// its headers, only with its first reply).
+    rx: Option<futures::channel::mpsc::UnboundedReceiver<WatchRequest>>,
+    stream: Option<tonic::Streaming<proto::etcdserverpb::WatchResponse>>,
+}
+
+impl RawSampler for Sampler {
+    fn next(&mut self) -> BenchResult<Duration> {
+        Sampler::next(self)
+    }
+    fn close(self: Box<Self>) -> BenchResult<()> {
+        Sampler::close(*self)
+    }
+}
+
+impl Sampler {
+    pub fn open(url: &str, sample: Sample) -> BenchResult<Sampler> {
+        let member = first_member(url)?;
+        let writer = Conn::open(&member)?;
+        let watcher = Conn::open(&member)?;
+        let key = format!(
+            "{RAW_PREFIX}{}-{:08x}",
+            match sample {
+                Sample::Notify => "notify",
+                Sample::Handoff => "handoff",
+                Sample::LeasedHandoff => "leased",
+            },
+            rand::random::<u32>()
+        );
+        let leases = if sample == Sample::LeasedHandoff { (writer.grant(3600)?, watcher.grant(3600)?) } else { (0, 0) };
+        let (tx, rx) = futures::channel::mpsc::unbounded::<WatchRequest>();
+        Ok(Sampler { writer, watcher, key: key.into_bytes(), sample, leases, tx, rx: Some(rx), stream: None })
+    }
+
+    /// One sample: the key put, a watch on it created (confirmed), the release delay, then the
+    /// delete until the watch reports it (and, for a hand-off, the watcher's put returns).
+    pub fn next(&mut self) -> BenchResult<Duration> {
+        let Sampler { writer, watcher, key, sample, leases: (own, theirs), tx, rx, stream } = self;
+        let (sample, theirs) = (*sample, *theirs);
+        writer.put_if_absent_leased(key, *own)?;
         let create = WatchCreateRequest { key: key.clone(), ..Default::default() };
         tx.unbounded_send(WatchRequest { request_union: Some(watch_request::RequestUnion::CreateRequest(create)) })
             .map_err(|e| err(format!("the raw watch stream closed: {e}")))?;
         if let Some(rx) = rx.take() {
-            stream = Some(watcher.rt.block_on(client.watch(rx))?.into_inner());
+            let mut client = WatchClient::new(watcher.channel.clone());
+            *stream = Some(watcher.rt.block_on(client.watch(rx))?.into_inner());
         }
         let events = stream.as_mut().ok_or_else(|| err("the raw watch stream did not open"))?;
         // The creation's own reply first: the watch is in place from here on.
@@ -162,9 +222,9 @@ pub fn samples(url: &str, samples: usize, sample: Sample) -> BenchResult<Vec<Dur
             }
         };
         let (done_tx, done_rx) = crossbeam_channel::bounded::<Result<Instant, String>>(1);
-        std::thread::scope(|scope| -> BenchResult<()> {
-            let watcher = &watcher;
-            let key = &key;
+        let took = std::thread::scope(|scope| -> BenchResult<Duration> {
+            let watcher = &*watcher;
+            let key = &*key;
             scope.spawn(move || {
                 // Bounded, so that a watch that never reports ends the scope too.
                 let seen = loop {
@@ -179,26 +239,37 @@ pub fn samples(url: &str, samples: usize, sample: Sample) -> BenchResult<Vec<Dur
                 };
                 let r = seen.and_then(|()| match sample {
                     Sample::Notify => Ok(Instant::now()),
-                    Sample::Handoff => watcher.put_if_absent(key).map(|_| Instant::now()).map_err(|e| e.to_string()),
+                    Sample::Handoff | Sample::LeasedHandoff => {
+                        watcher.put_if_absent_leased(key, theirs).map(|_| Instant::now()).map_err(|e| e.to_string())
+                    }
                 });
                 let _ = done_tx.send(r);
             });
-            std::thread::sleep(Duration::from_millis(2) + Duration::from_micros(rand::random_range(0..3_000)));
+            std::thread::sleep(crate::common::release_delay());
             let t0 = Instant::now();
             writer.delete(key)?;
             let t1 = done_rx
                 .recv_timeout(Duration::from_secs(5))
                 .map_err(|_| err("the raw etcd watch did not report the delete"))?
                 .map_err(|e| err(format!("the raw etcd watch or hand-off failed: {e}")))?;
-            out.push(t1.saturating_duration_since(t0));
-            Ok(())
+            Ok(t1.saturating_duration_since(t0))
         })?;
         let cancel = proto::etcdserverpb::WatchCancelRequest { watch_id };
         tx.unbounded_send(WatchRequest { request_union: Some(watch_request::RequestUnion::CancelRequest(cancel)) })
             .map_err(|e| err(format!("the raw watch stream closed: {e}")))?;
-        writer.delete(&key)?;
+        writer.delete(key)?;
+        Ok(took)
     }
-    Ok(out)
+
+    /// Revokes the leases (the key is already deleted).
+    pub fn close(self) -> BenchResult<()> {
+        for (conn, id) in [(&self.writer, self.leases.0), (&self.watcher, self.leases.1)] {
+            if id != 0 {
+                conn.revoke(id)?;
+            }
+        }
+        Ok(())
+    }
 }
 
 /// The member's `/metrics` (Prometheus text), over plain HTTP on the client port.

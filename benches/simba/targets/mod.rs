@@ -364,9 +364,29 @@ impl Target {
         match self.kind {
             #[cfg(feature = "zookeeper")]
             Kind::Zookeeper => zk_impl::samples(&self.zk_hosts()?, samples, zk_impl::Sample::Handoff).map(Some),
-            #[cfg(feature = "etcd")]
-            Kind::Etcd => etcd_impl::samples(&self.url, samples, etcd_impl::Sample::Handoff).map(Some),
             _ => Ok(None),
+        }
+    }
+
+    /// Raw hand-off samplers that section 2 interleaves with simba's samples, one of each in
+    /// turn, so that all see the same moments of the machine (a p99 is a handful of samples, and
+    /// a burst of noise during one series alone decides it): etcd's plain raw hand-off and the
+    /// same with each client's keys attached to an etcd lease of its own, as simba's are. None
+    /// elsewhere.
+    pub fn raw_interleaved(&self) -> BenchResult<Vec<(&'static str, Box<dyn RawSampler>)>> {
+        match self.kind {
+            #[cfg(feature = "etcd")]
+            Kind::Etcd => Ok(vec![
+                (
+                    "raw hand-off (`delete` → watch → the other client's put-if-absent returns)",
+                    Box::new(etcd_impl::Sampler::open(&self.url, etcd_impl::Sample::Handoff)?) as Box<dyn RawSampler>,
+                ),
+                (
+                    "the same with keys attached to each client's lease",
+                    Box::new(etcd_impl::Sampler::open(&self.url, etcd_impl::Sample::LeasedHandoff)?),
+                ),
+            ]),
+            _ => Ok(Vec::new()),
         }
     }
 
@@ -481,6 +501,14 @@ fn owner() -> String {
 }
 
 /// The raw lock a backend's acquire+release is compared with.
+/// One raw sample at a time (section 2's interleaved raw hand-offs).
+pub trait RawSampler {
+    /// One sample.
+    fn next(&mut self) -> BenchResult<Duration>;
+    /// Ends the sampler, freeing what it holds on the server.
+    fn close(self: Box<Self>) -> BenchResult<()>;
+}
+
 pub trait RawLock: Send {
     /// Takes `name`; false when busy.
     fn lock(&mut self, name: &str) -> BenchResult<bool>;

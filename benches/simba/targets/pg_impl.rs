@@ -73,7 +73,7 @@ pub fn notify(url: &str, samples: usize) -> BenchResult<Vec<Duration>> {
     let notify = c.prepare(q::NOTIFY)?;
     let mut out = Vec::with_capacity(samples);
     for i in 0..samples {
-        std::thread::sleep(Duration::from_millis(2) + Duration::from_micros(rand::random_range(0..3_000)));
+        std::thread::sleep(crate::common::release_delay());
         let payload = i.to_string();
         let t0 = std::time::Instant::now();
         c.execute(&notify, &[&payload])?;

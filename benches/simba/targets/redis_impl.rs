@@ -286,7 +286,7 @@ pub fn notify(t: &Target, samples: usize, sharded: bool) -> BenchResult<Vec<Dura
     let script = redis::Script::new(REDIS_PUBLISH);
     let mut out = Vec::with_capacity(samples);
     for _ in 0..samples {
-        std::thread::sleep(Duration::from_millis(2) + Duration::from_micros(rand::random_range(0..3_000)));
+        std::thread::sleep(crate::common::release_delay());
         let t0 = std::time::Instant::now();
         let _: i64 = script.key(&channel).arg("released").invoke(publisher.get())?;
         let t1 = got_rx.recv_timeout(Duration::from_secs(5)).map_err(|_| err("message not delivered"))?;
@@ -327,7 +327,7 @@ fn spublish_notify(t: &Target, home: &str, channel: &str, samples: usize) -> Ben
     let script = redis::Script::new(REDIS_SPUBLISH);
     let mut out = Vec::with_capacity(samples);
     for _ in 0..samples {
-        std::thread::sleep(Duration::from_millis(2) + Duration::from_micros(rand::random_range(0..3_000)));
+        std::thread::sleep(crate::common::release_delay());
         let t0 = std::time::Instant::now();
         let _: i64 = script.key(channel).arg("released").invoke(publisher.get())?;
         let t1 = got_rx.recv_timeout(Duration::from_secs(5)).map_err(|_| err("shard message not delivered"))?;

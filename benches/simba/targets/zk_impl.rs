@@ -126,7 +126,7 @@ pub fn samples(hosts: &str, samples: usize, sample: Sample) -> BenchResult<Vec<D
             };
             let _ = tx.send(r.map_err(|e| e.to_string()));
         });
-        std::thread::sleep(Duration::from_millis(2) + Duration::from_micros(rand::random_range(0..3_000)));
+        std::thread::sleep(crate::common::release_delay());
         let t0 = std::time::Instant::now();
         block_on(writer.delete(&path, None))?;
         let t1 = rx
