@@ -34,8 +34,13 @@ fn options(lease: Duration) -> SessionOptions {
 
 /// A backend on the members `which` of `cluster`, calls bounded by [`QUERY`].
 fn backend(cluster: &EtcdCluster, which: &[usize]) -> Arc<EtcdBackend> {
-    let opts = EtcdOptions::default().query_timeout(QUERY).connection_timeout(Duration::from_secs(5));
-    Arc::new(EtcdBackend::from_url(&cluster.url(which, "simba-faults"), opts).unwrap())
+    client(&cluster.url(which, "simba-faults"), QUERY)
+}
+
+/// A backend on `url`, calls bounded by `query`.
+fn client(url: &str, query: Duration) -> Arc<EtcdBackend> {
+    let opts = EtcdOptions::default().query_timeout(query).connection_timeout(Duration::from_secs(5));
+    Arc::new(EtcdBackend::from_url(url, opts).unwrap())
 }
 
 /// A session on a backend holding a lease: what the tests watch.
@@ -293,9 +298,8 @@ fn a_member_dead_from_the_start_does_not_slow_calls() {
 fn a_grant_sent_to_two_members_grants_one_lease() {
     let cluster = EtcdCluster::start(2820, 3);
     let proxy = Proxy::start(&cluster.addr(0));
-    let url = format!("etcd://{},{},{}/simba-faults", proxy.addr(), cluster.addr(1), cluster.addr(2));
-    let opts = EtcdOptions::default().query_timeout(QUERY).connection_timeout(Duration::from_secs(5));
-    let client = Arc::new(EtcdBackend::from_url(&url, opts).unwrap());
+    let client =
+        client(&format!("etcd://{},{},{}/simba-faults", proxy.addr(), cluster.addr(1), cluster.addr(2)), QUERY);
     let leases = || {
         let out = etcdctl(&cluster.addr(1), &["lease", "list"]).expect("etcdctl lease list");
         out.lines().skip(1).map(|l| u64::from_str_radix(l.trim(), 16).unwrap()).collect::<Vec<u64>>()
@@ -340,9 +344,10 @@ impl LateCopies {
     fn start(base_port: u16) -> LateCopies {
         let cluster = EtcdCluster::start(base_port, 3);
         let proxy = Proxy::start(&cluster.addr(0));
-        let url = format!("etcd://{},{},{}/simba-faults", proxy.addr(), cluster.addr(1), cluster.addr(2));
-        let opts = EtcdOptions::default().query_timeout(LATE_QUERY).connection_timeout(Duration::from_secs(5));
-        let client = Arc::new(EtcdBackend::from_url(&url, opts).unwrap());
+        let client = client(
+            &format!("etcd://{},{},{}/simba-faults", proxy.addr(), cluster.addr(1), cluster.addr(2)),
+            LATE_QUERY,
+        );
         let observer = backend(&cluster, &[1]);
         LateCopies { cluster, proxy, client, observer }
     }
@@ -374,9 +379,23 @@ impl LateCopies {
         }
     }
 
+    /// A session on the client, with its events.
+    fn session(&self) -> (Session, Events<SessionEvent>) {
+        let session = Session::open(self.client.clone(), late_options()).unwrap();
+        let events = session.events();
+        (session, events)
+    }
+
     /// Whether the observer lists `session` in `group`.
     fn is_member(&self, group: &Name, session: &simba::SessionId) -> bool {
         self.observer.members(group).unwrap().iter().any(|m| &m.session == session)
+    }
+}
+
+/// Nothing but renewal failures among the session's events so far.
+fn nothing_lost(events: &Events<SessionEvent>) {
+    for ev in events.try_iter() {
+        assert!(matches!(ev, SessionEvent::RenewalFailed { .. }), "the session lost something: {ev:?}");
     }
 }
 
@@ -416,8 +435,7 @@ fn watchers(addr: &str) -> u64 {
 #[serial_test::serial(etcd_private)]
 fn a_late_copy_of_a_leave_does_not_end_a_later_join() {
     let late = LateCopies::start(2840);
-    let session = Session::open(late.client.clone(), late_options()).unwrap();
-    let events = session.events();
+    let (session, events) = late.session();
     let group = name("late-leave");
     let membership = session.join(&group).unwrap();
     late.hold(&format!("g/{group}/{}", session.id()));
@@ -433,9 +451,7 @@ fn a_late_copy_of_a_leave_does_not_end_a_later_join() {
     );
     // Nothing is lost at the following keep-alives either.
     std::thread::sleep(2 * LATE_RENEW + SLACK);
-    for ev in events.try_iter() {
-        assert!(matches!(ev, SessionEvent::RenewalFailed { .. }), "the session lost something: {ev:?}");
-    }
+    nothing_lost(&events);
     assert!(late.is_member(&group, session.id()));
     again.leave().unwrap();
     assert!(!late.is_member(&group, session.id()), "a leave still ends the membership");
@@ -449,8 +465,7 @@ fn a_late_copy_of_a_leave_does_not_end_a_later_join() {
 #[serial_test::serial(etcd_private)]
 fn a_late_copy_of_a_join_is_left_at_the_next_keep_alive() {
     let late = LateCopies::start(2850);
-    let session = Session::open(late.client.clone(), late_options()).unwrap();
-    let events = session.events();
+    let (session, events) = late.session();
     let group = name("late-join");
     late.hold(&format!("g/{group}/{}", session.id()));
     let membership = session.join(&group).unwrap();
@@ -465,9 +480,7 @@ fn a_late_copy_of_a_join_is_left_at_the_next_keep_alive() {
         assert!(stray_since.elapsed() < bound, "the stray membership was still there after {bound:?}");
         std::thread::sleep(Duration::from_millis(20));
     }
-    for ev in events.try_iter() {
-        assert!(matches!(ev, SessionEvent::RenewalFailed { .. }), "the session lost something: {ev:?}");
-    }
+    nothing_lost(&events);
     session.close().unwrap();
 }
 
@@ -479,8 +492,7 @@ fn a_late_copy_of_a_join_is_left_at_the_next_keep_alive() {
 #[serial_test::serial(etcd_private)]
 fn a_late_copy_of_an_acquire_is_released_at_the_next_keep_alive() {
     let late = LateCopies::start(2860);
-    let session = Session::open(late.client.clone(), late_options()).unwrap();
-    let events = session.events();
+    let (session, events) = late.session();
     let n = name("late-acquire");
     late.hold(&format!("l/{n}"));
     let lease = session.lock(&n).unwrap();
@@ -494,9 +506,7 @@ fn a_late_copy_of_an_acquire_is_released_at_the_next_keep_alive() {
     let bound = LATE_RENEW + 2 * LATE_QUERY + SLACK;
     let got = waiter.lock_timeout(&n, bound + SLACK).unwrap();
     assert!(got.is_some(), "the stray kept the name from a waiter for {:?}", stray_since.elapsed());
-    for ev in events.try_iter() {
-        assert!(matches!(ev, SessionEvent::RenewalFailed { .. }), "the session lost something: {ev:?}");
-    }
+    nothing_lost(&events);
     waiter.close().unwrap();
     session.close().unwrap();
 }
@@ -512,8 +522,7 @@ fn a_late_copy_of_an_acquire_is_released_at_the_next_keep_alive() {
 fn half_open_connections_cost_one_call_not_one_per_connection() {
     let cluster = EtcdCluster::start(2870, 1);
     let proxy = Proxy::start(&cluster.addr(0));
-    let opts = EtcdOptions::default().query_timeout(QUERY).connection_timeout(Duration::from_secs(5));
-    let client = Arc::new(EtcdBackend::from_url(&format!("etcd://{}/simba-faults", proxy.addr()), opts).unwrap());
+    let client = client(&format!("etcd://{}/simba-faults", proxy.addr()), QUERY);
     let h = Holding::lock(client.clone(), LEASE, name("half-open"));
     // Calls at once from several threads until the client has four connections of its own
     // beyond the first (the runtime's): one per slot.
@@ -549,8 +558,7 @@ fn a_half_open_watch_stream_on_one_member_recovers_by_its_keep_alive() {
     let cluster = EtcdCluster::start(2880, 1);
     let proxy = Proxy::start(&cluster.addr(0));
     let member = cluster.addr(0);
-    let opts = EtcdOptions::default().query_timeout(QUERY).connection_timeout(Duration::from_secs(5));
-    let client = Arc::new(EtcdBackend::from_url(&format!("etcd://{}/simba-faults", proxy.addr()), opts).unwrap());
+    let client = client(&format!("etcd://{}/simba-faults", proxy.addr()), QUERY);
     let h = Holding::lock(backend(&cluster, &[0]), LEASE, name("stream-stall"));
     let slow = SessionOptions::builder()
         .lease_duration(Duration::from_secs(180))
