@@ -1,7 +1,8 @@
 //! The etcd backend outside the TCK: URL errors before any I/O, TTL rounding and refusal, and
 //! permanent errors (TLS refused) failing at once in the server's or the TLS stack's words.
 //! Also `list`'s group order where key order and name order differ, and calls from inside a
-//! tokio runtime and from more threads than the backend drives connections for.
+//! tokio runtime and from more threads than the backend drives connections for, and a corrupt
+//! semaphore limit.
 //! Needs `scripts/services up etcd etcd-tls` for the tests that connect.
 #![cfg(feature = "etcd")]
 
@@ -199,4 +200,26 @@ fn calls_from_inside_a_tokio_runtime_and_beyond_the_slots_work() {
     rt.block_on(async { b.keep_alive(&sid, Duration::from_secs(5)).unwrap() });
     b.close_session(&sid).unwrap();
     assert!(b.holder(&name).unwrap().is_none(), "closing the session freed the name");
+}
+
+/// A semaphore limit in etcd that simba did not write is refused in words that say so: not a
+/// number by the backend, out of range by the semaphore (one check of the range, the caller's: a
+/// semaphore's or a partition set's).
+#[test]
+fn a_corrupt_semaphore_limit_is_refused_clearly() {
+    let b = std::sync::Arc::new(backend());
+    let member = url().trim_start_matches("etcd://").split(['/', ',']).next().unwrap_or_default().to_string();
+    let name = simba::Name::new(format!("corrupt-limit-{:x}", rand_u64())).unwrap();
+    let key = format!("{}sem/{name}", b.prefix());
+    support::etcd::etcdctl_ok(&member, &["put", &key, "many"]);
+    let e = b.semaphore_limit(&name, None).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Backend);
+    assert!(e.to_string().contains("corrupt limit \"many\""), "{e}");
+    support::etcd::etcdctl_ok(&member, &["put", &key, "5000"]);
+    assert_eq!(b.semaphore_limit(&name, None).unwrap(), Some(5000), "the range is the caller's to check");
+    let session = simba::Session::open(b.clone(), simba::SessionOptions::default()).unwrap();
+    let e = session.semaphore(&name, 3).unwrap_err();
+    assert!(e.to_string().contains("is 5000, which is no valid limit (1 to 1000)"), "{e}");
+    session.close().unwrap();
+    support::etcd::etcdctl_ok(&member, &["del", &key]);
 }

@@ -510,12 +510,13 @@ impl LeaseBackend for EtcdBackend {
         let read = txn_range(&reply, pos).map_err(|s| Error::backend(s.message().to_string()))?;
         let Some(kv) = read.kvs.first() else { return Ok(None) };
         let v = String::from_utf8_lossy(&kv.value);
+        // The range is the caller's to check (`stored_limit`: a semaphore's or a partition set's).
         match v.parse::<u32>() {
-            Ok(n) if (1..=crate::semaphore::MAX_PERMITS).contains(&n) => Ok(Some(n)),
+            Ok(n) if n > 0 => Ok(Some(n)),
             _ => Err(Error::backend(format!(
-                "corrupt limit of semaphore '{name}' in etcd: {:?} is not 1 to {}",
+                "corrupt limit {:?} of semaphore '{name}' in etcd key {}: limits are integers > 0",
                 v.chars().take(40).collect::<String>(),
-                crate::semaphore::MAX_PERMITS
+                String::from_utf8_lossy(&kv.key)
             ))),
         }
     }
