@@ -8,6 +8,7 @@
 //! SIMBA_BENCH_SECTIONS=1,4 ...                                   # only some sections
 //! SIMBA_BENCH_OUT=report.md ...                                  # also write the tables to a file
 //! SIMBA_BENCH_CHARTS=docs/bench ...                               # also draw SVG charts there
+//! SIMBA_BENCH_HANDOFF_SAMPLES=1000 ...                            # section 2's push samples
 //! cargo test --all-features --bench simba                         # the benchmark's own checks
 //! ```
 //!
@@ -77,6 +78,9 @@ pub struct Config {
     pub prefix: String,
     /// Where sections 1 and 2 draw their SVG charts (`SIMBA_BENCH_CHARTS`, default none).
     pub charts: Option<std::path::PathBuf>,
+    /// Section 2's samples per series on push backends (`SIMBA_BENCH_HANDOFF_SAMPLES`; default
+    /// 600, etcd 3000): more make a p99 steadier (600: the 6th slowest).
+    pub handoff_samples: Option<usize>,
 }
 
 impl Config {
@@ -121,7 +125,19 @@ impl Config {
         };
         let prefix = format!("simba-bench-{:08x}", rand::random::<u32>());
         let charts = std::env::var_os("SIMBA_BENCH_CHARTS").filter(|v| !v.is_empty()).map(std::path::PathBuf::from);
-        Ok(Config { quick, kinds, sections, prefix, charts })
+        let handoff_samples = match std::env::var("SIMBA_BENCH_HANDOFF_SAMPLES") {
+            Ok(v) if !v.trim().is_empty() => match v.trim().parse::<usize>() {
+                Ok(n @ 100..=100_000) => Some(n),
+                _ => {
+                    return Err(format!(
+                        "SIMBA_BENCH_HANDOFF_SAMPLES: {v:?} is not a number of samples from 100 to 100000 (fewer \
+                         make no p99)"
+                    ))
+                }
+            },
+            _ => None,
+        };
+        Ok(Config { quick, kinds, sections, prefix, charts, handoff_samples })
     }
 
     /// `full` normally, `quick` in a smoke run.

@@ -33,7 +33,8 @@ pub fn run(config: &Config, targets: &[Target], report: &mut Report) {
         "The holder releases at a random moment after the waiter entered `lock()` (push backends: 20–25 ms, so the \
          waiter is parked on its notification; SQL: uniformly within one retry period, so the release lands at a \
          random phase of the waiter's polling). Latency includes the release's own round trip. Push backends: 600 \
-         samples (the p99 is the 6th slowest). The last column is the raw \
+         samples (the p99 is the 6th slowest); etcd, whose p99 is compared with the raw hand-off's, 3000 (the 30th); \
+         `SIMBA_BENCH_HANDOFF_SAMPLES` sets another number. The last column is the raw \
          notification alone on the same server, released 20–25 ms after its watch or subscription is in place too (Redis `PUBLISH` → a subscribed connection; on Cluster twice: \
          sharded as simba notifies since issue #19, a script's `SPUBLISH` → a connection `SSUBSCRIBE`d on the \
          channel's own master, and classic, a `PUBLISH` to a subscriber on another master, so the message crosses \
@@ -54,7 +55,13 @@ pub fn run(config: &Config, targets: &[Target], report: &mut Report) {
 /// One backend's row and its hand-off samples (for the chart).
 fn measure(config: &Config, t: &Target) -> BenchResult<(Vec<String>, Vec<Duration>)> {
     let push = t.kind.pushes();
-    let samples_wanted = if push { config.pick(600, 20) } else { config.pick(40, 3) };
+    // Raw samples taken in turn with simba's (see `Target::raw_interleaved`); where there are,
+    // two p99s are compared: 3000 samples each (the 30th slowest), as at 600 the same operation's
+    // two series differ by up to ~2 ms at p99 on a small machine (docs/benchmarks.md, "etcd").
+    let mut side = t.raw_interleaved()?;
+    let full = if side.is_empty() { 600 } else { 3000 };
+    let samples_wanted =
+        if push { config.handoff_samples.unwrap_or(config.pick(full, 20)) } else { config.pick(40, 3) };
     let opts = SessionOptions::default();
     // A waiter's longest wait between attempts: the retry interval plus its jitter (up to half).
     let retry_period = opts.retry_interval() + opts.retry_interval() / 2;
@@ -71,8 +78,6 @@ fn measure(config: &Config, t: &Target) -> BenchResult<(Vec<String>, Vec<Duratio
     // A side column: a server that will not say (ZooKeeper without `mntr` in its
     // `4lw.commands.whitelist`) shows "unavailable: <its words>", and the samples go on.
     let fsync_before = t.fsync_stats();
-    // Raw samples taken in turn with simba's (see `Target::raw_interleaved`).
-    let mut side = t.raw_interleaved()?;
     let mut side_samples = vec![Vec::with_capacity(samples_wanted); side.len()];
     for i in 0..samples_wanted {
         let waiter = &sessions[1 - holder];

@@ -50,6 +50,7 @@ fn charts_only_when_asked() -> Result<(), String> {
         sections: vec![1, 2],
         prefix: "selftest".into(),
         charts: None,
+        handoff_samples: None,
     };
     let us = |v: &[u64]| v.iter().map(|&u| Duration::from_micros(u)).collect::<Vec<_>>();
     let samples = vec![(Kind::Memory, us(&[60, 70, 80, 120])), (Kind::Redis, us(&[400, 480, 900, 4_000]))];

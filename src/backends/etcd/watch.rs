@@ -15,7 +15,8 @@
 //!   gone.
 //! - Each topic has one etcd watch and a list of one-shot waiters (deduplicated by channel); the
 //!   first matching event (a delete of the lease key; any change under the group's prefix)
-//!   notifies them all and cancels the watch.
+//!   notifies them all and retires the watch: the stream task cancels it [`RETIRE_DELAY`] later,
+//!   not while the waiters acquire.
 //! - A watch cancelled by the server (its start revision compacted: `compact_revision` set, or
 //!   refused) notifies its waiters.
 //! - When the stream breaks (member down, connection cut, HTTP/2 keep-alive timeout), every
@@ -51,6 +52,10 @@ use crate::error::{Error, Result};
 const MIN_BACKOFF: Duration = Duration::from_millis(50);
 /// The longest wait between two attempts to open the stream.
 const MAX_BACKOFF: Duration = Duration::from_secs(1);
+/// How long a fired watch stays before its cancel is sent: its waiters are acquiring right then,
+/// on the same member, and a cancel (a write, the server's work, its reply waking the runtime
+/// thread) would compete with them on a small machine. Cancels of one period go out together.
+const RETIRE_DELAY: Duration = Duration::from_millis(50);
 
 /// The registrations of one backend and its stream task's state.
 pub(crate) struct Watches {
@@ -82,6 +87,9 @@ struct State {
     pending: VecDeque<(Topic, u64)>,
     /// The current stream's requests, while a stream is established.
     stream: Option<mpsc::UnboundedSender<WatchRequest>>,
+    /// Watches of the current stream no longer needed, cancelled by the stream task a moment
+    /// later ([`RETIRE_DELAY`]), not while their waiters act on the event that fired them.
+    retired: Vec<i64>,
     serial: u64,
 }
 
@@ -152,22 +160,40 @@ impl Shared {
         format!("{}watch-stream", self.keys.root()).into_bytes()
     }
 
-    /// Removes `topic`'s entry (cancelling its etcd watch) and returns its waiters.
+    /// Removes `topic`'s entry (retiring its etcd watch) and returns its waiters.
     fn take(st: &mut State, topic: &Topic) -> Option<(Vec<Sender<Notification>>, Notification)> {
         let e = st.entries.remove(topic)?;
         if let Some(id) = e.watch_id {
             st.by_watch.remove(&id);
-            Self::cancel(st, id);
+            Self::retire(st, id);
         }
         Some((e.waiters, note(topic)))
     }
 
-    fn cancel(st: &State, watch_id: i64) {
-        if let Some(tx) = &st.stream {
-            let _ = tx.unbounded_send(WatchRequest {
-                request_union: Some(RequestUnion::CancelRequest(WatchCancelRequest { watch_id })),
-            });
+    /// Queues the cancel of a watch of the current stream (sent by [`Shared::cancel_retired`]);
+    /// its events are ignored meanwhile, as it is in no `by_watch`.
+    fn retire(st: &mut State, watch_id: i64) {
+        if st.stream.is_some() {
+            st.retired.push(watch_id);
         }
+    }
+
+    /// Sends the cancels of the retired watches on the current stream.
+    fn cancel_retired(&self) {
+        let mut st = self.state.lock();
+        let retired = std::mem::take(&mut st.retired);
+        if let Some(tx) = &st.stream {
+            for watch_id in retired {
+                let _ = tx.unbounded_send(WatchRequest {
+                    request_union: Some(RequestUnion::CancelRequest(WatchCancelRequest { watch_id })),
+                });
+            }
+        }
+    }
+
+    /// True when retired watches wait for their cancel.
+    fn has_retired(&self) -> bool {
+        !self.state.lock().retired.is_empty()
     }
 
     /// A new stream is established: every registration made before it is notified (it may have
@@ -177,6 +203,7 @@ impl Shared {
         let mut st = self.state.lock();
         st.by_watch.clear();
         st.pending.clear();
+        st.retired.clear();
         st.stream = Some(tx);
         let topics: Vec<Topic> = st.entries.keys().cloned().collect();
         topics.iter().filter_map(|t| Self::take(&mut st, t)).collect()
@@ -188,6 +215,7 @@ impl Shared {
         st.stream = None;
         st.by_watch.clear();
         st.pending.clear();
+        st.retired.clear();
         for e in st.entries.values_mut() {
             e.watch_id = None;
         }
@@ -233,7 +261,7 @@ impl Shared {
             }
             if !live {
                 // Notified before the server confirmed it: not needed any more.
-                Self::cancel(&st, r.watch_id);
+                Self::retire(&mut st, r.watch_id);
                 return fired;
             }
             if let Some(e) = st.entries.get_mut(&topic) {
@@ -400,15 +428,30 @@ async fn run(weak: Weak<Shared>, route: Arc<Route>, bound: Duration) {
         let fired = shared.established(tx);
         drop(shared);
         deliver(fired);
+        // When the retired watches' cancels go out (none retired: never).
+        let mut cancel_at: Option<tokio::time::Instant> = None;
         loop {
             let msg = {
                 let msg = std::pin::pin!(stream.message());
                 let pin_moved = std::pin::pin!(moved.changed());
-                match futures::future::select(msg, pin_moved).await {
-                    Either::Left((msg, _)) => Some(msg),
-                    Either::Right((Ok(()), _)) => None,
+                let due = cancel_at;
+                let retire = std::pin::pin!(async move {
+                    match due {
+                        Some(at) => tokio::time::sleep_until(at).await,
+                        None => std::future::pending::<()>().await,
+                    }
+                });
+                match futures::future::select(futures::future::select(msg, pin_moved), retire).await {
+                    Either::Left((Either::Left((msg, _)), _)) => Some(msg),
+                    Either::Left((Either::Right((Ok(()), _)), _)) => None,
                     // The route is gone: so is the backend.
-                    Either::Right((Err(_), _)) => return,
+                    Either::Left((Either::Right((Err(_), _)), _)) => return,
+                    Either::Right(((), _)) => {
+                        cancel_at = None;
+                        let Some(shared) = weak.upgrade() else { return };
+                        shared.cancel_retired();
+                        continue;
+                    }
                 }
             };
             let Some(shared) = weak.upgrade() else { return };
@@ -425,6 +468,9 @@ async fn run(weak: Weak<Shared>, route: Arc<Route>, bound: Duration) {
                     let (fired, refused, recheck) = shared.on_response(r);
                     if refused {
                         shared.broken();
+                    }
+                    if cancel_at.is_none() && shared.has_retired() {
+                        cancel_at = Some(tokio::time::Instant::now() + RETIRE_DELAY);
                     }
                     drop(shared);
                     deliver(fired);
@@ -459,8 +505,9 @@ async fn reread(weak: Weak<Shared>, clients: Clients, bound: Duration, (topic, s
     if gone {
         let Some(shared) = weak.upgrade() else { return };
         let fired = shared.fire_if(&topic, serial);
-        drop(shared);
         deliver(fired);
+        // Rare (a watch confirmed behind): its cancel goes out now, not at the stream's next wake.
+        shared.cancel_retired();
     }
 }
 
@@ -508,6 +555,8 @@ mod tests {
         deliver(sh.on_response(reply(7, |r| r.events = vec![event(EventType::Delete)])).0);
         assert_eq!(rx.try_recv(), Ok(Notification::Released(Name::new("l").unwrap())));
         assert!(sh.on_response(reply(7, |r| r.events = vec![event(EventType::Delete)])).0.is_empty(), "one-shot");
+        assert!(sh.has_retired());
+        sh.cancel_retired();
         deliver(sh.on_response(reply(8, |r| (r.canceled, r.compact_revision) = (true, 9))).0);
         assert_eq!(rx.try_recv(), Ok(Notification::MembersChanged(Name::new("g").unwrap())));
         assert!(rx.try_recv().is_err() && sh.state.lock().entries.is_empty());
@@ -539,6 +588,38 @@ mod tests {
     }
 
     #[test]
+    fn a_fired_watch_is_cancelled_later_and_only_on_its_own_stream() {
+        let sh = shared();
+        let (stream, mut requests) = mpsc::unbounded();
+        sh.established(stream);
+        let (tx, rx) = crossbeam_channel::unbounded();
+        let l = Topic::Lease(Name::new("l").unwrap());
+        add(&sh, &l, &tx);
+        sh.on_response(reply(3, |r| r.created = true));
+        deliver(sh.on_response(reply(3, |r| r.events = vec![event(EventType::Delete)])).0);
+        assert_eq!(rx.try_recv(), Ok(Notification::Released(Name::new("l").unwrap())));
+        // Nothing is sent while the waiters act on the event: the cancel waits for the stream task.
+        assert!(requests.try_recv().is_err(), "a cancel was sent at once");
+        sh.cancel_retired();
+        match requests.try_recv() {
+            Ok(WatchRequest { request_union: Some(RequestUnion::CancelRequest(c)) }) => assert_eq!(c.watch_id, 3),
+            other => panic!("expected the cancel of watch 3, got {other:?}"),
+        }
+        assert!(!sh.has_retired());
+        // A watch retired on a stream that then broke is not cancelled on the next one (its id
+        // means nothing there, or another watch).
+        add(&sh, &l, &tx);
+        sh.on_response(reply(4, |r| r.created = true));
+        deliver(sh.on_response(reply(4, |r| r.events = vec![event(EventType::Delete)])).0);
+        assert!(sh.has_retired());
+        sh.broken();
+        let (stream, mut next) = mpsc::unbounded();
+        sh.established(stream);
+        sh.cancel_retired();
+        assert!(next.try_recv().is_err(), "a dead stream's watch was cancelled on the new one");
+    }
+
+    #[test]
     fn a_refused_or_late_confirmation_is_handled() {
         let sh = shared();
         let (stream, requests) = mpsc::unbounded();
@@ -556,6 +637,7 @@ mod tests {
         sh.state.lock().entries.get_mut(&l).unwrap().serial = serial + 100;
         assert!(sh.on_response(reply(4, |r| r.created = true)).0.is_empty());
         assert_eq!(sh.state.lock().entries[&l].watch_id, None);
+        sh.cancel_retired();
         drop(sh);
         let sent: Vec<WatchRequest> = futures::executor::block_on(futures::StreamExt::collect(requests));
         assert!(sent
