@@ -113,7 +113,11 @@ pub(crate) fn token_expired(s: &Status) -> bool {
 /// The client: its runtime and its route to the members, and the connections its callers drive
 /// (`slots.rs`).
 pub(crate) struct EtcdClient {
-    rt: tokio::runtime::Runtime,
+    /// The backend's runtime: a current-thread runtime driven by its own thread (`simba-etcd`),
+    /// which stops when this is dropped.
+    rt: tokio::runtime::Handle,
+    /// Ends the runtime's thread (dropped with the client).
+    _stop: tokio::sync::oneshot::Sender<()>,
     route: Arc<Route>,
     slots: Slots,
     query_timeout: Duration,
@@ -123,20 +127,6 @@ pub(crate) struct EtcdClient {
     endpoints: Vec<(String, Endpoint)>,
     /// TLS: `Some(whether a client certificate is configured)`; `None` for plain text.
     tls: Option<bool>,
-}
-
-impl Drop for EtcdClient {
-    fn drop(&mut self) {
-        // Never wait for the runtime's tasks (a drop may happen on any thread, even a runtime's).
-        let rt = std::mem::replace(
-            &mut self.rt,
-            match tokio::runtime::Builder::new_current_thread().build() {
-                Ok(rt) => rt,
-                Err(_) => return,
-            },
-        );
-        rt.shutdown_background();
-    }
 }
 
 impl std::fmt::Debug for EtcdClient {
@@ -207,12 +197,7 @@ impl EtcdClient {
     /// Builds the runtime and the channel, authenticates, and checks the cluster answers (one
     /// status call) within the connection timeout.
     pub(crate) fn connect(members: &[String], options: &EtcdOptions) -> Result<EtcdClient> {
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .thread_name("simba-etcd")
-            .enable_all()
-            .build()
-            .map_err(|e| Error::backend(format!("cannot start the etcd client's runtime: {e}")))?;
+        let (rt, stop) = start_runtime()?;
         let scheme = if options.tls.is_some() { "https" } else { "http" };
         let mut endpoints = Vec::with_capacity(members.len());
         // Slots' connections have no HTTP/2 keep-alive: they are driven only during calls, so a
@@ -256,6 +241,7 @@ impl EtcdClient {
         let slots = Slots::new(slot_endpoints, token, user, pin);
         let client = EtcdClient {
             rt,
+            _stop: stop,
             route,
             slots,
             query_timeout: options.query_timeout,
@@ -471,6 +457,30 @@ impl EtcdClient {
         // A little past the inner timeout, so that its answer (rather than ours) is the one seen.
         rx.recv_deadline(deadline + Duration::from_millis(20)).ok().and_then(|r| r.ok())
     }
+}
+
+/// Starts the backend's runtime: a current-thread runtime that a thread of its own
+/// (`simba-etcd`) drives until the returned sender is dropped, then shuts down without waiting
+/// for its tasks. Current-thread rather than a one-worker multi-thread runtime: with the
+/// multi-thread scheduler reading the watch stream, the hand-off's p99 was ~0.8 ms longer on a
+/// 2-core machine, all of it on the way from the watch event to the waiting caller
+/// (docs/benchmarks.md, "etcd", session 29).
+fn start_runtime() -> Result<(tokio::runtime::Handle, tokio::sync::oneshot::Sender<()>)> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| Error::backend(format!("cannot start the etcd client's runtime: {e}")))?;
+    let handle = rt.handle().clone();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    std::thread::Builder::new()
+        .name("simba-etcd".into())
+        .spawn(move || {
+            // Ends when the client drops `stop` (an error: nothing is ever sent).
+            let _ = rt.block_on(stopped);
+            rt.shutdown_background();
+        })
+        .map_err(|e| Error::backend(format!("cannot start the etcd client's runtime thread: {e}")))?;
+    Ok((handle, stop))
 }
 
 /// Where [`EtcdClient::run`] sends a call.

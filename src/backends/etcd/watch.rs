@@ -469,11 +469,12 @@ async fn run(weak: Weak<Shared>, route: Arc<Route>, bound: Duration) {
                     if refused {
                         shared.broken();
                     }
+                    // The waiters first: their wake-up is a hand-off's critical path.
+                    deliver(fired);
                     if cancel_at.is_none() && shared.has_retired() {
                         cancel_at = Some(tokio::time::Instant::now() + RETIRE_DELAY);
                     }
                     drop(shared);
-                    deliver(fired);
                     if let Some(recheck) = recheck {
                         tokio::spawn(reread(weak.clone(), clients.clone(), bound, recheck));
                     }
